@@ -1,0 +1,89 @@
+"""What each CUDA major means for fa: the pinned NVRTC wheel, the driver it needs, the archs it targets.
+
+Facts, with their sources:
+- Minimum drivers under minor-version compatibility (SASS only): CUDA 11.x 450.80.02, 12.x 525.60.13,
+  13.x 580 (CUDA Compatibility guide, "Minor Version Compatibility"; see shared compat-facts.md).
+- PTX is JIT-compiled only by a driver at least as new as the toolkit that wrote it
+  (cudaErrorUnsupportedPtxVersion otherwise), so a wheel's PTX needs the toolkit's own GA driver:
+  11.8 GA 520.61.05, 12.9 GA 575.51.03, 13.0 GA 580.65.06 (CUDA Toolkit release notes, table 3).
+- Targetable archs are what each NVRTC reports through nvrtcGetSupportedArchs (checked against the
+  pinned libraries: 11.8 -> 35..90, 12.9 -> 50..121, 13.0 -> 75..121 with 110 for Thor).
+- Our kernels need mma.sync with fp16 operands, so nothing below sm_75 is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Toolkit:
+    major: int
+    package: str  # the PyPI distribution holding NVRTC
+    version: str  # pinned
+    wheel: str  # the manylinux x86_64 file of that version
+    sha256: str  # pinned hash of that file
+    lib_subdir: str  # where libnvrtc.so.* sits inside the wheel
+    min_driver: str  # to run SASS built by this toolkit
+    ptx_min_driver: str  # to JIT PTX written by this toolkit
+    archs: tuple[str, ...]  # real archs this NVRTC can target and fa has kernels for
+    default_archs: tuple[str, ...]  # SASS built when matrix.yaml names none; PTX for the last
+
+
+TOOLKITS: dict[int, Toolkit] = {
+    11: Toolkit(
+        major=11,
+        package="nvidia-cuda-nvrtc-cu11",
+        version="11.8.89",
+        wheel="nvidia_cuda_nvrtc_cu11-11.8.89-py3-none-manylinux2014_x86_64.whl",
+        sha256="a8d02f3cba345be56b1ffc3e74d8f61f02bb758dd31b0f20e12277a5a244f756",
+        lib_subdir="nvidia/cuda_nvrtc/lib",
+        min_driver="450.80.02",
+        ptx_min_driver="520.61.05",
+        archs=("7.5", "8.0", "8.6", "8.7", "8.9", "9.0"),
+        default_archs=("7.5", "8.0", "8.6", "9.0"),
+    ),
+    12: Toolkit(
+        major=12,
+        package="nvidia-cuda-nvrtc-cu12",
+        version="12.9.86",
+        wheel="nvidia_cuda_nvrtc_cu12-12.9.86-py3-none-manylinux2010_x86_64.manylinux_2_12_x86_64.whl",
+        sha256="210cf05005a447e29214e9ce50851e83fc5f4358df8b453155d5e1918094dcb4",
+        lib_subdir="nvidia/cuda_nvrtc/lib",
+        min_driver="525.60.13",
+        ptx_min_driver="575.51.03",
+        archs=("7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "10.1", "10.3", "12.0", "12.1"),
+        default_archs=("7.5", "8.0", "8.6", "9.0", "10.0", "12.0"),
+    ),
+    13: Toolkit(
+        major=13,
+        package="nvidia-cuda-nvrtc",
+        version="13.0.88",
+        wheel="nvidia_cuda_nvrtc-13.0.88-py3-none-manylinux2010_x86_64.manylinux_2_12_x86_64.whl",
+        sha256="ad9b6d2ead2435f11cbb6868809d2adeeee302e9bb94bcf0539c7a40d80e8575",
+        lib_subdir="nvidia/cu13/lib",
+        min_driver="580",
+        ptx_min_driver="580.65.06",
+        archs=("7.5", "8.0", "8.6", "8.7", "8.8", "8.9", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1"),
+        default_archs=("7.5", "8.0", "8.6", "9.0", "10.0", "12.0"),
+    ),
+}
+
+
+def arch_tuple(arch: str) -> tuple[int, int]:
+    """ "8.6" -> (8, 6); raises ValueError on anything else."""
+    major, _, minor = arch.partition(".")
+    if not (major.isdigit() and minor.isdigit()):
+        raise ValueError(f"not a compute capability: {arch!r} (write it like '8.6')")
+    return int(major), int(minor)
+
+
+def sm_name(arch: str) -> str:
+    """ "8.6" -> "sm_86" (the NVRTC real target); "10.0" -> "sm_100"."""
+    major, minor = arch_tuple(arch)
+    return f"sm_{major}{minor}"
+
+
+def compute_name(arch: str) -> str:
+    major, minor = arch_tuple(arch)
+    return f"compute_{major}{minor}"
