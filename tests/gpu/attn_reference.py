@@ -1,0 +1,131 @@
+"""The fp32 reference and the FA2 error rule shared by the GPU tests and the sanitizer sweep.
+
+The reference is plain PyTorch math (no SDPA, so no backend of its own can hide a bug), with flash-attn's
+semantics: q (b, sq, h, d), k/v (b, sk, h_k, d), GQA by repeat_interleave over heads, causal masks aligned
+to the bottom right (query i sees key j when j <= i + sk - sq). A query row that sees no key gives an
+output of 0 (flash-attn's convention; its lse is +-inf and is not compared).
+
+The error rule is FA2's: our error against the fp32 reference may be at most twice the error of the same
+math done by PyTorch in the inputs' own dtype, plus a small absolute slack for results PyTorch happens to
+get exactly right.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Case:
+    """One random attention problem (padded batch, or varlen when `varlen` is set)."""
+
+    batch: int
+    seqlen_q: int
+    seqlen_k: int
+    heads: int
+    heads_k: int
+    head_dim: int
+    causal: bool
+    dtype: torch.dtype
+    varlen: bool = False
+    seed: int = 0
+
+    @property
+    def id(self) -> str:
+        kind = "varlen" if self.varlen else "pad"
+        dt = "bf16" if self.dtype == torch.bfloat16 else "fp16"
+        c = "causal" if self.causal else "full"
+        return (
+            f"{kind}-b{self.batch}-q{self.seqlen_q}-k{self.seqlen_k}-h{self.heads}x{self.heads_k}"
+            f"-d{self.head_dim}-{c}-{dt}"
+        )
+
+
+def bottom_right_mask(seqlen_q: int, seqlen_k: int, device: torch.device) -> torch.Tensor:
+    """True where query i may attend key j: j <= i + seqlen_k - seqlen_q."""
+    i = torch.arange(seqlen_q, device=device).unsqueeze(1)
+    j = torch.arange(seqlen_k, device=device).unsqueeze(0)
+    return j <= i + (seqlen_k - seqlen_q)
+
+
+def attention_ref(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    softmax_scale: float | None = None,
+    upcast: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out (b, sq, h, d) in q's dtype, lse (b, h, sq) fp32). Differentiable.
+
+    upcast=True is the fp32 reference; upcast=False is "PyTorch at the same dtype" for the error rule.
+    """
+    dtype = q.dtype
+    if upcast:
+        q, k, v = q.float(), k.float(), v.float()
+    heads, heads_k = q.shape[2], k.shape[2]
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    if heads != heads_k:
+        k = k.repeat_interleave(heads // heads_k, dim=2)
+        v = v.repeat_interleave(heads // heads_k, dim=2)
+    scores = torch.einsum("bthd,bshd->bhts", q, k * scale)
+    sq, sk = q.shape[1], k.shape[1]
+    visible = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
+    if causal:
+        visible = bottom_right_mask(sq, sk, q.device)
+        scores = scores.masked_fill(~visible, float("-inf"))
+    lse = torch.logsumexp(scores.float(), dim=-1)
+    probs = torch.softmax(scores, dim=-1)
+    # Rows that see no key are all -inf: softmax gives NaN, flash-attn gives 0.
+    probs = probs.masked_fill(~visible.any(dim=-1, keepdim=True), 0.0)
+    out = torch.einsum("bhts,bshd->bthd", probs, v)
+    return out.to(dtype), lse
+
+
+def visible_rows(seqlen_q: int, seqlen_k: int, causal: bool, device: torch.device) -> torch.Tensor:
+    """(sq,) bool: rows that see at least one key (the others have out 0 and lse +-inf)."""
+    if not causal:
+        return torch.full((seqlen_q,), seqlen_k > 0, dtype=torch.bool, device=device)
+    return bottom_right_mask(seqlen_q, seqlen_k, device).any(dim=-1)
+
+
+def eps(dtype: torch.dtype) -> float:
+    return float(torch.finfo(dtype).eps)
+
+
+def assert_fa2_close(name: str, ours: torch.Tensor, ref: torch.Tensor, low: torch.Tensor) -> None:
+    """FA2's rule: |ours - ref| <= 2 * |low - ref| + atol (max norms), atol scaled to the data."""
+    assert ours.shape == ref.shape, f"{name}: shape {tuple(ours.shape)} != reference {tuple(ref.shape)}"
+    assert torch.isfinite(ours).all(), f"{name}: non-finite values in our result"
+    ours_err = (ours.float() - ref.float()).abs().max().item()
+    low_err = (low.float() - ref.float()).abs().max().item()
+    atol = eps(low.dtype) * max(1.0, ref.float().abs().max().item()) * 0.5
+    assert ours_err <= 2 * low_err + atol, (
+        f"{name}: max error {ours_err:.3e} > 2 x PyTorch-{low.dtype} error {low_err:.3e} + {atol:.1e}"
+    )
+
+
+def random_case_tensors(case: Case, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """q, k, v, dout for a padded case, seeded from the case so a failure reproduces alone."""
+    gen = torch.Generator(device=device).manual_seed(case.seed)
+    shape_q = (case.batch, case.seqlen_q, case.heads, case.head_dim)
+    shape_k = (case.batch, case.seqlen_k, case.heads_k, case.head_dim)
+
+    def rand(shape: tuple[int, ...]) -> torch.Tensor:
+        return torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(case.dtype)
+
+    return rand(shape_q), rand(shape_k), rand(shape_k), rand(shape_q)
+
+
+def random_cu_seqlens(batch: int, max_len: int, rng: random.Random) -> list[int]:
+    """Offsets of `batch` sequences of random length in 1..max_len (one of them exactly max_len)."""
+    lens = [rng.randint(1, max_len) for _ in range(batch)]
+    lens[rng.randrange(batch)] = max_len
+    cu = [0]
+    for n in lens:
+        cu.append(cu[-1] + n)
+    return cu
