@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -13,6 +14,9 @@ from types import ModuleType
 
 @functools.lru_cache(maxsize=1)
 def kernels_dir() -> Path:
+    # FA_KERNELS_DIR: build another kernels/ tree (a fork's, or a tiny one in tests).
+    if override := os.environ.get("FA_KERNELS_DIR"):
+        return Path(override).resolve()
     here = Path(__file__).resolve().parent
     for cand in (here / "_kernels", here.parent / "kernels"):
         if (cand / "csrc").is_dir():
