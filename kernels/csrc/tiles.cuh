@@ -1,0 +1,124 @@
+// Named shared-memory tiles and the fragment loads that read them, shared by fwd.cu and bwd.cu.
+//
+// A tile is ROWS x COLS elements, row-major, each row padded by 8 elements (16 B). With COLS a
+// multiple of 32 (every head-dim bucket and block size), the row pitch is an odd number of 16-byte
+// chunks, so the 8 row addresses of one ldmatrix phase, and the 16-byte stores of a row-wise copy,
+// fall in 8 different 4-bank groups: conflict-free without a swizzle, for any head dim. The price is
+// 8 / COLS of extra shared memory (tiles.py counts it).
+//
+// Fragment loads return registers in the mma layouts documented in primitives.cuh.
+#ifndef FA_TILES_CUH_
+#define FA_TILES_CUH_
+
+#include "params.h"
+#include "primitives.cuh"
+
+namespace fa {
+
+template <int ROWS, int COLS>
+struct SmemTile {
+  static_assert(COLS % 32 == 0, "tile width must be a multiple of 32 elements (bank-conflict-free pitch)");
+  static_assert(ROWS % 16 == 0, "tile height must be a multiple of 16 rows (one mma step)");
+  static constexpr int kRows = ROWS;
+  static constexpr int kCols = COLS;
+  static constexpr int kPitch = COLS + 8;  // elements per row in shared memory
+  static constexpr int kBytes = ROWS * kPitch * 2;
+
+  u32 base;  // shared-state-space address of element (0, 0)
+
+  FA_DEVICE u32 at(int row, int col) const { return base + static_cast<u32>((row * kPitch + col) * 2); }
+};
+
+// Global -> shared copy of a whole tile by THREADS cooperating threads, 16 B per copy (cp.async on
+// sm80+, register-staged on sm75; see copy16_async). Element (r, c) comes from
+// gmem[r * row_stride + c]; rows >= valid_rows and columns >= valid_cols (a multiple of 8) are
+// zero-filled. The caller commits (copy_commit) and waits (copy_wait + __syncthreads).
+template <int THREADS, int ROWS, int COLS>
+FA_DEVICE void load_tile_async(SmemTile<ROWS, COLS> tile, const u16* gmem, fa_i64 row_stride,
+                               int valid_rows, int valid_cols, int tid) {
+  constexpr int kChunksPerRow = COLS / 8;
+  constexpr int kChunks = ROWS * kChunksPerRow;
+  constexpr int kIters = (kChunks + THREADS - 1) / THREADS;
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int i = tid + it * THREADS;
+    if (kChunks % THREADS != 0 && i >= kChunks) break;
+    const int row = i / kChunksPerRow;
+    const int col = (i % kChunksPerRow) * 8;
+    const bool ok = row < valid_rows && col < valid_cols;
+    // A skipped copy still needs a mapped address: point it at the tile's first element.
+    const u16* src = ok ? gmem + row * row_stride + col : gmem;
+    copy16_async(tile.at(row, col), src, ok);
+  }
+}
+
+// Shared -> global copy of a whole tile (16 B per store), skipping rows >= valid_rows and columns
+// >= valid_cols. The caller synchronizes the writers of the tile first.
+template <int THREADS, int ROWS, int COLS>
+FA_DEVICE void store_tile(u16* gmem, fa_i64 row_stride, SmemTile<ROWS, COLS> tile, int valid_rows,
+                          int valid_cols, int tid) {
+  constexpr int kChunksPerRow = COLS / 8;
+  constexpr int kChunks = ROWS * kChunksPerRow;
+  constexpr int kIters = (kChunks + THREADS - 1) / THREADS;
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int i = tid + it * THREADS;
+    if (kChunks % THREADS != 0 && i >= kChunks) break;
+    const int row = i / kChunksPerRow;
+    const int col = (i % kChunksPerRow) * 8;
+    if (row < valid_rows && col < valid_cols) {
+      st_global16(gmem + row * row_stride + col, ld_shared16(tile.at(row, col)));
+    }
+  }
+}
+
+// A operand (16 x 16, row-major) from a tile stored [m][k]: rows m0.., columns k0...
+template <int ROWS, int COLS>
+FA_DEVICE void load_a_frag(u32 (&a)[4], SmemTile<ROWS, COLS> tile, int m0, int k0, int lane) {
+  ldmatrix_x4(a, tile.at(m0 + (lane & 15), k0 + (lane >> 4) * 8));
+}
+
+// A operand (16 x 16) from a tile stored transposed, [k][m] (e.g. P^T or dS^T in the backward).
+template <int ROWS, int COLS>
+FA_DEVICE void load_a_frag_trans(u32 (&a)[4], SmemTile<ROWS, COLS> tile, int m0, int k0, int lane) {
+  const int mat = lane >> 3;
+  ldmatrix_x4_trans(a, tile.at(k0 + (mat >> 1) * 8 + (lane & 7), m0 + (mat & 1) * 8));
+}
+
+// B operands of two adjacent 8-column n-tiles (n0 and n0 + 8) for one k16 step, from a tile stored
+// [n][k] (K in S = Q K^T): b[0], b[1] serve n-tile n0; b[2], b[3] serve n-tile n0 + 8.
+template <int ROWS, int COLS>
+FA_DEVICE void load_b_frag_pair(u32 (&b)[4], SmemTile<ROWS, COLS> tile, int n0, int k0, int lane) {
+  const int mat = lane >> 3;
+  ldmatrix_x4(b, tile.at(n0 + (mat >> 1) * 8 + (lane & 7), k0 + (mat & 1) * 8));
+}
+
+// The same from a tile stored [k][n] (V in O = P V), through ldmatrix.trans.
+template <int ROWS, int COLS>
+FA_DEVICE void load_b_frag_pair_trans(u32 (&b)[4], SmemTile<ROWS, COLS> tile, int n0, int k0, int lane) {
+  const int mat = lane >> 3;
+  ldmatrix_x4_trans(b, tile.at(k0 + (mat & 1) * 8 + (lane & 7), n0 + (mat >> 1) * 8));
+}
+
+// The A operand of the next mma from two fp32 accumulator n-tiles (keys k0..k0+7 and k0+8..k0+15):
+// the FA2 trick that keeps P in registers for O += P V (C layout of n-tiles 2k, 2k+1 == A layout).
+FA_DEVICE void acc_to_a_frag(u32 (&a)[4], const float (&c_lo)[4], const float (&c_hi)[4]) {
+  a[0] = pack_float2(c_lo[0], c_lo[1]);
+  a[1] = pack_float2(c_lo[2], c_lo[3]);
+  a[2] = pack_float2(c_hi[0], c_hi[1]);
+  a[3] = pack_float2(c_hi[2], c_hi[3]);
+}
+
+// Write one fp32 accumulator n-tile (rows m0 + g, m0 + g + 8; columns n0 + 2t, +1) into a tile as
+// elements, scaled per row; used to stage outputs for coalesced 16-byte global stores.
+template <int ROWS, int COLS>
+FA_DEVICE void store_acc_frag(SmemTile<ROWS, COLS> tile, const float (&c)[4], int m0, int n0,
+                              float scale_row_lo, float scale_row_hi, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  st_shared32(tile.at(m0 + g, n0 + 2 * t), pack_float2(c[0] * scale_row_lo, c[1] * scale_row_lo));
+  st_shared32(tile.at(m0 + g + 8, n0 + 2 * t), pack_float2(c[2] * scale_row_hi, c[3] * scale_row_hi));
+}
+
+}  // namespace fa
+
+#endif  // FA_TILES_CUH_
