@@ -1,0 +1,383 @@
+"""The build plan: the matrix expanded into cells, the wheels that cover them, and the work to do.
+
+One wheel per distinct binary. Kernels depend only on the CUDA major (toolkit) and arch, never on
+torch, so every wheel of one CUDA major shares one set of compile jobs; the binding depends on the
+torch minor and C++ ABI, never on CUDA or Python (no Python C API: wheels are py3-none), so one
+binding serves every CUDA major. A Python version only decides coverage: a cell is covered when
+PyPI has a torch build of that minor for that Python on Linux x86_64.
+
+Pure: the catalog and the kernel table come in as arguments; nothing is downloaded or compiled.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from buildtool import cuda_facts, kernels_src
+from buildtool.matrix import CXX11ABI_ONLY_FROM, MIN_TORCH, Matrix, MatrixError, python_version
+from buildtool.pypi import TorchCatalog, TorchFile
+
+# `units(arch)` from kernels/tiles.py: the kernel programs to compile for an arch.
+Units = Callable[[str], Sequence[Any]]
+
+# Rough weights for balancing shards, in "kernel programs": a binding is one g++ compile against
+# torch's headers, which costs a few NVRTC programs. Not measured; only the order matters.
+BINDING_WEIGHT = 4
+WHEEL_WEIGHT = 1
+
+
+@dataclass(frozen=True)
+class Cell:
+    torch: str  # minor
+    cuda: int  # major
+    python: str  # "3.12", "3.13t"
+
+
+@dataclass(frozen=True)
+class SkippedCell:
+    cell: Cell
+    reason: str
+
+
+@dataclass(frozen=True)
+class CompileJob:
+    """One NVRTC program; its image lands in the cache by content."""
+
+    cuda_major: int
+    arch: str
+    image: str  # "sass" | "ptx"
+    unit: str  # tiles.KernelUnit.name
+
+
+@dataclass(frozen=True)
+class BindingJob:
+    torch_minor: str
+    torch_version: str  # the patch whose headers are used: the oldest of the minor
+    cxx11abi: bool
+    header_source: TorchFile | None  # None: the torch installed here (fa build --local)
+
+
+@dataclass(frozen=True)
+class WheelSpec:
+    cuda_major: int | None  # None: the universal py3-none-any wheel (no kernels, no binding)
+    torch_minor: str | None
+    cxx11abi: bool | None
+    sass: tuple[str, ...]
+    ptx: str | None
+    cells: tuple[Cell, ...]  # matrix cells this wheel covers
+    compile_jobs: tuple[CompileJob, ...]
+    binding: BindingJob | None
+    variant: str  # "cu12torch2.5cxx11abifalse", "cu12torch2.7", "" for universal
+    version: str  # "0.1.0+cu12torch2.5cxx11abifalse"
+
+
+@dataclass(frozen=True)
+class Plan:
+    matrix: Matrix
+    wheels: tuple[WheelSpec, ...]
+    skipped: tuple[SkippedCell, ...]
+    compile_jobs: tuple[CompileJob, ...]  # deduplicated over all wheels
+    binding_jobs: tuple[BindingJob, ...]  # deduplicated
+    shard: tuple[int, int] | None = None  # (K, N) when this is one shard of a bigger plan
+
+
+def cxx11abi_in_label(torch_minor: str, cxx11abi: bool) -> bool:
+    """The ABI is named in the variant where it is ambiguous: below torch 2.7 (PyPI old, NGC new) or
+    an old-ABI build from 2.7 on, where every pip wheel uses the C++11 ABI."""
+    return Version(torch_minor) < Version(CXX11ABI_ONLY_FROM) or not cxx11abi
+
+
+def variant_label(cuda_major: int, torch_minor: str, cxx11abi: bool) -> str:
+    label = f"cu{cuda_major}torch{torch_minor}"
+    if cxx11abi_in_label(torch_minor, cxx11abi):
+        label += f"cxx11abi{str(cxx11abi).lower()}"
+    return label
+
+
+def make_plan(
+    matrix: Matrix,
+    catalog: TorchCatalog,
+    shard: tuple[int, int] | None = None,
+    *,
+    units: Units | None = None,
+) -> Plan:
+    """Expand `matrix` against the torch releases in `catalog`. Raises MatrixError for a torch minor
+    that PyPI never published or an arch without kernels."""
+    units = units or kernels_src.tiles().units
+    for i, minor in enumerate(matrix.torch):
+        if minor not in catalog.minors:
+            raise MatrixError(
+                matrix.source,
+                f"torch[{i}]",
+                f"torch {minor} was never published on PyPI (newest minors: {', '.join(catalog.newest())})",
+                "remove it, or use a published minor (fa build --refresh re-reads PyPI)",
+            )
+    kernels = {m: _kernels_for_major(matrix, m, units) for m in matrix.cuda}
+
+    skipped: list[SkippedCell] = []
+    covered: dict[tuple[int, str], list[Cell]] = {}
+    for torch, cuda, python in itertools.product(
+        _by_version(matrix.torch), matrix.cuda, _pythons(matrix.python)
+    ):
+        cell = Cell(torch, cuda, python)
+        reason = _skip_reason(matrix, catalog, cell)
+        if reason:
+            skipped.append(SkippedCell(cell, reason))
+        else:
+            covered.setdefault((cuda, torch), []).append(cell)
+
+    wheels = [universal_wheel(matrix)]
+    for (cuda, torch), cells in sorted(covered.items(), key=lambda kv: (kv[0][0], Version(kv[0][1]))):
+        minor = catalog.minors[torch]
+        for abi in matrix.abis(torch):
+            binding = BindingJob(torch, minor.oldest, abi, minor.header_source)
+            wheels.append(_kernel_wheel(matrix, cuda, torch, abi, tuple(cells), kernels[cuda], binding))
+
+    plan = _assemble(matrix, wheels, skipped)
+    if shard is None:
+        return plan
+    return _assemble(matrix, shard_wheels(plan.wheels, shard), skipped, shard)
+
+
+def local_plan(
+    torch_version: str,
+    cxx11abi: bool,
+    python: str,
+    cuda: tuple[int, ...],
+    matrix: Matrix | None = None,
+    *,
+    units: Units | None = None,
+) -> Plan:
+    """`fa build --local`: wheels for the torch installed here only, its headers from its own install
+    (BindingJob.header_source is None). `matrix` supplies version, archs, PTX and the kernel filter."""
+    source = "fa build --local"
+    try:
+        release = Version(torch_version).release
+    except InvalidVersion:
+        raise MatrixError(
+            source, "torch", f"{torch_version!r} is not a torch version", "check `python -c 'import torch'`"
+        ) from None
+    minor = f"{release[0]}.{release[1] if len(release) > 1 else 0}"
+    if Version(minor) < Version(MIN_TORCH):
+        raise MatrixError(
+            source,
+            "torch",
+            f"torch {torch_version} is older than fa supports",
+            f"install torch >= {MIN_TORCH}",
+        )
+    for m in cuda:
+        if m not in cuda_facts.TOOLKITS:
+            known = ", ".join(map(str, cuda_facts.TOOLKITS))
+            raise MatrixError(
+                source, "--cuda", f"CUDA {m} has no pinned toolkit in fa", f"use one of {known}"
+            )
+    archs = {
+        m: (matrix.archs.get(m) if matrix else None) or cuda_facts.TOOLKITS[m].default_archs for m in cuda
+    }
+    ptx = {m: matrix.ptx[m] if matrix and m in matrix.ptx else archs[m][-1] for m in cuda}
+    local = Matrix(
+        version=matrix.version if matrix else "0.1.0",
+        torch=(minor,),
+        cuda=tuple(cuda),
+        python=(python,),
+        archs=archs,
+        ptx=ptx,
+        cxx11abi=str(cxx11abi).lower(),
+        kernels=matrix.kernels if matrix else None,
+        source=source,
+    )
+    units = units or kernels_src.tiles().units
+    binding = BindingJob(minor, torch_version, cxx11abi, None)
+    wheels = [
+        _kernel_wheel(
+            local, m, minor, cxx11abi, (Cell(minor, m, python),), _kernels_for_major(local, m, units), binding
+        )
+        for m in cuda
+    ]
+    return _assemble(local, wheels, [])
+
+
+def universal_wheel(matrix: Matrix) -> WheelSpec:
+    """py3-none-any: the runtime with no kernels, for any platform fa has no binary for (it falls back
+    to PyTorch's attention and says why)."""
+    return WheelSpec(
+        cuda_major=None,
+        torch_minor=None,
+        cxx11abi=None,
+        sass=(),
+        ptx=None,
+        cells=(),
+        compile_jobs=(),
+        binding=None,
+        variant="",
+        version=matrix.version,
+    )
+
+
+@dataclass(frozen=True)
+class _MajorKernels:
+    sass: tuple[str, ...]
+    ptx: str | None
+    jobs: tuple[CompileJob, ...]
+
+
+def _kernels_for_major(matrix: Matrix, major: int, units: Units) -> _MajorKernels:
+    def selected(arch: str, field: str) -> list[Any]:
+        all_units = list(units(arch))
+        if not all_units:
+            raise MatrixError(
+                matrix.source,
+                field,
+                f"fa has no kernels for arch {arch} (kernels/tiles.py)",
+                "remove it; archs with kernels get them from the nearest lower SASS or the PTX",
+            )
+        flt = matrix.kernels
+        return [u for u in all_units if flt is None or flt.accepts(u)]
+
+    explicit = matrix.archs.get(major) != cuda_facts.TOOLKITS[major].default_archs
+    sass: list[str] = []
+    jobs: list[CompileJob] = []
+    for i, arch in enumerate(matrix.archs[major]):
+        field = f'archs."{major}"[{i}]' if explicit else f'archs."{major}" (default {arch})'
+        chosen = selected(arch, field)
+        if chosen:  # a kernel filter can leave an arch with nothing to ship
+            sass.append(arch)
+            jobs += [CompileJob(major, arch, "sass", u.name) for u in chosen]
+    ptx = matrix.ptx.get(major)
+    if ptx is not None:
+        chosen = selected(ptx, f'ptx."{major}"')
+        jobs += [CompileJob(major, ptx, "ptx", u.name) for u in chosen]
+        ptx = ptx if chosen else None
+    if not jobs:
+        raise MatrixError(
+            matrix.source,
+            "kernels",
+            f"the filter selects no kernel for any arch of CUDA {major}",
+            "widen kernels: (dtypes, head_dims, directions) or remove it",
+        )
+    return _MajorKernels(tuple(sass), ptx, tuple(jobs))
+
+
+def _kernel_wheel(
+    matrix: Matrix,
+    cuda: int,
+    torch: str,
+    abi: bool,
+    cells: tuple[Cell, ...],
+    kernels: _MajorKernels,
+    binding: BindingJob,
+) -> WheelSpec:
+    variant = variant_label(cuda, torch, abi)
+    return WheelSpec(
+        cuda_major=cuda,
+        torch_minor=torch,
+        cxx11abi=abi,
+        sass=kernels.sass,
+        ptx=kernels.ptx,
+        cells=cells,
+        compile_jobs=kernels.jobs,
+        binding=binding,
+        variant=variant,
+        version=f"{matrix.version}+{variant}",
+    )
+
+
+def _skip_reason(matrix: Matrix, catalog: TorchCatalog, cell: Cell) -> str | None:
+    i = matrix.excluded_by(cell.torch, cell.cuda, cell.python)
+    if i is not None:
+        return f"excluded by exclude[{i}] ({_entry_text(matrix.exclude[i])}) in {matrix.source}"
+    if cell.python not in catalog.minors[cell.torch].pythons:
+        kind = "free-threaded " if cell.python.endswith("t") else ""
+        published = ", ".join(catalog.minors[cell.torch].pythons)
+        return (
+            f"torch {cell.torch} has no {kind}Python {cell.python} build on PyPI (Linux x86_64: {published})"
+        )
+    return None
+
+
+def _entry_text(entry: dict) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in entry.items())
+
+
+def _assemble(
+    matrix: Matrix,
+    wheels: Sequence[WheelSpec],
+    skipped: Sequence[SkippedCell],
+    shard: tuple[int, int] | None = None,
+) -> Plan:
+    return Plan(
+        matrix=matrix,
+        wheels=tuple(wheels),
+        skipped=tuple(skipped),
+        compile_jobs=tuple(dict.fromkeys(job for w in wheels for job in w.compile_jobs)),
+        binding_jobs=tuple(dict.fromkeys(w.binding for w in wheels if w.binding is not None)),
+        shard=shard,
+    )
+
+
+# -- sharding ----------------------------------------------------------------------------------------
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """ "2/3" -> (2, 3); 1-based."""
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if not m:
+        raise MatrixError("command line", "--shard", f"{text!r} is not K/N", "write it like --shard 1/3")
+    k, n = int(m.group(1)), int(m.group(2))
+    if n < 1 or not 1 <= k <= n:
+        raise MatrixError(
+            "command line",
+            "--shard",
+            f"{text!r}: K must be between 1 and N",
+            f"use --shard 1/{max(n, 1)} .. {max(n, 1)}/{max(n, 1)}",
+        )
+    return k, n
+
+
+def shard_wheels(wheels: Sequence[WheelSpec], shard: tuple[int, int]) -> tuple[WheelSpec, ...]:
+    """The wheels of shard K of N. Wheels are grouped by CUDA major, since the wheels of one major share
+    all their kernel programs; a group is split (by torch minor) only when there are more shards than
+    groups, and groups go to the least loaded shard, heaviest first. The universal wheel is in shard 1.
+    Every wheel is in exactly one shard; a shard may be empty when N exceeds the wheels."""
+    k, n = shard
+    groups = [
+        [w for w in wheels if w.cuda_major == m]
+        for m in sorted({w.cuda_major for w in wheels if w.cuda_major is not None})
+    ]
+    while len(groups) < n:
+        biggest = max(groups, key=len, default=[])
+        if len(biggest) < 2:
+            break
+        i = groups.index(biggest)
+        half = (len(biggest) + 1) // 2
+        groups[i : i + 1] = [biggest[:half], biggest[half:]]
+
+    def cost(group: list[WheelSpec]) -> int:
+        programs = len({job for w in group for job in w.compile_jobs})
+        bindings = len({w.binding for w in group})
+        return programs + BINDING_WEIGHT * bindings + WHEEL_WEIGHT * len(group)
+
+    loads = [0] * n
+    members: list[list[WheelSpec]] = [[] for _ in range(n)]
+    for group in sorted(groups, key=cost, reverse=True):  # stable: ties keep the CUDA-major order
+        target = min(range(n), key=lambda s: (loads[s], s))
+        loads[target] += cost(group)
+        members[target] += group
+    universal = [w for w in wheels if w.cuda_major is None]
+    members[0] = universal + members[0]
+    order = {w: i for i, w in enumerate(wheels)}
+    return tuple(sorted(members[k - 1], key=order.__getitem__))
+
+
+def _by_version(minors: Sequence[str]) -> list[str]:
+    return sorted(minors, key=Version)
+
+
+def _pythons(pythons: Sequence[str]) -> list[str]:
+    return sorted(pythons, key=lambda p: (python_version(p)[0], python_version(p)[1]))
