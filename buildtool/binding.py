@@ -1,0 +1,132 @@
+"""The host binding (libfa_attn_ops.so): kernels/binding/*.cpp built with the host C++ compiler
+against one torch version's headers, once per (torch minor, C++ ABI).
+
+No torch library is downloaded: we link against generated stub libraries named libc10.so and
+libtorch_cpu.so, which exist only to put DT_NEEDED entries on those sonames into our binary. At run
+time `import torch` has already loaded the real ones, so the loader resolves our undefined symbols
+from them. The output is cached by content: binding sources, headers (torch version and origin),
+ABI, the compiler's identity and the flags.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from buildtool import cache
+from buildtool.torch_headers import Headers
+
+OUTPUT_NAME = "libfa_attn_ops.so"
+STUB_SONAMES = ("libc10.so", "libtorch_cpu.so")  # what torch's own libraries are called on Linux
+BASE_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-fvisibility=hidden")
+
+
+class BindingError(RuntimeError):
+    """The host compiler could not build the binding; the message carries its output."""
+
+
+@dataclass(frozen=True)
+class BindingBuild:
+    path: Path  # the cached libfa_attn_ops.so
+    key: str
+    cached: bool  # True: nothing compiled
+    seconds: float
+
+
+def compiler() -> list[str]:
+    """`CXX` (may carry a launcher, e.g. "ccache g++") or g++."""
+    return shlex.split(os.environ.get("CXX") or "g++")
+
+
+@lru_cache(maxsize=None)
+def compiler_identity(cxx: tuple[str, ...]) -> str:
+    """The compiler's version and target triple: part of the cache key and of the build log."""
+    try:
+        out = [
+            subprocess.run([*cxx, flag], capture_output=True, text=True, check=True).stdout.strip()
+            for flag in ("-dumpfullversion", "-dumpmachine")
+        ]
+        banner = subprocess.run([*cxx, "--version"], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise BindingError(
+            f"C++ compiler {' '.join(cxx)!r} not usable: {e}\n  fix: install g++ or set CXX"
+        ) from e
+    return f"{banner.stdout.splitlines()[0]} ({out[0]}, {out[1]})"
+
+
+def sources(kernels_root: Path) -> list[Path]:
+    """What the binding is built from: its own .cpp/.h files and the shared params.h."""
+    bind = kernels_root / "binding"
+    files = sorted(p for p in bind.rglob("*") if p.suffix in (".cpp", ".cc", ".h", ".hpp"))
+    if not any(p.suffix in (".cpp", ".cc") for p in files):
+        raise BindingError(f"no binding sources (*.cpp) in {bind}")
+    return [*files, kernels_root / "csrc" / "params.h"]
+
+
+def flags(headers: Headers, cxx11abi: bool, kernels_root: Path) -> list[str]:
+    inc = [f"-I{d}" for d in (*headers.include_dirs, kernels_root / "csrc", kernels_root / "binding")]
+    return [*BASE_FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={int(cxx11abi)}", *inc]
+
+
+def binding_key(headers: Headers, cxx11abi: bool, kernels_root: Path) -> str:
+    srcs = sources(kernels_root)
+    parts: list[str | bytes] = ["fa-binding-v1", headers.torch_version, headers.origin, str(cxx11abi)]
+    for p in srcs:
+        parts += [p.relative_to(kernels_root).as_posix(), p.read_bytes()]
+    # include dirs are paths into the cache: key on what they hold (version), not where they are
+    portable = [f for f in flags(headers, cxx11abi, kernels_root) if not f.startswith("-I")]
+    parts += [compiler_identity(tuple(compiler())), *portable]
+    return cache.content_key(*parts)
+
+
+def output_path(key: str) -> Path:
+    return cache.cache_dir() / "bindings" / key[:2] / key / OUTPUT_NAME
+
+
+def is_cached(headers: Headers, cxx11abi: bool, kernels_root: Path) -> bool:
+    return output_path(binding_key(headers, cxx11abi, kernels_root)).is_file()
+
+
+def stub_dir() -> Path:
+    """Empty shared libraries with torch's sonames, generated once (they hold no code)."""
+    d = cache.cache_dir() / "binding-stubs"
+    with cache.locked(d):
+        for soname in STUB_SONAMES:
+            lib = d / soname
+            if not lib.is_file():
+                with cache.atomic_path(lib) as tmp:
+                    _run([*compiler(), "-shared", "-x", "c++", "/dev/null", f"-Wl,-soname,{soname}",
+                          "-o", str(tmp)], f"generating stub {soname}")
+    return d
+
+
+def build_binding(headers: Headers, cxx11abi: bool, kernels_root: Path) -> BindingBuild:
+    key = binding_key(headers, cxx11abi, kernels_root)
+    out = output_path(key)
+    if out.is_file():
+        return BindingBuild(out, key, True, 0.0)
+    cpp = [str(p) for p in sources(kernels_root) if p.suffix in (".cpp", ".cc")]
+    stubs = stub_dir()
+    t0 = time.perf_counter()
+    with cache.atomic_path(out) as tmp:
+        cmd = [
+            *compiler(), *flags(headers, cxx11abi, kernels_root), *cpp, "-o", str(tmp),
+            f"-L{stubs}", "-Wl,--no-as-needed", *(f"-l:{s}" for s in STUB_SONAMES), "-Wl,--as-needed",
+        ]
+        _run(cmd, f"building the binding for torch {headers.torch_version} (cxx11abi={cxx11abi})")
+    return BindingBuild(out, key, False, time.perf_counter() - t0)
+
+
+def _run(cmd: list[str], what: str) -> None:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as e:
+        raise BindingError(f"{what}: cannot run {cmd[0]}: {e}\n  fix: install g++ or set CXX") from e
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout).splitlines()[-40:])
+        raise BindingError(f"{what} failed (exit {proc.returncode}):\n{shlex.join(cmd)}\n{tail}")

@@ -1,0 +1,74 @@
+// The one struct that crosses from the host binding to the device kernels.
+//
+// Plain C: the binding (host C++, compiled against torch headers) and the kernels (device-only CUDA C++,
+// compiled by NVRTC) both include this file, so it must not include anything and must lay out the same
+// on both sides (only fixed-width fields, 8-byte fields first). Every kernel takes a single
+// `const FaParams` by value (`__grid_constant__` where the arch supports it).
+//
+// Layouts are flash-attn's: q (batch, seqlen_q, heads, dim), k/v (batch, seqlen_k, heads_k, dim);
+// varlen packs (total, heads, dim) with int32 cu_seqlens of length batch + 1. Strides are in elements.
+#ifndef FA_PARAMS_H_
+#define FA_PARAMS_H_
+
+#ifdef __CUDACC_RTC__
+typedef long long fa_i64;
+typedef int fa_i32;
+#else
+#include <stdint.h>
+typedef int64_t fa_i64;
+typedef int32_t fa_i32;
+#endif
+
+typedef struct FaParams {
+  // Forward inputs/outputs (fp16 or bf16 as compiled; lse is fp32 (batch, heads, seqlen_q), or
+  // (heads, total_q) for varlen).
+  const void* q;
+  const void* k;
+  const void* v;
+  void* o;
+  float* lse;
+
+  // Backward only (null in forward). dq_accum is fp32 (batch, seqlen_q_rounded, heads, dim_rounded)
+  // or (total_q + 128 * batch, heads, dim_rounded) for varlen; dsoftmax_sum is fp32 rowsum(dO * O)
+  // with lse's layout (rounded seqlen). dk/dv are per *query* head when heads != heads_k (the binding
+  // sums the groups).
+  const void* dout;
+  void* dq;
+  void* dk;
+  void* dv;
+  float* dq_accum;
+  float* dsoftmax_sum;
+
+  // Varlen: null for padded batches.
+  const fa_i32* cu_seqlens_q;
+  const fa_i32* cu_seqlens_k;
+
+  fa_i64 q_batch_stride, q_row_stride, q_head_stride;
+  fa_i64 k_batch_stride, k_row_stride, k_head_stride;
+  fa_i64 v_batch_stride, v_row_stride, v_head_stride;
+  fa_i64 o_batch_stride, o_row_stride, o_head_stride;
+  fa_i64 do_batch_stride, do_row_stride, do_head_stride;
+  fa_i64 dq_batch_stride, dq_row_stride, dq_head_stride;
+  fa_i64 dk_batch_stride, dk_row_stride, dk_head_stride;
+  fa_i64 dv_batch_stride, dv_row_stride, dv_head_stride;
+
+  fa_i32 batch;
+  fa_i32 heads;      // query heads
+  fa_i32 heads_k;    // key/value heads; heads % heads_k == 0
+  fa_i32 head_dim;   // actual head dim (multiple of 8, <= the compiled FA_HEAD_DIM)
+  fa_i32 seqlen_q;   // max over the batch for varlen
+  fa_i32 seqlen_k;
+  fa_i32 seqlen_q_rounded;  // multiple of 128, for lse / dsoftmax_sum / dq_accum
+  fa_i32 seqlen_k_rounded;  // multiple of 128
+  fa_i32 is_causal;         // bottom-right aligned when seqlen_q != seqlen_k
+  fa_i32 window_left;       // -1: unbounded (sliding window; -1/-1 when off)
+  fa_i32 window_right;
+  fa_i32 reserved0;
+
+  float scale_softmax;       // usually 1/sqrt(head_dim)
+  float scale_softmax_log2;  // scale_softmax * log2(e)
+  float softcap;             // 0: off
+  float reserved1;
+} FaParams;
+
+#endif  // FA_PARAMS_H_
