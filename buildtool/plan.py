@@ -42,7 +42,12 @@ class Cell:
 @dataclass(frozen=True)
 class SkippedCell:
     cell: Cell
-    reason: str
+    reason: str  # a sentence for people, naming the cell's torch and Python or the exclude entry
+    code: str = ""  # SKIP_EXCLUDED | SKIP_NO_TORCH_BUILD, for grouping and scripts
+
+
+SKIP_EXCLUDED = "excluded"
+SKIP_NO_TORCH_BUILD = "no-torch-build"
 
 
 @dataclass(frozen=True)
@@ -126,9 +131,9 @@ def make_plan(
         _by_version(matrix.torch), matrix.cuda, _pythons(matrix.python)
     ):
         cell = Cell(torch, cuda, python)
-        reason = _skip_reason(matrix, catalog, cell)
-        if reason:
-            skipped.append(SkippedCell(cell, reason))
+        skip = _skip(matrix, catalog, cell)
+        if skip:
+            skipped.append(skip)
         else:
             covered.setdefault((cuda, torch), []).append(cell)
 
@@ -288,16 +293,19 @@ def _kernel_wheel(
     )
 
 
-def _skip_reason(matrix: Matrix, catalog: TorchCatalog, cell: Cell) -> str | None:
+def _skip(matrix: Matrix, catalog: TorchCatalog, cell: Cell) -> SkippedCell | None:
     i = matrix.excluded_by(cell.torch, cell.cuda, cell.python)
     if i is not None:
-        return f"excluded by exclude[{i}] ({_entry_text(matrix.exclude[i])}) in {matrix.source}"
-    if cell.python not in catalog.minors[cell.torch].pythons:
+        reason = f"excluded by exclude[{i}] ({_entry_text(matrix.exclude[i])}) in {matrix.source}"
+        return SkippedCell(cell, reason, SKIP_EXCLUDED)
+    published = catalog.minors[cell.torch].pythons
+    if cell.python not in published:
         kind = "free-threaded " if cell.python.endswith("t") else ""
-        published = ", ".join(catalog.minors[cell.torch].pythons)
-        return (
-            f"torch {cell.torch} has no {kind}Python {cell.python} build on PyPI (Linux x86_64: {published})"
+        reason = (
+            f"torch {cell.torch} has no {kind}Python {cell.python} build on PyPI "
+            f"(Linux x86_64: {', '.join(published)})"
         )
+        return SkippedCell(cell, reason, SKIP_NO_TORCH_BUILD)
     return None
 
 
