@@ -1,0 +1,25 @@
+"""fa_attn: fused CUDA attention for PyTorch with flash-attn 2.x's API, and a torch SDPA fallback.
+
+Importing is cheap and needs no GPU: it defines the `fa_attn::fwd/bwd` op schemas and fake kernels;
+the wheel's host binding (CUDA kernels) loads on the first CUDA call. Ask which path a call took with
+`last_dispatch()`, or which it would take with `explain(q, k, v, ...)`. Set FA_STRICT=1 to make any
+fallback an error instead of a one-time FaFallbackWarning.
+"""
+
+from __future__ import annotations
+
+from . import ops as _ops  # noqa: F401  (defines the fa_attn:: op schemas)
+from .dispatch import Dispatch, FaFallbackError, FaFallbackWarning, last_dispatch
+from .interface import explain, flash_attn_func, flash_attn_varlen_func
+from .kernel_choice import Reason
+
+__all__ = [
+    "Dispatch",
+    "FaFallbackError",
+    "FaFallbackWarning",
+    "Reason",
+    "explain",
+    "flash_attn_func",
+    "flash_attn_varlen_func",
+    "last_dispatch",
+]

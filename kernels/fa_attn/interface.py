@@ -1,0 +1,105 @@
+"""flash_attn_func / flash_attn_varlen_func: flash-attn 2.x's public API on fa's kernels or the fallback.
+
+Each call: validate (inputs.py) -> decide the path (dispatch.py) -> run our ops (ops.py, CUDA kernels via
+the binding) or torch SDPA (fallback.py). `return_attn_probs=True` returns (out, softmax_lse, None)
+like flash-attn; the attention matrix S is never materialised, so the third item is always None.
+`return_lse=True` returns (out, softmax_lse).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from . import dispatch as _dispatch
+from . import fallback, inputs, loader, ops
+from .dispatch import Dispatch
+from .inputs import AttnCall
+
+
+def _decide(call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Dispatch:
+    facts = _dispatch.facts_of(call, q, k, v)
+    return _dispatch.decide(facts, loader.manifest(), loader.load_binding)
+
+
+def _run_kernels(call: AttnCall, route: Dispatch, q: torch.Tensor, k: torch.Tensor,
+                 v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    assert route.fwd_kernel is not None and route.head_dim is not None
+    pad = route.head_dim - call.head_dim
+    if pad:  # kernels need a multiple of 8; zero columns change neither q.k nor the kept outputs
+        q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))
+    module, entries, launch = ops.encode_launch(route.fwd_kernel)
+    bwd_module, bwd_entries, bwd_launch = ("", "", [])
+    if route.bwd_kernel is not None:
+        bwd_module, bwd_entries, bwd_launch = ops.encode_launch(route.bwd_kernel)
+    varlen = call.varlen
+    out, lse = torch.ops.fa_attn.fwd(
+        q, k, v, varlen.cu_seqlens_q if varlen else None, varlen.cu_seqlens_k if varlen else None,
+        call.seqlen_q, call.seqlen_k, call.softmax_scale, call.causal, call.window_left, call.window_right,
+        call.softcap, module, entries, launch, bwd_module, bwd_entries, bwd_launch)
+    return (out[..., :call.head_dim] if pad else out), lse
+
+
+def _finish(out: torch.Tensor, lse: torch.Tensor | None, return_lse: bool, return_attn_probs: bool):
+    if return_attn_probs:
+        return out, lse, None
+    if return_lse:
+        return out, lse
+    return out
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                    softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
+                    return_lse=False):
+    """q (batch, seqlen_q, heads, head_dim), k/v (batch, seqlen_k, heads_k, head_dim) -> out like q.
+
+    With return_lse / return_attn_probs also softmax_lse (batch, heads, seqlen_q), fp32 (natural log;
+    +inf for rows that see no key).
+    """
+    call = inputs.check_padded(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                               deterministic)
+    route = _decide(call, q, k, v)
+    _dispatch.report(route)
+    want_lse = return_lse or return_attn_probs
+    if route.uses_kernels:
+        out, lse = _run_kernels(call, route, q, k, v)
+    else:
+        out, lse = fallback.attention(call, q, k, v, want_lse)
+    return _finish(out, lse, return_lse, return_attn_probs)
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                           softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                           alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
+                           return_lse=False):
+    """Packed q (total_q, heads, head_dim), k/v (total_k, heads_k, head_dim), int32 cu_seqlens of length
+    batch + 1 -> out like q; softmax_lse (heads, total_q) on request."""
+    call = inputs.check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                               softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic)
+    route = _decide(call, q, k, v)
+    _dispatch.report(route)
+    want_lse = return_lse or return_attn_probs
+    if route.uses_kernels:
+        out, lse = _run_kernels(call, route, q, k, v)
+    else:
+        out, lse = fallback.varlen_attention(call, q, k, v, want_lse)
+    return _finish(out, lse, return_lse, return_attn_probs)
+
+
+def explain(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, **options
+            ) -> Dispatch:
+    """The path a call with these arguments would take, and why, without running it (or warning).
+
+    Pass cu_seqlens_q/k and max_seqlen_q/k for a varlen call; other keywords as flash_attn_func's.
+    """
+    defaults = {"dropout_p": 0.0, "softmax_scale": None, "causal": False, "window_size": (-1, -1),
+                "softcap": 0.0, "alibi_slopes": None, "deterministic": False}
+    unknown = set(options) - set(defaults)
+    if unknown:
+        raise ValueError(f"explain: unknown option(s) {sorted(unknown)}; use flash_attn_func's keywords")
+    args = {**defaults, **options}
+    if cu_seqlens_q is None and cu_seqlens_k is None:
+        call = inputs.check_padded(q, k, v, **args)
+    else:
+        call = inputs.check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **args)
+    return _decide(call, q, k, v)

@@ -1,0 +1,100 @@
+"""The wheel's manifest and its host binding (libfa_attn_ops.so), loaded lazily on the first CUDA call.
+
+A source checkout has no manifest.json: it then behaves as the universal wheel (no kernels, every call
+goes to the SDPA fallback). The binding is C++ compiled against one torch minor and C++ ABI; loading it
+into another torch can die with `undefined symbol`, so both are checked against the manifest *before*
+`torch.ops.load_library`, and any failure becomes a Reason instead of an exception.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+from pathlib import Path
+
+import torch
+
+from .kernel_choice import Reason
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+MANIFEST_FILE = PACKAGE_DIR / "manifest.json"
+
+# What a wheel without kernels says about itself (docs/contracts.md section 3, universal wheel).
+UNIVERSAL_MANIFEST: dict = {
+    "schema": 1, "package": "fa-attn", "version": None, "variant": "", "cuda_major": None, "toolkit": None,
+    "min_driver": None, "ptx_min_driver": None, "sass": [], "ptx": None, "torch": None, "cxx11abi": None,
+    "binding": None, "kernels": [], "coverage": [], "features": [],
+}
+
+_lock = threading.Lock()
+_binding_result: Reason | None | bool = False  # False: not tried yet; None: loaded; Reason: failed
+
+
+@functools.lru_cache(maxsize=1)
+def manifest() -> dict:
+    """The manifest shipped next to this file, or the universal one in a source checkout."""
+    if not MANIFEST_FILE.is_file():
+        return dict(UNIVERSAL_MANIFEST)
+    try:
+        data = json.loads(MANIFEST_FILE.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        # A damaged install must not break `import fa_attn`; calls fall back and say why.
+        data = dict(UNIVERSAL_MANIFEST, _error=f"{MANIFEST_FILE}: {err}")
+    return data
+
+
+def torch_minor(version: str) -> str:
+    """"2.5.1+cu124" / "2.7.0a0+git..." -> "2.5"."""
+    parts = version.split("+", 1)[0].split(".")
+    return ".".join(parts[:2])
+
+
+def static_binding_problem(man: dict) -> Reason | None:
+    """Why the binding of this manifest cannot serve the running torch, decided without loading it."""
+    if man.get("_error"):
+        return Reason("binding-unavailable", f"manifest unreadable: {man['_error']}", "reinstall fa-attn")
+    if not man.get("binding") or man.get("cuda_major") is None:
+        return Reason("binding-unavailable", "this fa-attn is the universal wheel (no kernels, no binding)",
+                      "install the fa-attn wheel for your torch and CUDA major (`fa install`)")
+    running = torch_minor(torch.__version__)
+    if man.get("torch") != running:
+        return Reason("torch-version-mismatch",
+                      f"the binding was built for torch {man.get('torch')}, this is torch {torch.__version__}",
+                      f"install the fa-attn wheel built for torch {running} (`fa install`)")
+    abi = bool(torch._C._GLIBCXX_USE_CXX11_ABI)
+    if man.get("cxx11abi") is not None and bool(man["cxx11abi"]) != abi:
+        return Reason("cxx11abi-mismatch",
+                      f"the binding uses cxx11abi={man['cxx11abi']}, this torch uses cxx11abi={abi}",
+                      f"install the fa-attn wheel with cxx11abi{str(abi).lower()} (`fa install`)")
+    return None
+
+
+def load_binding() -> Reason | None:
+    """Loads the binding once (thread-safe). None when its CUDA kernels are registered, else why not."""
+    global _binding_result
+    with _lock:
+        if _binding_result is False:
+            _binding_result = _load(manifest())
+        return _binding_result  # type: ignore[return-value]
+
+
+def _load(man: dict) -> Reason | None:
+    problem = static_binding_problem(man)
+    if problem is not None:
+        return problem
+    path = PACKAGE_DIR / man["binding"]
+    try:
+        torch.ops.load_library(str(path))
+    except (OSError, RuntimeError) as err:
+        return Reason("binding-unavailable", f"loading {path.name} failed: {err}",
+                      "reinstall the fa-attn wheel that `fa doctor` selects for this machine")
+    if not torch._C._dispatch_has_kernel_for_dispatch_key("fa_attn::fwd", "CUDA"):
+        return Reason("binding-unavailable", f"{path.name} loaded but registered no CUDA kernel for fa_attn::fwd",
+                      "reinstall fa-attn (the binding does not match this runtime)")
+    return None
+
+
+def kernel_path(entry: dict) -> str:
+    """Absolute path of a manifest kernel image (its `file` is relative to the package dir)."""
+    return str(PACKAGE_DIR / entry["file"])
