@@ -334,7 +334,8 @@ class _Parser:
         try:
             cap = cuda_facts.arch_tuple(item)
         except ValueError:
-            hint = f' (write "{item[3:-1]}.{item[-1]}")' if re.match(r"^sm_?\d\d+$", item) else ""
+            digits = re.sub(r"^sm_?", "", item)
+            hint = f' (write "{digits[:-1]}.{digits[-1]}")' if digits.isdigit() and len(digits) > 1 else ""
             raise self.error(
                 field_, f"{item!r} is not a compute capability{hint}", 'write it like "8.6" (sm_86 is "8.6")'
             ) from None
