@@ -1,0 +1,403 @@
+"""The torch catalog and the build plan, offline against a trimmed real PyPI answer
+(tests/build/data/torch_simple.json, made by make_torch_fixture.py)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from packaging.version import Version
+from rich.console import Console
+
+from buildtool import fetch
+from buildtool.matrix import Matrix, MatrixError, load_matrix, parse_matrix
+from buildtool.plan import (
+    SKIP_EXCLUDED,
+    SKIP_NO_TORCH_BUILD,
+    Cell,
+    local_plan,
+    make_plan,
+    parse_shard,
+    shard_wheels,
+)
+from buildtool.plan_view import plan_json, plan_renderable, plan_table
+from buildtool.pypi import (
+    SIMPLE_URL,
+    CatalogError,
+    TorchCatalog,
+    catalog_from_simple_json,
+    fetch_torch_catalog,
+    simple_json_from_response,
+)
+
+DATA = Path(__file__).with_name("data")
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Unit:  # the fields of tiles.KernelUnit that the plan reads
+    name: str
+    direction: str
+    dtype: str
+    head_dim: int
+
+
+def units(arch: str) -> list[Unit]:
+    """A small kernel table: like the real one, no bf16 on 7.5 and nothing below it."""
+    if Version(arch) < Version("7.5"):
+        return []
+    dtypes = ("fp16",) if arch == "7.5" else ("fp16", "bf16")
+    return [Unit(f"{d}_{t}_d{h}", d, t, h) for d in ("fwd", "bwd") for t in dtypes for h in (64, 128)]
+
+
+TILES = SimpleNamespace(MIN_ARCH="7.5", HEAD_DIM_BUCKETS=(64, 128), units=units)
+
+
+@pytest.fixture(scope="module")
+def simple_json() -> dict:
+    return json.loads((DATA / "torch_simple.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def catalog(simple_json: dict) -> TorchCatalog:
+    return catalog_from_simple_json(simple_json)
+
+
+def matrix(text: str) -> Matrix:
+    return parse_matrix(text, "m.yaml", tiles=TILES)
+
+
+def plan_of(text: str, catalog: TorchCatalog, shard=None):
+    return make_plan(matrix(text), catalog, shard, units=units)
+
+
+RELEASE = 'torch: ["2.4", "2.6", "2.7", "2.9", "2.15"]\ncuda: [11, 12, 13]\npython: ["3.10", "3.13", "3.13t", "3.14t"]\n'
+
+
+# -- catalog ---------------------------------------------------------------------------------------
+
+
+def test_catalog_from_fixture(catalog: TorchCatalog) -> None:
+    assert list(catalog.minors)[:2] == ["2.3", "2.4"] and list(catalog.minors)[-1] == "2.15"
+    t24 = catalog.minors["2.4"]
+    assert t24.patches == ("2.4.0", "2.4.1")
+    assert t24.pythons == ("3.8", "3.9", "3.10", "3.11", "3.12")  # aarch64, macOS, Windows dropped
+    # headers from the OLDEST patch, a Linux x86_64 regular-CPython wheel with its hash
+    src = t24.header_source
+    assert src.filename.startswith("torch-2.4.0-") and "x86_64" in src.platform_tag
+    assert len(src.sha256) == 64 and src.url.startswith("https://") and not src.python_tag.endswith("t")
+    assert "3.13t" in catalog.minors["2.7"].pythons and "3.13t" not in catalog.minors["2.6"].pythons
+    # a Python published by any patch counts: 2.12.0 has 3.13t, 2.12.1 dropped it
+    assert "3.13t" in catalog.minors["2.12"].pythons
+    assert "3.10" not in catalog.minors["2.15"].pythons
+
+
+def test_catalog_drops_yanked_prereleases_and_other_platforms() -> None:
+    def f(name: str, **extra) -> dict:
+        return {"filename": name, "url": f"https://x/{name}", "hashes": {"sha256": "0" * 64}, **extra}
+
+    cat = catalog_from_simple_json(
+        {
+            "files": [
+                f("torch-9.1.0-cp312-cp312-manylinux_2_28_x86_64.whl", yanked="broken"),
+                f("torch-9.1.1-cp312-cp312-manylinux_2_28_x86_64.whl", size=5),
+                f("torch-9.2.0rc1-cp312-cp312-manylinux_2_28_x86_64.whl"),
+                f("torch-9.3.0-cp312-cp312-manylinux_2_28_aarch64.whl"),
+                f("torch-9.3.0.tar.gz"),
+            ]
+        }
+    )
+    assert list(cat.minors) == ["9.1"]
+    assert cat.minors["9.1"].patches == ("9.1.1",) and cat.minors["9.1"].header_source.size == 5
+
+
+def test_html_answer_reads_like_json() -> None:
+    html = (
+        "<!DOCTYPE html><html><body>\n"
+        '<a href="https://files.example/torch-2.5.0-cp313-cp313t-manylinux1_x86_64.whl#sha256=ab12" '
+        'data-requires-python="&gt;=3.9">torch-2.5.0-cp313-cp313t-manylinux1_x86_64.whl</a><br/>\n'
+        '<a href="../../p/torch-2.5.0-cp312-cp312-manylinux1_x86_64.whl#sha256=cd34" data-yanked="">'
+        "torch-2.5.0-cp312-cp312-manylinux1_x86_64.whl</a>\n</body></html>"
+    )
+    data = simple_json_from_response(html.encode(), SIMPLE_URL)
+    first, second = data["files"]
+    assert first == {
+        "filename": "torch-2.5.0-cp313-cp313t-manylinux1_x86_64.whl",
+        "url": "https://files.example/torch-2.5.0-cp313-cp313t-manylinux1_x86_64.whl",
+        "hashes": {"sha256": "ab12"},
+        "requires-python": ">=3.9",
+        "yanked": False,
+    }
+    assert second["yanked"] is True and second["url"].startswith("https://pypi.org/p/")
+    assert catalog_from_simple_json(data).minors["2.5"].pythons == ("3.13t",)
+    with pytest.raises(CatalogError):
+        simple_json_from_response(b"<html>maintenance</html>", SIMPLE_URL)
+
+
+def test_fetch_uses_cache_within_ttl_and_refreshes(tmp_path: Path, simple_json: dict) -> None:
+    calls: list[str] = []
+
+    def read(url: str, headers: dict[str, str]) -> bytes:
+        calls.append(headers["Accept"])
+        return json.dumps(simple_json).encode()
+
+    cache = tmp_path / "pypi" / "torch.json"
+    first = fetch_torch_catalog(read=read, cache_file=cache)
+    assert len(calls) == 1 and "application/vnd.pypi.simple.v1+json" in calls[0]
+    assert json.loads(cache.read_text())["files"] == simple_json["files"]
+    assert fetch_torch_catalog(read=read, cache_file=cache) == first and len(calls) == 1
+    fetch_torch_catalog(refresh=True, read=read, cache_file=cache)
+    assert len(calls) == 2
+    old = time.time() - 2 * 24 * 3600
+    os.utime(cache, (old, old))
+    fetch_torch_catalog(read=read, cache_file=cache)
+    assert len(calls) == 3
+
+
+def test_offline(tmp_path: Path, simple_json: dict) -> None:
+    def offline(url: str, headers: dict[str, str]) -> bytes:
+        raise fetch.FetchError(f"cannot fetch {url}: [Errno -3] Temporary failure in name resolution")
+
+    cache = tmp_path / "torch.json"
+    with pytest.raises(CatalogError) as info:
+        fetch_torch_catalog(read=offline, cache_file=cache)
+    assert "no cached copy" in info.value.message and "FA_CACHE" in info.value.fix
+    cache.write_text(json.dumps(simple_json))
+    old = time.time() - 30 * 24 * 3600
+    os.utime(cache, (old, old))  # a stale cache beats no answer
+    assert "2.4" in fetch_torch_catalog(read=offline, cache_file=cache).minors
+
+
+@pytest.mark.network
+def test_live_catalog() -> None:
+    data = simple_json_from_response(
+        fetch.read_url(SIMPLE_URL, {"Accept": "application/vnd.pypi.simple.v1+json"}), SIMPLE_URL
+    )
+    cat = catalog_from_simple_json(data)
+    assert "2.4" in cat.minors and {"3.10", "3.12"} <= set(cat.minors["2.4"].pythons)
+    newest = list(cat.minors)[-1]
+    assert Version(newest) >= Version("2.15"), newest
+    assert cat.minors[newest].header_source.sha256
+
+
+# -- plan --------------------------------------------------------------------------------------------
+
+
+def test_every_cell_covered_or_skipped(catalog: TorchCatalog) -> None:
+    m = matrix(RELEASE + 'exclude: [{torch: "<2.9", cuda: 13}]\n')
+    plan = make_plan(m, catalog, units=units)
+    everything = {Cell(t, c, p) for t, c, p in itertools.product(m.torch, m.cuda, m.python)}
+    covered = {cell for w in plan.wheels for cell in w.cells}
+    skipped = [s.cell for s in plan.skipped]
+    assert covered | set(skipped) == everything
+    assert not covered & set(skipped) and len(skipped) == len(set(skipped))
+    assert all(s.reason for s in plan.skipped)
+
+
+def test_skip_reasons(catalog: TorchCatalog) -> None:
+    plan = plan_of(RELEASE + 'exclude: [{torch: "<2.9", cuda: 13}]\n', catalog)
+    reasons = {s.cell: s for s in plan.skipped}
+    no313 = reasons[Cell("2.4", 12, "3.13")]
+    assert no313.code == SKIP_NO_TORCH_BUILD
+    assert no313.reason.startswith("torch 2.4 has no Python 3.13 build on PyPI")
+    no_ft = reasons[Cell("2.6", 12, "3.13t")]
+    assert "no free-threaded Python 3.13t build" in no_ft.reason
+    excluded = reasons[Cell("2.7", 13, "3.10")]
+    assert excluded.code == SKIP_EXCLUDED and "exclude[0] (torch: <2.9, cuda: 13)" in excluded.reason
+    # 3.10 dropped by torch 2.15
+    assert Cell("2.15", 12, "3.10") in reasons
+    # free-threaded 3.13t is covered by the same wheel as 3.13 where torch publishes it
+    w27 = next(w for w in plan.wheels if w.variant == "cu12torch2.7")
+    assert {"3.13", "3.13t"} <= {c.python for c in w27.cells}
+
+
+def test_abi_doubles_only_below_27(catalog: TorchCatalog) -> None:
+    plan = plan_of(RELEASE, catalog)
+    by_key: dict[tuple, list] = {}
+    for w in plan.wheels[1:]:
+        by_key.setdefault((w.cuda_major, w.torch_minor), []).append(w.cxx11abi)
+    for (cuda, torch), abis in by_key.items():
+        expected = [False, True] if Version(torch) < Version("2.7") else [True]
+        assert abis == expected, (cuda, torch)
+    variants = {w.variant for w in plan.wheels}
+    assert {"cu12torch2.6cxx11abifalse", "cu12torch2.6cxx11abitrue", "cu12torch2.7", ""} <= variants
+    # bindings: per torch minor and ABI, shared by every CUDA major, built against the oldest patch
+    keys = [(b.torch_minor, b.cxx11abi) for b in plan.binding_jobs]
+    assert sorted(keys) == sorted(set(keys))
+    assert ("2.4", False) in keys and ("2.4", True) in keys and ("2.7", False) not in keys
+    b24 = next(b for b in plan.binding_jobs if b.torch_minor == "2.4")
+    assert b24.torch_version == "2.4.0" and b24.header_source.filename.startswith("torch-2.4.0-")
+
+
+def test_abi_named_when_it_is_not_the_default(catalog: TorchCatalog) -> None:
+    plan = plan_of('torch: ["2.5", "2.9"]\ncuda: [12]\npython: ["3.12"]\ncxx11abi: both\n', catalog)
+    assert [w.variant for w in plan.wheels] == [
+        "",
+        "cu12torch2.5cxx11abifalse",
+        "cu12torch2.5cxx11abitrue",
+        "cu12torch2.9cxx11abifalse",
+        "cu12torch2.9",
+    ]
+
+
+def test_versions_are_valid_pep440_with_the_variant_as_local_label(catalog: TorchCatalog) -> None:
+    plan = plan_of(RELEASE + 'version: "1.0.0"\n', catalog)
+    assert plan.wheels[0].cuda_major is None and plan.wheels[0].version == "1.0.0"
+    for w in plan.wheels[1:]:
+        v = Version(w.version)
+        assert v.public == "1.0.0" and v.local == w.variant and str(v) == w.version
+    assert len({w.version for w in plan.wheels}) == len(plan.wheels)
+
+
+def test_kernels_shared_by_the_wheels_of_one_major(catalog: TorchCatalog) -> None:
+    plan = plan_of(RELEASE, catalog)
+    for major in (11, 12, 13):
+        jobs = {w.compile_jobs for w in plan.wheels if w.cuda_major == major}
+        assert len(jobs) == 1
+    cu11 = next(w for w in plan.wheels if w.cuda_major == 11)
+    assert cu11.sass == ("7.5", "8.0", "8.6", "9.0") and cu11.ptx == "9.0"
+    # fp16 only on 7.5 (4 units), 8 units elsewhere, PTX of 9.0 (8 units)
+    assert len(cu11.compile_jobs) == 4 + 3 * 8 + 8
+    assert len(plan.compile_jobs) == len(set(plan.compile_jobs))
+    assert {j.image for j in cu11.compile_jobs if j.arch == "9.0"} == {"sass", "ptx"}
+
+
+def test_kernel_filter(catalog: TorchCatalog) -> None:
+    plan = plan_of(
+        'torch: ["2.9"]\ncuda: [12]\npython: ["3.12"]\narchs: {"12": ["7.5", "8.0"]}\n'
+        "kernels: {dtypes: [bf16], head_dims: [128], directions: [fwd]}\n",
+        catalog,
+    )
+    wheel = plan.wheels[1]
+    assert wheel.sass == ("8.0",)  # 7.5 has no bf16 unit: nothing to ship for it
+    assert [(j.arch, j.image, j.unit) for j in wheel.compile_jobs] == [
+        ("8.0", "sass", "fwd_bf16_d128"),
+        ("8.0", "ptx", "fwd_bf16_d128"),
+    ]
+
+
+def test_plan_errors(catalog: TorchCatalog) -> None:
+    with pytest.raises(MatrixError) as info:
+        plan_of('torch: ["2.5", "2.16"]\ncuda: [12]\npython: ["3.12"]\n', catalog)
+    e = info.value
+    assert e.field == "torch[1]" and "never published on PyPI" in e.message and "2.15" in e.message
+
+    def no_kernels_for_90(arch: str) -> list[Unit]:
+        return [] if arch == "9.0" else units(arch)
+
+    m = matrix('torch: ["2.9"]\ncuda: [12]\npython: ["3.12"]\narchs: {"12": ["8.0", "9.0"]}\n')
+    with pytest.raises(MatrixError) as info:
+        make_plan(m, catalog, units=no_kernels_for_90)
+    assert info.value.field == 'archs."12"[1]' and "no kernels for arch 9.0" in info.value.message
+
+    m = matrix(
+        'torch: ["2.9"]\ncuda: [12]\npython: ["3.12"]\narchs: {"12": ["7.5"]}\nptx: {"12": null}\n'
+        "kernels: {dtypes: [bf16]}\n"
+    )
+    with pytest.raises(MatrixError) as info:
+        make_plan(m, catalog, units=units)
+    assert info.value.field == "kernels" and "widen" in info.value.fix
+
+
+def test_plan_is_deterministic(catalog: TorchCatalog) -> None:
+    a = plan_of(RELEASE, catalog)
+    b = plan_of("\n".join(reversed(RELEASE.strip().splitlines())) + "\n", catalog)  # key order differs
+    assert a.wheels == b.wheels and a.skipped == b.skipped and a.compile_jobs == b.compile_jobs
+    assert json.dumps(plan_json(a, lambda j: False)) == json.dumps(plan_json(b, lambda j: False))
+
+
+# -- shards --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7, 40])
+def test_shards_partition_the_wheels(catalog: TorchCatalog, n: int) -> None:
+    full = plan_of(RELEASE, catalog)
+    shards = [plan_of(RELEASE, catalog, (k, n)) for k in range(1, n + 1)]
+    listed = [w for s in shards for w in s.wheels]
+    assert sorted(listed, key=full.wheels.index) == list(full.wheels)  # each exactly once
+    assert shards[0].wheels[0].cuda_major is None  # universal in shard 1
+    for s in shards:
+        assert s.skipped == full.skipped and s.shard is not None
+        assert set(s.compile_jobs) == {j for w in s.wheels for j in w.compile_jobs}
+
+
+def test_shards_group_by_cuda_major(catalog: TorchCatalog) -> None:
+    shards = [plan_of(RELEASE, catalog, (k, 3)) for k in (1, 2, 3)]
+    majors = [{w.cuda_major for w in s.wheels} - {None} for s in shards]
+    assert sorted(len(m) for m in majors) == [1, 1, 1] and set().union(*majors) == {11, 12, 13}
+    # more shards than majors: a major is split, never mixed, so no shard compiles two toolkits' kernels
+    for k in range(1, 6):
+        assert len({w.cuda_major for w in plan_of(RELEASE, catalog, (k, 5)).wheels} - {None}) <= 1
+
+
+@pytest.mark.parametrize("text", ["0/3", "4/3", "1", "a/b", "1/0", "-1/2"])
+def test_bad_shard(text: str) -> None:
+    with pytest.raises(MatrixError) as info:
+        parse_shard(text)
+    assert info.value.field == "--shard" and "--shard" in info.value.fix
+
+
+def test_parse_shard() -> None:
+    assert parse_shard("2/3") == (2, 3) and parse_shard(" 1 / 1 ") == (1, 1)
+    assert shard_wheels((), (1, 2)) == ()
+
+
+# -- local plan ------------------------------------------------------------------------------------
+
+
+def test_local_plan() -> None:
+    plan = local_plan("2.13.0+cpu", True, "3.11", (12, 13), units=units)
+    assert [w.variant for w in plan.wheels] == ["cu12torch2.13", "cu13torch2.13"]
+    (binding,) = plan.binding_jobs
+    assert binding.torch_version == "2.13.0+cpu" and binding.header_source is None and binding.cxx11abi
+    assert plan.wheels[0].cells == (Cell("2.13", 12, "3.11"),)
+    ngc = local_plan("2.5.0a0+e000cf0ad9.nv24.10", True, "3.10", (12,), units=units)
+    assert ngc.wheels[0].variant == "cu12torch2.5cxx11abitrue"
+    with pytest.raises(MatrixError) as info:
+        local_plan("2.13.0", True, "3.11", (10,), units=units)
+    assert info.value.field == "--cuda"
+
+
+# -- view -------------------------------------------------------------------------------------------
+
+
+def test_plan_json_and_table(catalog: TorchCatalog) -> None:
+    plan = plan_of(RELEASE + 'exclude: [{torch: "<2.9", cuda: 13}]\n', catalog)
+    cached = {j for j in plan.compile_jobs if j.arch == "8.0"}
+    data = plan_json(plan, lambda j: j in cached)
+    t = data["totals"]
+    assert t["cells"] == 5 * 3 * 4 and t["covered"] + t["skipped"] == t["cells"]
+    assert t["cached"] == len(cached) and t["to_compile"] == len(plan.compile_jobs) - len(cached)
+    assert t["wheels"] == len(plan.wheels) and t["binding_jobs"] == len(plan.binding_jobs)
+    w = next(w for w in data["wheels"] if w["variant"] == "cu12torch2.7")
+    assert w["pythons"] == ["3.10", "3.13", "3.13t"] and w["binding"]["torch_version"] == "2.7.0"
+    assert w["kernels"]["cached"] + w["kernels"]["to_compile"] == w["kernels"]["total"]
+    json.dumps(data)  # plain JSON
+
+    console = Console(record=True, width=240)
+    console.print(plan_table(plan, lambda j: j in cached))
+    console.print(plan_renderable(plan, lambda j: j in cached))
+    text = console.export_text()
+    assert "cu12torch2.6cxx11abifalse" in text and "skipped cells" in text
+    assert "PyPI has no torch 2.4 build for these Pythons" in text and "exclude[0]" in text
+
+
+def test_repo_matrix_plans_against_the_fixture(catalog: TorchCatalog) -> None:
+    """The published matrix.yaml expands cleanly (the fixture has every minor it lists but a few;
+    those are checked to fail with the field named)."""
+    m = load_matrix(REPO / "matrix.yaml", tiles=TILES)
+    missing = [t for t in m.torch if t not in catalog.minors]
+    if missing:
+        with pytest.raises(MatrixError) as info:
+            make_plan(m, catalog, units=units)
+        assert info.value.field == f"torch[{m.torch.index(missing[0])}]"
+        m = Matrix(**{**m.__dict__, "torch": tuple(t for t in m.torch if t in catalog.minors)})
+    plan = make_plan(m, catalog, units=units)
+    assert not any(w.cuda_major == 11 and Version(w.torch_minor) >= Version("2.8") for w in plan.wheels)
+    assert not any(w.cuda_major == 13 and Version(w.torch_minor) < Version("2.9") for w in plan.wheels)
