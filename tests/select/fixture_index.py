@@ -1,0 +1,78 @@
+"""A fixture index.json shaped like the one `fa build` writes for the repo's matrix.yaml
+(docs/contracts.md section 5), built without compiling anything.
+
+Mirrors the build's rules: one wheel per (CUDA major, torch minor, C++ ABI); both ABIs below torch 2.7,
+the C++11 ABI only from 2.7; matrix.yaml's excludes; SASS/PTX archs and driver floors per major from
+buildtool/cuda_facts.py; plus the universal py3-none-any wheel. Coverage follows the kernel table's
+shape: sm 7.5 fp16 only, fp16 and bf16 from sm 8.0, head dims 8..256 forward and backward.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from packaging.specifiers import SpecifierSet
+
+from buildtool.cuda_facts import TOOLKITS
+
+REPO = Path(__file__).resolve().parents[2]
+VERSION = "0.1.0"
+PLATFORM = "manylinux_2_28_x86_64"
+HEAD_DIMS = list(range(8, 257, 8))
+
+
+def _coverage(arch: str, image: str) -> list[dict[str, Any]]:
+    dtypes = ["fp16"] if arch == "7.5" else ["fp16", "bf16"]
+    return [{"arch": arch, "image": image, "dtype": d, "direction": direction, "head_dims": HEAD_DIMS}
+            for d in dtypes for direction in ("fwd", "bwd")]
+
+
+def _variant(cuda: int, torch: str, abi: bool) -> str:
+    label = f"cu{cuda}torch{torch}"
+    old_minor = tuple(int(p) for p in torch.split(".")) < (2, 7)
+    return label + (f"cxx11abi{str(abi).lower()}" if old_minor or not abi else "")
+
+
+def kernel_entry(cuda: int, torch: str, abi: bool) -> dict[str, Any]:
+    toolkit = TOOLKITS[cuda]
+    sass = list(toolkit.default_archs)
+    ptx = sass[-1]
+    variant = _variant(cuda, torch, abi)
+    version = f"{VERSION}+{variant}"
+    coverage = [c for arch in sass for c in _coverage(arch, "sass")] + _coverage(ptx, "ptx")
+    return {
+        "file": f"fa_attn-{version}-py3-none-{PLATFORM}.whl", "sha256": "0" * 64, "size": 1,
+        "version": version, "variant": variant, "cuda_major": cuda, "toolkit": toolkit.version,
+        "torch": torch, "cxx11abi": abi, "min_driver": toolkit.min_driver,
+        "ptx_min_driver": toolkit.ptx_min_driver, "sass": sass, "ptx": ptx, "python_tag": "py3",
+        "abi_tag": "none", "platform_tag": PLATFORM, "requires_python": ">=3.10", "coverage": coverage,
+    }
+
+
+def universal_entry() -> dict[str, Any]:
+    return {
+        "file": f"fa_attn-{VERSION}-py3-none-any.whl", "sha256": "0" * 64, "size": 1, "version": VERSION,
+        "variant": "", "cuda_major": None, "toolkit": None, "torch": None, "cxx11abi": None,
+        "min_driver": None, "ptx_min_driver": None, "sass": [], "ptx": None, "python_tag": "py3",
+        "abi_tag": "none", "platform_tag": "any", "requires_python": ">=3.10", "coverage": [],
+    }
+
+
+def fixture_index(matrix_path: Path = REPO / "matrix.yaml") -> dict[str, Any]:
+    matrix = yaml.safe_load(matrix_path.read_text())
+    excludes = matrix.get("exclude") or []
+
+    def excluded(torch: str, cuda: int) -> bool:
+        return any(e.get("cuda") == cuda and SpecifierSet(e["torch"]).contains(torch) for e in excludes)
+
+    wheels = []
+    for cuda in matrix["cuda"]:
+        for torch in matrix["torch"]:
+            if excluded(torch, cuda):
+                continue
+            abis = [False, True] if tuple(int(p) for p in torch.split(".")) < (2, 7) else [True]
+            wheels += [kernel_entry(cuda, torch, abi) for abi in abis]
+    wheels.append(universal_entry())
+    return {"schema": 1, "package": "fa-attn", "wheels": wheels}
