@@ -1,0 +1,58 @@
+// Opening the CUDA driver at run time (see cuda_driver.h for why it is not linked).
+#include "cuda_driver.h"
+
+#include <dlfcn.h>
+
+#include <c10/util/Exception.h>
+
+namespace fa_binding {
+namespace {
+
+template <typename Fn>
+void resolve(void* lib, const char* name, Fn*& slot) {
+  slot = reinterpret_cast<Fn*>(dlsym(lib, name));
+  TORCH_CHECK(slot != nullptr, "fa_attn: the CUDA driver (libcuda.so.1) lacks ", name,
+              "; update the NVIDIA driver");
+}
+
+CudaDriver load() {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    const char* why = dlerror();
+    TORCH_CHECK(false, "fa_attn: cannot load the CUDA driver libcuda.so.1 (", why ? why : "unknown error",
+                "); install the NVIDIA driver or check LD_LIBRARY_PATH");
+  }
+  CudaDriver d{};
+  resolve(lib, "cuInit", d.cuInit);
+  resolve(lib, "cuDeviceGet", d.cuDeviceGet);
+  resolve(lib, "cuDevicePrimaryCtxRetain", d.cuDevicePrimaryCtxRetain);
+  resolve(lib, "cuCtxGetCurrent", d.cuCtxGetCurrent);
+  resolve(lib, "cuCtxSetCurrent", d.cuCtxSetCurrent);
+  resolve(lib, "cuModuleLoadDataEx", d.cuModuleLoadDataEx);
+  resolve(lib, "cuModuleGetFunction", d.cuModuleGetFunction);
+  resolve(lib, "cuFuncSetAttribute", d.cuFuncSetAttribute);
+  resolve(lib, "cuLaunchKernel", d.cuLaunchKernel);
+  resolve(lib, "cuGetErrorString", d.cuGetErrorString);
+  const CUresult init = d.cuInit(0);
+  TORCH_CHECK(init == 0, "fa_attn: cuInit failed: CUDA error ", init);
+  return d;  // the library stays open for the life of the process, like torch's own handle
+}
+
+}  // namespace
+
+const CudaDriver& driver() {
+  // A function-local static initialises once even with concurrent first calls, and retries on the
+  // next call if load() threw.
+  static const CudaDriver d = load();
+  return d;
+}
+
+std::string error_text(CUresult result) {
+  const char* text = nullptr;
+  if (driver().cuGetErrorString(result, &text) != 0 || text == nullptr) {
+    text = "unknown error";
+  }
+  return "CUDA error " + std::to_string(result) + " (" + text + ")";
+}
+
+}  // namespace fa_binding

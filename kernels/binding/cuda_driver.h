@@ -1,0 +1,51 @@
+// The few CUDA driver API entry points the binding needs, opened with dlopen("libcuda.so.1") on the
+// first CUDA call.
+//
+// Why not link libcuda / include cuda.h: the binding must build with no CUDA toolkit (only torch's
+// headers) and must load into a CPU-only torch on a machine without a driver; the types below are the
+// driver's stable C ABI (cuda.h), declared here for the handful of calls we make.
+#ifndef FA_BINDING_CUDA_DRIVER_H_
+#define FA_BINDING_CUDA_DRIVER_H_
+
+#include <string>
+
+namespace fa_binding {
+
+using CUresult = int;  // CUDA_SUCCESS == 0
+using CUdevice = int;
+using CUcontext = struct CUctx_st*;
+using CUmodule = struct CUmod_st*;
+using CUfunction = struct CUfunc_st*;
+using CUstream = struct CUstream_st*;
+
+constexpr int kFuncAttributeMaxDynamicSharedSizeBytes = 8;  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+constexpr int kJitErrorLogBuffer = 5;                       // CU_JIT_ERROR_LOG_BUFFER
+constexpr int kJitErrorLogBufferSizeBytes = 6;              // CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES
+
+struct CudaDriver {
+  CUresult (*cuInit)(unsigned int flags);
+  CUresult (*cuDeviceGet)(CUdevice* device, int ordinal);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext* ctx, CUdevice device);
+  CUresult (*cuCtxGetCurrent)(CUcontext* ctx);
+  CUresult (*cuCtxSetCurrent)(CUcontext ctx);
+  CUresult (*cuModuleLoadDataEx)(CUmodule* module, const void* image, unsigned int num_options,
+                                 int* options, void** option_values);
+  CUresult (*cuModuleGetFunction)(CUfunction* func, CUmodule module, const char* name);
+  CUresult (*cuFuncSetAttribute)(CUfunction func, int attribute, int value);
+  CUresult (*cuLaunchKernel)(CUfunction f, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z,
+                             unsigned int block_x, unsigned int block_y, unsigned int block_z,
+                             unsigned int shared_mem_bytes, CUstream stream, void** kernel_params,
+                             void** extra);
+  CUresult (*cuGetErrorString)(CUresult error, const char** text);
+};
+
+// The driver, loaded and cuInit-ed once (thread-safe). Raises (TORCH_CHECK) with dlerror's text when
+// libcuda.so.1 or one of the entry points is missing.
+const CudaDriver& driver();
+
+// "CUDA error 700 (an illegal memory access was encountered)" for error messages.
+std::string error_text(CUresult result);
+
+}  // namespace fa_binding
+
+#endif  // FA_BINDING_CUDA_DRIVER_H_
