@@ -10,12 +10,12 @@ ABI, the compiler's identity and the flags.
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import subprocess
 import time
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 from buildtool import cache
@@ -43,7 +43,7 @@ def compiler() -> list[str]:
     return shlex.split(os.environ.get("CXX") or "g++")
 
 
-@lru_cache(maxsize=None)
+@functools.cache
 def compiler_identity(cxx: tuple[str, ...]) -> str:
     """The compiler's version and target triple: part of the cache key and of the build log."""
     try:
@@ -124,7 +124,7 @@ def build_binding(headers: Headers, cxx11abi: bool, kernels_root: Path) -> Bindi
 
 def _run(cmd: list[str], what: str) -> None:
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     except OSError as e:
         raise BindingError(f"{what}: cannot run {cmd[0]}: {e}\n  fix: install g++ or set CXX") from e
     if proc.returncode != 0:

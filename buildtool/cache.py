@@ -20,6 +20,9 @@ from filelock import FileLock
 from platformdirs import user_cache_dir
 
 TMP_MARK = ".tmp-"
+# mkstemp makes 0600 files; wheels, indexes and cache entries are meant to be read by others (a web
+# server, another user sharing FA_CACHE), so they get the usual file mode.
+PUBLIC_MODE = 0o644
 
 
 def cache_dir() -> Path:
@@ -43,6 +46,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + TMP_MARK, dir=path.parent)
     try:
+        os.fchmod(fd, PUBLIC_MODE)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -69,6 +73,7 @@ def atomic_path(path: Path) -> Iterator[Path]:
     writer); on success it is renamed onto `path`, on failure removed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + TMP_MARK, dir=path.parent)
+    os.fchmod(fd, PUBLIC_MODE)
     os.close(fd)
     try:
         yield Path(tmp)

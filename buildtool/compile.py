@@ -156,15 +156,16 @@ def is_cached(job: CompileJob, tree: KernelTree | None = None) -> bool:
 
 @dataclass
 class CompileStats:
-    compiled: int = 0  # NVRTC programs actually compiled by this build
-    cached: int = 0  # jobs whose image was already in the cache
-    seconds: float = 0.0  # NVRTC time summed over workers
-    per_job_seconds: dict[str, float] = field(default_factory=dict)  # "unit@target" -> seconds
+    seconds: dict[CompileJob, float] = field(default_factory=dict)  # compiled by this build: NVRTC time
+    cached: set[CompileJob] = field(default_factory=set)  # already in the cache: nothing to do
+
+    @property
+    def compiled(self) -> int:
+        return len(self.seconds)
 
 
 @dataclass(frozen=True)
 class _Outcome:
-    key: str
     seconds: float
     failure: CompileFailure | None
 
@@ -178,9 +179,9 @@ def _compile_task(task: CompileTask, lib_dir: str) -> _Outcome:
         )
     except NvrtcError as e:
         fail = CompileFailure(task.unit, task.cuda_major, task.target, e.log or str(e))
-        return _Outcome(task.key, time.perf_counter() - t0, fail)
+        return _Outcome(time.perf_counter() - t0, fail)
     cache.atomic_write_bytes(task.path, out.image)
-    return _Outcome(task.key, time.perf_counter() - t0, None)
+    return _Outcome(time.perf_counter() - t0, None)
 
 
 def compile_all(
@@ -197,37 +198,35 @@ def compile_all(
     tree = tree or KernelTree()
     stats = CompileStats()
     tasks = {job: resolve(job, tree) for job in jobs}
-    todo = [(job, t) for job, t in tasks.items() if not t.path.is_file()]
-    for t in tasks.values():
-        if t.path.is_file():
-            stats.cached += 1
+    todo = {job: t for job, t in tasks.items() if not t.path.is_file()}
+    for job, t in tasks.items():
+        if job not in todo:
+            stats.cached.add(job)
             if on_done:
                 on_done(t, True)
     lib_dirs: dict[int, str] = {}
-    for major in sorted({t.cuda_major for _, t in todo}):
+    for major in sorted({t.cuda_major for t in todo.values()}):
         hook = toolkit_progress(major) if toolkit_progress and not toolkits.is_unpacked(major) else None
         lib_dirs[major] = str(toolkits.nvrtc_lib_dir(major, hook))
 
     failures: list[CompileFailure] = []
 
-    def record(task: CompileTask, outcome: _Outcome) -> None:
-        stats.seconds += outcome.seconds
-        stats.per_job_seconds[f"{task.unit}@{task.target}"] = outcome.seconds
+    def record(job: CompileJob, outcome: _Outcome) -> None:
         if outcome.failure:
             failures.append(outcome.failure)
         else:
-            stats.compiled += 1
+            stats.seconds[job] = outcome.seconds
         if on_done:
-            on_done(task, False)
+            on_done(tasks[job], False)
 
     if workers <= 1 or len(todo) <= 1:
-        for _, task in todo:
-            record(task, _compile_task(task, lib_dirs[task.cuda_major]))
+        for job, task in todo.items():
+            record(job, _compile_task(task, lib_dirs[task.cuda_major]))
     else:
         # spawn, not fork: the parent runs progress threads, and each worker loads its own NVRTC.
         ctx = multiprocessing.get_context("spawn")
         with cf.ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=ctx) as pool:
-            futs = {pool.submit(_compile_task, t, lib_dirs[t.cuda_major]): t for _, t in todo}
+            futs = {pool.submit(_compile_task, t, lib_dirs[t.cuda_major]): job for job, t in todo.items()}
             for fut in cf.as_completed(futs):
                 record(futs[fut], fut.result())
     if failures:
