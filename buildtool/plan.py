@@ -147,7 +147,9 @@ def make_plan(
     plan = _assemble(matrix, wheels, skipped)
     if shard is None:
         return plan
-    return _assemble(matrix, shard_wheels(plan.wheels, shard), skipped, shard)
+    # Skipped cells are reported once, by shard 1 (with the universal wheel), so the shards' reports
+    # add up to the whole matrix.
+    return _assemble(matrix, shard_wheels(plan.wheels, shard), skipped if shard[0] == 1 else [], shard)
 
 
 def local_plan(

@@ -94,22 +94,25 @@ def plan_table(plan: Plan, cache_status: CacheStatus) -> Table:
 def _wheels_table(data: dict) -> Table:
     shard = f" (shard {data['shard'][0]}/{data['shard'][1]})" if data["shard"] else ""
     table = Table(title=f"fa-attn {data['version']}: wheels{shard}", title_justify="left")
-    for name in ("variant", "covers", "SASS", "PTX", "kernels", "binding"):
-        table.add_column(name)
+    table.add_column("variant", no_wrap=True)
+    table.add_column("Pythons covered")
+    table.add_column("SASS")
+    table.add_column("PTX")
+    table.add_column("kernels to compile/cached", justify="right")
+    table.add_column("binding (torch, ABI)")
     for w in data["wheels"]:
         if w["cuda_major"] is None:
-            table.add_row("(universal, py3-none-any)", "any platform (fallback only)", "-", "-", "-", "-")
+            table.add_row("(universal)", "any", "-", "-", "-", "-")
             continue
         k = w["kernels"]
         b = w["binding"]
-        abi = "C++11 ABI" if b["cxx11abi"] else "old ABI"
         table.add_row(
             w["variant"],
-            f"{len(w['cells'])} cells: torch {w['torch']} x py {', '.join(w['pythons'])}",
+            " ".join(w["pythons"]),
             " ".join(w["sass"]),
             w["ptx"] or "-",
-            f"{k['to_compile']} to compile, {k['cached']} cached",
-            f"torch {b['torch_version']}, {abi}",
+            f"{k['to_compile']}/{k['cached']}",
+            f"{b['torch_version']}, {'cxx11' if b['cxx11abi'] else 'old'}",
         )
     return table
 
@@ -126,15 +129,13 @@ def _skipped_table(data: dict) -> Table:
         table.add_column(name)
     for (code, key), cells in groups.items():
         reason = (
-            f"PyPI has no torch {key} build for these Pythons (Linux x86_64)"
-            if code == SKIP_NO_TORCH_BUILD
-            else key
+            "no torch build on PyPI for these Pythons (Linux x86_64)" if code == SKIP_NO_TORCH_BUILD else key
         )
         table.add_row(
             str(len(cells)),
-            ", ".join(dict.fromkeys(c["torch"] for c in cells)),
-            ", ".join(dict.fromkeys(str(c["cuda"]) for c in cells)),
-            ", ".join(dict.fromkeys(c["python"] for c in cells)),
+            " ".join(dict.fromkeys(c["torch"] for c in cells)),
+            " ".join(dict.fromkeys(str(c["cuda"]) for c in cells)),
+            " ".join(dict.fromkeys(c["python"] for c in cells)),
             reason,
         )
     return table
