@@ -148,14 +148,21 @@ def strict() -> bool:
 
 
 def report(dispatch: Dispatch) -> None:
-    """Records the decision for last_dispatch(); warns once per reason code, or raises under FA_STRICT."""
+    """Records the decision for last_dispatch(); warns once per reason code, or raises under FA_STRICT.
+
+    While torch.compile traces a call this runs at trace time only; the record and the warning are
+    skipped there (they are side effects the compiled graph cannot replay), FA_STRICT still raises.
+    """
+    if torch.compiler.is_compiling():
+        if strict() and not dispatch.uses_kernels:
+            raise FaFallbackError(_strict_message(dispatch))
+        return
     with _report_lock:
         _last[:] = [dispatch]
     if dispatch.uses_kernels:
         return
     if strict():
-        detail = "; ".join(f"{r.code}: {r.message} (fix: {r.fix})" for r in dispatch.reasons)
-        raise FaFallbackError(f"FA_STRICT=1 and this call would fall back to torch SDPA: {detail}")
+        raise FaFallbackError(_strict_message(dispatch))
     for reason in dispatch.reasons:
         with _report_lock:
             if reason.code in _warned:
@@ -163,6 +170,11 @@ def report(dispatch: Dispatch) -> None:
             _warned.add(reason.code)
         warnings.warn(f"fa_attn falls back to torch SDPA [{reason.code}]: {reason.message}. Fix: {reason.fix}",
                       FaFallbackWarning, stacklevel=3)
+
+
+def _strict_message(dispatch: Dispatch) -> str:
+    detail = "; ".join(f"{r.code}: {r.message} (fix: {r.fix})" for r in dispatch.reasons)
+    return f"FA_STRICT=1 and this call would fall back to torch SDPA: {detail}"
 
 
 def last_dispatch() -> Dispatch | None:

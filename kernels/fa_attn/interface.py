@@ -28,6 +28,7 @@ def _run_kernels(call: AttnCall, route: Dispatch, q: torch.Tensor, k: torch.Tens
     pad = route.head_dim - call.head_dim
     if pad:  # kernels need a multiple of 8; zero columns change neither q.k nor the kept outputs
         q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))
+    q, k, v = (_row_aligned(t) for t in (q, k, v))
     module, entries, launch = ops.encode_launch(route.fwd_kernel)
     bwd_module, bwd_entries, bwd_launch = ("", "", [])
     if route.bwd_kernel is not None:
@@ -38,6 +39,14 @@ def _run_kernels(call: AttnCall, route: Dispatch, q: torch.Tensor, k: torch.Tens
         call.seqlen_q, call.seqlen_k, call.softmax_scale, call.causal, call.window_left, call.window_right,
         call.softcap, module, entries, launch, bwd_module, bwd_entries, bwd_launch)
     return (out[..., :call.head_dim] if pad else out), lse
+
+
+def _row_aligned(t: torch.Tensor) -> torch.Tensor:
+    """The kernels load 16-byte vectors per row: row strides and the start offset must be multiples of
+    8 elements (allocations themselves are 512-byte aligned). Copy the rare tensor that is not."""
+    if all(s % 8 == 0 for s in t.stride()[:-1]) and t.storage_offset() % 8 == 0:
+        return t
+    return t.clone(memory_format=torch.contiguous_format)
 
 
 def _finish(out: torch.Tensor, lse: torch.Tensor | None, return_lse: bool, return_attn_probs: bool):

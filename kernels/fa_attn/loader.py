@@ -8,7 +8,6 @@ into another torch can die with `undefined symbol`, so both are checked against 
 
 from __future__ import annotations
 
-import functools
 import json
 import threading
 from pathlib import Path
@@ -31,9 +30,13 @@ _lock = threading.Lock()
 _binding_result: Reason | None | bool = False  # False: not tried yet; None: loaded; Reason: failed
 
 
-@functools.lru_cache(maxsize=1)
 def manifest() -> dict:
-    """The manifest shipped next to this file, or the universal one in a source checkout."""
+    """The manifest shipped next to this file, or the universal one in a source checkout. Read once at
+    import (a small file), so torch.compile never traces file I/O when it traces a call."""
+    return _MANIFEST
+
+
+def _read_manifest() -> dict:
     if not MANIFEST_FILE.is_file():
         return dict(UNIVERSAL_MANIFEST)
     try:
@@ -42,6 +45,9 @@ def manifest() -> dict:
         # A damaged install must not break `import fa_attn`; calls fall back and say why.
         data = dict(UNIVERSAL_MANIFEST, _error=f"{MANIFEST_FILE}: {err}")
     return data
+
+
+_MANIFEST = _read_manifest()
 
 
 def torch_minor(version: str) -> str:
