@@ -294,7 +294,7 @@ class _Parser:
                 field_, f"{item!r} is a number, and YAML reads 3.10 as 3.1", f'quote the version: "{item}"'
             )
         m = _PYTHON.match(item) if isinstance(item, str) else None
-        if m is None:
+        if m is None or not isinstance(item, str):  # (the second test narrows the type for checkers)
             hint = ""
             if isinstance(item, str) and re.match(r"^3\.\d+\.\d+", item):
                 hint = f'; write the minor only: "{".".join(item.split(".")[:2])}"'

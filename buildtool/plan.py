@@ -139,9 +139,9 @@ def make_plan(
 
     wheels = [universal_wheel(matrix)]
     for (cuda, torch), cells in sorted(covered.items(), key=lambda kv: (kv[0][0], Version(kv[0][1]))):
-        minor = catalog.minors[torch]
+        release = catalog.minors[torch]
         for abi in matrix.abis(torch):
-            binding = BindingJob(torch, minor.oldest, abi, minor.header_source)
+            binding = BindingJob(torch, release.oldest, abi, release.header_source)
             wheels.append(_kernel_wheel(matrix, cuda, torch, abi, tuple(cells), kernels[cuda], binding))
 
     plan = _assemble(matrix, wheels, skipped)

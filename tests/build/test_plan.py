@@ -7,7 +7,7 @@ import itertools
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,7 +15,7 @@ import pytest
 from packaging.version import Version
 from rich.console import Console
 
-from buildtool import fetch
+from buildtool import fetch, kernels_src
 from buildtool.matrix import Matrix, MatrixError, load_matrix, parse_matrix
 from buildtool.plan import (
     SKIP_EXCLUDED,
@@ -398,7 +398,19 @@ def test_repo_matrix_plans_against_the_fixture(catalog: TorchCatalog) -> None:
         with pytest.raises(MatrixError) as info:
             make_plan(m, catalog, units=units)
         assert info.value.field == f"torch[{m.torch.index(missing[0])}]"
-        m = Matrix(**{**m.__dict__, "torch": tuple(t for t in m.torch if t in catalog.minors)})
+        m = replace(m, torch=tuple(t for t in m.torch if t in catalog.minors))
     plan = make_plan(m, catalog, units=units)
     assert not any(w.cuda_major == 11 and Version(w.torch_minor) >= Version("2.8") for w in plan.wheels)
     assert not any(w.cuda_major == 13 and Version(w.torch_minor) < Version("2.9") for w in plan.wheels)
+
+
+def test_repo_matrix_with_the_real_kernel_table(catalog: TorchCatalog) -> None:
+    """kernels/tiles.py and matrix.yaml agree: every default and listed arch has kernels."""
+    tiles = kernels_src.tiles()
+    m = load_matrix(REPO / "matrix.yaml")
+    m = replace(m, torch=tuple(t for t in m.torch if t in catalog.minors))
+    plan = make_plan(m, catalog)
+    for w in plan.wheels[1:]:
+        assert w.sass == m.archs[w.cuda_major] and w.ptx == m.ptx[w.cuda_major]
+        expected = sum(len(tiles.units(a)) for a in w.sass) + len(tiles.units(w.ptx))
+        assert len(w.compile_jobs) == expected
