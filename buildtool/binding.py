@@ -117,6 +117,7 @@ def build_binding(headers: Headers, cxx11abi: bool, kernels_root: Path) -> Bindi
         cmd = [
             *compiler(), *flags(headers, cxx11abi, kernels_root), *cpp, "-o", str(tmp),
             f"-L{stubs}", "-Wl,--no-as-needed", *(f"-l:{s}" for s in STUB_SONAMES), "-Wl,--as-needed",
+            "-ldl",  # dlopen lives in libdl before glibc 2.34 (manylinux_2_28); as-needed drops it after
         ]
         _run(cmd, f"building the binding for torch {headers.torch_version} (cxx11abi={cxx11abi})")
     return BindingBuild(out, key, False, time.perf_counter() - t0)

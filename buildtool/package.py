@@ -93,8 +93,15 @@ def manifest(spec: WheelSpec, tiles: ModuleType) -> dict:
             {"arch": a, "image": i, "dtype": d, "direction": r, "head_dims": sorted(hd)}
             for (a, i, d, r), hd in sorted(coverage.items(), key=lambda kv: (_arch_key(kv[0][0]), kv[0][1:]))
         ],
-        "features": json.loads(json.dumps(getattr(tiles, "FEATURES", []), default=list)),
+        "features": _features(getattr(tiles, "FEATURES", ())),
     }
+
+
+def _features(features: object) -> object:
+    """tiles.FEATURES as JSON; a set is sorted so the manifest (and the wheel) is reproducible."""
+    if isinstance(features, (set, frozenset, list, tuple)):
+        return sorted(features)
+    return json.loads(json.dumps(features, sort_keys=True))
 
 
 def wheel_name(version: str, platform: str) -> str:
