@@ -66,6 +66,7 @@ class Selection:
     verdict: str  # one of VERDICTS
     selected: WheelEntry | None
     codes: tuple[str, ...]  # the reason codes that decide the verdict
+    deciding: tuple[Reason, ...]  # one reason per code, with its message and fix
     wheels: tuple[WheelFit, ...]
     stack: tuple[Reason, ...]  # no-gpu / torch-not-cuda / torch-driver-too-old
     runtime: Runtime  # GPU 0 with the selected wheel
@@ -115,9 +116,9 @@ def select(entries: Sequence[WheelEntry], env: Env, request: Request = Request()
         verdict = "no-wheel"
     else:
         verdict = {"sass": "ok", "ptx": "ok-jit"}.get(runtime.path, "fallback")
-    codes = _deciding_codes(verdict, selected, runtime, wheels, env, request, stack)
-    return Selection(verdict=verdict, selected=selected, codes=codes, wheels=wheels, stack=stack,
-                     runtime=runtime, gpus=answers)
+    deciding = _deciding_reasons(verdict, selected, runtime, wheels, env, request, stack)
+    return Selection(verdict=verdict, selected=selected, codes=tuple(r.code for r in deciding),
+                     deciding=deciding, wheels=wheels, stack=stack, runtime=runtime, gpus=answers)
 
 
 def _cuda_preference(entry: WheelEntry, env: Env) -> tuple[int, int]:
@@ -126,19 +127,21 @@ def _cuda_preference(entry: WheelEntry, env: Env) -> tuple[int, int]:
     return (0 if major == torch_major else 1, -major)
 
 
-def _deciding_codes(verdict: str, selected: WheelEntry | None, runtime: Runtime, wheels: Sequence[WheelFit],
-                    env: Env, request: Request, stack: Sequence[Reason]) -> tuple[str, ...]:
-    """The codes behind the verdict: none for ok/ok-jit; the runtime's reasons when a kernel wheel was
-    chosen but falls back; otherwise (universal wheel or nothing) the stack, the reasons of the nearest
-    misses (the wheels for the installed torch, if any, with the fewest reasons), and what GPU 0 would
-    do even with such a wheel."""
+def _deciding_reasons(verdict: str, selected: WheelEntry | None, runtime: Runtime,
+                      wheels: Sequence[WheelFit], env: Env, request: Request, stack: Sequence[Reason]
+                      ) -> tuple[Reason, ...]:
+    """The reasons behind the verdict, one per code: none for ok/ok-jit; the runtime's reasons when a
+    kernel wheel was chosen but falls back; otherwise (universal wheel or nothing) the stack, the reasons
+    of the nearest misses (the wheels for the installed torch, if any, with the fewest reasons), and
+    what GPU 0 would do even with such a wheel."""
     if verdict in ("ok", "ok-jit"):
         return ()
+    found: list[Reason] = []
     if selected is not None and not selected.universal:
-        codes = {r.code for r in runtime.reasons}
+        found += runtime.reasons
     else:
+        found += stack
         misses = [w for w in wheels if not w.fits and (verdict == "no-wheel" or not w.entry.universal)]
-        codes = {r.code for r in stack}
         # The torch installed is the user's given; the wheels built for it are the nearest misses.
         for_this_torch = [w for w in misses if "torch-version-mismatch" not in {r.code for r in w.reasons}]
         misses = for_this_torch or misses
@@ -146,12 +149,15 @@ def _deciding_codes(verdict: str, selected: WheelEntry | None, runtime: Runtime,
             fewest = min(len(w.reasons) for w in misses)
             nearest = sorted((w for w in misses if len(w.reasons) == fewest),
                              key=lambda w: (_cuda_preference(w.entry, env), w.entry.file))
-            codes |= {r.code for w in nearest for r in w.reasons}
+            found += [r for w in nearest for r in w.reasons]
             kernel_wheels = [w.entry for w in nearest if not w.entry.universal]
-            if kernel_wheels:
+            gpu = env.gpus[0] if env.gpus else None
+            if kernel_wheels and gpu is not None:
                 # With the wheel's own problems fixed, would the GPU run it? (a P100 still would not)
-                gpu = env.gpus[0] if env.gpus else None
                 would = runtime_for(kernel_wheels[0], env, gpu, request, ())
-                if gpu is not None and would.path == "fallback":
-                    codes |= {r.code for r in would.reasons}
-    return tuple(sorted(codes, key=code_order))
+                if would.path == "fallback":
+                    found += would.reasons
+    first: dict[str, Reason] = {}
+    for reason in found:
+        first.setdefault(reason.code, reason)
+    return tuple(sorted(first.values(), key=lambda r: code_order(r.code)))

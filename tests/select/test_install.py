@@ -1,0 +1,149 @@
+"""`fa install` into a fresh venv (system site-packages, so torch is visible) from a local directory and
+from an http index on 127.0.0.1; a tampered or broken wheel is refused with nothing installed, and only
+fa-attn ever changes in `pip freeze`."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from buildtool.probe import probe
+from tests.select.tiny_wheels import build_wheelhouse
+
+# Each test makes a venv and runs pip several times (about 10 s each): slow, but still run in CI.
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def venv(tmp_path: Path) -> Path:
+    # No pip of its own: the system pip (visible through --system-site-packages) installs into the venv.
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
+                    str(tmp_path / "venv")], check=True)
+    return tmp_path / "venv" / "bin" / "python"
+
+
+@pytest.fixture
+def wheelhouse(tmp_path: Path) -> Path:
+    env = probe()
+    assert env.torch is not None, "these tests need torch installed (it is a test dependency)"
+    return build_wheelhouse(tmp_path / "wheels", env.torch.minor, bool(env.torch.cxx11abi))
+
+
+def fa(python: Path, *args: str, cwd: Path) -> tuple[int, dict]:
+    done = subprocess.run([str(python), "-m", "buildtool.cli", *args, "--json"], check=False, cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+    assert done.stdout, done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def freeze(python: Path) -> set[str]:
+    done = subprocess.run([str(python), "-m", "pip", "freeze", "--all"], capture_output=True, text=True,
+                          check=True)
+    return set(done.stdout.splitlines())
+
+
+def changed(before: set[str], after: set[str]) -> set[str]:
+    """Names of the distributions whose freeze line differs ("name==v" or "name @ url")."""
+    return {line.split("==")[0].split(" @ ")[0] for line in before ^ after}
+
+
+def installed(python: Path) -> str | None:
+    done = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('fa-attn'))"],
+                          check=False, capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def expected_variant() -> str:
+    # No GPU and no driver here: every wheel for this torch fits; the highest CUDA major wins.
+    torch = probe().torch
+    assert torch is not None
+    return f"cu13torch{torch.minor}" if torch.cxx11abi else f"cu13torch{torch.minor}cxx11abifalse"
+
+
+def test_install_from_local_dir(venv: Path, wheelhouse: Path, tmp_path: Path):
+    before = freeze(venv)
+    rc, out = fa(venv, "install", "--wheels", str(wheelhouse), cwd=tmp_path)
+    assert rc == 0, out["message"]
+    assert out["variant"] == expected_variant()
+    assert out["verdict"] == "fallback" and out["ok"]
+    assert installed(venv) == out["installed"] == f"0.1.0+{expected_variant()}"
+    after = freeze(venv)
+    assert changed(before, after) == {"fa-attn"}
+
+
+def test_dry_run_changes_nothing(venv: Path, wheelhouse: Path, tmp_path: Path):
+    rc, out = fa(venv, "install", "--wheels", str(wheelhouse), "--dry-run", cwd=tmp_path)
+    assert rc == 0 and out["dry_run"]
+    assert out["command"][-1] == str(wheelhouse / out["selected"])
+    assert "--no-deps" in out["command"]
+    assert installed(venv) is None
+
+
+@pytest.fixture
+def http_index(wheelhouse: Path) -> Iterator[str]:
+    handler = functools.partial(_QuietHandler, directory=str(wheelhouse))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_install_from_http_index(venv: Path, http_index: str, tmp_path: Path):
+    before = freeze(venv)
+    rc, out = fa(venv, "install", "--index", http_index, cwd=tmp_path)
+    assert rc == 0, out["message"]
+    assert out["source"].startswith(http_index) and out["variant"] == expected_variant()
+    assert installed(venv) == f"0.1.0+{expected_variant()}"
+    assert changed(before, freeze(venv)) == {"fa-attn"}
+
+
+def test_tampered_wheel_is_refused(venv: Path, wheelhouse: Path, tmp_path: Path):
+    target = next(wheelhouse.glob(f"*{expected_variant()}-*.whl"))
+    with target.open("ab") as f:
+        f.write(b"tampered")
+    before = freeze(venv)
+    rc, out = fa(venv, "install", "--wheels", str(wheelhouse), cwd=tmp_path)
+    assert rc == 1 and not out["ok"]
+    assert "sha256" in out["message"] and "nothing installed" in out["message"]
+    assert installed(venv) is None and freeze(venv) == before
+
+
+def test_broken_wheel_is_refused_before_installing(venv: Path, tmp_path: Path):
+    torch = probe().torch
+    assert torch is not None
+    broken = build_wheelhouse(tmp_path / "broken", torch.minor, bool(torch.cxx11abi), broken=expected_variant())
+    before = freeze(venv)
+    rc, out = fa(venv, "install", "--wheels", str(broken), cwd=tmp_path)
+    assert rc == 1 and "deliberately broken" in out["message"] and "nothing installed" in out["message"]
+    assert installed(venv) is None and freeze(venv) == before
+
+
+def test_no_wheel_exits_1(venv: Path, tmp_path: Path):
+    # Only a wheel for another torch: nothing fits this machine.
+    house = tmp_path / "other"
+    build_wheelhouse(house, "2.4", False)
+    index = json.loads((house / "index.json").read_text())
+    index["wheels"] = [w for w in index["wheels"] if w["torch"] == "2.4"]
+    (house / "index.json").write_text(json.dumps(index))
+    rc, out = fa(venv, "install", "--wheels", str(house), cwd=tmp_path)
+    assert rc == 1 and out["verdict"] == "no-wheel" and out["selected"] is None
+    assert "torch-version-mismatch" in out["codes"]
+    assert installed(venv) is None

@@ -1,0 +1,50 @@
+"""Tiny real fa-attn wheels for install tests: an `fa_attn` package with a manifest, written with the
+`wheel` package's WheelFile (which writes RECORD and its hashes). A test helper, not production code."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from wheel.wheelfile import WheelFile
+
+from buildtool.wheel_index import entry_from_wheel
+from tests.select.fixture_index import kernel_entry, universal_entry
+
+
+def build_wheel(out_dir: Path, entry: dict[str, Any], init_py: str | None = None) -> Path:
+    """A wheel named and described like `entry` (an index entry from fixture_index)."""
+    version = entry["version"]
+    dist_info = f"fa_attn-{version}.dist-info"
+    manifest = {"schema": 1, "package": "fa-attn", "binding": None if entry["cuda_major"] is None else
+                "libfa_attn_ops.so", "kernels": [], **{k: v for k, v in entry.items() if k not in (
+                    "file", "sha256", "size", "python_tag", "abi_tag", "platform_tag")}}
+    tag = entry["file"].removesuffix(".whl").split("-", 2)[2]
+    path = out_dir / entry["file"]
+    with WheelFile(path, "w") as wf:
+        wf.writestr("fa_attn/__init__.py", init_py or f"__version__ = {version!r}\n")
+        wf.writestr("fa_attn/manifest.json", json.dumps(manifest))
+        wf.writestr(f"{dist_info}/METADATA",
+                    f"Metadata-Version: 2.1\nName: fa-attn\nVersion: {version}\nRequires-Python: >=3.10\n")
+        wf.writestr(f"{dist_info}/WHEEL",
+                    f"Wheel-Version: 1.0\nGenerator: fa-tests\nRoot-Is-Purelib: false\nTag: {tag}\n")
+    return path
+
+
+def build_wheelhouse(out_dir: Path, torch_minor: str, cxx11abi: bool, broken: str | None = None) -> Path:
+    """Wheels for `torch_minor` (cu12 and cu13), one for another torch, the universal one, and index.json.
+    `broken`: a variant whose fa_attn fails to import."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    entries = [kernel_entry(12, torch_minor, cxx11abi), kernel_entry(13, torch_minor, cxx11abi),
+               kernel_entry(12, "2.5", False), universal_entry()]
+    wheels = []
+    for entry in entries:
+        init = "raise ImportError('fa_attn test wheel: deliberately broken')\n" if entry["variant"] == broken else None
+        wheels.append(build_wheel(out_dir, entry, init))
+    index = {"schema": 1, "package": "fa-attn", "wheels": []}
+    for wheel in wheels:
+        e = entry_from_wheel(wheel)
+        index["wheels"].append({**e.raw})
+    (out_dir / "index.json").write_text(json.dumps(index, indent=1))
+    return out_dir
