@@ -89,7 +89,7 @@ class Matrix:
             return (False,)
         if self.cxx11abi == "both":
             return (False, True)
-        return (True,) if minor_version(torch_minor) >= Version(CXX11ABI_ONLY_FROM) else (False, True)
+        return (True,) if Version(torch_minor) >= Version(CXX11ABI_ONLY_FROM) else (False, True)
 
     def excluded_by(self, torch: str, cuda: int, python: str) -> int | None:
         """Index of the first `exclude` entry matching this cell, None if no entry does."""
@@ -97,10 +97,6 @@ class Matrix:
             if all(_exclude_value_matches(key, value, torch, cuda, python) for key, value in entry.items()):
                 return i
         return None
-
-
-def minor_version(minor: str) -> Version:
-    return Version(minor)
 
 
 def python_version(python: str) -> tuple[Version, bool]:
