@@ -414,3 +414,35 @@ def test_repo_matrix_with_the_real_kernel_table(catalog: TorchCatalog) -> None:
         assert w.sass == m.archs[w.cuda_major] and w.ptx == m.ptx[w.cuda_major]
         expected = sum(len(tiles.units(a)) for a in w.sass) + len(tiles.units(w.ptx))
         assert len(w.compile_jobs) == expected
+
+
+def test_dry_run_cli_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`fa build --dry-run` end to end, PyPI answered by the fixture in a fresh FA_CACHE."""
+    from typer.testing import CliRunner
+
+    from buildtool.cli import app
+
+    monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "cache" / "pypi").mkdir(parents=True)
+    (tmp_path / "cache" / "pypi" / "torch.json").write_text((DATA / "torch_simple.json").read_text())
+    good = tmp_path / "good.yaml"
+    good.write_text(
+        'torch: ["2.6", "2.7"]\ncuda: [12]\npython: ["3.13", "3.13t"]\narchs: {"12": ["8.0"]}\n'
+        "kernels: {dtypes: [bf16], directions: [fwd], head_dims: [128]}\n"
+    )
+    result = CliRunner().invoke(app, ["build", "--dry-run", "--json", "-m", str(good)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert [w["variant"] for w in data["wheels"]] == [
+        "",
+        "cu12torch2.6cxx11abifalse",
+        "cu12torch2.6cxx11abitrue",
+        "cu12torch2.7",
+    ]
+    assert data["skipped"][0]["code"] == "no-torch-build" and data["totals"]["compile_jobs"] == 2
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text('torch: ["2.6"]\ncuda: [11]\npython: ["3.12"]\narchs: {"11": ["12.0"]}\n')
+    result = CliRunner().invoke(app, ["build", "--dry-run", "-m", str(bad)])
+    assert result.exit_code == 2
+    assert 'archs."11"[0]' in result.output and "fix:" in result.output and "Traceback" not in result.output
