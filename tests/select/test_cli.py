@@ -1,0 +1,119 @@
+"""The CLI shell: fa probe / fa doctor / fa install options, JSON shape and exit codes
+(0 ok/ok-jit, 1 fallback or no wheel, 2 usage)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from buildtool.cli import app
+from buildtool.doctor import build_report, render
+from buildtool.probe import env_from_json
+from buildtool.select import Request
+from buildtool.wheel_index import load_index
+from tests.select.fixture_index import fixture_index
+
+ENVS = Path(__file__).parent / "envs"
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("index")
+    (d / "index.json").write_text(json.dumps(fixture_index()))
+    return d
+
+
+def env_file(tmp_path: Path, case: str) -> Path:
+    path = tmp_path / f"{case}.json"
+    path.write_text(json.dumps(json.loads((ENVS / f"{case}.json").read_text())["env"]))
+    return path
+
+
+def doctor(*args: str):
+    return runner.invoke(app, ["doctor", *args])
+
+
+@pytest.mark.parametrize(("case", "rc"), [("a100-ngc-24.10", 0), ("future-sm130-new-driver", 0),
+                                          ("v100-sm70", 1), ("torch-missing", 1)])
+def test_doctor_exit_codes(tmp_path: Path, index_dir: Path, case: str, rc: int):
+    result = doctor("--env", str(env_file(tmp_path, case)), "--wheels", str(index_dir), "--json")
+    assert result.exit_code == rc, result.output
+
+
+def test_doctor_json_shape(tmp_path: Path, index_dir: Path):
+    result = doctor("--env", str(env_file(tmp_path, "t4-colab-bf16")), "--wheels", str(index_dir), "--json")
+    out = json.loads(result.stdout)
+    assert out["verdict"] == "fallback" and out["codes"] == ["dtype-unsupported"]
+    assert out["selected"] == "fa_attn-0.1.0+cu12torch2.5cxx11abifalse-py3-none-manylinux_2_28_x86_64.whl"
+    assert out["runtime"]["path"] == "fallback" and out["runtime"]["reasons"][0]["code"] == "dtype-unsupported"
+    assert len(out["wheels"]) == len(fixture_index()["wheels"])
+    for wheel in out["wheels"]:
+        assert set(wheel) >= {"file", "fits", "reasons"}
+        assert wheel["fits"] == (not wheel["reasons"])
+        assert all(set(r) >= {"code", "message"} for r in wheel["reasons"])
+
+
+def test_doctor_options_change_the_answer(tmp_path: Path, index_dir: Path):
+    env = str(env_file(tmp_path, "t4-colab-bf16"))
+    result = doctor("--env", env, "--wheels", str(index_dir), "--dtype", "fp16", "--head-dim", "64",
+                    "--backward", "--json")
+    out = json.loads(result.stdout)
+    assert result.exit_code == 0 and out["runtime"] == {"path": "sass", "arch": "7.5", "head_dim": 64,
+                                                        "reasons": []}
+
+
+def test_doctor_reads_a_file_url(tmp_path: Path, index_dir: Path):
+    result = doctor("--env", str(env_file(tmp_path, "rtx5090-sm120")), "--index", index_dir.as_uri(), "--json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["runtime"]["arch"] == "12.0"
+
+
+def test_doctor_on_this_machine_explains_the_fallback(index_dir: Path):
+    # This machine (and CI) has no NVIDIA GPU: calls fall back, and doctor says why.
+    result = doctor("--wheels", str(index_dir), "--json")
+    out = json.loads(result.stdout)
+    assert result.exit_code == 1 and out["verdict"] == "fallback"
+    assert "no-gpu" in out["codes"] and all(r["fix"] for r in out["because"])
+
+
+def test_bad_env_file_is_usage_error(tmp_path: Path, index_dir: Path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"os": "linux", "arch": "x86_64", "glibc": "2.35", "python": "3.11",
+                               "torch": None, "driver": None, "gpus": [{"name": "A100", "sm": "80"}]}))
+    result = doctor("--env", str(bad), "--wheels", str(index_dir))
+    assert result.exit_code == 2 and "gpus[0].sm" in result.output and "8.6" in result.output
+    bad.write_text("{not json")
+    result = doctor("--env", str(bad), "--wheels", str(index_dir))
+    assert result.exit_code == 2 and "not JSON" in result.output and "line 1" in result.output
+
+
+@pytest.mark.parametrize("args", [
+    ["--wheels", "/nonexistent/wheels"],
+    ["--wheels", ".", "--index", "http://127.0.0.1:9/"],
+    ["--dtype", "fp8"],
+    ["--head-dim", "0"],
+])
+def test_usage_errors(args: list[str], index_dir: Path):
+    result = doctor(*(args if "--wheels" in args else ["--wheels", str(index_dir), *args]))
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+
+
+def test_probe_json_is_a_valid_env():
+    result = runner.invoke(app, ["probe", "--json"])
+    assert result.exit_code == 0
+    env_from_json(json.loads(result.stdout))
+
+
+def test_human_report_has_a_fix_under_each_reason(index_dir: Path):
+    env = env_from_json(json.loads((ENVS / "p100-torch113.json").read_text())["env"])
+    console = Console(record=True, width=160)
+    render(build_report(env, load_index(str(index_dir)), Request()), console)
+    text = console.export_text()
+    assert "verdict: fallback" in text and "torch-version-mismatch" in text and "arch-unsupported" in text
+    because = text.split("because:")[1].strip().splitlines()
+    assert [line.strip().startswith("fix:") for line in because] == [False, True, False, True]
