@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import warnings
 
+import fa_attn
 import pytest
 import torch
-
-import fa_attn
 from runtime_reference import attention_ref
 
 pytestmark = pytest.mark.filterwarnings("ignore::fa_attn.FaFallbackWarning")
@@ -15,23 +14,23 @@ pytestmark = pytest.mark.filterwarnings("ignore::fa_attn.FaFallbackWarning")
 
 def qkv(b=2, sq=5, sk=7, h=4, hk=2, d=16, dtype=torch.float32, seed=0, grad=False):
     gen = torch.Generator().manual_seed(seed)
-    make = lambda s, n: torch.randn(b, s, n, d, generator=gen, dtype=torch.float64).to(dtype)  # noqa: E731
+    make = lambda s, n: torch.randn(b, s, n, d, generator=gen, dtype=torch.float64).to(dtype)
     q, k, v = make(sq, h), make(sk, hk), make(sk, hk)
     return tuple(t.requires_grad_(grad) for t in (q, k, v))
 
 
 CASES = [
-    dict(),                                   # plain (SDPA path)
-    dict(causal=True),                        # causal, sq < sk: bottom-right aligned
-    dict(causal=True, sq=9, sk=4),            # causal, sq > sk: first rows see no key
-    dict(causal=True, sq=6, sk=6),            # causal square (SDPA is_causal path)
-    dict(window=(2, 1)),                      # sliding window
-    dict(window=(3, -1), causal=True),
-    dict(softcap=2.0),
-    dict(alibi=True),
-    dict(h=8, hk=1),                          # MQA
-    dict(d=100),                              # head dim not a multiple of 8
-    dict(scale=0.3),
+    {},                                   # plain (SDPA path)
+    {"causal": True},                        # causal, sq < sk: bottom-right aligned
+    {"causal": True, "sq": 9, "sk": 4},            # causal, sq > sk: first rows see no key
+    {"causal": True, "sq": 6, "sk": 6},            # causal square (SDPA is_causal path)
+    {"window": (2, 1)},                      # sliding window
+    {"window": (3, -1), "causal": True},
+    {"softcap": 2.0},
+    {"alibi": True},
+    {"h": 8, "hk": 1},                          # MQA
+    {"d": 100},                              # head dim not a multiple of 8
+    {"scale": 0.3},
 ]
 
 
@@ -42,8 +41,8 @@ def test_matches_reference_fp32(case: dict, want_lse: bool) -> None:
     q, k, v = qkv(**shape)
     h = q.shape[2]
     alibi = torch.rand(h, generator=torch.Generator().manual_seed(1)) if case.get("alibi") else None
-    opts = dict(causal=case.get("causal", False), window_size=case.get("window", (-1, -1)),
-                softcap=case.get("softcap", 0.0), alibi_slopes=alibi, softmax_scale=case.get("scale"))
+    opts = {"causal": case.get("causal", False), "window_size": case.get("window", (-1, -1)),
+                "softcap": case.get("softcap", 0.0), "alibi_slopes": alibi, "softmax_scale": case.get("scale")}
     ref_out, ref_lse = attention_ref(q, k, v, causal=opts["causal"], window=opts["window_size"],
                                      scale=case.get("scale"), softcap=opts["softcap"], alibi=alibi)
     result = fa_attn.flash_attn_func(q, k, v, return_lse=want_lse, **opts)
@@ -82,7 +81,7 @@ def test_varlen_matches_per_sequence_reference() -> None:
     q = torch.randn(sum(lens_q), h, d, generator=gen)
     k = torch.randn(sum(lens_k), hk, d, generator=gen)
     v = torch.randn(sum(lens_k), hk, d, generator=gen)
-    cu = lambda lens: torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)  # noqa: E731
+    cu = lambda lens: torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
     out, lse = fa_attn.flash_attn_varlen_func(q, k, v, cu(lens_q), cu(lens_k), max(lens_q), max(lens_k),
                                               causal=True, return_lse=True)
     assert out.shape == q.shape and lse.shape == (h, sum(lens_q))
@@ -116,7 +115,7 @@ def test_dropout_is_applied_and_scaled() -> None:
     assert abs(dropped.mean() - fa_attn.flash_attn_func(q, k, v).mean()) < 0.05
 
 
-@pytest.mark.parametrize("opts", [dict(causal=True), dict(window_size=(2, 0)), dict(softcap=1.5), dict()],
+@pytest.mark.parametrize("opts", [{"causal": True}, {"window_size": (2, 0)}, {"softcap": 1.5}, {}],
                          ids=["causal", "window", "softcap", "plain"])
 def test_gradcheck_fp64(opts: dict) -> None:
     q, k, v = qkv(b=1, sq=3, sk=4, h=2, hk=1, d=4, dtype=torch.float64, grad=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from fa_attn import kernel_choice
 from fa_attn.kernel_choice import choose, kernel_entry
 

@@ -1,0 +1,191 @@
+"""Runtime dispatch: decide() over described calls, the loader's checks, warn-once, FA_STRICT, explain."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import fa_attn
+import pytest
+import torch
+from fa_attn import dispatch, loader
+from fa_attn.dispatch import CallFacts, decide
+
+DIMS = list(range(8, 257, 8))
+
+
+def kernels_for(arch: str, dtype: str, direction: str) -> list[dict]:
+    entries = {"fa_fwd": {"threads": 128, "block_m": 128, "block_n": 64, "smem_bytes": 49152, "grid": "q_blocks"}}
+    if direction == "bwd":
+        entries = {name: {"threads": 256, "block_m": 64, "block_n": 64, "smem_bytes": 90000, "grid": grid}
+                   for name, grid in (("fa_bwd_preprocess", "q_blocks"), ("fa_bwd", "k_blocks"),
+                                      ("fa_bwd_convert_dq", "q_blocks"))}
+    return [{"arch": arch, "image": "sass", "file": f"kernels/sm_{arch.replace('.', '')}/{direction}_{dtype}_d{hd}.cubin",
+             "unit": f"{direction}_{dtype}_d{hd}", "direction": direction, "dtype": dtype, "head_dim": hd,
+             "entries": entries} for hd in (64, 128, 256)]
+
+
+MANIFEST = {
+    "schema": 1, "cuda_major": 12, "torch": "2.13", "cxx11abi": True, "binding": "libfa_attn_ops.so",
+    "ptx": None, "ptx_min_driver": None, "features": ["causal", "gqa", "varlen", "window", "softcap"],
+    "kernels": [k for d in ("fp16", "bf16") for r in ("fwd", "bwd") for k in kernels_for("8.0", d, r)],
+    "coverage": [{"arch": "8.0", "image": "sass", "dtype": d, "direction": r, "head_dims": DIMS}
+                 for d in ("fp16", "bf16") for r in ("fwd", "bwd")],
+}
+
+
+def facts(sm="8.6", dtype="bf16", head_dim=100, backward=True, features=(), device="cuda", rocm=False):
+    return CallFacts(device, rocm, sm, dtype, head_dim, backward, frozenset(features))
+
+
+def loaded() -> None:
+    return None
+
+
+def test_kernels_chosen_with_bucket_and_padding() -> None:
+    d = decide(facts(features=("causal", "gqa")), MANIFEST, loaded)
+    assert (d.path, d.arch, d.head_dim, d.reasons) == ("sass", "8.0", 104, ())
+    assert d.fwd_kernel["head_dim"] == 128 and d.bwd_kernel["head_dim"] == 128
+    assert list(d.bwd_kernel["entries"]) == ["fa_bwd_preprocess", "fa_bwd", "fa_bwd_convert_dq"]
+    assert decide(facts(backward=False), MANIFEST, loaded).bwd_kernel is None
+
+
+@pytest.mark.parametrize(("kwargs", "code"), [
+    ({"device": "cpu"}, "device-not-cuda"),
+    ({"device": "mps"}, "device-not-cuda"),
+    ({"rocm": True}, "device-not-cuda"),
+    ({"sm": "7.0"}, "arch-unsupported"),
+    ({"sm": "9.0"}, "arch-unsupported"),  # only sm_80 SASS in this manifest, no PTX
+    ({"dtype": "fp32"}, "dtype-unsupported"),
+    ({"dtype": "fp64"}, "dtype-unsupported"),
+    ({"head_dim": 512}, "head-dim-unsupported"),
+    ({"features": ("dropout",)}, "feature-unsupported"),
+    ({"features": ("alibi",)}, "feature-unsupported"),
+    ({"features": ("deterministic",)}, "feature-unsupported"),
+])
+def test_fallback_reasons(kwargs: dict, code: str) -> None:
+    d = decide(facts(**kwargs), MANIFEST, loaded)
+    assert d.path == "fallback" and d.reasons[0].code == code
+    assert all(r.message and r.fix for r in d.reasons)
+
+
+def test_feature_reason_names_the_feature() -> None:
+    d = decide(facts(features=("dropout", "causal")), MANIFEST, loaded)
+    assert [r.code for r in d.reasons] == ["feature-unsupported"]
+    assert d.reasons[0].message.startswith("dropout is not supported")
+
+
+def test_manifest_without_features_supports_only_plain_calls() -> None:
+    bare = {k: v for k, v in MANIFEST.items() if k != "features"}
+    assert decide(facts(features=()), bare, loaded).path == "sass"
+    assert decide(facts(features=("causal",)), bare, loaded).reasons[0].code == "feature-unsupported"
+
+
+def test_binding_failure_is_a_reason() -> None:
+    why = fa_attn.Reason("binding-unavailable", "loading libfa_attn_ops.so failed: undefined symbol", "reinstall")
+    d = decide(facts(), MANIFEST, lambda: why)
+    assert d.path == "fallback" and d.reasons == (why,)
+
+
+def test_binding_is_not_loaded_when_the_call_falls_back_anyway() -> None:
+    def never() -> None:
+        raise AssertionError("the binding must load lazily, only for calls that use the kernels")
+
+    assert decide(facts(sm="7.0"), MANIFEST, never).path == "fallback"
+
+
+def test_ptx_driver_read_only_when_ptx_exists() -> None:
+    with_ptx = dict(MANIFEST, ptx="8.0", ptx_min_driver="575.51.03", coverage=MANIFEST["coverage"] + [
+        dict(c, image="ptx") for c in MANIFEST["coverage"]])
+    d = decide(facts(sm="9.0"), with_ptx, loaded, driver=lambda: "550.54.15")
+    assert d.reasons[0].code == "ptx-driver-too-old"
+
+
+@pytest.mark.parametrize(("man", "code"), [
+    (loader.UNIVERSAL_MANIFEST, "binding-unavailable"),
+    (dict(MANIFEST, torch="2.5"), "torch-version-mismatch"),
+    (dict(MANIFEST, torch=loader.torch_minor(torch.__version__),
+          cxx11abi=not torch._C._GLIBCXX_USE_CXX11_ABI), "cxx11abi-mismatch"),
+])
+def test_loader_checks_before_loading(man: dict, code: str) -> None:
+    problem = loader.static_binding_problem(man)
+    assert problem is not None and problem.code == code
+
+
+def test_loader_turns_a_broken_binding_into_a_reason(tmp_path, monkeypatch) -> None:
+    (tmp_path / "libfa_attn_ops.so").write_bytes(b"not an ELF file")
+    monkeypatch.setattr(loader, "PACKAGE_DIR", tmp_path)
+    man = dict(MANIFEST, torch=loader.torch_minor(torch.__version__), cxx11abi=torch._C._GLIBCXX_USE_CXX11_ABI)
+    problem = loader._load(man)
+    assert problem is not None and problem.code == "binding-unavailable"
+    assert "libfa_attn_ops.so" in problem.message
+
+
+def test_manifest_next_to_the_package(tmp_path, monkeypatch) -> None:
+    (tmp_path / "manifest.json").write_text(json.dumps(MANIFEST))
+    monkeypatch.setattr(loader, "MANIFEST_FILE", tmp_path / "manifest.json")
+    assert loader._read_manifest()["torch"] == "2.13"
+    (tmp_path / "manifest.json").write_text("{broken")
+    assert loader.static_binding_problem(loader._read_manifest()).code == "binding-unavailable"
+    monkeypatch.setattr(loader, "MANIFEST_FILE", tmp_path / "absent.json")
+    assert loader._read_manifest()["cuda_major"] is None  # source checkout: behaves as the universal wheel
+
+
+def test_torch_minor() -> None:
+    assert loader.torch_minor("2.5.1+cu124") == "2.5"
+    assert loader.torch_minor("2.7.0a0+e000cf0ad9.nv24.10") == "2.7"
+
+
+@pytest.fixture
+def fresh_reports(monkeypatch):
+    monkeypatch.setattr(dispatch, "_warned", set())
+    monkeypatch.delenv("FA_STRICT", raising=False)
+
+
+def small():
+    return torch.randn(1, 3, 2, 8), torch.randn(1, 4, 2, 8), torch.randn(1, 4, 2, 8)
+
+
+def test_warns_once_per_reason_code(fresh_reports) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            fa_attn.flash_attn_func(*small())
+    fallbacks = [w for w in caught if issubclass(w.category, fa_attn.FaFallbackWarning)]
+    assert len(fallbacks) == 1 and "[device-not-cuda]" in str(fallbacks[0].message)
+    assert fallbacks[0].filename == __file__  # points at the caller's line
+
+
+def test_strict_mode_raises_with_code(fresh_reports, monkeypatch) -> None:
+    monkeypatch.setenv("FA_STRICT", "1")
+    with pytest.raises(fa_attn.FaFallbackError, match="device-not-cuda"):
+        fa_attn.flash_attn_func(*small())
+
+
+def test_last_dispatch_and_explain(fresh_reports) -> None:
+    q, k, v = small()
+    d = fa_attn.explain(q, k, v, causal=True)
+    assert d.path == "fallback" and d.reasons[0].code == "device-not-cuda"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fa_attn.flash_attn_func(q, k, v)
+    assert fa_attn.last_dispatch() == d
+    cu = torch.tensor([0, 3], dtype=torch.int32)
+    cu_k = torch.tensor([0, 4], dtype=torch.int32)
+    assert fa_attn.explain(q[0], k[0], v[0], cu, cu_k, 3, 4).path == "fallback"
+    with pytest.raises(ValueError, match="unknown option"):
+        fa_attn.explain(q, k, v, casual=True)
+
+
+def test_features_of_a_call() -> None:
+    from fa_attn import inputs
+
+    q, k, v = torch.randn(1, 3, 4, 8), torch.randn(1, 5, 2, 8), torch.randn(1, 5, 2, 8)
+    call = inputs.check_padded(q, k, v, 0.1, None, True, (2, -1), 0.0, None, True)
+    assert dispatch.features_of(call, backward=True) == {"causal", "gqa", "window", "dropout", "deterministic"}
+    assert "deterministic" not in dispatch.features_of(call, backward=False)
+    # flash-attn's normalisation: window (-1, 0) is causal; a window >= seqlen_k is no window
+    call = inputs.check_padded(q, q, q, 0.0, None, False, (-1, 0), 0.0, None, False)
+    assert dispatch.features_of(call, backward=False) == {"causal"}
+    call = inputs.check_padded(q, q, q, 0.0, None, False, (3, 3), 0.0, None, False)
+    assert dispatch.features_of(call, backward=False) == frozenset()
