@@ -1,0 +1,55 @@
+"""The binding built with g++ against torch headers, linked to stub torch libraries: it needs
+libc10.so/libtorch_cpu.so by name and its ops register under the real torch (in a subprocess)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from buildtool import binding, torch_headers
+from buildtool.platform_tag import elf_needs
+from buildtool.pypi import fetch_torch_catalog
+
+pytestmark = pytest.mark.slow
+
+LOAD = """
+import sys, torch
+torch.ops.load_library(sys.argv[1])
+print(int(torch.ops.fa_fixture.params_size(torch.zeros(1)).item()))
+"""
+
+
+def test_local_binding_builds_links_stubs_and_registers_ops(fixture_tree, fresh_cache):
+    _, headers = torch_headers.local_torch()
+    built = binding.build_binding(headers, True, fixture_tree)
+    assert not built.cached
+    assert {"libc10.so", "libtorch_cpu.so"} <= set(elf_needs(built.path).libraries)
+    out = subprocess.run([sys.executable, "-c", LOAD, str(built.path)], capture_output=True, text=True,
+                         check=False)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) > 0  # sizeof(FaParams) seen from the host side
+    again = binding.build_binding(headers, True, fixture_tree)
+    assert again.cached and again.path == built.path
+    assert binding.binding_key(headers, False, fixture_tree) != built.key  # the ABI is in the key
+
+
+def test_compiler_failure_is_reported(fixture_tree, tmp_path, fresh_cache):
+    import shutil
+
+    broken = tmp_path / "k"
+    shutil.copytree(fixture_tree, broken)
+    (broken / "binding" / "ops.cpp").write_text("this is not C++\n")
+    _, headers = torch_headers.local_torch()
+    with pytest.raises(binding.BindingError, match="failed"):
+        binding.build_binding(headers, True, broken)
+
+
+@pytest.mark.network
+def test_binding_against_pypi_headers_of_an_older_torch(fixture_tree, build_cache):
+    minor = fetch_torch_catalog().minors["2.5"]
+    headers = torch_headers.headers_for(minor.oldest, minor.header_source)
+    assert (headers.include / "torch" / "library.h").is_file()
+    built = binding.build_binding(headers, False, fixture_tree)
+    assert built.path.is_file() and "libc10.so" in elf_needs(built.path).libraries
