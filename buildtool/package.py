@@ -174,7 +174,8 @@ def build_wheel(
     files[f"{dist_info}/RECORD"] = _record(files, f"{dist_info}/RECORD")
     dest = out_dir / wheel_name(spec.version, platform)
     with cache.atomic_path(dest) as tmp, zipfile.ZipFile(tmp, "w") as zf:
-        for arc in sorted(files, key=lambda a: (a.startswith(dist_info), a)):  # .dist-info last (PEP 427)
+        # .dist-info last, RECORD last of all (PEP 427's recommended order)
+        for arc in sorted(files, key=lambda a: (a.startswith(dist_info), a.endswith("/RECORD"), a)):
             info = zipfile.ZipInfo(arc, date_time=_EPOCH)
             info.external_attr = (0o755 if arc.endswith(".so") else 0o644) << 16
             info.compress_type = zipfile.ZIP_DEFLATED

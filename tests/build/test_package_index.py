@@ -1,0 +1,147 @@
+"""Wheels (contents, manifest, metadata, reproducibility) and the index (index.json, PEP 503 pages that
+pip accepts, shards merged by re-indexing)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from buildtool import index, package
+from buildtool.cli import app
+from buildtool.compile import KernelTree
+from buildtool.matrix import Matrix
+from buildtool.plan import BindingJob, Cell, CompileJob, WheelSpec, universal_wheel
+
+JOBS = (CompileJob(12, "8.0", "sass", "fwd_fp16_d64"), CompileJob(12, "9.0", "sass", "fwd_fp16_d64"),
+        CompileJob(12, "9.0", "ptx", "fwd_fp16_d64"))
+
+
+def _spec(torch: str = "2.8") -> WheelSpec:
+    return WheelSpec(
+        cuda_major=12, torch_minor=torch, cxx11abi=True, sass=("8.0", "9.0"), ptx="9.0",
+        cells=(Cell(torch, 12, "3.11"), Cell(torch, 12, "3.12")), compile_jobs=JOBS,
+        binding=BindingJob(torch, f"{torch}.0", True, None), variant=f"cu12torch{torch}",
+        version=f"0.1.0+cu12torch{torch}",
+    )
+
+
+@pytest.fixture(scope="module")
+def host_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("lib")
+    (d / "x.c").write_text("int fa_answer(void) { return 42; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", str(d / "x.c"), "-o", str(d / "libx.so")], check=True)
+    return d / "libx.so"
+
+
+@pytest.fixture
+def images(tmp_path: Path) -> dict[CompileJob, Path]:
+    out = {}
+    for i, job in enumerate(JOBS):
+        p = tmp_path / f"img{i}"
+        p.write_bytes(f"image of {job}".encode())
+        out[job] = p
+    return out
+
+
+def _build(spec, out, tree, images, lib):
+    return package.build_wheel(spec, out, tree, KernelTree(tree).tiles, images, lib)
+
+
+def test_kernel_wheel_contents_and_manifest(fixture_tree, images, host_lib, tmp_path):
+    built = _build(_spec(), tmp_path / "w", fixture_tree, images, host_lib)
+    assert built.path.name == f"fa_attn-0.1.0+cu12torch2.8-py3-none-{built.platform}.whl"
+    assert built.platform.startswith("manylinux_") and "admitted" in built.platform_reason
+    with zipfile.ZipFile(built.path) as zf:
+        names = zf.namelist()
+        man = json.loads(zf.read("fa_attn/manifest.json"))
+        meta = zf.read("fa_attn-0.1.0+cu12torch2.8.dist-info/METADATA").decode()
+        assert zf.read("fa_attn/kernels/sm_80/fwd_fp16_d64.cubin") == images[JOBS[0]].read_bytes()
+        assert zf.read("fa_attn/libfa_attn_ops.so") == host_lib.read_bytes()
+    assert "fa_attn/__init__.py" in names and "fa_attn/kernels/compute_90/fwd_fp16_d64.ptx" in names
+    assert names[-1].endswith(".dist-info/RECORD") and not any("__pycache__" in n for n in names)
+    assert "Requires-Dist" not in meta and "Requires-Python: >=3.9" in meta and "Name: fa-attn" in meta
+    assert man["cuda_major"] == 12 and man["toolkit"] == "12.9.86" and man["min_driver"] == "525.60.13"
+    assert man["ptx_min_driver"] == "575.51.03" and man["sass"] == ["8.0", "9.0"] and man["ptx"] == "9.0"
+    assert man["torch"] == "2.8" and man["cxx11abi"] is True and man["binding"] == "libfa_attn_ops.so"
+    assert man["features"] == ["causal"]
+    files = {k["file"] for k in man["kernels"]}
+    assert files == {"kernels/sm_80/fwd_fp16_d64.cubin", "kernels/sm_90/fwd_fp16_d64.cubin",
+                     "kernels/compute_90/fwd_fp16_d64.ptx"}
+    k80 = next(k for k in man["kernels"] if k["arch"] == "8.0")
+    assert k80["entries"]["fa_fwd"]["threads"] == 32 and k80["head_dim"] == 64 and k80["dtype"] == "fp16"
+    cov = {(c["arch"], c["image"]): c["head_dims"] for c in man["coverage"]}
+    assert cov[("9.0", "ptx")] == list(range(8, 65, 8))
+
+
+def test_wheels_are_reproducible(fixture_tree, images, host_lib, tmp_path):
+    a = _build(_spec(), tmp_path / "a", fixture_tree, images, host_lib)
+    b = _build(_spec(), tmp_path / "b", fixture_tree, images, host_lib)
+    assert a.path.read_bytes() == b.path.read_bytes()
+
+
+def test_universal_wheel(fixture_tree, tmp_path):
+    matrix = Matrix(version="0.1.0", torch=("2.8",), cuda=(12,), python=("3.11",), archs={12: ("8.0",)},
+                    ptx={12: "8.0"})
+    built = _build(universal_wheel(matrix), tmp_path, fixture_tree, {}, None)
+    assert built.path.name == "fa_attn-0.1.0-py3-none-any.whl"
+    with zipfile.ZipFile(built.path) as zf:
+        man = json.loads(zf.read("fa_attn/manifest.json"))
+        assert "Root-Is-Purelib: true" in zf.read("fa_attn-0.1.0.dist-info/WHEEL").decode()
+    for key in ("cuda_major", "toolkit", "torch", "cxx11abi", "min_driver", "ptx_min_driver", "ptx", "binding"):
+        assert man[key] is None, key
+    assert man["sass"] == [] and man["kernels"] == [] and man["coverage"] == [] and man["variant"] == ""
+
+
+def test_missing_image_is_a_package_error(fixture_tree, images, host_lib, tmp_path):
+    del images[JOBS[1]]
+    with pytest.raises(package.PackageError, match="no image for fwd_fp16_d64 on 9.0"):
+        _build(_spec(), tmp_path, fixture_tree, images, host_lib)
+    assert list(tmp_path.glob("*.whl*")) == []
+
+
+def test_index_json_and_pep503_pages_pip_accepts(fixture_tree, images, host_lib, tmp_path):
+    out = tmp_path / "wheels"
+    a = _build(_spec("2.8"), out, fixture_tree, images, host_lib)
+    data = index.write_index(out)
+    (entry,) = data["wheels"]
+    assert entry["file"] == a.path.name and entry["size"] == a.path.stat().st_size
+    assert entry["sha256"] == index._sha256(a.path) and entry["platform_tag"] == a.platform
+    assert (entry["python_tag"], entry["abi_tag"], entry["requires_python"]) == ("py3", "none", ">=3.9")
+    assert json.loads((out / "index.json").read_text()) == data
+    page = (out / "simple" / "fa-attn" / "index.html").read_text()
+    assert f"#sha256={entry['sha256']}" in page
+    for source in (["--index-url", (out / "simple").as_uri()], ["--no-index", "--find-links", str(out)]):
+        dl = tmp_path / ("dl" + source[0])
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(dl), *source,
+             "fa-attn==0.1.0+cu12torch2.8"], capture_output=True, text=True, check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert [p.name for p in dl.iterdir()] == [a.path.name]
+
+
+def test_fa_index_merges_shards(fixture_tree, images, host_lib, tmp_path):
+    one, two, merged = tmp_path / "s1", tmp_path / "s2", tmp_path / "all"
+    _build(_spec("2.7"), one, fixture_tree, images, host_lib)
+    _build(_spec("2.8"), two, fixture_tree, images, host_lib)
+    merged.mkdir()
+    for d in (one, two):
+        for w in d.glob("*.whl"):
+            shutil.copy(w, merged)
+    result = CliRunner().invoke(app, ["index", str(merged)])
+    assert result.exit_code == 0, result.output
+    data = json.loads((merged / "index.json").read_text())
+    assert sorted(w["torch"] for w in data["wheels"]) == ["2.7", "2.8"]
+
+
+def test_fa_index_rejects_a_foreign_file(tmp_path):
+    (tmp_path / "fa_attn-0.1.0-py3-none-any.whl").write_bytes(b"not a zip")
+    result = CliRunner().invoke(app, ["index", str(tmp_path)])
+    assert result.exit_code == 1 and "not an fa-attn wheel" in result.output
