@@ -20,6 +20,7 @@ import torch
 from . import kernel_choice
 from .inputs import AttnCall
 from .kernel_choice import Reason
+from .ops import KernelLaunch
 
 
 class FaFallbackWarning(UserWarning):
@@ -36,12 +37,8 @@ class Dispatch:
     arch: str | None                # arch of the image that runs; None on fallback
     reasons: tuple[Reason, ...]     # why fallback (empty otherwise)
     head_dim: int | None = None     # head dim the kernels run with (padded to a multiple of 8)
-    fwd_kernel: dict | None = field(default=None, repr=False)  # manifest `kernels` items that run
-    bwd_kernel: dict | None = field(default=None, repr=False)
-
-    @property
-    def uses_kernels(self) -> bool:
-        return self.path != "fallback"
+    fwd: KernelLaunch | None = field(default=None, repr=False)  # what the ops launch
+    bwd: KernelLaunch | None = field(default=None, repr=False)  # None: no backward will run
 
 
 @dataclass(frozen=True)
@@ -77,14 +74,15 @@ def features_of(call: AttnCall, backward: bool) -> frozenset[str]:
     return frozenset(used)
 
 
-def facts_of(call: AttnCall, *tensors: torch.Tensor) -> CallFacts:
-    backward = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+def facts_for(device_type: str, device_index: int | None, dtype: str, head_dim: int, backward: bool,
+              features: frozenset[str]) -> CallFacts:
+    """The facts of a live call; the compute capability is read from its GPU (a range, compared later)."""
+    rocm = bool(torch.version.hip)
     sm = None
-    if call.device.type == "cuda" and not torch.version.hip:
-        major, minor = torch.cuda.get_device_capability(call.device)
+    if device_type == "cuda" and not rocm:
+        major, minor = torch.cuda.get_device_capability(torch.device("cuda", device_index))
         sm = f"{major}.{minor}"
-    return CallFacts(call.device.type, bool(torch.version.hip), sm, call.dtype_name, call.head_dim, backward,
-                     features_of(call, backward))
+    return CallFacts(device_type, rocm, sm, dtype, head_dim, backward, features)
 
 
 def driver_version() -> str | None:
@@ -105,7 +103,8 @@ def _fallback(*reasons: Reason) -> Dispatch:
 
 
 def decide(facts: CallFacts, manifest: dict, load_binding: Callable[[], Reason | None],
-           driver: Callable[[], str | None] = driver_version) -> Dispatch:
+           driver: Callable[[], str | None] = driver_version, package_dir: Path = Path(".")) -> Dispatch:
+    """package_dir: where the manifest's kernel `file`s are (the installed fa_attn/ directory)."""
     if facts.device_type != "cuda" or facts.rocm:
         where = "ROCm (AMD GPU)" if facts.rocm else facts.device_type
         return _fallback(Reason("device-not-cuda", f"the tensors are on {where}; fa's kernels are NVIDIA-only",
@@ -135,7 +134,8 @@ def decide(facts: CallFacts, manifest: dict, load_binding: Callable[[], Reason |
     problem = load_binding()
     if problem is not None:
         return _fallback(problem)
-    return Dispatch(choice.path, choice.arch, (), choice.head_dim, fwd, bwd)
+    return Dispatch(choice.path, choice.arch, (), choice.head_dim, KernelLaunch.from_manifest(fwd, package_dir),
+                    KernelLaunch.from_manifest(bwd, package_dir) if bwd else None)
 
 
 _report_lock = threading.Lock()
@@ -154,12 +154,12 @@ def report(dispatch: Dispatch) -> None:
     skipped there (they are side effects the compiled graph cannot replay), FA_STRICT still raises.
     """
     if torch.compiler.is_compiling():
-        if strict() and not dispatch.uses_kernels:
+        if strict() and dispatch.path == "fallback":
             raise FaFallbackError(_strict_message(dispatch))
         return
     with _report_lock:
         _last[:] = [dispatch]
-    if dispatch.uses_kernels:
+    if dispatch.path != "fallback":
         return
     if strict():
         raise FaFallbackError(_strict_message(dispatch))

@@ -18,26 +18,34 @@ from .inputs import AttnCall
 
 
 def _decide(call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Dispatch:
-    facts = _dispatch.facts_of(call, q, k, v)
-    return _dispatch.decide(facts, loader.manifest(), loader.load_binding)
+    backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    return _decide_for(call.device.type, call.device.index, call.dtype_name, call.head_dim, backward,
+                       tuple(sorted(_dispatch.features_of(call, backward))))
+
+
+# torch.compile runs this for real while tracing and bakes the (constant) result into the graph: the
+# decision reads files, the driver and the binding, none of which belongs in a graph. Every argument
+# is a tensor property that the compiled graph is guarded on anyway.
+@torch.compiler.assume_constant_result
+def _decide_for(device_type: str, device_index: int | None, dtype: str, head_dim: int, backward: bool,
+                features: tuple[str, ...]) -> Dispatch:
+    facts = _dispatch.facts_for(device_type, device_index, dtype, head_dim, backward, frozenset(features))
+    return _dispatch.decide(facts, loader.manifest(), loader.load_binding, package_dir=loader.PACKAGE_DIR)
 
 
 def _run_kernels(call: AttnCall, route: Dispatch, q: torch.Tensor, k: torch.Tensor,
                  v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    assert route.fwd_kernel is not None and route.head_dim is not None
+    assert route.fwd is not None and route.head_dim is not None
     pad = route.head_dim - call.head_dim
     if pad:  # kernels need a multiple of 8; zero columns change neither q.k nor the kept outputs
         q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))
     q, k, v = (_row_aligned(t) for t in (q, k, v))
-    module, entries, launch = ops.encode_launch(route.fwd_kernel)
-    bwd_module, bwd_entries, bwd_launch = ("", "", [])
-    if route.bwd_kernel is not None:
-        bwd_module, bwd_entries, bwd_launch = ops.encode_launch(route.bwd_kernel)
+    fwd, bwd = route.fwd, route.bwd or ops.NO_LAUNCH
     varlen = call.varlen
     out, lse = torch.ops.fa_attn.fwd(
         q, k, v, varlen.cu_seqlens_q if varlen else None, varlen.cu_seqlens_k if varlen else None,
         call.seqlen_q, call.seqlen_k, call.softmax_scale, call.causal, call.window_left, call.window_right,
-        call.softcap, module, entries, launch, bwd_module, bwd_entries, bwd_launch)
+        call.softcap, fwd.module, fwd.entries, list(fwd.launch), bwd.module, bwd.entries, list(bwd.launch))
     return (out[..., :call.head_dim] if pad else out), lse
 
 
@@ -70,7 +78,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     route = _decide(call, q, k, v)
     _dispatch.report(route)
     want_lse = return_lse or return_attn_probs
-    if route.uses_kernels:
+    if route.path != "fallback":  # (a field, not a property: torch.compile reads it)
         out, lse = _run_kernels(call, route, q, k, v)
     else:
         out, lse = fallback.attention(call, q, k, v, want_lse)
@@ -88,7 +96,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     route = _decide(call, q, k, v)
     _dispatch.report(route)
     want_lse = return_lse or return_attn_probs
-    if route.uses_kernels:
+    if route.path != "fallback":  # (a field, not a property: torch.compile reads it)
         out, lse = _run_kernels(call, route, q, k, v)
     else:
         out, lse = fallback.varlen_attention(call, q, k, v, want_lse)

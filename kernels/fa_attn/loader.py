@@ -99,8 +99,3 @@ def _load(man: dict) -> Reason | None:
         return Reason("binding-unavailable", f"{path.name} loaded but registered no CUDA kernel for fa_attn::fwd",
                       "reinstall fa-attn (the binding does not match this runtime)")
     return None
-
-
-def kernel_path(entry: dict) -> str:
-    """Absolute path of a manifest kernel image (its `file` is relative to the package dir)."""
-    return str(PACKAGE_DIR / entry["file"])

@@ -19,6 +19,9 @@ autograd formula needs nothing but the op's own inputs.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
 import torch
 
 NAMESPACE = "fa_attn"
@@ -43,15 +46,23 @@ _lib.define(_FWD_SCHEMA)
 _lib.define(_BWD_SCHEMA)
 
 
-def encode_launch(entry: dict) -> tuple[str, str, list[int]]:
-    """A manifest `kernels` item -> (module path, entries, launch) arguments of the ops."""
-    from .loader import kernel_path
+@dataclass(frozen=True)
+class KernelLaunch:
+    """The (module, entries, launch) arguments of the ops for one manifest `kernels` item."""
+    module: str                # absolute path of the cubin/PTX file
+    entries: str               # comma-separated extern "C" names, in launch order
+    launch: tuple[int, ...]    # [head_dim_bucket, then 5 ints per entry] (module docstring)
 
-    launch = [int(entry["head_dim"])]
-    for spec in entry["entries"].values():
-        launch += [int(spec["threads"]), int(spec["block_m"]), int(spec["block_n"]),
-                   int(spec["smem_bytes"]), GRID_CODES[spec["grid"]]]
-    return kernel_path(entry), ",".join(entry["entries"]), launch
+    @classmethod
+    def from_manifest(cls, entry: dict, package_dir: Path) -> KernelLaunch:
+        launch = [int(entry["head_dim"])]
+        for spec in entry["entries"].values():
+            launch += [int(spec["threads"]), int(spec["block_m"]), int(spec["block_n"]),
+                       int(spec["smem_bytes"]), GRID_CODES[spec["grid"]]]
+        return cls(str(package_dir / entry["file"]), ",".join(entry["entries"]), tuple(launch))
+
+
+NO_LAUNCH = KernelLaunch("", "", ())  # the forward's backward arguments when no backward will run
 
 
 def lse_shape(q: torch.Tensor, cu_seqlens_q: torch.Tensor | None) -> tuple[int, ...]:

@@ -45,9 +45,11 @@ def loaded() -> None:
 def test_kernels_chosen_with_bucket_and_padding() -> None:
     d = decide(facts(features=("causal", "gqa")), MANIFEST, loaded)
     assert (d.path, d.arch, d.head_dim, d.reasons) == ("sass", "8.0", 104, ())
-    assert d.fwd_kernel["head_dim"] == 128 and d.bwd_kernel["head_dim"] == 128
-    assert list(d.bwd_kernel["entries"]) == ["fa_bwd_preprocess", "fa_bwd", "fa_bwd_convert_dq"]
-    assert decide(facts(backward=False), MANIFEST, loaded).bwd_kernel is None
+    assert d.fwd.launch == (128, 128, 128, 64, 49152, 0)  # bucket, then threads, block_m/n, smem, q_blocks
+    assert d.fwd.module.endswith("kernels/sm_80/fwd_bf16_d128.cubin")
+    assert d.bwd.entries == "fa_bwd_preprocess,fa_bwd,fa_bwd_convert_dq"
+    assert d.bwd.launch == (128, 256, 64, 64, 90000, 0, 256, 64, 64, 90000, 1, 256, 64, 64, 90000, 0)
+    assert decide(facts(backward=False), MANIFEST, loaded).bwd is None
 
 
 @pytest.mark.parametrize(("kwargs", "code"), [
