@@ -39,7 +39,14 @@ FA_DEVICE void load_tile_async(SmemTile<ROWS, COLS> tile, const u16* gmem, fa_i6
   constexpr int kChunksPerRow = COLS / 8;
   constexpr int kChunks = ROWS * kChunksPerRow;
   constexpr int kIters = (kChunks + THREADS - 1) / THREADS;
-#pragma unroll
+  // A rolled loop on sm80+: cp.async returns at once, and an unrolled one made ptxas precompute
+  // every copy's addresses up front (spills in the d256 kernels). On sm75 the copy is a real load:
+  // unroll a little so several are in flight.
+#if FA_HAS_CP_ASYNC
+#pragma unroll 1
+#else
+#pragma unroll 4
+#endif
   for (int it = 0; it < kIters; ++it) {
     const int i = tid + it * THREADS;
     if (kChunks % THREADS != 0 && i >= kChunks) break;

@@ -1,0 +1,247 @@
+"""Registers, spills, shared memory and occupancy of every kernel unit, per arch, from ptxas itself.
+
+    python bench/kernel_resources.py                    # CUDA 12, every arch it targets
+    python bench/kernel_resources.py --cuda 11 --arch 7.5 --arch 8.0 --json out.json
+    python bench/kernel_resources.py --lib-dir /path/to/nvrtc/lib   # an unpacked NVRTC, no download
+
+Compiles each unit of kernels/tiles.py for each arch with `-Xptxas=-v` (in parallel, one NVRTC per
+worker process), prints one row per (unit, arch, entry) and writes the rows as JSON. No GPU needed.
+Fails (exit 1) if a compile fails or a launch's shared memory exceeds its arch's per-block limit.
+
+Occupancy (blocks/SM) is the usual calculator's estimate from per-SM limits (CUDA C++ Programming
+Guide, "Technical Specifications per Compute Capability"): registers allocated per warp in units of
+256, shared memory plus the 1 KB per block the driver reserves (sm80+), threads and blocks per SM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import json
+import math
+import multiprocessing
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from buildtool import kernels_src, toolkits
+from buildtool.cuda_facts import TOOLKITS
+from buildtool.nvrtc import NvrtcError, open_nvrtc, parse_resource_usage
+
+REGS_PER_SM = 64 * 1024
+
+
+@dataclass(frozen=True)
+class SmLimits:
+    smem_per_sm: int  # bytes
+    reserved_per_block: int  # bytes the driver keeps per resident block
+    threads: int
+    blocks: int
+
+
+# Per compute capability; 8.8 and 11.0 have no published row we could check: assumed like 8.6 / 10.0.
+SM_LIMITS: dict[str, SmLimits] = {
+    "7.5": SmLimits(64 * 1024, 0, 1024, 16),
+    "8.0": SmLimits(164 * 1024, 1024, 2048, 32),
+    "8.6": SmLimits(100 * 1024, 1024, 1536, 16),
+    "8.7": SmLimits(164 * 1024, 1024, 1536, 16),
+    "8.8": SmLimits(100 * 1024, 1024, 1536, 16),
+    "8.9": SmLimits(100 * 1024, 1024, 1536, 24),
+    "9.0": SmLimits(228 * 1024, 1024, 2048, 32),
+    "10.0": SmLimits(228 * 1024, 1024, 2048, 32),
+    "10.1": SmLimits(228 * 1024, 1024, 2048, 32),
+    "10.3": SmLimits(228 * 1024, 1024, 2048, 32),
+    "11.0": SmLimits(228 * 1024, 1024, 2048, 32),
+    "12.0": SmLimits(100 * 1024, 1024, 1536, 32),
+    "12.1": SmLimits(100 * 1024, 1024, 1536, 32),
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    unit: str
+    arch: str
+    entry: str
+    threads: int
+    registers: int
+    spill_stores: int
+    spill_loads: int
+    stack_bytes: int
+    static_smem: int
+    dynamic_smem: int
+    smem_limit: int
+    blocks_per_sm: int
+    compile_s: float
+
+    @property
+    def smem_ok(self) -> bool:
+        return self.static_smem + self.dynamic_smem <= self.smem_limit
+
+
+@dataclass(frozen=True)
+class Job:
+    unit: str
+    arch: str
+    source_name: str
+    source: str
+    options: tuple[str, ...]
+    launches: tuple[tuple[str, int, int], ...]  # (entry, threads, dynamic smem)
+    smem_limit: int  # the arch's per-block maximum (tiles.SMEM_LIMIT)
+
+
+def blocks_per_sm(arch: str, threads: int, registers: int, smem: int) -> int:
+    lim = SM_LIMITS[arch]
+    warps = math.ceil(threads / 32)
+    regs_per_warp = math.ceil(max(registers, 1) * 32 / 256) * 256
+    by_regs = REGS_PER_SM // (regs_per_warp * warps)
+    by_smem = lim.smem_per_sm // (smem + lim.reserved_per_block) if smem else lim.blocks
+    by_threads = lim.threads // threads
+    return max(0, min(by_regs, by_smem, by_threads, lim.blocks))
+
+
+def _headers(kdir: Path) -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted((kdir / "csrc").iterdir()) if p.suffix in (".h", ".cuh")}
+
+
+def _compile(job: Job, lib_dir: str, headers: dict[str, str]) -> list[Row] | str:
+    """Worker body: one unit for one arch; rows, or NVRTC's log on failure."""
+    t0 = time.perf_counter()
+    target = "sm_" + job.arch.replace(".", "")
+    try:
+        out = open_nvrtc(lib_dir).compile(job.source, job.source_name, target, list(job.options), headers)
+    except NvrtcError as e:
+        return f"{job.unit} for {target}: {e}"
+    seconds = time.perf_counter() - t0
+    usage = {u.kernel: u for u in parse_resource_usage(out.log)}
+    rows = []
+    for entry, threads, smem in job.launches:
+        u = usage.get(entry)
+        if u is None:
+            return f"{job.unit} for {target}: ptxas reported nothing for entry {entry}\n{out.log}"
+        rows.append(
+            Row(
+                unit=job.unit,
+                arch=job.arch,
+                entry=entry,
+                threads=threads,
+                registers=u.registers,
+                spill_stores=u.spill_stores,
+                spill_loads=u.spill_loads,
+                stack_bytes=u.stack_bytes,
+                static_smem=u.static_smem,
+                dynamic_smem=smem,
+                smem_limit=job.smem_limit,
+                blocks_per_sm=blocks_per_sm(job.arch, threads, u.registers, smem + u.static_smem),
+                compile_s=round(seconds, 2),
+            )
+        )
+    return rows
+
+
+def plan(archs: list[str]) -> list[Job]:
+    tiles = kernels_src.tiles()
+    kdir = kernels_src.kernels_dir()
+    jobs = []
+    for arch in archs:
+        for u in tiles.units(arch):
+            defines = tuple(f"-D{k}={v}" for k, v in sorted(u.defines.items()))
+            jobs.append(
+                Job(
+                    unit=u.name,
+                    arch=arch,
+                    source_name=u.source,
+                    source=(kdir / u.source).read_text(),
+                    options=(*tiles.nvrtc_options(arch), *defines, "-Xptxas=-v"),
+                    launches=tuple((name, lc.threads, lc.smem_bytes) for name, lc in u.entries.items()),
+                    smem_limit=tiles.SMEM_LIMIT[arch],
+                )
+            )
+    return jobs
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cuda", type=int, default=12, choices=sorted(TOOLKITS), help="CUDA major (default 12)")
+    ap.add_argument(
+        "--arch", action="append", help="arch like 8.0 (repeatable; default: all the toolkit targets)"
+    )
+    ap.add_argument("--lib-dir", help="an unpacked NVRTC lib dir (default: the pinned wheel, fetched once)")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--json", type=Path, help="where to write the rows (default bench/results/...)")
+    args = ap.parse_args(argv)
+
+    archs = args.arch or list(TOOLKITS[args.cuda].archs)
+    unknown = [a for a in archs if a not in SM_LIMITS]
+    if unknown:
+        ap.error(f"--arch {', '.join(unknown)}: no per-SM limits known (known: {', '.join(SM_LIMITS)})")
+    lib_dir = args.lib_dir or str(toolkits.nvrtc_lib_dir(args.cuda))
+    jobs = plan(archs)
+    headers = _headers(kernels_src.kernels_dir())
+
+    rows: list[Row] = []
+    errors: list[str] = []
+    t0 = time.perf_counter()
+    ctx = multiprocessing.get_context("spawn")
+    with cf.ProcessPoolExecutor(max_workers=max(1, args.workers), mp_context=ctx) as pool:
+        futs = [pool.submit(_compile, j, lib_dir, headers) for j in jobs]
+        for fut in cf.as_completed(futs):
+            res = fut.result()
+            if isinstance(res, str):
+                errors.append(res)
+            else:
+                rows.extend(res)
+    wall = time.perf_counter() - t0
+    order = {a: i for i, a in enumerate(archs)}
+    rows.sort(key=lambda r: (order[r.arch], r.unit, r.entry))
+
+    head = (
+        f"{'unit':<16} {'arch':>5} {'entry':<18} {'thr':>4} {'regs':>4} {'spill st/ld':>11} "
+        f"{'smem':>7} {'limit':>7} {'blk/SM':>6} {'compile':>7}"
+    )
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        flag = "" if r.smem_ok else "  OVER SMEM LIMIT"
+        print(
+            f"{r.unit:<16} {r.arch:>5} {r.entry:<18} {r.threads:>4} {r.registers:>4} "
+            f"{f'{r.spill_stores}/{r.spill_loads}':>11} {r.static_smem + r.dynamic_smem:>7} {r.smem_limit:>7} "
+            f"{r.blocks_per_sm:>6} {r.compile_s:>6.1f}s{flag}"
+        )
+    total = sum(r.compile_s for r in {(r.unit, r.arch): r for r in rows}.values())
+    print(
+        f"\n{len(jobs)} programs, CUDA {args.cuda} ({lib_dir}); NVRTC time {total:.1f}s summed, "
+        f"{wall:.1f}s wall on {args.workers} workers"
+    )
+
+    out = args.json or Path(__file__).resolve().parent / "results" / f"kernel_resources_cu{args.cuda}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        json.dumps(
+            {
+                "cuda": args.cuda,
+                "lib_dir": lib_dir,
+                "wall_s": round(wall, 1),
+                "rows": [asdict(r) for r in rows],
+                "errors": errors,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+    print(f"wrote {out}")
+
+    over = [r for r in rows if not r.smem_ok]
+    for e in errors:
+        print(f"error: {e}", file=sys.stderr)
+    for r in over:
+        print(
+            f"error: {r.unit} on {r.arch}: {r.static_smem + r.dynamic_smem} B smem > {r.smem_limit}",
+            file=sys.stderr,
+        )
+    return 1 if errors or over else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
