@@ -9,6 +9,7 @@ Order of preference among the wheels that fit (issue 5, "Selection"):
    break ties, and each one's answer is reported.
 2. the CUDA major of the installed torch (the driver supports it, or the wheel would not fit),
    else the highest major.
+3. the newest fa-attn version.
 The verdict and the runtime answer are GPU 0's.
 """
 
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from packaging.version import Version
 
 from buildtool import kernels_src
 from buildtool.probe import Env, Gpu
@@ -104,9 +107,12 @@ def select(entries: Sequence[WheelEntry], env: Env, request: Request = Request()
     def rank(fit: WheelFit) -> tuple:
         paths = [runtime_for(fit.entry, env, gpu, request, stack).path for gpu in gpus]
         kind = 3 if fit.entry.universal else _PATH_RANK[paths[0]]
-        return (kind, [_PATH_RANK[p] for p in paths[1:]], _cuda_preference(fit.entry, env), fit.entry.file)
+        return (kind, [_PATH_RANK[p] for p in paths[1:]], _cuda_preference(fit.entry, env))
 
-    fitting = sorted((w for w in wheels if w.fits), key=rank)
+    # Equal ranks go to the newest fa-attn version (sort is stable), then the file name.
+    fitting = sorted((w for w in wheels if w.fits), key=lambda w: w.entry.file)
+    fitting.sort(key=lambda w: Version(w.entry.version), reverse=True)
+    fitting.sort(key=rank)
     selected = fitting[0].entry if fitting else None
     answers = tuple(GpuAnswer(i, gpu, runtime_for(selected, env, gpu, request, stack))
                     for i, gpu in enumerate(env.gpus))

@@ -45,3 +45,14 @@ def test_case(path: Path, entries):
     assert all(w.fits or w.reasons for w in selection.wheels)
     if selection.verdict in ("fallback", "no-wheel"):
         assert selection.codes
+
+
+def test_newest_version_wins_a_tie():
+    from tests.select.fixture_index import kernel_entry
+
+    old, new = kernel_entry(12, "2.5", False), kernel_entry(12, "2.5", False)
+    for key in ("file", "version"):
+        new[key] = new[key].replace("0.1.0", "0.10.0")  # numerically newer, textually smaller
+    env = env_from_json(json.loads((ENVS / "aws-a10g-pypi-torch.json").read_text())["env"])
+    wheels = [entry_from_dict(old, "old"), entry_from_dict(new, "new")]
+    assert select(wheels, env).selected.version == "0.10.0+cu12torch2.5cxx11abifalse"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from buildtool.probe import probe
-from tests.select.tiny_wheels import build_wheelhouse
+from tests.select.tiny_wheels import BROKEN_WHEN_INSTALLED, build_wheelhouse
 
 # Each test makes a venv and runs pip several times (about 10 s each): slow, but still run in CI.
 pytestmark = pytest.mark.slow
@@ -147,3 +147,19 @@ def test_no_wheel_exits_1(venv: Path, tmp_path: Path):
     assert rc == 1 and out["verdict"] == "no-wheel" and out["selected"] is None
     assert "torch-version-mismatch" in out["codes"]
     assert installed(venv) is None
+
+
+def test_failed_final_check_rolls_back_to_the_previous_version(venv: Path, wheelhouse: Path, tmp_path: Path):
+    rc, out = fa(venv, "install", "--wheels", str(wheelhouse), cwd=tmp_path)
+    assert rc == 0 and installed(venv) == f"0.1.0+{expected_variant()}"
+    before = freeze(venv)
+    # 0.2.0 imports in the trial directory but not once installed; 0.1.0 is still in the same index.
+    torch = probe().torch
+    assert torch is not None
+    build_wheelhouse(wheelhouse, torch.minor, bool(torch.cxx11abi), broken=expected_variant(),
+                     init_py=BROKEN_WHEN_INSTALLED, version="0.2.0")
+    rc, out = fa(venv, "install", "--wheels", str(wheelhouse), cwd=tmp_path)
+    assert rc == 1 and out["selected"].startswith("fa_attn-0.2.0+")
+    assert "broken once installed" in out["message"] and "rolled back" in out["message"]
+    assert installed(venv) == f"0.1.0+{expected_variant()}"
+    assert changed(before, freeze(venv)) <= {"fa-attn"}  # the same version, reinstalled from the index

@@ -32,19 +32,24 @@ def build_wheel(out_dir: Path, entry: dict[str, Any], init_py: str | None = None
     return path
 
 
-def build_wheelhouse(out_dir: Path, torch_minor: str, cxx11abi: bool, broken: str | None = None) -> Path:
+BROKEN = "raise ImportError('fa_attn test wheel: deliberately broken')\n"
+# Imports from pip's scratch --target directory, fails once really installed: exercises the roll back.
+BROKEN_WHEN_INSTALLED = ("if 'fa-install-' not in __file__ or '/stage/' not in __file__:\n"
+                         "    raise ImportError('fa_attn test wheel: broken once installed')\n")
+
+
+def build_wheelhouse(out_dir: Path, torch_minor: str, cxx11abi: bool, broken: str | None = None,
+                     init_py: str = BROKEN, version: str = "0.1.0") -> Path:
     """Wheels for `torch_minor` (cu12 and cu13), one for another torch, the universal one, and index.json.
-    `broken`: a variant whose fa_attn fails to import."""
+    `broken`: the variant whose fa_attn/__init__.py is `init_py`. Wheels already in out_dir are indexed too."""
     out_dir.mkdir(parents=True, exist_ok=True)
     entries = [kernel_entry(12, torch_minor, cxx11abi), kernel_entry(13, torch_minor, cxx11abi),
                kernel_entry(12, "2.5", False), universal_entry()]
-    wheels = []
     for entry in entries:
-        init = "raise ImportError('fa_attn test wheel: deliberately broken')\n" if entry["variant"] == broken else None
-        wheels.append(build_wheel(out_dir, entry, init))
-    index = {"schema": 1, "package": "fa-attn", "wheels": []}
-    for wheel in wheels:
-        e = entry_from_wheel(wheel)
-        index["wheels"].append({**e.raw})
+        for key in ("file", "version"):
+            entry[key] = entry[key].replace("0.1.0", version, 1)
+        build_wheel(out_dir, entry, init_py if entry["variant"] == broken else None)
+    index = {"schema": 1, "package": "fa-attn",
+             "wheels": [dict(entry_from_wheel(w).raw) for w in sorted(out_dir.glob("*.whl"))]}
     (out_dir / "index.json").write_text(json.dumps(index, indent=1))
     return out_dir
