@@ -112,8 +112,12 @@ def entry_from_dict(raw: Any, where: str) -> WheelEntry:
         raise WheelIndexError(f"{where}.{key}: got {value!r}; re-run fa build to rewrite the index")
 
     sass = need("sass", list)
+    file = need("file", str)
+    # A bare file name: it is joined to the index's directory or URL and to a scratch directory.
+    if "/" in file or "\\" in file or not file.endswith(".whl") or file.startswith("."):
+        raise WheelIndexError(f"{where}.file: got {file!r}; expected a wheel file name next to index.json")
     return WheelEntry(
-        file=need("file", str), sha256=need("sha256", str), size=need("size", int, True),
+        file=file, sha256=need("sha256", str), size=need("size", int, True),
         version=need("version", str), variant=need("variant", str),
         cuda_major=need("cuda_major", int, True), torch=need("torch", str, True),
         cxx11abi=need("cxx11abi", bool, True), min_driver=need("min_driver", str, True),

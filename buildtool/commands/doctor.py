@@ -128,7 +128,8 @@ def install_cmd(
         out["message"] = "no wheel fits this machine; run fa doctor to see why"
     elif dry_run:
         out["ok"] = True
-        out["message"] = "dry run: nothing installed"
+        out["message"] = (f"dry run: nothing installed (a real run installs a copy of {plan.source} "
+                          "after checking its sha256 against the index)")
     else:
         try:
             result = install.run_install(plan, idx, log=lambda line: console.print(line, style="dim",

@@ -117,3 +117,12 @@ def test_human_report_has_a_fix_under_each_reason(index_dir: Path):
     assert "verdict: fallback" in text and "torch-version-mismatch" in text and "arch-unsupported" in text
     because = text.split("because:")[1].strip().splitlines()
     assert [line.strip().startswith("fix:") for line in because] == [False, True, False, True]
+
+
+@pytest.mark.parametrize("name", ["../../evil.whl", "sub/dir.whl", "fa_attn.tar.gz"])
+def test_index_file_names_must_be_plain_wheel_names(tmp_path: Path, name: str):
+    index = fixture_index()
+    index["wheels"][0]["file"] = name
+    (tmp_path / "index.json").write_text(json.dumps(index))
+    result = doctor("--wheels", str(tmp_path))
+    assert result.exit_code == 2 and "wheels[0].file" in result.output
