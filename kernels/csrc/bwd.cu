@@ -33,9 +33,13 @@
 // head h / (heads / heads_k)), varlen through cu_seqlens, bottom-right causal, sliding window, softcap.
 // Workspace layouts (the binding allocates them; docs/contracts.md and params.h describe them):
 //   lse          as the forward writes it: (batch, heads, seqlen_q), varlen (heads, total_q)
-//   dsoftmax_sum (batch, heads, seqlen_q_rounded), varlen (heads, total_q); fp32
-//   dq_accum     (batch, seqlen_q_rounded, heads, head_dim), varlen (total_q + 128 * batch, heads,
-//                head_dim), contiguous fp32; sequence b of a varlen batch starts at row cu_seqlens_q[b]
+//   dsoftmax_sum (batch, heads, seqlen_q_rounded), fp32; varlen: element (h, cu_seqlens_q[b] + i) of
+//                a contiguous (heads, total_q) view (the binding allocates (heads, total_q + 128 *
+//                batch); the tail is unused)
+//   dq_accum     (batch, seqlen_q_rounded, heads, FA_HEAD_DIM), varlen (total_q + 128 * batch, heads,
+//                FA_HEAD_DIM), contiguous fp32: the last dim is the compiled bucket ("dim_rounded"),
+//                of which the first head_dim columns are used; sequence b of a varlen batch starts at
+//                row cu_seqlens_q[b]
 //   dk, dv       per *query* head, with their own strides; the binding sums GQA groups.
 // Only rows and columns inside the sequence and head_dim are read or written, so the padding of the
 // workspaces is never touched (no initialisation needed beyond what fa_bwd_preprocess does).
@@ -226,8 +230,8 @@ FA_DEVICE Problem locate(const FaParams& p, int b, int h) {
   pr.dv = static_cast<u16*>(p.dv) + dv_bat + k_row0 * p.dv_row_stride + h * p.dv_head_stride;
   pr.lse = p.lse + lse_off;
   pr.dsum = p.dsoftmax_sum + dsum_off;
-  pr.dq_accum_row_stride = static_cast<fa_i64>(p.heads) * p.head_dim;
-  pr.dq_accum = p.dq_accum + acc_row0 * pr.dq_accum_row_stride + static_cast<fa_i64>(h) * p.head_dim;
+  pr.dq_accum_row_stride = static_cast<fa_i64>(p.heads) * kHeadDim;
+  pr.dq_accum = p.dq_accum + acc_row0 * pr.dq_accum_row_stride + static_cast<fa_i64>(h) * kHeadDim;
   return pr;
 }
 
@@ -285,7 +289,7 @@ extern "C" __global__ void __launch_bounds__(kThreads)
   }
 }
 
-extern "C" __global__ void __launch_bounds__(kThreads) fa_bwd(const __grid_constant__ FaParams params) {
+extern "C" __global__ void __launch_bounds__(kThreads, 1) fa_bwd(const __grid_constant__ FaParams params) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
