@@ -186,6 +186,7 @@ def _fwd_units(family: ArchFamily) -> list[KernelUnit]:
                         "FA_BLOCK_M": tile.block_m,
                         "FA_BLOCK_N": tile.block_n,
                         "FA_WARPS": tile.warps,
+                        "FA_SMEM_BYTES": tile.smem_bytes(d),  # static_asserted by fwd.cu
                         "FA_DTYPE_BF16": int(dtype == "bf16"),
                     },
                     entries={

@@ -63,6 +63,9 @@ using QTile = SmemTile<kBlockM, kHeadDim>;
 using KVTile = SmemTile<kBlockN, kHeadDim>;
 // tiles.py computes the same number for the launch: (BLOCK_M + 2 * BLOCK_N) * (D + 8) * 2.
 constexpr int kSmemBytes = QTile::kBytes + 2 * KVTile::kBytes;
+#ifdef FA_SMEM_BYTES
+static_assert(kSmemBytes == FA_SMEM_BYTES, "tiles.py's smem_bytes disagrees with this kernel's layout");
+#endif
 
 // Where one (batch, head) lives: its extents and first elements.
 struct Problem {

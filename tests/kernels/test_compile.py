@@ -1,0 +1,155 @@
+"""The kernel table's invariants, and real NVRTC compiles of a forward unit for each CUDA major.
+
+The compiles use the pinned NVRTC wheel of each major (buildtool.toolkits, fetched once into the
+tool's cache; set FA_TOOLKIT_WHEELS to a folder with the wheels to skip the download) and check the
+cubin's ELF header names the requested arch. They say nothing about numerical correctness: that is
+for the GPU tests (tests/gpu), which need a device.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from buildtool import kernels_src
+from buildtool.cuda_facts import TOOLKITS
+
+tiles = kernels_src.tiles()
+
+EM_CUDA = 190
+ALL_ARCHS = sorted(
+    {a for tk in TOOLKITS.values() for a in tk.archs}, key=lambda a: tuple(map(int, a.split(".")))
+)
+EVERY_HEAD_DIM = list(range(8, 257, 8))
+
+
+def cubin_sm(image: bytes) -> int:
+    """The SM number (e.g. 80) a cubin was built for. ELF ABI version 7 (CUDA 11/12 up to sm_90)
+    keeps it in e_flags bits 0-7; version 8 (CUDA 12 for sm_100+, all of CUDA 13) in bits 8-15."""
+    assert image[:4] == b"\x7fELF", "not an ELF image"
+    assert image[4] == 2, "not a 64-bit ELF"
+    (machine,) = struct.unpack_from("<H", image, 18)
+    assert machine == EM_CUDA, f"e_machine {machine}, expected EM_CUDA ({EM_CUDA})"
+    (flags,) = struct.unpack_from("<I", image, 48)
+    abi_version = image[8]
+    if abi_version == 7:
+        return flags & 0xFF
+    assert abi_version == 8, f"unknown CUDA ELF ABI version {abi_version}"
+    return (flags >> 8) & 0xFF
+
+
+# --- the table ----------------------------------------------------------------------------------
+
+
+def test_every_arch_of_every_toolkit_has_a_family():
+    for arch in ALL_ARCHS:
+        assert tiles.arch_family(arch) is not None, arch
+        assert tiles.units(arch), arch
+
+
+def test_archs_below_min_arch_or_unknown_have_no_units():
+    assert tiles.MIN_ARCH == "7.5"
+    for arch in ("7.0", "6.1", "5.2", "99.0"):
+        assert tiles.units(arch) == []
+
+
+@pytest.mark.parametrize("arch", ALL_ARCHS)
+def test_every_launch_fits_its_arch_shared_memory(arch):
+    limit = tiles.SMEM_LIMIT[arch]
+    for unit in tiles.units(arch):
+        for entry, launch in unit.entries.items():
+            assert launch.smem_bytes <= limit, f"{unit.name}.{entry} on {arch}: {launch.smem_bytes} > {limit}"
+            assert launch.threads % 32 == 0 and 32 <= launch.threads <= 1024, (unit.name, entry)
+            assert launch.grid in ("q_blocks", "k_blocks"), (unit.name, entry)
+
+
+def test_smem_limits_match_the_published_figures():
+    kib = {
+        arch: tiles.SMEM_LIMIT[arch] // 1024 for arch in ("7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0")
+    }
+    assert kib == {"7.5": 64, "8.0": 163, "8.6": 99, "8.9": 99, "9.0": 227, "10.0": 227, "12.0": 99}
+
+
+def test_turing_builds_fp16_only():
+    assert {u.dtype for u in tiles.units("7.5")} == {"fp16"}
+    assert all(u.defines["FA_DTYPE_BF16"] == 0 for u in tiles.units("7.5"))
+    assert {u.dtype for u in tiles.units("8.0")} == {"fp16", "bf16"}
+
+
+@pytest.mark.parametrize("arch", ALL_ARCHS)
+def test_forward_buckets_cover_every_head_dim_once(arch):
+    for dtype in tiles.arch_family(arch).dtypes:
+        fwd = [u for u in tiles.units(arch) if u.direction == "fwd" and u.dtype == dtype]
+        served = sorted(d for u in fwd for d in tiles.head_dims(u))
+        assert served == EVERY_HEAD_DIM, (arch, dtype)
+
+
+@pytest.mark.parametrize("arch", ALL_ARCHS)
+def test_units_are_unique_and_consistent(arch):
+    units = tiles.units(arch)
+    assert len({u.name for u in units}) == len(units)
+    for u in units:
+        assert u.head_dim in tiles.HEAD_DIM_BUCKETS
+        assert u.defines["FA_HEAD_DIM"] == u.head_dim
+        assert u.defines["FA_DTYPE_BF16"] == int(u.dtype == "bf16")
+        assert u.name == f"{u.direction}_{u.dtype}_d{u.head_dim}"
+        assert (kernels_src.kernels_dir() / u.source).is_file()
+    for u in (u for u in units if u.direction == "fwd"):
+        (launch,) = u.entries.values()
+        assert list(u.entries) == ["fa_fwd"] and launch.grid == "q_blocks"
+        assert launch.threads == 32 * u.defines["FA_WARPS"]
+        assert (launch.block_m, launch.block_n) == (u.defines["FA_BLOCK_M"], u.defines["FA_BLOCK_N"])
+        # fwd.cu: every warp owns whole 16-row mma tiles; shared memory as the kernel lays it out
+        assert launch.block_m % (16 * u.defines["FA_WARPS"]) == 0 and launch.block_n % 16 == 0
+        assert launch.smem_bytes == u.defines["FA_SMEM_BYTES"]
+
+
+def test_head_dims_of_a_unit():
+    by_dim = {u.head_dim: u for u in tiles.units("8.0") if u.direction == "fwd" and u.dtype == "fp16"}
+    assert tiles.head_dims(by_dim[32]) == [8, 16, 24, 32]
+    assert tiles.head_dims(by_dim[64]) == [40, 48, 56, 64]
+    assert tiles.head_dims(by_dim[256]) == [232, 240, 248, 256]
+
+
+def test_units_skip_missing_sources(tmp_path, monkeypatch):
+    monkeypatch.setattr(tiles, "_KERNELS_DIR", tmp_path)
+    assert tiles.units("8.0") == []
+
+
+def test_features_are_declared():
+    assert tiles.FEATURES >= {"causal", "gqa", "varlen"}
+    assert all(isinstance(f, str) for f in tiles.FEATURES)
+
+
+# --- real compiles ------------------------------------------------------------------------------
+
+# One small forward unit per CUDA major, on an arch that exercises a different code path each time:
+# Turing's m16n8k8 + register-staged copies, Ampere bf16 + cp.async, and a CUDA 13 ABI-v8 cubin.
+COMPILES = [(11, "7.5", "fwd_fp16_d32"), (12, "8.0", "fwd_bf16_d32"), (13, "12.0", "fwd_fp16_d32")]
+
+
+@pytest.mark.slow
+@pytest.mark.network
+@pytest.mark.parametrize(("major", "arch", "unit_name"), COMPILES)
+def test_forward_unit_compiles_to_a_cubin_for_its_arch(major, arch, unit_name):
+    from buildtool import toolkits
+    from buildtool.nvrtc import open_nvrtc, parse_resource_usage
+
+    unit = next(u for u in tiles.units(arch) if u.name == unit_name)
+    kdir = kernels_src.kernels_dir()
+    headers = {p.name: p.read_text() for p in (kdir / "csrc").iterdir() if p.suffix in (".h", ".cuh")}
+    options = [*tiles.nvrtc_options(arch), *(f"-D{k}={v}" for k, v in unit.defines.items()), "-Xptxas=-v"]
+    nvrtc = open_nvrtc(str(toolkits.nvrtc_lib_dir(major)))
+    assert nvrtc.version[0] == major
+
+    out = nvrtc.compile(
+        (kdir / unit.source).read_text(), unit.source, "sm_" + arch.replace(".", ""), options, headers
+    )
+
+    assert out.kind == "cubin"
+    assert cubin_sm(out.image) == int(arch.replace(".", ""))
+    (usage,) = parse_resource_usage(out.log)
+    assert usage.kernel == "fa_fwd"
+    assert usage.spill_stores == 0 and usage.spill_loads == 0, out.log
+    assert usage.static_smem + unit.entries["fa_fwd"].smem_bytes <= tiles.SMEM_LIMIT[arch]
