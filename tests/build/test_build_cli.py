@@ -1,0 +1,145 @@
+"""`fa build` end to end, as a user runs it (subprocesses): a --local build of the real kernels whose
+wheel installs into a fresh venv and works on CPU, a second build that compiles nothing (counters),
+a build killed half-way that resumes, and exit codes 2 (bad input) and 1 (failed build)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.network]
+
+REPO = Path(__file__).resolve().parents[2]
+
+TINY = """\
+version: "0.1.0"
+torch: ["2.8"]
+cuda: [12]
+python: ["3.11"]
+archs:
+  12: {archs}
+kernels:
+  dtypes: {dtypes}
+  head_dims: [64]
+  directions: [fwd]
+"""
+
+
+def _fa(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    full = {**os.environ, **env}
+    return subprocess.run([sys.executable, "-m", "buildtool.cli", *args], cwd=cwd, env=full,
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+def _summary(proc: subprocess.CompletedProcess) -> dict:
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def test_local_build_real_kernels_installs_and_rebuilds_from_cache(tmp_path, fresh_cache):
+    (tmp_path / "matrix.yaml").write_text(TINY.format(archs='["8.0"]', dtypes="[fp16]"))
+    out = tmp_path / "wheels"
+    real = tmp_path / "kernels"  # a snapshot of the repo's kernels/, so both builds see the same sources
+    shutil.copytree(REPO / "kernels", real, ignore=shutil.ignore_patterns("__pycache__"))
+    first = _summary(_fa(["build", "--local", "--out", str(out), "--json", "-j", "2"], tmp_path,
+                         FA_KERNELS_DIR=str(real)))
+    assert first["nvrtc_compiles"] >= 2 and first["cxx_compiles"] == 1  # sm_80 SASS + its PTX, 1 binding
+    (wheel,) = first["wheels"]
+    assert wheel["platform_tag"].startswith(("manylinux_", "linux_")) and wheel["cells"] == 1
+
+    second = _summary(_fa(["build", "--local", "--out", str(out), "--json", "-j", "2"], tmp_path,
+                          FA_KERNELS_DIR=str(real)))
+    assert second["nvrtc_compiles"] == 0 and second["cxx_compiles"] == 0
+    assert second["nvrtc_cached"] == first["nvrtc_compiles"] and second["cxx_cached"] == 1
+    assert second["wheels"][0]["cache_hits"] == first["nvrtc_compiles"] + 1
+    assert (out / "index.json").is_file() and not list(out.glob("*.tmp-*"))
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    pip = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-index", "--find-links", str(out),
+                          "fa-attn"], capture_output=True, text=True, check=False)
+    assert pip.returncode == 0, pip.stderr
+    check = """
+import os, warnings, torch, fa_attn
+q = torch.randn(1, 8, 2, 64)
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    o = fa_attn.flash_attn_func(q, q, q, causal=True)
+ref = torch.nn.functional.scaled_dot_product_attention(
+    q.transpose(1, 2), q.transpose(1, 2), q.transpose(1, 2), is_causal=True).transpose(1, 2)
+assert torch.allclose(o, ref, atol=1e-5), (o - ref).abs().max()
+lib = os.path.join(os.path.dirname(fa_attn.__file__), "libfa_attn_ops.so")
+torch.ops.load_library(lib)
+print(torch._C._dispatch_has_kernel_for_dispatch_key("fa_attn::fwd", "CUDA"))
+"""
+    run = subprocess.run([str(py), "-c", check], cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "True"  # the binding registered its CUDA kernel under the CPU torch
+
+
+def test_killed_build_resumes_and_leaves_no_partial_wheel(tmp_path, fixture_tree, fresh_cache):
+    archs = '["7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0"]'
+    (tmp_path / "matrix.yaml").write_text(TINY.format(archs=archs, dtypes="[fp16, bf16]"))
+    out = tmp_path / "wheels"
+    env = {**os.environ, "FA_KERNELS_DIR": str(fixture_tree)}
+    cmd = [sys.executable, "-m", "buildtool.cli", "build", "--local", "--out", str(out), "--json", "-j", "1"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    images = fresh_cache / "kernels"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and len(list(images.rglob("*.cubin"))) < 3:
+        assert proc.poll() is None, "the build finished before it could be killed"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done_before = len(list(images.rglob("*.cubin")))
+    assert done_before >= 3
+    assert not list(out.glob("*.whl"))  # killed during compiles: no wheel, partial or whole
+
+    resumed = _summary(_fa(["build", "--local", "--out", str(out), "--json", "-j", "2"], tmp_path,
+                           FA_KERNELS_DIR=str(fixture_tree)))
+    assert resumed["nvrtc_cached"] >= done_before
+    assert resumed["nvrtc_cached"] + resumed["nvrtc_compiles"] == 7 * 2 + 2  # SASS x dtypes + PTX x dtypes
+    assert not list(out.rglob("*.tmp-*"))
+    for whl in out.glob("*.whl"):
+        with zipfile.ZipFile(whl) as zf:
+            assert zf.testzip() is None
+
+
+def test_bad_matrix_exits_2_with_the_field(tmp_path):
+    (tmp_path / "matrix.yaml").write_text('torch: ["2.8"]\ncuda: [12]\npython: ["3.11"]\nbogus: 1\n')
+    proc = _fa(["build", "--dry-run"], tmp_path)
+    assert proc.returncode == 2 and "bogus" in proc.stderr and "fix:" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    proc = _fa(["build", "--jobs", "0"], tmp_path)
+    assert proc.returncode == 2 and "--jobs" in proc.stderr
+
+
+def test_failed_compile_exits_1_naming_unit_and_arch(tmp_path, fixture_tree, fresh_cache):
+    broken = tmp_path / "kernels"
+    shutil.copytree(fixture_tree, broken)
+    tiny = broken / "csrc" / "tiny.cu"
+    tiny.write_text(tiny.read_text().replace("fa_scale(", "no_such_function("))
+    (tmp_path / "matrix.yaml").write_text(TINY.format(archs='["8.0"]', dtypes="[fp16]"))
+    proc = _fa(["build", "--local", "--out", str(tmp_path / "w"), "--no-progress"], tmp_path,
+               FA_KERNELS_DIR=str(broken))
+    assert proc.returncode == 1, proc.stderr
+    assert "fwd_fp16_d64" in proc.stderr and "sm_80" in proc.stderr and "no_such_function" in proc.stderr
+    assert "Traceback" not in proc.stderr and "re-run" in proc.stderr
+
+
+def test_dry_run_json_reports_cache_status(tmp_path, fixture_tree, fresh_cache):
+    (tmp_path / "matrix.yaml").write_text(TINY.format(archs='["8.0"]', dtypes="[fp16]"))
+    proc = _fa(["build", "--local", "--dry-run", "--json"], tmp_path, FA_KERNELS_DIR=str(fixture_tree))
+    plan = _summary(proc)
+    assert plan["totals"]["to_compile"] == len(plan["compile_jobs"]) == 2
+    assert not (tmp_path / "wheels").exists()  # a dry run builds nothing
