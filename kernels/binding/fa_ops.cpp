@@ -212,8 +212,13 @@ void check_input(const char* name, const at::Tensor& t, const at::Tensor& q, int
   for (int64_t i = 0; i < t.dim() - 1; ++i) {
     TORCH_CHECK(t.stride(i) % 8 == 0, "fa_attn: ", name, "'s strides must be multiples of 8 elements");
   }
-  TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, "fa_attn: ", name,
-              " must be 16-byte aligned");
+}
+
+// A view that starts mid-row (e.g. x[:, 1:] of a packed buffer) can be misaligned even with good
+// strides; copying it is cheaper than a kernel variant for it (Python cannot check this under
+// torch.compile, see fa_attn/interface.py).
+at::Tensor row_aligned(const at::Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 ? t : t.clone(at::MemoryFormat::Contiguous);
 }
 
 // Row/head/batch strides of a (batch, seq, heads, dim) or packed (total, heads, dim) tensor; batch
@@ -313,11 +318,12 @@ std::vector<int64_t> lse_sizes(const Shape& s, int64_t seqlen) {
 
 // ---- the operators --------------------------------------------------------------------------------
 std::tuple<at::Tensor, at::Tensor> fwd(
-    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& cu_q,
+    const at::Tensor& q_arg, const at::Tensor& k_arg, const at::Tensor& v_arg, const std::optional<at::Tensor>& cu_q,
     const std::optional<at::Tensor>& cu_k, int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale,
     bool causal, int64_t window_left, int64_t window_right, double softcap, c10::string_view module,
     c10::string_view entries, at::IntArrayRef launch, c10::string_view /*bwd_module*/,
     c10::string_view /*bwd_entries*/, at::IntArrayRef /*bwd_launch*/) {
+  const at::Tensor q = row_aligned(q_arg), k = row_aligned(k_arg), v = row_aligned(v_arg);
   const Shape s = check_shapes(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k);
   const Launch plan = parse_launch(std::string(entries), launch);
   TORCH_CHECK(s.head_dim <= plan.head_dim_bucket, "fa_attn: head dim ", s.head_dim, " exceeds the kernel's ",
@@ -335,11 +341,14 @@ std::tuple<at::Tensor, at::Tensor> fwd(
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(
-    const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+    const at::Tensor& dout_arg, const at::Tensor& q_arg, const at::Tensor& k_arg, const at::Tensor& v_arg,
+    const at::Tensor& out_arg,
     const at::Tensor& lse, const std::optional<at::Tensor>& cu_q, const std::optional<at::Tensor>& cu_k,
     int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
     int64_t window_right, double softcap, c10::string_view module, c10::string_view entries,
     at::IntArrayRef launch) {
+  const at::Tensor q = row_aligned(q_arg), k = row_aligned(k_arg), v = row_aligned(v_arg);
+  const at::Tensor dout = row_aligned(dout_arg), out = row_aligned(out_arg);
   const Shape s = check_shapes(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k);
   check_input("dout", dout, q, q.dim());
   check_input("out", out, q, q.dim());

@@ -50,11 +50,12 @@ def _run_kernels(call: AttnCall, route: Dispatch, q: torch.Tensor, k: torch.Tens
 
 
 def _row_aligned(t: torch.Tensor) -> torch.Tensor:
-    """The kernels load 16-byte vectors per row: row strides and the start offset must be multiples of
-    8 elements (allocations themselves are 512-byte aligned). Copy the rare tensor that is not."""
-    if all(s % 8 == 0 for s in t.stride()[:-1]) and t.storage_offset() % 8 == 0:
+    """The kernels load 16-byte vectors per row: strides must be multiples of 8 elements. Copy the rare
+    tensor that is not. (A misaligned start address is copied by the binding: torch.compile cannot
+    trace storage_offset().)"""
+    if all(s % 8 == 0 for s in t.stride()[:-1]):
         return t
-    return t.clone(memory_format=torch.contiguous_format)
+    return t.contiguous()
 
 
 def _finish(out: torch.Tensor, lse: torch.Tensor | None, return_lse: bool, return_attn_probs: bool):

@@ -1,0 +1,83 @@
+"""The host binding builds with plain g++ against the installed torch's headers, links only libc10 and
+libtorch_cpu (through stubs), and loads into this CPU-only torch with its CUDA kernels registered."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+KERNELS = Path(__file__).resolve().parents[2] / "kernels"
+FLAGS = ["-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden"]  # + -shared at link time
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")]
+
+
+def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout}\n{proc.stderr[-4000:]}"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def binding(tmp_path_factory) -> Path:
+    import torch
+    import torch.utils.cpp_extension as cpp
+
+    out = tmp_path_factory.mktemp("binding")
+    stubs = out / "stub"
+    stubs.mkdir()
+    for soname in ("libc10.so", "libtorch_cpu.so"):
+        run(["gcc", "-shared", f"-Wl,-soname,{soname}", "-o", str(stubs / soname), "-x", "c", "/dev/null"])
+    includes = [f"-I{d}" for d in (*cpp.include_paths(), KERNELS / "csrc", KERNELS / "binding")]
+    abi = f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"
+    sources = sorted((KERNELS / "binding").glob("*.cpp"))
+    # One compiler per source in parallel (CI has 2 cores), then link.
+    jobs = [subprocess.Popen(["g++", *FLAGS, abi, *includes, "-c", str(src), "-o", str(out / f"{src.stem}.o")],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for src in sources]
+    for job, src in zip(jobs, sources):
+        _, err = job.communicate()
+        assert job.returncode == 0, f"compiling {src.name} failed:\n{err[-4000:]}"
+    lib = out / "libfa_attn_ops.so"
+    run(["g++", "-shared", *(str(out / f"{s.stem}.o") for s in sources), "-o", str(lib), f"-L{stubs}",
+         "-Wl,--no-as-needed", "-l:libc10.so", "-l:libtorch_cpu.so", "-Wl,--as-needed", "-ldl"])
+    return lib
+
+
+def test_links_no_cuda_and_no_python(binding: Path) -> None:
+    needed = run(["readelf", "-d", str(binding)]).stdout
+    names = {line.split("[")[1].rstrip("]") for line in needed.splitlines() if "(NEEDED)" in line}
+    assert {"libc10.so", "libtorch_cpu.so"} <= names
+    assert not any("cuda" in n or "python" in n for n in names), names
+    undefined = run(["nm", "-D", "--undefined-only", str(binding)]).stdout
+    assert not [s for s in undefined.split() if s.startswith("Py")], "the binding must not use the Python C API"
+
+
+def test_loads_on_cpu_torch_and_registers_cuda_kernels(binding: Path) -> None:
+    script = textwrap.dedent(f"""
+        import torch, fa_attn
+        has = torch._C._dispatch_has_kernel_for_dispatch_key
+        assert not has("fa_attn::fwd", "CUDA")  # Python defines schemas and fakes only
+        torch.ops.load_library({str(binding)!r})
+        for op in ("fa_attn::fwd", "fa_attn::bwd"):
+            assert has(op, "CUDA"), op
+            assert has(op, "Meta"), op
+            assert not has(op, "CPU"), op
+        q = torch.zeros(1, 4, 2, 8, dtype=torch.float16)
+        try:
+            torch.ops.fa_attn.fwd(q, q, q, None, None, 4, 4, 0.3, False, -1, -1, 0.0, "m", "fa_fwd",
+                                  [8, 128, 64, 64, 0, 0], "", "", [])
+        except NotImplementedError as err:
+            assert "CPU" in str(err)
+        else:
+            raise AssertionError("a CPU call must not reach the CUDA kernels")
+        print("ok")
+    """)
+    env = dict(os.environ, PYTHONPATH=str(KERNELS))
+    proc = run([sys.executable, "-c", script], env=env)
+    assert proc.stdout.strip().endswith("ok")
