@@ -32,8 +32,9 @@ from buildtool.pypi import CatalogError, fetch_torch_catalog
 from buildtool.toolkits import ToolkitError
 from buildtool.torch_headers import HeaderError, local_torch
 
+# OSError last: a full disk or an unwritable --out is a failed build with the OS's own words.
 BUILD_FAILURES = (CompileError, BindingError, ToolkitError, HeaderError, FetchError, PackageError,
-                  PlatformTagError, CatalogError)
+                  PlatformTagError, CatalogError, OSError)
 DEFAULT_LOCAL_CUDA = 12  # a CPU-only torch says nothing about CUDA; the newest widely driven major
 
 
