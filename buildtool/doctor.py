@@ -118,8 +118,8 @@ def render(report: DoctorReport, console: Console) -> None:
         table.add_row(w.entry.file, mark, _reason_text(w.reasons, fixes=False))
     console.print()
     console.print(table)
-    fixes = {r.code: r.fix for w in sel.wheels for r in w.reasons}
-    for code, fix in sorted(fixes.items(), key=lambda item: code_order(item[0])):
+    fixes = sorted({(r.code, r.fix) for w in sel.wheels for r in w.reasons}, key=lambda f: (code_order(f[0]), f[1]))
+    for code, fix in fixes:
         console.print(Text.assemble((code, "bold red"), (f"  fix: {fix}", "cyan")))
 
     call = f"{req.dtype}, head dim {req.head_dim}, {'forward+backward' if req.backward else 'forward'}"

@@ -191,7 +191,8 @@ def _torch_reasons(entry: WheelEntry, env: Env) -> list[Reason]:
     if env.torch.minor != entry.torch:
         reasons.append(Reason("torch-version-mismatch",
                               f"the wheel is built for torch {entry.torch}; installed is {env.torch.version}",
-                              f"install torch {entry.torch}.x, or build for torch {env.torch.minor} with fa build"))
+                              f"install a torch minor that has a wheel (the table lists them), or build for "
+                              f"torch {env.torch.minor} with fa build"))
     abi = assumed_cxx11abi(env)
     if entry.cxx11abi is not None and abi is not None and abi != entry.cxx11abi:
         assumed = "" if env.torch.cxx11abi is not None else " (assumed: the env does not say)"
