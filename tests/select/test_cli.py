@@ -126,3 +126,24 @@ def test_index_file_names_must_be_plain_wheel_names(tmp_path: Path, name: str):
     (tmp_path / "index.json").write_text(json.dumps(index))
     result = doctor("--wheels", str(tmp_path))
     assert result.exit_code == 2 and "wheels[0].file" in result.output
+
+
+def test_doctor_reads_manifests_when_there_is_no_index(tmp_path: Path):
+    from tests.select.tiny_wheels import build_wheelhouse
+
+    house = build_wheelhouse(tmp_path / "w", "2.5", False)
+    (house / "index.json").unlink()
+    result = doctor("--env", str(env_file(tmp_path, "aws-a10g-pypi-torch")), "--wheels", str(house), "--json")
+    out = json.loads(result.stdout)
+    assert result.exit_code == 0 and out["variant"] == "cu12torch2.5cxx11abifalse"
+    assert len(out["wheels"]) == len(list(house.glob("*.whl")))
+
+
+def test_installer_commands_never_touch_dependencies():
+    from buildtool.install import Installer
+
+    pip = Installer(python="/venv/bin/python", uv=None).install("/tmp/x.whl")
+    assert pip[:4] == ["/venv/bin/python", "-m", "pip", "install"] and "--no-deps" in pip and "--no-index" in pip
+    uv = Installer(python="/venv/bin/python", uv="/usr/bin/uv").install("/tmp/x.whl", target=Path("/t"))
+    assert uv[:5] == ["/usr/bin/uv", "pip", "install", "--python", "/venv/bin/python"]
+    assert {"--no-deps", "--no-index", "--target"} <= set(uv) and uv[-1] == "/tmp/x.whl"
