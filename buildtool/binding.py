@@ -23,7 +23,8 @@ from buildtool.torch_headers import Headers
 
 OUTPUT_NAME = "libfa_attn_ops.so"
 STUB_SONAMES = ("libc10.so", "libtorch_cpu.so")  # what torch's own libraries are called on Linux
-BASE_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-fvisibility=hidden")
+BASE_FLAGS = ("-std=c++20",  # torch >= 2.15 headers require C++20; 2.4..2.13 build with it too
+              "-O2", "-fPIC", "-shared", "-fvisibility=hidden")
 
 
 class BindingError(RuntimeError):
