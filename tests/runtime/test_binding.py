@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 KERNELS = Path(__file__).resolve().parents[2] / "kernels"
-FLAGS = ["-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden"]  # + -shared at link time
+FLAGS = ["-std=c++20", "-O2", "-fPIC", "-fvisibility=hidden"]  # + -shared at link time
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")]
 
