@@ -56,6 +56,7 @@ class Result:
     ms: float | None = None
     tflops: float | None = None
     skipped: str | None = None  # why the backend refused, when it did
+    ran: str | None = None  # for fa_attn: the image that ran ("sass 9.0", "ptx 12.0")
     timings_ms: list[float] = field(default_factory=list)
 
 
@@ -95,6 +96,8 @@ def make_fns(impl: str, shape: Shape) -> dict[str, Callable[[], object]]:
     dtype = torch.bfloat16 if shape.dtype == "bf16" else torch.float16
     b, s, h, d = shape.batch, shape.seqlen, shape.heads, shape.head_dim
     if impl == "fa_attn":
+        # A silent fallback would time SDPA under our name: strict mode turns it into a noted skip.
+        os.environ["FA_STRICT"] = "1"
         from fa_attn import flash_attn_func
 
         # Our layout (b, s, h, d); SDPA's is (b, h, s, d). Each gets its own so no transpose is timed.
@@ -140,15 +143,22 @@ def run(shapes: list[Shape], impls: list[str], warmup: int, reps: int) -> list[R
                 results.extend(Result(shape, impl, m, skipped=msg) for m in MODES)
                 print(f"skip {impl} {shape}: {msg}", file=sys.stderr)
                 continue
+            ran = _dispatched() if impl == "fa_attn" else None
             for mode in MODES:
                 ts = time_ms(fns[mode], warmup, reps)
                 ms = statistics.median(ts)
-                results.append(
-                    Result(shape, impl, mode, ms, shape.flops(mode) / (ms * 1e-3) / 1e12, None, ts)
-                )
+                tflops = shape.flops(mode) / (ms * 1e-3) / 1e12
+                results.append(Result(shape, impl, mode, ms, tflops, None, ran, ts))
             del fns
             torch.cuda.empty_cache()
     return results
+
+
+def _dispatched() -> str | None:
+    import fa_attn
+
+    last = fa_attn.last_dispatch()
+    return f"{last.path} {last.arch}" if last is not None else None
 
 
 def check_targets(results: list[Result], device_name: str) -> list[str]:
