@@ -8,6 +8,8 @@ like flash-attn; the attention matrix S is never materialised, so the third item
 
 from __future__ import annotations
 
+import sys
+
 import torch
 import torch.nn.functional as F
 
@@ -23,10 +25,20 @@ def _decide(call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -
                        tuple(sorted(_dispatch.features_of(call, backward))))
 
 
+def _assume_constant_result(fn):
+    """torch.compiler.assume_constant_result without its cost: the public decorator imports
+    torch._dynamo (~2 s) only to set this attribute (torch 2.4 to 2.15; tests/runtime/test_compile.py
+    checks that it still does), which would make `import fa_attn` slow for everyone."""
+    if "torch._dynamo" in sys.modules:
+        return torch.compiler.assume_constant_result(fn)
+    fn._dynamo_marked_constant = True
+    return fn
+
+
 # torch.compile runs this for real while tracing and bakes the (constant) result into the graph: the
 # decision reads files, the driver and the binding, none of which belongs in a graph. Every argument
 # is a tensor property that the compiled graph is guarded on anyway.
-@torch.compiler.assume_constant_result
+@_assume_constant_result
 def _decide_for(device_type: str, device_index: int | None, dtype: str, head_dim: int, backward: bool,
                 features: tuple[str, ...]) -> Dispatch:
     facts = _dispatch.facts_for(device_type, device_index, dtype, head_dim, backward, frozenset(features))

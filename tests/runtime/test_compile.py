@@ -42,6 +42,26 @@ def test_compile_fullgraph_fallback_forward_and_backward() -> None:
         torch.testing.assert_close(got.grad, want.grad)
 
 
+def test_decision_is_marked_like_the_public_decorator_marks() -> None:
+    def probe() -> None:
+        return None
+
+    torch.compiler.assume_constant_result(probe)
+    assert vars(probe) == {"_dynamo_marked_constant": True}, "torch changed assume_constant_result"
+    assert interface._decide_for._dynamo_marked_constant is True
+
+
+def test_import_does_not_load_dynamo() -> None:
+    import os
+    import subprocess
+    import sys
+
+    code = "import sys, torch, fa_attn; print('torch._dynamo' in sys.modules)"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "False"
+
+
 def fwd_args(q, k, v, cu_q=None, cu_k=None):
     return (q, k, v, cu_q, cu_k, 100, 120, 0.125, True, -1, 0, 0.0, FWD.module, FWD.entries, list(FWD.launch),
             BWD.module, BWD.entries, list(BWD.launch))
