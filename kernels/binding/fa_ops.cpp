@@ -364,9 +364,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(
   const int64_t sq_rounded = round_up(s.seqlen_q, kSeqRound);
   const int64_t dim_rounded = plan.head_dim_bucket;
   // Workspaces (params.h): varlen pads every sequence by up to 128 rows, hence total + 128 * batch.
+  // fa_bwd_preprocess zeroes the dq_accum rows each block owns before fa_bwd adds into them (bwd.cu),
+  // so no memset here.
   const int64_t ws_rows = s.varlen ? s.total_q + kSeqRound * s.batch : sq_rounded;
-  at::Tensor dq_accum = s.varlen ? at::zeros({ws_rows, s.heads, dim_rounded}, f32)
-                                 : at::zeros({s.batch, ws_rows, s.heads, dim_rounded}, f32);
+  at::Tensor dq_accum = s.varlen ? at::empty({ws_rows, s.heads, dim_rounded}, f32)
+                                 : at::empty({s.batch, ws_rows, s.heads, dim_rounded}, f32);
   at::Tensor dsoftmax_sum = at::empty(lse_sizes(s, ws_rows), f32);
   at::Tensor dq = at::empty(q.sizes(), q.options());
   // With GQA the kernels write dk/dv per query head; the groups are summed below.
