@@ -143,3 +143,21 @@ def test_dry_run_json_reports_cache_status(tmp_path, fixture_tree, fresh_cache):
     plan = _summary(proc)
     assert plan["totals"]["to_compile"] == len(plan["compile_jobs"]) == 2
     assert not (tmp_path / "wheels").exists()  # a dry run builds nothing
+
+
+def test_two_builds_sharing_a_cache(tmp_path, fixture_tree, fresh_cache):
+    """Two builds at once on one FA_CACHE (different output folders) both finish with whole wheels."""
+    (tmp_path / "matrix.yaml").write_text(TINY.format(archs='["8.0", "9.0"]', dtypes="[fp16]"))
+    env = {**os.environ, "FA_KERNELS_DIR": str(fixture_tree)}
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "buildtool.cli", "build", "--local", "--out",
+                          str(tmp_path / f"w{i}"), "--json", "-j", "1"], cwd=tmp_path, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(2)
+    ]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outs]
+    wheels = [next((tmp_path / f"w{i}").glob("*.whl")) for i in range(2)]
+    assert wheels[0].name == wheels[1].name
+    assert wheels[0].read_bytes() == wheels[1].read_bytes()  # same inputs, same bytes (reproducible)
+    assert not list(fresh_cache.rglob("*.tmp-*"))
