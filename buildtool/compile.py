@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from buildtool import cache, kernels_src, toolkits
 from buildtool.cuda_facts import compute_name, sm_name
@@ -73,7 +73,7 @@ class KernelTree:
         spec.loader.exec_module(mod)
         return mod
 
-    def unit(self, arch: str, name: str) -> object:
+    def unit(self, arch: str, name: str) -> Any:  # a tiles.KernelUnit
         for u in self.tiles.units(arch):
             if u.name == name:
                 return u

@@ -64,7 +64,9 @@ def manifest(spec: WheelSpec, tiles: ModuleType) -> dict:
     tk = TOOLKITS[spec.cuda_major] if spec.cuda_major is not None else None
     kernels = []
     for job in sorted(spec.compile_jobs, key=lambda j: (_arch_key(j.arch), j.image, j.unit)):
-        unit = next(u for u in tiles.units(job.arch) if u.name == job.unit)
+        unit = next((u for u in tiles.units(job.arch) if u.name == job.unit), None)
+        if unit is None:
+            raise PackageError(f"tiles.units({job.arch!r}) has no unit {job.unit!r} (plan and tiles.py disagree)")
         kernels.append({
             "arch": job.arch, "image": job.image, "file": kernel_file(job), "unit": unit.name,
             "direction": unit.direction, "dtype": unit.dtype, "head_dim": unit.head_dim,
