@@ -81,3 +81,29 @@ def test_loads_on_cpu_torch_and_registers_cuda_kernels(binding: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(KERNELS))
     proc = run([sys.executable, "-c", script], env=env)
     assert proc.stdout.strip().endswith("ok")
+
+
+def test_installed_layout_loads_through_the_loader(binding: Path, tmp_path: Path) -> None:
+    """fa_attn/ + manifest.json + libfa_attn_ops.so as a wheel lays them out: the loader's checks pass
+    and the binding loads lazily, on first use, with its CUDA kernels registered."""
+    import json
+
+    import torch
+
+    pkg = tmp_path / "fa_attn"
+    shutil.copytree(KERNELS / "fa_attn", pkg, ignore=shutil.ignore_patterns("__pycache__", "manifest.json"))
+    shutil.copy(binding, pkg / "libfa_attn_ops.so")
+    minor = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+    manifest = {"schema": 1, "cuda_major": 12, "torch": minor, "cxx11abi": torch._C._GLIBCXX_USE_CXX11_ABI,
+                "binding": "libfa_attn_ops.so", "features": [], "kernels": [], "coverage": []}
+    (pkg / "manifest.json").write_text(json.dumps(manifest))
+    script = textwrap.dedent("""
+        import torch, fa_attn
+        from fa_attn import loader
+        assert not torch._C._dispatch_has_kernel_for_dispatch_key("fa_attn::fwd", "CUDA")  # lazy
+        assert loader.load_binding() is None, loader.load_binding()
+        assert torch._C._dispatch_has_kernel_for_dispatch_key("fa_attn::bwd", "CUDA")
+        print("ok")
+    """)
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    assert run([sys.executable, "-c", script], env=env, cwd=tmp_path).stdout.strip() == "ok"
