@@ -83,8 +83,10 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
                     return_lse=False):
     """q (batch, seqlen_q, heads, head_dim), k/v (batch, seqlen_k, heads_k, head_dim) -> out like q.
 
-    With return_lse / return_attn_probs also softmax_lse (batch, heads, seqlen_q), fp32 (natural log;
-    +inf for rows that see no key).
+    With return_lse=True returns (out, softmax_lse); with return_attn_probs=True (out, softmax_lse, None)
+    like flash-attn (the attention matrix S is never materialised). softmax_lse is (batch, heads,
+    seqlen_q), fp32, natural log, +inf for rows that see no key. Calls the kernels cannot serve run on
+    torch SDPA with the same semantics and warn once per reason (FA_STRICT=1 raises instead).
     """
     call = inputs.check_padded(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                                deterministic)
