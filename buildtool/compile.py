@@ -189,7 +189,7 @@ def compile_all(
     workers: int,
     tree: KernelTree | None = None,
     on_done: Callable[[CompileTask, bool], None] | None = None,
-    toolkit_progress: Callable[[int], object] | None = None,
+    toolkit_progress: Callable[[int], toolkits.fetch.ProgressHook] | None = None,
 ) -> tuple[dict[CompileJob, Path], CompileStats]:
     """Compile what is not cached, up to `workers` at a time. Returns each job's image path.
     `on_done(task, was_cached)` is called once per job, in completion order; `toolkit_progress(major)`

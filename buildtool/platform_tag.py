@@ -56,10 +56,10 @@ def elf_needs(path: Path) -> ElfNeeds:
             versions: set[tuple[str, str]] = set()
             for sec in elf.iter_sections():
                 if isinstance(sec, DynamicSection):
-                    libs += [t.needed for t in sec.iter_tags() if t.entry.d_tag == "DT_NEEDED"]
+                    libs += [str(t.needed) for t in sec.iter_tags() if t.entry.d_tag == "DT_NEEDED"]  # type: ignore[attr-defined]
                 elif isinstance(sec, GNUVerNeedSection):
                     for verneed, auxes in sec.iter_versions():
-                        versions.update((verneed.name, aux.name) for aux in auxes)
+                        versions.update((str(verneed.name), str(aux.name)) for aux in auxes)
     except (OSError, ELFError) as e:
         raise PlatformTagError(f"{path}: not a readable ELF file: {e}") from e
     return ElfNeeds(str(path), arch, tuple(libs), tuple(sorted(versions)))
