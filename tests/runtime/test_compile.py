@@ -181,3 +181,15 @@ def test_kernel_path_compiles_without_graph_breaks(kernel_path_on_cpu) -> None:
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b)
     assert any(entry[0] == 24 for entry in seen)
+
+
+def test_opcheck_schema_fake_autograd_and_aot(kernel_path_on_cpu) -> None:
+    """torch.library.opcheck (torch >= 2.4): schema, fake kernel, autograd registration and AOT dispatch
+    with dynamic shapes agree with the (stand-in) real kernel."""
+    q = torch.randn(2, 6, 4, 24, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(2, 9, 2, 24, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(2, 9, 2, 24, dtype=torch.float64, requires_grad=True)
+    args = (q, k, v, None, None, 6, 9, 0.2, True, -1, 0, 0.0, FWD.module, FWD.entries, list(FWD.launch),
+            BWD.module, BWD.entries, list(BWD.launch))
+    results = torch.library.opcheck(torch.ops.fa_attn.fwd.default, args)
+    assert set(results.values()) == {"SUCCESS"}, results
