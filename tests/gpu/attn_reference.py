@@ -47,9 +47,26 @@ class Case:
 
 def bottom_right_mask(seqlen_q: int, seqlen_k: int, device: torch.device) -> torch.Tensor:
     """True where query i may attend key j: j <= i + seqlen_k - seqlen_q."""
+    return visible_mask(seqlen_q, seqlen_k, True, (-1, -1), device)
+
+
+def visible_mask(
+    seqlen_q: int, seqlen_k: int, causal: bool, window: tuple[int, int], device: torch.device
+) -> torch.Tensor:
+    """(sq, sk) bool, flash-attn's rule: with diag = sk - sq, key j is visible to query i when
+    j <= i + diag + right and j >= i + diag - left; causal means right = 0; a side < 0 is unbounded."""
+    left, right = window
+    if causal:
+        right = 0
     i = torch.arange(seqlen_q, device=device).unsqueeze(1)
     j = torch.arange(seqlen_k, device=device).unsqueeze(0)
-    return j <= i + (seqlen_k - seqlen_q)
+    diag = seqlen_k - seqlen_q
+    visible = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool, device=device)
+    if right >= 0:
+        visible &= j <= i + diag + right
+    if left >= 0:
+        visible &= j >= i + diag - left
+    return visible
 
 
 def attention_ref(
@@ -59,10 +76,13 @@ def attention_ref(
     causal: bool,
     softmax_scale: float | None = None,
     upcast: bool = True,
+    window: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out (b, sq, h, d) in q's dtype, lse (b, h, sq) fp32). Differentiable.
 
     upcast=True is the fp32 reference; upcast=False is "PyTorch at the same dtype" for the error rule.
+    softcap > 0: logits are softcap * tanh(scale * q.k / softcap), as flash-attn's `softcap`.
     """
     dtype = q.dtype
     if upcast:
@@ -73,11 +93,10 @@ def attention_ref(
         k = k.repeat_interleave(heads // heads_k, dim=2)
         v = v.repeat_interleave(heads // heads_k, dim=2)
     scores = torch.einsum("bthd,bshd->bhts", q, k * scale)
-    sq, sk = q.shape[1], k.shape[1]
-    visible = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
-    if causal:
-        visible = bottom_right_mask(sq, sk, q.device)
-        scores = scores.masked_fill(~visible, float("-inf"))
+    if softcap > 0:
+        scores = softcap * torch.tanh(scores / softcap)
+    visible = visible_mask(q.shape[1], k.shape[1], causal, window, q.device)
+    scores = scores.masked_fill(~visible, float("-inf"))
     lse = torch.logsumexp(scores.float(), dim=-1)
     probs = torch.softmax(scores, dim=-1)
     # Rows that see no key are all -inf: softmax gives NaN, flash-attn gives 0.
@@ -86,11 +105,11 @@ def attention_ref(
     return out.to(dtype), lse
 
 
-def visible_rows(seqlen_q: int, seqlen_k: int, causal: bool, device: torch.device) -> torch.Tensor:
+def visible_rows(
+    seqlen_q: int, seqlen_k: int, causal: bool, device: torch.device, window: tuple[int, int] = (-1, -1)
+) -> torch.Tensor:
     """(sq,) bool: rows that see at least one key (the others have out 0 and lse +-inf)."""
-    if not causal:
-        return torch.full((seqlen_q,), seqlen_k > 0, dtype=torch.bool, device=device)
-    return bottom_right_mask(seqlen_q, seqlen_k, device).any(dim=-1)
+    return visible_mask(seqlen_q, seqlen_k, causal, window, device).any(dim=-1)
 
 
 def eps(dtype: torch.dtype) -> float:

@@ -39,7 +39,14 @@ def check_lse(lse: torch.Tensor, lse_ref: torch.Tensor, rows: torch.Tensor) -> N
     assert err <= 1e-3 * max(1.0, want.abs().max().item()), f"lse: max error {err:.3e}"
 
 
-def run_padded(case: Case, backward: bool = True, expect_arch: str | None = None, check: bool = True) -> None:
+def run_padded(
+    case: Case,
+    backward: bool = True,
+    expect_arch: str | None = None,
+    check: bool = True,
+    window: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+) -> None:
     """flash_attn_func on one case; check=False only exercises the kernels (sanitizer runs)."""
     from fa_attn import flash_attn_func
 
@@ -48,16 +55,18 @@ def run_padded(case: Case, backward: bool = True, expect_arch: str | None = None
     if backward:
         q, k, v = (t.requires_grad_() for t in (q, k, v))
 
-    out, lse, _ = flash_attn_func(q, k, v, causal=case.causal, return_attn_probs=True)
+    out, lse, _ = flash_attn_func(
+        q, k, v, causal=case.causal, window_size=window, softcap=softcap, return_attn_probs=True
+    )
     assert_ran_our_kernel(expect_arch)
     grads = torch.autograd.grad(out, (q, k, v), dout) if backward else None
     torch.cuda.synchronize()
     if not check:
         return
 
-    out_ref, lse_ref = attention_ref(q, k, v, case.causal)
-    out_low, _ = attention_ref(q, k, v, case.causal, upcast=False)
-    rows = visible_rows(case.seqlen_q, case.seqlen_k, case.causal, device)
+    out_ref, lse_ref = attention_ref(q, k, v, case.causal, window=window, softcap=softcap)
+    out_low, _ = attention_ref(q, k, v, case.causal, upcast=False, window=window, softcap=softcap)
+    rows = visible_rows(case.seqlen_q, case.seqlen_k, case.causal, device, window)
     assert (out[:, ~rows] == 0).all(), "rows that see no key must give 0"
     assert_fa2_close("out", out, out_ref, out_low)
     check_lse(lse, lse_ref, rows)
