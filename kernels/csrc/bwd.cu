@@ -25,13 +25,14 @@
 // product can split its own result among the warps; this costs shared memory traffic, which FA2 avoids
 // for P in some configs, in exchange for one code path for every tile shape and arch.
 //
-// Shared memory (bytes; tiles.py computes the same number as bwd_smem_bytes()):
+// Shared memory (bytes; tiles.py BwdTile.smem_bytes computes the same number and passes it as
+// FA_SMEM_BYTES, which is static_asserted below):
 //   K, V: 2 x BLOCK_N x (D + 8) x 2;  Q, dO: 2 x STAGES x BLOCK_M x (D + 8) x 2;
 //   P, dS: 2 x BLOCK_M x (BLOCK_N + 8) x 2;  lse, D: 2 x BLOCK_M x 4.
 //
 // Semantics match fwd.cu (see its header): flash-attn layouts and strides, GQA (query head h reads kv
 // head h / (heads / heads_k)), varlen through cu_seqlens, bottom-right causal, sliding window, softcap.
-// Workspace layouts (the binding allocates them; docs/contracts.md and params.h describe them):
+// Workspace layouts (the binding allocates them; params.h describes them too):
 //   lse          as the forward writes it: (batch, heads, seqlen_q), varlen (heads, total_q)
 //   dsoftmax_sum (batch, heads, seqlen_q_rounded), fp32; varlen: element (h, cu_seqlens_q[b] + i) of
 //                a contiguous (heads, total_q) view (the binding allocates (heads, total_q + 128 *
