@@ -122,7 +122,8 @@ def decide(facts: CallFacts, manifest: dict, load_binding: Callable[[], Reason |
     dtype = "fp32" if facts.dtype == "fp64" else facts.dtype
     choice = kernel_choice.choose(manifest, facts.sm, dtype, facts.head_dim, facts.backward,
                                   driver() if manifest.get("ptx") else None)
-    reasons.extend(reason for reason in choice.reasons if reason not in reasons)
+    codes = {reason.code for reason in reasons}  # e.g. fp64 already has its dtype-unsupported
+    reasons.extend(reason for reason in choice.reasons if reason.code not in codes)
     if reasons:
         return _fallback(*reasons)
     fwd = kernel_choice.kernel_entry(manifest, choice, dtype, "fwd")

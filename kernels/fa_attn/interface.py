@@ -41,8 +41,18 @@ def _assume_constant_result(fn):
 @_assume_constant_result
 def _decide_for(device_type: str, device_index: int | None, dtype: str, head_dim: int, backward: bool,
                 features: tuple[str, ...]) -> Dispatch:
-    facts = _dispatch.facts_for(device_type, device_index, dtype, head_dim, backward, frozenset(features))
-    return _dispatch.decide(facts, loader.manifest(), loader.load_binding, package_dir=loader.PACKAGE_DIR)
+    # Memoised: the manifest, the GPU, the driver and the binding do not change within a process, and
+    # a call should not pay for re-deciding (or re-reading the driver version) every time.
+    key = (device_type, device_index, dtype, head_dim, backward, features)
+    known = _decisions.get(key)
+    if known is None:
+        facts = _dispatch.facts_for(device_type, device_index, dtype, head_dim, backward, frozenset(features))
+        known = _decisions[key] = _dispatch.decide(facts, loader.manifest(), loader.load_binding,
+                                                   package_dir=loader.PACKAGE_DIR)
+    return known
+
+
+_decisions: dict[tuple, Dispatch] = {}
 
 
 def _run_kernels(call: AttnCall, route: Dispatch, q: torch.Tensor, k: torch.Tensor,
