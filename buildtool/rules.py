@@ -143,12 +143,9 @@ def _glibc_needed(wheel_platforms: set[str], env: Env) -> str | None:
         if head in legacy:
             needs.append(legacy[head])
         elif head.startswith("manylinux_"):
-            major, minor = head.split("_")[1:3]
-            needs.append((int(major), int(minor)))
-    if not needs:
-        return None
-    major, minor = min(needs)
-    return f"{major}.{minor}"
+            glibc_major, glibc_minor = head.split("_")[1:3]
+            needs.append((int(glibc_major), int(glibc_minor)))
+    return ".".join(map(str, min(needs))) if needs else None
 
 
 def _python_requirement(entry: WheelEntry, env: Env) -> list[Reason]:
