@@ -41,6 +41,8 @@ def _load_env(path: Path | None) -> Env:
     except json.JSONDecodeError as exc:
         _usage(f"--env {path}: not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
                "write it like `fa probe --json` does")
+    if isinstance(data, dict) and "os" not in data and isinstance(data.get("env"), dict):
+        data = data["env"]  # a case of the test corpus (tests/select/envs): the env plus its expectations
     try:
         return env_from_json(data)
     except EnvError as exc:
