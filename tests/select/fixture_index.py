@@ -3,8 +3,9 @@
 
 Mirrors the build's rules: one wheel per (CUDA major, torch minor, C++ ABI); both ABIs below torch 2.7,
 the C++11 ABI only from 2.7; matrix.yaml's excludes; SASS/PTX archs and driver floors per major from
-buildtool/cuda_facts.py; plus the universal py3-none-any wheel. Coverage follows the kernel table's
-shape: sm 7.5 fp16 only, fp16 and bf16 from sm 8.0, head dims 8..256 forward and backward.
+buildtool/cuda_facts.py; plus the universal py3-none-any wheel. Coverage comes from the kernel table
+(kernels/tiles.py) as the build derives it: sm 7.5 fp16 only (backward to head dim 192), fp16 and bf16
+from sm 8.0 with head dims to 256 forward and backward.
 """
 
 from __future__ import annotations
@@ -15,18 +16,22 @@ from typing import Any
 import yaml
 from packaging.specifiers import SpecifierSet
 
+from buildtool import kernels_src
 from buildtool.cuda_facts import TOOLKITS
 
 REPO = Path(__file__).resolve().parents[2]
 VERSION = "0.1.0"
 PLATFORM = "manylinux_2_28_x86_64"
-HEAD_DIMS = list(range(8, 257, 8))
 
 
 def _coverage(arch: str, image: str) -> list[dict[str, Any]]:
-    dtypes = ["fp16"] if arch == "7.5" else ["fp16", "bf16"]
-    return [{"arch": arch, "image": image, "dtype": d, "direction": direction, "head_dims": HEAD_DIMS}
-            for d in dtypes for direction in ("fwd", "bwd")]
+    """What `fa build` derives from the kernel table: per (dtype, direction), every head dim served."""
+    tiles = kernels_src.tiles()
+    served: dict[tuple[str, str], set[int]] = {}
+    for unit in tiles.units(arch):
+        served.setdefault((unit.dtype, unit.direction), set()).update(tiles.head_dims(unit))
+    return [{"arch": arch, "image": image, "dtype": d, "direction": r, "head_dims": sorted(dims)}
+            for (d, r), dims in sorted(served.items())]
 
 
 def _variant(cuda: int, torch: str, abi: bool) -> str:
