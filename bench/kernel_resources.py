@@ -2,6 +2,7 @@
 
     python bench/kernel_resources.py                    # CUDA 12, every arch it targets
     python bench/kernel_resources.py --cuda 11 --arch 7.5 --arch 8.0 --json out.json
+    python bench/kernel_resources.py --cuda 13 --direction fwd     # forward units only
     python bench/kernel_resources.py --lib-dir /path/to/nvrtc/lib   # an unpacked NVRTC, no download
 
 Compiles each unit of kernels/tiles.py for each arch with `-Xptxas=-v` (in parallel, one NVRTC per
@@ -140,12 +141,12 @@ def _compile(job: Job, lib_dir: str, headers: dict[str, str]) -> list[Row] | str
     return rows
 
 
-def plan(archs: list[str]) -> list[Job]:
+def plan(archs: list[str], directions: tuple[str, ...] = ("fwd", "bwd")) -> list[Job]:
     tiles = kernels_src.tiles()
     kdir = kernels_src.kernels_dir()
     jobs = []
     for arch in archs:
-        for u in tiles.units(arch):
+        for u in (u for u in tiles.units(arch) if u.direction in directions):
             defines = tuple(f"-D{k}={v}" for k, v in sorted(u.defines.items()))
             jobs.append(
                 Job(
@@ -168,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         "--arch", action="append", help="arch like 8.0 (repeatable; default: all the toolkit targets)"
     )
     ap.add_argument("--lib-dir", help="an unpacked NVRTC lib dir (default: the pinned wheel, fetched once)")
+    ap.add_argument("--direction", choices=("fwd", "bwd"), help="only the units of one direction")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--json", type=Path, help="where to write the rows (default bench/results/...)")
     args = ap.parse_args(argv)
@@ -177,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"--arch {', '.join(unknown)}: no per-SM limits known (known: {', '.join(SM_LIMITS)})")
     lib_dir = args.lib_dir or str(toolkits.nvrtc_lib_dir(args.cuda))
-    jobs = plan(archs)
+    jobs = plan(archs, (args.direction,) if args.direction else ("fwd", "bwd"))
     headers = _headers(kernels_src.kernels_dir())
 
     rows: list[Row] = []
