@@ -18,6 +18,7 @@ from packaging.specifiers import SpecifierSet
 
 from buildtool import kernels_src
 from buildtool.cuda_facts import TOOLKITS
+from buildtool.package import REQUIRES_PYTHON
 
 REPO = Path(__file__).resolve().parents[2]
 VERSION = "0.1.0"
@@ -52,7 +53,7 @@ def kernel_entry(cuda: int, torch: str, abi: bool) -> dict[str, Any]:
         "version": version, "variant": variant, "cuda_major": cuda, "toolkit": toolkit.version,
         "torch": torch, "cxx11abi": abi, "min_driver": toolkit.min_driver,
         "ptx_min_driver": toolkit.ptx_min_driver, "sass": sass, "ptx": ptx, "python_tag": "py3",
-        "abi_tag": "none", "platform_tag": PLATFORM, "requires_python": ">=3.10", "coverage": coverage,
+        "abi_tag": "none", "platform_tag": PLATFORM, "requires_python": REQUIRES_PYTHON, "coverage": coverage,
     }
 
 
@@ -61,7 +62,7 @@ def universal_entry() -> dict[str, Any]:
         "file": f"fa_attn-{VERSION}-py3-none-any.whl", "sha256": "0" * 64, "size": 1, "version": VERSION,
         "variant": "", "cuda_major": None, "toolkit": None, "torch": None, "cxx11abi": None,
         "min_driver": None, "ptx_min_driver": None, "sass": [], "ptx": None, "python_tag": "py3",
-        "abi_tag": "none", "platform_tag": "any", "requires_python": ">=3.10", "coverage": [],
+        "abi_tag": "none", "platform_tag": "any", "requires_python": REQUIRES_PYTHON, "coverage": [],
     }
 
 

@@ -51,7 +51,7 @@ def test_tags_off_linux():
 
 def test_every_reason_is_reported():
     # A P100 box with torch 1.13, driver 515 and CentOS 7 against a cu12 torch 2.5 new-ABI wheel.
-    e = env(glibc="2.17", python="3.9",
+    e = env(glibc="2.17", python="3.8",
             torch={"version": "1.13.1+cu117", "cuda": "11.7", "hip": None, "cxx11abi": False},
             driver={"version": "515.65.01"})
     wheel = entry_from_dict(kernel_entry(12, "2.5", True), "test")

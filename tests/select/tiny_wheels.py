@@ -26,7 +26,7 @@ def build_wheel(out_dir: Path, entry: dict[str, Any], init_py: str | None = None
         wf.writestr("fa_attn/__init__.py", init_py or f"__version__ = {version!r}\n")
         wf.writestr("fa_attn/manifest.json", json.dumps(manifest))
         wf.writestr(f"{dist_info}/METADATA",
-                    f"Metadata-Version: 2.1\nName: fa-attn\nVersion: {version}\nRequires-Python: >=3.10\n")
+                    f"Metadata-Version: 2.1\nName: fa-attn\nVersion: {version}\nRequires-Python: >=3.9\n")
         wf.writestr(f"{dist_info}/WHEEL",
                     f"Wheel-Version: 1.0\nGenerator: fa-tests\nRoot-Is-Purelib: false\nTag: {tag}\n")
     return path
