@@ -32,6 +32,8 @@
 //     the binding passes them as given, not pre-divided as flash-attn's own C++ does.
 //   - A row that sees no key gets O = 0 and lse = +inf (flash-attn's convention).
 //   - lse is the natural log of the row's sum of exp(logit), fp32.
+//   - A head dim below the bucket is zero-filled up to FA_HEAD_DIM in shared memory and computed
+//     over in full (exact, not free: d = 72 in the 96 bucket costs what d = 96 costs).
 //
 // Correctness of this file is not verified on a GPU here; the GPU tests under tests/gpu check it.
 
