@@ -208,7 +208,10 @@ def _write_log(out_dir: Path, plan: Plan, wheels: list[dict]) -> None:
 def summary_table(summary: BuildSummary) -> Table:
     table = Table(title=f"fa build: {len(summary.wheels)} wheels in {summary.out_dir}")
     for col in ("wheel", "size", "cells", "compile s", "compiled", "cache hits"):
-        table.add_column(col, justify="left" if col == "wheel" else "right")
+        if col == "wheel":
+            table.add_column(col, overflow="fold")  # a wheel name is only useful whole
+        else:
+            table.add_column(col, justify="right", no_wrap=True)
     for w in summary.wheels:
         table.add_row(w.file, _size(w.size), str(w.cells), f"{w.compile_seconds:.1f}", str(w.compiled),
                       str(w.cache_hits))

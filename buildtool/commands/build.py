@@ -116,7 +116,10 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print(json.dumps(summary.to_json(), indent=2))
         else:
-            Console().print(summary_table(summary))
+            console = Console()
+            console.print(summary_table(summary))
+            console.print(f"install: pip install --find-links {out} fa-attn   (index: {out / 'index.json'})",
+                          highlight=False, markup=False)
 
     @app.command("index")
     def index_cmd(
