@@ -161,3 +161,27 @@ def test_two_builds_sharing_a_cache(tmp_path, fixture_tree, fresh_cache):
     assert wheels[0].name == wheels[1].name
     assert wheels[0].read_bytes() == wheels[1].read_bytes()  # same inputs, same bytes (reproducible)
     assert not list(fresh_cache.rglob("*.tmp-*"))
+
+
+def test_matrix_build_in_shards_merges_with_fa_index(tmp_path, fixture_tree, fresh_cache):
+    """The release flow: shards built apart (torch headers from PyPI by Range), copied together, and
+    re-indexed; the merged index lists every wheel of the plan."""
+    (tmp_path / "matrix.yaml").write_text(TINY.format(archs='["8.0"]', dtypes="[fp16]"))
+    merged = tmp_path / "all"
+    merged.mkdir()
+    names: list[str] = []
+    for k in (1, 2):
+        out = tmp_path / f"shard{k}"
+        summary = _summary(_fa(["build", "--shard", f"{k}/2", "--out", str(out), "--json", "-j", "2"],
+                               tmp_path, FA_KERNELS_DIR=str(fixture_tree)))
+        names += [w["file"] for w in summary["wheels"]]
+        assert (out / "logs" / f"build-{k}of2.json").is_file()
+        for whl in out.glob("*.whl"):
+            shutil.copy(whl, merged)
+    assert sorted(names) == sorted(p.name for p in merged.glob("*.whl"))
+    assert any(n.endswith("-py3-none-any.whl") for n in names)
+    assert any("+cu12torch2.8-" in n for n in names)
+    proc = _fa(["index", str(merged)], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((merged / "index.json").read_text())
+    assert sorted(w["file"] for w in data["wheels"]) == sorted(names)
