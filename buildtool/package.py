@@ -168,7 +168,10 @@ def build_wheel(
             if job not in images:
                 raise PackageError(f"wheel {spec.variant}: no image for {job.unit} on {job.arch}")
             files[f"{DIST}/{kernel_file(job)}"] = images[job].read_bytes()
-    files[f"{DIST}/manifest.json"] = (json.dumps(man, indent=2, sort_keys=True) + "\n").encode()
+    # Not sort_keys: a kernel's "entries" are in launch order (fa_bwd_preprocess, fa_bwd,
+    # fa_bwd_convert_dq), which sorting would turn into fa_bwd first. manifest() builds every dict in
+    # a fixed order, so the bytes stay reproducible.
+    files[f"{DIST}/manifest.json"] = (json.dumps(man, indent=2) + "\n").encode()
     dist_info = f"{DIST}-{spec.version}.dist-info"
     files[f"{dist_info}/METADATA"] = _metadata(spec.version).encode()
     files[f"{dist_info}/WHEEL"] = _wheel_file(platform).encode()
