@@ -82,11 +82,12 @@ FAMILIES: dict[str, ArchFamily] = {
         name="sm75",
         smem_limit=64 * 1024,
         dtypes=("fp16",),  # Turing has no bf16 mma
-        # 64 KB per SM in all: small K/V tiles keep 1-2 blocks resident.
+        # 64 KB per SM in all, and no cp.async: a second resident block is what hides the load
+        # latency, so d <= 96 use tiles under 32 KB (2 blocks/SM); larger head dims get 1.
         fwd={
             32: _T(64, 128, 4),
             64: _T(64, 64, 4),
-            96: _T(64, 64, 4),
+            96: _T(64, 32, 4),
             128: _T(64, 64, 4),
             160: _T(64, 32, 4),
             192: _T(64, 32, 4),
