@@ -6,9 +6,11 @@ for a system CUDA toolkit. Each (lib dir) is opened once per process.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +21,30 @@ class NvrtcError(RuntimeError):
     def __init__(self, message: str, log: str = "") -> None:
         super().__init__(message + (f"\n{log}" if log else ""))
         self.log = log
+
+
+def _libc_uselocale():  # -> callable or None
+    try:
+        fn = ctypes.CDLL(None).uselocale
+    except (OSError, AttributeError):
+        return None
+    fn.restype, fn.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
+    return fn
+
+
+_USELOCALE = _libc_uselocale()
+
+
+@contextlib.contextmanager
+def _keep_thread_locale() -> Iterator[None]:
+    """NVRTC 11.8 switches the calling thread to the "C" locale (uselocale) and leaves it there, which
+    turns Python's default text encoding into ASCII for the rest of the process. Put it back."""
+    saved = _USELOCALE(None) if _USELOCALE else None
+    try:
+        yield
+    finally:
+        if _USELOCALE and saved is not None:
+            _USELOCALE(saved)
 
 
 @dataclass(frozen=True)
@@ -83,7 +109,8 @@ class Nvrtc:
         try:
             opts = [f"--gpu-architecture={arch}", *(options or [])]
             arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
-            code = lib.nvrtcCompileProgram(prog, len(opts), arr)
+            with _keep_thread_locale():
+                code = lib.nvrtcCompileProgram(prog, len(opts), arr)
             log = self._log(prog)
             self._check(code, f"compiling {name} for {arch}", log)
             kind = "cubin" if arch.startswith("sm_") else "ptx"
@@ -118,7 +145,7 @@ class Nvrtc:
         return list(arr)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def open_nvrtc(lib_dir: str) -> Nvrtc:
     return Nvrtc(Path(lib_dir))
 
