@@ -197,8 +197,8 @@ def probe(paths: ProbePaths = ProbePaths()) -> Env:
     if not gpus:
         smi_driver, gpus = _nvidia_smi(paths.nvidia_smi, sources)
         driver = driver or smi_driver
-    torch_dir = paths.torch_dir if paths.torch_dir is not None else _find_torch()
-    torch = _probe_torch(torch_dir, sources) if torch_dir else None
+    torch_dir = paths.torch_dir if paths.torch_dir is not None else find_torch()
+    torch = probe_torch(torch_dir, sources) if torch_dir else None
     return Env(os=_os_name(), arch=_arch(), glibc=_glibc(), python=_python(), torch=torch, driver=driver,
                gpus=tuple(gpus), sources=sources)
 
@@ -314,7 +314,8 @@ def _nvidia_smi(command: str, sources: dict[str, str]) -> tuple[str | None, list
     return driver, gpus
 
 
-def _find_torch() -> Path | None:
+def find_torch() -> Path | None:
+    """The installed torch package's directory, found without importing it."""
     # find_spec on a top-level name locates the package without executing it.
     spec = importlib.util.find_spec("torch")
     if spec is None or not spec.submodule_search_locations:
@@ -322,7 +323,9 @@ def _find_torch() -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def _probe_torch(torch_dir: Path, sources: dict[str, str]) -> TorchInfo | None:
+def probe_torch(torch_dir: Path, sources: dict[str, str] | None = None) -> TorchInfo | None:
+    """torch's version, CUDA/HIP build and C++ ABI from its files (never `import torch` here)."""
+    sources = {} if sources is None else sources
     values = _read_version_py(torch_dir / "version.py")
     version = values.get("__version__")
     if not isinstance(version, str):

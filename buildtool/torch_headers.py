@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildtool import cache, fetch
+from buildtool.probe import find_torch
 
 if TYPE_CHECKING:
     from buildtool.pypi import TorchFile
@@ -65,10 +66,9 @@ class _Member:
 
 def local_torch() -> tuple[str, Headers]:
     """The installed torch's version and include tree, found without importing torch."""
-    spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.submodule_search_locations:
+    root = find_torch()
+    if root is None:
         raise HeaderError("torch is not installed here (`fa build --local` builds for the installed torch)")
-    root = Path(next(iter(spec.submodule_search_locations)))
     include = root / "include"
     if not (include / "torch").is_dir():
         raise HeaderError(f"{include} has no torch headers (a torch build without C++ headers?)")

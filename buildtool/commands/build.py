@@ -6,11 +6,8 @@ Exit codes: 0 done, 1 the build failed (compiler, download, packaging), 2 bad in
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -19,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from buildtool import index, plan_view
+from buildtool import index, plan_view, probe
 from buildtool.binding import BindingError
 from buildtool.build import execute, summary_table
 from buildtool.compile import CompileError, KernelTree, is_cached
@@ -44,25 +41,6 @@ def _fail(code: int, message: str) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _local_cuda_major() -> int | None:
-    """CUDA major of the installed torch, read from torch/version.py without importing torch."""
-    spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    text = (Path(next(iter(spec.submodule_search_locations))) / "version.py").read_text()
-    m = re.search(r"^cuda[^=]*=\s*['\"](\d+)\.", text, re.MULTILINE)
-    return int(m.group(1)) if m else None
-
-
-def _local_cxx11abi() -> bool:
-    """torch's C++ ABI is known only to its compiled module, so ask a separate interpreter."""
-    code = "import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-        raise HeaderError(f"cannot import the installed torch: {out.stderr.strip().splitlines()[-1:]}")
-    return out.stdout.strip() == "1"
-
-
 def _python_tag() -> str:
     ft = "t" if not getattr(sys, "_is_gil_enabled", lambda: True)() else ""
     return f"{sys.version_info.major}.{sys.version_info.minor}{ft}"
@@ -72,8 +50,12 @@ def _plan(matrix_path: Path, local: bool, cuda: list[int], shard: str | None, re
     if local:
         matrix: Matrix | None = load_matrix(matrix_path) if matrix_path.is_file() else None
         version, _ = local_torch()
-        majors = tuple(cuda) or (_local_cuda_major() or DEFAULT_LOCAL_CUDA,)
-        return local_plan(version, _local_cxx11abi(), _python_tag(), majors, matrix)
+        torch_dir = probe.find_torch()
+        info = probe.probe_torch(torch_dir) if torch_dir else None
+        if info is None or info.cxx11abi is None:
+            raise HeaderError("cannot read the installed torch's version and C++ ABI from its files")
+        majors = tuple(cuda) or (info.cuda_major or DEFAULT_LOCAL_CUDA,)
+        return local_plan(version, info.cxx11abi, _python_tag(), majors, matrix)
     matrix = load_matrix(matrix_path)
     return make_plan(matrix, fetch_torch_catalog(refresh), parse_shard(shard) if shard else None)
 
