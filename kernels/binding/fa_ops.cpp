@@ -208,9 +208,12 @@ void check_input(const char* name, const at::Tensor& t, const at::Tensor& q, int
   TORCH_CHECK(t.scalar_type() == q.scalar_type(), "fa_attn: ", name, " dtype differs from q's");
   TORCH_CHECK(t.dim() == dims, "fa_attn: ", name, " must have ", dims, " dims");
   TORCH_CHECK(t.stride(-1) == 1, "fa_attn: ", name, "'s last dim must be contiguous");
-  // The kernels load 16-byte vectors per row (fwd.cu): every row start must be 16-byte aligned.
+  // The kernels load 16-byte vectors per row (fwd.cu): every row start must be 16-byte aligned. A
+  // size-1 dim's stride is only ever multiplied by index 0, and torch leaves it arbitrary (a contiguous
+  // (b, s, 1, d) can have head stride 1, and .contiguous() keeps it), so it is not checked.
   for (int64_t i = 0; i < t.dim() - 1; ++i) {
-    TORCH_CHECK(t.stride(i) % 8 == 0, "fa_attn: ", name, "'s strides must be multiples of 8 elements");
+    TORCH_CHECK(t.size(i) == 1 || t.stride(i) % 8 == 0, "fa_attn: ", name,
+                "'s strides must be multiples of 8 elements");
   }
 }
 
