@@ -188,7 +188,7 @@ void launch_all(const FaParams& params, const std::string& module_path, const La
     const int64_t block = by_keys ? e.block_n : e.block_m;
     TORCH_CHECK(block > 0 && e.threads > 0, "fa_attn: entry ", e.name, " has no block size (reinstall fa-attn)");
     const unsigned grid_x = static_cast<unsigned>((rows + block - 1) / block);
-    if (grid_x == 0 || params.batch == 0) {
+    if (grid_x == 0 || params.batch == 0 || params.heads == 0) {
       continue;  // nothing to do (empty sequence); a zero grid is a launch error
     }
     CUfunction fn = function_for(module, e.name, e.smem_bytes);

@@ -50,6 +50,7 @@ class CallFacts:
     head_dim: int
     backward: bool           # autograd will need the backward
     features: frozenset[str]  # kernel features the call uses (names of tiles.FEATURES)
+    smem_per_block: int | None = None  # the GPU's opt-in shared memory per block, bytes (None: unknown)
 
 
 def features_of(call: AttnCall, backward: bool) -> frozenset[str]:
@@ -78,11 +79,13 @@ def facts_for(device_type: str, device_index: int | None, dtype: str, head_dim: 
               features: frozenset[str]) -> CallFacts:
     """The facts of a live call; the compute capability is read from its GPU (a range, compared later)."""
     rocm = bool(torch.version.hip)
-    sm = None
+    sm, smem = None, None
     if device_type == "cuda" and not rocm:
-        major, minor = torch.cuda.get_device_capability(torch.device("cuda", device_index))
+        device = torch.device("cuda", device_index)
+        major, minor = torch.cuda.get_device_capability(device)
         sm = f"{major}.{minor}"
-    return CallFacts(device_type, rocm, sm, dtype, head_dim, backward, features)
+        smem = getattr(torch.cuda.get_device_properties(device), "shared_memory_per_block_optin", None)
+    return CallFacts(device_type, rocm, sm, dtype, head_dim, backward, features, smem)
 
 
 def driver_version() -> str | None:
@@ -132,6 +135,15 @@ def decide(facts: CallFacts, manifest: dict, load_binding: Callable[[], Reason |
         return _fallback(Reason("binding-unavailable",
                                 f"the manifest covers {dtype} head dim {choice.head_dim} on {choice.arch} "
                                 "but lists no kernel file for it", "reinstall fa-attn (damaged manifest)"))
+    # SASS of X.Y also runs on X.Z (Z > Y), but its tiles were sized for X.Y's shared memory: an 8.0
+    # cubin (up to 163 KB) on an 8.6 part (99 KB) would fail at launch. Fall back instead.
+    need = max(e["smem_bytes"] for entry in (fwd, bwd) if entry for e in entry["entries"].values())
+    if facts.smem_per_block is not None and need > facts.smem_per_block:
+        return _fallback(Reason(
+            "arch-unsupported",
+            f"the {choice.arch} kernels for {dtype} head dim {choice.head_dim} need {need} bytes of shared "
+            f"memory per block; this GPU (sm {facts.sm}) offers {facts.smem_per_block}",
+            f"use a wheel with SASS for sm {facts.sm} (fa build with archs including {facts.sm})"))
     problem = load_binding()
     if problem is not None:
         return _fallback(problem)

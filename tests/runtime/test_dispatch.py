@@ -34,8 +34,9 @@ MANIFEST = {
 }
 
 
-def facts(sm="8.6", dtype="bf16", head_dim=100, backward=True, features=(), device="cuda", rocm=False):
-    return CallFacts(device, rocm, sm, dtype, head_dim, backward, frozenset(features))
+def facts(sm="8.6", dtype="bf16", head_dim=100, backward=True, features=(), device="cuda", rocm=False,
+          smem=None):
+    return CallFacts(device, rocm, sm, dtype, head_dim, backward, frozenset(features), smem)
 
 
 def loaded() -> None:
@@ -69,6 +70,16 @@ def test_fallback_reasons(kwargs: dict, code: str) -> None:
     d = decide(facts(**kwargs), MANIFEST, loaded)
     assert d.path == "fallback" and d.reasons[0].code == code
     assert all(r.message and r.fix for r in d.reasons)
+
+
+def test_kernels_that_need_more_shared_memory_than_the_gpu_offers_fall_back() -> None:
+    # The manifest's only SASS is 8.0 (bwd tiles of 90000 bytes); an 8.6 part offers 101376 and an
+    # imaginary 8.x part with 64 KB would fail at launch, so it falls back with the numbers named.
+    assert decide(facts(smem=101376), MANIFEST, loaded).path == "sass"
+    d = decide(facts(smem=65536), MANIFEST, loaded)
+    assert d.path == "fallback" and d.reasons[0].code == "arch-unsupported"
+    assert "90000" in d.reasons[0].message and "65536" in d.reasons[0].message
+    assert decide(facts(smem=65536, backward=False), MANIFEST, loaded).path == "sass"  # fwd needs 49152
 
 
 def test_feature_reason_names_the_feature() -> None:
