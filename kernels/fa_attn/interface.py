@@ -88,6 +88,16 @@ def _finish(out: torch.Tensor, lse: torch.Tensor | None, return_lse: bool, retur
     return out
 
 
+def _attend(call, q, k, v, run_fallback, return_lse, return_attn_probs):
+    route = _decide(call, q, k, v)
+    _dispatch.report(route)
+    if route.path != "fallback":  # (a field, not a property: torch.compile reads it)
+        out, lse = _run_kernels(call, route, q, k, v)
+    else:
+        out, lse = run_fallback(call, q, k, v, return_lse or return_attn_probs)
+    return _finish(out, lse, return_lse, return_attn_probs)
+
+
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                     softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
                     return_lse=False):
@@ -100,14 +110,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     """
     call = inputs.check_padded(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                                deterministic)
-    route = _decide(call, q, k, v)
-    _dispatch.report(route)
-    want_lse = return_lse or return_attn_probs
-    if route.path != "fallback":  # (a field, not a property: torch.compile reads it)
-        out, lse = _run_kernels(call, route, q, k, v)
-    else:
-        out, lse = fallback.attention(call, q, k, v, want_lse)
-    return _finish(out, lse, return_lse, return_attn_probs)
+    return _attend(call, q, k, v, fallback.attention, return_lse, return_attn_probs)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
@@ -118,14 +121,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     batch + 1 -> out like q; softmax_lse (heads, total_q) on request."""
     call = inputs.check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                                softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic)
-    route = _decide(call, q, k, v)
-    _dispatch.report(route)
-    want_lse = return_lse or return_attn_probs
-    if route.path != "fallback":  # (a field, not a property: torch.compile reads it)
-        out, lse = _run_kernels(call, route, q, k, v)
-    else:
-        out, lse = fallback.varlen_attention(call, q, k, v, want_lse)
-    return _finish(out, lse, return_lse, return_attn_probs)
+    return _attend(call, q, k, v, fallback.varlen_attention, return_lse, return_attn_probs)
 
 
 def explain(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, **options
