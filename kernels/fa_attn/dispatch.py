@@ -182,7 +182,7 @@ def report(dispatch: Dispatch) -> None:
                 continue
             _warned.add(reason.code)
         warnings.warn(f"fa_attn falls back to torch SDPA [{reason.code}]: {reason.message}. Fix: {reason.fix}",
-                      FaFallbackWarning, stacklevel=3)
+                      FaFallbackWarning, stacklevel=4)  # user -> flash_attn_* -> _attend -> report
 
 
 def _strict_message(dispatch: Dispatch) -> str:
