@@ -18,7 +18,10 @@ find_sanitizer() {
   if [[ -n "${CUDA_HOME:-}" && -x "$CUDA_HOME/bin/compute-sanitizer" ]]; then echo "$CUDA_HOME/bin/compute-sanitizer"; return; fi
   "$python" - <<'PY'
 import importlib.util, pathlib
-spec = importlib.util.find_spec("nvidia.cuda_sanitizer_api")
+try:  # find_spec raises, rather than returning None, when no nvidia.* package is installed at all
+    spec = importlib.util.find_spec("nvidia.cuda_sanitizer_api")
+except ModuleNotFoundError:
+    spec = None
 if spec and spec.submodule_search_locations:
     p = pathlib.Path(list(spec.submodule_search_locations)[0]) / "bin" / "compute-sanitizer"
     if p.exists():
