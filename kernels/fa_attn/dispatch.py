@@ -81,7 +81,7 @@ def facts_for(device_type: str, device_index: int | None, dtype: str, head_dim: 
     rocm = bool(torch.version.hip)
     sm, smem = None, None
     if device_type == "cuda" and not rocm:
-        device = torch.device("cuda", device_index)
+        device = torch.device("cuda") if device_index is None else torch.device("cuda", device_index)
         major, minor = torch.cuda.get_device_capability(device)
         sm = f"{major}.{minor}"
         smem = getattr(torch.cuda.get_device_properties(device), "shared_memory_per_block_optin", None)
