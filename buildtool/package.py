@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from buildtool import cache
 from buildtool.cuda_facts import TOOLKITS, compute_name, sm_name
@@ -63,8 +63,11 @@ def manifest(spec: WheelSpec, tiles: ModuleType) -> dict:
     """The manifest of `spec` (contracts section 3); nulls and empty lists for the universal wheel."""
     tk = TOOLKITS[spec.cuda_major] if spec.cuda_major is not None else None
     kernels = []
+    units_by_arch: dict[str, dict[str, Any]] = {}  # tiles.units() builds the table; once per arch
     for job in sorted(spec.compile_jobs, key=lambda j: (_arch_key(j.arch), j.image, j.unit)):
-        unit = next((u for u in tiles.units(job.arch) if u.name == job.unit), None)
+        if job.arch not in units_by_arch:
+            units_by_arch[job.arch] = {u.name: u for u in tiles.units(job.arch)}
+        unit = units_by_arch[job.arch].get(job.unit)
         if unit is None:
             raise PackageError(f"tiles.units({job.arch!r}) has no unit {job.unit!r} (plan and tiles.py disagree)")
         kernels.append({
@@ -176,17 +179,30 @@ def build_wheel(
     files[f"{dist_info}/METADATA"] = _metadata(spec.version).encode()
     files[f"{dist_info}/WHEEL"] = _wheel_file(platform).encode()
 
-    files[f"{dist_info}/RECORD"] = _record(files, f"{dist_info}/RECORD")
+    record_arc = f"{dist_info}/RECORD"
+    files[record_arc] = _record(files, record_arc)
     dest = out_dir / wheel_name(spec.version, platform)
-    with cache.atomic_path(dest) as tmp, zipfile.ZipFile(tmp, "w") as zf:
-        # .dist-info last, RECORD last of all (PEP 427's recommended order)
-        for arc in sorted(files, key=lambda a: (a.startswith(dist_info), a.endswith("/RECORD"), a)):
-            info = zipfile.ZipInfo(arc, date_time=_EPOCH)
-            info.external_attr = (0o755 if arc.endswith(".so") else 0o644) << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
-            zf.writestr(info, files[arc])
+    if not _same_wheel(dest, record_arc, files[record_arc]):
+        with cache.atomic_path(dest) as tmp, zipfile.ZipFile(tmp, "w") as zf:
+            # .dist-info last, RECORD last of all (PEP 427's recommended order)
+            for arc in sorted(files, key=lambda a: (a.startswith(dist_info), a.endswith("/RECORD"), a)):
+                info = zipfile.ZipInfo(arc, date_time=_EPOCH)
+                info.external_attr = (0o755 if arc.endswith(".so") else 0o644) << 16
+                info.compress_type = zipfile.ZIP_DEFLATED
+                zf.writestr(info, files[arc])
     _drop_stale(out_dir, spec.version, dest.name)
     return BuiltWheel(dest, platform, reason, man)
+
+
+def _same_wheel(dest: Path, record_arc: str, record: bytes) -> bool:
+    """True when `dest` already holds these files: its RECORD hashes every file, and our wheels are
+    reproducible (fixed order, timestamps and modes), so rewriting it would give the same bytes. This
+    is what makes a build with nothing changed skip the compression of every wheel."""
+    try:
+        with zipfile.ZipFile(dest) as zf:
+            return zf.read(record_arc) == record
+    except (OSError, KeyError, zipfile.BadZipFile):
+        return False
 
 
 def _drop_stale(out_dir: Path, version: str, keep: str) -> None:

@@ -86,6 +86,20 @@ def test_wheels_are_reproducible(fixture_tree, images, host_lib, tmp_path):
     assert a.path.read_bytes() == b.path.read_bytes()
 
 
+def test_an_unchanged_wheel_is_not_rewritten_and_a_changed_one_is(fixture_tree, images, host_lib, tmp_path):
+    first = _build(_spec(), tmp_path, fixture_tree, images, host_lib)
+    inode = first.path.stat().st_ino
+    again = _build(_spec(), tmp_path, fixture_tree, images, host_lib)
+    assert again.path == first.path and again.path.stat().st_ino == inode  # same file, never replaced
+    (fixture_tree / "fa_attn" / "_probe_change.py").write_text("x = 1\n")
+    try:
+        changed = _build(_spec(), tmp_path, fixture_tree, images, host_lib)
+    finally:
+        (fixture_tree / "fa_attn" / "_probe_change.py").unlink()
+    assert changed.path.stat().st_ino != inode
+    assert "fa_attn/_probe_change.py" in zipfile.ZipFile(changed.path).namelist()
+
+
 def test_universal_wheel(fixture_tree, tmp_path):
     matrix = Matrix(version="0.1.0", torch=("2.8",), cuda=(12,), python=("3.11",), archs={12: ("8.0",)},
                     ptx={12: "8.0"})
