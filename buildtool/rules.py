@@ -14,6 +14,7 @@ from packaging.tags import Tag, compatible_tags, cpython_tags, mac_platforms
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
+from buildtool import kernels_src
 from buildtool.cuda_facts import TOOLKITS
 from buildtool.probe import Env, version_tuple
 from buildtool.wheel_index import WheelEntry
@@ -182,8 +183,15 @@ def _torch_reasons(entry: WheelEntry, env: Env) -> list[Reason]:
         # fa_attn is a torch extension: without torch there is nothing to run, not even the fallback.
         return [Reason("torch-missing", "torch is not installed",
                        "install torch first (pip install torch), then fa install")]
-    if entry.torch is None:
-        return []  # the universal wheel: pure Python, any torch
+    if entry.torch is None:  # the universal wheel: pure Python, any torch the runtime can use
+        floor = kernels_src.kernel_choice().MIN_TORCH
+        if Version(env.torch.version).release[:2] < floor:
+            need = ".".join(map(str, floor))
+            return [Reason("torch-version-mismatch",
+                           f"fa-attn needs torch >= {need} (it registers its ops with torch.library APIs "
+                           f"from {need}); installed is {env.torch.version}",
+                           f"upgrade torch to {need} or newer")]
+        return []
     reasons = []
     if env.torch.minor != entry.torch:
         reasons.append(Reason("torch-version-mismatch",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+MIN_TORCH = (2, 4)  # ops.py uses torch.library.register_fake / register_autograd, new in torch 2.4
 MAX_HEAD_DIM = 256  # flash-attn 2.x's limit; no bucket of ours is larger
 HEAD_DIM_ALIGN = 8  # the wrapper pads other head dims up to a multiple of 8
 

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import fa_attn
 import pytest
@@ -202,3 +206,11 @@ def test_features_of_a_call() -> None:
     assert dispatch.features_of(call, backward=False) == {"causal"}
     call = inputs.check_padded(q, q, q, 0.0, None, False, (3, 3), 0.0, None, False)
     assert dispatch.features_of(call, backward=False) == frozenset()
+
+
+def test_import_refuses_a_torch_older_than_the_ops_need() -> None:
+    code = "import torch; torch.__version__ = '1.13.1+cu117'; import fa_attn"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
+                          env={**os.environ, "PYTHONPATH": str(Path(fa_attn.__file__).parents[1])})
+    assert done.returncode != 0
+    assert "ImportError: fa_attn needs torch >= 2.4" in done.stderr and "1.13.1+cu117" in done.stderr

@@ -114,7 +114,7 @@ def test_human_report_has_a_fix_under_each_reason(index_dir: Path):
     console = Console(record=True, width=160)
     render(build_report(env, load_index(str(index_dir)), Request()), console)
     text = console.export_text()
-    assert "verdict: fallback" in text and "torch-version-mismatch" in text and "arch-unsupported" in text
+    assert "verdict: no-wheel" in text and "torch-version-mismatch" in text and "arch-unsupported" in text
     because = text.split("because:")[1].strip().splitlines()
     assert [line.strip().startswith("fix:") for line in because] == [False, True, False, True]
 
