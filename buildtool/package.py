@@ -21,7 +21,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from buildtool import cache
-from buildtool.cuda_facts import TOOLKITS, compute_name, sm_name
+from buildtool.cuda_facts import TOOLKITS, arch_tuple, compute_name, sm_name
 from buildtool.platform_tag import platform_tag
 
 if TYPE_CHECKING:
@@ -54,17 +54,12 @@ def kernel_file(job: CompileJob) -> str:
     return f"kernels/{compute_name(job.arch)}/{job.unit}.ptx"
 
 
-def _arch_key(arch: str) -> tuple[int, int]:
-    major, minor = arch.split(".")
-    return int(major), int(minor)
-
-
 def manifest(spec: WheelSpec, tiles: ModuleType) -> dict:
     """The manifest of `spec` (contracts section 3); nulls and empty lists for the universal wheel."""
     tk = TOOLKITS[spec.cuda_major] if spec.cuda_major is not None else None
     kernels = []
     units_by_arch: dict[str, dict[str, Any]] = {}  # tiles.units() builds the table; once per arch
-    for job in sorted(spec.compile_jobs, key=lambda j: (_arch_key(j.arch), j.image, j.unit)):
+    for job in sorted(spec.compile_jobs, key=lambda j: (arch_tuple(j.arch), j.image, j.unit)):
         if job.arch not in units_by_arch:
             units_by_arch[job.arch] = {u.name: u for u in tiles.units(job.arch)}
         unit = units_by_arch[job.arch].get(job.unit)
@@ -96,7 +91,7 @@ def manifest(spec: WheelSpec, tiles: ModuleType) -> dict:
         "kernels": kernels,
         "coverage": [
             {"arch": a, "image": i, "dtype": d, "direction": r, "head_dims": sorted(hd)}
-            for (a, i, d, r), hd in sorted(coverage.items(), key=lambda kv: (_arch_key(kv[0][0]), kv[0][1:]))
+            for (a, i, d, r), hd in sorted(coverage.items(), key=lambda kv: (arch_tuple(kv[0][0]), kv[0][1:]))
         ],
         "features": _features(getattr(tiles, "FEATURES", ())),
     }

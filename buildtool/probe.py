@@ -199,7 +199,7 @@ def probe(paths: ProbePaths = ProbePaths()) -> Env:
         driver = driver or smi_driver
     torch_dir = paths.torch_dir if paths.torch_dir is not None else find_torch()
     torch = probe_torch(torch_dir, sources) if torch_dir else None
-    return Env(os=_os_name(), arch=_arch(), glibc=_glibc(), python=_python(), torch=torch, driver=driver,
+    return Env(os=_os_name(), arch=_arch(), glibc=_glibc(), python=python_version(), torch=torch, driver=driver,
                gpus=tuple(gpus), sources=sources)
 
 
@@ -224,7 +224,8 @@ def _glibc() -> str | None:
     return major_minor.group(1) if major_minor else None
 
 
-def _python() -> str:
+def python_version() -> str:
+    """"3.11", or "3.13t" for a free-threaded build (by how it was built, not whether the GIL is on now)."""
     free_threaded = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
     return f"{sys.version_info.major}.{sys.version_info.minor}{'t' if free_threaded else ''}"
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -41,11 +40,6 @@ def _fail(code: int, message: str) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _python_tag() -> str:
-    ft = "t" if not getattr(sys, "_is_gil_enabled", lambda: True)() else ""
-    return f"{sys.version_info.major}.{sys.version_info.minor}{ft}"
-
-
 def _plan(matrix_path: Path, local: bool, cuda: list[int], shard: str | None, refresh: bool) -> Plan:
     if local:
         matrix: Matrix | None = load_matrix(matrix_path) if matrix_path.is_file() else None
@@ -55,7 +49,7 @@ def _plan(matrix_path: Path, local: bool, cuda: list[int], shard: str | None, re
         if info is None or info.cxx11abi is None:
             raise HeaderError("cannot read the installed torch's version and C++ ABI from its files")
         majors = tuple(cuda) or (info.cuda_major or DEFAULT_LOCAL_CUDA,)
-        return local_plan(version, info.cxx11abi, _python_tag(), majors, matrix)
+        return local_plan(version, info.cxx11abi, probe.python_version(), majors, matrix)
     matrix = load_matrix(matrix_path)
     return make_plan(matrix, fetch_torch_catalog(refresh), parse_shard(shard) if shard else None)
 
