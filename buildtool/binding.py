@@ -1,5 +1,6 @@
-"""The host binding (libfa_attn_ops.so): kernels/binding/*.cpp built with the host C++ compiler
-against one torch version's headers, once per (torch minor, C++ ABI).
+"""The host binding (libfa_attn_ops.so): kernels/binding/*.cpp built with a C++ compiler for the
+wheel's CPU (the host's g++, or a cross g++ for the other CPU: buildtool/platforms.py) against one
+torch version's headers, once per (torch minor, C++ ABI, CPU).
 
 No torch library is downloaded: we link against generated stub libraries named libc10.so and
 libtorch_cpu.so, which exist only to put DT_NEEDED entries on those sonames into our binary. At run
@@ -11,14 +12,13 @@ ABI, the compiler's identity and the flags.
 from __future__ import annotations
 
 import functools
-import os
 import shlex
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from buildtool import cache
+from buildtool import cache, platforms
 from buildtool.torch_headers import Headers
 
 OUTPUT_NAME = "libfa_attn_ops.so"
@@ -39,9 +39,10 @@ class BindingBuild:
     seconds: float
 
 
-def compiler() -> list[str]:
-    """`CXX` (may carry a launcher, e.g. "ccache g++") or g++."""
-    return shlex.split(os.environ.get("CXX") or "g++")
+def compiler(platform: str = platforms.X86_64) -> list[str]:
+    """The compiler for bindings that run on `platform`: for this machine's CPU `CXX` (may carry a
+    launcher, e.g. "ccache g++") or g++; for the other CPU its cross g++ (FA_CXX_<CPU> overrides)."""
+    return platforms.cxx_for(platform)
 
 
 @functools.cache
@@ -54,9 +55,7 @@ def compiler_identity(cxx: tuple[str, ...]) -> str:
         ]
         banner = subprocess.run([*cxx, "--version"], capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError) as e:
-        raise BindingError(
-            f"C++ compiler {' '.join(cxx)!r} not usable: {e}\n  fix: install g++ or set CXX"
-        ) from e
+        raise BindingError(f"C++ compiler {' '.join(cxx)!r} not usable: {e}\n  fix: {_install_hint(cxx)}") from e
     return f"{banner.stdout.splitlines()[0]} ({out[0]}, {out[1]})"
 
 
@@ -74,14 +73,14 @@ def flags(headers: Headers, cxx11abi: bool, kernels_root: Path) -> list[str]:
     return [*BASE_FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={int(cxx11abi)}", *inc]
 
 
-def binding_key(headers: Headers, cxx11abi: bool, kernels_root: Path) -> str:
+def binding_key(headers: Headers, cxx11abi: bool, kernels_root: Path, platform: str = platforms.X86_64) -> str:
     srcs = sources(kernels_root)
-    parts: list[str | bytes] = ["fa-binding-v1", headers.torch_version, headers.origin, str(cxx11abi)]
+    parts: list[str | bytes] = ["fa-binding-v1", headers.torch_version, headers.origin, str(cxx11abi), platform]
     for p in srcs:
         parts += [p.relative_to(kernels_root).as_posix(), p.read_bytes()]
     # include dirs are paths into the cache: key on what they hold (version), not where they are
     portable = [f for f in flags(headers, cxx11abi, kernels_root) if not f.startswith("-I")]
-    parts += [compiler_identity(tuple(compiler())), *portable]
+    parts += [compiler_identity(tuple(compiler(platform))), *portable]
     return cache.content_key(*parts)
 
 
@@ -89,38 +88,40 @@ def output_path(key: str) -> Path:
     return cache.cache_dir() / "bindings" / key[:2] / key / OUTPUT_NAME
 
 
-def is_cached(headers: Headers, cxx11abi: bool, kernels_root: Path) -> bool:
-    return output_path(binding_key(headers, cxx11abi, kernels_root)).is_file()
+def is_cached(headers: Headers, cxx11abi: bool, kernels_root: Path, platform: str = platforms.X86_64) -> bool:
+    return output_path(binding_key(headers, cxx11abi, kernels_root, platform)).is_file()
 
 
-def stub_dir() -> Path:
-    """Empty shared libraries with torch's sonames, generated once (they hold no code)."""
-    d = cache.cache_dir() / "binding-stubs"
+def stub_dir(platform: str = platforms.X86_64) -> Path:
+    """Empty shared libraries with torch's sonames for `platform`, generated once (they hold no code)."""
+    d = cache.cache_dir() / "binding-stubs" / platform
     with cache.locked(d):
         for soname in STUB_SONAMES:
             lib = d / soname
             if not lib.is_file():
                 with cache.atomic_path(lib) as tmp:
-                    _run([*compiler(), "-shared", "-x", "c++", "/dev/null", f"-Wl,-soname,{soname}",
+                    _run([*compiler(platform), "-shared", "-x", "c++", "/dev/null", f"-Wl,-soname,{soname}",
                           "-o", str(tmp)], f"generating stub {soname}")
     return d
 
 
-def build_binding(headers: Headers, cxx11abi: bool, kernels_root: Path) -> BindingBuild:
-    key = binding_key(headers, cxx11abi, kernels_root)
+def build_binding(
+    headers: Headers, cxx11abi: bool, kernels_root: Path, platform: str = platforms.X86_64
+) -> BindingBuild:
+    key = binding_key(headers, cxx11abi, kernels_root, platform)
     out = output_path(key)
     if out.is_file():
         return BindingBuild(out, key, True, 0.0)
     cpp = [str(p) for p in sources(kernels_root) if p.suffix in (".cpp", ".cc")]
-    stubs = stub_dir()
+    stubs = stub_dir(platform)
     t0 = time.perf_counter()
     with cache.atomic_path(out) as tmp:
         cmd = [
-            *compiler(), *flags(headers, cxx11abi, kernels_root), *cpp, "-o", str(tmp),
+            *compiler(platform), *flags(headers, cxx11abi, kernels_root), *cpp, "-o", str(tmp),
             f"-L{stubs}", "-Wl,--no-as-needed", *(f"-l:{s}" for s in STUB_SONAMES), "-Wl,--as-needed",
             "-ldl",  # dlopen lives in libdl before glibc 2.34 (manylinux_2_28); as-needed drops it after
         ]
-        _run(cmd, f"building the binding for torch {headers.torch_version} (cxx11abi={cxx11abi})")
+        _run(cmd, f"building the {platform} binding for torch {headers.torch_version} (cxx11abi={cxx11abi})")
     return BindingBuild(out, key, False, time.perf_counter() - t0)
 
 
@@ -128,7 +129,14 @@ def _run(cmd: list[str], what: str) -> None:
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     except OSError as e:
-        raise BindingError(f"{what}: cannot run {cmd[0]}: {e}\n  fix: install g++ or set CXX") from e
+        raise BindingError(f"{what}: cannot run {cmd[0]}: {e}\n  fix: {_install_hint((cmd[0],))}") from e
     if proc.returncode != 0:
         tail = "\n".join((proc.stderr or proc.stdout).splitlines()[-40:])
         raise BindingError(f"{what} failed (exit {proc.returncode}):\n{shlex.join(cmd)}\n{tail}")
+
+
+def _install_hint(cxx: tuple[str, ...] | list[str]) -> str:
+    for target in platforms.PLATFORMS:
+        if tuple(cxx) == tuple(platforms.cxx_for(target)):
+            return platforms.cxx_install_hint(target)
+    return "install g++, or set CXX (FA_CXX_X86_64 / FA_CXX_AARCH64 for a given CPU)"

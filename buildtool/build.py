@@ -159,9 +159,10 @@ def _build_bindings(
             _, headers = torch_headers.local_torch()
         else:
             headers = torch_headers.headers_for(
-                job.torch_version, job.header_source, bars.download(f"torch {job.torch_version} headers")
+                job.torch_version, job.header_source,
+                bars.download(f"torch {job.torch_version} headers ({job.platform})"),
             )
-        built = binding_mod.build_binding(headers, job.cxx11abi, tree.root)
+        built = binding_mod.build_binding(headers, job.cxx11abi, tree.root, job.platform)
         bars.advance(bar)
         return built
 
@@ -188,12 +189,17 @@ def _log_entry(spec: WheelSpec, built: package.BuiltWheel, b: binding_mod.Bindin
     return {
         "wheel": built.path.name,
         "variant": spec.variant,
+        "platform": spec.platform,
         "platform_tag": built.platform,
         "platform_reason": built.platform_reason,
         "binding_key": b.key if b else None,
-        "compiler": binding_mod.compiler_identity(tuple(binding_mod.compiler())) if b else None,
+        "compiler": _compiler(spec) if b else None,
         "toolkit": built.manifest["toolkit"],
     }
+
+
+def _compiler(spec: WheelSpec) -> str | None:
+    return binding_mod.compiler_identity(tuple(binding_mod.compiler(spec.platform))) if spec.platform else None
 
 
 def _write_log(out_dir: Path, plan: Plan, wheels: list[dict]) -> None:

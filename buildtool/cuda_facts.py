@@ -8,12 +8,21 @@ Facts, with their sources:
   11.8 GA 520.61.05, 12.9 GA 575.51.03, 13.0 GA 580.65.06 (CUDA Toolkit release notes, table 3).
 - Targetable archs are what each NVRTC reports through nvrtcGetSupportedArchs (checked against the
   pinned libraries: 11.8 -> 35..90, 12.9 -> 50..121, 13.0 -> 75..121 with 110 for Thor).
+- Pinned files and hashes are PyPI's, for each host CPU NVIDIA publishes (x86_64 and aarch64/SBSA):
+  a build on an Arm machine (GH200, DGX Spark, an Arm CI runner) compiles with the same NVRTC version.
 - Our kernels need mma.sync with fp16 operands, so nothing below sm_75 is built.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PinnedWheel:
+    file: str
+    sha256: str
 
 
 @dataclass(frozen=True)
@@ -21,13 +30,16 @@ class Toolkit:
     major: int
     package: str  # the PyPI distribution holding NVRTC
     version: str  # pinned
-    wheel: str  # the manylinux x86_64 file of that version
-    sha256: str  # pinned hash of that file
+    wheels: Mapping[str, PinnedWheel]  # per host CPU ("x86_64", "aarch64"): the manylinux file of that version
     lib_subdir: str  # where libnvrtc.so.* sits inside the wheel
     min_driver: str  # to run SASS built by this toolkit
     ptx_min_driver: str  # to JIT PTX written by this toolkit
     archs: tuple[str, ...]  # real archs this NVRTC can target and fa has kernels for
     default_archs: tuple[str, ...]  # SASS built when matrix.yaml names none; PTX for the last
+
+    def wheel_for(self, host: str) -> PinnedWheel | None:
+        """The NVRTC wheel that runs on a `host` CPU, None if NVIDIA publishes none for it."""
+        return self.wheels.get(host)
 
 
 TOOLKITS: dict[int, Toolkit] = {
@@ -35,8 +47,12 @@ TOOLKITS: dict[int, Toolkit] = {
         major=11,
         package="nvidia-cuda-nvrtc-cu11",
         version="11.8.89",
-        wheel="nvidia_cuda_nvrtc_cu11-11.8.89-py3-none-manylinux2014_x86_64.whl",
-        sha256="a8d02f3cba345be56b1ffc3e74d8f61f02bb758dd31b0f20e12277a5a244f756",
+        wheels={
+            "x86_64": PinnedWheel("nvidia_cuda_nvrtc_cu11-11.8.89-py3-none-manylinux2014_x86_64.whl",
+                                  "a8d02f3cba345be56b1ffc3e74d8f61f02bb758dd31b0f20e12277a5a244f756"),
+            "aarch64": PinnedWheel("nvidia_cuda_nvrtc_cu11-11.8.89-py3-none-manylinux2014_aarch64.whl",
+                                   "8ab17ed51e7c4928f7170a0551e3e3b42f89d973bd267ced9688c238b3e10aef"),
+        },
         lib_subdir="nvidia/cuda_nvrtc/lib",
         min_driver="450.80.02",
         ptx_min_driver="520.61.05",
@@ -47,8 +63,12 @@ TOOLKITS: dict[int, Toolkit] = {
         major=12,
         package="nvidia-cuda-nvrtc-cu12",
         version="12.9.86",
-        wheel="nvidia_cuda_nvrtc_cu12-12.9.86-py3-none-manylinux2010_x86_64.manylinux_2_12_x86_64.whl",
-        sha256="210cf05005a447e29214e9ce50851e83fc5f4358df8b453155d5e1918094dcb4",
+        wheels={
+            "x86_64": PinnedWheel("nvidia_cuda_nvrtc_cu12-12.9.86-py3-none-manylinux2010_x86_64.manylinux_2_12_x86_64.whl",
+                                  "210cf05005a447e29214e9ce50851e83fc5f4358df8b453155d5e1918094dcb4"),
+            "aarch64": PinnedWheel("nvidia_cuda_nvrtc_cu12-12.9.86-py3-none-manylinux2014_aarch64.manylinux_2_17_aarch64.whl",
+                                   "096d4de6bda726415dfaf3198d4f5c522b8e70139c97feef5cd2ca6d4cd9cead"),
+        },
         lib_subdir="nvidia/cuda_nvrtc/lib",
         min_driver="525.60.13",
         ptx_min_driver="575.51.03",
@@ -59,8 +79,12 @@ TOOLKITS: dict[int, Toolkit] = {
         major=13,
         package="nvidia-cuda-nvrtc",
         version="13.0.88",
-        wheel="nvidia_cuda_nvrtc-13.0.88-py3-none-manylinux2010_x86_64.manylinux_2_12_x86_64.whl",
-        sha256="ad9b6d2ead2435f11cbb6868809d2adeeee302e9bb94bcf0539c7a40d80e8575",
+        wheels={
+            "x86_64": PinnedWheel("nvidia_cuda_nvrtc-13.0.88-py3-none-manylinux2010_x86_64.manylinux_2_12_x86_64.whl",
+                                  "ad9b6d2ead2435f11cbb6868809d2adeeee302e9bb94bcf0539c7a40d80e8575"),
+            "aarch64": PinnedWheel("nvidia_cuda_nvrtc-13.0.88-py3-none-manylinux2014_aarch64.manylinux_2_17_aarch64.whl",
+                                   "d27f20a0ca67a4bb34268a5e951033496c5b74870b868bacd046b1b8e0c3267b"),
+        },
         lib_subdir="nvidia/cu13/lib",
         min_driver="580",
         ptx_min_driver="580.65.06",

@@ -16,11 +16,12 @@ import jinja2
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from buildtool import cache
+from buildtool.pypi import linux_cpu
 
 PROJECT = "fa-attn"
 MANIFEST = "fa_attn/manifest.json"
 REQUIRES_PYTHON = ">=3.9"
-_FROM_MANIFEST = ("version", "variant", "cuda_major", "toolkit", "torch", "cxx11abi", "min_driver",
+_FROM_MANIFEST = ("version", "variant", "platform", "cuda_major", "toolkit", "torch", "cxx11abi", "min_driver",
                   "ptx_min_driver", "sass", "ptx", "coverage")
 
 
@@ -49,6 +50,7 @@ def wheel_entry(path: Path) -> dict:
     entry.update({k: man.get(k) for k in _FROM_MANIFEST})
     entry.update(python_tag=tag.interpreter, abi_tag=tag.abi, platform_tag=tag.platform,
                  requires_python=REQUIRES_PYTHON)
+    entry["platform"] = entry["platform"] or linux_cpu(tag.platform)  # older manifests name no CPU
     return entry
 
 

@@ -20,6 +20,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from buildtool import cuda_facts, kernels_src
+from buildtool import platforms as cpus
 
 DEFAULT_VERSION = "0.1.0"
 # The binding reaches the CUDA stream through torch's C shim (aoti_torch/c/shim.h), present since 2.4.
@@ -31,8 +32,9 @@ CXX11ABI_POLICIES = ("auto", "true", "false", "both")
 DTYPES = ("fp16", "bf16")
 DIRECTIONS = ("fwd", "bwd")
 
-KNOWN_KEYS = ("version", "torch", "cuda", "python", "archs", "ptx", "exclude", "cxx11abi", "kernels")
-EXCLUDE_KEYS = ("torch", "cuda", "python")
+KNOWN_KEYS = ("version", "torch", "cuda", "python", "platforms", "archs", "ptx", "exclude", "cxx11abi",
+              "kernels")
+EXCLUDE_KEYS = ("torch", "cuda", "python", "platform")
 KERNEL_FILTER_KEYS = ("dtypes", "head_dims", "directions")
 
 _MINOR = re.compile(r"^(\d+)\.(\d+)$")
@@ -79,6 +81,7 @@ class Matrix:
     exclude: tuple[dict, ...] = ()  # as written (values may be PEP 440 specifiers like ">=2.8")
     cxx11abi: str = "auto"  # one of CXX11ABI_POLICIES
     kernels: KernelFilter | None = None
+    platforms: tuple[str, ...] = cpus.DEFAULT_PLATFORMS  # CPUs to build bindings for
     source: str = field(default="matrix.yaml", compare=False)
 
     def abis(self, torch_minor: str) -> tuple[bool, ...]:
@@ -91,10 +94,11 @@ class Matrix:
             return (False, True)
         return (True,) if Version(torch_minor) >= Version(CXX11ABI_ONLY_FROM) else (False, True)
 
-    def excluded_by(self, torch: str, cuda: int, python: str) -> int | None:
+    def excluded_by(self, torch: str, cuda: int, python: str, platform: str = cpus.X86_64) -> int | None:
         """Index of the first `exclude` entry matching this cell, None if no entry does."""
         for i, entry in enumerate(self.exclude):
-            if all(_exclude_value_matches(key, value, torch, cuda, python) for key, value in entry.items()):
+            if all(_exclude_value_matches(key, value, torch, cuda, python, platform)
+                   for key, value in entry.items()):
                 return i
         return None
 
@@ -159,6 +163,7 @@ class _Parser:
         torch = self.torch(data["torch"])
         cuda = self.cuda(data["cuda"])
         python = self.python(data["python"])
+        plats = self.platforms(data.get("platforms"))
         archs = self.archs(data.get("archs"), cuda)
         return Matrix(
             version=self.version(data.get("version", DEFAULT_VERSION)),
@@ -167,9 +172,12 @@ class _Parser:
             python=python,
             archs=archs,
             ptx=self.ptx(data.get("ptx"), cuda, archs),
-            exclude=self.exclude(data.get("exclude"), {"torch": torch, "cuda": cuda, "python": python}),
+            exclude=self.exclude(
+                data.get("exclude"), {"torch": torch, "cuda": cuda, "python": python, "platform": plats}
+            ),
             cxx11abi=self.cxx11abi(data.get("cxx11abi", "auto")),
             kernels=self.kernels(data.get("kernels")),
+            platforms=plats,
             source=self.source,
         )
 
@@ -307,6 +315,29 @@ class _Parser:
             )
         return item
 
+    def platforms(self, value: object) -> tuple[str, ...]:
+        if value is None:
+            return cpus.DEFAULT_PLATFORMS
+        items = self._list("platforms", value)
+        out = [self.platform(f"platforms[{i}]", item) for i, item in enumerate(items)]
+        self._no_duplicates("platforms", out)
+        return tuple(out)
+
+    def platform(self, field_: str, item: object) -> str:
+        known = ", ".join(cpus.PLATFORMS)
+        if not isinstance(item, str):
+            raise self.error(field_, f"{item!r} is not a CPU architecture", f"write one of {known}")
+        name = cpus.canonical(item)
+        if name is None:
+            raise self.error(
+                field_,
+                f"fa builds no wheels for {item!r} (Linux only, and torch's CUDA builds exist for {known})",
+                f"write one of {known}",
+            )
+        if name != item:
+            raise self.error(field_, f"{item!r} is spelled {name!r} in wheel tags", f'write "{name}"')
+        return name
+
     # -- per CUDA major ----------------------------------------------------------------------------
 
     def _major_key(self, field_: str, key: object, cuda: tuple[int, ...]) -> int:
@@ -416,6 +447,8 @@ class _Parser:
 
     def exclude_value(self, field_: str, key: str, item: object, listed: tuple) -> None:
         """An exact value (validated like the list it filters) or a PEP 440 specifier string."""
+        if key == "platform" and isinstance(item, str) and item[:1] in "<>=!~":
+            raise self.error(field_, f"{item!r}: a platform is a name, not a version", "write x86_64 or aarch64")
         if isinstance(item, str) and item[:1] in "<>=!~":
             try:
                 SpecifierSet(item)
@@ -424,8 +457,10 @@ class _Parser:
                     field_, f"{item!r} is not a PEP 440 specifier", 'write it like ">=2.8" or ">=2.4,<2.7"'
                 ) from None
             return
-        if key == "torch":
-            exact: object = self.torch_minor(field_, item)
+        if key == "platform":
+            exact: object = self.platform(field_, item)
+        elif key == "torch":
+            exact = self.torch_minor(field_, item)
         elif key == "cuda":
             exact = self.cuda_major(field_, item)
         else:
@@ -480,10 +515,13 @@ _EXAMPLES = {
     "torch": '["2.5", "2.6"]',
     "cuda": "[12, 13]",
     "python": '["3.11", "3.12", "3.13t"]',
+    "platforms": '["x86_64", "aarch64"]',
 }
 
 
-def _exclude_value_matches(key: str, value: object, torch: str, cuda: int, python: str) -> bool:
+def _exclude_value_matches(key: str, value: object, torch: str, cuda: int, python: str, platform: str) -> bool:
+    if key == "platform":
+        return value == platform
     if key == "torch":
         return _matches(value, torch, Version(torch))
     if key == "cuda":

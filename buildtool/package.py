@@ -79,6 +79,7 @@ def manifest(spec: WheelSpec, tiles: ModuleType) -> dict:
         "package": PROJECT,
         "version": spec.version,
         "variant": spec.variant,
+        "platform": spec.platform,
         "cuda_major": spec.cuda_major,
         "toolkit": tk.version if tk else None,
         "min_driver": tk.min_driver if tk else None,
@@ -160,6 +161,11 @@ def build_wheel(
         if binding is None:
             raise PackageError(f"wheel {spec.variant}: the binding was not built")
         tag = platform_tag([binding])
+        if not tag.tag.endswith("_" + str(spec.platform)):
+            raise PackageError(
+                f"wheel {spec.name}: the binding {binding} is {tag.tag}, not a {spec.platform} binary "
+                f"(check CXX / FA_CXX_{str(spec.platform).upper()})"
+            )
         platform, reason = tag.tag, tag.reason
         files[f"{DIST}/{BINDING_FILE}"] = binding.read_bytes()
         for job in spec.compile_jobs:
@@ -185,7 +191,7 @@ def build_wheel(
                 info.external_attr = (0o755 if arc.endswith(".so") else 0o644) << 16
                 info.compress_type = zipfile.ZIP_DEFLATED
                 zf.writestr(info, files[arc])
-    _drop_stale(out_dir, spec.version, dest.name)
+    _drop_stale(out_dir, spec.version, dest.name, spec.platform)
     return BuiltWheel(dest, platform, reason, man)
 
 
@@ -200,8 +206,10 @@ def _same_wheel(dest: Path, record_arc: str, record: bytes) -> bool:
         return False
 
 
-def _drop_stale(out_dir: Path, version: str, keep: str) -> None:
-    """An earlier build of the same version with another platform tag would shadow this one."""
+def _drop_stale(out_dir: Path, version: str, keep: str, cpu: str | None) -> None:
+    """An earlier build of the same version for the same CPU with another platform tag (say
+    linux_x86_64 before manylinux_2_28_x86_64) would shadow this one. Other CPUs' wheels stay."""
+    suffix = f"_{cpu}.whl" if cpu else "-any.whl"
     for p in out_dir.glob(f"{DIST}-{version}-py3-none-*.whl"):
-        if p.name != keep:
+        if p.name != keep and p.name.endswith(suffix):
             p.unlink(missing_ok=True)

@@ -4,7 +4,8 @@ One wheel per distinct binary. Kernels depend only on the CUDA major (toolkit) a
 torch, so every wheel of one CUDA major shares one set of compile jobs; the binding depends on the
 torch minor and C++ ABI, never on CUDA or Python (no Python C API: wheels are py3-none), so one
 binding serves every CUDA major. A Python version only decides coverage: a cell is covered when
-PyPI has a torch build of that minor for that Python on Linux x86_64.
+PyPI has a torch build of that minor for that Python on Linux for the cell's CPU. Each CPU in
+`platforms` (x86_64, aarch64) gets its own bindings and wheels; the kernel compile jobs are the same.
 
 Pure: the catalog and the kernel table come in as arguments; nothing is downloaded or compiled.
 """
@@ -19,7 +20,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from buildtool import cuda_facts, kernels_src
+from buildtool import cuda_facts, kernels_src, platforms
 from buildtool.matrix import CXX11ABI_ONLY_FROM, MIN_TORCH, Matrix, MatrixError, python_version
 from buildtool.pypi import TorchCatalog, TorchFile
 
@@ -37,6 +38,7 @@ class Cell:
     torch: str  # minor
     cuda: int  # major
     python: str  # "3.12", "3.13t"
+    platform: str = platforms.X86_64  # the CPU: "x86_64" | "aarch64"
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ class BindingJob:
     torch_version: str  # the patch whose headers are used: the oldest of the minor
     cxx11abi: bool
     header_source: TorchFile | None  # None: the torch installed here (fa build --local)
+    platform: str = platforms.X86_64  # the CPU the binding runs on (a cross compile if not this host's)
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,12 @@ class WheelSpec:
     binding: BindingJob | None
     variant: str  # "cu12torch2.5cxx11abifalse", "cu12torch2.7", "" for universal
     version: str  # "0.1.0+cu12torch2.5cxx11abifalse"
+    platform: str | None = platforms.X86_64  # the CPU; None for the universal wheel
+
+    @property
+    def name(self) -> str:
+        """Unique within a plan: the variant and the CPU ("cu12torch2.7-aarch64"; "universal")."""
+        return f"{self.variant}-{self.platform}" if self.platform else "universal"
 
 
 @dataclass(frozen=True)
@@ -110,10 +119,13 @@ def make_plan(
     catalog: TorchCatalog,
     shard: tuple[int, int] | None = None,
     *,
+    platform: str | None = None,
     units: Units | None = None,
 ) -> Plan:
-    """Expand `matrix` against the torch releases in `catalog`. Raises MatrixError for a torch minor
-    that PyPI never published or an arch without kernels."""
+    """Expand `matrix` against the torch releases in `catalog`; `platform` keeps one CPU's wheels (the
+    universal wheel goes with the matrix's first platform), then `shard` keeps one shard of those.
+    Raises MatrixError for a torch minor that PyPI never published, an arch without kernels, or a
+    platform the matrix does not list."""
     units = units or kernels_src.tiles().units
     for i, minor in enumerate(matrix.torch):
         if minor not in catalog.minors:
@@ -126,24 +138,33 @@ def make_plan(
     kernels = {m: _kernels_for_major(matrix, m, units) for m in matrix.cuda}
 
     skipped: list[SkippedCell] = []
-    covered: dict[tuple[int, str], list[Cell]] = {}
-    for torch, cuda, python in itertools.product(
-        _by_version(matrix.torch), matrix.cuda, _pythons(matrix.python)
+    covered: dict[tuple[str, int, str], list[Cell]] = {}
+    for cpu, torch, cuda, python in itertools.product(
+        matrix.platforms, _by_version(matrix.torch), matrix.cuda, _pythons(matrix.python)
     ):
-        cell = Cell(torch, cuda, python)
+        cell = Cell(torch, cuda, python, cpu)
         skip = _skip(matrix, catalog, cell)
         if skip:
             skipped.append(skip)
         else:
-            covered.setdefault((cuda, torch), []).append(cell)
+            covered.setdefault((cpu, cuda, torch), []).append(cell)
 
     wheels = [universal_wheel(matrix)]
-    for (cuda, torch), cells in sorted(covered.items(), key=lambda kv: (kv[0][0], Version(kv[0][1]))):
-        release = catalog.minors[torch]
+    for (cpu, cuda, torch), cells in sorted(covered.items(), key=_wheel_order):
+        release = catalog.minors[torch].builds[cpu]
         for abi in matrix.abis(torch):
-            binding = BindingJob(torch, release.oldest, abi, release.header_source)
+            binding = BindingJob(torch, release.oldest, abi, release.header_source, cpu)
             wheels.append(_kernel_wheel(matrix, cuda, torch, abi, tuple(cells), kernels[cuda], binding))
 
+    if platform is not None:
+        if platform not in matrix.platforms:
+            raise MatrixError(
+                "command line", "--platform", f"{platform!r} is not in platforms ({', '.join(matrix.platforms)})",
+                f"use one of {', '.join(matrix.platforms)}, or add it to platforms in {matrix.source}",
+            )
+        keep_universal = platform == matrix.platforms[0]
+        wheels = [w for w in wheels if w.platform == platform or (w.platform is None and keep_universal)]
+        skipped = [s for s in skipped if s.cell.platform == platform]
     plan = _assemble(matrix, wheels, skipped)
     if shard is None:
         return plan
@@ -178,6 +199,12 @@ def local_plan(
             f"torch {torch_version} is older than fa supports",
             f"install torch >= {MIN_TORCH}",
         )
+    platform = platforms.host()
+    if platform not in platforms.PLATFORMS:
+        raise MatrixError(
+            source, "platform", f"fa builds no wheels for {platform} machines",
+            f"build on {' or '.join(platforms.PLATFORMS)}",
+        )
     for m in cuda:
         if m not in cuda_facts.TOOLKITS:
             known = ", ".join(map(str, cuda_facts.TOOLKITS))
@@ -197,13 +224,15 @@ def local_plan(
         ptx=ptx,
         cxx11abi=str(cxx11abi).lower(),
         kernels=matrix.kernels if matrix else None,
+        platforms=(platform,),
         source=source,
     )
     units = units or kernels_src.tiles().units
-    binding = BindingJob(minor, torch_version, cxx11abi, None)
+    binding = BindingJob(minor, torch_version, cxx11abi, None, platform)
     wheels = [
         _kernel_wheel(
-            local, m, minor, cxx11abi, (Cell(minor, m, python),), _kernels_for_major(local, m, units), binding
+            local, m, minor, cxx11abi, (Cell(minor, m, python, platform),), _kernels_for_major(local, m, units),
+            binding,
         )
         for m in cuda
     ]
@@ -224,6 +253,7 @@ def universal_wheel(matrix: Matrix) -> WheelSpec:
         binding=None,
         variant="",
         version=matrix.version,
+        platform=None,
     )
 
 
@@ -292,20 +322,21 @@ def _kernel_wheel(
         binding=binding,
         variant=variant,
         version=f"{matrix.version}+{variant}",
+        platform=binding.platform,
     )
 
 
 def _skip(matrix: Matrix, catalog: TorchCatalog, cell: Cell) -> SkippedCell | None:
-    i = matrix.excluded_by(cell.torch, cell.cuda, cell.python)
+    i = matrix.excluded_by(cell.torch, cell.cuda, cell.python, cell.platform)
     if i is not None:
         reason = f"excluded by exclude[{i}] ({_entry_text(matrix.exclude[i])}) in {matrix.source}"
         return SkippedCell(cell, reason, SKIP_EXCLUDED)
-    published = catalog.minors[cell.torch].pythons
+    published = catalog.minors[cell.torch].pythons(cell.platform)
     if cell.python not in published:
         kind = "free-threaded " if cell.python.endswith("t") else ""
         reason = (
             f"torch {cell.torch} has no {kind}Python {cell.python} build on PyPI "
-            f"(Linux x86_64: {', '.join(published)})"
+            f"(Linux {cell.platform}: {', '.join(published) or 'none'})"
         )
         return SkippedCell(cell, reason, SKIP_NO_TORCH_BUILD)
     return None
@@ -351,15 +382,13 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def shard_wheels(wheels: Sequence[WheelSpec], shard: tuple[int, int]) -> tuple[WheelSpec, ...]:
-    """The wheels of shard K of N. Wheels are grouped by CUDA major, since the wheels of one major share
-    all their kernel programs; a group is split (by torch minor) only when there are more shards than
+    """The wheels of shard K of N. Wheels are grouped by (CPU, CUDA major), since the wheels of one major
+    share all their kernel programs and a CI job runs on one CPU; a group is split (by torch minor) only when there are more shards than
     groups, and groups go to the least loaded shard, heaviest first. The universal wheel is in shard 1.
     Every wheel is in exactly one shard; a shard may be empty when N exceeds the wheels."""
     k, n = shard
-    groups = [
-        [w for w in wheels if w.cuda_major == m]
-        for m in sorted({w.cuda_major for w in wheels if w.cuda_major is not None})
-    ]
+    keys = dict.fromkeys((w.platform, w.cuda_major) for w in wheels if w.cuda_major is not None)
+    groups = [[w for w in wheels if (w.platform, w.cuda_major) == key] for key in keys]
     while len(groups) < n:
         biggest = max(groups, key=len, default=[])
         if len(biggest) < 2:
@@ -383,6 +412,11 @@ def shard_wheels(wheels: Sequence[WheelSpec], shard: tuple[int, int]) -> tuple[W
     members[0] = universal + members[0]
     order = {w: i for i, w in enumerate(wheels)}
     return tuple(sorted(members[k - 1], key=order.__getitem__))
+
+
+def _wheel_order(item: tuple[tuple[str, int, str], list[Cell]]) -> tuple:
+    (platform, cuda, torch), _ = item
+    return platforms.PLATFORMS.index(platform), cuda, Version(torch)
 
 
 def _by_version(minors: Sequence[str]) -> list[str]:

@@ -56,6 +56,7 @@ def _wheel_json(wheel: WheelSpec, cached: dict[CompileJob, bool]) -> dict:
     n_cached = sum(cached[j] for j in wheel.compile_jobs)
     return {
         "variant": wheel.variant,
+        "platform": wheel.platform,
         "version": wheel.version,
         "cuda_major": wheel.cuda_major,
         "torch": wheel.torch_minor,
@@ -74,7 +75,7 @@ def _wheel_json(wheel: WheelSpec, cached: dict[CompileJob, bool]) -> dict:
 
 
 def _cell_json(cell: Cell) -> dict:
-    return {"torch": cell.torch, "cuda": cell.cuda, "python": cell.python}
+    return {"torch": cell.torch, "cuda": cell.cuda, "python": cell.python, "platform": cell.platform}
 
 
 def _binding_json(job: BindingJob) -> dict:
@@ -82,6 +83,7 @@ def _binding_json(job: BindingJob) -> dict:
         "torch_minor": job.torch_minor,
         "torch_version": job.torch_version,
         "cxx11abi": job.cxx11abi,
+        "platform": job.platform,
         "header_source": job.header_source.filename if job.header_source else None,
     }
 
@@ -95,6 +97,7 @@ def _wheels_table(data: dict) -> Table:
     shard = f" (shard {data['shard'][0]}/{data['shard'][1]})" if data["shard"] else ""
     table = Table(title=f"fa-attn {data['version']}: wheels{shard}", title_justify="left")
     table.add_column("variant", no_wrap=True)
+    table.add_column("CPU", no_wrap=True)
     table.add_column("Pythons covered")
     table.add_column("SASS")
     table.add_column("PTX")
@@ -102,12 +105,13 @@ def _wheels_table(data: dict) -> Table:
     table.add_column("binding (torch, ABI)")
     for w in data["wheels"]:
         if w["cuda_major"] is None:
-            table.add_row("(universal)", "any", "-", "-", "-", "-")
+            table.add_row("(universal)", "any", "any", "-", "-", "-", "-")
             continue
         k = w["kernels"]
         b = w["binding"]
         table.add_row(
             w["variant"],
+            w["platform"],
             " ".join(w["pythons"]),
             " ".join(w["sass"]),
             w["ptx"] or "-",
@@ -122,17 +126,21 @@ def _skipped_table(data: dict) -> Table:
     for, so the table stays short; the JSON has every cell with its own reason."""
     groups: dict[tuple, list[dict]] = {}
     for s in data["skipped"]:
-        key = (s["code"], s["torch"]) if s["code"] == SKIP_NO_TORCH_BUILD else (s["code"], s["reason"])
+        key = (
+            (s["code"], s["torch"], s["platform"]) if s["code"] == SKIP_NO_TORCH_BUILD
+            else (s["code"], s["reason"], s["platform"])
+        )
         groups.setdefault(key, []).append(s)
     table = Table(title="skipped cells", title_justify="left")
-    for name in ("cells", "torch", "cuda", "python", "reason"):
+    for name in ("cells", "CPU", "torch", "cuda", "python", "reason"):
         table.add_column(name)
-    for (code, key), cells in groups.items():
+    for (code, key, platform), cells in groups.items():
         reason = (
-            "no torch build on PyPI for these Pythons (Linux x86_64)" if code == SKIP_NO_TORCH_BUILD else key
+            f"no torch build on PyPI for these Pythons (Linux {platform})" if code == SKIP_NO_TORCH_BUILD else key
         )
         table.add_row(
             str(len(cells)),
+            platform,
             " ".join(dict.fromkeys(c["torch"] for c in cells)),
             " ".join(dict.fromkeys(str(c["cuda"]) for c in cells)),
             " ".join(dict.fromkeys(c["python"] for c in cells)),

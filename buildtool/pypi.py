@@ -1,5 +1,5 @@
-"""The torch releases on PyPI: which minors exist, their patches, the Pythons each has a Linux x86_64
-build for, and a wheel to take the C++ headers from.
+"""The torch releases on PyPI: which minors exist, their patches, the Pythons each has a Linux build for
+per CPU (x86_64, aarch64), and a wheel of each CPU to take the C++ headers from.
 
 Read from PyPI's simple API (PEP 691 JSON; a server may answer with the PEP 503 HTML page instead,
 which some mirrors do, so both are read into the same JSON shape). The response is cached in
@@ -16,7 +16,7 @@ import json
 import logging
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +25,7 @@ from packaging.version import Version
 
 from buildtool import fetch
 from buildtool.cache import atomic_write_json, cache_dir
+from buildtool.platforms import PLATFORMS, X86_64
 
 SIMPLE_URL = "https://pypi.org/simple/torch/"
 # What pip sends: JSON preferred, the HTML page accepted.
@@ -54,15 +55,28 @@ class TorchFile:
 
 
 @dataclass(frozen=True)
-class TorchMinor:
-    minor: str  # "2.5"
-    patches: tuple[str, ...]  # sorted, final releases only: ("2.5.0", "2.5.1")
-    pythons: tuple[str, ...]  # with a Linux x86_64 build in any patch: "3.10", "3.13t", ...
-    header_source: TorchFile  # a Linux x86_64 wheel of the OLDEST patch (headers are per patch)
+class PlatformBuilds:
+    """torch's wheels of one minor for one CPU (Linux)."""
+
+    patches: tuple[str, ...]  # sorted patches with a wheel for this CPU: ("2.5.0", "2.5.1")
+    pythons: tuple[str, ...]  # with a build in any of those patches: "3.10", "3.13t", ...
+    header_source: TorchFile  # a wheel of the OLDEST of those patches (headers are per patch)
 
     @property
     def oldest(self) -> str:
         return self.patches[0]
+
+
+@dataclass(frozen=True)
+class TorchMinor:
+    minor: str  # "2.5"
+    patches: tuple[str, ...]  # sorted, final releases only, on any CPU we build for
+    builds: Mapping[str, PlatformBuilds]  # per CPU ("x86_64", "aarch64") with at least one wheel
+
+    def pythons(self, platform: str = X86_64) -> tuple[str, ...]:
+        """The Pythons PyPI has a torch build of this minor for on Linux `platform` (may be none)."""
+        build = self.builds.get(platform)
+        return build.pythons if build else ()
 
 
 @dataclass(frozen=True)
@@ -163,9 +177,16 @@ class _LinkParser(html.parser.HTMLParser):
             self._attrs = None
 
 
+def linux_cpu(platform_tag: str) -> str | None:
+    """The CPU of a Linux wheel platform tag we build for: manylinux1_x86_64, manylinux2014_aarch64,
+    manylinux_2_28_x86_64, linux_aarch64 -> "x86_64" / "aarch64"; None for anything else."""
+    if "linux" not in platform_tag:
+        return None
+    return next((p for p in PLATFORMS if platform_tag.endswith("_" + p)), None)
+
+
 def is_linux_x86_64(platform_tag: str) -> bool:
-    # manylinux1_x86_64, manylinux2014_x86_64, manylinux_2_28_x86_64, linux_x86_64
-    return platform_tag.endswith("_x86_64") and "linux" in platform_tag
+    return linux_cpu(platform_tag) == X86_64
 
 
 def python_of(interpreter: str, abi: str) -> str | None:
@@ -179,8 +200,8 @@ def python_of(interpreter: str, abi: str) -> str | None:
 
 
 def catalog_from_simple_json(data: dict) -> TorchCatalog:
-    """Group PyPI's torch files into minors: final releases with a Linux x86_64 wheel only."""
-    by_version: dict[Version, list[tuple[TorchFile, str, int]]] = {}
+    """Group PyPI's torch files into minors: final releases with a Linux wheel for a CPU we build for."""
+    by_version: dict[Version, list[tuple[TorchFile, str, int, str]]] = {}
     for entry in data.get("files", []):
         if entry.get("yanked"):
             continue
@@ -192,7 +213,8 @@ def catalog_from_simple_json(data: dict) -> TorchCatalog:
             continue
         for tag in sorted(tags, key=str):
             python = python_of(tag.interpreter, tag.abi)
-            if python is None or not is_linux_x86_64(tag.platform):
+            cpu = linux_cpu(tag.platform)
+            if python is None or cpu is None:
                 continue
             file = TorchFile(
                 filename=entry["filename"],
@@ -202,7 +224,7 @@ def catalog_from_simple_json(data: dict) -> TorchCatalog:
                 python_tag=tag.interpreter,
                 platform_tag=tag.platform,
             )
-            by_version.setdefault(version, []).append((file, python, build[0] if build else 0))
+            by_version.setdefault(version, []).append((file, python, build[0] if build else 0, cpu))
             break
 
     grouped: dict[str, list[Version]] = {}
@@ -211,14 +233,18 @@ def catalog_from_simple_json(data: dict) -> TorchCatalog:
 
     minors = {}
     for minor, versions in grouped.items():
-        files = by_version[versions[0]]
-        pythons = {python for v in versions for _, python, _ in by_version[v]}
-        minors[minor] = TorchMinor(
-            minor=minor,
-            patches=tuple(str(v) for v in versions),
-            pythons=tuple(sorted(pythons, key=_python_sort_key)),
-            header_source=_header_source(files),
-        )
+        builds = {}
+        for cpu in PLATFORMS:
+            mine = [v for v in versions if any(f[3] == cpu for f in by_version[v])]
+            if not mine:
+                continue
+            pythons = {python for v in mine for _, python, _, c in by_version[v] if c == cpu}
+            builds[cpu] = PlatformBuilds(
+                patches=tuple(str(v) for v in mine),
+                pythons=tuple(sorted(pythons, key=_python_sort_key)),
+                header_source=_header_source([f[:3] for f in by_version[mine[0]] if f[3] == cpu]),
+            )
+        minors[minor] = TorchMinor(minor=minor, patches=tuple(str(v) for v in versions), builds=builds)
     return TorchCatalog(minors=minors)
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from packaging.version import Version
 
 from buildtool import kernels_src
+from buildtool.platforms import canonical
 from buildtool.probe import Env, Gpu
 from buildtool.rules import Reason, code_order, stack_reasons, supported_tags, wheel_reasons
 from buildtool.wheel_index import WheelEntry
@@ -148,7 +149,10 @@ def _deciding_reasons(verdict: str, selected: WheelEntry | None, runtime: Runtim
     else:
         found += stack
         misses = [w for w in wheels if not w.fits and (verdict == "no-wheel" or not w.entry.universal)]
-        # The torch installed is the user's given; the wheels built for it are the nearest misses.
+        # The CPU and the torch installed are the user's given; the wheels built for them are the
+        # nearest misses (an aarch64 wheel says nothing useful to an x86_64 machine).
+        for_this_cpu = [w for w in misses if w.entry.platform == canonical(env.arch)]
+        misses = for_this_cpu or misses
         for_this_torch = [w for w in misses if "torch-version-mismatch" not in {r.code for r in w.reasons}]
         misses = for_this_torch or misses
         if misses:

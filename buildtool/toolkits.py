@@ -20,8 +20,8 @@ import zipfile
 from pathlib import Path
 from urllib.parse import urljoin
 
-from buildtool import cache, fetch
-from buildtool.cuda_facts import TOOLKITS, Toolkit
+from buildtool import cache, fetch, platforms
+from buildtool.cuda_facts import TOOLKITS, PinnedWheel, Toolkit
 
 DEFAULT_SIMPLE = "https://pypi.org/simple"
 
@@ -36,6 +36,18 @@ def toolkit(major: int) -> Toolkit:
     except KeyError:
         known = ", ".join(str(m) for m in sorted(TOOLKITS))
         raise ToolkitError(f"no pinned NVRTC for CUDA {major} (known: {known})") from None
+
+
+def pinned_wheel(tk: Toolkit) -> PinnedWheel:
+    """The pinned NVRTC wheel for this machine's CPU (NVRTC runs here, whatever the wheels' platform)."""
+    host = platforms.host()
+    pin = tk.wheel_for(host)
+    if pin is None:
+        raise ToolkitError(
+            f"NVIDIA publishes no {tk.package}=={tk.version} wheel for {host} machines "
+            f"(pinned for {', '.join(tk.wheels)}); build on one of those"
+        )
+    return pin
 
 
 def _root() -> Path:
@@ -53,28 +65,30 @@ def is_unpacked(major: int) -> bool:
 
 def wheel_url(tk: Toolkit) -> str:
     """The pinned file's URL, read from the PEP 503 page of its project."""
+    pin = pinned_wheel(tk)
     base = os.environ.get("FA_PYPI_SIMPLE", DEFAULT_SIMPLE).rstrip("/")
     page_url = f"{base}/{tk.package}/"
     page = fetch.read_url(page_url).decode(errors="replace")
     for href in re.findall(r'href="([^"]+)"', page):
         url = href.split("#", 1)[0]
-        if url.rsplit("/", 1)[-1] == tk.wheel:
+        if url.rsplit("/", 1)[-1] == pin.file:
             return url if "://" in url else urljoin(page_url, url)
-    raise ToolkitError(f"{tk.wheel} is not listed on {page_url} (was the pinned version yanked?)")
+    raise ToolkitError(f"{pin.file} is not listed on {page_url} (was the pinned version yanked?)")
 
 
 def fetch_wheel(major: int, progress: fetch.ProgressHook | None = None) -> Path:
     """The pinned wheel, hash-checked, in the cache's download area."""
     tk = toolkit(major)
-    dest = _root() / "downloads" / tk.wheel
-    if dest.is_file() and fetch.sha256_file(dest) == tk.sha256:
+    pin = pinned_wheel(tk)
+    dest = _root() / "downloads" / pin.file
+    if dest.is_file() and fetch.sha256_file(dest) == pin.sha256:
         return dest
     local = os.environ.get("FA_TOOLKIT_WHEELS")
     try:
-        if local and (Path(local) / tk.wheel).is_file():
-            fetch.download((Path(local) / tk.wheel).resolve().as_uri(), dest, tk.sha256, progress)
+        if local and (Path(local) / pin.file).is_file():
+            fetch.download((Path(local) / pin.file).resolve().as_uri(), dest, pin.sha256, progress)
         else:
-            fetch.download(wheel_url(tk), dest, tk.sha256, progress)
+            fetch.download(wheel_url(tk), dest, pin.sha256, progress)
     except fetch.FetchError as e:
         raise ToolkitError(f"CUDA {major} toolkit ({tk.package}=={tk.version}): {e}") from e
     return dest
@@ -97,7 +111,7 @@ def nvrtc_lib_dir(major: int, progress: fetch.ProgressHook | None = None) -> Pat
             with zipfile.ZipFile(wheel) as zf:
                 members = [m for m in zf.namelist() if m.startswith(tk.lib_subdir + "/")]
                 if not members:
-                    raise ToolkitError(f"{tk.wheel} holds nothing under {tk.lib_subdir}/")
+                    raise ToolkitError(f"{wheel.name} holds nothing under {tk.lib_subdir}/")
                 for m in members:
                     zf.extract(m, tmp)  # zipfile checks each member's CRC-32 as it reads
             os.replace(tmp, final)  # the whole tree appears at once

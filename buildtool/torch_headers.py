@@ -21,12 +21,14 @@ import struct
 import tempfile
 import zipfile
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildtool import cache, fetch
 from buildtool.probe import find_torch
+from buildtool.pypi import linux_cpu
 
 if TYPE_CHECKING:
     from buildtool.pypi import TorchFile
@@ -77,8 +79,11 @@ def local_torch() -> tuple[str, Headers]:
 
 
 def headers_for(torch_version: str, source: TorchFile, progress: fetch.ProgressHook | None = None) -> Headers:
-    """The include tree of `torch_version`, from `source` (a wheel on PyPI), cached."""
-    final = cache.cache_dir() / "torch-headers" / torch_version
+    """The include tree of `torch_version`, from `source` (a wheel on PyPI), cached per CPU: the
+    headers of one version are nearly the same on every CPU, but the binding is built against the
+    ones of the wheels its users install."""
+    cpu = linux_cpu(source.platform_tag) or source.platform_tag
+    final = cache.cache_dir() / "torch-headers" / cpu / torch_version
     if (final / "torch").is_dir():
         return Headers(torch_version, final, source.filename)
     with cache.locked(final):
@@ -96,18 +101,31 @@ def headers_for(torch_version: str, source: TorchFile, progress: fetch.ProgressH
 
 def extract_include(url: str, size: int | None, dest: Path, progress: fetch.ProgressHook | None = None) -> int:
     """Write every `torch/include/` member of the remote wheel under `dest`; returns how many."""
+    n = extract_members(url, size, dest, lambda name: name.startswith(PREFIX), progress)
+    if n == 0:
+        raise HeaderError(f"{url} has no {PREFIX} members")
+    return n
+
+
+def extract_members(
+    url: str,
+    size: int | None,
+    dest: Path,
+    wanted: Callable[[str], bool],
+    progress: fetch.ProgressHook | None = None,
+) -> int:
+    """Write the members of the remote wheel whose names `wanted` accepts under `dest` (their paths
+    kept), reading only their byte ranges; returns how many."""
     size = size or fetch.content_length(url)
     tail_start = max(0, size - TAIL_BYTES)
     tail, ranged = fetch.read_range(url, tail_start, size)
     if not ranged:
-        return _extract_full(url, dest, progress)
+        return _extract_full(url, dest, wanted, progress)
     members = _central_directory(url, size, tail, tail_start)
-    wanted = [m for m in members if m.name.startswith(PREFIX) and not m.name.endswith("/")]
-    if not wanted:
-        raise HeaderError(f"{url} has no {PREFIX} members")
-    total = sum(m.end - m.offset for m in wanted)
+    chosen = [m for m in members if wanted(m.name) and not m.name.endswith("/")]
+    total = sum(m.end - m.offset for m in chosen)
     done = 0
-    for group in _coalesce(wanted):
+    for group in _coalesce(chosen):
         start, end = group[0].offset, group[-1].end
         blob, ok = fetch.read_range(url, start, end)
         if not ok:
@@ -117,7 +135,7 @@ def extract_include(url: str, size: int | None, dest: Path, progress: fetch.Prog
         done += sum(m.end - m.offset for m in group)
         if progress:
             progress(done, total)
-    return len(wanted)
+    return len(chosen)
 
 
 def _central_directory(url: str, size: int, tail: bytes, tail_start: int) -> list[_Member]:
@@ -212,14 +230,16 @@ def _safe_path(dest: Path, name: str) -> Path:
     return out
 
 
-def _extract_full(url: str, dest: Path, progress: fetch.ProgressHook | None) -> int:
+def _extract_full(
+    url: str, dest: Path, wanted: Callable[[str], bool], progress: fetch.ProgressHook | None
+) -> int:
     """The server ignored Range: download the whole wheel (once, temporarily) and extract."""
     with tempfile.TemporaryDirectory(dir=dest) as tmp:
         whl = fetch.download(url, Path(tmp) / "torch.whl", None, progress)
         n = 0
         with zipfile.ZipFile(whl) as zf:
             for info in zf.infolist():
-                if info.filename.startswith(PREFIX) and not info.is_dir():
+                if wanted(info.filename) and not info.is_dir():
                     out = _safe_path(dest, info.filename)
                     out.parent.mkdir(parents=True, exist_ok=True)
                     out.write_bytes(zf.read(info))  # zipfile checks the CRC-32

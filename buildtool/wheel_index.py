@@ -18,6 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+from buildtool.pypi import linux_cpu
+
 INDEX_FILE = "index.json"
 MANIFEST_PATH = "fa_attn/manifest.json"
 _TIMEOUT_S = 60
@@ -34,6 +38,7 @@ class WheelEntry:
     size: int | None
     version: str
     variant: str  # "" for the universal wheel
+    platform: str | None  # the CPU, "x86_64" | "aarch64"; None for the universal wheel
     cuda_major: int | None  # None: universal (no kernels)
     torch: str | None  # torch minor the binding is built for
     cxx11abi: bool | None
@@ -116,9 +121,15 @@ def entry_from_dict(raw: Any, where: str) -> WheelEntry:
     # A bare file name: it is joined to the index's directory or URL and to a scratch directory.
     if "/" in file or "\\" in file or not file.endswith(".whl") or file.startswith("."):
         raise WheelIndexError(f"{where}.file: got {file!r}; expected a wheel file name next to index.json")
+    platform = need("platform", str, True)
+    if platform is None:  # an index written before entries named the CPU: read it from the file name
+        try:
+            platform = linux_cpu(next(iter(parse_wheel_filename(file)[3])).platform)
+        except InvalidWheelFilename as exc:
+            raise WheelIndexError(f"{where}.file: {file!r} is not a wheel file name ({exc})") from exc
     return WheelEntry(
         file=file, sha256=need("sha256", str), size=need("size", int, True),
-        version=need("version", str), variant=need("variant", str),
+        version=need("version", str), variant=need("variant", str), platform=platform,
         cuda_major=need("cuda_major", int, True), torch=need("torch", str, True),
         cxx11abi=need("cxx11abi", bool, True), min_driver=need("min_driver", str, True),
         ptx_min_driver=need("ptx_min_driver", str, True), sass=tuple(str(a) for a in sass),
@@ -135,7 +146,7 @@ def entry_from_wheel(path: Path) -> WheelEntry:
     if not isinstance(manifest, dict):
         raise WheelIndexError(f"{path}: {MANIFEST_PATH} is not an object; rebuild it with fa build")
     raw = {key: manifest.get(key) for key in (
-        "version", "variant", "cuda_major", "toolkit", "torch", "cxx11abi", "min_driver", "ptx_min_driver",
+        "version", "variant", "platform", "cuda_major", "toolkit", "torch", "cxx11abi", "min_driver", "ptx_min_driver",
         "sass", "ptx", "coverage")}
     raw.update(file=path.name, sha256=file_sha256(path), size=path.stat().st_size,
                requires_python=manifest.get("requires_python"))

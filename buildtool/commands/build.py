@@ -24,6 +24,7 @@ from buildtool.matrix import Matrix, MatrixError, load_matrix
 from buildtool.package import PackageError
 from buildtool.plan import Plan, local_plan, make_plan, parse_shard
 from buildtool.platform_tag import PlatformTagError
+from buildtool.platforms import cxx_for, cxx_install_hint, has_cxx
 from buildtool.pypi import CatalogError, fetch_torch_catalog
 from buildtool.toolkits import ToolkitError
 from buildtool.torch_headers import HeaderError, local_torch
@@ -40,7 +41,9 @@ def _fail(code: int, message: str) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _plan(matrix_path: Path, local: bool, cuda: list[int], shard: str | None, refresh: bool) -> Plan:
+def _plan(
+    matrix_path: Path, local: bool, cuda: list[int], shard: str | None, platform: str | None, refresh: bool
+) -> Plan:
     if local:
         matrix: Matrix | None = load_matrix(matrix_path) if matrix_path.is_file() else None
         version, _ = local_torch()
@@ -51,7 +54,9 @@ def _plan(matrix_path: Path, local: bool, cuda: list[int], shard: str | None, re
         majors = tuple(cuda) or (info.cuda_major or DEFAULT_LOCAL_CUDA,)
         return local_plan(version, info.cxx11abi, probe.python_version(), majors, matrix)
     matrix = load_matrix(matrix_path)
-    return make_plan(matrix, fetch_torch_catalog(refresh), parse_shard(shard) if shard else None)
+    return make_plan(
+        matrix, fetch_torch_catalog(refresh), parse_shard(shard) if shard else None, platform=platform
+    )
 
 
 def register(app: typer.Typer) -> None:
@@ -61,6 +66,9 @@ def register(app: typer.Typer) -> None:
         out: Annotated[Path, typer.Option("--out", "-o", help="where wheels and the index go")] = Path("wheels"),
         jobs: Annotated[int, typer.Option("--jobs", "-j", help="parallel compiles")] = os.cpu_count() or 1,
         shard: Annotated[str | None, typer.Option(help="build shard K of N, e.g. 2/4")] = None,
+        platform: Annotated[
+            str | None, typer.Option(help="only the wheels for this CPU of the matrix's platforms (x86_64, aarch64)")
+        ] = None,
         dry_run: Annotated[bool, typer.Option("--dry-run", help="show the plan; build nothing")] = False,
         as_json: Annotated[bool, typer.Option("--json", help="machine-readable summary on stdout")] = False,
         local: Annotated[bool, typer.Option("--local", help="only the torch installed here")] = False,
@@ -73,12 +81,18 @@ def register(app: typer.Typer) -> None:
             raise _fail(2, f"--jobs: {jobs} is not a positive number\n  fix: pass --jobs 1 or more")
         if cuda and not local:
             raise _fail(2, "--cuda: only used with --local\n  fix: list CUDA majors in matrix.yaml `cuda:`")
+        if platform and local:
+            raise _fail(2, "--platform: --local builds for this machine's CPU\n  fix: drop one of them")
         try:
-            plan = _plan(matrix, local, cuda, shard, refresh)
+            plan = _plan(matrix, local, cuda, shard, platform, refresh)
         except MatrixError as e:
             raise _fail(2, str(e)) from None
         except (CatalogError, HeaderError) as e:
             raise _fail(1, str(e)) from None
+        missing = [p for p in dict.fromkeys(w.platform for w in plan.wheels if w.platform) if not has_cxx(p)]
+        if missing and not dry_run:
+            hints = "\n  ".join(f"fix: {cxx_install_hint(p)}" for p in missing)
+            raise _fail(2, f"no C++ compiler for the {', '.join(missing)} bindings ({', '.join(' '.join(cxx_for(p)) for p in missing)})\n  {hints}")
         if dry_run:
             if as_json:
                 print(json.dumps(plan_view.plan_json(plan, is_cached), indent=2))

@@ -87,15 +87,17 @@ def test_catalog_from_fixture(catalog: TorchCatalog) -> None:
     assert list(catalog.minors)[:2] == ["2.3", "2.4"] and list(catalog.minors)[-1] == "2.15"
     t24 = catalog.minors["2.4"]
     assert t24.patches == ("2.4.0", "2.4.1")
-    assert t24.pythons == ("3.8", "3.9", "3.10", "3.11", "3.12")  # aarch64, macOS, Windows dropped
-    # headers from the OLDEST patch, a Linux x86_64 regular-CPython wheel with its hash
-    src = t24.header_source
-    assert src.filename.startswith("torch-2.4.0-") and "x86_64" in src.platform_tag
-    assert len(src.sha256) == 64 and src.url.startswith("https://") and not src.python_tag.endswith("t")
-    assert "3.13t" in catalog.minors["2.7"].pythons and "3.13t" not in catalog.minors["2.6"].pythons
+    assert t24.pythons() == ("3.8", "3.9", "3.10", "3.11", "3.12")  # macOS, Windows dropped
+    assert set(t24.builds) == {"x86_64", "aarch64"}
+    # headers from the OLDEST patch, a Linux regular-CPython wheel of each CPU with its hash
+    for cpu, build in t24.builds.items():
+        src = build.header_source
+        assert src.filename.startswith("torch-2.4.0-") and src.platform_tag.endswith("_" + cpu)
+        assert len(src.sha256) == 64 and src.url.startswith("https://") and not src.python_tag.endswith("t")
+    assert "3.13t" in catalog.minors["2.7"].pythons() and "3.13t" not in catalog.minors["2.6"].pythons()
     # a Python published by any patch counts: 2.12.0 has 3.13t, 2.12.1 dropped it
-    assert "3.13t" in catalog.minors["2.12"].pythons
-    assert "3.10" not in catalog.minors["2.15"].pythons
+    assert "3.13t" in catalog.minors["2.12"].pythons()
+    assert "3.10" not in catalog.minors["2.15"].pythons()
 
 
 def test_catalog_drops_yanked_prereleases_and_other_platforms() -> None:
@@ -109,12 +111,17 @@ def test_catalog_drops_yanked_prereleases_and_other_platforms() -> None:
                 f("torch-9.1.1-cp312-cp312-manylinux_2_28_x86_64.whl", size=5),
                 f("torch-9.2.0rc1-cp312-cp312-manylinux_2_28_x86_64.whl"),
                 f("torch-9.3.0-cp312-cp312-manylinux_2_28_aarch64.whl"),
+                f("torch-9.4.0-cp312-cp312-macosx_11_0_arm64.whl"),
+                f("torch-9.4.0-cp312-cp312-linux_riscv64.whl"),
                 f("torch-9.3.0.tar.gz"),
             ]
         }
     )
-    assert list(cat.minors) == ["9.1"]
-    assert cat.minors["9.1"].patches == ("9.1.1",) and cat.minors["9.1"].header_source.size == 5
+    assert list(cat.minors) == ["9.1", "9.3"]
+    assert cat.minors["9.1"].patches == ("9.1.1",) and cat.minors["9.1"].builds["x86_64"].header_source.size == 5
+    # an aarch64-only minor: no x86_64 Pythons, so its x86_64 cells are skipped, never built
+    assert set(cat.minors["9.3"].builds) == {"aarch64"} and cat.minors["9.3"].pythons() == ()
+    assert cat.minors["9.3"].pythons("aarch64") == ("3.12",)
 
 
 def test_html_answer_reads_like_json() -> None:
@@ -135,7 +142,7 @@ def test_html_answer_reads_like_json() -> None:
         "yanked": False,
     }
     assert second["yanked"] is True and second["url"].startswith("https://pypi.org/p/")
-    assert catalog_from_simple_json(data).minors["2.5"].pythons == ("3.13t",)
+    assert catalog_from_simple_json(data).minors["2.5"].pythons() == ("3.13t",)
     with pytest.raises(CatalogError):
         simple_json_from_response(b"<html>maintenance</html>", SIMPLE_URL)
 
@@ -180,10 +187,11 @@ def test_live_catalog() -> None:
         fetch.read_url(SIMPLE_URL, {"Accept": "application/vnd.pypi.simple.v1+json"}), SIMPLE_URL
     )
     cat = catalog_from_simple_json(data)
-    assert "2.4" in cat.minors and {"3.10", "3.12"} <= set(cat.minors["2.4"].pythons)
+    assert "2.4" in cat.minors and {"3.10", "3.12"} <= set(cat.minors["2.4"].pythons())
+    assert {"3.10", "3.12"} <= set(cat.minors["2.4"].pythons("aarch64"))
     newest = list(cat.minors)[-1]
     assert Version(newest) >= Version("2.15"), newest
-    assert cat.minors[newest].header_source.sha256
+    assert cat.minors[newest].builds["x86_64"].header_source.sha256
 
 
 # -- plan --------------------------------------------------------------------------------------------

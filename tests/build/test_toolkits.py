@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 from range_server import serve
 
-from buildtool import cuda_facts, toolkits
+from buildtool import cuda_facts, platforms, toolkits
 from buildtool.nvrtc import open_nvrtc
 
 FAKE_MAJOR = 99
+FAKE_FILE = "fake_nvrtc-1.0-py3-none-manylinux_2_17_x86_64.whl"
 
 
 def _fake_wheel(lib_subdir: str) -> bytes:
@@ -32,8 +33,8 @@ def fake_toolkit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[cuda_
     """A pinned toolkit entry for a tiny wheel served from a local PEP 503 index."""
     data = _fake_wheel("nvidia/fake/lib")
     tk = replace(cuda_facts.TOOLKITS[12], major=FAKE_MAJOR, package="fake-nvrtc", version="1.0",
-                 wheel="fake_nvrtc-1.0-py3-none-manylinux_2_17_x86_64.whl",
-                 sha256=hashlib.sha256(data).hexdigest(), lib_subdir="nvidia/fake/lib")
+                 wheels={platforms.host(): cuda_facts.PinnedWheel(FAKE_FILE, hashlib.sha256(data).hexdigest())},
+                 lib_subdir="nvidia/fake/lib")
     monkeypatch.setitem(cuda_facts.TOOLKITS, FAKE_MAJOR, tk)
     monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
     www = tmp_path / "www"
@@ -43,8 +44,8 @@ def fake_toolkit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[cuda_
 
 def _publish(www: Path, tk: cuda_facts.Toolkit, data: bytes) -> None:
     (www / "files").mkdir(exist_ok=True)
-    (www / "files" / tk.wheel).write_bytes(data)
-    page = f'<a href="../../files/{tk.wheel}#sha256={hashlib.sha256(data).hexdigest()}">{tk.wheel}</a>'
+    (www / "files" / FAKE_FILE).write_bytes(data)
+    page = f'<a href="../../files/{FAKE_FILE}#sha256={hashlib.sha256(data).hexdigest()}">{FAKE_FILE}</a>'
     (www / "simple" / tk.package / "index.html").write_text(page)
 
 
@@ -75,15 +76,15 @@ def test_tampered_download_is_refused(fake_toolkit, monkeypatch):
     finally:
         server.shutdown()
     root = Path(toolkits.cache.cache_dir()) / "toolkits"
-    assert not (root / "downloads" / tk.wheel).exists()  # nothing kept under the final name
+    assert not (root / "downloads" / FAKE_FILE).exists()  # nothing kept under the final name
     assert not toolkits.is_unpacked(FAKE_MAJOR)
 
 
 def test_tampered_local_wheelhouse_is_refused(fake_toolkit, tmp_path, monkeypatch):
-    tk, data, _ = fake_toolkit
+    _tk, data, _ = fake_toolkit
     house = tmp_path / "house"
     house.mkdir()
-    (house / tk.wheel).write_bytes(b"PK" + data[2:-4] + b"oops")
+    (house / FAKE_FILE).write_bytes(b"PK" + data[2:-4] + b"oops")
     monkeypatch.setenv("FA_TOOLKIT_WHEELS", str(house))
     with pytest.raises(toolkits.ToolkitError, match="sha256"):
         toolkits.nvrtc_lib_dir(FAKE_MAJOR)
@@ -102,10 +103,10 @@ def _unpack_in_child(house: str, q: multiprocessing.Queue) -> None:
 
 
 def test_concurrent_builds_unpack_once_without_corruption(fake_toolkit, tmp_path, monkeypatch):
-    tk, data, _ = fake_toolkit
+    _tk, data, _ = fake_toolkit
     house = tmp_path / "house"
     house.mkdir()
-    (house / tk.wheel).write_bytes(data)
+    (house / FAKE_FILE).write_bytes(data)
     ctx = multiprocessing.get_context("fork")  # children inherit the patched pin table
     q: multiprocessing.Queue = ctx.Queue()
     procs = [ctx.Process(target=_unpack_in_child, args=(str(house), q)) for _ in range(4)]
@@ -129,3 +130,15 @@ def test_real_cuda12_nvrtc_from_pypi(build_cache):
     nv = open_nvrtc(str(lib))
     assert nv.version == (12, 9)
     assert 80 in nv.supported_archs()
+
+
+def test_an_arm_host_gets_the_arm_nvrtc(monkeypatch):
+    monkeypatch.setattr(platforms.platform, "machine", lambda: "arm64")
+    pin = toolkits.pinned_wheel(cuda_facts.TOOLKITS[12])
+    assert pin.file.endswith("_aarch64.whl") and len(pin.sha256) == 64
+
+
+def test_a_host_without_an_nvrtc_wheel_is_refused_by_name(monkeypatch):
+    monkeypatch.setattr(platforms.platform, "machine", lambda: "riscv64")
+    with pytest.raises(toolkits.ToolkitError, match="no nvidia-cuda-nvrtc-cu12==12.9.86 wheel for riscv64"):
+        toolkits.pinned_wheel(cuda_facts.TOOLKITS[12])

@@ -33,7 +33,9 @@ def test_case(path: Path, entries):
     assert case.get("source"), f"{path.name}: write where the case comes from"
     env = env_from_json(case["env"])
     wanted = case.get("index", {}).get("cuda_major")
+    cpus = case.get("index", {}).get("platform")
     offered = [e for e in entries if wanted is None or e.cuda_major in wanted or e.universal]
+    offered = [e for e in offered if cpus is None or e.platform in cpus or e.universal]
     selection = select(offered, env, Request(**case.get("request", {})))
     got = {
         "verdict": selection.verdict,
