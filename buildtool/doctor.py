@@ -62,7 +62,7 @@ def report_json(report: DoctorReport) -> dict[str, Any]:
         "gpus": [{"index": a.index, "name": a.gpu.name, "sm": a.gpu.sm, "runtime": _runtime_json(a.runtime)}
                  for a in sel.gpus],
         "stack": _reasons_json(sel.stack),
-        "wheels": [{"file": w.entry.file, "variant": w.entry.variant, "fits": w.fits,
+        "wheels": [{"file": w.entry.file, "variant": w.entry.variant, "platform": w.entry.platform, "fits": w.fits,
                     "reasons": _reasons_json(w.reasons)} for w in sel.wheels],
         "request": {"dtype": report.request.dtype, "head_dim": report.request.head_dim,
                     "backward": report.request.backward},

@@ -16,6 +16,7 @@ from packaging.version import Version
 
 from buildtool import kernels_src
 from buildtool.cuda_facts import TOOLKITS
+from buildtool.platforms import canonical
 from buildtool.probe import Env, version_tuple
 from buildtool.wheel_index import WheelEntry
 
@@ -127,8 +128,16 @@ def _tag_reasons(entry: WheelEntry, env: Env, supported: list[Tag]) -> list[Reas
             where = f"{env.os} {env.arch}" + (f" glibc {env.glibc}" if env.glibc else "")
             reasons.append(Reason("unsupported-platform",
                                   f"the wheel is for {', '.join(sorted(wheel_platforms))}; this is {where}",
-                                  "run on Linux x86_64 (glibc >= 2.28), or use the universal wheel"))
+                                  _platform_fix(entry, env)))
     return reasons
+
+
+def _platform_fix(entry: WheelEntry, env: Env) -> str:
+    cpu = canonical(env.arch)
+    if env.os == "linux" and cpu is not None and cpu != entry.platform:
+        return (f"use a wheel built for {cpu} (add \"{cpu}\" to platforms in matrix.yaml and run fa build), "
+                "or the universal wheel (fallback only)")
+    return "run on Linux x86_64 or aarch64, or use the universal wheel (fallback only)"
 
 
 def _glibc_needed(wheel_platforms: set[str], env: Env) -> str | None:

@@ -96,6 +96,12 @@ def test_error_text_names_source_field_and_fix() -> None:
         ("exclude: [{torch: '2.6'}]\n", "exclude[0].torch", "excludes nothing", "remove the entry"),
         ("exclude: [{cuda: 12.4}]\n", "exclude[0].cuda", "CUDA version", "write the major only: 12"),
         ("exclude: [{}]\n", "exclude[0]", "non-empty mapping", ">=2.8"),
+        ("platforms: [arm64]\n", "platforms[0]", "spelled 'aarch64' in wheel tags", 'write "aarch64"'),
+        ("platforms: [riscv64]\n", "platforms[0]", "no wheels for 'riscv64'", "x86_64, aarch64"),
+        ("platforms: [x86_64, x86_64]\n", "platforms[1]", "listed twice", "remove one"),
+        ("platforms: []\n", "platforms", "non-empty list", '["x86_64", "aarch64"]'),
+        ("exclude: [{platform: aarch64}]\n", "exclude[0].platform", "excludes nothing", "remove the entry"),
+        ("exclude: [{platform: '>=1'}]\n", "exclude[0].platform", "a name, not a version", "x86_64 or aarch64"),
         ("kernels: {dtypes: [fp32]}\n", "kernels.dtypes[0]", "not one of fp16, bf16", "use one of"),
         ("kernels: {head_dims: [100]}\n", "kernels.head_dims[0]", "not one of 64, 128, 256", "use one of"),
         ("kernels: {directions: []}\n", "kernels.directions", "non-empty list", "fwd, bwd"),
@@ -181,3 +187,11 @@ def test_cxx11abi_policies(policy: str, below_27: tuple, from_27: tuple) -> None
     m = parse(BASE + f"cxx11abi: {policy}\n")
     assert m.abis("2.6") == below_27
     assert m.abis("2.7") == from_27 and m.abis("2.10") == from_27
+
+
+def test_platforms_default_to_x86_64_and_exclude_by_platform() -> None:
+    assert parse_matrix(BASE, "m.yaml", tiles=TILES).platforms == ("x86_64",)
+    m = parse_matrix(BASE + 'platforms: ["x86_64", "aarch64"]\nexclude: [{platform: aarch64, cuda: 12}]\n',
+                     "m.yaml", tiles=TILES)
+    assert m.platforms == ("x86_64", "aarch64")
+    assert m.excluded_by("2.5", 12, "3.12", "aarch64") == 0 and m.excluded_by("2.5", 12, "3.12", "x86_64") is None

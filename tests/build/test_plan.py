@@ -454,3 +454,39 @@ def test_dry_run_cli_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     result = CliRunner().invoke(app, ["build", "--dry-run", "-m", str(bad)])
     assert result.exit_code == 2
     assert 'archs."11"[0]' in result.output and "fix:" in result.output and "Traceback" not in result.output
+
+
+# -- platforms ---------------------------------------------------------------------------------------
+
+ARM = RELEASE + 'platforms: ["x86_64", "aarch64"]\nexclude: [{platform: aarch64, cuda: 11}]\n'
+
+
+def test_each_cpu_gets_its_own_bindings_and_shares_the_kernels(catalog: TorchCatalog) -> None:
+    x86 = plan_of(RELEASE, catalog)
+    both = plan_of(ARM, catalog)
+    arm = [w for w in both.wheels if w.platform == "aarch64"]
+    assert arm and all(w.cuda_major != 11 and w.binding.platform == "aarch64" for w in arm)
+    assert all(w.binding.header_source.platform_tag.endswith("_aarch64") for w in arm)
+    assert {w.name for w in both.wheels} == {w.name for w in x86.wheels} | {w.name for w in arm}
+    assert set(both.compile_jobs) == set(plan_of(RELEASE, catalog).compile_jobs)  # no job per CPU
+    assert len(both.binding_jobs) == len({(b.torch_minor, b.cxx11abi, b.platform) for b in both.binding_jobs})
+    # Every cell of every CPU is covered by a wheel of that CPU, or skipped with the CPU named.
+    for w in both.wheels:
+        assert all(c.platform == w.platform for c in w.cells)
+    arm_skips = [s for s in both.skipped if s.cell.platform == "aarch64" and s.code == "no-torch-build"]
+    assert arm_skips and all("Linux aarch64" in s.reason for s in arm_skips)
+
+
+def test_platform_filter_and_cpu_shards(catalog: TorchCatalog) -> None:
+    m = matrix(ARM)
+    arm = make_plan(m, catalog, platform="aarch64", units=units)
+    assert {w.platform for w in arm.wheels} == {"aarch64"}  # the universal wheel goes with x86_64
+    assert all(s.cell.platform == "aarch64" for s in arm.skipped)
+    x86 = make_plan(m, catalog, platform="x86_64", units=units)
+    assert x86.wheels[0].platform is None and {w.platform for w in x86.wheels[1:]} == {"x86_64"}
+    for k in (1, 2):
+        shard = make_plan(m, catalog, (k, 2), platform="aarch64", units=units)
+        assert {w.cuda_major for w in shard.wheels} in ({12}, {13})  # one (CPU, major) group each
+    with pytest.raises(MatrixError) as info:
+        make_plan(matrix(RELEASE), catalog, platform="aarch64", units=units)
+    assert info.value.field == "--platform" and "add it to platforms" in info.value.fix

@@ -1,6 +1,6 @@
 """Write torch_simple.json: PyPI's simple-API answer for torch, trimmed to what the plan tests need.
 
-Keeps the Linux x86_64 wheels of a few versions (the oldest supported minor, ABI and free-threaded
+Keeps the Linux x86_64 and aarch64 wheels of a few versions (the oldest supported minor, ABI and free-threaded
 edges, the newest minor) plus a handful of other files so the tests see what the parser must drop.
 Run it by hand to refresh the fixture: python tests/build/data/make_torch_fixture.py
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 from packaging.utils import parse_wheel_filename
 
 from buildtool import fetch
-from buildtool.pypi import ACCEPT, SIMPLE_URL, is_linux_x86_64, simple_json_from_response
+from buildtool.pypi import ACCEPT, SIMPLE_URL, linux_cpu, simple_json_from_response
 
 VERSIONS = {
     "2.3.1",
@@ -31,9 +31,8 @@ VERSIONS = {
     "2.14.0",
     "2.15.0",
 }
-# Files the parser must drop: other platforms, and an sdist-era name.
+# Files the parser must drop: other platforms.
 OTHERS = {
-    "torch-2.4.0-cp311-cp311-manylinux2014_aarch64.whl",
     "torch-2.4.0-cp311-none-macosx_11_0_arm64.whl",
     "torch-2.4.0-cp311-cp311-win_amd64.whl",
 }
@@ -46,7 +45,7 @@ def keep(filename: str) -> bool:
         _, version, _, tags = parse_wheel_filename(filename)
     except ValueError:
         return False
-    return str(version) in VERSIONS and any(is_linux_x86_64(t.platform) for t in tags)
+    return str(version) in VERSIONS and any(linux_cpu(t.platform) for t in tags)
 
 
 def main() -> None:
