@@ -186,6 +186,10 @@ class ProbePaths:
     proc_driver_version: Path = Path("/proc/driver/nvidia/version")
     nvidia_smi: str = "nvidia-smi"  # looked up on PATH
     use_nvml: bool = True
+    # Jetson (Tegra): an integrated GPU without NVML, often without nvidia-smi; the SoC and the L4T
+    # release say what NVML would.
+    device_tree_compatible: Path = Path("/proc/device-tree/compatible")
+    tegra_release: Path = Path("/etc/nv_tegra_release")
     torch_dir: Path | None = None  # None: find the installed torch package without importing it
 
 
@@ -197,6 +201,9 @@ def probe(paths: ProbePaths = ProbePaths()) -> Env:
     if not gpus:
         smi_driver, gpus = _nvidia_smi(paths.nvidia_smi, sources)
         driver = driver or smi_driver
+    if not gpus:
+        tegra_driver, gpus = _tegra(paths, sources)
+        driver = driver or tegra_driver
     torch_dir = paths.torch_dir if paths.torch_dir is not None else find_torch()
     torch = probe_torch(torch_dir, sources) if torch_dir else None
     return Env(os=_os_name(), arch=_arch(), glibc=_glibc(), python=python_version(), torch=torch, driver=driver,
@@ -313,6 +320,34 @@ def _nvidia_smi(command: str, sources: dict[str, str]) -> tuple[str | None, list
     if gpus:
         sources["gpus"] = "nvidia-smi"
     return driver, gpus
+
+
+# Tegra SoCs (device-tree compatible string) and their integrated GPU's compute capability.
+TEGRA_GPUS = {"nvidia,tegra234": ("Orin (nvgpu)", "8.7"), "nvidia,tegra194": ("Xavier (nvgpu)", "7.2")}
+# L4T R36 (JetPack 6) numbers its CUDA driver 540.<revision major>.0 (nvidia-smi on R36.4: 540.4.0).
+_TEGRA_RELEASE = re.compile(r"^# R(\d+) \(release\), REVISION: (\d+)\.(\d+)")
+
+
+def _tegra(paths: ProbePaths, sources: dict[str, str]) -> tuple[str | None, list[Gpu]]:
+    """A Jetson's GPU from its SoC, and its driver from the L4T release where its number is known."""
+    try:
+        compatible = paths.device_tree_compatible.read_bytes().split(b"\0")
+    except OSError:
+        return None, []
+    socs = [TEGRA_GPUS[c.decode(errors="replace")] for c in compatible if c.decode(errors="replace") in TEGRA_GPUS]
+    if not socs:
+        return None, []
+    name, sm = socs[0]
+    sources["gpus"] = str(paths.device_tree_compatible)
+    driver = None
+    try:
+        match = _TEGRA_RELEASE.match(paths.tegra_release.read_text())
+    except OSError:
+        match = None
+    if match and match.group(1) == "36":
+        driver = f"540.{match.group(2)}.0"
+        sources["driver"] = f"{paths.tegra_release} (L4T R36.{match.group(2)}.{match.group(3)})"
+    return driver, [Gpu(name=name, sm=sm, memory_mib=None)]
 
 
 def find_torch() -> Path | None:

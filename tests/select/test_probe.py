@@ -29,7 +29,8 @@ def paths(tmp_path: Path, sys_text: str | None = None, proc_text: str | None = N
     if proc_text is not None:
         proc_file.write_text(proc_text)
     return ProbePaths(sys_driver_version=sys_file, proc_driver_version=proc_file, nvidia_smi=smi,
-                      use_nvml=False, torch_dir=torch_dir or tmp_path / "no-torch")
+                      use_nvml=False, torch_dir=torch_dir or tmp_path / "no-torch",
+                      device_tree_compatible=tmp_path / "no-compatible", tegra_release=tmp_path / "no-release")
 
 
 def test_driver_from_sys_module(tmp_path: Path):
@@ -171,3 +172,20 @@ def test_missing_field_is_named():
     data = {k: v for k, v in GOOD.items() if k != "arch"}
     with pytest.raises(EnvError, match=r"^arch: got None"):
         env_from_json(data)
+
+
+def test_jetson_orin_from_device_tree_and_l4t_release(tmp_path: Path):
+    """JetPack 6 on an AGX Orin: no NVML, no nvidia-smi, no /proc/driver/nvidia; the SoC and L4T say it."""
+    p = paths(tmp_path)
+    p.device_tree_compatible.write_bytes(b"nvidia,p3737-0000+p3701-0005\0nvidia,p3701-0005\0nvidia,tegra234\0")
+    p.tegra_release.write_text("# R36 (release), REVISION: 4.3, GCID: 38968081, BOARD: generic, EABI: aarch64, "
+                               "DATE: Wed Jan  8 01:49:37 UTC 2025\n")
+    env = probe(p)
+    assert [(g.name, g.sm) for g in env.gpus] == [("Orin (nvgpu)", "8.7")]
+    assert env.driver == "540.4.0" and "L4T R36.4.3" in env.sources["driver"]
+    # An L4T release without a known driver number: the GPU is still seen, the driver stays unknown.
+    p.tegra_release.write_text("# R35 (release), REVISION: 6.0, GCID: 1, BOARD: t186ref, EABI: aarch64\n")
+    env = probe(p)
+    assert env.gpus and env.driver is None
+    p.device_tree_compatible.write_bytes(b"raspberrypi,5-model-b\0brcm,bcm2712\0")
+    assert probe(p).gpus == ()
