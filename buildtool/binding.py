@@ -23,8 +23,13 @@ from buildtool.torch_headers import Headers
 
 OUTPUT_NAME = "libfa_attn_ops.so"
 STUB_SONAMES = ("libc10.so", "libtorch_cpu.so")  # what torch's own libraries are called on Linux
-BASE_FLAGS = ("-std=c++20",  # torch >= 2.15 headers require C++20; 2.4..2.13 build with it too
-              "-O2", "-fPIC", "-shared", "-fvisibility=hidden")
+BASE_FLAGS = (
+    "-std=c++20",  # torch >= 2.15 headers require C++20; 2.4..2.13 build with it too
+    "-O2",
+    "-fPIC",
+    "-shared",
+    "-fvisibility=hidden",
+)
 
 
 class BindingError(RuntimeError):
@@ -55,7 +60,9 @@ def compiler_identity(cxx: tuple[str, ...]) -> str:
         ]
         banner = subprocess.run([*cxx, "--version"], capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError) as e:
-        raise BindingError(f"C++ compiler {' '.join(cxx)!r} not usable: {e}\n  fix: {_install_hint(cxx)}") from e
+        raise BindingError(
+            f"C++ compiler {' '.join(cxx)!r} not usable: {e}\n  fix: {_install_hint(cxx)}"
+        ) from e
     return f"{banner.stdout.splitlines()[0]} ({out[0]}, {out[1]})"
 
 
@@ -73,9 +80,17 @@ def flags(headers: Headers, cxx11abi: bool, kernels_root: Path) -> list[str]:
     return [*BASE_FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={int(cxx11abi)}", *inc]
 
 
-def binding_key(headers: Headers, cxx11abi: bool, kernels_root: Path, platform: str = platforms.X86_64) -> str:
+def binding_key(
+    headers: Headers, cxx11abi: bool, kernels_root: Path, platform: str = platforms.X86_64
+) -> str:
     srcs = sources(kernels_root)
-    parts: list[str | bytes] = ["fa-binding-v1", headers.torch_version, headers.origin, str(cxx11abi), platform]
+    parts: list[str | bytes] = [
+        "fa-binding-v1",
+        headers.torch_version,
+        headers.origin,
+        str(cxx11abi),
+        platform,
+    ]
     for p in srcs:
         parts += [p.relative_to(kernels_root).as_posix(), p.read_bytes()]
     # include dirs are paths into the cache: key on what they hold (version), not where they are
@@ -100,8 +115,19 @@ def stub_dir(platform: str = platforms.X86_64) -> Path:
             lib = d / soname
             if not lib.is_file():
                 with cache.atomic_path(lib) as tmp:
-                    _run([*compiler(platform), "-shared", "-x", "c++", "/dev/null", f"-Wl,-soname,{soname}",
-                          "-o", str(tmp)], f"generating stub {soname}")
+                    _run(
+                        [
+                            *compiler(platform),
+                            "-shared",
+                            "-x",
+                            "c++",
+                            "/dev/null",
+                            f"-Wl,-soname,{soname}",
+                            "-o",
+                            str(tmp),
+                        ],
+                        f"generating stub {soname}",
+                    )
     return d
 
 
@@ -117,8 +143,15 @@ def build_binding(
     t0 = time.perf_counter()
     with cache.atomic_path(out) as tmp:
         cmd = [
-            *compiler(platform), *flags(headers, cxx11abi, kernels_root), *cpp, "-o", str(tmp),
-            f"-L{stubs}", "-Wl,--no-as-needed", *(f"-l:{s}" for s in STUB_SONAMES), "-Wl,--as-needed",
+            *compiler(platform),
+            *flags(headers, cxx11abi, kernels_root),
+            *cpp,
+            "-o",
+            str(tmp),
+            f"-L{stubs}",
+            "-Wl,--no-as-needed",
+            *(f"-l:{s}" for s in STUB_SONAMES),
+            "-Wl,--as-needed",
             "-ldl",  # dlopen lives in libdl before glibc 2.34 (manylinux_2_28); as-needed drops it after
         ]
         _run(cmd, f"building the {platform} binding for torch {headers.torch_version} (cxx11abi={cxx11abi})")

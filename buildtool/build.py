@@ -69,12 +69,21 @@ class _Bars:
 
     def __init__(self, console: Console, enabled: bool) -> None:
         self._progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=console, disable=not enabled, transient=False,
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            disable=not enabled,
+            transient=False,
         )
         self._bytes = Progress(
-            TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
-            console=console, disable=not enabled,
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            disable=not enabled,
         )
 
     @contextmanager
@@ -123,7 +132,10 @@ def execute(
             bars.advance(kernels)
 
         images, cstats = compile_all(
-            plan.compile_jobs, workers, tree, on_done=kernel_done,
+            plan.compile_jobs,
+            workers,
+            tree,
+            on_done=kernel_done,
             toolkit_progress=lambda m: bars.download(f"NVRTC for CUDA {m}"),
         )
         summary.nvrtc_compiles, summary.nvrtc_cached = cstats.compiled, len(cstats.cached)
@@ -159,7 +171,8 @@ def _build_bindings(
             _, headers = torch_headers.local_torch()
         else:
             headers = torch_headers.headers_for(
-                job.torch_version, job.header_source,
+                job.torch_version,
+                job.header_source,
                 bars.download(f"torch {job.torch_version} headers ({job.platform})"),
             )
         built = binding_mod.build_binding(headers, job.cxx11abi, tree.root, job.platform)
@@ -170,8 +183,9 @@ def _build_bindings(
         return dict(zip(jobs, pool.map(one, jobs)))
 
 
-def _report(spec: WheelSpec, built: package.BuiltWheel, seconds: dict, cached: set,
-            b: binding_mod.BindingBuild | None) -> WheelReport:
+def _report(
+    spec: WheelSpec, built: package.BuiltWheel, seconds: dict, cached: set, b: binding_mod.BindingBuild | None
+) -> WheelReport:
     compiled = [j for j in spec.compile_jobs if j in seconds]
     return WheelReport(
         file=built.path.name,
@@ -199,7 +213,9 @@ def _log_entry(spec: WheelSpec, built: package.BuiltWheel, b: binding_mod.Bindin
 
 
 def _compiler(spec: WheelSpec) -> str | None:
-    return binding_mod.compiler_identity(tuple(binding_mod.compiler(spec.platform))) if spec.platform else None
+    return (
+        binding_mod.compiler_identity(tuple(binding_mod.compiler(spec.platform))) if spec.platform else None
+    )
 
 
 def _write_log(out_dir: Path, plan: Plan, wheels: list[dict]) -> None:
@@ -207,8 +223,9 @@ def _write_log(out_dir: Path, plan: Plan, wheels: list[dict]) -> None:
     shards copied into one directory do not overwrite each other's log."""
     name = f"build-{plan.shard[0]}of{plan.shard[1]}.json" if plan.shard else "build.json"
     skipped = [{"cell": asdict(s.cell), "reason": s.reason} for s in plan.skipped]
-    cache.atomic_write_json(out_dir / "logs" / name, {"wheels": wheels, "skipped": skipped,
-                                                      "python": sys.version.split()[0]})
+    cache.atomic_write_json(
+        out_dir / "logs" / name, {"wheels": wheels, "skipped": skipped, "python": sys.version.split()[0]}
+    )
 
 
 def summary_table(summary: BuildSummary) -> Table:
@@ -219,8 +236,14 @@ def summary_table(summary: BuildSummary) -> Table:
         else:
             table.add_column(col, justify="right", no_wrap=True)
     for w in summary.wheels:
-        table.add_row(w.file, _size(w.size), str(w.cells), f"{w.compile_seconds:.1f}", str(w.compiled),
-                      str(w.cache_hits))
+        table.add_row(
+            w.file,
+            _size(w.size),
+            str(w.cells),
+            f"{w.compile_seconds:.1f}",
+            str(w.compiled),
+            str(w.cache_hits),
+        )
     table.caption = (
         f"NVRTC: {summary.nvrtc_compiles} compiled ({summary.nvrtc_seconds:.1f} s), "
         f"{summary.nvrtc_cached} cached; C++: {summary.cxx_compiles} compiled ({summary.cxx_seconds:.1f} s), "

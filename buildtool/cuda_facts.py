@@ -30,7 +30,9 @@ class Toolkit:
     major: int
     package: str  # the PyPI distribution holding NVRTC
     version: str  # pinned
-    wheels: Mapping[str, PinnedWheel]  # per host CPU ("x86_64", "aarch64"): the manylinux file of that version
+    wheels: Mapping[
+        str, PinnedWheel
+    ]  # per host CPU ("x86_64", "aarch64"): the manylinux file of that version
     lib_subdir: str  # where libnvrtc.so.* sits inside the wheel
     min_driver: str  # to run SASS built by this toolkit
     ptx_min_driver: str  # to JIT PTX written by this toolkit
@@ -48,10 +50,14 @@ TOOLKITS: dict[int, Toolkit] = {
         package="nvidia-cuda-nvrtc-cu11",
         version="11.8.89",
         wheels={
-            "x86_64": PinnedWheel("nvidia_cuda_nvrtc_cu11-11.8.89-py3-none-manylinux2014_x86_64.whl",
-                                  "a8d02f3cba345be56b1ffc3e74d8f61f02bb758dd31b0f20e12277a5a244f756"),
-            "aarch64": PinnedWheel("nvidia_cuda_nvrtc_cu11-11.8.89-py3-none-manylinux2014_aarch64.whl",
-                                   "8ab17ed51e7c4928f7170a0551e3e3b42f89d973bd267ced9688c238b3e10aef"),
+            "x86_64": PinnedWheel(
+                "nvidia_cuda_nvrtc_cu11-11.8.89-py3-none-manylinux2014_x86_64.whl",
+                "a8d02f3cba345be56b1ffc3e74d8f61f02bb758dd31b0f20e12277a5a244f756",
+            ),
+            "aarch64": PinnedWheel(
+                "nvidia_cuda_nvrtc_cu11-11.8.89-py3-none-manylinux2014_aarch64.whl",
+                "8ab17ed51e7c4928f7170a0551e3e3b42f89d973bd267ced9688c238b3e10aef",
+            ),
         },
         lib_subdir="nvidia/cuda_nvrtc/lib",
         min_driver="450.80.02",
@@ -64,10 +70,14 @@ TOOLKITS: dict[int, Toolkit] = {
         package="nvidia-cuda-nvrtc-cu12",
         version="12.9.86",
         wheels={
-            "x86_64": PinnedWheel("nvidia_cuda_nvrtc_cu12-12.9.86-py3-none-manylinux2010_x86_64.manylinux_2_12_x86_64.whl",
-                                  "210cf05005a447e29214e9ce50851e83fc5f4358df8b453155d5e1918094dcb4"),
-            "aarch64": PinnedWheel("nvidia_cuda_nvrtc_cu12-12.9.86-py3-none-manylinux2014_aarch64.manylinux_2_17_aarch64.whl",
-                                   "096d4de6bda726415dfaf3198d4f5c522b8e70139c97feef5cd2ca6d4cd9cead"),
+            "x86_64": PinnedWheel(
+                "nvidia_cuda_nvrtc_cu12-12.9.86-py3-none-manylinux2010_x86_64.manylinux_2_12_x86_64.whl",
+                "210cf05005a447e29214e9ce50851e83fc5f4358df8b453155d5e1918094dcb4",
+            ),
+            "aarch64": PinnedWheel(
+                "nvidia_cuda_nvrtc_cu12-12.9.86-py3-none-manylinux2014_aarch64.manylinux_2_17_aarch64.whl",
+                "096d4de6bda726415dfaf3198d4f5c522b8e70139c97feef5cd2ca6d4cd9cead",
+            ),
         },
         lib_subdir="nvidia/cuda_nvrtc/lib",
         min_driver="525.60.13",
@@ -80,10 +90,14 @@ TOOLKITS: dict[int, Toolkit] = {
         package="nvidia-cuda-nvrtc",
         version="13.0.88",
         wheels={
-            "x86_64": PinnedWheel("nvidia_cuda_nvrtc-13.0.88-py3-none-manylinux2010_x86_64.manylinux_2_12_x86_64.whl",
-                                  "ad9b6d2ead2435f11cbb6868809d2adeeee302e9bb94bcf0539c7a40d80e8575"),
-            "aarch64": PinnedWheel("nvidia_cuda_nvrtc-13.0.88-py3-none-manylinux2014_aarch64.manylinux_2_17_aarch64.whl",
-                                   "d27f20a0ca67a4bb34268a5e951033496c5b74870b868bacd046b1b8e0c3267b"),
+            "x86_64": PinnedWheel(
+                "nvidia_cuda_nvrtc-13.0.88-py3-none-manylinux2010_x86_64.manylinux_2_12_x86_64.whl",
+                "ad9b6d2ead2435f11cbb6868809d2adeeee302e9bb94bcf0539c7a40d80e8575",
+            ),
+            "aarch64": PinnedWheel(
+                "nvidia_cuda_nvrtc-13.0.88-py3-none-manylinux2014_aarch64.manylinux_2_17_aarch64.whl",
+                "d27f20a0ca67a4bb34268a5e951033496c5b74870b868bacd046b1b8e0c3267b",
+            ),
         },
         lib_subdir="nvidia/cu13/lib",
         min_driver="580",

@@ -32,8 +32,18 @@ CXX11ABI_POLICIES = ("auto", "true", "false", "both")
 DTYPES = ("fp16", "bf16")
 DIRECTIONS = ("fwd", "bwd")
 
-KNOWN_KEYS = ("version", "torch", "cuda", "python", "platforms", "archs", "ptx", "exclude", "cxx11abi",
-              "kernels")
+KNOWN_KEYS = (
+    "version",
+    "torch",
+    "cuda",
+    "python",
+    "platforms",
+    "archs",
+    "ptx",
+    "exclude",
+    "cxx11abi",
+    "kernels",
+)
 EXCLUDE_KEYS = ("torch", "cuda", "python", "platform")
 KERNEL_FILTER_KEYS = ("dtypes", "head_dims", "directions")
 
@@ -97,8 +107,10 @@ class Matrix:
     def excluded_by(self, torch: str, cuda: int, python: str, platform: str = cpus.X86_64) -> int | None:
         """Index of the first `exclude` entry matching this cell, None if no entry does."""
         for i, entry in enumerate(self.exclude):
-            if all(_exclude_value_matches(key, value, torch, cuda, python, platform)
-                   for key, value in entry.items()):
+            if all(
+                _exclude_value_matches(key, value, torch, cuda, python, platform)
+                for key, value in entry.items()
+            ):
                 return i
         return None
 
@@ -448,7 +460,9 @@ class _Parser:
     def exclude_value(self, field_: str, key: str, item: object, listed: tuple) -> None:
         """An exact value (validated like the list it filters) or a PEP 440 specifier string."""
         if key == "platform" and isinstance(item, str) and item[:1] in "<>=!~":
-            raise self.error(field_, f"{item!r}: a platform is a name, not a version", "write x86_64 or aarch64")
+            raise self.error(
+                field_, f"{item!r}: a platform is a name, not a version", "write x86_64 or aarch64"
+            )
         if isinstance(item, str) and item[:1] in "<>=!~":
             try:
                 SpecifierSet(item)
@@ -519,7 +533,9 @@ _EXAMPLES = {
 }
 
 
-def _exclude_value_matches(key: str, value: object, torch: str, cuda: int, python: str, platform: str) -> bool:
+def _exclude_value_matches(
+    key: str, value: object, torch: str, cuda: int, python: str, platform: str
+) -> bool:
     if key == "platform":
         return value == platform
     if key == "torch":

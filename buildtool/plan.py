@@ -159,7 +159,9 @@ def make_plan(
     if platform is not None:
         if platform not in matrix.platforms:
             raise MatrixError(
-                "command line", "--platform", f"{platform!r} is not in platforms ({', '.join(matrix.platforms)})",
+                "command line",
+                "--platform",
+                f"{platform!r} is not in platforms ({', '.join(matrix.platforms)})",
                 f"use one of {', '.join(matrix.platforms)}, or add it to platforms in {matrix.source}",
             )
         keep_universal = platform == matrix.platforms[0]
@@ -202,7 +204,9 @@ def local_plan(
     platform = platforms.host()
     if platform not in platforms.PLATFORMS:
         raise MatrixError(
-            source, "platform", f"fa builds no wheels for {platform} machines",
+            source,
+            "platform",
+            f"fa builds no wheels for {platform} machines",
             f"build on {' or '.join(platforms.PLATFORMS)}",
         )
     for m in cuda:
@@ -231,7 +235,12 @@ def local_plan(
     binding = BindingJob(minor, torch_version, cxx11abi, None, platform)
     wheels = [
         _kernel_wheel(
-            local, m, minor, cxx11abi, (Cell(minor, m, python, platform),), _kernels_for_major(local, m, units),
+            local,
+            m,
+            minor,
+            cxx11abi,
+            (Cell(minor, m, python, platform),),
+            _kernels_for_major(local, m, units),
             binding,
         )
         for m in cuda

@@ -127,7 +127,8 @@ def _skipped_table(data: dict) -> Table:
     groups: dict[tuple, list[dict]] = {}
     for s in data["skipped"]:
         key = (
-            (s["code"], s["torch"], s["platform"]) if s["code"] == SKIP_NO_TORCH_BUILD
+            (s["code"], s["torch"], s["platform"])
+            if s["code"] == SKIP_NO_TORCH_BUILD
             else (s["code"], s["reason"], s["platform"])
         )
         groups.setdefault(key, []).append(s)
@@ -136,7 +137,9 @@ def _skipped_table(data: dict) -> Table:
         table.add_column(name)
     for (code, key, platform), cells in groups.items():
         reason = (
-            f"no torch build on PyPI for these Pythons (Linux {platform})" if code == SKIP_NO_TORCH_BUILD else key
+            f"no torch build on PyPI for these Pythons (Linux {platform})"
+            if code == SKIP_NO_TORCH_BUILD
+            else key
         )
         table.add_row(
             str(len(cells)),

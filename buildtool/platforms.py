@@ -67,8 +67,10 @@ def cxx_install_hint(target: str) -> str:
     if target == host():
         return "install g++ (apt-get install g++), or set CXX"
     t = TARGETS[target]
-    return (f"install the cross compiler (apt-get install {t.cross_package}), set FA_CXX_{target.upper()}, "
-            f"or drop {target} from platforms in matrix.yaml")
+    return (
+        f"install the cross compiler (apt-get install {t.cross_package}), set FA_CXX_{target.upper()}, "
+        f"or drop {target} from platforms in matrix.yaml"
+    )
 
 
 def has_cxx(target: str) -> bool:

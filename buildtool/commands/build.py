@@ -30,8 +30,17 @@ from buildtool.toolkits import ToolkitError
 from buildtool.torch_headers import HeaderError, local_torch
 
 # OSError last: a full disk or an unwritable --out is a failed build with the OS's own words.
-BUILD_FAILURES = (CompileError, BindingError, ToolkitError, HeaderError, FetchError, PackageError,
-                  PlatformTagError, CatalogError, OSError)
+BUILD_FAILURES = (
+    CompileError,
+    BindingError,
+    ToolkitError,
+    HeaderError,
+    FetchError,
+    PackageError,
+    PlatformTagError,
+    CatalogError,
+    OSError,
+)
 DEFAULT_LOCAL_CUDA = 12  # a CPU-only torch says nothing about CUDA; the newest widely driven major
 
 
@@ -62,12 +71,17 @@ def _plan(
 def register(app: typer.Typer) -> None:
     @app.command("build")
     def build(
-        matrix: Annotated[Path, typer.Option("--matrix", "-m", help="the build matrix")] = Path("matrix.yaml"),
-        out: Annotated[Path, typer.Option("--out", "-o", help="where wheels and the index go")] = Path("wheels"),
+        matrix: Annotated[Path, typer.Option("--matrix", "-m", help="the build matrix")] = Path(
+            "matrix.yaml"
+        ),
+        out: Annotated[Path, typer.Option("--out", "-o", help="where wheels and the index go")] = Path(
+            "wheels"
+        ),
         jobs: Annotated[int, typer.Option("--jobs", "-j", help="parallel compiles")] = os.cpu_count() or 1,
         shard: Annotated[str | None, typer.Option(help="build shard K of N, e.g. 2/4")] = None,
         platform: Annotated[
-            str | None, typer.Option(help="only the wheels for this CPU of the matrix's platforms (x86_64, aarch64)")
+            str | None,
+            typer.Option(help="only the wheels for this CPU of the matrix's platforms (x86_64, aarch64)"),
         ] = None,
         dry_run: Annotated[bool, typer.Option("--dry-run", help="show the plan; build nothing")] = False,
         as_json: Annotated[bool, typer.Option("--json", help="machine-readable summary on stdout")] = False,
@@ -92,7 +106,10 @@ def register(app: typer.Typer) -> None:
         missing = [p for p in dict.fromkeys(w.platform for w in plan.wheels if w.platform) if not has_cxx(p)]
         if missing and not dry_run:
             hints = "\n  ".join(f"fix: {cxx_install_hint(p)}" for p in missing)
-            raise _fail(2, f"no C++ compiler for the {', '.join(missing)} bindings ({', '.join(' '.join(cxx_for(p)) for p in missing)})\n  {hints}")
+            raise _fail(
+                2,
+                f"no C++ compiler for the {', '.join(missing)} bindings ({', '.join(' '.join(cxx_for(p)) for p in missing)})\n  {hints}",
+            )
         if dry_run:
             if as_json:
                 print(json.dumps(plan_view.plan_json(plan, is_cached), indent=2))
@@ -108,8 +125,11 @@ def register(app: typer.Typer) -> None:
         else:
             console = Console()
             console.print(summary_table(summary))
-            console.print(f"install: pip install --find-links {out} fa-attn   (index: {out / 'index.json'})",
-                          highlight=False, markup=False)
+            console.print(
+                f"install: pip install --find-links {out} fa-attn   (index: {out / 'index.json'})",
+                highlight=False,
+                markup=False,
+            )
 
     @app.command("index")
     def index_cmd(

@@ -35,8 +35,10 @@ from buildtool.pypi import fetch_torch_catalog
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.network,
-    pytest.mark.skipif(not has_cxx(AARCH64), reason=f"no aarch64 cross compiler (apt-get install "
-                                                    f"{TARGETS[AARCH64].cross_package})"),
+    pytest.mark.skipif(
+        not has_cxx(AARCH64),
+        reason=f"no aarch64 cross compiler (apt-get install {TARGETS[AARCH64].cross_package})",
+    ),
 ]
 
 TORCH = "2.4"  # PyPI's aarch64 torch 2.4 is CPU-only: its libraries load with no CUDA library present
@@ -72,7 +74,8 @@ def arm_torch(build_cache: Path) -> Path:
 
         def wanted(name: str) -> bool:
             return name == "torch/version.py" or (
-                name.startswith(("torch/lib/", "torch.libs/")) and ".so" in name and "python" not in name)
+                name.startswith(("torch/lib/", "torch.libs/")) and ".so" in name and "python" not in name
+            )
 
         torch_headers.extract_members(src.url, src.size, tmp, wanted)
         os.replace(tmp, final)
@@ -97,8 +100,9 @@ def _dynsyms(lib: Path) -> tuple[set[str], set[str]]:
     """(defined, needed): exported names, and the undefined, non-weak names bound to no symbol
     version. Versioned ones (GLIBC_*, GLIBCXX_*, ...) come from the system's libraries; the
     unversioned ones must come from torch's, which version nothing."""
-    text = subprocess.run(["readelf", "--dyn-syms", "-W", str(lib)], capture_output=True, text=True,
-                          check=True).stdout
+    text = subprocess.run(
+        ["readelf", "--dyn-syms", "-W", str(lib)], capture_output=True, text=True, check=True
+    ).stdout
     defined, needed = set(), set()
     for line in text.splitlines():
         parts = line.split()
@@ -160,26 +164,48 @@ int main(int argc, char** argv) {
 """
 
 
-@pytest.mark.skipif(shutil.which(TARGETS[AARCH64].qemu) is None or not SYSROOT.is_dir(),
-                    reason="no qemu-user (apt-get install qemu-user) to run aarch64 code here")
+@pytest.mark.skipif(
+    shutil.which(TARGETS[AARCH64].qemu) is None or not SYSROOT.is_dir(),
+    reason="no qemu-user (apt-get install qemu-user) to run aarch64 code here",
+)
 def test_binding_loads_into_aarch64_torch_under_qemu(built, arm_torch, tmp_path):
     info = probe_torch(arm_torch / "torch")
     assert info is not None
     gcc = TARGETS[AARCH64].triple + "-gcc"
     (tmp_path / "loader.c").write_text(LOADER)
-    subprocess.run([gcc, "-O2", str(tmp_path / "loader.c"), "-o", str(tmp_path / "loader"), "-ldl"], check=True)
+    subprocess.run(
+        [gcc, "-O2", str(tmp_path / "loader.c"), "-o", str(tmp_path / "loader"), "-ldl"], check=True
+    )
     # torch 2.4's bundled libgfortran lists libz.so.1 as needed but binds no zlib symbol; a real
     # aarch64 system has zlib, this sysroot does not: an empty library of that name stands in.
-    subprocess.run([gcc, "-shared", "-x", "c", "/dev/null", "-Wl,-soname,libz.so.1", "-o",
-                    str(tmp_path / "libz.so.1")], check=True)
-    env = {**os.environ, "LD_LIBRARY_PATH": ":".join(
-        [str(arm_torch / "torch" / "lib"), str(arm_torch / "torch.libs"), str(tmp_path)])}
+    subprocess.run(
+        [gcc, "-shared", "-x", "c", "/dev/null", "-Wl,-soname,libz.so.1", "-o", str(tmp_path / "libz.so.1")],
+        check=True,
+    )
+    env = {
+        **os.environ,
+        "LD_LIBRARY_PATH": ":".join(
+            [str(arm_torch / "torch" / "lib"), str(arm_torch / "torch.libs"), str(tmp_path)]
+        ),
+    }
     results = {}
     for abi, whl in _arm_wheels(built["out"]).items():
         lib = _binding(whl, tmp_path / str(abi))
-        run = subprocess.run([TARGETS[AARCH64].qemu, "-L", str(SYSROOT), str(tmp_path / "loader"),
-                              "libtorch_cpu.so", str(lib)], capture_output=True, text=True, env=env,
-                             timeout=600, check=False)
+        run = subprocess.run(
+            [
+                TARGETS[AARCH64].qemu,
+                "-L",
+                str(SYSROOT),
+                str(tmp_path / "loader"),
+                "libtorch_cpu.so",
+                str(lib),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+            check=False,
+        )
         results[abi] = run
     good, bad = results[info.cxx11abi], results[not info.cxx11abi]
     assert good.returncode == 0 and "loaded" in good.stdout.splitlines()[-1], good.stdout + good.stderr

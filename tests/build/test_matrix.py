@@ -101,7 +101,12 @@ def test_error_text_names_source_field_and_fix() -> None:
         ("platforms: [x86_64, x86_64]\n", "platforms[1]", "listed twice", "remove one"),
         ("platforms: []\n", "platforms", "non-empty list", '["x86_64", "aarch64"]'),
         ("exclude: [{platform: aarch64}]\n", "exclude[0].platform", "excludes nothing", "remove the entry"),
-        ("exclude: [{platform: '>=1'}]\n", "exclude[0].platform", "a name, not a version", "x86_64 or aarch64"),
+        (
+            "exclude: [{platform: '>=1'}]\n",
+            "exclude[0].platform",
+            "a name, not a version",
+            "x86_64 or aarch64",
+        ),
         ("kernels: {dtypes: [fp32]}\n", "kernels.dtypes[0]", "not one of fp16, bf16", "use one of"),
         ("kernels: {head_dims: [100]}\n", "kernels.head_dims[0]", "not one of 64, 128, 256", "use one of"),
         ("kernels: {directions: []}\n", "kernels.directions", "non-empty list", "fwd, bwd"),
@@ -191,7 +196,13 @@ def test_cxx11abi_policies(policy: str, below_27: tuple, from_27: tuple) -> None
 
 def test_platforms_default_to_x86_64_and_exclude_by_platform() -> None:
     assert parse_matrix(BASE, "m.yaml", tiles=TILES).platforms == ("x86_64",)
-    m = parse_matrix(BASE + 'platforms: ["x86_64", "aarch64"]\nexclude: [{platform: aarch64, cuda: 12}]\n',
-                     "m.yaml", tiles=TILES)
+    m = parse_matrix(
+        BASE + 'platforms: ["x86_64", "aarch64"]\nexclude: [{platform: aarch64, cuda: 12}]\n',
+        "m.yaml",
+        tiles=TILES,
+    )
     assert m.platforms == ("x86_64", "aarch64")
-    assert m.excluded_by("2.5", 12, "3.12", "aarch64") == 0 and m.excluded_by("2.5", 12, "3.12", "x86_64") is None
+    assert (
+        m.excluded_by("2.5", 12, "3.12", "aarch64") == 0
+        and m.excluded_by("2.5", 12, "3.12", "x86_64") is None
+    )

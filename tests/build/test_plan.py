@@ -118,7 +118,9 @@ def test_catalog_drops_yanked_prereleases_and_other_platforms() -> None:
         }
     )
     assert list(cat.minors) == ["9.1", "9.3"]
-    assert cat.minors["9.1"].patches == ("9.1.1",) and cat.minors["9.1"].builds["x86_64"].header_source.size == 5
+    assert (
+        cat.minors["9.1"].patches == ("9.1.1",) and cat.minors["9.1"].builds["x86_64"].header_source.size == 5
+    )
     # an aarch64-only minor: no x86_64 Pythons, so its x86_64 cells are skipped, never built
     assert set(cat.minors["9.3"].builds) == {"aarch64"} and cat.minors["9.3"].pythons() == ()
     assert cat.minors["9.3"].pythons("aarch64") == ("3.12",)

@@ -32,9 +32,14 @@ def _fake_wheel(lib_subdir: str) -> bytes:
 def fake_toolkit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[cuda_facts.Toolkit, bytes, Path]:
     """A pinned toolkit entry for a tiny wheel served from a local PEP 503 index."""
     data = _fake_wheel("nvidia/fake/lib")
-    tk = replace(cuda_facts.TOOLKITS[12], major=FAKE_MAJOR, package="fake-nvrtc", version="1.0",
-                 wheels={platforms.host(): cuda_facts.PinnedWheel(FAKE_FILE, hashlib.sha256(data).hexdigest())},
-                 lib_subdir="nvidia/fake/lib")
+    tk = replace(
+        cuda_facts.TOOLKITS[12],
+        major=FAKE_MAJOR,
+        package="fake-nvrtc",
+        version="1.0",
+        wheels={platforms.host(): cuda_facts.PinnedWheel(FAKE_FILE, hashlib.sha256(data).hexdigest())},
+        lib_subdir="nvidia/fake/lib",
+    )
     monkeypatch.setitem(cuda_facts.TOOLKITS, FAKE_MAJOR, tk)
     monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
     www = tmp_path / "www"
