@@ -111,17 +111,32 @@ def main() -> int:
         "matrix": str(args.matrix),
         "machine": {"cpus": os.cpu_count(), "jobs": args.jobs, "python": platform.python_version()},
         "prep_fetch_s": round(prep_s, 1),
-        "cold": {"wall_s": round(cold_s, 1), "nvrtc_compiles": cold.nvrtc_compiles,
-                 "cxx_compiles": cold.cxx_compiles, "compute_s": round(cold_compute_s, 1)},
-        "warm": {"wall_s": round(warm_s, 1), "nvrtc_compiles": warm.nvrtc_compiles,
-                 "cxx_compiles": warm.cxx_compiles},
-        "naive_estimated": {"cells": len(cells), "nvrtc_compiles": naive_programs, "cxx_compiles": len(cells),
-                            "compute_s": round(naive_compute_s, 1),
-                            "method": "sum of per-program NVRTC and per-binding g++ seconds measured cold"},
-        "ratio_naive_over_cold_compute": round(naive_compute_s / cold_compute_s, 1) if cold_compute_s else None,
+        "cold": {
+            "wall_s": round(cold_s, 1),
+            "nvrtc_compiles": cold.nvrtc_compiles,
+            "cxx_compiles": cold.cxx_compiles,
+            "compute_s": round(cold_compute_s, 1),
+        },
+        "warm": {
+            "wall_s": round(warm_s, 1),
+            "nvrtc_compiles": warm.nvrtc_compiles,
+            "cxx_compiles": warm.cxx_compiles,
+        },
+        "naive_estimated": {
+            "cells": len(cells),
+            "nvrtc_compiles": naive_programs,
+            "cxx_compiles": len(cells),
+            "compute_s": round(naive_compute_s, 1),
+            "method": "sum of per-program NVRTC and per-binding g++ seconds measured cold",
+        },
+        "ratio_naive_over_cold_compute": round(naive_compute_s / cold_compute_s, 1)
+        if cold_compute_s
+        else None,
         "ratio_cold_over_warm_wall": round(cold_s / warm_s, 1) if warm_s else None,
-        "wheels": [{"file": w.file, "size": w.size, "platform_tag": w.platform_tag, "cells": w.cells}
-                   for w in cold.wheels],
+        "wheels": [
+            {"file": w.file, "size": w.size, "platform_tag": w.platform_tag, "cells": w.cells}
+            for w in cold.wheels
+        ],
     }
     cache.atomic_write_json(args.json.resolve(), result)
     _print(result)
@@ -129,18 +144,37 @@ def main() -> int:
 
 
 def _print(r: dict) -> None:
-    t = Table(title=f"fa build benchmark: {r['matrix']} ({r['machine']['cpus']} CPUs, --jobs {r['machine']['jobs']})")
+    t = Table(
+        title=f"fa build benchmark: {r['matrix']} ({r['machine']['cpus']} CPUs, --jobs {r['machine']['jobs']})"
+    )
     for col in ("build", "wall s", "compute s", "NVRTC compiles", "C++ compiles"):
         t.add_column(col, justify="right" if col != "build" else "left")
-    t.add_row("cold (empty cache)", str(r["cold"]["wall_s"]), str(r["cold"]["compute_s"]),
-              str(r["cold"]["nvrtc_compiles"]), str(r["cold"]["cxx_compiles"]))
-    t.add_row("warm (nothing changed)", str(r["warm"]["wall_s"]), "-", str(r["warm"]["nvrtc_compiles"]),
-              str(r["warm"]["cxx_compiles"]))
+    t.add_row(
+        "cold (empty cache)",
+        str(r["cold"]["wall_s"]),
+        str(r["cold"]["compute_s"]),
+        str(r["cold"]["nvrtc_compiles"]),
+        str(r["cold"]["cxx_compiles"]),
+    )
+    t.add_row(
+        "warm (nothing changed)",
+        str(r["warm"]["wall_s"]),
+        "-",
+        str(r["warm"]["nvrtc_compiles"]),
+        str(r["warm"]["cxx_compiles"]),
+    )
     n = r["naive_estimated"]
-    t.add_row(f"naive per-cell ({n['cells']} cells, estimated)", "-", str(n["compute_s"]), str(n["nvrtc_compiles"]),
-              str(n["cxx_compiles"]))
-    t.caption = (f"naive/cold compute: {r['ratio_naive_over_cold_compute']}x; cold/warm wall: "
-                 f"{r['ratio_cold_over_warm_wall']}x; toolkit+header fetch (prep): {r['prep_fetch_s']} s")
+    t.add_row(
+        f"naive per-cell ({n['cells']} cells, estimated)",
+        "-",
+        str(n["compute_s"]),
+        str(n["nvrtc_compiles"]),
+        str(n["cxx_compiles"]),
+    )
+    t.caption = (
+        f"naive/cold compute: {r['ratio_naive_over_cold_compute']}x; cold/warm wall: "
+        f"{r['ratio_cold_over_warm_wall']}x; toolkit+header fetch (prep): {r['prep_fetch_s']} s"
+    )
     w = Table(title="wheels")
     for col in ("wheel", "size", "platform", "cells"):
         w.add_column(col)

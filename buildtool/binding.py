@@ -23,8 +23,13 @@ from buildtool.torch_headers import Headers
 
 OUTPUT_NAME = "libfa_attn_ops.so"
 STUB_SONAMES = ("libc10.so", "libtorch_cpu.so")  # what torch's own libraries are called on Linux
-BASE_FLAGS = ("-std=c++20",  # torch >= 2.15 headers require C++20; 2.4..2.13 build with it too
-              "-O2", "-fPIC", "-shared", "-fvisibility=hidden")
+BASE_FLAGS = (
+    "-std=c++20",  # torch >= 2.15 headers require C++20; 2.4..2.13 build with it too
+    "-O2",
+    "-fPIC",
+    "-shared",
+    "-fvisibility=hidden",
+)
 
 
 class BindingError(RuntimeError):
@@ -101,8 +106,19 @@ def stub_dir() -> Path:
             lib = d / soname
             if not lib.is_file():
                 with cache.atomic_path(lib) as tmp:
-                    _run([*compiler(), "-shared", "-x", "c++", "/dev/null", f"-Wl,-soname,{soname}",
-                          "-o", str(tmp)], f"generating stub {soname}")
+                    _run(
+                        [
+                            *compiler(),
+                            "-shared",
+                            "-x",
+                            "c++",
+                            "/dev/null",
+                            f"-Wl,-soname,{soname}",
+                            "-o",
+                            str(tmp),
+                        ],
+                        f"generating stub {soname}",
+                    )
     return d
 
 
@@ -116,8 +132,15 @@ def build_binding(headers: Headers, cxx11abi: bool, kernels_root: Path) -> Bindi
     t0 = time.perf_counter()
     with cache.atomic_path(out) as tmp:
         cmd = [
-            *compiler(), *flags(headers, cxx11abi, kernels_root), *cpp, "-o", str(tmp),
-            f"-L{stubs}", "-Wl,--no-as-needed", *(f"-l:{s}" for s in STUB_SONAMES), "-Wl,--as-needed",
+            *compiler(),
+            *flags(headers, cxx11abi, kernels_root),
+            *cpp,
+            "-o",
+            str(tmp),
+            f"-L{stubs}",
+            "-Wl,--no-as-needed",
+            *(f"-l:{s}" for s in STUB_SONAMES),
+            "-Wl,--as-needed",
             "-ldl",  # dlopen lives in libdl before glibc 2.34 (manylinux_2_28); as-needed drops it after
         ]
         _run(cmd, f"building the binding for torch {headers.torch_version} (cxx11abi={cxx11abi})")

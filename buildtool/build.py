@@ -69,12 +69,21 @@ class _Bars:
 
     def __init__(self, console: Console, enabled: bool) -> None:
         self._progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=console, disable=not enabled, transient=False,
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            disable=not enabled,
+            transient=False,
         )
         self._bytes = Progress(
-            TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
-            console=console, disable=not enabled,
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            disable=not enabled,
         )
 
     @contextmanager
@@ -123,7 +132,10 @@ def execute(
             bars.advance(kernels)
 
         images, cstats = compile_all(
-            plan.compile_jobs, workers, tree, on_done=kernel_done,
+            plan.compile_jobs,
+            workers,
+            tree,
+            on_done=kernel_done,
             toolkit_progress=lambda m: bars.download(f"NVRTC for CUDA {m}"),
         )
         summary.nvrtc_compiles, summary.nvrtc_cached = cstats.compiled, len(cstats.cached)
@@ -169,8 +181,9 @@ def _build_bindings(
         return dict(zip(jobs, pool.map(one, jobs)))
 
 
-def _report(spec: WheelSpec, built: package.BuiltWheel, seconds: dict, cached: set,
-            b: binding_mod.BindingBuild | None) -> WheelReport:
+def _report(
+    spec: WheelSpec, built: package.BuiltWheel, seconds: dict, cached: set, b: binding_mod.BindingBuild | None
+) -> WheelReport:
     compiled = [j for j in spec.compile_jobs if j in seconds]
     return WheelReport(
         file=built.path.name,
@@ -201,8 +214,9 @@ def _write_log(out_dir: Path, plan: Plan, wheels: list[dict]) -> None:
     shards copied into one directory do not overwrite each other's log."""
     name = f"build-{plan.shard[0]}of{plan.shard[1]}.json" if plan.shard else "build.json"
     skipped = [{"cell": asdict(s.cell), "reason": s.reason} for s in plan.skipped]
-    cache.atomic_write_json(out_dir / "logs" / name, {"wheels": wheels, "skipped": skipped,
-                                                      "python": sys.version.split()[0]})
+    cache.atomic_write_json(
+        out_dir / "logs" / name, {"wheels": wheels, "skipped": skipped, "python": sys.version.split()[0]}
+    )
 
 
 def summary_table(summary: BuildSummary) -> Table:
@@ -213,8 +227,14 @@ def summary_table(summary: BuildSummary) -> Table:
         else:
             table.add_column(col, justify="right", no_wrap=True)
     for w in summary.wheels:
-        table.add_row(w.file, _size(w.size), str(w.cells), f"{w.compile_seconds:.1f}", str(w.compiled),
-                      str(w.cache_hits))
+        table.add_row(
+            w.file,
+            _size(w.size),
+            str(w.cells),
+            f"{w.compile_seconds:.1f}",
+            str(w.compiled),
+            str(w.cache_hits),
+        )
     table.caption = (
         f"NVRTC: {summary.nvrtc_compiles} compiled ({summary.nvrtc_seconds:.1f} s), "
         f"{summary.nvrtc_cached} cached; C++: {summary.cxx_compiles} compiled ({summary.cxx_seconds:.1f} s), "

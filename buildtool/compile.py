@@ -101,7 +101,12 @@ class CompileTask:
     def key(self) -> str:
         flat = [x for pair in self.headers for x in pair]
         return cache.content_key(
-            "fa-kernel-v1", self.source_name, self.source, *flat, self.nvrtc_version, self.target,
+            "fa-kernel-v1",
+            self.source_name,
+            self.source,
+            *flat,
+            self.nvrtc_version,
+            self.target,
             *self.options,
         )
 

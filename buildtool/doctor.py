@@ -19,7 +19,12 @@ from buildtool.wheel_index import WheelIndex
 EXIT_CODES = {"ok": 0, "ok-jit": 0, "fallback": 1, "no-wheel": 1}
 EXIT_USAGE = 2
 
-_VERDICT_STYLE = {"ok": "bold green", "ok-jit": "bold green", "fallback": "bold yellow", "no-wheel": "bold red"}
+_VERDICT_STYLE = {
+    "ok": "bold green",
+    "ok-jit": "bold green",
+    "fallback": "bold yellow",
+    "no-wheel": "bold red",
+}
 _VERDICT_TEXT = {
     "ok": "our kernels run from SASS on this GPU",
     "ok-jit": "our kernels run, JIT-compiled from PTX by the driver on first use",
@@ -37,8 +42,9 @@ class DoctorReport:
 
 
 def build_report(env: Env, index: WheelIndex, request: Request) -> DoctorReport:
-    return DoctorReport(env=env, request=request, index_location=index.location,
-                        selection=select(index.entries, env, request))
+    return DoctorReport(
+        env=env, request=request, index_location=index.location, selection=select(index.entries, env, request)
+    )
 
 
 def _reasons_json(reasons: Sequence[Reason]) -> list[dict[str, str]]:
@@ -46,8 +52,12 @@ def _reasons_json(reasons: Sequence[Reason]) -> list[dict[str, str]]:
 
 
 def _runtime_json(runtime: Runtime) -> dict[str, Any]:
-    return {"path": runtime.path, "arch": runtime.arch, "head_dim": runtime.head_dim,
-            "reasons": _reasons_json(runtime.reasons)}
+    return {
+        "path": runtime.path,
+        "arch": runtime.arch,
+        "head_dim": runtime.head_dim,
+        "reasons": _reasons_json(runtime.reasons),
+    }
 
 
 def report_json(report: DoctorReport) -> dict[str, Any]:
@@ -59,13 +69,25 @@ def report_json(report: DoctorReport) -> dict[str, Any]:
         "codes": list(sel.codes),
         "because": _reasons_json(sel.deciding),
         "runtime": _runtime_json(sel.runtime),
-        "gpus": [{"index": a.index, "name": a.gpu.name, "sm": a.gpu.sm, "runtime": _runtime_json(a.runtime)}
-                 for a in sel.gpus],
+        "gpus": [
+            {"index": a.index, "name": a.gpu.name, "sm": a.gpu.sm, "runtime": _runtime_json(a.runtime)}
+            for a in sel.gpus
+        ],
         "stack": _reasons_json(sel.stack),
-        "wheels": [{"file": w.entry.file, "variant": w.entry.variant, "fits": w.fits,
-                    "reasons": _reasons_json(w.reasons)} for w in sel.wheels],
-        "request": {"dtype": report.request.dtype, "head_dim": report.request.head_dim,
-                    "backward": report.request.backward},
+        "wheels": [
+            {
+                "file": w.entry.file,
+                "variant": w.entry.variant,
+                "fits": w.fits,
+                "reasons": _reasons_json(w.reasons),
+            }
+            for w in sel.wheels
+        ],
+        "request": {
+            "dtype": report.request.dtype,
+            "head_dim": report.request.head_dim,
+            "backward": report.request.backward,
+        },
         "env": env_to_json(report.env),
         "index": report.index_location,
     }
@@ -84,13 +106,20 @@ def _reason_text(reasons: Sequence[Reason], fixes: bool = True) -> Text:
 
 
 def _env_line(env: Env) -> str:
-    torch = "none" if env.torch is None else (
-        f"{env.torch.version} (cuda {env.torch.cuda or '-'}, hip {env.torch.hip or '-'}, "
-        f"cxx11abi {'?' if env.torch.cxx11abi is None else str(env.torch.cxx11abi).lower()})")
+    torch = (
+        "none"
+        if env.torch is None
+        else (
+            f"{env.torch.version} (cuda {env.torch.cuda or '-'}, hip {env.torch.hip or '-'}, "
+            f"cxx11abi {'?' if env.torch.cxx11abi is None else str(env.torch.cxx11abi).lower()})"
+        )
+    )
     gpus = ", ".join(f"{i}: {g.name} (sm {g.sm})" for i, g in enumerate(env.gpus)) or "none"
     glibc = f" glibc {env.glibc}" if env.glibc else ""
-    return (f"{env.os} {env.arch}{glibc}, Python {env.python}\ntorch {torch}\n"
-            f"driver {env.driver or 'none'}; GPUs {gpus}")
+    return (
+        f"{env.os} {env.arch}{glibc}, Python {env.python}\ntorch {torch}\n"
+        f"driver {env.driver or 'none'}; GPUs {gpus}"
+    )
 
 
 def _runtime_line(runtime: Runtime) -> str:
@@ -118,7 +147,9 @@ def render(report: DoctorReport, console: Console) -> None:
         table.add_row(w.entry.file, mark, _reason_text(w.reasons, fixes=False))
     console.print()
     console.print(table)
-    fixes = sorted({(r.code, r.fix) for w in sel.wheels for r in w.reasons}, key=lambda f: (code_order(f[0]), f[1]))
+    fixes = sorted(
+        {(r.code, r.fix) for w in sel.wheels for r in w.reasons}, key=lambda f: (code_order(f[0]), f[1])
+    )
     for code, fix in fixes:
         console.print(Text.assemble((code, "bold red"), (f"  fix: {fix}", "cyan")))
 
@@ -126,8 +157,10 @@ def render(report: DoctorReport, console: Console) -> None:
     console.print(Text("\nChoice", style="bold"))
     console.print(f"fa install picks: {sel.selected.file if sel.selected else 'nothing'}")
     for answer in sel.gpus:
-        console.print(f"GPU {answer.index} ({answer.gpu.name}, sm {answer.gpu.sm}), {call}: "
-                      f"{_runtime_line(answer.runtime)}")
+        console.print(
+            f"GPU {answer.index} ({answer.gpu.name}, sm {answer.gpu.sm}), {call}: "
+            f"{_runtime_line(answer.runtime)}"
+        )
         if answer.runtime.reasons:
             console.print(_reason_text(answer.runtime.reasons))
     if not sel.gpus and sel.selected is not None:

@@ -20,8 +20,19 @@ from buildtool import cache
 PROJECT = "fa-attn"
 MANIFEST = "fa_attn/manifest.json"
 REQUIRES_PYTHON = ">=3.9"
-_FROM_MANIFEST = ("version", "variant", "cuda_major", "toolkit", "torch", "cxx11abi", "min_driver",
-                  "ptx_min_driver", "sass", "ptx", "coverage")
+_FROM_MANIFEST = (
+    "version",
+    "variant",
+    "cuda_major",
+    "toolkit",
+    "torch",
+    "cxx11abi",
+    "min_driver",
+    "ptx_min_driver",
+    "sass",
+    "ptx",
+    "coverage",
+)
 
 
 class WheelDirError(RuntimeError):
@@ -43,12 +54,18 @@ def wheel_entry(path: Path) -> dict:
         with zipfile.ZipFile(path) as zf:
             man = json.loads(zf.read(MANIFEST))
     except (InvalidWheelFilename, zipfile.BadZipFile, KeyError, ValueError) as e:
-        raise WheelDirError(f"{path}: not an fa-attn wheel with a manifest ({e}); remove it or rebuild") from e
+        raise WheelDirError(
+            f"{path}: not an fa-attn wheel with a manifest ({e}); remove it or rebuild"
+        ) from e
     (tag,) = tags  # our wheels carry exactly one tag
     entry = {"file": path.name, "sha256": _sha256(path), "size": path.stat().st_size}
     entry.update({k: man.get(k) for k in _FROM_MANIFEST})
-    entry.update(python_tag=tag.interpreter, abi_tag=tag.abi, platform_tag=tag.platform,
-                 requires_python=REQUIRES_PYTHON)
+    entry.update(
+        python_tag=tag.interpreter,
+        abi_tag=tag.abi,
+        platform_tag=tag.platform,
+        requires_python=REQUIRES_PYTHON,
+    )
     return entry
 
 
@@ -64,7 +81,11 @@ def write_index(wheel_dir: Path) -> dict:
     cache.atomic_write_json(wheel_dir / "index.json", index)
     env = _env()
     simple = wheel_dir / "simple"
-    cache.atomic_write_text(simple / "index.html", env.get_template("root.html.j2").render(projects=[PROJECT]))
-    page = env.get_template("project.html.j2").render(project=PROJECT, wheels=index["wheels"], prefix="../../")
+    cache.atomic_write_text(
+        simple / "index.html", env.get_template("root.html.j2").render(projects=[PROJECT])
+    )
+    page = env.get_template("project.html.j2").render(
+        project=PROJECT, wheels=index["wheels"], prefix="../../"
+    )
     cache.atomic_write_text(simple / PROJECT / "index.html", page)
     return index

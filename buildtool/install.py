@@ -46,10 +46,32 @@ class Installer:
     def install(self, wheel: str, target: Path | None = None) -> list[str]:
         where = ["--target", str(target)] if target else []
         if self.uv:
-            return [self.uv, "pip", "install", "--python", self.python, "--no-deps", "--no-index",
-                    "--reinstall-package", DIST_NAME, *where, wheel]
-        return [self.python, "-m", "pip", "install", "--no-deps", "--no-index", "--force-reinstall",
-                "--disable-pip-version-check", "--no-input", *where, wheel]
+            return [
+                self.uv,
+                "pip",
+                "install",
+                "--python",
+                self.python,
+                "--no-deps",
+                "--no-index",
+                "--reinstall-package",
+                DIST_NAME,
+                *where,
+                wheel,
+            ]
+        return [
+            self.python,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-index",
+            "--force-reinstall",
+            "--disable-pip-version-check",
+            "--no-input",
+            *where,
+            wheel,
+        ]
 
     def uninstall(self) -> list[str]:
         if self.uv:
@@ -85,8 +107,12 @@ class InstallResult:
 
 def plan_install(index: WheelIndex, selection: Selection, installer: Installer) -> InstallPlan:
     entry = selection.selected
-    return InstallPlan(selection=selection, entry=entry,
-                       source=wheel_location(index, entry) if entry else None, installer=installer)
+    return InstallPlan(
+        selection=selection,
+        entry=entry,
+        source=wheel_location(index, entry) if entry else None,
+        installer=installer,
+    )
 
 
 def installed_version(python: str) -> str | None:
@@ -94,15 +120,17 @@ def installed_version(python: str) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
-def run_install(plan: InstallPlan, index: WheelIndex, log: Callable[[str], None] = lambda _: None
-                ) -> InstallResult:
+def run_install(
+    plan: InstallPlan, index: WheelIndex, log: Callable[[str], None] = lambda _: None
+) -> InstallResult:
     if plan.entry is None:
         raise InstallError("no wheel fits this machine (fa doctor says why); nothing installed")
     entry, installer = plan.entry, plan.installer
     commands: list[str] = []
 
-    def run(cmd: list[str], what: str, env: dict[str, str] | None = None, cwd: Path | None = None
-            ) -> subprocess.CompletedProcess[str]:
+    def run(
+        cmd: list[str], what: str, env: dict[str, str] | None = None, cwd: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
         commands.append(shlex.join(cmd))
         log(f"{what}: {shlex.join(cmd)}")
         return _run(cmd, env=env, cwd=cwd)
@@ -129,8 +157,9 @@ def run_install(plan: InstallPlan, index: WheelIndex, log: Callable[[str], None]
         # 2. The real install; pip undoes a half-done install itself.
         done = run(installer.install(str(wheel)), "install")
         if done.returncode != 0:
-            raise InstallError(f"installing {entry.file} failed:\n{_tail(done)}\n"
-                               f"{_state(installer.python, previous)}")
+            raise InstallError(
+                f"installing {entry.file} failed:\n{_tail(done)}\n{_state(installer.python, previous)}"
+            )
 
         # 3. Confirm in a fresh interpreter; undo if it does not hold.
         done = run([installer.python, "-c", _CHECK_IMPORT], "check import", env=_pythonpath(None), cwd=tmp)
@@ -139,12 +168,18 @@ def run_install(plan: InstallPlan, index: WheelIndex, log: Callable[[str], None]
             problem = _tail(done) if done.returncode != 0 else f"fa-attn is {now}, expected {entry.version}"
             undo = _roll_back(installer, previous, index, tmp, run)
             raise InstallError(f"the installed {entry.file} does not work: {problem}\n{undo}")
-        return InstallResult(installed=entry.version, previous=previous, location=done.stdout.strip(),
-                             commands=tuple(commands))
+        return InstallResult(
+            installed=entry.version, previous=previous, location=done.stdout.strip(), commands=tuple(commands)
+        )
 
 
-def _roll_back(installer: Installer, previous: str | None, index: WheelIndex, tmp: Path,
-               run: Callable[..., subprocess.CompletedProcess[str]]) -> str:
+def _roll_back(
+    installer: Installer,
+    previous: str | None,
+    index: WheelIndex,
+    tmp: Path,
+    run: Callable[..., subprocess.CompletedProcess[str]],
+) -> str:
     run(installer.uninstall(), "roll back")
     if previous is None:
         return f"rolled back: {DIST_NAME} removed again; the environment is as it was"
@@ -156,9 +191,11 @@ def _roll_back(installer: Installer, previous: str | None, index: WheelIndex, tm
                 return f"rolled back: the previous {DIST_NAME} {previous} is reinstalled from the index"
         except WheelIndexError:
             pass
-    return (f"rolled back: the new {DIST_NAME} is removed, but the previous {DIST_NAME} {previous} could "
-            f"not be restored (it is not in the index); {DIST_NAME} is now absent: reinstall it with "
-            f"pip install --no-deps '{DIST_NAME}=={previous}'")
+    return (
+        f"rolled back: the new {DIST_NAME} is removed, but the previous {DIST_NAME} {previous} could "
+        f"not be restored (it is not in the index); {DIST_NAME} is now absent: reinstall it with "
+        f"pip install --no-deps '{DIST_NAME}=={previous}'"
+    )
 
 
 def _state(python: str, previous: str | None) -> str:
@@ -175,11 +212,13 @@ def _pythonpath(stage: Path | None) -> dict[str, str]:
     return env
 
 
-def _run(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None
-         ) -> subprocess.CompletedProcess[str]:
+def _run(
+    cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     try:
-        return subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, cwd=cwd,
-                              timeout=_TIMEOUT_S)
+        return subprocess.run(
+            cmd, check=False, capture_output=True, text=True, env=env, cwd=cwd, timeout=_TIMEOUT_S
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return subprocess.CompletedProcess(cmd, 127, "", str(exc))
 

@@ -64,16 +64,27 @@ def manifest(spec: WheelSpec, tiles: ModuleType) -> dict:
             units_by_arch[job.arch] = {u.name: u for u in tiles.units(job.arch)}
         unit = units_by_arch[job.arch].get(job.unit)
         if unit is None:
-            raise PackageError(f"tiles.units({job.arch!r}) has no unit {job.unit!r} (plan and tiles.py disagree)")
-        kernels.append({
-            "arch": job.arch, "image": job.image, "file": kernel_file(job), "unit": unit.name,
-            "direction": unit.direction, "dtype": unit.dtype, "head_dim": unit.head_dim,
-            "entries": {name: asdict(launch) for name, launch in unit.entries.items()},
-            "_head_dims": tiles.head_dims(unit),
-        })
+            raise PackageError(
+                f"tiles.units({job.arch!r}) has no unit {job.unit!r} (plan and tiles.py disagree)"
+            )
+        kernels.append(
+            {
+                "arch": job.arch,
+                "image": job.image,
+                "file": kernel_file(job),
+                "unit": unit.name,
+                "direction": unit.direction,
+                "dtype": unit.dtype,
+                "head_dim": unit.head_dim,
+                "entries": {name: asdict(launch) for name, launch in unit.entries.items()},
+                "_head_dims": tiles.head_dims(unit),
+            }
+        )
     coverage: dict[tuple[str, str, str, str], set[int]] = {}
     for k in kernels:
-        coverage.setdefault((k["arch"], k["image"], k["dtype"], k["direction"]), set()).update(k.pop("_head_dims"))
+        coverage.setdefault((k["arch"], k["image"], k["dtype"], k["direction"]), set()).update(
+            k.pop("_head_dims")
+        )
     return {
         "schema": 1,
         "package": PROJECT,

@@ -22,8 +22,16 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.gnuversions import GNUVerNeedSection
 
 # Provided by the user's torch at run time (loaded by `import torch` before our binding).
-TORCH_LIBS = frozenset({"libc10.so", "libtorch_cpu.so", "libtorch.so", "libtorch_python.so", "libc10_cuda.so",
-                        "libtorch_cuda.so"})
+TORCH_LIBS = frozenset(
+    {
+        "libc10.so",
+        "libtorch_cpu.so",
+        "libtorch.so",
+        "libtorch_python.so",
+        "libc10_cuda.so",
+        "libtorch_cuda.so",
+    }
+)
 _MACHINE = {"EM_X86_64": "x86_64", "EM_AARCH64": "aarch64"}
 
 

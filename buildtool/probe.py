@@ -106,16 +106,27 @@ def _str_field(data: Mapping[str, Any], key: str, path: str, fix: str, nullable:
 
 def env_from_json(data: Any) -> Env:
     """Validate a parsed environment description; every error names the field and how to fix it."""
-    _need(isinstance(data, dict), "environment", type(data).__name__, "write a JSON object like `fa probe --json`")
+    _need(
+        isinstance(data, dict),
+        "environment",
+        type(data).__name__,
+        "write a JSON object like `fa probe --json`",
+    )
     os_name = _str_field(data, "os", "", f"use one of {', '.join(OS_NAMES)}")
     _need(os_name in OS_NAMES, "os", os_name, f"use one of {', '.join(OS_NAMES)}")
     arch = _str_field(data, "arch", "", 'write the machine architecture, e.g. "x86_64" or "aarch64"')
-    glibc = _str_field(data, "glibc", "", 'write the glibc version like "2.35", or null off glibc Linux', True)
+    glibc = _str_field(
+        data, "glibc", "", 'write the glibc version like "2.35", or null off glibc Linux', True
+    )
     if glibc is not None:
         _need(re.fullmatch(r"2\.\d+", glibc) is not None, "glibc", glibc, 'write it like "2.35"')
     python = _str_field(data, "python", "", 'write major.minor like "3.11" ("3.13t" if free-threaded)')
-    _need(re.fullmatch(r"3\.\d+t?", python or "") is not None, "python", python,
-          'write major.minor like "3.11" ("3.13t" if free-threaded)')
+    _need(
+        re.fullmatch(r"3\.\d+t?", python or "") is not None,
+        "python",
+        python,
+        'write major.minor like "3.11" ("3.13t" if free-threaded)',
+    )
 
     torch = None
     raw_torch = data.get("torch")
@@ -125,14 +136,18 @@ def env_from_json(data: Any) -> Env:
         try:
             Version(version or "")
         except InvalidVersion:
-            raise EnvError(f"torch.version: got {version!r}; write torch.__version__, e.g. \"2.5.1+cu124\"")
+            raise EnvError(f'torch.version: got {version!r}; write torch.__version__, e.g. "2.5.1+cu124"')
         cuda = _str_field(raw_torch, "cuda", "torch.", 'write torch.version.cuda like "12.4", or null', True)
         if cuda is not None:
             _need(re.fullmatch(r"\d+\.\d+", cuda) is not None, "torch.cuda", cuda, 'write it like "12.4"')
         hip = _str_field(raw_torch, "hip", "torch.", "write torch.version.hip, or null", True)
         abi = raw_torch.get("cxx11abi")
-        _need(abi is None or isinstance(abi, bool), "torch.cxx11abi", abi,
-              "write true or false (torch._C._GLIBCXX_USE_CXX11_ABI), or null if unknown")
+        _need(
+            abi is None or isinstance(abi, bool),
+            "torch.cxx11abi",
+            abi,
+            "write true or false (torch._C._GLIBCXX_USE_CXX11_ABI), or null if unknown",
+        )
         torch = TorchInfo(version=version or "", cuda=cuda, hip=hip, cxx11abi=abi)
 
     driver = None
@@ -140,8 +155,12 @@ def env_from_json(data: Any) -> Env:
     if raw_driver is not None:
         _need(isinstance(raw_driver, dict), "driver", raw_driver, 'write {"version": "535.104.05"} or null')
         driver = _str_field(raw_driver, "version", "driver.", 'write the driver version like "535.104.05"')
-        _need(re.fullmatch(r"\d+(\.\d+)*", driver or "") is not None, "driver.version", driver,
-              'write the driver version like "535.104.05" (nvidia-smi shows it)')
+        _need(
+            re.fullmatch(r"\d+(\.\d+)*", driver or "") is not None,
+            "driver.version",
+            driver,
+            'write the driver version like "535.104.05" (nvidia-smi shows it)',
+        )
 
     raw_gpus = data.get("gpus", [])
     _need(isinstance(raw_gpus, list), "gpus", raw_gpus, "write a list (empty without NVIDIA GPUs)")
@@ -150,22 +169,45 @@ def env_from_json(data: Any) -> Env:
         _need(isinstance(raw, dict), f"gpus[{i}]", raw, 'write {"name": ..., "sm": "8.6", "memory_mib": ...}')
         name = _str_field(raw, "name", f"gpus[{i}].", "write the GPU name as nvidia-smi shows it")
         sm = _str_field(raw, "sm", f"gpus[{i}].", 'write the compute capability like "8.6"')
-        _need(re.fullmatch(r"\d+\.\d+", sm or "") is not None, f"gpus[{i}].sm", sm,
-              'write the compute capability like "8.6" (nvidia-smi --query-gpu=compute_cap)')
+        _need(
+            re.fullmatch(r"\d+\.\d+", sm or "") is not None,
+            f"gpus[{i}].sm",
+            sm,
+            'write the compute capability like "8.6" (nvidia-smi --query-gpu=compute_cap)',
+        )
         mem = raw.get("memory_mib")
-        _need(mem is None or (isinstance(mem, int) and not isinstance(mem, bool)), f"gpus[{i}].memory_mib",
-              mem, "write an integer number of MiB, or null")
+        _need(
+            mem is None or (isinstance(mem, int) and not isinstance(mem, bool)),
+            f"gpus[{i}].memory_mib",
+            mem,
+            "write an integer number of MiB, or null",
+        )
         gpus.append(Gpu(name=name or "", sm=sm or "", memory_mib=mem))
-    return Env(os=os_name or "", arch=arch or "", glibc=glibc, python=python or "", torch=torch,
-               driver=driver, gpus=tuple(gpus))
+    return Env(
+        os=os_name or "",
+        arch=arch or "",
+        glibc=glibc,
+        python=python or "",
+        torch=torch,
+        driver=driver,
+        gpus=tuple(gpus),
+    )
 
 
 def env_to_json(env: Env) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "os": env.os, "arch": env.arch, "glibc": env.glibc, "python": env.python,
-        "torch": None if env.torch is None else {
-            "version": env.torch.version, "cuda": env.torch.cuda, "hip": env.torch.hip,
-            "cxx11abi": env.torch.cxx11abi},
+        "os": env.os,
+        "arch": env.arch,
+        "glibc": env.glibc,
+        "python": env.python,
+        "torch": None
+        if env.torch is None
+        else {
+            "version": env.torch.version,
+            "cuda": env.torch.cuda,
+            "hip": env.torch.hip,
+            "cxx11abi": env.torch.cxx11abi,
+        },
         "driver": None if env.driver is None else {"version": env.driver},
         "gpus": [{"name": g.name, "sm": g.sm, "memory_mib": g.memory_mib} for g in env.gpus],
     }
@@ -199,8 +241,16 @@ def probe(paths: ProbePaths = ProbePaths()) -> Env:
         driver = driver or smi_driver
     torch_dir = paths.torch_dir if paths.torch_dir is not None else find_torch()
     torch = probe_torch(torch_dir, sources) if torch_dir else None
-    return Env(os=_os_name(), arch=_arch(), glibc=_glibc(), python=python_version(), torch=torch, driver=driver,
-               gpus=tuple(gpus), sources=sources)
+    return Env(
+        os=_os_name(),
+        arch=_arch(),
+        glibc=_glibc(),
+        python=python_version(),
+        torch=torch,
+        driver=driver,
+        gpus=tuple(gpus),
+        sources=sources,
+    )
 
 
 def _os_name() -> str:
@@ -225,7 +275,7 @@ def _glibc() -> str | None:
 
 
 def python_version() -> str:
-    """"3.11", or "3.13t" for a free-threaded build (by how it was built, not whether the GIL is on now)."""
+    """ "3.11", or "3.13t" for a free-threaded build (by how it was built, not whether the GIL is on now)."""
     free_threaded = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
     return f"{sys.version_info.major}.{sys.version_info.minor}{'t' if free_threaded else ''}"
 
@@ -246,8 +296,13 @@ def _nvml(sources: dict[str, str]) -> tuple[str | None, list[Gpu]]:
             handle = pynvml.nvmlDeviceGetHandleByIndex(i)
             major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
             memory = pynvml.nvmlDeviceGetMemoryInfo(handle).total // (1024 * 1024)
-            gpus.append(Gpu(name=_text(pynvml.nvmlDeviceGetName(handle)), sm=f"{major}.{minor}",
-                            memory_mib=int(memory)))
+            gpus.append(
+                Gpu(
+                    name=_text(pynvml.nvmlDeviceGetName(handle)),
+                    sm=f"{major}.{minor}",
+                    memory_mib=int(memory),
+                )
+            )
         sources["driver"] = sources["gpus"] = "nvml"
         return driver, gpus
     except pynvml.NVMLError:
@@ -291,8 +346,13 @@ def _nvidia_smi(command: str, sources: dict[str, str]) -> tuple[str | None, list
     # compute_cap needs nvidia-smi from driver 510 on; older ones give the driver only.
     for fields in ("driver_version,name,compute_cap,memory.total", "driver_version,name,memory.total"):
         try:
-            done = subprocess.run([exe, f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
-                                  check=False, capture_output=True, text=True, timeout=20)
+            done = subprocess.run(
+                [exe, f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+                check=False,
+                capture_output=True,
+                text=True,
+                timeout=20,
+            )
         except (OSError, subprocess.TimeoutExpired):
             return None, []
         if done.returncode == 0:
@@ -335,8 +395,12 @@ def probe_torch(torch_dir: Path, sources: dict[str, str] | None = None) -> Torch
     abi, how = _cxx11abi(torch_dir)
     if how:
         sources["cxx11abi"] = how
-    return TorchInfo(version=version, cuda=cuda if isinstance(cuda, str) else None,
-                     hip=hip if isinstance(hip, str) else None, cxx11abi=abi)
+    return TorchInfo(
+        version=version,
+        cuda=cuda if isinstance(cuda, str) else None,
+        hip=hip if isinstance(hip, str) else None,
+        cxx11abi=abi,
+    )
 
 
 def _read_version_py(path: Path) -> dict[str, object]:
@@ -347,8 +411,11 @@ def _read_version_py(path: Path) -> dict[str, object]:
         return {}
     values: dict[str, object] = {}
     for node in tree.body:
-        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else (
-            node.target if isinstance(node, ast.AnnAssign) else None)
+        target = (
+            node.targets[0]
+            if isinstance(node, ast.Assign) and len(node.targets) == 1
+            else (node.target if isinstance(node, ast.AnnAssign) else None)
+        )
         value = getattr(node, "value", None)
         if isinstance(target, ast.Name) and isinstance(value, ast.Constant):
             values[target.id] = value.value
@@ -379,8 +446,9 @@ def _cxx11abi(torch_dir: Path) -> tuple[bool | None, str]:
     # Last resort: ask torch itself, in a child so this process never imports it.
     code = "import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))"
     try:
-        done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True,
-                              timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None, ""
     out = done.stdout.strip()

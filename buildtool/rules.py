@@ -21,12 +21,25 @@ from buildtool.wheel_index import WheelEntry
 
 # The order codes are reported in: the platform first, then torch, the driver, the GPU, the call.
 CODES = (
-    "no-gpu", "unsupported-platform", "glibc-too-old", "python-unsupported", "torch-missing",
-    "torch-not-cuda", "torch-version-mismatch", "cxx11abi-mismatch", "driver-too-old",
-    "torch-driver-too-old", "arch-unsupported", "ptx-driver-too-old", "dtype-unsupported",
-    "head-dim-unsupported", "backward-unsupported",
+    "no-gpu",
+    "unsupported-platform",
+    "glibc-too-old",
+    "python-unsupported",
+    "torch-missing",
+    "torch-not-cuda",
+    "torch-version-mismatch",
+    "cxx11abi-mismatch",
+    "driver-too-old",
+    "torch-driver-too-old",
+    "arch-unsupported",
+    "ptx-driver-too-old",
+    "dtype-unsupported",
+    "head-dim-unsupported",
+    "backward-unsupported",
     # runtime-only codes (call time), reported when kernel_choice or the runtime gives them
-    "feature-unsupported", "binding-unavailable", "device-not-cuda",
+    "feature-unsupported",
+    "binding-unavailable",
+    "device-not-cuda",
 )
 
 # Windows drivers are numbered differently from Linux ones (CUDA Compatibility guide, table 2).
@@ -87,7 +100,9 @@ def _platforms(env: Env) -> list[str]:
     if env.os == "darwin":
         # The env does not carry the macOS version; any wheel of ours is Linux or "any" anyway.
         return list(mac_platforms((15, 0), "arm64" if arch in ("arm64", "aarch64") else arch))
-    return {"x86_64": ["win_amd64"], "arm64": ["win_arm64"], "aarch64": ["win_arm64"]}.get(arch, [f"win_{arch}"])
+    return {"x86_64": ["win_amd64"], "arm64": ["win_arm64"], "aarch64": ["win_arm64"]}.get(
+        arch, [f"win_{arch}"]
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -97,37 +112,59 @@ def _platforms(env: Env) -> list[str]:
 def wheel_reasons(entry: WheelEntry, env: Env, tags: list[Tag] | None = None) -> list[Reason]:
     """Every reason `entry` cannot be installed and used on `env`; [] when it fits."""
     tags = supported_tags(env) if tags is None else tags
-    return (_tag_reasons(entry, env, tags) + _python_requirement(entry, env) + _torch_reasons(entry, env)
-            + _driver_reasons(entry, env))
+    return (
+        _tag_reasons(entry, env, tags)
+        + _python_requirement(entry, env)
+        + _torch_reasons(entry, env)
+        + _driver_reasons(entry, env)
+    )
 
 
 def _tag_reasons(entry: WheelEntry, env: Env, supported: list[Tag]) -> list[Reason]:
     try:
         _, _, _, wheel_tags = parse_wheel_filename(entry.file)
     except InvalidWheelFilename as exc:
-        return [Reason("unsupported-platform", f"{entry.file} is not a valid wheel file name ({exc})",
-                       "rebuild the index with fa build")]
+        return [
+            Reason(
+                "unsupported-platform",
+                f"{entry.file} is not a valid wheel file name ({exc})",
+                "rebuild the index with fa build",
+            )
+        ]
     if wheel_tags & set(supported):
         return []
     reasons = []
     ours = {(t.interpreter, t.abi) for t in supported}
     if not any((t.interpreter, t.abi) in ours for t in wheel_tags):
         wanted = ", ".join(sorted({f"{t.interpreter}-{t.abi}" for t in wheel_tags}))
-        reasons.append(Reason("python-unsupported",
-                              f"the wheel is for {wanted}; this Python is {env.python}",
-                              "use a Python the wheel is built for, or build one with fa build"))
+        reasons.append(
+            Reason(
+                "python-unsupported",
+                f"the wheel is for {wanted}; this Python is {env.python}",
+                "use a Python the wheel is built for, or build one with fa build",
+            )
+        )
     supported_platforms = {t.platform for t in supported}
     wheel_platforms = {t.platform for t in wheel_tags}
     if not wheel_platforms & supported_platforms:
         needed = _glibc_needed(wheel_platforms, env)
         if needed is not None:
-            reasons.append(Reason("glibc-too-old", f"the wheel needs glibc {needed}; this system has {env.glibc}",
-                                  f"use a system with glibc >= {needed} (e.g. a newer distribution or container)"))
+            reasons.append(
+                Reason(
+                    "glibc-too-old",
+                    f"the wheel needs glibc {needed}; this system has {env.glibc}",
+                    f"use a system with glibc >= {needed} (e.g. a newer distribution or container)",
+                )
+            )
         else:
             where = f"{env.os} {env.arch}" + (f" glibc {env.glibc}" if env.glibc else "")
-            reasons.append(Reason("unsupported-platform",
-                                  f"the wheel is for {', '.join(sorted(wheel_platforms))}; this is {where}",
-                                  "run on Linux x86_64 (glibc >= 2.28), or use the universal wheel"))
+            reasons.append(
+                Reason(
+                    "unsupported-platform",
+                    f"the wheel is for {', '.join(sorted(wheel_platforms))}; this is {where}",
+                    "run on Linux x86_64 (glibc >= 2.28), or use the universal wheel",
+                )
+            )
     return reasons
 
 
@@ -159,8 +196,13 @@ def _python_requirement(entry: WheelEntry, env: Env) -> list[Reason]:
     version = ".".join(map(str, env.python_version))
     if spec.contains(Version(version)):
         return []
-    return [Reason("python-unsupported", f"the wheel requires Python {spec}; this is {env.python}",
-                   f"use a Python matching {spec}")]
+    return [
+        Reason(
+            "python-unsupported",
+            f"the wheel requires Python {spec}; this is {env.python}",
+            f"use a Python matching {spec}",
+        )
+    ]
 
 
 def assumed_cxx11abi(env: Env) -> bool | None:
@@ -181,30 +223,47 @@ def assumed_cxx11abi(env: Env) -> bool | None:
 def _torch_reasons(entry: WheelEntry, env: Env) -> list[Reason]:
     if env.torch is None:
         # fa_attn is a torch extension: without torch there is nothing to run, not even the fallback.
-        return [Reason("torch-missing", "torch is not installed",
-                       "install torch first (pip install torch), then fa install")]
+        return [
+            Reason(
+                "torch-missing",
+                "torch is not installed",
+                "install torch first (pip install torch), then fa install",
+            )
+        ]
     if entry.torch is None:  # the universal wheel: pure Python, any torch the runtime can use
         floor = kernels_src.kernel_choice().MIN_TORCH
         if Version(env.torch.version).release[:2] < floor:
             need = ".".join(map(str, floor))
-            return [Reason("torch-version-mismatch",
-                           f"fa-attn needs torch >= {need} (it registers its ops with torch.library APIs "
-                           f"from {need}); installed is {env.torch.version}",
-                           f"upgrade torch to {need} or newer")]
+            return [
+                Reason(
+                    "torch-version-mismatch",
+                    f"fa-attn needs torch >= {need} (it registers its ops with torch.library APIs "
+                    f"from {need}); installed is {env.torch.version}",
+                    f"upgrade torch to {need} or newer",
+                )
+            ]
         return []
     reasons = []
     if env.torch.minor != entry.torch:
-        reasons.append(Reason("torch-version-mismatch",
-                              f"the wheel is built for torch {entry.torch}; installed is {env.torch.version}",
-                              f"install a torch minor that has a wheel (the table lists them), or build for "
-                              f"torch {env.torch.minor} with fa build"))
+        reasons.append(
+            Reason(
+                "torch-version-mismatch",
+                f"the wheel is built for torch {entry.torch}; installed is {env.torch.version}",
+                f"install a torch minor that has a wheel (the table lists them), or build for "
+                f"torch {env.torch.minor} with fa build",
+            )
+        )
     abi = assumed_cxx11abi(env)
     if entry.cxx11abi is not None and abi is not None and abi != entry.cxx11abi:
         assumed = "" if env.torch.cxx11abi is not None else " (assumed: the env does not say)"
-        reasons.append(Reason("cxx11abi-mismatch",
-                              f"the wheel uses cxx11abi={str(entry.cxx11abi).lower()}; torch uses "
-                              f"cxx11abi={str(abi).lower()}{assumed}",
-                              "pick the wheel with torch's ABI (fa install does), or rebuild with fa build"))
+        reasons.append(
+            Reason(
+                "cxx11abi-mismatch",
+                f"the wheel uses cxx11abi={str(entry.cxx11abi).lower()}; torch uses "
+                f"cxx11abi={str(abi).lower()}{assumed}",
+                "pick the wheel with torch's ABI (fa install does), or rebuild with fa build",
+            )
+        )
     return reasons
 
 
@@ -217,10 +276,14 @@ def _driver_reasons(entry: WheelEntry, env: Env) -> list[Reason]:
         floor = _WINDOWS_MIN_DRIVER[entry.cuda_major]
     if driver_at_least(env.driver, floor):
         return []
-    return [Reason("driver-too-old",
-                   f"the wheel's CUDA {entry.cuda_major} kernels need driver >= {floor}; this driver is "
-                   f"{env.driver}",
-                   f"update the NVIDIA driver to >= {floor}, or use a wheel for an older CUDA major")]
+    return [
+        Reason(
+            "driver-too-old",
+            f"the wheel's CUDA {entry.cuda_major} kernels need driver >= {floor}; this driver is "
+            f"{env.driver}",
+            f"update the NVIDIA driver to >= {floor}, or use a wheel for an older CUDA major",
+        )
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -231,21 +294,34 @@ def stack_reasons(env: Env) -> list[Reason]:
     reasons = []
     if env.driver is None or not env.gpus:
         what = "no NVIDIA driver" if env.driver is None else "the driver reports no GPU"
-        reasons.append(Reason("no-gpu", f"{what} on this machine ({env.os} {env.arch})",
-                              "run on a machine with an NVIDIA GPU and driver; calls fall back to torch SDPA"))
+        reasons.append(
+            Reason(
+                "no-gpu",
+                f"{what} on this machine ({env.os} {env.arch})",
+                "run on a machine with an NVIDIA GPU and driver; calls fall back to torch SDPA",
+            )
+        )
     torch = env.torch
     if torch is not None and torch.cuda is None:
         build = f"a ROCm build (hip {torch.hip})" if torch.hip else "a CPU-only build"
-        reasons.append(Reason("torch-not-cuda", f"torch {torch.version} is {build}",
-                              "install a CUDA build of torch (https://pytorch.org/get-started/locally/)"))
+        reasons.append(
+            Reason(
+                "torch-not-cuda",
+                f"torch {torch.version} is {build}",
+                "install a CUDA build of torch (https://pytorch.org/get-started/locally/)",
+            )
+        )
     if torch is not None and torch.cuda_major is not None and env.driver is not None:
         floor = _torch_driver_floor(torch.cuda_major, env.os)
         if floor is not None and not driver_at_least(env.driver, floor):
-            reasons.append(Reason(
-                "torch-driver-too-old",
-                f"torch {torch.version} is built with CUDA {torch.cuda}, which needs driver >= {floor}; this "
-                f"driver is {env.driver}, so torch cannot use the GPU at all",
-                f"update the NVIDIA driver to >= {floor}, or install a torch built for an older CUDA"))
+            reasons.append(
+                Reason(
+                    "torch-driver-too-old",
+                    f"torch {torch.version} is built with CUDA {torch.cuda}, which needs driver >= {floor}; this "
+                    f"driver is {env.driver}, so torch cannot use the GPU at all",
+                    f"update the NVIDIA driver to >= {floor}, or install a torch built for an older CUDA",
+                )
+            )
     return reasons
 
 

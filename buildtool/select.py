@@ -76,14 +76,21 @@ class Selection:
     gpus: tuple[GpuAnswer, ...]  # every GPU with the selected wheel
 
 
-def runtime_for(entry: WheelEntry | None, env: Env, gpu: Gpu | None, request: Request,
-                stack: Sequence[Reason]) -> Runtime:
+def runtime_for(
+    entry: WheelEntry | None, env: Env, gpu: Gpu | None, request: Request, stack: Sequence[Reason]
+) -> Runtime:
     """What a call does with `entry` installed: kernel_choice's answer, overruled by a broken stack."""
     if entry is None:
         return Runtime("fallback", None, None, tuple(stack))
     choose = kernels_src.kernel_choice().choose
-    choice = choose(dict(entry.raw), gpu.sm if gpu else None, request.dtype, request.head_dim,
-                    request.backward, env.driver)
+    choice = choose(
+        dict(entry.raw),
+        gpu.sm if gpu else None,
+        request.dtype,
+        request.head_dim,
+        request.backward,
+        env.driver,
+    )
     choice_reasons = tuple(Reason(r.code, r.message, r.fix) for r in choice.reasons)
     # kernel_choice says no-gpu itself when there is no GPU; the stack says it already.
     stack_codes = {r.code for r in stack}
@@ -114,8 +121,9 @@ def select(entries: Sequence[WheelEntry], env: Env, request: Request = Request()
     fitting.sort(key=lambda w: Version(w.entry.version), reverse=True)
     fitting.sort(key=rank)
     selected = fitting[0].entry if fitting else None
-    answers = tuple(GpuAnswer(i, gpu, runtime_for(selected, env, gpu, request, stack))
-                    for i, gpu in enumerate(env.gpus))
+    answers = tuple(
+        GpuAnswer(i, gpu, runtime_for(selected, env, gpu, request, stack)) for i, gpu in enumerate(env.gpus)
+    )
     runtime = answers[0].runtime if answers else runtime_for(selected, env, None, request, stack)
 
     if selected is None:
@@ -123,8 +131,16 @@ def select(entries: Sequence[WheelEntry], env: Env, request: Request = Request()
     else:
         verdict = {"sass": "ok", "ptx": "ok-jit"}.get(runtime.path, "fallback")
     deciding = _deciding_reasons(verdict, selected, runtime, wheels, env, request, stack)
-    return Selection(verdict=verdict, selected=selected, codes=tuple(r.code for r in deciding),
-                     deciding=deciding, wheels=wheels, stack=stack, runtime=runtime, gpus=answers)
+    return Selection(
+        verdict=verdict,
+        selected=selected,
+        codes=tuple(r.code for r in deciding),
+        deciding=deciding,
+        wheels=wheels,
+        stack=stack,
+        runtime=runtime,
+        gpus=answers,
+    )
 
 
 def _cuda_preference(entry: WheelEntry, env: Env) -> tuple[int, int]:
@@ -133,9 +149,15 @@ def _cuda_preference(entry: WheelEntry, env: Env) -> tuple[int, int]:
     return (0 if major == torch_major else 1, -major)
 
 
-def _deciding_reasons(verdict: str, selected: WheelEntry | None, runtime: Runtime,
-                      wheels: Sequence[WheelFit], env: Env, request: Request, stack: Sequence[Reason]
-                      ) -> tuple[Reason, ...]:
+def _deciding_reasons(
+    verdict: str,
+    selected: WheelEntry | None,
+    runtime: Runtime,
+    wheels: Sequence[WheelFit],
+    env: Env,
+    request: Request,
+    stack: Sequence[Reason],
+) -> tuple[Reason, ...]:
     """The reasons behind the verdict, one per code: none for ok/ok-jit; the runtime's reasons when a
     kernel wheel was chosen but falls back; otherwise (universal wheel or nothing) the stack, the reasons
     of the nearest misses (the wheels for the installed torch, if any, with the fewest reasons), and
@@ -153,8 +175,10 @@ def _deciding_reasons(verdict: str, selected: WheelEntry | None, runtime: Runtim
         misses = for_this_torch or misses
         if misses:
             fewest = min(len(w.reasons) for w in misses)
-            nearest = sorted((w for w in misses if len(w.reasons) == fewest),
-                             key=lambda w: (_cuda_preference(w.entry, env), w.entry.file))
+            nearest = sorted(
+                (w for w in misses if len(w.reasons) == fewest),
+                key=lambda w: (_cuda_preference(w.entry, env), w.entry.file),
+            )
             found += [r for w in nearest for r in w.reasons]
             kernel_wheels = [w.entry for w in nearest if not w.entry.universal]
             gpu = env.gpus[0] if env.gpus else None

@@ -94,7 +94,9 @@ def headers_for(torch_version: str, source: TorchFile, progress: fetch.ProgressH
     return Headers(torch_version, final, source.filename)
 
 
-def extract_include(url: str, size: int | None, dest: Path, progress: fetch.ProgressHook | None = None) -> int:
+def extract_include(
+    url: str, size: int | None, dest: Path, progress: fetch.ProgressHook | None = None
+) -> int:
     """Write every `torch/include/` member of the remote wheel under `dest`; returns how many."""
     size = size or fetch.content_length(url)
     tail_start = max(0, size - TAIL_BYTES)

@@ -72,7 +72,9 @@ def load_index(location: str) -> WheelIndex:
 
 def _load_dir(directory: Path, location: str) -> WheelIndex:
     if not directory.is_dir():
-        raise WheelIndexError(f"{location}: no such directory (run fa build, or pass --wheels DIR / --index URL)")
+        raise WheelIndexError(
+            f"{location}: no such directory (run fa build, or pass --wheels DIR / --index URL)"
+        )
     index = directory / INDEX_FILE
     if index.is_file():
         return WheelIndex(location=str(directory), entries=_parse_index(index.read_text(), str(index)))
@@ -96,7 +98,7 @@ def _parse_index(text: str, where: str) -> tuple[WheelEntry, ...]:
     except json.JSONDecodeError as exc:
         raise WheelIndexError(f"{where}: not JSON ({exc}); re-run fa build to rewrite it") from exc
     if not isinstance(data, dict) or data.get("schema") != 1 or not isinstance(data.get("wheels"), list):
-        raise WheelIndexError(f"{where}: expected {{\"schema\": 1, \"wheels\": [...]}}; re-run fa build")
+        raise WheelIndexError(f'{where}: expected {{"schema": 1, "wheels": [...]}}; re-run fa build')
     return tuple(entry_from_dict(raw, f"{where}: wheels[{i}]") for i, raw in enumerate(data["wheels"]))
 
 
@@ -107,7 +109,9 @@ def entry_from_dict(raw: Any, where: str) -> WheelEntry:
     def need(key: str, kind: type, nullable: bool = False) -> Any:
         value = raw.get(key)
         # bool is an int in Python; a true/false where a number belongs is still wrong
-        if (value is None and nullable) or (isinstance(value, kind) and (kind is bool) == isinstance(value, bool)):
+        if (value is None and nullable) or (
+            isinstance(value, kind) and (kind is bool) == isinstance(value, bool)
+        ):
             return value
         raise WheelIndexError(f"{where}.{key}: got {value!r}; re-run fa build to rewrite the index")
 
@@ -117,12 +121,21 @@ def entry_from_dict(raw: Any, where: str) -> WheelEntry:
     if "/" in file or "\\" in file or not file.endswith(".whl") or file.startswith("."):
         raise WheelIndexError(f"{where}.file: got {file!r}; expected a wheel file name next to index.json")
     return WheelEntry(
-        file=file, sha256=need("sha256", str), size=need("size", int, True),
-        version=need("version", str), variant=need("variant", str),
-        cuda_major=need("cuda_major", int, True), torch=need("torch", str, True),
-        cxx11abi=need("cxx11abi", bool, True), min_driver=need("min_driver", str, True),
-        ptx_min_driver=need("ptx_min_driver", str, True), sass=tuple(str(a) for a in sass),
-        ptx=need("ptx", str, True), requires_python=need("requires_python", str, True), raw=raw)
+        file=file,
+        sha256=need("sha256", str),
+        size=need("size", int, True),
+        version=need("version", str),
+        variant=need("variant", str),
+        cuda_major=need("cuda_major", int, True),
+        torch=need("torch", str, True),
+        cxx11abi=need("cxx11abi", bool, True),
+        min_driver=need("min_driver", str, True),
+        ptx_min_driver=need("ptx_min_driver", str, True),
+        sass=tuple(str(a) for a in sass),
+        ptx=need("ptx", str, True),
+        requires_python=need("requires_python", str, True),
+        raw=raw,
+    )
 
 
 def entry_from_wheel(path: Path) -> WheelEntry:
@@ -131,14 +144,33 @@ def entry_from_wheel(path: Path) -> WheelEntry:
         with zipfile.ZipFile(path) as zf:
             manifest = json.loads(zf.read(MANIFEST_PATH))
     except (OSError, KeyError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
-        raise WheelIndexError(f"{path}: no readable {MANIFEST_PATH} ({exc}); rebuild it with fa build") from exc
+        raise WheelIndexError(
+            f"{path}: no readable {MANIFEST_PATH} ({exc}); rebuild it with fa build"
+        ) from exc
     if not isinstance(manifest, dict):
         raise WheelIndexError(f"{path}: {MANIFEST_PATH} is not an object; rebuild it with fa build")
-    raw = {key: manifest.get(key) for key in (
-        "version", "variant", "cuda_major", "toolkit", "torch", "cxx11abi", "min_driver", "ptx_min_driver",
-        "sass", "ptx", "coverage")}
-    raw.update(file=path.name, sha256=file_sha256(path), size=path.stat().st_size,
-               requires_python=manifest.get("requires_python"))
+    raw = {
+        key: manifest.get(key)
+        for key in (
+            "version",
+            "variant",
+            "cuda_major",
+            "toolkit",
+            "torch",
+            "cxx11abi",
+            "min_driver",
+            "ptx_min_driver",
+            "sass",
+            "ptx",
+            "coverage",
+        )
+    }
+    raw.update(
+        file=path.name,
+        sha256=file_sha256(path),
+        size=path.stat().st_size,
+        requires_python=manifest.get("requires_python"),
+    )
     return entry_from_dict(raw, f"{path}: {MANIFEST_PATH}")
 
 
@@ -175,5 +207,6 @@ def fetch_wheel(index: WheelIndex, entry: WheelEntry, dest_dir: Path) -> Path:
         dest.unlink()
         raise WheelIndexError(
             f"{entry.file}: sha256 is {actual} but the index says {entry.sha256}; refusing to install it "
-            "(the file was changed or corrupted: rebuild it with fa build, or fetch it again)")
+            "(the file was changed or corrupted: rebuild it with fa build, or fetch it again)"
+        )
     return dest

@@ -29,8 +29,17 @@ from buildtool.toolkits import ToolkitError
 from buildtool.torch_headers import HeaderError, local_torch
 
 # OSError last: a full disk or an unwritable --out is a failed build with the OS's own words.
-BUILD_FAILURES = (CompileError, BindingError, ToolkitError, HeaderError, FetchError, PackageError,
-                  PlatformTagError, CatalogError, OSError)
+BUILD_FAILURES = (
+    CompileError,
+    BindingError,
+    ToolkitError,
+    HeaderError,
+    FetchError,
+    PackageError,
+    PlatformTagError,
+    CatalogError,
+    OSError,
+)
 DEFAULT_LOCAL_CUDA = 12  # a CPU-only torch says nothing about CUDA; the newest widely driven major
 
 
@@ -57,8 +66,12 @@ def _plan(matrix_path: Path, local: bool, cuda: list[int], shard: str | None, re
 def register(app: typer.Typer) -> None:
     @app.command("build")
     def build(
-        matrix: Annotated[Path, typer.Option("--matrix", "-m", help="the build matrix")] = Path("matrix.yaml"),
-        out: Annotated[Path, typer.Option("--out", "-o", help="where wheels and the index go")] = Path("wheels"),
+        matrix: Annotated[Path, typer.Option("--matrix", "-m", help="the build matrix")] = Path(
+            "matrix.yaml"
+        ),
+        out: Annotated[Path, typer.Option("--out", "-o", help="where wheels and the index go")] = Path(
+            "wheels"
+        ),
         jobs: Annotated[int, typer.Option("--jobs", "-j", help="parallel compiles")] = os.cpu_count() or 1,
         shard: Annotated[str | None, typer.Option(help="build shard K of N, e.g. 2/4")] = None,
         dry_run: Annotated[bool, typer.Option("--dry-run", help="show the plan; build nothing")] = False,
@@ -94,8 +107,11 @@ def register(app: typer.Typer) -> None:
         else:
             console = Console()
             console.print(summary_table(summary))
-            console.print(f"install: pip install --find-links {out} fa-attn   (index: {out / 'index.json'})",
-                          highlight=False, markup=False)
+            console.print(
+                f"install: pip install --find-links {out} fa-attn   (index: {out / 'index.json'})",
+                highlight=False,
+                markup=False,
+            )
 
     @app.command("index")
     def index_cmd(

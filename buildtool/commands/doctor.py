@@ -15,10 +15,16 @@ from buildtool.probe import Env, EnvError, env_from_json, env_to_json, probe
 from buildtool.select import DTYPES, Request, select
 from buildtool.wheel_index import WheelIndex, WheelIndexError, load_index
 
-WheelsOpt = Annotated[Path | None, typer.Option("--wheels", help="Directory of wheels (index.json or the wheels "
-                                                "themselves). Default: ./wheels")]
-IndexOpt = Annotated[str | None, typer.Option("--index", help="http(s) or file URL of a directory holding "
-                                              "index.json and the wheels")]
+WheelsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--wheels", help="Directory of wheels (index.json or the wheels themselves). Default: ./wheels"
+    ),
+]
+IndexOpt = Annotated[
+    str | None,
+    typer.Option("--index", help="http(s) or file URL of a directory holding index.json and the wheels"),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout")]
 
 
@@ -39,8 +45,10 @@ def _load_env(path: Path | None) -> Env:
     except OSError as exc:
         _usage(f"--env {path}: cannot read it ({exc.strerror})")
     except json.JSONDecodeError as exc:
-        _usage(f"--env {path}: not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
-               "write it like `fa probe --json` does")
+        _usage(
+            f"--env {path}: not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
+            "write it like `fa probe --json` does"
+        )
     if isinstance(data, dict) and "os" not in data and isinstance(data.get("env"), dict):
         data = data["env"]  # a case of the test corpus (tests/select/envs): the env plus its expectations
     try:
@@ -77,8 +85,14 @@ def probe_cmd(as_json: JsonOpt = False) -> None:
 
 
 def doctor_cmd(
-    env_file: Annotated[Path | None, typer.Option("--env", help="Answer for the machine described in this "
-                                                  "JSON file (shape: fa probe --json) instead of this one")] = None,
+    env_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--env",
+            help="Answer for the machine described in this "
+            "JSON file (shape: fa probe --json) instead of this one",
+        ),
+    ] = None,
     wheels: WheelsOpt = None,
     index: IndexOpt = None,
     dtype: Annotated[str, typer.Option(help="fp16 | bf16 | fp32")] = "bf16",
@@ -105,7 +119,9 @@ def doctor_cmd(
 def install_cmd(
     wheels: WheelsOpt = None,
     index: IndexOpt = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the choice and the command; change nothing")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show the choice and the command; change nothing")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Install the wheel fa doctor picks for this machine, checked against the index's sha256.
@@ -120,24 +136,38 @@ def install_cmd(
     except install.InstallError as exc:
         _usage(str(exc))
     out: dict[str, Any] = {
-        "verdict": selection.verdict, "selected": plan.entry.file if plan.entry else None,
-        "variant": plan.entry.variant if plan.entry else None, "codes": list(selection.codes),
-        "source": plan.source, "command": plan.command(), "dry_run": dry_run,
-        "ok": False, "installed": None, "previous": None, "message": "",
+        "verdict": selection.verdict,
+        "selected": plan.entry.file if plan.entry else None,
+        "variant": plan.entry.variant if plan.entry else None,
+        "codes": list(selection.codes),
+        "source": plan.source,
+        "command": plan.command(),
+        "dry_run": dry_run,
+        "ok": False,
+        "installed": None,
+        "previous": None,
+        "message": "",
     }
     console = Console(stderr=as_json)
     if plan.entry is None:
         out["message"] = "no wheel fits this machine; run fa doctor to see why"
     elif dry_run:
         out["ok"] = True
-        out["message"] = (f"dry run: nothing installed (a real run installs a copy of {plan.source} "
-                          "after checking its sha256 against the index)")
+        out["message"] = (
+            f"dry run: nothing installed (a real run installs a copy of {plan.source} "
+            "after checking its sha256 against the index)"
+        )
     else:
         try:
-            result = install.run_install(plan, idx, log=lambda line: console.print(line, style="dim",
-                                                                                  highlight=False))
-            out.update(ok=True, installed=result.installed, previous=result.previous,
-                       message=f"installed fa-attn {result.installed} ({result.location})")
+            result = install.run_install(
+                plan, idx, log=lambda line: console.print(line, style="dim", highlight=False)
+            )
+            out.update(
+                ok=True,
+                installed=result.installed,
+                previous=result.previous,
+                message=f"installed fa-attn {result.installed} ({result.location})",
+            )
         except install.InstallError as exc:
             out["message"] = str(exc)
     if as_json:
@@ -148,8 +178,10 @@ def install_cmd(
 
 
 def _render_install(out: dict[str, Any], console: Console) -> None:
-    console.print(f"verdict: {out['verdict']}" + (f" ({', '.join(out['codes'])})" if out["codes"] else ""),
-                  highlight=False)
+    console.print(
+        f"verdict: {out['verdict']}" + (f" ({', '.join(out['codes'])})" if out["codes"] else ""),
+        highlight=False,
+    )
     console.print(f"wheel:   {out['selected'] or 'none'}", highlight=False)
     if out["command"]:
         console.print("command: " + " ".join(out["command"]), highlight=False)

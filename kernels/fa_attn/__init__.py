@@ -13,8 +13,10 @@ import torch as _torch
 from .kernel_choice import MIN_TORCH as _MIN_TORCH
 
 if tuple(int(p) for p in _torch.__version__.split("+")[0].split(".")[:2]) < _MIN_TORCH:
-    raise ImportError(f"fa_attn needs torch >= {'.'.join(map(str, _MIN_TORCH))} (torch.library's fake and "
-                      f"autograd registration); this is torch {_torch.__version__}: upgrade torch")
+    raise ImportError(
+        f"fa_attn needs torch >= {'.'.join(map(str, _MIN_TORCH))} (torch.library's fake and "
+        f"autograd registration); this is torch {_torch.__version__}: upgrade torch"
+    )
 
 from . import ops as _ops  # noqa: F401  (defines the fa_attn:: op schemas)
 from .dispatch import Dispatch, FaFallbackError, FaFallbackWarning, last_dispatch

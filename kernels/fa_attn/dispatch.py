@@ -33,22 +33,22 @@ class FaFallbackError(RuntimeError):
 
 @dataclass(frozen=True)
 class Dispatch:
-    path: str                       # "sass" | "ptx" | "fallback"
-    arch: str | None                # arch of the image that runs; None on fallback
-    reasons: tuple[Reason, ...]     # why fallback (empty otherwise)
-    head_dim: int | None = None     # head dim the kernels run with (padded to a multiple of 8)
+    path: str  # "sass" | "ptx" | "fallback"
+    arch: str | None  # arch of the image that runs; None on fallback
+    reasons: tuple[Reason, ...]  # why fallback (empty otherwise)
+    head_dim: int | None = None  # head dim the kernels run with (padded to a multiple of 8)
     fwd: KernelLaunch | None = field(default=None, repr=False)  # what the ops launch
     bwd: KernelLaunch | None = field(default=None, repr=False)  # None: no backward will run
 
 
 @dataclass(frozen=True)
 class CallFacts:
-    device_type: str         # "cuda", "cpu", "mps", ...
-    rocm: bool               # torch built for ROCm: "cuda" tensors live on an AMD GPU
-    sm: str | None           # compute capability of the tensors' GPU, "8.6"
-    dtype: str               # "fp16" | "bf16" | "fp32" | "fp64"
+    device_type: str  # "cuda", "cpu", "mps", ...
+    rocm: bool  # torch built for ROCm: "cuda" tensors live on an AMD GPU
+    sm: str | None  # compute capability of the tensors' GPU, "8.6"
+    dtype: str  # "fp16" | "bf16" | "fp32" | "fp64"
     head_dim: int
-    backward: bool           # autograd will need the backward
+    backward: bool  # autograd will need the backward
     features: frozenset[str]  # kernel features the call uses (names of tiles.FEATURES)
     smem_per_block: int | None = None  # the GPU's opt-in shared memory per block, bytes (None: unknown)
 
@@ -75,8 +75,14 @@ def features_of(call: AttnCall, backward: bool) -> frozenset[str]:
     return frozenset(used)
 
 
-def facts_for(device_type: str, device_index: int | None, dtype: str, head_dim: int, backward: bool,
-              features: frozenset[str]) -> CallFacts:
+def facts_for(
+    device_type: str,
+    device_index: int | None,
+    dtype: str,
+    head_dim: int,
+    backward: bool,
+    features: frozenset[str],
+) -> CallFacts:
     """The facts of a live call; the compute capability is read from its GPU (a range, compared later)."""
     rocm = bool(torch.version.hip)
     sm, smem = None, None
@@ -105,26 +111,46 @@ def _fallback(*reasons: Reason) -> Dispatch:
     return Dispatch("fallback", None, tuple(reasons))
 
 
-def decide(facts: CallFacts, manifest: dict, load_binding: Callable[[], Reason | None],
-           driver: Callable[[], str | None] = driver_version, package_dir: Path = Path(".")) -> Dispatch:
+def decide(
+    facts: CallFacts,
+    manifest: dict,
+    load_binding: Callable[[], Reason | None],
+    driver: Callable[[], str | None] = driver_version,
+    package_dir: Path = Path("."),
+) -> Dispatch:
     """package_dir: where the manifest's kernel `file`s are (the installed fa_attn/ directory)."""
     if facts.device_type != "cuda" or facts.rocm:
         where = "ROCm (AMD GPU)" if facts.rocm else facts.device_type
-        return _fallback(Reason("device-not-cuda", f"the tensors are on {where}; fa's kernels are NVIDIA-only",
-                                "move q, k, v to an NVIDIA GPU (.cuda()) to use fa's kernels"))
+        return _fallback(
+            Reason(
+                "device-not-cuda",
+                f"the tensors are on {where}; fa's kernels are NVIDIA-only",
+                "move q, k, v to an NVIDIA GPU (.cuda()) to use fa's kernels",
+            )
+        )
     reasons = []
     if facts.dtype == "fp64":  # kernel_choice knows fp16/bf16/fp32; fp64 is a runtime-only case
-        reasons.append(Reason("dtype-unsupported", "fp64 attention has no kernel (fp16 and bf16 only)",
-                              "cast q, k, v to torch.bfloat16 or torch.float16"))
+        reasons.append(
+            Reason(
+                "dtype-unsupported",
+                "fp64 attention has no kernel (fp16 and bf16 only)",
+                "cast q, k, v to torch.bfloat16 or torch.float16",
+            )
+        )
     supported = frozenset(manifest.get("features") or ())
     for feature in sorted(facts.features - supported):
-        reasons.append(Reason("feature-unsupported",
-                              f"{feature} is not supported by fa's kernels (they support: "
-                              f"{', '.join(sorted(supported)) or 'none listed in the manifest'})",
-                              f"call without {feature} to use the kernels"))
+        reasons.append(
+            Reason(
+                "feature-unsupported",
+                f"{feature} is not supported by fa's kernels (they support: "
+                f"{', '.join(sorted(supported)) or 'none listed in the manifest'})",
+                f"call without {feature} to use the kernels",
+            )
+        )
     dtype = "fp32" if facts.dtype == "fp64" else facts.dtype
-    choice = kernel_choice.choose(manifest, facts.sm, dtype, facts.head_dim, facts.backward,
-                                  driver() if manifest.get("ptx") else None)
+    choice = kernel_choice.choose(
+        manifest, facts.sm, dtype, facts.head_dim, facts.backward, driver() if manifest.get("ptx") else None
+    )
     codes = {reason.code for reason in reasons}  # e.g. fp64 already has its dtype-unsupported
     reasons.extend(reason for reason in choice.reasons if reason.code not in codes)
     if reasons:
@@ -132,23 +158,37 @@ def decide(facts: CallFacts, manifest: dict, load_binding: Callable[[], Reason |
     fwd = kernel_choice.kernel_entry(manifest, choice, dtype, "fwd")
     bwd = kernel_choice.kernel_entry(manifest, choice, dtype, "bwd") if facts.backward else None
     if fwd is None or (facts.backward and bwd is None):
-        return _fallback(Reason("binding-unavailable",
-                                f"the manifest covers {dtype} head dim {choice.head_dim} on {choice.arch} "
-                                "but lists no kernel file for it", "reinstall fa-attn (damaged manifest)"))
+        return _fallback(
+            Reason(
+                "binding-unavailable",
+                f"the manifest covers {dtype} head dim {choice.head_dim} on {choice.arch} "
+                "but lists no kernel file for it",
+                "reinstall fa-attn (damaged manifest)",
+            )
+        )
     # SASS of X.Y also runs on X.Z (Z > Y), but its tiles were sized for X.Y's shared memory: an 8.0
     # cubin (up to 163 KB) on an 8.6 part (99 KB) would fail at launch. Fall back instead.
     need = max(e["smem_bytes"] for entry in (fwd, bwd) if entry for e in entry["entries"].values())
     if facts.smem_per_block is not None and need > facts.smem_per_block:
-        return _fallback(Reason(
-            "arch-unsupported",
-            f"the {choice.arch} kernels for {dtype} head dim {choice.head_dim} need {need} bytes of shared "
-            f"memory per block; this GPU (sm {facts.sm}) offers {facts.smem_per_block}",
-            f"use a wheel with SASS for sm {facts.sm} (fa build with archs including {facts.sm})"))
+        return _fallback(
+            Reason(
+                "arch-unsupported",
+                f"the {choice.arch} kernels for {dtype} head dim {choice.head_dim} need {need} bytes of shared "
+                f"memory per block; this GPU (sm {facts.sm}) offers {facts.smem_per_block}",
+                f"use a wheel with SASS for sm {facts.sm} (fa build with archs including {facts.sm})",
+            )
+        )
     problem = load_binding()
     if problem is not None:
         return _fallback(problem)
-    return Dispatch(choice.path, choice.arch, (), choice.head_dim, KernelLaunch.from_manifest(fwd, package_dir),
-                    KernelLaunch.from_manifest(bwd, package_dir) if bwd else None)
+    return Dispatch(
+        choice.path,
+        choice.arch,
+        (),
+        choice.head_dim,
+        KernelLaunch.from_manifest(fwd, package_dir),
+        KernelLaunch.from_manifest(bwd, package_dir) if bwd else None,
+    )
 
 
 _report_lock = threading.Lock()
@@ -181,8 +221,11 @@ def report(dispatch: Dispatch) -> None:
             if reason.code in _warned:
                 continue
             _warned.add(reason.code)
-        warnings.warn(f"fa_attn falls back to torch SDPA [{reason.code}]: {reason.message}. Fix: {reason.fix}",
-                      FaFallbackWarning, stacklevel=4)  # user -> flash_attn_* -> _attend -> report
+        warnings.warn(
+            f"fa_attn falls back to torch SDPA [{reason.code}]: {reason.message}. Fix: {reason.fix}",
+            FaFallbackWarning,
+            stacklevel=4,
+        )  # user -> flash_attn_* -> _attend -> report
 
 
 def _strict_message(dispatch: Dispatch) -> str:

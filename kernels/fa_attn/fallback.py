@@ -24,20 +24,33 @@ import torch.nn.functional as F
 from .inputs import AttnCall
 
 
-def attention(call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-              want_lse: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+def attention(
+    call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, want_lse: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """q (b, sq, h, d), k/v (b, sk, hk, d) -> out (b, sq, h, d), lse (b, h, sq) fp32 or None."""
     group = call.heads // call.heads_k
     if group > 1:  # GQA/MQA: query head i reads kv head i // group (repeat_interleave order)
         k = k.repeat_interleave(group, dim=2)
         v = v.repeat_interleave(group, dim=2)
     sq, sk = q.shape[1], k.shape[1]
-    plain = (not want_lse and call.softcap == 0 and call.alibi_slopes is None and not call.has_window
-             and (not call.causal or sq == sk) and q.numel() > 0 and k.numel() > 0)
+    plain = (
+        not want_lse
+        and call.softcap == 0
+        and call.alibi_slopes is None
+        and not call.has_window
+        and (not call.causal or sq == sk)
+        and q.numel() > 0
+        and k.numel() > 0
+    )
     if plain:
         out = F.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), dropout_p=call.dropout_p,
-            is_causal=call.causal, scale=call.softmax_scale)
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            dropout_p=call.dropout_p,
+            is_causal=call.causal,
+            scale=call.softmax_scale,
+        )
         return out.transpose(1, 2), None
     return _math(call, q, k, v, want_lse)
 
@@ -57,8 +70,9 @@ def _allowed(call: AttnCall, sq: int, sk: int, device: torch.device) -> torch.Te
     return allowed
 
 
-def _math(call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-          want_lse: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _math(
+    call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, want_lse: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     compute = torch.float64 if q.dtype == torch.float64 else torch.float32
     heads, sq = q.shape[2], q.shape[1]
     sk = k.shape[1]
@@ -88,8 +102,9 @@ def _math(call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return out, lse
 
 
-def varlen_attention(call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                     want_lse: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+def varlen_attention(
+    call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, want_lse: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Packed q (total_q, h, d), k/v (total_k, hk, d) -> out (total_q, h, d), lse (h, total_q) or None."""
     assert call.varlen is not None
     outs, lses = [], []
@@ -98,9 +113,13 @@ def varlen_attention(call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.
         seq = call
         if call.alibi_slopes is not None and call.alibi_slopes.dim() == 2:
             seq = replace(call, alibi_slopes=call.alibi_slopes[index])
-        out, lse = attention(seq, q[start_q:start_q + len_q].unsqueeze(0),
-                             k[start_k:start_k + len_k].unsqueeze(0), v[start_k:start_k + len_k].unsqueeze(0),
-                             want_lse)
+        out, lse = attention(
+            seq,
+            q[start_q : start_q + len_q].unsqueeze(0),
+            k[start_k : start_k + len_k].unsqueeze(0),
+            v[start_k : start_k + len_k].unsqueeze(0),
+            want_lse,
+        )
         outs.append(out.squeeze(0))
         if lse is not None:
             lses.append(lse.squeeze(0))
@@ -111,4 +130,3 @@ def varlen_attention(call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.
         return out, None
     lse = torch.cat(lses, dim=1) if lses else q.new_empty((q.shape[1], 0), dtype=torch.float32)
     return out, lse
-

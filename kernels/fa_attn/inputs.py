@@ -19,9 +19,9 @@ DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp
 
 @dataclass(frozen=True)
 class Varlen:
-    cu_seqlens_q: torch.Tensor   # int32, (batch + 1,)
+    cu_seqlens_q: torch.Tensor  # int32, (batch + 1,)
     cu_seqlens_k: torch.Tensor
-    seqlens_q: tuple[int, ...]   # per-sequence lengths, read once on the host
+    seqlens_q: tuple[int, ...]  # per-sequence lengths, read once on the host
     seqlens_k: tuple[int, ...]
     max_seqlen_q: int
     max_seqlen_k: int
@@ -30,7 +30,7 @@ class Varlen:
 @dataclass(frozen=True)
 class AttnCall:
     batch: int
-    seqlen_q: int          # max over the batch for varlen
+    seqlen_q: int  # max over the batch for varlen
     seqlen_k: int
     heads: int
     heads_k: int
@@ -39,9 +39,9 @@ class AttnCall:
     device: torch.device
     softmax_scale: float
     causal: bool
-    window_left: int       # -1: unbounded
-    window_right: int      # -1: unbounded; 0 when causal
-    softcap: float         # 0: off
+    window_left: int  # -1: unbounded
+    window_right: int  # -1: unbounded; 0 when causal
+    softcap: float  # 0: off
     dropout_p: float
     alibi_slopes: torch.Tensor | None
     deterministic: bool
@@ -63,38 +63,51 @@ def _check_tensor(name: str, t: object, ndim: int, layout: str) -> torch.Tensor:
     if t.dim() != ndim:
         raise ValueError(f"{name}: expected {ndim} dims {layout}, got shape {tuple(t.shape)}")
     if t.dtype not in FLOAT_DTYPES:
-        raise ValueError(f"{name}: dtype {t.dtype} is not supported; use torch.float16 or torch.bfloat16 "
-                         "(kernels) or torch.float32 (fallback)")
+        raise ValueError(
+            f"{name}: dtype {t.dtype} is not supported; use torch.float16 or torch.bfloat16 "
+            "(kernels) or torch.float32 (fallback)"
+        )
     if t.numel() > 0 and t.stride(-1) != 1:
-        raise ValueError(f"{name}: the last dim must be contiguous (stride {t.stride(-1)}); "
-                         f"pass {name}.contiguous()")
+        raise ValueError(
+            f"{name}: the last dim must be contiguous (stride {t.stride(-1)}); pass {name}.contiguous()"
+        )
     return t
 
 
 def _check_same(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     for name, t in (("k", k), ("v", v)):
         if t.dtype != q.dtype:
-            raise ValueError(f"{name}: dtype {t.dtype} differs from q's {q.dtype}; cast all three to one dtype")
+            raise ValueError(
+                f"{name}: dtype {t.dtype} differs from q's {q.dtype}; cast all three to one dtype"
+            )
         if t.device != q.device:
             raise ValueError(f"{name}: on {t.device} but q is on {q.device}; move q, k, v to one device")
     if k.shape != v.shape:
         raise ValueError(f"v: shape {tuple(v.shape)} differs from k's {tuple(k.shape)}; k and v must match")
     if k.shape[-1] != q.shape[-1]:
-        raise ValueError(f"k: head dim {k.shape[-1]} differs from q's {q.shape[-1]}; q, k, v need one head dim")
+        raise ValueError(
+            f"k: head dim {k.shape[-1]} differs from q's {q.shape[-1]}; q, k, v need one head dim"
+        )
     heads, heads_k = q.shape[-2], k.shape[-2]
     if heads_k == 0 or heads % heads_k != 0:
-        raise ValueError(f"k: {heads_k} kv heads must divide q's {heads} heads (GQA/MQA); "
-                         "use nheads_k that divides nheads")
+        raise ValueError(
+            f"k: {heads_k} kv heads must divide q's {heads} heads (GQA/MQA); use nheads_k that divides nheads"
+        )
     if q.shape[-1] == 0:
         raise ValueError("q: head dim is 0; use a head dim of at least 1")
 
 
 def _window(window_size: object, causal: bool, seqlen_k: int) -> tuple[bool, int, int]:
     """flash-attn's normalisation: causal == window (-1, 0); sizes >= seqlen_k mean unbounded."""
-    if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
-            or not all(isinstance(w, int) and not isinstance(w, bool) for w in window_size)):
-        raise ValueError(f"window_size: expected a pair of ints (left, right), got {window_size!r}; "
-                         "use (-1, -1) for no window")
+    if (
+        not isinstance(window_size, (tuple, list))
+        or len(window_size) != 2
+        or not all(isinstance(w, int) and not isinstance(w, bool) for w in window_size)
+    ):
+        raise ValueError(
+            f"window_size: expected a pair of ints (left, right), got {window_size!r}; "
+            "use (-1, -1) for no window"
+        )
     left, right = window_size
     if left < -1 or right < -1:
         raise ValueError(f"window_size: {window_size!r} has a value below -1; use -1 for unbounded")
@@ -105,15 +118,21 @@ def _window(window_size: object, causal: bool, seqlen_k: int) -> tuple[bool, int
     return False, left, right
 
 
-def _options(q: torch.Tensor, batch: int, heads: int, dropout_p: float, softmax_scale: float | None,
-             softcap: float, alibi_slopes: torch.Tensor | None) -> float:
+def _options(
+    q: torch.Tensor,
+    batch: int,
+    heads: int,
+    dropout_p: float,
+    softmax_scale: float | None,
+    softcap: float,
+    alibi_slopes: torch.Tensor | None,
+) -> float:
     if not 0.0 <= float(dropout_p) < 1.0:
         raise ValueError(f"dropout_p: {dropout_p} must be in [0, 1)")
     if softcap < 0:
         raise ValueError(f"softcap: {softcap} must be >= 0 (0 turns it off)")
     if alibi_slopes is not None:
-        if not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.shape not in (
-                (heads,), (batch, heads)):
+        if not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.shape not in ((heads,), (batch, heads)):
             shape = tuple(alibi_slopes.shape) if isinstance(alibi_slopes, torch.Tensor) else alibi_slopes
             raise ValueError(f"alibi_slopes: expected shape ({heads},) or ({batch}, {heads}), got {shape}")
         if alibi_slopes.device != q.device:
@@ -127,8 +146,9 @@ def _options(q: torch.Tensor, batch: int, heads: int, dropout_p: float, softmax_
     return float(softmax_scale)
 
 
-def check_padded(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-                 deterministic) -> AttnCall:
+def check_padded(
+    q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic
+) -> AttnCall:
     layout = "(batch, seqlen, heads, head_dim)"
     q = _check_tensor("q", q, 4, layout)
     k = _check_tensor("k", k, 4, layout)
@@ -140,8 +160,25 @@ def check_padded(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap
     seqlen_k, heads_k = k.shape[1], k.shape[2]
     scale = _options(q, batch, heads, dropout_p, softmax_scale, softcap, alibi_slopes)
     causal, left, right = _window(window_size, bool(causal), seqlen_k)
-    return AttnCall(batch, seqlen_q, seqlen_k, heads, heads_k, head_dim, q.dtype, q.device, scale, causal,
-                    left, right, float(softcap), float(dropout_p), alibi_slopes, bool(deterministic), None)
+    return AttnCall(
+        batch,
+        seqlen_q,
+        seqlen_k,
+        heads,
+        heads_k,
+        head_dim,
+        q.dtype,
+        q.device,
+        scale,
+        causal,
+        left,
+        right,
+        float(softcap),
+        float(dropout_p),
+        alibi_slopes,
+        bool(deterministic),
+        None,
+    )
 
 
 def _check_cu_seqlens(name: str, cu: object, total: int, device: torch.device) -> tuple[int, ...]:
@@ -158,15 +195,33 @@ def _check_cu_seqlens(name: str, cu: object, total: int, device: torch.device) -
         raise ValueError(f"{name}: starts at {offsets[0]}; the first offset must be 0")
     lengths = tuple(b - a for a, b in itertools.pairwise(offsets))
     if any(n < 0 for n in lengths):
-        raise ValueError(f"{name}: offsets {offsets} decrease; they must be non-decreasing (cumsum of lengths)")
+        raise ValueError(
+            f"{name}: offsets {offsets} decrease; they must be non-decreasing (cumsum of lengths)"
+        )
     if offsets[-1] != total:
-        raise ValueError(f"{name}: last offset {offsets[-1]} != {total} rows in the packed tensor; "
-                         "it must equal the total number of tokens")
+        raise ValueError(
+            f"{name}: last offset {offsets[-1]} != {total} rows in the packed tensor; "
+            "it must equal the total number of tokens"
+        )
     return lengths
 
 
-def check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
-                 causal, window_size, softcap, alibi_slopes, deterministic) -> AttnCall:
+def check_varlen(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    dropout_p,
+    softmax_scale,
+    causal,
+    window_size,
+    softcap,
+    alibi_slopes,
+    deterministic,
+) -> AttnCall:
     layout = "(total_tokens, heads, head_dim)"
     q = _check_tensor("q", q, 3, layout)
     k = _check_tensor("k", k, 3, layout)
@@ -175,17 +230,37 @@ def check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
     lens_q = _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], q.device)
     lens_k = _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], q.device)
     if len(lens_q) != len(lens_k):
-        raise ValueError(f"cu_seqlens_k: {len(lens_k)} sequences but cu_seqlens_q has {len(lens_q)}; "
-                         "both need batch + 1 offsets")
+        raise ValueError(
+            f"cu_seqlens_k: {len(lens_k)} sequences but cu_seqlens_q has {len(lens_q)}; "
+            "both need batch + 1 offsets"
+        )
     for name, value, lens in (("max_seqlen_q", max_seqlen_q, lens_q), ("max_seqlen_k", max_seqlen_k, lens_k)):
         if not isinstance(value, int) or isinstance(value, bool) or value < max(lens, default=0):
-            raise ValueError(f"{name}: {value!r} is smaller than the longest sequence "
-                             f"({max(lens, default=0)}); pass the max of the sequence lengths")
+            raise ValueError(
+                f"{name}: {value!r} is smaller than the longest sequence "
+                f"({max(lens, default=0)}); pass the max of the sequence lengths"
+            )
     batch = len(lens_q)
     heads, head_dim = q.shape[1], q.shape[2]
     scale = _options(q, batch, heads, dropout_p, softmax_scale, softcap, alibi_slopes)
     causal, left, right = _window(window_size, bool(causal), max_seqlen_k)
     varlen = Varlen(cu_seqlens_q, cu_seqlens_k, lens_q, lens_k, max_seqlen_q, max_seqlen_k)
-    return AttnCall(batch, max_seqlen_q, max_seqlen_k, heads, k.shape[1], head_dim, q.dtype, q.device, scale,
-                    causal, left, right, float(softcap), float(dropout_p), alibi_slopes, bool(deterministic),
-                    varlen)
+    return AttnCall(
+        batch,
+        max_seqlen_q,
+        max_seqlen_k,
+        heads,
+        k.shape[1],
+        head_dim,
+        q.dtype,
+        q.device,
+        scale,
+        causal,
+        left,
+        right,
+        float(softcap),
+        float(dropout_p),
+        alibi_slopes,
+        bool(deterministic),
+        varlen,
+    )

@@ -21,8 +21,14 @@ from .inputs import AttnCall
 
 def _decide(call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Dispatch:
     backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    return _decide_for(call.device.type, call.device.index, call.dtype_name, call.head_dim, backward,
-                       tuple(sorted(_dispatch.features_of(call, backward))))
+    return _decide_for(
+        call.device.type,
+        call.device.index,
+        call.dtype_name,
+        call.head_dim,
+        backward,
+        tuple(sorted(_dispatch.features_of(call, backward))),
+    )
 
 
 def _assume_constant_result(fn):
@@ -39,24 +45,32 @@ def _assume_constant_result(fn):
 # decision reads files, the driver and the binding, none of which belongs in a graph. Every argument
 # is a tensor property that the compiled graph is guarded on anyway.
 @_assume_constant_result
-def _decide_for(device_type: str, device_index: int | None, dtype: str, head_dim: int, backward: bool,
-                features: tuple[str, ...]) -> Dispatch:
+def _decide_for(
+    device_type: str,
+    device_index: int | None,
+    dtype: str,
+    head_dim: int,
+    backward: bool,
+    features: tuple[str, ...],
+) -> Dispatch:
     # Memoised: the manifest, the GPU, the driver and the binding do not change within a process, and
     # a call should not pay for re-deciding (or re-reading the driver version) every time.
     key = (device_type, device_index, dtype, head_dim, backward, features)
     known = _decisions.get(key)
     if known is None:
         facts = _dispatch.facts_for(device_type, device_index, dtype, head_dim, backward, frozenset(features))
-        known = _decisions[key] = _dispatch.decide(facts, loader.manifest(), loader.load_binding,
-                                                   package_dir=loader.PACKAGE_DIR)
+        known = _decisions[key] = _dispatch.decide(
+            facts, loader.manifest(), loader.load_binding, package_dir=loader.PACKAGE_DIR
+        )
     return known
 
 
 _decisions: dict[tuple, Dispatch] = {}
 
 
-def _run_kernels(call: AttnCall, route: Dispatch, q: torch.Tensor, k: torch.Tensor,
-                 v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _run_kernels(
+    call: AttnCall, route: Dispatch, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     assert route.fwd is not None and route.head_dim is not None
     pad = route.head_dim - call.head_dim
     if pad:  # kernels need a multiple of 8; zero columns change neither q.k nor the kept outputs
@@ -65,10 +79,26 @@ def _run_kernels(call: AttnCall, route: Dispatch, q: torch.Tensor, k: torch.Tens
     fwd, bwd = route.fwd, route.bwd or ops.NO_LAUNCH
     varlen = call.varlen
     out, lse = torch.ops.fa_attn.fwd(
-        q, k, v, varlen.cu_seqlens_q if varlen else None, varlen.cu_seqlens_k if varlen else None,
-        call.seqlen_q, call.seqlen_k, call.softmax_scale, call.causal, call.window_left, call.window_right,
-        call.softcap, fwd.module, fwd.entries, list(fwd.launch), bwd.module, bwd.entries, list(bwd.launch))
-    return (out[..., :call.head_dim] if pad else out), lse
+        q,
+        k,
+        v,
+        varlen.cu_seqlens_q if varlen else None,
+        varlen.cu_seqlens_k if varlen else None,
+        call.seqlen_q,
+        call.seqlen_k,
+        call.softmax_scale,
+        call.causal,
+        call.window_left,
+        call.window_right,
+        call.softcap,
+        fwd.module,
+        fwd.entries,
+        list(fwd.launch),
+        bwd.module,
+        bwd.entries,
+        list(bwd.launch),
+    )
+    return (out[..., : call.head_dim] if pad else out), lse
 
 
 def _row_aligned(t: torch.Tensor) -> torch.Tensor:
@@ -98,9 +128,21 @@ def _attend(call, q, k, v, run_fallback, return_lse, return_attn_probs):
     return _finish(out, lse, return_lse, return_attn_probs)
 
 
-def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                    softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
-                    return_lse=False):
+def flash_attn_func(
+    q,
+    k,
+    v,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+    *,
+    return_lse=False,
+):
     """q (batch, seqlen_q, heads, head_dim), k/v (batch, seqlen_k, heads_k, head_dim) -> out like q.
 
     With return_lse=True returns (out, softmax_lse); with return_attn_probs=True (out, softmax_lse, None)
@@ -108,30 +150,68 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     seqlen_q), fp32, natural log, +inf for rows that see no key. Calls the kernels cannot serve run on
     torch SDPA with the same semantics and warn once per reason (FA_STRICT=1 raises instead).
     """
-    call = inputs.check_padded(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-                               deterministic)
+    call = inputs.check_padded(
+        q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic
+    )
     return _attend(call, q, k, v, fallback.attention, return_lse, return_attn_probs)
 
 
-def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
-                           softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                           alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
-                           return_lse=False):
+def flash_attn_varlen_func(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+    *,
+    return_lse=False,
+):
     """Packed q (total_q, heads, head_dim), k/v (total_k, heads_k, head_dim), int32 cu_seqlens of length
     batch + 1 -> out like q; softmax_lse (heads, total_q) on request."""
-    call = inputs.check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
-                               softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic)
+    call = inputs.check_varlen(
+        q,
+        k,
+        v,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        dropout_p,
+        softmax_scale,
+        causal,
+        window_size,
+        softcap,
+        alibi_slopes,
+        deterministic,
+    )
     return _attend(call, q, k, v, fallback.varlen_attention, return_lse, return_attn_probs)
 
 
-def explain(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, **options
-            ) -> Dispatch:
+def explain(
+    q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, **options
+) -> Dispatch:
     """The path a call with these arguments would take, and why, without running it (or warning).
 
     Pass cu_seqlens_q/k and max_seqlen_q/k for a varlen call; other keywords as flash_attn_func's.
     """
-    defaults = {"dropout_p": 0.0, "softmax_scale": None, "causal": False, "window_size": (-1, -1),
-                "softcap": 0.0, "alibi_slopes": None, "deterministic": False}
+    defaults = {
+        "dropout_p": 0.0,
+        "softmax_scale": None,
+        "causal": False,
+        "window_size": (-1, -1),
+        "softcap": 0.0,
+        "alibi_slopes": None,
+        "deterministic": False,
+    }
     unknown = set(options) - set(defaults)
     if unknown:
         raise ValueError(f"explain: unknown option(s) {sorted(unknown)}; use flash_attn_func's keywords")

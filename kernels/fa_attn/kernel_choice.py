@@ -20,29 +20,37 @@ MAX_HEAD_DIM = 256  # flash-attn 2.x's limit; no bucket of ours is larger
 HEAD_DIM_ALIGN = 8  # the wrapper pads other head dims up to a multiple of 8
 
 _DTYPE_ALIASES = {
-    "fp16": "fp16", "float16": "fp16", "half": "fp16", "torch.float16": "fp16",
-    "bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16",
-    "fp32": "fp32", "float32": "fp32", "float": "fp32", "torch.float32": "fp32",
+    "fp16": "fp16",
+    "float16": "fp16",
+    "half": "fp16",
+    "torch.float16": "fp16",
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "torch.bfloat16": "bf16",
+    "fp32": "fp32",
+    "float32": "fp32",
+    "float": "fp32",
+    "torch.float32": "fp32",
 }
 
 
 @dataclass(frozen=True)
 class Reason:
-    code: str     # stable string, docs/contracts.md section 7
+    code: str  # stable string, docs/contracts.md section 7
     message: str  # what is wrong, with the numbers that matter
-    fix: str      # one line a person can act on
+    fix: str  # one line a person can act on
 
 
 @dataclass(frozen=True)
 class Choice:
-    path: str                 # "sass" | "ptx" | "fallback"
-    arch: str | None          # arch of the image that will run ("8.0"); None on fallback
-    head_dim: int | None      # head dim the kernel runs with (padded to a multiple of 8); None on fallback
+    path: str  # "sass" | "ptx" | "fallback"
+    arch: str | None  # arch of the image that will run ("8.0"); None on fallback
+    head_dim: int | None  # head dim the kernel runs with (padded to a multiple of 8); None on fallback
     reasons: tuple[Reason, ...]  # why fallback (empty otherwise)
 
 
 def normalize_dtype(dtype: str) -> str:
-    """"bf16"/"bfloat16"/"torch.bfloat16" -> "bf16". Raises ValueError for anything that is not a float."""
+    """ "bf16"/"bfloat16"/"torch.bfloat16" -> "bf16". Raises ValueError for anything that is not a float."""
     canon = _DTYPE_ALIASES.get(str(dtype).lower())
     if canon is None:
         raise ValueError(f"dtype: {dtype!r} is not a floating-point attention dtype; use fp16, bf16 or fp32")
@@ -50,7 +58,7 @@ def normalize_dtype(dtype: str) -> str:
 
 
 def parse_arch(arch: str) -> tuple[int, int]:
-    """"8.6" -> (8, 6); also accepts "sm_86"/"86" as people write them."""
+    """ "8.6" -> (8, 6); also accepts "sm_86"/"86" as people write them."""
     text = str(arch).strip().lower().removeprefix("sm_").removeprefix("compute_")
     try:
         if "." in text:
@@ -63,7 +71,7 @@ def parse_arch(arch: str) -> tuple[int, int]:
 
 
 def parse_driver(version: str) -> tuple[int, ...]:
-    """"575.51.03" -> (575, 51, 3)."""
+    """ "575.51.03" -> (575, 51, 3)."""
     try:
         return tuple(int(part) for part in str(version).strip().split("."))
     except ValueError:
@@ -92,7 +100,10 @@ def _images(manifest: dict) -> list[_Image]:
 def _covers(manifest: dict, image: _Image, dtype: str, direction: str, head_dim: int | None) -> bool:
     for entry in manifest.get("coverage") or []:
         if (entry["arch"], entry["image"], entry["dtype"], entry["direction"]) != (
-            image.arch, image.image, dtype, direction,
+            image.arch,
+            image.image,
+            dtype,
+            direction,
         ):
             continue
         if head_dim is None or head_dim in entry.get("head_dims", []):
@@ -108,8 +119,9 @@ def _wheel_name(manifest: dict) -> str:
     return manifest.get("variant") or manifest.get("file") or manifest.get("version") or "this wheel"
 
 
-def choose(manifest: dict, sm: str | None, dtype: str, head_dim: int, backward: bool,
-           driver: str | None) -> Choice:
+def choose(
+    manifest: dict, sm: str | None, dtype: str, head_dim: int, backward: bool, driver: str | None
+) -> Choice:
     """The image that will run a call, or the reasons it falls back to torch SDPA.
 
     manifest: a wheel's manifest.json or an index.json entry. sm: "8.6", None when there is no GPU.
@@ -119,42 +131,71 @@ def choose(manifest: dict, sm: str | None, dtype: str, head_dim: int, backward: 
     """
     dtype = normalize_dtype(dtype)
     if sm is None:
-        return _fallback(Reason("no-gpu", "no NVIDIA GPU is visible",
-                                "run on a machine with an NVIDIA GPU (check nvidia-smi and CUDA_VISIBLE_DEVICES)"))
+        return _fallback(
+            Reason(
+                "no-gpu",
+                "no NVIDIA GPU is visible",
+                "run on a machine with an NVIDIA GPU (check nvidia-smi and CUDA_VISIBLE_DEVICES)",
+            )
+        )
     device = parse_arch(sm)
     if manifest.get("cuda_major") is None or ("binding" in manifest and manifest["binding"] is None):
-        return _fallback(Reason(
-            "binding-unavailable", f"{_wheel_name(manifest)} has no kernels or host binding (universal wheel)",
-            "install the fa-attn wheel built for your torch and CUDA major (`fa install`)"))
+        return _fallback(
+            Reason(
+                "binding-unavailable",
+                f"{_wheel_name(manifest)} has no kernels or host binding (universal wheel)",
+                "install the fa-attn wheel built for your torch and CUDA major (`fa install`)",
+            )
+        )
     if dtype == "fp32":
-        return _fallback(Reason("dtype-unsupported", "fp32 attention has no kernel (fp16 and bf16 only)",
-                                "cast q, k, v to torch.bfloat16 or torch.float16"))
+        return _fallback(
+            Reason(
+                "dtype-unsupported",
+                "fp32 attention has no kernel (fp16 and bf16 only)",
+                "cast q, k, v to torch.bfloat16 or torch.float16",
+            )
+        )
     if head_dim > MAX_HEAD_DIM:
-        return _fallback(Reason("head-dim-unsupported", f"head dim {head_dim} is larger than {MAX_HEAD_DIM}",
-                                f"use a head dim <= {MAX_HEAD_DIM}"))
+        return _fallback(
+            Reason(
+                "head-dim-unsupported",
+                f"head dim {head_dim} is larger than {MAX_HEAD_DIM}",
+                f"use a head dim <= {MAX_HEAD_DIM}",
+            )
+        )
     padded = padded_head_dim(head_dim)
 
     reasons: list[Reason] = []
-    sass = [img for img in _images(manifest) if img.image == "sass"
-            and parse_arch(img.arch)[0] == device[0] and parse_arch(img.arch) <= device]
+    sass = [
+        img
+        for img in _images(manifest)
+        if img.image == "sass" and parse_arch(img.arch)[0] == device[0] and parse_arch(img.arch) <= device
+    ]
     sass.sort(key=lambda img: parse_arch(img.arch), reverse=True)
     ptx = [img for img in _images(manifest) if img.image == "ptx" and parse_arch(img.arch) <= device]
     ptx.sort(key=lambda img: parse_arch(img.arch), reverse=True)
     min_driver = manifest.get("ptx_min_driver")
     if ptx and driver is not None and min_driver and parse_driver(driver) < parse_driver(min_driver):
-        reasons.append(Reason(
-            "ptx-driver-too-old",
-            f"no SASS for sm {sm}; the PTX (compute {ptx[0].arch}) needs driver >= {min_driver}, found {driver}",
-            f"update the NVIDIA driver to >= {min_driver}, or install a wheel with SASS for sm {sm}"))
+        reasons.append(
+            Reason(
+                "ptx-driver-too-old",
+                f"no SASS for sm {sm}; the PTX (compute {ptx[0].arch}) needs driver >= {min_driver}, found {driver}",
+                f"update the NVIDIA driver to >= {min_driver}, or install a wheel with SASS for sm {sm}",
+            )
+        )
         ptx = []
     candidates = [(img, "sass") for img in sass] + [(img, "ptx") for img in ptx]
 
     if not candidates:
         if not reasons:
             archs = ", ".join(sorted({img.arch for img in _images(manifest)}, key=parse_arch)) or "none"
-            reasons.append(Reason(
-                "arch-unsupported", f"no kernel image runs on sm {sm} (SASS/PTX built for: {archs})",
-                f"install a wheel built for sm {sm}, or a newer one with PTX <= {sm}"))
+            reasons.append(
+                Reason(
+                    "arch-unsupported",
+                    f"no kernel image runs on sm {sm} (SASS/PTX built for: {archs})",
+                    f"install a wheel built for sm {sm}, or a newer one with PTX <= {sm}",
+                )
+            )
         return _fallback(*reasons)
 
     # Walk the images best-first; the first one that covers the whole call wins. Otherwise report the
@@ -162,16 +203,29 @@ def choose(manifest: dict, sm: str | None, dtype: str, head_dim: int, backward: 
     gaps: list[Reason] = []
     for img, path in candidates:
         if not _covers(manifest, img, dtype, "fwd", None):
-            gaps.append(Reason("dtype-unsupported", f"no {dtype} kernels for sm {img.arch} ({path})",
-                               "use fp16 (sm 7.5 has no bf16 tensor cores) or a wheel with these kernels"))
+            gaps.append(
+                Reason(
+                    "dtype-unsupported",
+                    f"no {dtype} kernels for sm {img.arch} ({path})",
+                    "use fp16 (sm 7.5 has no bf16 tensor cores) or a wheel with these kernels",
+                )
+            )
         elif not _covers(manifest, img, dtype, "fwd", padded):
-            gaps.append(Reason("head-dim-unsupported",
-                               f"head dim {head_dim} (padded {padded}) has no {dtype} kernel for sm {img.arch}",
-                               "use a head dim this wheel covers (`fa doctor` lists them)"))
+            gaps.append(
+                Reason(
+                    "head-dim-unsupported",
+                    f"head dim {head_dim} (padded {padded}) has no {dtype} kernel for sm {img.arch}",
+                    "use a head dim this wheel covers (`fa doctor` lists them)",
+                )
+            )
         elif backward and not _covers(manifest, img, dtype, "bwd", padded):
-            gaps.append(Reason("backward-unsupported",
-                               f"forward is covered but backward for {dtype} head dim {padded} on sm {img.arch} "
-                               "is not", "call without requires_grad, or use a head dim with backward kernels"))
+            gaps.append(
+                Reason(
+                    "backward-unsupported",
+                    f"forward is covered but backward for {dtype} head dim {padded} on sm {img.arch} is not",
+                    "call without requires_grad, or use a head dim with backward kernels",
+                )
+            )
         else:
             return Choice(path=path, arch=img.arch, head_dim=padded, reasons=())
     return _fallback(*reasons, gaps[0])
@@ -183,7 +237,13 @@ def kernel_entry(manifest: dict, choice: Choice, dtype: str, direction: str) -> 
     if choice.path == "fallback" or choice.head_dim is None:
         return None
     dtype = normalize_dtype(dtype)
-    fits = [k for k in manifest.get("kernels") or []
-            if k["arch"] == choice.arch and k["image"] == choice.path and k["dtype"] == dtype
-            and k["direction"] == direction and k["head_dim"] >= choice.head_dim]
+    fits = [
+        k
+        for k in manifest.get("kernels") or []
+        if k["arch"] == choice.arch
+        and k["image"] == choice.path
+        and k["dtype"] == dtype
+        and k["direction"] == direction
+        and k["head_dim"] >= choice.head_dim
+    ]
     return min(fits, key=lambda k: k["head_dim"]) if fits else None

@@ -21,9 +21,22 @@ MANIFEST_FILE = PACKAGE_DIR / "manifest.json"
 
 # What a wheel without kernels says about itself (docs/contracts.md section 3, universal wheel).
 UNIVERSAL_MANIFEST: dict = {
-    "schema": 1, "package": "fa-attn", "version": None, "variant": "", "cuda_major": None, "toolkit": None,
-    "min_driver": None, "ptx_min_driver": None, "sass": [], "ptx": None, "torch": None, "cxx11abi": None,
-    "binding": None, "kernels": [], "coverage": [], "features": [],
+    "schema": 1,
+    "package": "fa-attn",
+    "version": None,
+    "variant": "",
+    "cuda_major": None,
+    "toolkit": None,
+    "min_driver": None,
+    "ptx_min_driver": None,
+    "sass": [],
+    "ptx": None,
+    "torch": None,
+    "cxx11abi": None,
+    "binding": None,
+    "kernels": [],
+    "coverage": [],
+    "features": [],
 }
 
 _lock = threading.Lock()
@@ -51,7 +64,7 @@ _MANIFEST = _read_manifest()
 
 
 def torch_minor(version: str) -> str:
-    """"2.5.1+cu124" / "2.7.0a0+git..." -> "2.5"."""
+    """ "2.5.1+cu124" / "2.7.0a0+git..." -> "2.5"."""
     parts = version.split("+", 1)[0].split(".")
     return ".".join(parts[:2])
 
@@ -61,18 +74,25 @@ def static_binding_problem(man: dict) -> Reason | None:
     if man.get("_error"):
         return Reason("binding-unavailable", f"manifest unreadable: {man['_error']}", "reinstall fa-attn")
     if not man.get("binding") or man.get("cuda_major") is None:
-        return Reason("binding-unavailable", "this fa-attn is the universal wheel (no kernels, no binding)",
-                      "install the fa-attn wheel for your torch and CUDA major (`fa install`)")
+        return Reason(
+            "binding-unavailable",
+            "this fa-attn is the universal wheel (no kernels, no binding)",
+            "install the fa-attn wheel for your torch and CUDA major (`fa install`)",
+        )
     running = torch_minor(torch.__version__)
     if man.get("torch") != running:
-        return Reason("torch-version-mismatch",
-                      f"the binding was built for torch {man.get('torch')}, this is torch {torch.__version__}",
-                      f"install the fa-attn wheel built for torch {running} (`fa install`)")
+        return Reason(
+            "torch-version-mismatch",
+            f"the binding was built for torch {man.get('torch')}, this is torch {torch.__version__}",
+            f"install the fa-attn wheel built for torch {running} (`fa install`)",
+        )
     abi = bool(torch._C._GLIBCXX_USE_CXX11_ABI)
     if man.get("cxx11abi") is not None and bool(man["cxx11abi"]) != abi:
-        return Reason("cxx11abi-mismatch",
-                      f"the binding uses cxx11abi={man['cxx11abi']}, this torch uses cxx11abi={abi}",
-                      f"install the fa-attn wheel with cxx11abi{str(abi).lower()} (`fa install`)")
+        return Reason(
+            "cxx11abi-mismatch",
+            f"the binding uses cxx11abi={man['cxx11abi']}, this torch uses cxx11abi={abi}",
+            f"install the fa-attn wheel with cxx11abi{str(abi).lower()} (`fa install`)",
+        )
     return None
 
 
@@ -93,9 +113,15 @@ def _load(man: dict) -> Reason | None:
     try:
         torch.ops.load_library(str(path))
     except (OSError, RuntimeError) as err:
-        return Reason("binding-unavailable", f"loading {path.name} failed: {err}",
-                      "reinstall the fa-attn wheel that `fa doctor` selects for this machine")
+        return Reason(
+            "binding-unavailable",
+            f"loading {path.name} failed: {err}",
+            "reinstall the fa-attn wheel that `fa doctor` selects for this machine",
+        )
     if not torch._C._dispatch_has_kernel_for_dispatch_key("fa_attn::fwd", "CUDA"):
-        return Reason("binding-unavailable", f"{path.name} loaded but registered no CUDA kernel for fa_attn::fwd",
-                      "reinstall fa-attn (the binding does not match this runtime)")
+        return Reason(
+            "binding-unavailable",
+            f"{path.name} loaded but registered no CUDA kernel for fa_attn::fwd",
+            "reinstall fa-attn (the binding does not match this runtime)",
+        )
     return None

@@ -49,16 +49,22 @@ _lib.define(_BWD_SCHEMA)
 @dataclass(frozen=True)
 class KernelLaunch:
     """The (module, entries, launch) arguments of the ops for one manifest `kernels` item."""
-    module: str                # absolute path of the cubin/PTX file
-    entries: str               # comma-separated extern "C" names, in launch order
-    launch: tuple[int, ...]    # [head_dim_bucket, then 5 ints per entry] (module docstring)
+
+    module: str  # absolute path of the cubin/PTX file
+    entries: str  # comma-separated extern "C" names, in launch order
+    launch: tuple[int, ...]  # [head_dim_bucket, then 5 ints per entry] (module docstring)
 
     @classmethod
     def from_manifest(cls, entry: dict, package_dir: Path) -> KernelLaunch:
         launch = [int(entry["head_dim"])]
         for spec in entry["entries"].values():
-            launch += [int(spec["threads"]), int(spec["block_m"]), int(spec["block_n"]),
-                       int(spec["smem_bytes"]), GRID_CODES[spec["grid"]]]
+            launch += [
+                int(spec["threads"]),
+                int(spec["block_m"]),
+                int(spec["block_n"]),
+                int(spec["smem_bytes"]),
+                GRID_CODES[spec["grid"]],
+            ]
         return cls(str(package_dir / entry["file"]), ",".join(entry["entries"]), tuple(launch))
 
 
@@ -73,25 +79,80 @@ def lse_shape(q: torch.Tensor, cu_seqlens_q: torch.Tensor | None) -> tuple[int, 
 
 
 @torch.library.register_fake(f"{NAMESPACE}::fwd")
-def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-              window_left, window_right, softcap, module, entries, launch, bwd_module, bwd_entries,
-              bwd_launch):
+def _fwd_fake(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    softmax_scale,
+    causal,
+    window_left,
+    window_right,
+    softcap,
+    module,
+    entries,
+    launch,
+    bwd_module,
+    bwd_entries,
+    bwd_launch,
+):
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = q.new_empty(lse_shape(q, cu_seqlens_q), dtype=torch.float32)
     return out, lse
 
 
 @torch.library.register_fake(f"{NAMESPACE}::bwd")
-def _bwd_fake(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-              softmax_scale, causal, window_left, window_right, softcap, module, entries, launch):
-    return (torch.empty_like(q, memory_format=torch.contiguous_format),
-            torch.empty_like(k, memory_format=torch.contiguous_format),
-            torch.empty_like(v, memory_format=torch.contiguous_format))
+def _bwd_fake(
+    dout,
+    q,
+    k,
+    v,
+    out,
+    softmax_lse,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    softmax_scale,
+    causal,
+    window_left,
+    window_right,
+    softcap,
+    module,
+    entries,
+    launch,
+):
+    return (
+        torch.empty_like(q, memory_format=torch.contiguous_format),
+        torch.empty_like(k, memory_format=torch.contiguous_format),
+        torch.empty_like(v, memory_format=torch.contiguous_format),
+    )
 
 
 def _fwd_setup_context(ctx, inputs, output):
-    (q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap, _m, _e, _l,
-     bwd_module, bwd_entries, bwd_launch) = inputs
+    (
+        q,
+        k,
+        v,
+        cu_q,
+        cu_k,
+        max_q,
+        max_k,
+        scale,
+        causal,
+        wl,
+        wr,
+        softcap,
+        _m,
+        _e,
+        _l,
+        bwd_module,
+        bwd_entries,
+        bwd_launch,
+    ) = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
     ctx.args = (max_q, max_k, scale, causal, wl, wr, softcap, bwd_module, bwd_entries, bwd_launch)
@@ -104,10 +165,30 @@ def _fwd_backward(ctx, grad_out, _grad_lse):
     if not bwd_module:
         # Dispatch sends calls that need gradients to the fallback when there is no backward kernel;
         # reaching this means the forward was called directly with requires_grad and no bwd launch data.
-        raise RuntimeError("fa_attn::fwd was called without backward launch data, so it has no gradient; "
-                           "call fa_attn.flash_attn_func, which picks kernels for forward and backward")
-    dq, dk, dv = torch.ops.fa_attn.bwd(grad_out.contiguous(), q, k, v, out, lse, cu_q, cu_k, max_q, max_k,
-                                       scale, causal, wl, wr, softcap, bwd_module, bwd_entries, bwd_launch)
+        raise RuntimeError(
+            "fa_attn::fwd was called without backward launch data, so it has no gradient; "
+            "call fa_attn.flash_attn_func, which picks kernels for forward and backward"
+        )
+    dq, dk, dv = torch.ops.fa_attn.bwd(
+        grad_out.contiguous(),
+        q,
+        k,
+        v,
+        out,
+        lse,
+        cu_q,
+        cu_k,
+        max_q,
+        max_k,
+        scale,
+        causal,
+        wl,
+        wr,
+        softcap,
+        bwd_module,
+        bwd_entries,
+        bwd_launch,
+    )
     return (dq, dk, dv) + (None,) * 15
 
 

@@ -37,7 +37,9 @@ def fixture_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("kernels")
     shutil.copytree(FIXTURE, root, dirs_exist_ok=True)
     shutil.copy(REPO / "kernels" / "csrc" / "params.h", root / "csrc" / "params.h")  # the real struct
-    shutil.copytree(REPO / "kernels" / "fa_attn", root / "fa_attn", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        REPO / "kernels" / "fa_attn", root / "fa_attn", ignore=shutil.ignore_patterns("__pycache__")
+    )
     return root
 
 

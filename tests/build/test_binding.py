@@ -26,8 +26,9 @@ def test_local_binding_builds_links_stubs_and_registers_ops(fixture_tree, fresh_
     built = binding.build_binding(headers, True, fixture_tree)
     assert not built.cached
     assert {"libc10.so", "libtorch_cpu.so"} <= set(elf_needs(built.path).libraries)
-    out = subprocess.run([sys.executable, "-c", LOAD, str(built.path)], capture_output=True, text=True,
-                         check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", LOAD, str(built.path)], capture_output=True, text=True, check=False
+    )
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) > 0  # sizeof(FaParams) seen from the host side
     again = binding.build_binding(headers, True, fixture_tree)

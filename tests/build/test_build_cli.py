@@ -36,8 +36,15 @@ kernels:
 
 def _fa(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
     full = {**os.environ, **env}
-    return subprocess.run([sys.executable, "-m", "buildtool.cli", *args], cwd=cwd, env=full,
-                          capture_output=True, text=True, timeout=600, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "buildtool.cli", *args],
+        cwd=cwd,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
 
 
 def _summary(proc: subprocess.CompletedProcess) -> dict:
@@ -50,14 +57,16 @@ def test_local_build_real_kernels_installs_and_rebuilds_from_cache(tmp_path, fre
     out = tmp_path / "wheels"
     real = tmp_path / "kernels"  # a snapshot of the repo's kernels/, so both builds see the same sources
     shutil.copytree(REPO / "kernels", real, ignore=shutil.ignore_patterns("__pycache__"))
-    first = _summary(_fa(["build", "--local", "--out", str(out), "--json", "-j", "2"], tmp_path,
-                         FA_KERNELS_DIR=str(real)))
+    first = _summary(
+        _fa(["build", "--local", "--out", str(out), "--json", "-j", "2"], tmp_path, FA_KERNELS_DIR=str(real))
+    )
     assert first["nvrtc_compiles"] >= 2 and first["cxx_compiles"] == 1  # sm_80 SASS + its PTX, 1 binding
     (wheel,) = first["wheels"]
     assert wheel["platform_tag"].startswith(("manylinux_", "linux_")) and wheel["cells"] == 1
 
-    second = _summary(_fa(["build", "--local", "--out", str(out), "--json", "-j", "2"], tmp_path,
-                          FA_KERNELS_DIR=str(real)))
+    second = _summary(
+        _fa(["build", "--local", "--out", str(out), "--json", "-j", "2"], tmp_path, FA_KERNELS_DIR=str(real))
+    )
     assert second["nvrtc_compiles"] == 0 and second["cxx_compiles"] == 0
     assert second["nvrtc_cached"] == first["nvrtc_compiles"] and second["cxx_cached"] == 1
     assert second["wheels"][0]["cache_hits"] == first["nvrtc_compiles"] + 1
@@ -66,8 +75,12 @@ def test_local_build_real_kernels_installs_and_rebuilds_from_cache(tmp_path, fre
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
     py = venv / "bin" / "python"
-    pip = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-index", "--find-links", str(out),
-                          "fa-attn"], capture_output=True, text=True, check=False)
+    pip = subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", "--no-index", "--find-links", str(out), "fa-attn"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert pip.returncode == 0, pip.stderr
     check = """
 import os, warnings, torch, fa_attn
@@ -105,8 +118,13 @@ def test_killed_build_resumes_and_leaves_no_partial_wheel(tmp_path, fixture_tree
     assert done_before >= 3
     assert not list(out.glob("*.whl"))  # killed during compiles: no wheel, partial or whole
 
-    resumed = _summary(_fa(["build", "--local", "--out", str(out), "--json", "-j", "2"], tmp_path,
-                           FA_KERNELS_DIR=str(fixture_tree)))
+    resumed = _summary(
+        _fa(
+            ["build", "--local", "--out", str(out), "--json", "-j", "2"],
+            tmp_path,
+            FA_KERNELS_DIR=str(fixture_tree),
+        )
+    )
     assert resumed["nvrtc_cached"] >= done_before
     assert resumed["nvrtc_cached"] + resumed["nvrtc_compiles"] == 7 * 2 + 2  # SASS x dtypes + PTX x dtypes
     assert not list(out.rglob("*.tmp-*"))
@@ -130,8 +148,11 @@ def test_failed_compile_exits_1_naming_unit_and_arch(tmp_path, fixture_tree, fre
     tiny = broken / "csrc" / "tiny.cu"
     tiny.write_text(tiny.read_text().replace("fa_scale(", "no_such_function("))
     (tmp_path / "matrix.yaml").write_text(TINY.format(archs='["8.0"]', dtypes="[fp16]"))
-    proc = _fa(["build", "--local", "--out", str(tmp_path / "w"), "--no-progress"], tmp_path,
-               FA_KERNELS_DIR=str(broken))
+    proc = _fa(
+        ["build", "--local", "--out", str(tmp_path / "w"), "--no-progress"],
+        tmp_path,
+        FA_KERNELS_DIR=str(broken),
+    )
     assert proc.returncode == 1, proc.stderr
     assert "fwd_fp16_d64" in proc.stderr and "sm_80" in proc.stderr and "no_such_function" in proc.stderr
     assert "Traceback" not in proc.stderr and "re-run" in proc.stderr
@@ -150,9 +171,25 @@ def test_two_builds_sharing_a_cache(tmp_path, fixture_tree, fresh_cache):
     (tmp_path / "matrix.yaml").write_text(TINY.format(archs='["8.0", "9.0"]', dtypes="[fp16]"))
     env = {**os.environ, "FA_KERNELS_DIR": str(fixture_tree)}
     procs = [
-        subprocess.Popen([sys.executable, "-m", "buildtool.cli", "build", "--local", "--out",
-                          str(tmp_path / f"w{i}"), "--json", "-j", "1"], cwd=tmp_path, env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "buildtool.cli",
+                "build",
+                "--local",
+                "--out",
+                str(tmp_path / f"w{i}"),
+                "--json",
+                "-j",
+                "1",
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for i in range(2)
     ]
     outs = [p.communicate(timeout=600) for p in procs]
@@ -172,8 +209,13 @@ def test_matrix_build_in_shards_merges_with_fa_index(tmp_path, fixture_tree, fre
     names: list[str] = []
     for k in (1, 2):
         out = tmp_path / f"shard{k}"
-        summary = _summary(_fa(["build", "--shard", f"{k}/2", "--out", str(out), "--json", "-j", "2"],
-                               tmp_path, FA_KERNELS_DIR=str(fixture_tree)))
+        summary = _summary(
+            _fa(
+                ["build", "--shard", f"{k}/2", "--out", str(out), "--json", "-j", "2"],
+                tmp_path,
+                FA_KERNELS_DIR=str(fixture_tree),
+            )
+        )
         names += [w["file"] for w in summary["wheels"]]
         assert (out / "logs" / f"build-{k}of2.json").is_file()
         for whl in out.glob("*.whl"):

@@ -19,15 +19,24 @@ from buildtool.compile import KernelTree
 from buildtool.matrix import Matrix
 from buildtool.plan import BindingJob, Cell, CompileJob, WheelSpec, universal_wheel
 
-JOBS = (CompileJob(12, "8.0", "sass", "fwd_fp16_d64"), CompileJob(12, "9.0", "sass", "fwd_fp16_d64"),
-        CompileJob(12, "9.0", "ptx", "fwd_fp16_d64"))
+JOBS = (
+    CompileJob(12, "8.0", "sass", "fwd_fp16_d64"),
+    CompileJob(12, "9.0", "sass", "fwd_fp16_d64"),
+    CompileJob(12, "9.0", "ptx", "fwd_fp16_d64"),
+)
 
 
 def _spec(torch: str = "2.8") -> WheelSpec:
     return WheelSpec(
-        cuda_major=12, torch_minor=torch, cxx11abi=True, sass=("8.0", "9.0"), ptx="9.0",
-        cells=(Cell(torch, 12, "3.11"), Cell(torch, 12, "3.12")), compile_jobs=JOBS,
-        binding=BindingJob(torch, f"{torch}.0", True, None), variant=f"cu12torch{torch}",
+        cuda_major=12,
+        torch_minor=torch,
+        cxx11abi=True,
+        sass=("8.0", "9.0"),
+        ptx="9.0",
+        cells=(Cell(torch, 12, "3.11"), Cell(torch, 12, "3.12")),
+        compile_jobs=JOBS,
+        binding=BindingJob(torch, f"{torch}.0", True, None),
+        variant=f"cu12torch{torch}",
         version=f"0.1.0+cu12torch{torch}",
     )
 
@@ -72,8 +81,11 @@ def test_kernel_wheel_contents_and_manifest(fixture_tree, images, host_lib, tmp_
     assert man["torch"] == "2.8" and man["cxx11abi"] is True and man["binding"] == "libfa_attn_ops.so"
     assert man["features"] == ["causal"]
     files = {k["file"] for k in man["kernels"]}
-    assert files == {"kernels/sm_80/fwd_fp16_d64.cubin", "kernels/sm_90/fwd_fp16_d64.cubin",
-                     "kernels/compute_90/fwd_fp16_d64.ptx"}
+    assert files == {
+        "kernels/sm_80/fwd_fp16_d64.cubin",
+        "kernels/sm_90/fwd_fp16_d64.cubin",
+        "kernels/compute_90/fwd_fp16_d64.ptx",
+    }
     k80 = next(k for k in man["kernels"] if k["arch"] == "8.0")
     assert k80["entries"]["fa_fwd"]["threads"] == 32 and k80["head_dim"] == 64 and k80["dtype"] == "fp16"
     cov = {(c["arch"], c["image"]): c["head_dims"] for c in man["coverage"]}
@@ -101,14 +113,24 @@ def test_an_unchanged_wheel_is_not_rewritten_and_a_changed_one_is(fixture_tree, 
 
 
 def test_universal_wheel(fixture_tree, tmp_path):
-    matrix = Matrix(version="0.1.0", torch=("2.8",), cuda=(12,), python=("3.11",), archs={12: ("8.0",)},
-                    ptx={12: "8.0"})
+    matrix = Matrix(
+        version="0.1.0", torch=("2.8",), cuda=(12,), python=("3.11",), archs={12: ("8.0",)}, ptx={12: "8.0"}
+    )
     built = _build(universal_wheel(matrix), tmp_path, fixture_tree, {}, None)
     assert built.path.name == "fa_attn-0.1.0-py3-none-any.whl"
     with zipfile.ZipFile(built.path) as zf:
         man = json.loads(zf.read("fa_attn/manifest.json"))
         assert "Root-Is-Purelib: true" in zf.read("fa_attn-0.1.0.dist-info/WHEEL").decode()
-    for key in ("cuda_major", "toolkit", "torch", "cxx11abi", "min_driver", "ptx_min_driver", "ptx", "binding"):
+    for key in (
+        "cuda_major",
+        "toolkit",
+        "torch",
+        "cxx11abi",
+        "min_driver",
+        "ptx_min_driver",
+        "ptx",
+        "binding",
+    ):
         assert man[key] is None, key
     assert man["sass"] == [] and man["kernels"] == [] and man["coverage"] == [] and man["variant"] == ""
 
@@ -134,8 +156,21 @@ def test_index_json_and_pep503_pages_pip_accepts(fixture_tree, images, host_lib,
     for source in (["--index-url", (out / "simple").as_uri()], ["--no-index", "--find-links", str(out)]):
         dl = tmp_path / ("dl" + source[0])
         proc = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(dl), *source,
-             "fa-attn==0.1.0+cu12torch2.8"], capture_output=True, text=True, check=False,
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "-d",
+                str(dl),
+                *source,
+                "fa-attn==0.1.0+cu12torch2.8",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
         )
         assert proc.returncode == 0, proc.stderr
         assert [p.name for p in dl.iterdir()] == [a.path.name]

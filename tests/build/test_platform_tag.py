@@ -39,8 +39,10 @@ def test_most_compatible_policy_that_admits_the_versions(versions, expected):
 
 
 def test_torch_libraries_are_allowed_other_libraries_are_not():
-    assert _tag_for(_needs(("libc.so.6", "GLIBC_2.17"), libs=("libc.so.6", "libc10.so", "libtorch_cpu.so"))) \
+    assert (
+        _tag_for(_needs(("libc.so.6", "GLIBC_2.17"), libs=("libc.so.6", "libc10.so", "libtorch_cpu.so")))
         == "manylinux_2_17"
+    )
     assert _tag_for(_needs(("libc.so.6", "GLIBC_2.17"), libs=("libc.so.6", "libcuda.so.1"))) == "linux"
 
 
@@ -53,7 +55,9 @@ def test_a_real_binary(tmp_path: Path):
     assert "libc.so.6" in needs.libraries and any(v.startswith("GLIBC_") for _, v in needs.versions)
     tag = platform_tag([so])
     assert tag.tag.endswith("_x86_64") and tag.reason
-    newest_glibc = max((tuple(map(int, v[6:].split("."))) for _, v in needs.versions if v.startswith("GLIBC_")))
+    newest_glibc = max(
+        (tuple(map(int, v[6:].split("."))) for _, v in needs.versions if v.startswith("GLIBC_"))
+    )
     if tag.tag.startswith("manylinux_"):
         major, minor = map(int, tag.tag.split("_")[1:3])
         assert (major, minor) >= newest_glibc[:2]

@@ -31,9 +31,15 @@ def _fake_wheel(lib_subdir: str) -> bytes:
 def fake_toolkit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[cuda_facts.Toolkit, bytes, Path]:
     """A pinned toolkit entry for a tiny wheel served from a local PEP 503 index."""
     data = _fake_wheel("nvidia/fake/lib")
-    tk = replace(cuda_facts.TOOLKITS[12], major=FAKE_MAJOR, package="fake-nvrtc", version="1.0",
-                 wheel="fake_nvrtc-1.0-py3-none-manylinux_2_17_x86_64.whl",
-                 sha256=hashlib.sha256(data).hexdigest(), lib_subdir="nvidia/fake/lib")
+    tk = replace(
+        cuda_facts.TOOLKITS[12],
+        major=FAKE_MAJOR,
+        package="fake-nvrtc",
+        version="1.0",
+        wheel="fake_nvrtc-1.0-py3-none-manylinux_2_17_x86_64.whl",
+        sha256=hashlib.sha256(data).hexdigest(),
+        lib_subdir="nvidia/fake/lib",
+    )
     monkeypatch.setitem(cuda_facts.TOOLKITS, FAKE_MAJOR, tk)
     monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
     www = tmp_path / "www"

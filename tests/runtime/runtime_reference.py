@@ -25,8 +25,9 @@ def attention_ref(q, k, v, causal=False, window=(-1, -1), scale=None, softcap=0.
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     out = torch.zeros(b, sq, h, d, dtype=torch.float64)
     lse = torch.full((b, h, sq), math.inf, dtype=torch.float64)
-    mask = torch.tensor([[visible(i, j, sq, sk, causal, window) for j in range(sk)] for i in range(sq)],
-                        dtype=torch.bool).reshape(sq, sk)
+    mask = torch.tensor(
+        [[visible(i, j, sq, sk, causal, window) for j in range(sk)] for i in range(sq)], dtype=torch.bool
+    ).reshape(sq, sk)
     for bi in range(b):
         for hi in range(h):
             kv = hi // (h // hk)

@@ -38,14 +38,34 @@ def binding(tmp_path_factory) -> Path:
     abi = f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"
     sources = sorted((KERNELS / "binding").glob("*.cpp"))
     # One compiler per source in parallel (CI has 2 cores), then link.
-    jobs = [subprocess.Popen(["g++", *FLAGS, abi, *includes, "-c", str(src), "-o", str(out / f"{src.stem}.o")],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for src in sources]
+    jobs = [
+        subprocess.Popen(
+            ["g++", *FLAGS, abi, *includes, "-c", str(src), "-o", str(out / f"{src.stem}.o")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for src in sources
+    ]
     for job, src in zip(jobs, sources):
         _, err = job.communicate()
         assert job.returncode == 0, f"compiling {src.name} failed:\n{err[-4000:]}"
     lib = out / "libfa_attn_ops.so"
-    run(["g++", "-shared", *(str(out / f"{s.stem}.o") for s in sources), "-o", str(lib), f"-L{stubs}",
-         "-Wl,--no-as-needed", "-l:libc10.so", "-l:libtorch_cpu.so", "-Wl,--as-needed", "-ldl"])
+    run(
+        [
+            "g++",
+            "-shared",
+            *(str(out / f"{s.stem}.o") for s in sources),
+            "-o",
+            str(lib),
+            f"-L{stubs}",
+            "-Wl,--no-as-needed",
+            "-l:libc10.so",
+            "-l:libtorch_cpu.so",
+            "-Wl,--as-needed",
+            "-ldl",
+        ]
+    )
     return lib
 
 
@@ -55,7 +75,9 @@ def test_links_no_cuda_and_no_python(binding: Path) -> None:
     assert {"libc10.so", "libtorch_cpu.so"} <= names
     assert not any("cuda" in n or "python" in n for n in names), names
     undefined = run(["nm", "-D", "--undefined-only", str(binding)]).stdout
-    assert not [s for s in undefined.split() if s.startswith("Py")], "the binding must not use the Python C API"
+    assert not [s for s in undefined.split() if s.startswith("Py")], (
+        "the binding must not use the Python C API"
+    )
 
 
 def test_loads_on_cpu_torch_and_registers_cuda_kernels(binding: Path) -> None:
@@ -94,8 +116,16 @@ def test_installed_layout_loads_through_the_loader(binding: Path, tmp_path: Path
     shutil.copytree(KERNELS / "fa_attn", pkg, ignore=shutil.ignore_patterns("__pycache__", "manifest.json"))
     shutil.copy(binding, pkg / "libfa_attn_ops.so")
     minor = ".".join(torch.__version__.split("+")[0].split(".")[:2])
-    manifest = {"schema": 1, "cuda_major": 12, "torch": minor, "cxx11abi": torch._C._GLIBCXX_USE_CXX11_ABI,
-                "binding": "libfa_attn_ops.so", "features": [], "kernels": [], "coverage": []}
+    manifest = {
+        "schema": 1,
+        "cuda_major": 12,
+        "torch": minor,
+        "cxx11abi": torch._C._GLIBCXX_USE_CXX11_ABI,
+        "binding": "libfa_attn_ops.so",
+        "features": [],
+        "kernels": [],
+        "coverage": [],
+    }
     (pkg / "manifest.json").write_text(json.dumps(manifest))
     script = textwrap.dedent("""
         import torch, fa_attn

@@ -19,27 +19,54 @@ DIMS = list(range(8, 257, 8))
 
 
 def kernels_for(arch: str, dtype: str, direction: str) -> list[dict]:
-    entries = {"fa_fwd": {"threads": 128, "block_m": 128, "block_n": 64, "smem_bytes": 49152, "grid": "q_blocks"}}
+    entries = {
+        "fa_fwd": {"threads": 128, "block_m": 128, "block_n": 64, "smem_bytes": 49152, "grid": "q_blocks"}
+    }
     if direction == "bwd":
-        entries = {name: {"threads": 256, "block_m": 64, "block_n": 64, "smem_bytes": 90000, "grid": grid}
-                   for name, grid in (("fa_bwd_preprocess", "q_blocks"), ("fa_bwd", "k_blocks"),
-                                      ("fa_bwd_convert_dq", "q_blocks"))}
-    return [{"arch": arch, "image": "sass", "file": f"kernels/sm_{arch.replace('.', '')}/{direction}_{dtype}_d{hd}.cubin",
-             "unit": f"{direction}_{dtype}_d{hd}", "direction": direction, "dtype": dtype, "head_dim": hd,
-             "entries": entries} for hd in (64, 128, 256)]
+        entries = {
+            name: {"threads": 256, "block_m": 64, "block_n": 64, "smem_bytes": 90000, "grid": grid}
+            for name, grid in (
+                ("fa_bwd_preprocess", "q_blocks"),
+                ("fa_bwd", "k_blocks"),
+                ("fa_bwd_convert_dq", "q_blocks"),
+            )
+        }
+    return [
+        {
+            "arch": arch,
+            "image": "sass",
+            "file": f"kernels/sm_{arch.replace('.', '')}/{direction}_{dtype}_d{hd}.cubin",
+            "unit": f"{direction}_{dtype}_d{hd}",
+            "direction": direction,
+            "dtype": dtype,
+            "head_dim": hd,
+            "entries": entries,
+        }
+        for hd in (64, 128, 256)
+    ]
 
 
 MANIFEST = {
-    "schema": 1, "cuda_major": 12, "torch": "2.13", "cxx11abi": True, "binding": "libfa_attn_ops.so",
-    "ptx": None, "ptx_min_driver": None, "features": ["causal", "gqa", "varlen", "window", "softcap"],
+    "schema": 1,
+    "cuda_major": 12,
+    "torch": "2.13",
+    "cxx11abi": True,
+    "binding": "libfa_attn_ops.so",
+    "ptx": None,
+    "ptx_min_driver": None,
+    "features": ["causal", "gqa", "varlen", "window", "softcap"],
     "kernels": [k for d in ("fp16", "bf16") for r in ("fwd", "bwd") for k in kernels_for("8.0", d, r)],
-    "coverage": [{"arch": "8.0", "image": "sass", "dtype": d, "direction": r, "head_dims": DIMS}
-                 for d in ("fp16", "bf16") for r in ("fwd", "bwd")],
+    "coverage": [
+        {"arch": "8.0", "image": "sass", "dtype": d, "direction": r, "head_dims": DIMS}
+        for d in ("fp16", "bf16")
+        for r in ("fwd", "bwd")
+    ],
 }
 
 
-def facts(sm="8.6", dtype="bf16", head_dim=100, backward=True, features=(), device="cuda", rocm=False,
-          smem=None):
+def facts(
+    sm="8.6", dtype="bf16", head_dim=100, backward=True, features=(), device="cuda", rocm=False, smem=None
+):
     return CallFacts(device, rocm, sm, dtype, head_dim, backward, frozenset(features), smem)
 
 
@@ -57,19 +84,22 @@ def test_kernels_chosen_with_bucket_and_padding() -> None:
     assert decide(facts(backward=False), MANIFEST, loaded).bwd is None
 
 
-@pytest.mark.parametrize(("kwargs", "code"), [
-    ({"device": "cpu"}, "device-not-cuda"),
-    ({"device": "mps"}, "device-not-cuda"),
-    ({"rocm": True}, "device-not-cuda"),
-    ({"sm": "7.0"}, "arch-unsupported"),
-    ({"sm": "9.0"}, "arch-unsupported"),  # only sm_80 SASS in this manifest, no PTX
-    ({"dtype": "fp32"}, "dtype-unsupported"),
-    ({"dtype": "fp64"}, "dtype-unsupported"),
-    ({"head_dim": 512}, "head-dim-unsupported"),
-    ({"features": ("dropout",)}, "feature-unsupported"),
-    ({"features": ("alibi",)}, "feature-unsupported"),
-    ({"features": ("deterministic",)}, "feature-unsupported"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "code"),
+    [
+        ({"device": "cpu"}, "device-not-cuda"),
+        ({"device": "mps"}, "device-not-cuda"),
+        ({"rocm": True}, "device-not-cuda"),
+        ({"sm": "7.0"}, "arch-unsupported"),
+        ({"sm": "9.0"}, "arch-unsupported"),  # only sm_80 SASS in this manifest, no PTX
+        ({"dtype": "fp32"}, "dtype-unsupported"),
+        ({"dtype": "fp64"}, "dtype-unsupported"),
+        ({"head_dim": 512}, "head-dim-unsupported"),
+        ({"features": ("dropout",)}, "feature-unsupported"),
+        ({"features": ("alibi",)}, "feature-unsupported"),
+        ({"features": ("deterministic",)}, "feature-unsupported"),
+    ],
+)
 def test_fallback_reasons(kwargs: dict, code: str) -> None:
     d = decide(facts(**kwargs), MANIFEST, loaded)
     assert d.path == "fallback" and d.reasons[0].code == code
@@ -99,7 +129,9 @@ def test_manifest_without_features_supports_only_plain_calls() -> None:
 
 
 def test_binding_failure_is_a_reason() -> None:
-    why = fa_attn.Reason("binding-unavailable", "loading libfa_attn_ops.so failed: undefined symbol", "reinstall")
+    why = fa_attn.Reason(
+        "binding-unavailable", "loading libfa_attn_ops.so failed: undefined symbol", "reinstall"
+    )
     d = decide(facts(), MANIFEST, lambda: why)
     assert d.path == "fallback" and d.reasons == (why,)
 
@@ -112,18 +144,31 @@ def test_binding_is_not_loaded_when_the_call_falls_back_anyway() -> None:
 
 
 def test_ptx_driver_read_only_when_ptx_exists() -> None:
-    with_ptx = dict(MANIFEST, ptx="8.0", ptx_min_driver="575.51.03", coverage=MANIFEST["coverage"] + [
-        dict(c, image="ptx") for c in MANIFEST["coverage"]])
+    with_ptx = dict(
+        MANIFEST,
+        ptx="8.0",
+        ptx_min_driver="575.51.03",
+        coverage=MANIFEST["coverage"] + [dict(c, image="ptx") for c in MANIFEST["coverage"]],
+    )
     d = decide(facts(sm="9.0"), with_ptx, loaded, driver=lambda: "550.54.15")
     assert d.reasons[0].code == "ptx-driver-too-old"
 
 
-@pytest.mark.parametrize(("man", "code"), [
-    (loader.UNIVERSAL_MANIFEST, "binding-unavailable"),
-    (dict(MANIFEST, torch="2.5"), "torch-version-mismatch"),
-    (dict(MANIFEST, torch=loader.torch_minor(torch.__version__),
-          cxx11abi=not torch._C._GLIBCXX_USE_CXX11_ABI), "cxx11abi-mismatch"),
-])
+@pytest.mark.parametrize(
+    ("man", "code"),
+    [
+        (loader.UNIVERSAL_MANIFEST, "binding-unavailable"),
+        (dict(MANIFEST, torch="2.5"), "torch-version-mismatch"),
+        (
+            dict(
+                MANIFEST,
+                torch=loader.torch_minor(torch.__version__),
+                cxx11abi=not torch._C._GLIBCXX_USE_CXX11_ABI,
+            ),
+            "cxx11abi-mismatch",
+        ),
+    ],
+)
 def test_loader_checks_before_loading(man: dict, code: str) -> None:
     problem = loader.static_binding_problem(man)
     assert problem is not None and problem.code == code
@@ -132,7 +177,9 @@ def test_loader_checks_before_loading(man: dict, code: str) -> None:
 def test_loader_turns_a_broken_binding_into_a_reason(tmp_path, monkeypatch) -> None:
     (tmp_path / "libfa_attn_ops.so").write_bytes(b"not an ELF file")
     monkeypatch.setattr(loader, "PACKAGE_DIR", tmp_path)
-    man = dict(MANIFEST, torch=loader.torch_minor(torch.__version__), cxx11abi=torch._C._GLIBCXX_USE_CXX11_ABI)
+    man = dict(
+        MANIFEST, torch=loader.torch_minor(torch.__version__), cxx11abi=torch._C._GLIBCXX_USE_CXX11_ABI
+    )
     problem = loader._load(man)
     assert problem is not None and problem.code == "binding-unavailable"
     assert "libfa_attn_ops.so" in problem.message
@@ -199,7 +246,13 @@ def test_features_of_a_call() -> None:
 
     q, k, v = torch.randn(1, 3, 4, 8), torch.randn(1, 5, 2, 8), torch.randn(1, 5, 2, 8)
     call = inputs.check_padded(q, k, v, 0.1, None, True, (2, -1), 0.0, None, True)
-    assert dispatch.features_of(call, backward=True) == {"causal", "gqa", "window", "dropout", "deterministic"}
+    assert dispatch.features_of(call, backward=True) == {
+        "causal",
+        "gqa",
+        "window",
+        "dropout",
+        "deterministic",
+    }
     assert "deterministic" not in dispatch.features_of(call, backward=False)
     # flash-attn's normalisation: window (-1, 0) is causal; a window >= seqlen_k is no window
     call = inputs.check_padded(q, q, q, 0.0, None, False, (-1, 0), 0.0, None, False)
@@ -210,7 +263,12 @@ def test_features_of_a_call() -> None:
 
 def test_import_refuses_a_torch_older_than_the_ops_need() -> None:
     code = "import torch; torch.__version__ = '1.13.1+cu117'; import fa_attn"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
-                          env={**os.environ, "PYTHONPATH": str(Path(fa_attn.__file__).parents[1])})
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(Path(fa_attn.__file__).parents[1])},
+    )
     assert done.returncode != 0
     assert "ImportError: fa_attn needs torch >= 2.4" in done.stderr and "1.13.1+cu117" in done.stderr

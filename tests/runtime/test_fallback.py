@@ -20,16 +20,16 @@ def qkv(b=2, sq=5, sk=7, h=4, hk=2, d=16, dtype=torch.float32, seed=0, grad=Fals
 
 
 CASES = [
-    {},                                   # plain (SDPA path)
-    {"causal": True},                        # causal, sq < sk: bottom-right aligned
-    {"causal": True, "sq": 9, "sk": 4},            # causal, sq > sk: first rows see no key
-    {"causal": True, "sq": 6, "sk": 6},            # causal square (SDPA is_causal path)
-    {"window": (2, 1)},                      # sliding window
+    {},  # plain (SDPA path)
+    {"causal": True},  # causal, sq < sk: bottom-right aligned
+    {"causal": True, "sq": 9, "sk": 4},  # causal, sq > sk: first rows see no key
+    {"causal": True, "sq": 6, "sk": 6},  # causal square (SDPA is_causal path)
+    {"window": (2, 1)},  # sliding window
     {"window": (3, -1), "causal": True},
     {"softcap": 2.0},
     {"alibi": True},
-    {"h": 8, "hk": 1},                          # MQA
-    {"d": 100},                              # head dim not a multiple of 8
+    {"h": 8, "hk": 1},  # MQA
+    {"d": 100},  # head dim not a multiple of 8
     {"scale": 0.3},
 ]
 
@@ -41,10 +41,23 @@ def test_matches_reference_fp32(case: dict, want_lse: bool) -> None:
     q, k, v = qkv(**shape)
     h = q.shape[2]
     alibi = torch.rand(h, generator=torch.Generator().manual_seed(1)) if case.get("alibi") else None
-    opts = {"causal": case.get("causal", False), "window_size": case.get("window", (-1, -1)),
-                "softcap": case.get("softcap", 0.0), "alibi_slopes": alibi, "softmax_scale": case.get("scale")}
-    ref_out, ref_lse = attention_ref(q, k, v, causal=opts["causal"], window=opts["window_size"],
-                                     scale=case.get("scale"), softcap=opts["softcap"], alibi=alibi)
+    opts = {
+        "causal": case.get("causal", False),
+        "window_size": case.get("window", (-1, -1)),
+        "softcap": case.get("softcap", 0.0),
+        "alibi_slopes": alibi,
+        "softmax_scale": case.get("scale"),
+    }
+    ref_out, ref_lse = attention_ref(
+        q,
+        k,
+        v,
+        causal=opts["causal"],
+        window=opts["window_size"],
+        scale=case.get("scale"),
+        softcap=opts["softcap"],
+        alibi=alibi,
+    )
     result = fa_attn.flash_attn_func(q, k, v, return_lse=want_lse, **opts)
     out = result[0] if want_lse else result
     assert out.shape == q.shape and out.dtype == q.dtype
@@ -82,15 +95,17 @@ def test_varlen_matches_per_sequence_reference() -> None:
     k = torch.randn(sum(lens_k), hk, d, generator=gen)
     v = torch.randn(sum(lens_k), hk, d, generator=gen)
     cu = lambda lens: torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
-    out, lse = fa_attn.flash_attn_varlen_func(q, k, v, cu(lens_q), cu(lens_k), max(lens_q), max(lens_k),
-                                              causal=True, return_lse=True)
+    out, lse = fa_attn.flash_attn_varlen_func(
+        q, k, v, cu(lens_q), cu(lens_k), max(lens_q), max(lens_k), causal=True, return_lse=True
+    )
     assert out.shape == q.shape and lse.shape == (h, sum(lens_q))
     sq0 = sk0 = 0
     for len_q, len_k in zip(lens_q, lens_k):
-        ref_out, ref_lse = attention_ref(q[sq0:sq0 + len_q][None], k[sk0:sk0 + len_k][None],
-                                         v[sk0:sk0 + len_k][None], causal=True)
-        torch.testing.assert_close(out[sq0:sq0 + len_q].double(), ref_out[0], atol=2e-5, rtol=1e-5)
-        torch.testing.assert_close(lse[:, sq0:sq0 + len_q].double(), ref_lse[0], atol=2e-5, rtol=1e-5)
+        ref_out, ref_lse = attention_ref(
+            q[sq0 : sq0 + len_q][None], k[sk0 : sk0 + len_k][None], v[sk0 : sk0 + len_k][None], causal=True
+        )
+        torch.testing.assert_close(out[sq0 : sq0 + len_q].double(), ref_out[0], atol=2e-5, rtol=1e-5)
+        torch.testing.assert_close(lse[:, sq0 : sq0 + len_q].double(), ref_lse[0], atol=2e-5, rtol=1e-5)
         sq0 += len_q
         sk0 += len_k
 
@@ -115,8 +130,11 @@ def test_dropout_is_applied_and_scaled() -> None:
     assert abs(dropped.mean() - fa_attn.flash_attn_func(q, k, v).mean()) < 0.05
 
 
-@pytest.mark.parametrize("opts", [{"causal": True}, {"window_size": (2, 0)}, {"softcap": 1.5}, {}],
-                         ids=["causal", "window", "softcap", "plain"])
+@pytest.mark.parametrize(
+    "opts",
+    [{"causal": True}, {"window_size": (2, 0)}, {"softcap": 1.5}, {}],
+    ids=["causal", "window", "softcap", "plain"],
+)
 def test_gradcheck_fp64(opts: dict) -> None:
     q, k, v = qkv(b=1, sq=3, sk=4, h=2, hk=1, d=4, dtype=torch.float64, grad=True)
     assert torch.autograd.gradcheck(lambda a, b, c: fa_attn.flash_attn_func(a, b, c, **opts), (q, k, v))
@@ -129,7 +147,8 @@ def test_varlen_gradients_flow() -> None:
     cu_q = torch.tensor([0, 1, 3], dtype=torch.int32)
     cu_k = torch.tensor([0, 2, 4], dtype=torch.int32)
     assert torch.autograd.gradcheck(
-        lambda a, b, c: fa_attn.flash_attn_varlen_func(a, b, c, cu_q, cu_k, 2, 2, causal=True), (q, k, v))
+        lambda a, b, c: fa_attn.flash_attn_varlen_func(a, b, c, cu_q, cu_k, 2, 2, causal=True), (q, k, v)
+    )
 
 
 def test_no_warning_escalation_in_default_mode() -> None:

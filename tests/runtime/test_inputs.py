@@ -16,25 +16,28 @@ def t(*shape, dtype=torch.float32):
 Q, K, V = t(2, 5, 4, 16), t(2, 7, 2, 16), t(2, 7, 2, 16)
 
 
-@pytest.mark.parametrize(("args", "kwargs", "match"), [
-    ((Q.long(), K, V), {}, r"^q: dtype torch.int64"),
-    ((Q, K.half(), V), {}, r"^k: dtype torch.float16 differs"),
-    ((Q, K, V.to("meta")), {}, r"^v: on meta"),
-    ((Q, K, t(2, 7, 2, 8)), {}, r"^v: shape"),
-    ((Q, t(2, 7, 2, 8), t(2, 7, 2, 8)), {}, r"^k: head dim 8 differs"),
-    ((Q, t(2, 7, 3, 16), t(2, 7, 3, 16)), {}, r"^k: 3 kv heads must divide"),
-    ((Q, t(3, 7, 2, 16), t(3, 7, 2, 16)), {}, r"^k: batch 3 differs"),
-    ((Q[0], K, V), {}, r"^q: expected 4 dims"),
-    (("q", K, V), {}, r"^q: expected a torch.Tensor"),
-    ((t(2, 5, 4, 32)[..., ::2], K, V), {}, r"^q: the last dim must be contiguous"),
-    ((Q, K, V), {"dropout_p": 1.0}, r"^dropout_p"),
-    ((Q, K, V), {"softcap": -1.0}, r"^softcap"),
-    ((Q, K, V), {"window_size": (1,)}, r"^window_size"),
-    ((Q, K, V), {"window_size": (-2, 0)}, r"^window_size"),
-    ((Q, K, V), {"alibi_slopes": t(3)}, r"^alibi_slopes: expected shape"),
-    ((Q, K, V), {"softmax_scale": float("nan")}, r"^softmax_scale"),
-    ((t(2, 5, 4, 0), t(2, 7, 2, 0), t(2, 7, 2, 0)), {}, r"^q: head dim is 0"),
-])
+@pytest.mark.parametrize(
+    ("args", "kwargs", "match"),
+    [
+        ((Q.long(), K, V), {}, r"^q: dtype torch.int64"),
+        ((Q, K.half(), V), {}, r"^k: dtype torch.float16 differs"),
+        ((Q, K, V.to("meta")), {}, r"^v: on meta"),
+        ((Q, K, t(2, 7, 2, 8)), {}, r"^v: shape"),
+        ((Q, t(2, 7, 2, 8), t(2, 7, 2, 8)), {}, r"^k: head dim 8 differs"),
+        ((Q, t(2, 7, 3, 16), t(2, 7, 3, 16)), {}, r"^k: 3 kv heads must divide"),
+        ((Q, t(3, 7, 2, 16), t(3, 7, 2, 16)), {}, r"^k: batch 3 differs"),
+        ((Q[0], K, V), {}, r"^q: expected 4 dims"),
+        (("q", K, V), {}, r"^q: expected a torch.Tensor"),
+        ((t(2, 5, 4, 32)[..., ::2], K, V), {}, r"^q: the last dim must be contiguous"),
+        ((Q, K, V), {"dropout_p": 1.0}, r"^dropout_p"),
+        ((Q, K, V), {"softcap": -1.0}, r"^softcap"),
+        ((Q, K, V), {"window_size": (1,)}, r"^window_size"),
+        ((Q, K, V), {"window_size": (-2, 0)}, r"^window_size"),
+        ((Q, K, V), {"alibi_slopes": t(3)}, r"^alibi_slopes: expected shape"),
+        ((Q, K, V), {"softmax_scale": float("nan")}, r"^softmax_scale"),
+        ((t(2, 5, 4, 0), t(2, 7, 2, 0), t(2, 7, 2, 0)), {}, r"^q: head dim is 0"),
+    ],
+)
 def test_padded_bad_input(args, kwargs, match) -> None:
     with pytest.raises(ValueError, match=match):
         fa_attn.flash_attn_func(*args, **kwargs)
@@ -47,15 +50,18 @@ def cu(*offsets, dtype=torch.int32):
 QV, KV = t(6, 4, 16), t(7, 2, 16)
 
 
-@pytest.mark.parametrize(("cu_q", "cu_k", "max_q", "match"), [
-    (cu(0, 2, 6, dtype=torch.int64), cu(0, 3, 7), 4, r"^cu_seqlens_q: dtype torch.int64"),
-    (cu(0, 2, 5), cu(0, 3, 7), 4, r"^cu_seqlens_q: last offset 5 != 6"),
-    (cu(1, 2, 6), cu(0, 3, 7), 4, r"^cu_seqlens_q: starts at 1"),
-    (cu(0, 4, 2, 6), cu(0, 3, 5, 7), 4, r"^cu_seqlens_q: offsets .* decrease"),
-    (cu(0, 2, 6), cu(0, 7), 4, r"^cu_seqlens_k: 1 sequences but cu_seqlens_q has 2"),
-    (torch.zeros(2, 3, dtype=torch.int32), cu(0, 3, 7), 4, r"^cu_seqlens_q: expected a 1-D"),
-    (cu(0, 2, 6), cu(0, 3, 7), 3, r"^max_seqlen_q: 3 is smaller than the longest sequence \(4\)"),
-])
+@pytest.mark.parametrize(
+    ("cu_q", "cu_k", "max_q", "match"),
+    [
+        (cu(0, 2, 6, dtype=torch.int64), cu(0, 3, 7), 4, r"^cu_seqlens_q: dtype torch.int64"),
+        (cu(0, 2, 5), cu(0, 3, 7), 4, r"^cu_seqlens_q: last offset 5 != 6"),
+        (cu(1, 2, 6), cu(0, 3, 7), 4, r"^cu_seqlens_q: starts at 1"),
+        (cu(0, 4, 2, 6), cu(0, 3, 5, 7), 4, r"^cu_seqlens_q: offsets .* decrease"),
+        (cu(0, 2, 6), cu(0, 7), 4, r"^cu_seqlens_k: 1 sequences but cu_seqlens_q has 2"),
+        (torch.zeros(2, 3, dtype=torch.int32), cu(0, 3, 7), 4, r"^cu_seqlens_q: expected a 1-D"),
+        (cu(0, 2, 6), cu(0, 3, 7), 3, r"^max_seqlen_q: 3 is smaller than the longest sequence \(4\)"),
+    ],
+)
 def test_varlen_bad_cu_seqlens(cu_q, cu_k, max_q, match) -> None:
     with pytest.raises(ValueError, match=match):
         fa_attn.flash_attn_varlen_func(QV, KV, KV, cu_q, cu_k, max_q, 4)

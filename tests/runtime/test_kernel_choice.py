@@ -11,32 +11,53 @@ FWD_BWD = ("fwd", "bwd")
 
 
 def cov(arch: str, image: str = "sass", dtypes=("fp16", "bf16"), directions=FWD_BWD, dims=ALL_DIMS) -> list:
-    return [{"arch": arch, "image": image, "dtype": d, "direction": r, "head_dims": list(dims)}
-            for d in dtypes for r in directions]
+    return [
+        {"arch": arch, "image": image, "dtype": d, "direction": r, "head_dims": list(dims)}
+        for d in dtypes
+        for r in directions
+    ]
 
 
 def manifest(*coverage: list, ptx: str | None = None, ptx_min_driver: str | None = None) -> dict:
-    return {"schema": 1, "cuda_major": 12, "binding": "libfa_attn_ops.so", "ptx": ptx,
-            "ptx_min_driver": ptx_min_driver, "coverage": [c for group in coverage for c in group]}
+    return {
+        "schema": 1,
+        "cuda_major": 12,
+        "binding": "libfa_attn_ops.so",
+        "ptx": ptx,
+        "ptx_min_driver": ptx_min_driver,
+        "coverage": [c for group in coverage for c in group],
+    }
 
 
 # A cu12-like wheel: SASS 7.5 (fp16 only), 8.0, 8.6, 9.0, 10.0, 12.0 and PTX 12.0.
-CU12 = manifest(cov("7.5", dtypes=("fp16",)), cov("8.0"), cov("8.6"), cov("9.0"), cov("10.0"), cov("12.0"),
-                cov("12.0", image="ptx"), ptx="12.0", ptx_min_driver="575.51.03")
+CU12 = manifest(
+    cov("7.5", dtypes=("fp16",)),
+    cov("8.0"),
+    cov("8.6"),
+    cov("9.0"),
+    cov("10.0"),
+    cov("12.0"),
+    cov("12.0", image="ptx"),
+    ptx="12.0",
+    ptx_min_driver="575.51.03",
+)
 
 
-@pytest.mark.parametrize(("sm", "path", "arch"), [
-    ("7.5", "sass", "7.5"),
-    ("8.0", "sass", "8.0"),
-    ("8.6", "sass", "8.6"),
-    ("8.7", "sass", "8.6"),   # Orin: highest minor <= device's within the major
-    ("8.9", "sass", "8.6"),   # L4/L40: sm_86 SASS runs on 8.9
-    ("9.0", "sass", "9.0"),
-    ("10.0", "sass", "10.0"),
-    ("12.0", "sass", "12.0"),
-    ("12.1", "sass", "12.0"),
-    ("13.0", "ptx", "12.0"),  # no SASS of major 13: JIT the newest PTX <= device
-])
+@pytest.mark.parametrize(
+    ("sm", "path", "arch"),
+    [
+        ("7.5", "sass", "7.5"),
+        ("8.0", "sass", "8.0"),
+        ("8.6", "sass", "8.6"),
+        ("8.7", "sass", "8.6"),  # Orin: highest minor <= device's within the major
+        ("8.9", "sass", "8.6"),  # L4/L40: sm_86 SASS runs on 8.9
+        ("9.0", "sass", "9.0"),
+        ("10.0", "sass", "10.0"),
+        ("12.0", "sass", "12.0"),
+        ("12.1", "sass", "12.0"),
+        ("13.0", "ptx", "12.0"),  # no SASS of major 13: JIT the newest PTX <= device
+    ],
+)
 def test_range_choice(sm: str, path: str, arch: str) -> None:
     choice = choose(CU12, sm, "fp16", 128, backward=True, driver=None)
     assert (choice.path, choice.arch, choice.head_dim, choice.reasons) == (path, arch, 128, ())
@@ -94,8 +115,9 @@ def test_head_dim_gaps() -> None:
 
 
 def test_backward_gap() -> None:
-    fwd_only_256 = manifest(cov("8.6", dims=ALL_DIMS, directions=("fwd",)),
-                            cov("8.6", dims=range(8, 129, 8), directions=("bwd",)))
+    fwd_only_256 = manifest(
+        cov("8.6", dims=ALL_DIMS, directions=("fwd",)), cov("8.6", dims=range(8, 129, 8), directions=("bwd",))
+    )
     assert choose(fwd_only_256, "8.6", "bf16", 256, backward=False, driver=None).path == "sass"
     choice = choose(fwd_only_256, "8.6", "bf16", 256, backward=True, driver=None)
     assert [r.code for r in choice.reasons] == ["backward-unsupported"]
@@ -131,9 +153,20 @@ def test_bad_values_are_clear_errors() -> None:
 
 
 def test_kernel_entry_picks_smallest_bucket() -> None:
-    man = dict(manifest(cov("8.0", dims=range(8, 129, 8))), kernels=[
-        {"arch": "8.0", "image": "sass", "dtype": "bf16", "direction": "fwd", "head_dim": hd, "file": f"{hd}"}
-        for hd in (128, 64, 32)])
+    man = dict(
+        manifest(cov("8.0", dims=range(8, 129, 8))),
+        kernels=[
+            {
+                "arch": "8.0",
+                "image": "sass",
+                "dtype": "bf16",
+                "direction": "fwd",
+                "head_dim": hd,
+                "file": f"{hd}",
+            }
+            for hd in (128, 64, 32)
+        ],
+    )
     choice = choose(man, "8.0", "bf16", 40, False, None)
     assert kernel_entry(man, choice, "bf16", "fwd")["head_dim"] == 64
     assert kernel_entry(man, choice, "bf16", "bwd") is None

@@ -22,8 +22,11 @@ from torch.fx.experimental.proxy_tensor import make_fx
 pytestmark = pytest.mark.filterwarnings("ignore::fa_attn.FaFallbackWarning")
 
 FWD = KernelLaunch("/pkg/kernels/sm_80/fwd_fp16_d32.cubin", "fa_fwd", (32, 128, 128, 64, 49152, 0))
-BWD = KernelLaunch("/pkg/kernels/sm_80/bwd_fp16_d32.cubin", "fa_bwd_preprocess,fa_bwd,fa_bwd_convert_dq",
-                   (32,) + (128, 64, 64, 1000, 0) * 3)
+BWD = KernelLaunch(
+    "/pkg/kernels/sm_80/bwd_fp16_d32.cubin",
+    "fa_bwd_preprocess,fa_bwd,fa_bwd_convert_dq",
+    (32,) + (128, 64, 64, 1000, 0) * 3,
+)
 
 
 def test_compile_fullgraph_fallback_forward_and_backward() -> None:
@@ -63,8 +66,26 @@ def test_import_does_not_load_dynamo() -> None:
 
 
 def fwd_args(q, k, v, cu_q=None, cu_k=None):
-    return (q, k, v, cu_q, cu_k, 100, 120, 0.125, True, -1, 0, 0.0, FWD.module, FWD.entries, list(FWD.launch),
-            BWD.module, BWD.entries, list(BWD.launch))
+    return (
+        q,
+        k,
+        v,
+        cu_q,
+        cu_k,
+        100,
+        120,
+        0.125,
+        True,
+        -1,
+        0,
+        0.0,
+        FWD.module,
+        FWD.entries,
+        list(FWD.launch),
+        BWD.module,
+        BWD.entries,
+        list(BWD.launch),
+    )
 
 
 def test_fake_cuda_tensors_trace_both_ops() -> None:
@@ -74,8 +95,26 @@ def test_fake_cuda_tensors_trace_both_ops() -> None:
         v = torch.empty(2, 120, 2, 64, dtype=torch.bfloat16, device="cuda")
         graph = make_fx(lambda q, k, v: torch.ops.fa_attn.fwd(*fwd_args(q, k, v)))(q, k, v)
         out, lse = torch.ops.fa_attn.fwd(*fwd_args(q, k, v))
-        dq, dk, dv = torch.ops.fa_attn.bwd(out, q, k, v, out, lse, None, None, 100, 120, 0.125, True, -1, 0, 0.0,
-                                           BWD.module, BWD.entries, list(BWD.launch))
+        dq, dk, dv = torch.ops.fa_attn.bwd(
+            out,
+            q,
+            k,
+            v,
+            out,
+            lse,
+            None,
+            None,
+            100,
+            120,
+            0.125,
+            True,
+            -1,
+            0,
+            0.0,
+            BWD.module,
+            BWD.entries,
+            list(BWD.launch),
+        )
         packed = torch.empty(300, 8, 64, dtype=torch.float16, device="cuda")
         cu = torch.empty(4, dtype=torch.int32, device="cuda")
         _, varlen_lse = torch.ops.fa_attn.fwd(*fwd_args(packed, packed, packed, cu, cu))
@@ -88,6 +127,7 @@ def test_fake_cuda_tensors_trace_both_ops() -> None:
 
 
 # ---- the kernel path with CPU stand-ins for the CUDA kernels ------------------------------------
+
 
 def _scores(q, k, scale, causal):
     group = q.shape[2] // k.shape[2]
@@ -103,8 +143,26 @@ def _scores(q, k, scale, causal):
 seen: list[tuple] = []
 
 
-def _cpu_fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap, module, entries, launch,
-             bwd_module, bwd_entries, bwd_launch):
+def _cpu_fwd(
+    q,
+    k,
+    v,
+    cu_q,
+    cu_k,
+    max_q,
+    max_k,
+    scale,
+    causal,
+    wl,
+    wr,
+    softcap,
+    module,
+    entries,
+    launch,
+    bwd_module,
+    bwd_entries,
+    bwd_launch,
+):
     seen.append((q.shape[-1], module, entries, tuple(launch), bwd_entries))
     group = q.shape[2] // k.shape[2]
     s = _scores(q, k, scale, causal)
@@ -114,8 +172,9 @@ def _cpu_fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap, 
     return out.transpose(1, 2).to(q.dtype).contiguous(), lse.float()
 
 
-def _cpu_bwd(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap, module, entries,
-             launch):
+def _cpu_bwd(
+    dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap, module, entries, launch
+):
     # FlashAttention-2's backward formulas (what fa_bwd computes), in fp64.
     group = q.shape[2] // k.shape[2]
     s = _scores(q, k, scale, causal)
@@ -151,9 +210,11 @@ def kernel_path_on_cpu(monkeypatch):
 
 def test_kernel_path_pads_calls_and_differentiates(kernel_path_on_cpu) -> None:
     gen = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(2, 6, 4, 20, generator=gen, dtype=torch.float64).requires_grad_(),
-               torch.randn(2, 9, 2, 20, generator=gen, dtype=torch.float64).requires_grad_(),
-               torch.randn(2, 9, 2, 20, generator=gen, dtype=torch.float64).requires_grad_())
+    q, k, v = (
+        torch.randn(2, 6, 4, 20, generator=gen, dtype=torch.float64).requires_grad_(),
+        torch.randn(2, 9, 2, 20, generator=gen, dtype=torch.float64).requires_grad_(),
+        torch.randn(2, 9, 2, 20, generator=gen, dtype=torch.float64).requires_grad_(),
+    )
     out, lse = fa_attn.flash_attn_func(q, k, v, causal=True, return_lse=True)
     assert out.shape == q.shape and lse.shape == (2, 4, 6)
     assert seen[0] == (24, FWD.module, "fa_fwd", FWD.launch, BWD.entries)  # head dim 20 padded to 24
@@ -163,7 +224,9 @@ def test_kernel_path_pads_calls_and_differentiates(kernel_path_on_cpu) -> None:
         ref_leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
         ref = fa_attn.fallback.attention(
             fa_attn.inputs.check_padded(*ref_leaves, 0.0, None, True, (-1, -1), 0.0, None, False),
-            *ref_leaves, want_lse=False)[0]
+            *ref_leaves,
+            want_lse=False,
+        )[0]
     torch.testing.assert_close(out, ref)
     for got, want in zip(grads, torch.autograd.grad(ref.sum(), ref_leaves)):
         torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)  # the LSE travels in fp32
@@ -189,7 +252,25 @@ def test_opcheck_schema_fake_autograd_and_aot(kernel_path_on_cpu) -> None:
     q = torch.randn(2, 6, 4, 24, dtype=torch.float64, requires_grad=True)
     k = torch.randn(2, 9, 2, 24, dtype=torch.float64, requires_grad=True)
     v = torch.randn(2, 9, 2, 24, dtype=torch.float64, requires_grad=True)
-    args = (q, k, v, None, None, 6, 9, 0.2, True, -1, 0, 0.0, FWD.module, FWD.entries, list(FWD.launch),
-            BWD.module, BWD.entries, list(BWD.launch))
+    args = (
+        q,
+        k,
+        v,
+        None,
+        None,
+        6,
+        9,
+        0.2,
+        True,
+        -1,
+        0,
+        0.0,
+        FWD.module,
+        FWD.entries,
+        list(FWD.launch),
+        BWD.module,
+        BWD.entries,
+        list(BWD.launch),
+    )
     results = torch.library.opcheck(torch.ops.fa_attn.fwd.default, args)
     assert set(results.values()) == {"SUCCESS"}, results

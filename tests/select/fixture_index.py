@@ -31,8 +31,10 @@ def _coverage(arch: str, image: str) -> list[dict[str, Any]]:
     served: dict[tuple[str, str], set[int]] = {}
     for unit in tiles.units(arch):
         served.setdefault((unit.dtype, unit.direction), set()).update(tiles.head_dims(unit))
-    return [{"arch": arch, "image": image, "dtype": d, "direction": r, "head_dims": sorted(dims)}
-            for (d, r), dims in sorted(served.items())]
+    return [
+        {"arch": arch, "image": image, "dtype": d, "direction": r, "head_dims": sorted(dims)}
+        for (d, r), dims in sorted(served.items())
+    ]
 
 
 def _variant(cuda: int, torch: str, abi: bool) -> str:
@@ -49,20 +51,47 @@ def kernel_entry(cuda: int, torch: str, abi: bool) -> dict[str, Any]:
     version = f"{VERSION}+{variant}"
     coverage = [c for arch in sass for c in _coverage(arch, "sass")] + _coverage(ptx, "ptx")
     return {
-        "file": f"fa_attn-{version}-py3-none-{PLATFORM}.whl", "sha256": "0" * 64, "size": 1,
-        "version": version, "variant": variant, "cuda_major": cuda, "toolkit": toolkit.version,
-        "torch": torch, "cxx11abi": abi, "min_driver": toolkit.min_driver,
-        "ptx_min_driver": toolkit.ptx_min_driver, "sass": sass, "ptx": ptx, "python_tag": "py3",
-        "abi_tag": "none", "platform_tag": PLATFORM, "requires_python": REQUIRES_PYTHON, "coverage": coverage,
+        "file": f"fa_attn-{version}-py3-none-{PLATFORM}.whl",
+        "sha256": "0" * 64,
+        "size": 1,
+        "version": version,
+        "variant": variant,
+        "cuda_major": cuda,
+        "toolkit": toolkit.version,
+        "torch": torch,
+        "cxx11abi": abi,
+        "min_driver": toolkit.min_driver,
+        "ptx_min_driver": toolkit.ptx_min_driver,
+        "sass": sass,
+        "ptx": ptx,
+        "python_tag": "py3",
+        "abi_tag": "none",
+        "platform_tag": PLATFORM,
+        "requires_python": REQUIRES_PYTHON,
+        "coverage": coverage,
     }
 
 
 def universal_entry() -> dict[str, Any]:
     return {
-        "file": f"fa_attn-{VERSION}-py3-none-any.whl", "sha256": "0" * 64, "size": 1, "version": VERSION,
-        "variant": "", "cuda_major": None, "toolkit": None, "torch": None, "cxx11abi": None,
-        "min_driver": None, "ptx_min_driver": None, "sass": [], "ptx": None, "python_tag": "py3",
-        "abi_tag": "none", "platform_tag": "any", "requires_python": REQUIRES_PYTHON, "coverage": [],
+        "file": f"fa_attn-{VERSION}-py3-none-any.whl",
+        "sha256": "0" * 64,
+        "size": 1,
+        "version": VERSION,
+        "variant": "",
+        "cuda_major": None,
+        "toolkit": None,
+        "torch": None,
+        "cxx11abi": None,
+        "min_driver": None,
+        "ptx_min_driver": None,
+        "sass": [],
+        "ptx": None,
+        "python_tag": "py3",
+        "abi_tag": "none",
+        "platform_tag": "any",
+        "requires_python": REQUIRES_PYTHON,
+        "coverage": [],
     }
 
 

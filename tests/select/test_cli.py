@@ -38,8 +38,10 @@ def doctor(*args: str):
     return runner.invoke(app, ["doctor", *args])
 
 
-@pytest.mark.parametrize(("case", "rc"), [("a100-ngc-24.10", 0), ("future-sm130-new-driver", 0),
-                                          ("v100-sm70", 1), ("torch-missing", 1)])
+@pytest.mark.parametrize(
+    ("case", "rc"),
+    [("a100-ngc-24.10", 0), ("future-sm130-new-driver", 0), ("v100-sm70", 1), ("torch-missing", 1)],
+)
 def test_doctor_exit_codes(tmp_path: Path, index_dir: Path, case: str, rc: int):
     result = doctor("--env", str(env_file(tmp_path, case)), "--wheels", str(index_dir), "--json")
     assert result.exit_code == rc, result.output
@@ -50,7 +52,9 @@ def test_doctor_json_shape(tmp_path: Path, index_dir: Path):
     out = json.loads(result.stdout)
     assert out["verdict"] == "fallback" and out["codes"] == ["dtype-unsupported"]
     assert out["selected"] == "fa_attn-0.1.0+cu12torch2.5cxx11abifalse-py3-none-manylinux_2_28_x86_64.whl"
-    assert out["runtime"]["path"] == "fallback" and out["runtime"]["reasons"][0]["code"] == "dtype-unsupported"
+    assert (
+        out["runtime"]["path"] == "fallback" and out["runtime"]["reasons"][0]["code"] == "dtype-unsupported"
+    )
     assert len(out["wheels"]) == len(fixture_index()["wheels"])
     for wheel in out["wheels"]:
         assert set(wheel) >= {"file", "fits", "reasons"}
@@ -60,15 +64,31 @@ def test_doctor_json_shape(tmp_path: Path, index_dir: Path):
 
 def test_doctor_options_change_the_answer(tmp_path: Path, index_dir: Path):
     env = str(env_file(tmp_path, "t4-colab-bf16"))
-    result = doctor("--env", env, "--wheels", str(index_dir), "--dtype", "fp16", "--head-dim", "64",
-                    "--backward", "--json")
+    result = doctor(
+        "--env",
+        env,
+        "--wheels",
+        str(index_dir),
+        "--dtype",
+        "fp16",
+        "--head-dim",
+        "64",
+        "--backward",
+        "--json",
+    )
     out = json.loads(result.stdout)
-    assert result.exit_code == 0 and out["runtime"] == {"path": "sass", "arch": "7.5", "head_dim": 64,
-                                                        "reasons": []}
+    assert result.exit_code == 0 and out["runtime"] == {
+        "path": "sass",
+        "arch": "7.5",
+        "head_dim": 64,
+        "reasons": [],
+    }
 
 
 def test_doctor_reads_a_file_url(tmp_path: Path, index_dir: Path):
-    result = doctor("--env", str(env_file(tmp_path, "rtx5090-sm120")), "--index", index_dir.as_uri(), "--json")
+    result = doctor(
+        "--env", str(env_file(tmp_path, "rtx5090-sm120")), "--index", index_dir.as_uri(), "--json"
+    )
     assert result.exit_code == 0 and json.loads(result.stdout)["runtime"]["arch"] == "12.0"
 
 
@@ -82,8 +102,19 @@ def test_doctor_on_this_machine_explains_the_fallback(index_dir: Path):
 
 def test_bad_env_file_is_usage_error(tmp_path: Path, index_dir: Path):
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"os": "linux", "arch": "x86_64", "glibc": "2.35", "python": "3.11",
-                               "torch": None, "driver": None, "gpus": [{"name": "A100", "sm": "80"}]}))
+    bad.write_text(
+        json.dumps(
+            {
+                "os": "linux",
+                "arch": "x86_64",
+                "glibc": "2.35",
+                "python": "3.11",
+                "torch": None,
+                "driver": None,
+                "gpus": [{"name": "A100", "sm": "80"}],
+            }
+        )
+    )
     result = doctor("--env", str(bad), "--wheels", str(index_dir))
     assert result.exit_code == 2 and "gpus[0].sm" in result.output and "8.6" in result.output
     bad.write_text("{not json")
@@ -91,12 +122,15 @@ def test_bad_env_file_is_usage_error(tmp_path: Path, index_dir: Path):
     assert result.exit_code == 2 and "not JSON" in result.output and "line 1" in result.output
 
 
-@pytest.mark.parametrize("args", [
-    ["--wheels", "/nonexistent/wheels"],
-    ["--wheels", ".", "--index", "http://127.0.0.1:9/"],
-    ["--dtype", "fp8"],
-    ["--head-dim", "0"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--wheels", "/nonexistent/wheels"],
+        ["--wheels", ".", "--index", "http://127.0.0.1:9/"],
+        ["--dtype", "fp8"],
+        ["--head-dim", "0"],
+    ],
+)
 def test_usage_errors(args: list[str], index_dir: Path):
     result = doctor(*(args if "--wheels" in args else ["--wheels", str(index_dir), *args]))
     assert result.exit_code == 2, result.output
@@ -143,7 +177,9 @@ def test_installer_commands_never_touch_dependencies():
     from buildtool.install import Installer
 
     pip = Installer(python="/venv/bin/python", uv=None).install("/tmp/x.whl")
-    assert pip[:4] == ["/venv/bin/python", "-m", "pip", "install"] and "--no-deps" in pip and "--no-index" in pip
+    assert (
+        pip[:4] == ["/venv/bin/python", "-m", "pip", "install"] and "--no-deps" in pip and "--no-index" in pip
+    )
     uv = Installer(python="/venv/bin/python", uv="/usr/bin/uv").install("/tmp/x.whl", target=Path("/t"))
     assert uv[:5] == ["/usr/bin/uv", "pip", "install", "--python", "/venv/bin/python"]
     assert {"--no-deps", "--no-index", "--target"} <= set(uv) and uv[-1] == "/tmp/x.whl"

@@ -25,8 +25,10 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def venv(tmp_path: Path) -> Path:
     # No pip of its own: the system pip (visible through --system-site-packages) installs into the venv.
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
-                    str(tmp_path / "venv")], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(tmp_path / "venv")],
+        check=True,
+    )
     return tmp_path / "venv" / "bin" / "python"
 
 
@@ -38,15 +40,22 @@ def wheelhouse(tmp_path: Path) -> Path:
 
 
 def fa(python: Path, *args: str, cwd: Path) -> tuple[int, dict]:
-    done = subprocess.run([str(python), "-m", "buildtool.cli", *args, "--json"], check=False, cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [str(python), "-m", "buildtool.cli", *args, "--json"],
+        check=False,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.stdout, done.stderr
     return done.returncode, json.loads(done.stdout)
 
 
 def freeze(python: Path) -> set[str]:
-    done = subprocess.run([str(python), "-m", "pip", "freeze", "--all"], capture_output=True, text=True,
-                          check=True)
+    done = subprocess.run(
+        [str(python), "-m", "pip", "freeze", "--all"], capture_output=True, text=True, check=True
+    )
     return set(done.stdout.splitlines())
 
 
@@ -56,8 +65,12 @@ def changed(before: set[str], after: set[str]) -> set[str]:
 
 
 def installed(python: Path) -> str | None:
-    done = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('fa-attn'))"],
-                          check=False, capture_output=True, text=True)
+    done = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print(m.version('fa-attn'))"],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
     return done.stdout.strip() if done.returncode == 0 else None
 
 
@@ -129,7 +142,9 @@ def test_tampered_wheel_is_refused(venv: Path, wheelhouse: Path, tmp_path: Path)
 def test_broken_wheel_is_refused_before_installing(venv: Path, tmp_path: Path):
     torch = probe().torch
     assert torch is not None
-    broken = build_wheelhouse(tmp_path / "broken", torch.minor, bool(torch.cxx11abi), broken=expected_variant())
+    broken = build_wheelhouse(
+        tmp_path / "broken", torch.minor, bool(torch.cxx11abi), broken=expected_variant()
+    )
     before = freeze(venv)
     rc, out = fa(venv, "install", "--wheels", str(broken), cwd=tmp_path)
     assert rc == 1 and "deliberately broken" in out["message"] and "nothing installed" in out["message"]
@@ -156,8 +171,14 @@ def test_failed_final_check_rolls_back_to_the_previous_version(venv: Path, wheel
     # 0.2.0 imports in the trial directory but not once installed; 0.1.0 is still in the same index.
     torch = probe().torch
     assert torch is not None
-    build_wheelhouse(wheelhouse, torch.minor, bool(torch.cxx11abi), broken=expected_variant(),
-                     init_py=BROKEN_WHEN_INSTALLED, version="0.2.0")
+    build_wheelhouse(
+        wheelhouse,
+        torch.minor,
+        bool(torch.cxx11abi),
+        broken=expected_variant(),
+        init_py=BROKEN_WHEN_INSTALLED,
+        version="0.2.0",
+    )
     rc, out = fa(venv, "install", "--wheels", str(wheelhouse), cwd=tmp_path)
     assert rc == 1 and out["selected"].startswith("fa_attn-0.2.0+")
     assert "broken once installed" in out["message"] and "rolled back" in out["message"]

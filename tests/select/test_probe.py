@@ -15,21 +15,35 @@ import pytest
 from buildtool.probe import EnvError, ProbePaths, TorchInfo, env_from_json, env_to_json, probe
 
 ENVS = Path(__file__).parent / "envs"
-PROC_CLOSED = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\n"
-               "GCC version:  gcc version 11.4.0 (Ubuntu 11.4.0-1ubuntu1~22.04)\n")
-PROC_OPEN = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build  "
-             "(dvs-builder@U16-I3-B03-4-3)  Thu Jan 23 22:32:16 UTC 2025\n")
+PROC_CLOSED = (
+    "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\n"
+    "GCC version:  gcc version 11.4.0 (Ubuntu 11.4.0-1ubuntu1~22.04)\n"
+)
+PROC_OPEN = (
+    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build  "
+    "(dvs-builder@U16-I3-B03-4-3)  Thu Jan 23 22:32:16 UTC 2025\n"
+)
 
 
-def paths(tmp_path: Path, sys_text: str | None = None, proc_text: str | None = None, smi: str = "no-such-smi",
-          torch_dir: Path | None = None) -> ProbePaths:
+def paths(
+    tmp_path: Path,
+    sys_text: str | None = None,
+    proc_text: str | None = None,
+    smi: str = "no-such-smi",
+    torch_dir: Path | None = None,
+) -> ProbePaths:
     sys_file, proc_file = tmp_path / "sys_version", tmp_path / "proc_version"
     if sys_text is not None:
         sys_file.write_text(sys_text)
     if proc_text is not None:
         proc_file.write_text(proc_text)
-    return ProbePaths(sys_driver_version=sys_file, proc_driver_version=proc_file, nvidia_smi=smi,
-                      use_nvml=False, torch_dir=torch_dir or tmp_path / "no-torch")
+    return ProbePaths(
+        sys_driver_version=sys_file,
+        proc_driver_version=proc_file,
+        nvidia_smi=smi,
+        use_nvml=False,
+        torch_dir=torch_dir or tmp_path / "no-torch",
+    )
 
 
 def test_driver_from_sys_module(tmp_path: Path):
@@ -59,20 +73,27 @@ def _fake_smi(tmp_path: Path, script: str) -> str:
 
 
 def test_gpus_from_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    bin_dir = _fake_smi(tmp_path, 'echo "550.54.15, NVIDIA A100-SXM4-80GB, 8.0, 81920"\n'
-                                  'echo "550.54.15, Tesla T4, 7.5, 15360"\n')
+    bin_dir = _fake_smi(
+        tmp_path,
+        'echo "550.54.15, NVIDIA A100-SXM4-80GB, 8.0, 81920"\necho "550.54.15, Tesla T4, 7.5, 15360"\n',
+    )
     monkeypatch.setenv("PATH", bin_dir + os.pathsep + os.environ["PATH"])
     env = probe(paths(tmp_path, smi="nvidia-smi"))
     assert env.driver == "550.54.15"
     assert [(g.name, g.sm, g.memory_mib) for g in env.gpus] == [
-        ("NVIDIA A100-SXM4-80GB", "8.0", 81920), ("Tesla T4", "7.5", 15360)]
+        ("NVIDIA A100-SXM4-80GB", "8.0", 81920),
+        ("Tesla T4", "7.5", 15360),
+    ]
     assert env.sources["gpus"] == "nvidia-smi"
 
 
 def test_old_nvidia_smi_without_compute_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     # Drivers before 510 reject the compute_cap field; the driver version still comes through.
-    bin_dir = _fake_smi(tmp_path, 'case "$1" in *compute_cap*) echo "Field \\"compute_cap\\" is not a valid '
-                                  'field to query." >&2; exit 2;; esac\necho "470.57.02, Tesla V100S-PCIE-32GB, 32510"\n')
+    bin_dir = _fake_smi(
+        tmp_path,
+        'case "$1" in *compute_cap*) echo "Field \\"compute_cap\\" is not a valid '
+        'field to query." >&2; exit 2;; esac\necho "470.57.02, Tesla V100S-PCIE-32GB, 32510"\n',
+    )
     monkeypatch.setenv("PATH", bin_dir + os.pathsep + os.environ["PATH"])
     env = probe(paths(tmp_path, smi="nvidia-smi"))
     assert env.driver == "470.57.02" and env.gpus == ()
@@ -85,7 +106,9 @@ def test_without_nvml_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     assert env.driver == "580.95.05"
 
 
-def _fake_torch(tmp_path: Path, version_py: str, cmake: str | None = None, libc10: bytes | None = None) -> Path:
+def _fake_torch(
+    tmp_path: Path, version_py: str, cmake: str | None = None, libc10: bytes | None = None
+) -> Path:
     torch_dir = tmp_path / "torch"
     torch_dir.mkdir()
     (torch_dir / "version.py").write_text(version_py)
@@ -98,9 +121,11 @@ def _fake_torch(tmp_path: Path, version_py: str, cmake: str | None = None, libc1
     return torch_dir
 
 
-VERSION_PY = ("from typing import Optional\n__version__ = '2.5.1+cu124'\ndebug = False\n"
-              "cuda: Optional[str] = '12.4'\ngit_version = 'a8d6afb511a69687bbb2b7e88a3cf67917e1697e'\n"
-              "hip: Optional[str] = None\n")
+VERSION_PY = (
+    "from typing import Optional\n__version__ = '2.5.1+cu124'\ndebug = False\n"
+    "cuda: Optional[str] = '12.4'\ngit_version = 'a8d6afb511a69687bbb2b7e88a3cf67917e1697e'\n"
+    "hip: Optional[str] = None\n"
+)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the C++11 ABI question exists only on Linux")
@@ -111,10 +136,13 @@ def test_torch_from_files_old_abi_via_cmake(tmp_path: Path):
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the C++11 ABI question exists only on Linux")
-@pytest.mark.parametrize(("symbols", "abi"), [
-    (b"\0_ZN3c1019UndefinedTensorImplC2Ev\0_ZNK3c106Device3strB5cxx11Ev\0", True),
-    (b"\0_ZN3c1019UndefinedTensorImplC2Ev\0_ZNK3c106Device3strEv\0", False),
-])
+@pytest.mark.parametrize(
+    ("symbols", "abi"),
+    [
+        (b"\0_ZN3c1019UndefinedTensorImplC2Ev\0_ZNK3c106Device3strB5cxx11Ev\0", True),
+        (b"\0_ZN3c1019UndefinedTensorImplC2Ev\0_ZNK3c106Device3strEv\0", False),
+    ],
+)
 def test_torch_abi_from_libc10_symbols(tmp_path: Path, symbols: bytes, abi: bool):
     torch_dir = _fake_torch(tmp_path, VERSION_PY, cmake="# no flags here (torch >= 2.x)\n", libc10=symbols)
     env = probe(paths(tmp_path, torch_dir=torch_dir))
@@ -122,19 +150,29 @@ def test_torch_abi_from_libc10_symbols(tmp_path: Path, symbols: bytes, abi: bool
 
 
 def test_probe_never_imports_torch():
-    code = ("import sys; from buildtool.probe import probe, env_to_json; import json; "
-            "env = probe(); assert 'torch' not in sys.modules, 'probe imported torch'; "
-            "print(json.dumps(env_to_json(env)))")
-    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
+    code = (
+        "import sys; from buildtool.probe import probe, env_to_json; import json; "
+        "env = probe(); assert 'torch' not in sys.modules, 'probe imported torch'; "
+        "print(json.dumps(env_to_json(env)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     env = env_from_json(json.loads(done.stdout))  # what probe writes, --env reads
     assert env.python.rstrip("t") == f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
-@pytest.mark.parametrize(("version", "minor"), [
-    ("2.5.0a0+e000cf0ad9.nv24.10", "2.5"), ("2.7.0.dev20250301+cu126", "2.7"), ("2.5.1+cu124", "2.5"),
-    ("2.10.0", "2.10"), ("1.13.1+cu117", "1.13"),
-])
+@pytest.mark.parametrize(
+    ("version", "minor"),
+    [
+        ("2.5.0a0+e000cf0ad9.nv24.10", "2.5"),
+        ("2.7.0.dev20250301+cu126", "2.7"),
+        ("2.5.1+cu124", "2.5"),
+        ("2.10.0", "2.10"),
+        ("1.13.1+cu117", "1.13"),
+    ],
+)
 def test_torch_minor(version: str, minor: str):
     assert TorchInfo(version=version, cuda=None, hip=None, cxx11abi=None).minor == minor
 
@@ -145,22 +183,31 @@ def test_corpus_envs_round_trip():
         assert env_to_json(env_from_json(raw)) == raw, path.name
 
 
-GOOD = {"os": "linux", "arch": "x86_64", "glibc": "2.35", "python": "3.11",
-        "torch": {"version": "2.5.1+cu124", "cuda": "12.4", "hip": None, "cxx11abi": False},
-        "driver": {"version": "550.54.15"}, "gpus": [{"name": "NVIDIA A100", "sm": "8.0", "memory_mib": 81920}]}
+GOOD = {
+    "os": "linux",
+    "arch": "x86_64",
+    "glibc": "2.35",
+    "python": "3.11",
+    "torch": {"version": "2.5.1+cu124", "cuda": "12.4", "hip": None, "cxx11abi": False},
+    "driver": {"version": "550.54.15"},
+    "gpus": [{"name": "NVIDIA A100", "sm": "8.0", "memory_mib": 81920}],
+}
 
 
-@pytest.mark.parametrize(("change", "field", "fix"), [
-    ({"os": "freebsd"}, "os", "linux, windows, darwin"),
-    ({"python": 3.11}, "python", '"3.11"'),
-    ({"glibc": "2"}, "glibc", '"2.35"'),
-    ({"torch": {**GOOD["torch"], "version": "latest"}}, "torch.version", "torch.__version__"),
-    ({"torch": {**GOOD["torch"], "cxx11abi": "TRUE"}}, "torch.cxx11abi", "true or false"),
-    ({"driver": "535"}, "driver", '{"version"'),
-    ({"driver": {"version": "r535"}}, "driver.version", "535.104.05"),
-    ({"gpus": [{"name": "A100", "sm": "80"}]}, "gpus[0].sm", '"8.6"'),
-    ({"gpus": [{"name": "A100", "sm": "8.0", "memory_mib": "80G"}]}, "gpus[0].memory_mib", "MiB"),
-])
+@pytest.mark.parametrize(
+    ("change", "field", "fix"),
+    [
+        ({"os": "freebsd"}, "os", "linux, windows, darwin"),
+        ({"python": 3.11}, "python", '"3.11"'),
+        ({"glibc": "2"}, "glibc", '"2.35"'),
+        ({"torch": {**GOOD["torch"], "version": "latest"}}, "torch.version", "torch.__version__"),
+        ({"torch": {**GOOD["torch"], "cxx11abi": "TRUE"}}, "torch.cxx11abi", "true or false"),
+        ({"driver": "535"}, "driver", '{"version"'),
+        ({"driver": {"version": "r535"}}, "driver.version", "535.104.05"),
+        ({"gpus": [{"name": "A100", "sm": "80"}]}, "gpus[0].sm", '"8.6"'),
+        ({"gpus": [{"name": "A100", "sm": "8.0", "memory_mib": "80G"}]}, "gpus[0].memory_mib", "MiB"),
+    ],
+)
 def test_bad_env_names_field_and_fix(change: dict, field: str, fix: str):
     with pytest.raises(EnvError) as err:
         env_from_json({**GOOD, **change})

@@ -40,8 +40,15 @@ def units(arch: str) -> list[KernelUnit]:
         return []
     launch = Launch(threads=32, block_m=64, block_n=64, smem_bytes=0, grid="q_blocks")
     return [
-        KernelUnit(f"fwd_{dtype}_d64", "fwd", dtype, 64, "csrc/tiny.cu",
-                   {"FA_HEAD_DIM": 64, "FA_BF16": int(dtype == "bf16")}, {"fa_fwd": launch})
+        KernelUnit(
+            f"fwd_{dtype}_d64",
+            "fwd",
+            dtype,
+            64,
+            "csrc/tiny.cu",
+            {"FA_HEAD_DIM": 64, "FA_BF16": int(dtype == "bf16")},
+            {"fa_fwd": launch},
+        )
         for dtype in ("fp16", "bf16")
     ]
 
