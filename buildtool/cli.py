@@ -6,6 +6,7 @@ from __future__ import annotations
 import typer
 
 from buildtool.commands import build as build_cmd
+from buildtool.commands import ci as ci_cmd
 from buildtool.commands import doctor as doctor_cmd
 
 app = typer.Typer(
@@ -17,6 +18,7 @@ app = typer.Typer(
 
 build_cmd.register(app)
 doctor_cmd.register(app)
+ci_cmd.register(app)
 
 if __name__ == "__main__":
     app()
