@@ -36,7 +36,6 @@ CIBW_PACKAGE_DIR = "ci/release"
 # Where the runner's FA_CACHE and fa build's output are mounted in cibuildwheel's container, so the
 # shard compiles once per job and every later run of the job only picks its wheel from the output.
 CONTAINER_MOUNT = "/fa"
-CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
 @dataclass(frozen=True)
@@ -149,7 +148,6 @@ def render(workflow: ReleaseWorkflow) -> str:
         wf=workflow,
         cibw={job.id: cibuildwheel_env(job, workflow.matrix_path) for job in workflow.jobs},
         package_dir=CIBW_PACKAGE_DIR,
-        cpu_torch_index=CPU_TORCH_INDEX,
     )
 
 
