@@ -29,7 +29,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output o
 
 
 def _usage(message: str) -> NoReturn:
-    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False)
+    Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {message}", highlight=False)
     raise typer.Exit(doctor.EXIT_USAGE)
 
 

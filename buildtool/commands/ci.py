@@ -1,0 +1,59 @@
+"""`fa ci render`: write the release workflow from matrix.yaml, or (--check) say whether it is stale.
+
+A thin shell over buildtool.release_workflow. Exit codes: 0 written or up to date, 1 out of date
+(--check), 2 bad input (the matrix error names the field and the fix).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from buildtool import cache, release_workflow
+from buildtool.matrix import MatrixError, load_matrix
+
+ci_app = typer.Typer(no_args_is_help=True, help="CI files generated from matrix.yaml.")
+
+
+def _fail(code: int, message: str) -> typer.Exit:
+    Console(stderr=True, soft_wrap=True).print(
+        Text("fa ci render: ", style="bold red") + Text(message), highlight=False
+    )
+    return typer.Exit(code)
+
+
+@ci_app.command("render")
+def render_cmd(
+    matrix: Annotated[
+        Path, typer.Option("--matrix", "-m", help="the build matrix, relative to the repository root")
+    ] = Path("matrix.yaml"),
+    out: Annotated[Path, typer.Option("--out", "-o", help="the workflow file to write")] = (
+        release_workflow.DEFAULT_OUT
+    ),
+    check: Annotated[
+        bool, typer.Option("--check", help="write nothing; exit 1 if OUT differs from what MATRIX renders")
+    ] = False,
+) -> None:
+    """Render the release workflow (cibuildwheel jobs per shard, then index and publish) from MATRIX."""
+    try:
+        text = release_workflow.render(release_workflow.from_matrix(load_matrix(matrix), matrix))
+    except MatrixError as e:
+        raise _fail(2, str(e)) from None
+    if check:
+        problem = release_workflow.staleness(out, text)
+        if problem is not None:
+            command = "fa ci render" + (f" --matrix {matrix}" if matrix != Path("matrix.yaml") else "")
+            command += f" --out {out}" if out != release_workflow.DEFAULT_OUT else ""
+            raise _fail(1, f"{problem}\n  fix: run `{command}` and commit {out}")
+        Console().print(f"{out} is up to date with {matrix}", highlight=False)
+        return
+    cache.atomic_write_text(out, text)
+    Console().print(f"wrote {out} from {matrix}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(ci_app, name="ci")

@@ -1,0 +1,205 @@
+"""The release workflow rendered from matrix.yaml (`fa ci render`): the checked-in file is current,
+`--check` names the stale file and the fix, the YAML has one cibuildwheel job per shard plus publish,
+and cibuildwheel itself reads each job's configuration as meant (no containers: it only parses)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from buildtool import release_workflow
+from buildtool.cli import app
+from buildtool.matrix import load_matrix, parse_matrix
+from buildtool.platform_tag import TORCH_LIBS
+
+REPO = Path(__file__).resolve().parents[2]
+WORKFLOW = REPO / ".github" / "workflows" / "release.yml"
+BUILD_STEP = "Build, repair and smoke-test each wheel of the shard (one cibuildwheel run per wheel)"
+runner = CliRunner()
+
+SMALL = """\
+version: "0.1.0"
+torch: ["2.8", "2.9"]
+cuda: [12]
+python: ["3.12"]
+"""
+
+
+def render(matrix_text: str) -> dict:
+    matrix = parse_matrix(matrix_text, "matrix.yaml")
+    return yaml.safe_load(release_workflow.render(release_workflow.from_matrix(matrix, Path("matrix.yaml"))))
+
+
+def repo_workflow() -> dict:
+    return yaml.safe_load(WORKFLOW.read_text())
+
+
+def build_jobs(workflow: dict) -> dict[str, dict]:
+    return {name: job for name, job in workflow["jobs"].items() if name.startswith("build-")}
+
+
+def build_step_env(job: dict) -> dict[str, str]:
+    (step,) = [s for s in job["steps"] if s.get("name") == BUILD_STEP]
+    return step["env"]
+
+
+def test_checked_in_workflow_is_what_matrix_yaml_renders():
+    result = runner.invoke(
+        app, ["ci", "render", "--check", "--matrix", "matrix.yaml", "--out", str(WORKFLOW)]
+    )
+    assert result.exit_code == 0, result.output
+
+
+def test_check_names_the_stale_file_and_the_fix(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "matrix.yaml").write_text(SMALL)
+    out = tmp_path / "release.yml"
+    missing = runner.invoke(app, ["ci", "render", "--check", "--out", str(out)])
+    assert missing.exit_code == 1
+    assert f"{out} does not exist" in missing.output and "fix: run `fa ci render --out" in missing.output
+
+    assert runner.invoke(app, ["ci", "render", "--out", str(out)]).exit_code == 0
+    assert runner.invoke(app, ["ci", "render", "--check", "--out", str(out)]).exit_code == 0
+
+    (tmp_path / "matrix.yaml").write_text(SMALL.replace('"2.9"]', '"2.9", "2.10"]'))  # a new torch minor
+    stale = runner.invoke(app, ["ci", "render", "--check", "--out", str(out)])
+    assert stale.exit_code == 1
+    assert f"{out} is out of date" in stale.output and "--torch 2.10" in stale.output  # the diff shows why
+    assert f"fix: run `fa ci render --out {out}` and commit {out}" in stale.output
+
+
+def test_bad_matrix_exits_2_naming_the_field(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "matrix.yaml").write_text(SMALL + "pyton: []\n")
+    result = runner.invoke(app, ["ci", "render", "--check"])
+    assert result.exit_code == 2 and "pyton: unknown key" in result.output
+    (tmp_path / "matrix.yaml").write_text(SMALL)
+    absolute = runner.invoke(app, ["ci", "render", "--matrix", str(tmp_path / "matrix.yaml")])
+    assert absolute.exit_code == 2 and "relative --matrix" in absolute.output
+
+
+def test_one_build_job_per_cuda_major_then_publish():
+    matrix = load_matrix(REPO / "matrix.yaml")
+    workflow = repo_workflow()
+    jobs = build_jobs(workflow)
+    n = len(matrix.cuda)
+    assert sorted(jobs) == [f"build-x86_64-{k}" for k in range(1, n + 1)]
+    assert set(workflow["jobs"]) == {*jobs, "publish", "pages"}
+    assert workflow["jobs"]["publish"]["needs"] == list(jobs)
+    assert workflow["jobs"]["pages"]["needs"] == "publish"
+    assert workflow[True] == {
+        "push": {"tags": ["v*"]},
+        "workflow_dispatch": None,
+    }  # YAML 1.1 reads `on` as true
+    for k, (name, job) in enumerate(sorted(jobs.items()), start=1):
+        assert job["runs-on"] == "ubuntu-24.04"
+        env = build_step_env(job)
+        assert env["CIBW_BUILD"] == "cp312-manylinux_x86_64" and env["CIBW_ARCHS"] == "x86_64"
+        assert env["CIBW_MANYLINUX_X86_64_IMAGE"] == "manylinux_2_28"
+        assert f"FA_SHARD={k}/{n}" in env["CIBW_ENVIRONMENT"].split()
+        plan = next(s for s in job["steps"] if s.get("name", "").startswith("Plan"))
+        assert f"--shard {k}/{n} --dry-run --json" in plan["run"]
+        universal = [s for s in job["steps"] if "universal" in s.get("name", "")]
+        assert len(universal) == (k == 1)  # the universal wheel is in shard 1
+        cache = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/cache"))
+        assert cache["with"]["path"] == "${{ runner.temp }}/fa/cache"
+
+
+def test_repair_excludes_exactly_torchs_libraries():
+    for job in build_jobs(repo_workflow()).values():
+        words = build_step_env(job)["CIBW_REPAIR_WHEEL_COMMAND_LINUX"].split()
+        assert words[:2] == ["auditwheel", "repair"] and words[-3:] == ["-w", "{dest_dir}", "{wheel}"]
+        excluded = {words[i + 1] for i, w in enumerate(words) if w == "--exclude"}
+        assert excluded == set(TORCH_LIBS)
+
+
+def test_shards_follow_the_matrix():
+    assert sorted(build_jobs(render(SMALL))) == ["build-x86_64-1"]
+    assert sorted(build_jobs(render(SMALL.replace("cuda: [12]", "cuda: [11, 12]")))) == [
+        "build-x86_64-1",
+        "build-x86_64-2",
+    ]
+
+
+def test_publish_merges_indexes_and_publishes_pep503():
+    steps = repo_workflow()["jobs"]["publish"]["steps"]
+    script = "\n".join(s.get("run", "") for s in steps)
+    assert "fa index wheels" in script and "diff planned.txt built.txt" in script
+    assert any(s.get("uses", "").startswith("actions/upload-pages-artifact") for s in steps)
+    assert "gh release upload" in script
+
+
+# -- cibuildwheel reads the jobs' configuration ---------------------------------------------------------
+
+
+def cibuildwheel_env(job: dict, runner_temp: Path) -> dict[str, str]:
+    """The build step's environment as the runner gives it to cibuildwheel (GitHub fills ${{ }})."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CIBW_")}
+    for key, value in build_step_env(job).items():
+        env[key] = value.replace("${{ runner.temp }}", str(runner_temp))
+    return env
+
+
+needs_cibuildwheel = pytest.mark.skipif(
+    importlib.util.find_spec("cibuildwheel") is None,
+    reason="cibuildwheel is not installed (pip install -e '.[test]' installs it)",
+)
+
+
+@needs_cibuildwheel
+def test_cibuildwheel_selects_exactly_the_jobs_build_identifier(tmp_path):
+    for name, job in build_jobs(repo_workflow()).items():
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "cibuildwheel",
+                "--print-build-identifiers",
+                "--platform",
+                "linux",
+                "ci/release",
+            ],
+            cwd=REPO,
+            env=cibuildwheel_env(job, tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.split() == ["cp312-manylinux_x86_64"], name
+
+
+@needs_cibuildwheel
+def test_cibuildwheel_parses_the_build_options_as_meant(tmp_path, monkeypatch):
+    """--print-build-identifiers parses only the selection; the rest (frontend, environment, container
+    engine, repair and test commands) is checked with cibuildwheel's own option reader."""
+    from cibuildwheel.options import CommandLineArguments, compute_options
+
+    monkeypatch.chdir(REPO)
+    args = dataclasses.replace(
+        CommandLineArguments.defaults(), platform="linux", package_dir=Path("ci/release")
+    )
+    for job in build_jobs(repo_workflow()).values():
+        env = cibuildwheel_env(job, tmp_path) | {"FA_VARIANT": "cu12torch2.9"}
+        options = compute_options(platform="linux", command_line_arguments=args, env=env)
+        build = options.build_options("cp312-manylinux_x86_64")
+        assert (build.build_frontend.name, build.build_frontend.args) == ("pip", ["--no-build-isolation"])
+        assert build.before_build == "pip install {project}"
+        container_env = build.environment.as_dictionary({"PATH": "/usr/bin"})
+        assert container_env["FA_VARIANT"] == "cu12torch2.9" and container_env["FA_CACHE"] == "/fa/cache"
+        assert container_env["FA_MATRIX"] == "matrix.yaml" and container_env["FA_OUT"] == "/fa/out"
+        assert build.container_engine.create_args == (f"--volume={tmp_path}/fa:/fa",)
+        assert build.repair_command.startswith("auditwheel repair --exclude")
+        assert build.test_command == "python {project}/ci/release/smoke_test.py {wheel}"
+        assert (
+            build.manylinux_images is not None and "manylinux_2_28_x86_64" in build.manylinux_images["x86_64"]
+        )
