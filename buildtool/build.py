@@ -219,9 +219,10 @@ def _compiler(spec: WheelSpec) -> str | None:
 
 
 def _write_log(out_dir: Path, plan: Plan, wheels: list[dict]) -> None:
-    """logs/build-<shard>.json: why each wheel got its platform tag, what compiled it. Per shard, so
-    shards copied into one directory do not overwrite each other's log."""
-    name = f"build-{plan.shard[0]}of{plan.shard[1]}.json" if plan.shard else "build.json"
+    """logs/build[-<cpu>][-<K>of<N>].json: why each wheel got its platform tag, what compiled it. Per
+    CPU and shard, so the jobs' logs copied into one directory do not overwrite each other."""
+    cpu = f"-{plan.platform}" if plan.platform else ""
+    name = f"build{cpu}-{plan.shard[0]}of{plan.shard[1]}.json" if plan.shard else f"build{cpu}.json"
     skipped = [{"cell": asdict(s.cell), "reason": s.reason} for s in plan.skipped]
     cache.atomic_write_json(
         out_dir / "logs" / name, {"wheels": wheels, "skipped": skipped, "python": sys.version.split()[0]}

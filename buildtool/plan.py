@@ -99,6 +99,7 @@ class Plan:
     compile_jobs: tuple[CompileJob, ...]  # deduplicated over all wheels
     binding_jobs: tuple[BindingJob, ...]  # deduplicated
     shard: tuple[int, int] | None = None  # (K, N) when this is one shard of a bigger plan
+    platform: str | None = None  # the CPU when the plan keeps one CPU's wheels (fa build --platform)
 
 
 def cxx11abi_in_label(torch_minor: str, cxx11abi: bool) -> bool:
@@ -167,12 +168,14 @@ def make_plan(
         keep_universal = platform == matrix.platforms[0]
         wheels = [w for w in wheels if w.platform == platform or (w.platform is None and keep_universal)]
         skipped = [s for s in skipped if s.cell.platform == platform]
-    plan = _assemble(matrix, wheels, skipped)
+    plan = _assemble(matrix, wheels, skipped, platform=platform)
     if shard is None:
         return plan
     # Skipped cells are reported once, by shard 1 (with the universal wheel), so the shards' reports
     # add up to the whole matrix.
-    return _assemble(matrix, shard_wheels(plan.wheels, shard), skipped if shard[0] == 1 else [], shard)
+    return _assemble(
+        matrix, shard_wheels(plan.wheels, shard), skipped if shard[0] == 1 else [], shard, platform=platform
+    )
 
 
 def local_plan(
@@ -360,6 +363,8 @@ def _assemble(
     wheels: Sequence[WheelSpec],
     skipped: Sequence[SkippedCell],
     shard: tuple[int, int] | None = None,
+    *,
+    platform: str | None = None,
 ) -> Plan:
     return Plan(
         matrix=matrix,
@@ -368,6 +373,7 @@ def _assemble(
         compile_jobs=tuple(dict.fromkeys(job for w in wheels for job in w.compile_jobs)),
         binding_jobs=tuple(dict.fromkeys(w.binding for w in wheels if w.binding is not None)),
         shard=shard,
+        platform=platform,
     )
 
 

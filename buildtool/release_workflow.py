@@ -1,8 +1,10 @@
 """The release workflow (.github/workflows/release.yml), rendered from matrix.yaml.
 
-One build job per platform and shard. The shards are `fa build --shard K/N` with N the number of CUDA
-majors in the matrix: plan.shard_wheels splits by CUDA major first, so each job builds one major's
-wheels, which share every kernel program. Each job runs cibuildwheel once per wheel of its shard
+One build job per platform (CPU) and shard. The shards are `fa build --platform P --shard K/N` with N
+the number of CUDA majors the matrix builds for P: plan.shard_wheels splits by CUDA major first, so each
+job builds one major's wheels for one CPU, which share every kernel program. aarch64 jobs run natively
+on GitHub's Arm runners in the aarch64 manylinux image (NVRTC's aarch64 wheel compiles the kernels there);
+on a laptop the same wheels come from the x86_64 cross build. Each job runs cibuildwheel once per wheel of its shard
 (cibuildwheel takes exactly one wheel from each build, and fa's wheels are py3-none, one per CUDA
 major, torch minor and C++ ABI, not one per Python); the build step is `fa build --shard K/N` through
 the in-tree PEP 517 backend in ci/release/. A last job merges the shards, indexes them and publishes.
@@ -47,15 +49,18 @@ class Platform:
     manylinux_image: str  # cibuildwheel's manylinux-<arch>-image
 
 
-# A platform to release for is a row here (e.g. aarch64: runner ubuntu-24.04-arm, manylinux_2_28).
-PLATFORMS = {"x86_64": Platform("x86_64", "ubuntu-24.04", "manylinux_2_28")}
-RELEASE_PLATFORMS = ("x86_64",)
+# Where each CPU of matrix.yaml's `platforms` is built.
+PLATFORMS = {
+    "x86_64": Platform("x86_64", "ubuntu-24.04", "manylinux_2_28"),
+    "aarch64": Platform("aarch64", "ubuntu-24.04-arm", "manylinux_2_28"),
+}
 
 
 @dataclass(frozen=True)
 class BuildJob:
     platform: Platform
-    shard: tuple[int, int]  # (K, N), 1-based
+    shard: tuple[int, int]  # (K, N), 1-based, among this platform's shards
+    universal: bool = False  # this job also makes the py3-none-any wheel (shard 1 of the first CPU)
 
     @property
     def id(self) -> str:
@@ -64,6 +69,11 @@ class BuildJob:
     @property
     def shard_text(self) -> str:
         return f"{self.shard[0]}/{self.shard[1]}"
+
+    @property
+    def build_args(self) -> str:
+        """What selects this job's wheels on the `fa build` command line."""
+        return f"--platform {self.platform.arch} --shard {self.shard_text}"
 
     @property
     def build_identifier(self) -> str:
@@ -85,10 +95,24 @@ def from_matrix(matrix: Matrix, matrix_path: Path) -> ReleaseWorkflow:
             "the workflow runs in a checkout, where this absolute path does not exist",
             "run fa ci render from the repository root with a relative --matrix (e.g. matrix.yaml)",
         )
-    n = len(matrix.cuda)
-    jobs = tuple(BuildJob(PLATFORMS[p], (k, n)) for p in RELEASE_PLATFORMS for k in range(1, n + 1))
+    jobs = []
+    for cpu in matrix.platforms:
+        n = len(majors_built_for(matrix, cpu))
+        jobs += [
+            BuildJob(PLATFORMS[cpu], (k, n), cpu == matrix.platforms[0] and k == 1) for k in range(1, n + 1)
+        ]
     newest = max(matrix.torch, key=Version)
-    return ReleaseWorkflow(matrix_path.as_posix(), jobs, newest)
+    return ReleaseWorkflow(matrix_path.as_posix(), tuple(jobs), newest)
+
+
+def majors_built_for(matrix: Matrix, cpu: str) -> list[int]:
+    """The CUDA majors with at least one cell on `cpu` that no exclude entry removes (from the matrix
+    alone: a cell PyPI has no torch for still counts, so the answer does not change with PyPI)."""
+    return [
+        m
+        for m in matrix.cuda
+        if any(matrix.excluded_by(t, m, py, cpu) is None for t in matrix.torch for py in matrix.python)
+    ]
 
 
 def cibuildwheel_env(job: BuildJob, matrix_path: str) -> dict[str, str]:
@@ -107,7 +131,7 @@ def cibuildwheel_env(job: BuildJob, matrix_path: str) -> dict[str, str]:
         "CIBW_BUILD_VERBOSITY": "1",  # fa build's plan and summary in the log
         "CIBW_BEFORE_BUILD": "pip install {project}",
         "CIBW_ENVIRONMENT": (
-            f"FA_MATRIX={matrix_path} FA_SHARD={job.shard_text} FA_CACHE={mount}/cache "
+            f"FA_MATRIX={matrix_path} FA_SHARD={job.shard_text} FA_PLATFORM={arch} FA_CACHE={mount}/cache "
             f"FA_OUT={mount}/out PIP_CACHE_DIR={mount}/pip"
         ),
         "CIBW_ENVIRONMENT_PASS_LINUX": "FA_VARIANT",

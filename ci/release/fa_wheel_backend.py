@@ -11,6 +11,7 @@ Environment (set by the release workflow's CIBW_ENVIRONMENT and CIBW_ENVIRONMENT
   FA_SHARD    K/N, as for `fa build --shard`
   FA_VARIANT  the variant label of the wheel to return, e.g. cu12torch2.7
   FA_OUT      fa build's output folder (wheels, index, logs/)
+  FA_PLATFORM optional: the CPU whose wheels to build, as for `fa build --platform` (its shards)
 fa itself must be importable by this interpreter (the workflow's before-build: pip install {project});
 cibuildwheel runs pip with --no-build-isolation so that it is.
 """
@@ -50,9 +51,11 @@ def variant_of(wheel_file: str) -> str:
     return parse_wheel_filename(wheel_file)[1].local or ""
 
 
-def build_shard(matrix: Path, shard: str, out: Path) -> list[str]:
+def build_shard(matrix: Path, shard: str, out: Path, platform: str | None = None) -> list[str]:
     """Runs `fa build` for the shard (stderr shows its errors) and returns the wheel files it wrote."""
     command = [sys.executable, "-m", "buildtool.cli", "build", "--matrix", str(matrix), "--shard", shard]
+    if platform:
+        command += ["--platform", platform]
     command += ["--out", str(out), "--json"]
     print("+ " + " ".join(command), file=sys.stderr, flush=True)
     proc = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
@@ -70,7 +73,7 @@ def build_wheel(
     settings = _settings()
     variant, shard = settings["FA_VARIANT"], settings["FA_SHARD"]
     out = Path(settings["FA_OUT"])
-    files = build_shard(PROJECT / settings["FA_MATRIX"], shard, out)
+    files = build_shard(PROJECT / settings["FA_MATRIX"], shard, out, os.environ.get("FA_PLATFORM") or None)
     chosen = [f for f in files if variant_of(f) == variant]
     if len(chosen) != 1:
         built = ", ".join(variant_of(f) or "(universal)" for f in files) or "none"

@@ -19,6 +19,7 @@ from buildtool import release_workflow
 from buildtool.cli import app
 from buildtool.matrix import load_matrix, parse_matrix
 from buildtool.platform_tag import TORCH_LIBS
+from buildtool.release_workflow import majors_built_for
 
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOW = REPO / ".github" / "workflows" / "release.yml"
@@ -86,12 +87,15 @@ def test_bad_matrix_exits_2_naming_the_field(tmp_path, monkeypatch):
     assert absolute.exit_code == 2 and "relative --matrix" in absolute.output
 
 
-def test_one_build_job_per_cuda_major_then_publish():
+def test_one_build_job_per_cpu_and_cuda_major_then_publish():
     matrix = load_matrix(REPO / "matrix.yaml")
     workflow = repo_workflow()
     jobs = build_jobs(workflow)
-    n = len(matrix.cuda)
-    assert sorted(jobs) == [f"build-x86_64-{k}" for k in range(1, n + 1)]
+    expected = {cpu: majors_built_for(matrix, cpu) for cpu in matrix.platforms}
+    assert expected == {"x86_64": [11, 12, 13], "aarch64": [12, 13]}  # no cu11 torch for Arm servers
+    assert sorted(jobs) == sorted(
+        f"build-{cpu}-{k}" for cpu, m in expected.items() for k in range(1, len(m) + 1)
+    )
     assert set(workflow["jobs"]) == {*jobs, "publish", "pages"}
     assert workflow["jobs"]["publish"]["needs"] == list(jobs)
     assert workflow["jobs"]["pages"]["needs"] == "publish"
@@ -99,16 +103,19 @@ def test_one_build_job_per_cuda_major_then_publish():
         "push": {"tags": ["v*"]},
         "workflow_dispatch": None,
     }  # YAML 1.1 reads `on` as true
-    for k, (name, job) in enumerate(sorted(jobs.items()), start=1):
-        assert job["runs-on"] == "ubuntu-24.04"
+    runners = {"x86_64": "ubuntu-24.04", "aarch64": "ubuntu-24.04-arm"}
+    for name, job in jobs.items():
+        _, cpu, k = name.split("-")
+        n = len(expected[cpu])
+        assert job["runs-on"] == runners[cpu]
         env = build_step_env(job)
-        assert env["CIBW_BUILD"] == "cp312-manylinux_x86_64" and env["CIBW_ARCHS"] == "x86_64"
-        assert env["CIBW_MANYLINUX_X86_64_IMAGE"] == "manylinux_2_28"
-        assert f"FA_SHARD={k}/{n}" in env["CIBW_ENVIRONMENT"].split()
+        assert env["CIBW_BUILD"] == f"cp312-manylinux_{cpu}" and env["CIBW_ARCHS"] == cpu
+        assert env[f"CIBW_MANYLINUX_{cpu.upper()}_IMAGE"] == "manylinux_2_28"
+        assert {f"FA_SHARD={k}/{n}", f"FA_PLATFORM={cpu}"} <= set(env["CIBW_ENVIRONMENT"].split())
         plan = next(s for s in job["steps"] if s.get("name", "").startswith("Plan"))
-        assert f"--shard {k}/{n} --dry-run --json" in plan["run"]
+        assert f"--platform {cpu} --shard {k}/{n} --dry-run --json" in plan["run"]
         universal = [s for s in job["steps"] if "universal" in s.get("name", "")]
-        assert len(universal) == (k == 1)  # the universal wheel is in shard 1
+        assert len(universal) == (name == "build-x86_64-1")  # shard 1 of the first CPU
         cache = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/cache"))
         assert cache["with"]["path"] == "${{ runner.temp }}/fa/cache"
 
@@ -123,6 +130,10 @@ def test_repair_excludes_exactly_torchs_libraries():
 
 def test_shards_follow_the_matrix():
     assert sorted(build_jobs(render(SMALL))) == ["build-x86_64-1"]
+    assert sorted(build_jobs(render(SMALL + 'platforms: ["x86_64", "aarch64"]\n'))) == [
+        "build-aarch64-1",
+        "build-x86_64-1",
+    ]
     assert sorted(build_jobs(render(SMALL.replace("cuda: [12]", "cuda: [11, 12]")))) == [
         "build-x86_64-1",
         "build-x86_64-2",
@@ -175,7 +186,8 @@ def test_cibuildwheel_selects_exactly_the_jobs_build_identifier(tmp_path):
             check=False,
         )
         assert proc.returncode == 0, proc.stderr
-        assert proc.stdout.split() == ["cp312-manylinux_x86_64"], name
+        cpu = name.split("-")[1]
+        assert proc.stdout.split() == [f"cp312-manylinux_{cpu}"], name
 
 
 @needs_cibuildwheel
@@ -188,18 +200,18 @@ def test_cibuildwheel_parses_the_build_options_as_meant(tmp_path, monkeypatch):
     args = dataclasses.replace(
         CommandLineArguments.defaults(), platform="linux", package_dir=Path("ci/release")
     )
-    for job in build_jobs(repo_workflow()).values():
+    for name, job in build_jobs(repo_workflow()).items():
+        cpu = name.split("-")[1]
         env = cibuildwheel_env(job, tmp_path) | {"FA_VARIANT": "cu12torch2.9"}
         options = compute_options(platform="linux", command_line_arguments=args, env=env)
-        build = options.build_options("cp312-manylinux_x86_64")
+        build = options.build_options(f"cp312-manylinux_{cpu}")
         assert (build.build_frontend.name, build.build_frontend.args) == ("pip", ["--no-build-isolation"])
         assert build.before_build == "pip install {project}"
         container_env = build.environment.as_dictionary({"PATH": "/usr/bin"})
         assert container_env["FA_VARIANT"] == "cu12torch2.9" and container_env["FA_CACHE"] == "/fa/cache"
         assert container_env["FA_MATRIX"] == "matrix.yaml" and container_env["FA_OUT"] == "/fa/out"
+        assert container_env["FA_PLATFORM"] == cpu
         assert build.container_engine.create_args == (f"--volume={tmp_path}/fa:/fa",)
         assert build.repair_command.startswith("auditwheel repair --exclude")
         assert build.test_command == "python {project}/ci/release/smoke_test.py {wheel}"
-        assert (
-            build.manylinux_images is not None and "manylinux_2_28_x86_64" in build.manylinux_images["x86_64"]
-        )
+        assert build.manylinux_images is not None and f"manylinux_2_28_{cpu}" in build.manylinux_images[cpu]
