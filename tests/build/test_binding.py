@@ -49,7 +49,7 @@ def test_compiler_failure_is_reported(fixture_tree, tmp_path, fresh_cache):
 
 @pytest.mark.network
 def test_binding_against_pypi_headers_of_an_older_torch(fixture_tree, build_cache):
-    minor = fetch_torch_catalog().minors["2.5"]
+    minor = fetch_torch_catalog().minors["2.5"].builds["x86_64"]
     headers = torch_headers.headers_for(minor.oldest, minor.header_source)
     assert (headers.include / "torch" / "library.h").is_file()
     built = binding.build_binding(headers, False, fixture_tree)
