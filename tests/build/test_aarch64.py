@@ -1,12 +1,12 @@
 """aarch64 wheels built on this x86_64 machine: the binding is cross-compiled (Debian's
 g++-aarch64-linux-gnu) against the aarch64 torch wheel's headers, the cubins are the x86_64 build's.
 
-Checked against torch 2.4.0's aarch64 wheel from PyPI, whose libraries are CPU-only and so load
-without any CUDA library: the binary is an aarch64 ELF; its wheel is tagged for aarch64 from the
-binary itself; its undefined symbols resolve against that wheel's libc10.so + libtorch_cpu.so
-exports exactly when its C++ ABI is the one those libraries use; and, where Debian's qemu-user is
-installed, an aarch64 program really loads libtorch_cpu.so and then our binding (which runs its
-TORCH_LIBRARY registration) under emulation.
+Checked against PyPI's aarch64 torch wheels of the oldest minor (2.4, old C++ ABI) and a recent one
+(2.13, C++11 ABI): the binary is an aarch64 ELF; its wheel is tagged for aarch64 from the binary
+itself; its undefined symbols resolve against that torch's libc10.so + libtorch_cpu.so exports exactly
+when its C++ ABI is the one those libraries use; and, where Debian's qemu-user is installed, an aarch64
+program really loads torch 2.4's libtorch_cpu.so (CPU-only, so no CUDA library is needed) and then our
+binding, which runs its TORCH_LIBRARY registration, under emulation.
 """
 
 from __future__ import annotations
@@ -41,9 +41,10 @@ pytestmark = [
     ),
 ]
 
-TORCH = "2.4"  # PyPI's aarch64 torch 2.4 is CPU-only: its libraries load with no CUDA library present
+QEMU_TORCH = "2.4"  # PyPI's aarch64 torch 2.4 is CPU-only: its libraries load with no CUDA library present
+TORCHES = (QEMU_TORCH, "2.13")
 MATRIX = f"""
-torch: ["{TORCH}"]
+torch: {json.dumps(list(TORCHES))}
 cuda: [12]
 python: ["3.12"]
 platforms: ["x86_64", "aarch64"]
@@ -62,20 +63,20 @@ def built(build_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {"out": out, "summary": summary, "plan": plan}
 
 
-@pytest.fixture(scope="module")
-def arm_torch(build_cache: Path) -> Path:
-    """torch/ of the aarch64 torch wheel: its libraries (torch/lib, torch.libs) and version.py."""
-    build = fetch_torch_catalog().minors[TORCH].builds[AARCH64]
-    final = cache.cache_dir() / "test-torch" / AARCH64 / build.oldest
+def arm_torch(minor: str, everything: bool) -> Path:
+    """The aarch64 torch wheel of `minor` (its oldest patch), unpacked in part: version.py, libc10.so and
+    libtorch_cpu.so, or with `everything` every library it ships (to load them under qemu)."""
+    build = fetch_torch_catalog().minors[minor].builds[AARCH64]
+    final = cache.cache_dir() / "test-torch" / AARCH64 / f"{build.oldest}{'-all' if everything else ''}"
     if not final.is_dir():
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=final.parent))
         src = build.header_source
 
         def wanted(name: str) -> bool:
-            return name == "torch/version.py" or (
-                name.startswith(("torch/lib/", "torch.libs/")) and ".so" in name and "python" not in name
-            )
+            if name in ("torch/version.py", "torch/lib/libc10.so", "torch/lib/libtorch_cpu.so"):
+                return True
+            return everything and name.startswith(("torch/lib/", "torch.libs/")) and ".so" in name
 
         torch_headers.extract_members(src.url, src.size, tmp, wanted)
         os.replace(tmp, final)
@@ -87,12 +88,14 @@ def _binding(wheel: Path, dest: Path) -> Path:
         return Path(zf.extract("fa_attn/libfa_attn_ops.so", dest))
 
 
-def _arm_wheels(out: Path) -> dict[bool, Path]:
-    """The aarch64 wheels by C++ ABI."""
+def _arm_wheels(out: Path, minor: str | None = None) -> dict[tuple[str, bool], Path]:
+    """The aarch64 wheels (of torch `minor`, or all) by (torch minor, C++ ABI)."""
     found = {}
     for whl in out.glob("*_aarch64.whl"):
         with zipfile.ZipFile(whl) as zf:
-            found[json.loads(zf.read("fa_attn/manifest.json"))["cxx11abi"]] = whl
+            manifest = json.loads(zf.read("fa_attn/manifest.json"))
+        if minor in (None, manifest["torch"]):
+            found[manifest["torch"], manifest["cxx11abi"]] = whl
     return found
 
 
@@ -121,11 +124,11 @@ def test_aarch64_wheels_carry_an_aarch64_binding_and_the_same_cubins(built, tmp_
     # One kernel program for both CPUs: compiled (or found) once, never per platform.
     assert len(plan.compile_jobs) == 1 and summary.nvrtc_compiles + summary.nvrtc_cached == 1
     arm = _arm_wheels(out)
-    assert set(arm) == {False, True}  # torch 2.4: both C++ ABIs
-    for abi, whl in arm.items():
+    assert set(arm) == {("2.4", False), ("2.4", True), ("2.13", True)}  # both C++ ABIs below torch 2.7
+    for (minor, abi), whl in arm.items():
         (tag,) = parse_wheel_filename(whl.name)[3]
         assert tag.platform.startswith("manylinux_") and tag.platform.endswith("_aarch64"), tag
-        with open(_binding(whl, tmp_path / str(abi)), "rb") as f:
+        with open(_binding(whl, tmp_path / f"{minor}-{abi}"), "rb") as f:
             elf = ELFFile(f)
             assert elf["e_machine"] == "EM_AARCH64" and elf.elfclass == 64
         x86 = next(out.glob(whl.name.replace(tag.platform, "*_x86_64")))
@@ -137,16 +140,20 @@ def test_aarch64_wheels_carry_an_aarch64_binding_and_the_same_cubins(built, tmp_
     assert {w["platform"] for w in index["wheels"]} == {None, "x86_64", AARCH64}
 
 
-def test_undefined_symbols_resolve_against_aarch64_torch_exactly_for_its_abi(built, arm_torch, tmp_path):
-    info = probe_torch(arm_torch / "torch")
-    assert info is not None and info.cxx11abi is not None
+@pytest.mark.parametrize("minor", TORCHES)
+def test_undefined_symbols_resolve_against_aarch64_torch_exactly_for_its_abi(built, minor, tmp_path):
+    torch = arm_torch(minor, everything=minor == QEMU_TORCH)
+    info = probe_torch(torch / "torch")
+    assert info is not None and info.cxx11abi == (minor != "2.4")  # PyPI's aarch64 2.4: the old ABI
     exports = set()
     for lib in ("libc10.so", "libtorch_cpu.so"):
-        exports |= _dynsyms(arm_torch / "torch" / "lib" / lib)[0]
-    for abi, whl in _arm_wheels(built["out"]).items():
+        exports |= _dynsyms(torch / "torch" / "lib" / lib)[0]
+    wheels = _arm_wheels(built["out"], minor)
+    assert (minor, info.cxx11abi) in wheels
+    for (_, abi), whl in wheels.items():
         missing = _dynsyms(_binding(whl, tmp_path / str(abi)))[1] - exports
         if abi == info.cxx11abi:
-            assert not missing, f"{whl.name}: unresolved against torch {TORCH} aarch64: {sorted(missing)[:5]}"
+            assert not missing, f"{whl.name}: unresolved against torch {minor} aarch64: {sorted(missing)[:5]}"
         else:  # the other ABI's std::string symbols do not exist there: the check can fail
             assert any("__cxx11" in s or "Ss" in s for s in missing), whl.name
 
@@ -168,8 +175,9 @@ int main(int argc, char** argv) {
     shutil.which(TARGETS[AARCH64].qemu) is None or not SYSROOT.is_dir(),
     reason="no qemu-user (apt-get install qemu-user) to run aarch64 code here",
 )
-def test_binding_loads_into_aarch64_torch_under_qemu(built, arm_torch, tmp_path):
-    info = probe_torch(arm_torch / "torch")
+def test_binding_loads_into_aarch64_torch_under_qemu(built, tmp_path):
+    torch = arm_torch(QEMU_TORCH, everything=True)
+    info = probe_torch(torch / "torch")
     assert info is not None
     gcc = TARGETS[AARCH64].triple + "-gcc"
     (tmp_path / "loader.c").write_text(LOADER)
@@ -184,12 +192,10 @@ def test_binding_loads_into_aarch64_torch_under_qemu(built, arm_torch, tmp_path)
     )
     env = {
         **os.environ,
-        "LD_LIBRARY_PATH": ":".join(
-            [str(arm_torch / "torch" / "lib"), str(arm_torch / "torch.libs"), str(tmp_path)]
-        ),
+        "LD_LIBRARY_PATH": ":".join([str(torch / "torch" / "lib"), str(torch / "torch.libs"), str(tmp_path)]),
     }
     results = {}
-    for abi, whl in _arm_wheels(built["out"]).items():
+    for (_, abi), whl in _arm_wheels(built["out"], QEMU_TORCH).items():
         lib = _binding(whl, tmp_path / str(abi))
         run = subprocess.run(
             [

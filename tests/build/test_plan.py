@@ -375,6 +375,27 @@ def test_local_plan() -> None:
     assert info.value.field == "--cuda"
 
 
+def test_local_plan_builds_for_this_machines_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On an Arm machine (a GH200, a DGX Spark) `fa build --local` makes an aarch64 wheel natively."""
+    from buildtool import platforms
+
+    monkeypatch.setattr(platforms.platform, "machine", lambda: "aarch64")
+    plan = local_plan("2.9.0+cu130", True, "3.12", (13,), units=units)
+    (wheel,) = plan.wheels
+    assert wheel.platform == "aarch64" and wheel.binding.platform == "aarch64"
+    assert wheel.cells == (Cell("2.9", 13, "3.12", "aarch64"),)
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.delenv("FA_CXX_AARCH64", raising=False)
+    assert platforms.cxx_for("aarch64") == [
+        "g++"
+    ]  # native there; the x86_64 bindings would be the cross ones
+    assert platforms.cxx_for("x86_64") == ["x86_64-linux-gnu-g++"]
+    monkeypatch.setattr(platforms.platform, "machine", lambda: "riscv64")
+    with pytest.raises(MatrixError) as info:
+        local_plan("2.9.0", True, "3.12", (13,), units=units)
+    assert info.value.field == "platform" and "x86_64 or aarch64" in info.value.fix
+
+
 # -- view -------------------------------------------------------------------------------------------
 
 
