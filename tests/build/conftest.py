@@ -1,7 +1,7 @@
 """Shared setup for the build tests.
 
-One FA_CACHE per test session (`build_cache`), so the CUDA 12 NVRTC wheel is downloaded once per CI run
-(set FA_TOOLKIT_WHEELS to a folder holding the pinned wheels to skip even that). `fixture_tree` is a
+One FA_CACHE per test session (`build_cache`) whose download folders are the user's own (FA_CACHE or
+~/.cache/fa), so NVRTC wheels and torch headers are fetched once per machine, not per run. `fixture_tree` is a
 kernels/ tree with one trivial unit per arch (tests/build/fixture_kernels) plus the real runtime
 package, so the machinery is tested without compiling real attention kernels.
 """
@@ -16,13 +16,24 @@ from pathlib import Path
 import pytest
 from range_server import serve
 
+from buildtool import cache
+
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).resolve().parent / "fixture_kernels"
+
+
+# Downloads only (NVRTC wheels, torch headers, the aarch64 torch libraries of test_aarch64): shared with
+# the user's cache, so a machine fetches them once, not once per test run. Compiled images, bindings and
+# the PyPI catalog stay per session, so the tests see cold compiles.
+SHARED_DOWNLOADS = ("toolkits", "torch-headers", "test-torch")
 
 
 @pytest.fixture(scope="session")
 def build_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     root = tmp_path_factory.mktemp("fa-cache")
+    for name in SHARED_DOWNLOADS:
+        (cache.cache_dir() / name).mkdir(parents=True, exist_ok=True)
+        (root / name).symlink_to(cache.cache_dir() / name)
     old = os.environ.get("FA_CACHE")
     os.environ["FA_CACHE"] = str(root)
     yield root
