@@ -44,10 +44,10 @@ class BindingBuild:
     seconds: float
 
 
-def compiler(platform: str = platforms.X86_64) -> list[str]:
+def compiler(platform: str | None = None) -> list[str]:
     """The compiler for bindings that run on `platform`: for this machine's CPU `CXX` (may carry a
     launcher, e.g. "ccache g++") or g++; for the other CPU its cross g++ (FA_CXX_<CPU> overrides)."""
-    return platforms.cxx_for(platform)
+    return platforms.cxx_for(platform or platforms.host())
 
 
 @functools.cache
@@ -80,9 +80,9 @@ def flags(headers: Headers, cxx11abi: bool, kernels_root: Path) -> list[str]:
     return [*BASE_FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={int(cxx11abi)}", *inc]
 
 
-def binding_key(
-    headers: Headers, cxx11abi: bool, kernels_root: Path, platform: str = platforms.X86_64
-) -> str:
+def binding_key(headers: Headers, cxx11abi: bool, kernels_root: Path, platform: str | None = None) -> str:
+    """The cache key; `platform` (the binding's CPU) defaults to this machine's, like every function here."""
+    platform = platform or platforms.host()
     srcs = sources(kernels_root)
     parts: list[str | bytes] = [
         "fa-binding-v1",
@@ -103,13 +103,13 @@ def output_path(key: str) -> Path:
     return cache.cache_dir() / "bindings" / key[:2] / key / OUTPUT_NAME
 
 
-def is_cached(headers: Headers, cxx11abi: bool, kernels_root: Path, platform: str = platforms.X86_64) -> bool:
+def is_cached(headers: Headers, cxx11abi: bool, kernels_root: Path, platform: str | None = None) -> bool:
     return output_path(binding_key(headers, cxx11abi, kernels_root, platform)).is_file()
 
 
-def stub_dir(platform: str = platforms.X86_64) -> Path:
+def stub_dir(platform: str | None = None) -> Path:
     """Empty shared libraries with torch's sonames for `platform`, generated once (they hold no code)."""
-    d = cache.cache_dir() / "binding-stubs" / platform
+    d = cache.cache_dir() / "binding-stubs" / (platform or platforms.host())
     with cache.locked(d):
         for soname in STUB_SONAMES:
             lib = d / soname
@@ -132,8 +132,9 @@ def stub_dir(platform: str = platforms.X86_64) -> Path:
 
 
 def build_binding(
-    headers: Headers, cxx11abi: bool, kernels_root: Path, platform: str = platforms.X86_64
+    headers: Headers, cxx11abi: bool, kernels_root: Path, platform: str | None = None
 ) -> BindingBuild:
+    platform = platform or platforms.host()
     key = binding_key(headers, cxx11abi, kernels_root, platform)
     out = output_path(key)
     if out.is_file():
