@@ -7,7 +7,6 @@ directory they were copied into (`fa index wheels/`).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import zipfile
 from pathlib import Path
@@ -16,6 +15,7 @@ import jinja2
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from buildtool import cache
+from buildtool.fetch import sha256_file
 from buildtool.pypi import linux_cpu
 
 PROJECT = "fa-attn"
@@ -41,26 +41,20 @@ class WheelDirError(RuntimeError):
     """A file in the wheel directory that is not a readable fa-attn wheel."""
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def wheel_entry(path: Path) -> dict:
     """One index.json entry, from the wheel's file name and its manifest."""
     try:
         _, _, _, tags = parse_wheel_filename(path.name)
         with zipfile.ZipFile(path) as zf:
             man = json.loads(zf.read(MANIFEST))
-    except (InvalidWheelFilename, zipfile.BadZipFile, KeyError, ValueError) as e:
+    except (OSError, InvalidWheelFilename, zipfile.BadZipFile, KeyError, ValueError) as e:
         raise WheelDirError(
             f"{path}: not an fa-attn wheel with a manifest ({e}); remove it or rebuild"
         ) from e
+    if not isinstance(man, dict):
+        raise WheelDirError(f"{path}: {MANIFEST} is not an object; remove it or rebuild")
     (tag,) = tags  # our wheels carry exactly one tag
-    entry = {"file": path.name, "sha256": _sha256(path), "size": path.stat().st_size}
+    entry = {"file": path.name, "sha256": sha256_file(path), "size": path.stat().st_size}
     entry.update({k: man.get(k) for k in _FROM_MANIFEST})
     entry.update(
         python_tag=tag.interpreter,

@@ -6,13 +6,11 @@ Also fetches one wheel and checks its sha256 against the index before anyone use
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import urllib.error
 import urllib.parse
 import urllib.request
-import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +18,8 @@ from typing import Any
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
+from buildtool import index
+from buildtool.fetch import sha256_file
 from buildtool.pypi import linux_cpu
 
 INDEX_FILE = "index.json"
@@ -151,48 +151,12 @@ def entry_from_dict(raw: Any, where: str) -> WheelEntry:
 
 
 def entry_from_wheel(path: Path) -> WheelEntry:
-    """An index entry computed from a wheel file and the manifest inside it."""
+    """An index entry computed from a wheel file and the manifest inside it, as `fa index` writes it."""
     try:
-        with zipfile.ZipFile(path) as zf:
-            manifest = json.loads(zf.read(MANIFEST_PATH))
-    except (OSError, KeyError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
-        raise WheelIndexError(
-            f"{path}: no readable {MANIFEST_PATH} ({exc}); rebuild it with fa build"
-        ) from exc
-    if not isinstance(manifest, dict):
-        raise WheelIndexError(f"{path}: {MANIFEST_PATH} is not an object; rebuild it with fa build")
-    raw = {
-        key: manifest.get(key)
-        for key in (
-            "version",
-            "variant",
-            "platform",
-            "cuda_major",
-            "toolkit",
-            "torch",
-            "cxx11abi",
-            "min_driver",
-            "ptx_min_driver",
-            "sass",
-            "ptx",
-            "coverage",
-        )
-    }
-    raw.update(
-        file=path.name,
-        sha256=file_sha256(path),
-        size=path.stat().st_size,
-        requires_python=manifest.get("requires_python"),
-    )
+        raw = index.wheel_entry(path)
+    except index.WheelDirError as exc:
+        raise WheelIndexError(str(exc)) from exc
     return entry_from_dict(raw, f"{path}: {MANIFEST_PATH}")
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def wheel_location(index: WheelIndex, entry: WheelEntry) -> str:
@@ -215,7 +179,7 @@ def fetch_wheel(index: WheelIndex, entry: WheelEntry, dest_dir: Path) -> Path:
     except (urllib.error.URLError, OSError) as exc:
         dest.unlink(missing_ok=True)
         raise WheelIndexError(f"{source}: cannot fetch it ({exc})") from exc
-    actual = file_sha256(dest)
+    actual = sha256_file(dest)
     if actual != entry.sha256:
         dest.unlink()
         raise WheelIndexError(

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from buildtool import index, package
 from buildtool.cli import app
 from buildtool.compile import KernelTree
+from buildtool.fetch import sha256_file
 from buildtool.matrix import Matrix
 from buildtool.plan import BindingJob, Cell, CompileJob, WheelSpec, universal_wheel
 
@@ -148,7 +149,7 @@ def test_index_json_and_pep503_pages_pip_accepts(fixture_tree, images, host_lib,
     data = index.write_index(out)
     (entry,) = data["wheels"]
     assert entry["file"] == a.path.name and entry["size"] == a.path.stat().st_size
-    assert entry["sha256"] == index._sha256(a.path) and entry["platform_tag"] == a.platform
+    assert entry["sha256"] == sha256_file(a.path) and entry["platform_tag"] == a.platform
     assert (entry["python_tag"], entry["abi_tag"], entry["requires_python"]) == ("py3", "none", ">=3.9")
     assert json.loads((out / "index.json").read_text()) == data
     page = (out / "simple" / "fa-attn" / "index.html").read_text()
