@@ -50,9 +50,15 @@ def compiler(platform: str | None = None) -> list[str]:
     return platforms.cxx_for(platform or platforms.host())
 
 
+def compiler_identity(platform: str | None = None) -> str:
+    """The version and target triple of the compiler for `platform`'s bindings: part of the cache key
+    and of the build log."""
+    platform = platform or platforms.host()
+    return _identity(tuple(compiler(platform)), platform)
+
+
 @functools.cache
-def compiler_identity(cxx: tuple[str, ...]) -> str:
-    """The compiler's version and target triple: part of the cache key and of the build log."""
+def _identity(cxx: tuple[str, ...], platform: str) -> str:
     try:
         out = [
             subprocess.run([*cxx, flag], capture_output=True, text=True, check=True).stdout.strip()
@@ -61,7 +67,7 @@ def compiler_identity(cxx: tuple[str, ...]) -> str:
         banner = subprocess.run([*cxx, "--version"], capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError) as e:
         raise BindingError(
-            f"C++ compiler {' '.join(cxx)!r} not usable: {e}\n  fix: {_install_hint(cxx)}"
+            f"C++ compiler {' '.join(cxx)!r} not usable: {e}\n  fix: {platforms.cxx_install_hint(platform)}"
         ) from e
     return f"{banner.stdout.splitlines()[0]} ({out[0]}, {out[1]})"
 
@@ -95,7 +101,7 @@ def binding_key(headers: Headers, cxx11abi: bool, kernels_root: Path, platform: 
         parts += [p.relative_to(kernels_root).as_posix(), p.read_bytes()]
     # include dirs are paths into the cache: key on what they hold (version), not where they are
     portable = [f for f in flags(headers, cxx11abi, kernels_root) if not f.startswith("-I")]
-    parts += [compiler_identity(tuple(compiler(platform))), *portable]
+    parts += [compiler_identity(platform), *portable]
     return cache.content_key(*parts)
 
 
@@ -109,7 +115,8 @@ def is_cached(headers: Headers, cxx11abi: bool, kernels_root: Path, platform: st
 
 def stub_dir(platform: str | None = None) -> Path:
     """Empty shared libraries with torch's sonames for `platform`, generated once (they hold no code)."""
-    d = cache.cache_dir() / "binding-stubs" / (platform or platforms.host())
+    platform = platform or platforms.host()
+    d = cache.cache_dir() / "binding-stubs" / platform
     with cache.locked(d):
         for soname in STUB_SONAMES:
             lib = d / soname
@@ -127,6 +134,7 @@ def stub_dir(platform: str | None = None) -> Path:
                             str(tmp),
                         ],
                         f"generating stub {soname}",
+                        platform,
                     )
     return d
 
@@ -155,22 +163,21 @@ def build_binding(
             "-Wl,--as-needed",
             "-ldl",  # dlopen lives in libdl before glibc 2.34 (manylinux_2_28); as-needed drops it after
         ]
-        _run(cmd, f"building the {platform} binding for torch {headers.torch_version} (cxx11abi={cxx11abi})")
+        _run(
+            cmd,
+            f"building the {platform} binding for torch {headers.torch_version} (cxx11abi={cxx11abi})",
+            platform,
+        )
     return BindingBuild(out, key, False, time.perf_counter() - t0)
 
 
-def _run(cmd: list[str], what: str) -> None:
+def _run(cmd: list[str], what: str, platform: str) -> None:
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     except OSError as e:
-        raise BindingError(f"{what}: cannot run {cmd[0]}: {e}\n  fix: {_install_hint((cmd[0],))}") from e
+        raise BindingError(
+            f"{what}: cannot run {cmd[0]}: {e}\n  fix: {platforms.cxx_install_hint(platform)}"
+        ) from e
     if proc.returncode != 0:
         tail = "\n".join((proc.stderr or proc.stdout).splitlines()[-40:])
         raise BindingError(f"{what} failed (exit {proc.returncode}):\n{shlex.join(cmd)}\n{tail}")
-
-
-def _install_hint(cxx: tuple[str, ...] | list[str]) -> str:
-    for target in platforms.PLATFORMS:
-        if tuple(cxx) == tuple(platforms.cxx_for(target)):
-            return platforms.cxx_install_hint(target)
-    return "install g++, or set CXX (FA_CXX_X86_64 / FA_CXX_AARCH64 for a given CPU)"

@@ -207,15 +207,9 @@ def _log_entry(spec: WheelSpec, built: package.BuiltWheel, b: binding_mod.Bindin
         "platform_tag": built.platform,
         "platform_reason": built.platform_reason,
         "binding_key": b.key if b else None,
-        "compiler": _compiler(spec) if b else None,
+        "compiler": binding_mod.compiler_identity(spec.platform) if b else None,
         "toolkit": built.manifest["toolkit"],
     }
-
-
-def _compiler(spec: WheelSpec) -> str | None:
-    return (
-        binding_mod.compiler_identity(tuple(binding_mod.compiler(spec.platform))) if spec.platform else None
-    )
 
 
 def _write_log(out_dir: Path, plan: Plan, wheels: list[dict]) -> None:

@@ -185,10 +185,6 @@ def linux_cpu(platform_tag: str) -> str | None:
     return next((p for p in PLATFORMS if platform_tag.endswith("_" + p)), None)
 
 
-def is_linux_x86_64(platform_tag: str) -> bool:
-    return linux_cpu(platform_tag) == X86_64
-
-
 def python_of(interpreter: str, abi: str) -> str | None:
     """("cp313", "cp313t") -> "3.13t"; None for tags that are not CPython 3."""
     if not interpreter.startswith("cp3"):
