@@ -83,7 +83,11 @@ class WheelSpec:
     binding: BindingJob | None
     variant: str  # "cu12torch2.5cxx11abifalse", "cu12torch2.7", "" for universal
     version: str  # "0.1.0+cu12torch2.5cxx11abifalse"
-    platform: str | None = platforms.X86_64  # the CPU; None for the universal wheel
+
+    @property
+    def platform(self) -> str | None:
+        """The CPU: its binding's; None for the universal wheel, which has no binary."""
+        return self.binding.platform if self.binding else None
 
     @property
     def name(self) -> str:
@@ -265,7 +269,6 @@ def universal_wheel(matrix: Matrix) -> WheelSpec:
         binding=None,
         variant="",
         version=matrix.version,
-        platform=None,
     )
 
 
@@ -334,7 +337,6 @@ def _kernel_wheel(
         binding=binding,
         variant=variant,
         version=f"{matrix.version}+{variant}",
-        platform=binding.platform,
     )
 
 
@@ -398,9 +400,10 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 def shard_wheels(wheels: Sequence[WheelSpec], shard: tuple[int, int]) -> tuple[WheelSpec, ...]:
     """The wheels of shard K of N. Wheels are grouped by (CPU, CUDA major), since the wheels of one major
-    share all their kernel programs and a CI job runs on one CPU; a group is split (by torch minor) only when there are more shards than
-    groups, and groups go to the least loaded shard, heaviest first. The universal wheel is in shard 1.
-    Every wheel is in exactly one shard; a shard may be empty when N exceeds the wheels."""
+    share all their kernel programs and a CI job runs on one CPU; a group is split (by torch minor)
+    only when there are more shards than groups, and groups go to the least loaded shard, heaviest
+    first. The universal wheel is in shard 1. Every wheel is in exactly one shard; a shard may be
+    empty when N exceeds the wheels."""
     k, n = shard
     keys = dict.fromkeys((w.platform, w.cuda_major) for w in wheels if w.cuda_major is not None)
     groups = [[w for w in wheels if (w.platform, w.cuda_major) == key] for key in keys]
