@@ -16,11 +16,9 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from buildtool import cache
 from buildtool.fetch import sha256_file
+from buildtool.package import MANIFEST, PROJECT, REQUIRES_PYTHON
 from buildtool.pypi import linux_cpu
 
-PROJECT = "fa-attn"
-MANIFEST = "fa_attn/manifest.json"
-REQUIRES_PYTHON = ">=3.9"
 _FROM_MANIFEST = (
     "version",
     "variant",

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 DIST = "fa_attn"
 PROJECT = "fa-attn"
 REQUIRES_PYTHON = ">=3.9"
+MANIFEST = f"{DIST}/manifest.json"  # inside every wheel
 BINDING_FILE = "libfa_attn_ops.so"
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # the zip format's earliest date: no build time leaks in
 SUMMARY = "Fused attention kernels for PyTorch, built per CUDA major and torch minor by fa"
@@ -186,7 +187,7 @@ def build_wheel(
     # Not sort_keys: a kernel's "entries" are in launch order (fa_bwd_preprocess, fa_bwd,
     # fa_bwd_convert_dq), which sorting would turn into fa_bwd first. manifest() builds every dict in
     # a fixed order, so the bytes stay reproducible.
-    files[f"{DIST}/manifest.json"] = (json.dumps(man, indent=2) + "\n").encode()
+    files[MANIFEST] = (json.dumps(man, indent=2) + "\n").encode()
     dist_info = f"{DIST}-{spec.version}.dist-info"
     files[f"{dist_info}/METADATA"] = _metadata(spec.version).encode()
     files[f"{dist_info}/WHEEL"] = _wheel_file(platform).encode()

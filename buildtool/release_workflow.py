@@ -3,11 +3,11 @@
 One build job per platform (CPU) and shard. The shards are `fa build --platform P --shard K/N` with N
 the number of CUDA majors the matrix builds for P: plan.shard_wheels splits by CUDA major first, so each
 job builds one major's wheels for one CPU, which share every kernel program. aarch64 jobs run natively
-on GitHub's Arm runners in the aarch64 manylinux image (NVRTC's aarch64 wheel compiles the kernels there);
-on a laptop the same wheels come from the x86_64 cross build. Each job runs cibuildwheel once per wheel of its shard
-(cibuildwheel takes exactly one wheel from each build, and fa's wheels are py3-none, one per CUDA
-major, torch minor and C++ ABI, not one per Python); the build step is `fa build --shard K/N` through
-the in-tree PEP 517 backend in ci/release/. A last job merges the shards, indexes them and publishes.
+on GitHub's Arm runners in the aarch64 manylinux image (NVRTC's aarch64 wheel compiles the kernels
+there); on a laptop the same wheels come from the x86_64 cross build. Each job runs cibuildwheel once
+per wheel of its shard (cibuildwheel takes exactly one wheel from each build, and fa's wheels are
+py3-none, one per CUDA major, torch minor and C++ ABI, not one per Python); the build step is
+`fa build --platform P --shard K/N` through the in-tree PEP 517 backend in ci/release/. A last job merges the shards, indexes them and publishes.
 
 The text depends on matrix.yaml only, never on PyPI's torch releases, so `fa ci render --check` gives
 the same answer offline and on every day. Pure: matrix in, text out; the CLI writes the file.

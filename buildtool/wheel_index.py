@@ -23,7 +23,6 @@ from buildtool.fetch import sha256_file
 from buildtool.pypi import linux_cpu
 
 INDEX_FILE = "index.json"
-MANIFEST_PATH = "fa_attn/manifest.json"
 _TIMEOUT_S = 60
 
 
@@ -156,7 +155,7 @@ def entry_from_wheel(path: Path) -> WheelEntry:
         raw = index.wheel_entry(path)
     except index.WheelDirError as exc:
         raise WheelIndexError(str(exc)) from exc
-    return entry_from_dict(raw, f"{path}: {MANIFEST_PATH}")
+    return entry_from_dict(raw, f"{path}: {index.MANIFEST}")
 
 
 def wheel_location(index: WheelIndex, entry: WheelEntry) -> str:
