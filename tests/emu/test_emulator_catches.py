@@ -1,0 +1,121 @@
+"""The emulator is worth trusting only if it fails broken kernels: each test here breaks one thing in a
+copy of kernels/csrc (a barrier, a wait, a bound, a mask, an operand layout) and expects the emulator, or
+the reference comparison behind it, to say so. Each alteration must match the source exactly once, so a
+rewrite of the kernels that removes the pattern fails here instead of silently testing nothing.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import emu_harness as H
+import pytest
+import torch
+from attn_reference import assert_fa2_close, attention_ref
+
+
+def altered(tmp_path: Path, file: str, old: str, new: str) -> Path:
+    """A copy of kernels/csrc with `old` replaced by `new` (exactly one occurrence) in `file`."""
+    dst = tmp_path / "csrc"
+    shutil.copytree(H.CSRC, dst)
+    text = (dst / file).read_text()
+    assert text.count(old) == 1, f"{file}: the pattern to alter occurs {text.count(old)} times, not once"
+    (dst / file).write_text(text.replace(old, new))
+    return dst
+
+
+def _case(d: int = 64, sq: int = 150, sk: int = 170) -> tuple[torch.Tensor, ...]:
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(1, sq, 2, d), (1, sk, 2, d), (1, sk, 2, d), (1, sq, 2, d)]
+    return tuple(torch.randn(s, generator=gen).half() for s in shapes)
+
+
+def run(
+    tmp_path: Path, arch: str, direction: str, file: str, old: str, new: str, causal: bool = True
+) -> None:
+    """Forward (and backward for direction "bwd") of the altered kernels, checked like the real ones."""
+    csrc = altered(tmp_path, file, old, new)
+    fwd = H.Emulated(H.unit_for(arch, "fwd", "fp16", 64), arch, csrc)
+    q, k, v, dout = _case()
+    call = H.Call(q, k, v, causal=causal)
+    out, lse = H.forward(fwd, call)
+    ref, _ = attention_ref(q, k, v, causal)
+    low, _ = attention_ref(q, k, v, causal, upcast=False)
+    assert_fa2_close("out", out, ref, low)
+    if direction == "bwd":
+        bwd = H.Emulated(H.unit_for(arch, "bwd", "fp16", 64), arch, csrc)
+        H.backward(bwd, call, out, lse, dout)
+
+
+def test_unaltered_sources_pass(tmp_path: Path) -> None:
+    """The baseline of every case below: the same calls on the real sources raise nothing."""
+    for arch in ("8.0", "7.5"):
+        run(tmp_path / arch, arch, "bwd", "fwd.cu", "fa_fwd", "fa_fwd")
+
+
+# fwd.cu's first barrier in the key loop: without it, V(n) is fetched over V(n+1) while other warps may
+# still be reading it, and K(n) is read by warps whose copy of it another thread has not finished.
+LOOP_BARRIER = """    copy_wait<0>();
+    __syncthreads();
+    load_tile_async<kThreads>(sV"""
+
+
+@pytest.mark.parametrize("arch", ["8.0", "7.5"])
+def test_missing_barrier_is_a_race(tmp_path: Path, arch: str) -> None:
+    with pytest.raises(H.EmulatorError, match="race|before the cp.async"):
+        run(tmp_path, arch, "fwd", "fwd.cu", LOOP_BARRIER, LOOP_BARRIER.replace("__syncthreads();", ""))
+
+
+def test_missing_cp_async_wait(tmp_path: Path) -> None:
+    """sm80: reading K before the wait that lands it."""
+    with pytest.raises(H.EmulatorError, match="before the cp.async of thread"):
+        run(tmp_path, "8.0", "fwd", "fwd.cu", LOOP_BARRIER, LOOP_BARRIER.replace("copy_wait<0>();", ""))
+
+
+def test_missing_closing_barrier_in_backward(tmp_path: Path) -> None:
+    old = "    __syncthreads();  // sP, sdS, lse/D and this stage's Q/dO are free for the next step"
+    with pytest.raises(H.EmulatorError, match="race"):
+        run(tmp_path, "8.0", "bwd", "bwd.cu", old, "")
+
+
+def test_store_past_the_sequence_end(tmp_path: Path) -> None:
+    """store_tile without its row bound writes a whole block of rows past the output."""
+    old = "    if (row < valid_rows && col < valid_cols) {\n      st_global16"
+    with pytest.raises(H.EmulatorError, match="outside every buffer|canary"):
+        run(tmp_path, "8.0", "fwd", "tiles.cuh", old, old.replace("row < valid_rows && ", ""))
+
+
+def test_load_without_zero_fill(tmp_path: Path) -> None:
+    """Reading rows past the sequence end instead of zero-filling them."""
+    old = "const bool ok = row < valid_rows && col < valid_cols;"
+    with pytest.raises(H.EmulatorError, match="outside every buffer"):
+        run(tmp_path, "7.5", "fwd", "tiles.cuh", old, "const bool ok = col < valid_cols;")
+
+
+def test_causal_mask_off_by_one(tmp_path: Path) -> None:
+    old = "s = (col >= first) & (col <= last) ? s : -pos_inf();"
+    with pytest.raises(AssertionError, match="out: max error"):
+        run(tmp_path, "8.0", "fwd", "fwd.cu", old, old.replace("col <= last", "col < last"))
+
+
+def test_wrong_operand_layout(tmp_path: Path) -> None:
+    """V read untransposed (ldmatrix without .trans): its rows run past the written part of the tile
+    (an unwritten read), and where they do not, the product is wrong."""
+    old = "load_b_frag_pair_trans(b, sV, np * 16, kk * 16, lane);"
+    with pytest.raises((AssertionError, H.EmulatorError), match="out: max error|nothing has written"):
+        run(tmp_path, "8.0", "fwd", "fwd.cu", old, "load_b_frag_pair(b, sV, np * 16, kk * 16, lane);")
+
+
+def test_divergent_warp_instruction(tmp_path: Path) -> None:
+    """A shuffle reached by half a warp only."""
+    old = "        mx = quad_max(mx);"
+    with pytest.raises(H.EmulatorError, match="diverge|exited|deadlock"):
+        run(tmp_path, "8.0", "fwd", "fwd.cu", old, "        if (lane < 16) mx = quad_max(mx);")
+
+
+def test_barrier_skipped_by_some_threads(tmp_path: Path) -> None:
+    old = "  __syncthreads();\n  store_tile<kThreads>"
+    new = "  if (warp != 1) __syncthreads();\n  store_tile<kThreads>"
+    with pytest.raises(H.EmulatorError, match="deadlock|exits while|race"):
+        run(tmp_path, "8.0", "fwd", "fwd.cu", old, new)
