@@ -79,6 +79,8 @@ def build(unit: tiles.KernelUnit, arch: str, csrc: Path = CSRC) -> Path:
         f"-DEMU_ARCH={_arch_number(arch)}",
         *(f"-D{k}={v}" for k, v in sorted(unit.defines.items())),
     ]
+    if os.environ.get("FA_EMU_UBSAN") == "1":  # undefined behaviour in the kernels' C++ aborts the run
+        flags += ["-fsanitize=undefined", "-fno-sanitize-recover=all", "-g"]
     digest = hashlib.sha256()
     for part in [compiler, *flags]:
         digest.update(part.encode() + b"\0")

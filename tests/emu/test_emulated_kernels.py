@@ -15,6 +15,7 @@ PTX ISA's definition of the instructions, not that ptxas or the hardware agree.
 from __future__ import annotations
 
 import itertools
+import os
 import random
 import zlib
 from dataclasses import dataclass
@@ -74,7 +75,8 @@ _LIBS: dict[tuple[str, str], H.Emulated] = {}
 def compiled() -> None:
     """Compile every library this module uses at once, in parallel (about 1.5 s each)."""
     pairs = []
-    for cfg in CONFIGS:
+    sweep = [c for c, _ in FULL] if os.environ.get("FA_EMU_SWEEP") == "full" else []
+    for cfg in dict.fromkeys(CONFIGS + sweep):
         for direction in ("fwd", "bwd"):
             unit = cfg.unit(direction)
             if unit is not None:
@@ -146,19 +148,19 @@ def _block_sizes(cfg: Config) -> int:
     return max(sizes)
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=[c.id for c in CONFIGS])
-def test_random_shape(cfg: Config) -> None:
-    """One random problem per config: head dim anywhere in the bucket, lengths across block edges."""
-    rng = random.Random(zlib.crc32(cfg.id.encode()))
+def random_problem(cfg: Config, head_dim: int | None = None) -> None:
+    """A random problem (seeded by the config and head dim): lengths up to 2.5 block edges, GQA."""
+    rng = random.Random(zlib.crc32(f"{cfg.id}-{head_dim}".encode()))
     unit = cfg.unit("fwd")
     assert unit is not None
-    head_dim = rng.choice(tiles.head_dims(unit))
+    if head_dim is None:
+        head_dim = rng.choice(tiles.head_dims(unit))
     edge = _block_sizes(cfg)
     seqlen_q = rng.randint(1, 5 * edge // 2)
     seqlen_k = rng.choice([seqlen_q, rng.randint(1, 5 * edge // 2)])
     heads_k = rng.choice([1, 2])
-    heads = heads_k * rng.choice([1, 2, 4])
-    batch = rng.choice([1, 2])
+    heads = heads_k * rng.choice([1, 2, 4, 8])
+    batch = rng.choice([1, 2, 3])
     causal = rng.random() < 0.5
     gen = torch.Generator().manual_seed(rng.randrange(1 << 30))
     dtype = DTYPES[cfg.dtype]
@@ -167,6 +169,31 @@ def test_random_shape(cfg: Config) -> None:
     v = _rand((batch, seqlen_k, heads_k, head_dim), dtype, gen)
     dout = _rand((batch, seqlen_q, heads, head_dim), dtype, gen)
     check_padded(cfg, q, k, v, dout, causal)
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=[c.id for c in CONFIGS])
+def test_random_shape(cfg: Config) -> None:
+    """One random problem per config, its head dim anywhere in the bucket."""
+    random_problem(cfg)
+
+
+# FA_EMU_SWEEP=full: every head dim 8..256 on every family and dtype (about 15 minutes on 2 cores).
+FULL = [
+    (Config(family, dtype, unit.head_dim), d)
+    for family, arch in ARCHS.items()
+    for unit in tiles.units(arch)
+    if unit.direction == "fwd"
+    for dtype in [unit.dtype]
+    for d in tiles.head_dims(unit)
+]
+
+
+@pytest.mark.skipif(
+    os.environ.get("FA_EMU_SWEEP") != "full", reason="set FA_EMU_SWEEP=full for every head dim"
+)
+@pytest.mark.parametrize("cfg, head_dim", FULL, ids=[f"{c.id}-hd{d}" for c, d in FULL])
+def test_every_head_dim(cfg: Config, head_dim: int) -> None:
+    random_problem(cfg, head_dim)
 
 
 FEATURE_CONFIGS = [Config(family, "fp16", 64) for family in ARCHS]
