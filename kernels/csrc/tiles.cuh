@@ -2,9 +2,12 @@
 //
 // A tile is ROWS x COLS elements, row-major, each row padded by 8 elements (16 B). With COLS a
 // multiple of 32 (every head-dim bucket and block size), the row pitch is an odd number of 16-byte
-// chunks, so the 8 row addresses of one ldmatrix phase, and the 16-byte stores of a row-wise copy,
-// fall in 8 different 4-bank groups: conflict-free without a swizzle, for any head dim. The price is
-// 8 / COLS of extra shared memory (tiles.py counts it).
+// chunks, so the 8 row addresses of one ldmatrix phase fall in 8 different 4-bank groups:
+// conflict-free without a swizzle, for any head dim. The 16-byte copies of a row-wise copy are
+// conflict-free too when a row is a multiple of 64 elements (a quarter-warp's 8 lanes stay in one
+// row); at 32, 96, 160 and 224 a quarter-warp spans two rows and those copies take 2, 1.33, 1.2 and
+// 1.14 times the conflict-free wavefronts (bench/smem_banks.py, counted on the CPU emulator). The
+// price of the padding is 8 / COLS of extra shared memory (tiles.py counts it).
 //
 // Fragment loads return registers in the mma layouts documented in primitives.cuh.
 #ifndef FA_TILES_CUH_

@@ -21,6 +21,10 @@
 //     instruction, and no lane has exited; __syncthreads is reached by every thread of the block.
 //   - deadlock: a block in which every live thread waits.
 //
+// It also counts shared-memory wavefronts (bank conflicts) per access kind, for bench/smem_banks.py:
+// ldmatrix phases exactly; per-thread loads, stores and cp.async by grouping the k-th execution of one
+// call site by the lanes of a warp between two barriers (exact for code that all lanes run).
+//
 // Arch: EMU_ARCH=800 (and up) emulates cp.async as truly asynchronous (the copy lands at the
 // wait_group that retires it, the latest the ISA allows); EMU_ARCH=750 the register-staged loads of
 // the Turing path. One launch at a time per process (global state); blocks run one after another.
@@ -37,7 +41,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <string>
+#include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #ifndef EMU_ARCH
@@ -92,6 +99,21 @@ struct Fiber {
   State state = State::kReady;
   std::vector<CopyOp> open_group;             // cp.async issued since the last commit
   std::deque<std::vector<CopyOp>> committed;  // oldest first
+  std::unordered_map<uintptr_t, int> site_count;  // executions of each call site since the last barrier
+};
+
+enum AccessKind { kAccLd, kAccSt, kAccCpAsync, kAccLdmatrix, kAccKinds };
+
+struct BankStats {
+  uint64_t instructions = 0, wavefronts = 0, ideal = 0;
+};
+
+// The accesses of one warp-wide shared-memory instruction, gathered lane by lane.
+struct AccessGroup {
+  int kind = 0;
+  uint32_t bytes = 0;
+  uint32_t lanes = 0;  // bit mask of the lanes that took part
+  uint32_t addr[32];
 };
 
 // Inputs and outputs of one warp-wide instruction, gathered lane by lane.
@@ -133,6 +155,8 @@ struct Global {
   std::string error;
   bool failed = false;
   uint64_t collectives = 0;
+  BankStats banks[kAccKinds];
+  std::map<std::tuple<int, uintptr_t, int>, AccessGroup> groups;  // (warp, call site, k-th execution)
 };
 
 static Global g;  // internal linkage: each emulated kernel library has its own
@@ -200,6 +224,52 @@ inline void check_smem_range(uint32_t addr, uint32_t n, uint32_t align, const ch
     fail("%s: shared access [%u, %u) is outside the launch's %d bytes of dynamic shared memory", what, addr,
          addr + n, g.smem_bytes);
   }
+}
+
+// Wavefronts of one instruction: 32 banks of 4 bytes; accesses of B bytes are served 128 / B lanes per
+// phase, and a phase takes as many wavefronts as the most distinct words any one bank holds.
+inline void count_wavefronts(const AccessGroup& grp) {
+  const uint32_t per_phase = 128 / grp.bytes;
+  uint64_t wavefronts = 0, active = 0;
+  for (uint32_t p0 = 0; p0 < 32; p0 += per_phase) {
+    uint32_t words[32][32];
+    int count[32] = {0};
+    int worst = 0;
+    for (uint32_t l = p0; l < p0 + per_phase; ++l) {
+      if (!(grp.lanes >> l & 1u)) continue;
+      ++active;
+      for (uint32_t w = 0; w < grp.bytes / 4; ++w) {
+        const uint32_t word = grp.addr[l] / 4 + w, bank = word % 32;
+        bool seen = false;
+        for (int i = 0; i < count[bank]; ++i) seen |= words[bank][i] == word;
+        if (!seen) words[bank][count[bank]++] = word;
+        worst = std::max(worst, count[bank]);
+      }
+    }
+    wavefronts += static_cast<uint64_t>(worst);
+  }
+  BankStats& st = g.banks[grp.kind];
+  st.instructions += 1;
+  st.wavefronts += wavefronts;
+  st.ideal += (active * grp.bytes + 127) / 128;
+}
+
+inline void record_access(int kind, uint32_t addr, uint32_t bytes, const void* site) {
+  Fiber* f = g.cur;
+  const uintptr_t s = reinterpret_cast<uintptr_t>(site);
+  const int k = f->site_count[s]++;
+  AccessGroup& grp = g.groups[std::make_tuple(warp_of(f), s, k)];
+  grp.kind = kind;
+  grp.bytes = bytes;
+  grp.lanes |= 1u << lane_of(f);
+  grp.addr[lane_of(f)] = addr;
+}
+
+// At a barrier every lane has finished its accesses of the interval: count them, restart the sites.
+inline void flush_accesses() {
+  for (const auto& entry : g.groups) count_wavefronts(entry.second);
+  g.groups.clear();
+  for (Fiber& f : g.fibers) f.site_count.clear();
 }
 
 inline void smem_read(uint32_t addr, void* dst, uint32_t n, uint32_t align, const char* what) {
@@ -367,6 +437,7 @@ inline void __syncthreads() {
   }
   g.barrier_arrived = 0;
   ++g.epoch;
+  flush_accesses();
   for (Fiber& o : g.fibers) {
     if (&o != g.cur && o.state == State::kWaitBlock) {
       o.state = State::kReady;
@@ -454,8 +525,11 @@ struct alignas(16) Chunk16 {
   u32 x, y, z, w;
 };
 
-inline void copy16_async(u32 dst_smem, const void* src, bool pred) {
+#define EMU_SITE __attribute__((noinline))  // the caller's address names the instruction (bank stats)
+
+EMU_SITE void copy16_async(u32 dst_smem, const void* src, bool pred) {
   using namespace emu;
+  record_access(FA_HAS_CP_ASYNC ? kAccCpAsync : kAccSt, dst_smem, 16, __builtin_return_address(0));
   if (pred) check_global(src, 16, 16, "copy16_async source");
 #if FA_HAS_CP_ASYNC
   // cp.async: the destination is claimed now and written when a wait_group retires this copy.
@@ -500,14 +574,22 @@ inline void copy_wait() {
 #endif
 }
 
-inline Chunk16 ld_shared16(u32 addr) {
+EMU_SITE Chunk16 ld_shared16(u32 addr) {
+  emu::record_access(emu::kAccLd, addr, 16, __builtin_return_address(0));
   Chunk16 c;
   emu::smem_read(addr, &c, 16, 16, "ld.shared.v4");
   return c;
 }
-inline void st_shared16(u32 addr, const Chunk16& c) { emu::smem_write(addr, &c, 16, 16, "st.shared.v4"); }
-inline void st_shared32(u32 addr, u32 v) { emu::smem_write(addr, &v, 4, 4, "st.shared.u32"); }
-inline u32 ld_shared32(u32 addr) {
+EMU_SITE void st_shared16(u32 addr, const Chunk16& c) {
+  emu::record_access(emu::kAccSt, addr, 16, __builtin_return_address(0));
+  emu::smem_write(addr, &c, 16, 16, "st.shared.v4");
+}
+EMU_SITE void st_shared32(u32 addr, u32 v) {
+  emu::record_access(emu::kAccSt, addr, 4, __builtin_return_address(0));
+  emu::smem_write(addr, &v, 4, 4, "st.shared.u32");
+}
+EMU_SITE u32 ld_shared32(u32 addr) {
+  emu::record_access(emu::kAccLd, addr, 4, __builtin_return_address(0));
   u32 v;
   emu::smem_read(addr, &v, 4, 4, "ld.shared.u32");
   return v;
@@ -551,6 +633,12 @@ inline void compute_warp_op(WarpOp& w, int warp) {
     // column in the low half); with .trans it holds column l/4, rows 2(l%4) and 2(l%4)+1.
     const bool x4 = (w.kind & 4) != 0, trans = (w.kind & 8) != 0;
     const int mats = x4 ? 4 : 2;
+    AccessGroup grp;  // one phase per matrix: its 8 row addresses of 16 bytes
+    grp.kind = kAccLdmatrix;
+    grp.bytes = 16;
+    grp.lanes = x4 ? 0xffffffffu : 0xffffu;
+    for (int l = 0; l < 8 * mats; ++l) grp.addr[l] = w.in[l][0];
+    count_wavefronts(grp);
     for (int l = 0; l < kWarpSize; ++l) {
       if (l >= 8 * mats) continue;
       const uint32_t a = w.in[l][0];
@@ -662,6 +750,7 @@ inline bool run_block(size_t stack_bytes) {
   }
   g.ready.clear();
   if (g.failed) return false;
+  flush_accesses();
   for (const Fiber& f : g.fibers) {
     if (f.state != State::kDone) {
       g.cur = nullptr;
@@ -691,6 +780,16 @@ const char* emu_error() { return emu::g.error.c_str(); }
 
 uint64_t emu_collectives() { return emu::g.collectives; }
 
+// Shared-memory statistics of the last launch: for each access kind (ld.shared, st.shared, cp.async,
+// ldmatrix) instructions, wavefronts and the conflict-free wavefronts, 12 numbers in all.
+void emu_bank_stats(uint64_t* out) {
+  for (int k = 0; k < emu::kAccKinds; ++k) {
+    out[3 * k] = emu::g.banks[k].instructions;
+    out[3 * k + 1] = emu::g.banks[k].wavefronts;
+    out[3 * k + 2] = emu::g.banks[k].ideal;
+  }
+}
+
 // Runs kernel `fn` over the grid, one block at a time. Returns 0, or 1 with emu_error() set.
 int emu_launch(void* fn, unsigned gx, unsigned gy, unsigned gz, unsigned threads, int smem_bytes,
                const FaParams* params) {
@@ -698,6 +797,8 @@ int emu_launch(void* fn, unsigned gx, unsigned gy, unsigned gz, unsigned threads
   g.error.clear();
   g.failed = false;
   g.collectives = 0;
+  for (BankStats& b : g.banks) b = BankStats{};
+  g.groups.clear();
   if (threads == 0 || threads > static_cast<unsigned>(kMaxThreads) || threads % kWarpSize != 0) {
     g.error = "threads per block must be a positive multiple of 32 up to 1024";
     return 1;

@@ -36,6 +36,7 @@ EMU_H = Path(__file__).resolve().parent / "emu.h"
 GUARD = 64  # canary elements on each side of every buffer
 CANARY = {torch.float16: 0x7E5A, torch.bfloat16: 0x7E5A, torch.float32: 0x7FC0DEAD, torch.int32: 0x5A5A5A5A}
 SEQ_ROUND = 128  # fa_ops.cpp kSeqRound
+ACCESS_KINDS = ("ld.shared", "st.shared", "cp.async", "ldmatrix")  # emu.h AccessKind, in order
 
 
 class EmulatorError(RuntimeError):
@@ -187,6 +188,9 @@ class Emulated:
         self.lib.emu_error.restype = ctypes.c_char_p
         self.lib.emu_register.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_char_p]
         self.lib.emu_collectives.restype = ctypes.c_uint64
+        self.lib.emu_bank_stats.argtypes = [ctypes.POINTER(ctypes.c_uint64)]
+        # entry -> access kind -> [instructions, wavefronts, conflict-free wavefronts], summed over launches
+        self.banks: dict[str, dict[str, list[int]]] = {}
         size = self.lib.emu_sizeof_params()
         if size != ctypes.sizeof(FaParams):
             raise EmulatorError(f"FaParams is {size} bytes in C++ and {ctypes.sizeof(FaParams)} in ctypes")
@@ -213,6 +217,12 @@ class Emulated:
                 raise EmulatorError(
                     f"{self.unit.name} (sm {self.arch}) {name}: {self.lib.emu_error().decode()}"
                 )
+            stats = (ctypes.c_uint64 * (3 * len(ACCESS_KINDS)))()
+            self.lib.emu_bank_stats(stats)
+            per_kind = self.banks.setdefault(name, {k: [0, 0, 0] for k in ACCESS_KINDS})
+            for i, kind in enumerate(ACCESS_KINDS):
+                for j in range(3):
+                    per_kind[kind][j] += stats[3 * i + j]
 
 
 def _strides(t: torch.Tensor, packed: bool) -> tuple[int, int, int]:

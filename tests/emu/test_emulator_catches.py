@@ -6,6 +6,7 @@ rewrite of the kernels that removes the pattern fails here instead of silently t
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -119,3 +120,27 @@ def test_barrier_skipped_by_some_threads(tmp_path: Path) -> None:
     new = "  if (warp != 1) __syncthreads();\n  store_tile<kThreads>"
     with pytest.raises(H.EmulatorError, match="deadlock|exits while|race"):
         run(tmp_path, "8.0", "fwd", "fwd.cu", old, new)
+
+
+def _ratio(em: H.Emulated, entry: str, kind: str) -> float:
+    n, wavefronts, ideal = em.banks[entry][kind]
+    assert n > 0, f"no {kind} instruction was counted in {entry}"
+    return wavefronts / ideal
+
+
+def test_bank_conflicts_are_counted(tmp_path: Path) -> None:
+    """The padded pitch keeps ldmatrix and the d64 copies conflict-free; without the padding every
+    ldmatrix phase reads 8 rows from the same 4 banks, 8 wavefronts instead of 1."""
+    q, k, v, _ = _case()
+    unit = H.unit_for("8.0", "fwd", "fp16", 64)
+    real = H.Emulated(unit, "8.0")
+    H.forward(real, H.Call(q, k, v))
+    assert _ratio(real, "fa_fwd", "ldmatrix") == 1.0
+    assert _ratio(real, "fa_fwd", "cp.async") == 1.0
+    assert _ratio(real, "fa_fwd", "st.shared") == 1.0
+
+    csrc = altered(tmp_path, "tiles.cuh", "kPitch = COLS + 8;", "kPitch = COLS;")
+    defines = {name: value for name, value in unit.defines.items() if name != "FA_SMEM_BYTES"}
+    unpadded = H.Emulated(dataclasses.replace(unit, defines=defines), "8.0", csrc)
+    H.forward(unpadded, H.Call(q, k, v))
+    assert _ratio(unpadded, "fa_fwd", "ldmatrix") == 8.0
