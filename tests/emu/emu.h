@@ -683,12 +683,19 @@ inline void compute_warp_op(WarpOp& w, int warp) {
         C[gr + 8][2 * t + e] = bits_f(in[8 + e]);
       }
     }
+    // sm80+: one m16n8k16; sm75 (primitives.cuh): two m16n8k8 over k 0..7 (a0, a1; b0) and k 8..15
+    // (a2, a3; b1), the fp32 result rounded in between. Products of 16-bit inputs are exact in double.
+    constexpr int kSteps = EMU_ARCH >= 800 ? 1 : 2;
     float D[16][8];
     for (int m = 0; m < 16; ++m) {
       for (int n = 0; n < 8; ++n) {
-        double acc = 0.0;  // products of 16-bit inputs are exact; one rounding at the end
-        for (int k = 0; k < 16; ++k) acc += static_cast<double>(A[m][k]) * B[k][n];
-        D[m][n] = static_cast<float>(acc + C[m][n]);
+        float d = C[m][n];
+        for (int s = 0; s < kSteps; ++s) {
+          double acc = d;
+          for (int k = s * 16 / kSteps; k < (s + 1) * 16 / kSteps; ++k) acc += static_cast<double>(A[m][k]) * B[k][n];
+          d = static_cast<float>(acc);
+        }
+        D[m][n] = d;
       }
     }
     for (int l = 0; l < kWarpSize; ++l) {
