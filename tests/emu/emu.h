@@ -16,7 +16,8 @@
 //     destination before the issuing thread waited for it.
 //   - global memory, for the accesses made through primitives (16-byte loads and stores, cp.async
 //     sources, red.add): inside a registered allocation and aligned. Plain C++ stores of a kernel are
-//     not seen here; the harness surrounds every buffer with canaries for those.
+//     not seen here; the harness surrounds every buffer with canaries for those. Likewise plain C++
+//     loads and stores of shared memory (bwd.cu's per-row lse and D) escape the race checks.
 //   - warps: every lane of a warp reaches each collective (mma, ldmatrix, shfl) with the same
 //     instruction, and no lane has exited; __syncthreads is reached by every thread of the block.
 //   - deadlock: a block in which every live thread waits.
