@@ -70,8 +70,6 @@ FA_DEVICE float bits_to_float(u32 v) {
   return f;
 }
 
-FA_DEVICE float pos_inf() { return bits_to_float(FA_INF_BITS); }
-
 FA_DEVICE u32 float_to_bits(float f) {
   u32 v;
   asm("mov.b32 %0, %1;" : "=r"(v) : "f"(f));
@@ -126,9 +124,6 @@ FA_DEVICE u32 pack_float2(float lo, float hi) {
   return r;
 }
 
-FA_DEVICE float unpack_lo(u32 v) { return elem_to_float(static_cast<u16>(v & 0xffffu)); }
-FA_DEVICE float unpack_hi(u32 v) { return elem_to_float(static_cast<u16>(v >> 16)); }
-
 // ---------------------------------------------------------------------------------------------
 // Fast math (MUFU); inputs of -inf give 0 from exp2, as the masked softmax needs
 // ---------------------------------------------------------------------------------------------
@@ -157,26 +152,14 @@ FA_DEVICE float rcp_approx(float x) {
   return y;
 }
 
-FA_DEVICE float fmax2(float a, float b) { return a > b ? a : b; }
-
 // ---------------------------------------------------------------------------------------------
-// Warp shuffles: reductions over the 4 lanes of a quad (the lanes that share a fragment row)
+// Warp shuffle (butterfly); the quad reductions built on it are in composed.cuh
 // ---------------------------------------------------------------------------------------------
 
 FA_DEVICE float shfl_xor(float v, int mask) {
   float r;
   asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(mask));
   return r;
-}
-
-FA_DEVICE float quad_max(float v) {
-  v = fmax2(v, shfl_xor(v, 1));
-  return fmax2(v, shfl_xor(v, 2));
-}
-
-FA_DEVICE float quad_sum(float v) {
-  v += shfl_xor(v, 1);
-  return v + shfl_xor(v, 2);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -334,5 +317,7 @@ FA_DEVICE void red_add_f32(float* p, float v) {
 }
 
 }  // namespace fa
+
+#include "composed.cuh"  // helpers built from the above (shared with the CPU emulator)
 
 #endif  // FA_PRIMITIVES_CUH_

@@ -3,9 +3,9 @@
 // Force-included ahead of a kernel source (`g++ -include emu.h -x c++ kernels/csrc/fwd.cu`), it
 // stands in for the CUDA language (threadIdx, __syncthreads, __shared__, ...) and for
 // kernels/csrc/primitives.cuh, whose include guard it defines so the real file is skipped. Every
-// primitive there is written here again from the PTX ISA's definition of the instruction it wraps
-// (fragment layouts of mma.sync and ldmatrix, shfl.sync.bfly, cp.async groups), so a kernel that
-// runs correctly here has its indexing, masking, pipelining and synchronisation right, given that
+// PTX-backed primitive there is written here again from the PTX ISA's definition of the instruction
+// it wraps (fragment layouts of mma.sync and ldmatrix, shfl.sync.bfly, cp.async groups); the helpers
+// composed from them (composed.cuh) are included as they are. So a kernel that runs correctly here has its indexing, masking, pipelining and synchronisation right, given that
 // reading of the ISA. What it cannot show: speed, ptxas bugs, the exact rounding of the tensor cores
 // and MUFU approximations, and anything the hardware does that the ISA leaves open.
 //
@@ -458,7 +458,6 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
 inline float bits_to_float(u32 v) { return emu::bits_f(v); }
-inline float pos_inf() { return bits_to_float(FA_INF_BITS); }
 inline u32 float_to_bits(float f) { return emu::f_bits(f); }
 
 // cvta.to.shared: the offset into the block's shared window.
@@ -473,27 +472,16 @@ inline u16 float_to_elem(float f) { return kIsBf16 ? emu::float_to_bf16(f) : emu
 inline u32 pack_float2(float lo, float hi) {
   return static_cast<u32>(float_to_elem(lo)) | (static_cast<u32>(float_to_elem(hi)) << 16);
 }
-inline float unpack_lo(u32 v) { return elem_to_float(static_cast<u16>(v & 0xffffu)); }
-inline float unpack_hi(u32 v) { return elem_to_float(static_cast<u16>(v >> 16)); }
 
 // MUFU approximations as the exact functions (ex2(-inf) = +0, lg2(0) = -inf, as the ISA states).
 inline float exp2_approx(float x) { return emu::ftz(std::exp2(emu::ftz(x))); }
 inline float log2_approx(float x) { return std::log2(emu::ftz(x)); }
 inline float tanh_approx(float x) { return std::tanh(x); }
 inline float rcp_approx(float x) { return emu::ftz(1.f / emu::ftz(x)); }
-inline float fmax2(float a, float b) { return a > b ? a : b; }
 
 inline float shfl_xor(float v, int mask) {
   const u32 in[2] = {emu::f_bits(v), static_cast<u32>(mask)};
   return emu::bits_f(emu::warp_collective(emu::kShfl, in, 2)[0]);
-}
-inline float quad_max(float v) {
-  v = fmax2(v, shfl_xor(v, 1));
-  return fmax2(v, shfl_xor(v, 2));
-}
-inline float quad_sum(float v) {
-  v += shfl_xor(v, 1);
-  return v + shfl_xor(v, 2);
 }
 
 inline void ldmatrix_x4(u32 (&r)[4], u32 addr) {
@@ -611,6 +599,8 @@ inline void red_add_f32(float* p, float v) {
 }
 
 }  // namespace fa
+
+#include "composed.cuh"  // the helpers built from the primitives: the kernels' own code, as is
 
 namespace emu {
 
