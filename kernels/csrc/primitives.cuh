@@ -32,9 +32,7 @@
 #error "fa kernels need sm_75 or newer (mma.sync with fp16 operands, ldmatrix)"
 #endif
 
-#ifndef FA_DTYPE_BF16
-#define FA_DTYPE_BF16 0
-#endif
+#include "basics.cuh"  // u16/u32, kIsBf16 (FA_DTYPE_BF16, default 0), kLog2e, kLn2, FA_INF_BITS
 
 #if FA_DTYPE_BF16 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
 #error "bf16 kernels need sm_80 or newer (Turing has no bf16 mma); tiles.py must not build them"
@@ -49,16 +47,6 @@
 #define FA_DEVICE __device__ __forceinline__
 
 namespace fa {
-
-typedef unsigned short u16;
-typedef unsigned int u32;
-typedef unsigned long long u64;
-
-constexpr bool kIsBf16 = FA_DTYPE_BF16 != 0;
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-// +inf without <cmath>: fp32 bit pattern 0x7f800000 (computed at run time via bits_to_float).
-#define FA_INF_BITS 0x7f800000u
 
 // ---------------------------------------------------------------------------------------------
 // Bit casts and address spaces

@@ -409,9 +409,7 @@ inline float ftz(float x) { return std::fpclassify(x) == FP_SUBNORMAL ? std::cop
 #define FA_PRIMITIVES_CUH_
 #define FA_DEVICE inline
 
-#ifndef FA_DTYPE_BF16
-#define FA_DTYPE_BF16 0
-#endif
+#include "basics.cuh"  // the kernels' own types and constants
 #if FA_DTYPE_BF16 && EMU_ARCH < 800
 #error "bf16 kernels need sm_80 or newer (as primitives.cuh)"
 #endif
@@ -420,7 +418,6 @@ inline float ftz(float x) { return std::fpclassify(x) == FP_SUBNORMAL ? std::cop
 #else
 #define FA_HAS_CP_ASYNC 0
 #endif
-#define FA_INF_BITS 0x7f800000u
 
 // CUDA's built-in thread coordinates and integer min/max.
 #define threadIdx (::emu::g.cur->tid)
@@ -448,14 +445,6 @@ inline void __syncthreads() {
 }
 
 namespace fa {
-
-typedef unsigned short u16;
-typedef unsigned int u32;
-typedef unsigned long long u64;
-
-constexpr bool kIsBf16 = FA_DTYPE_BF16 != 0;
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 inline float bits_to_float(u32 v) { return emu::bits_f(v); }
 inline u32 float_to_bits(float f) { return emu::f_bits(f); }
