@@ -37,6 +37,7 @@ constexpr double kLog2e = 1.4426950408889634;  // log2(e)
 constexpr int64_t kSeqRound = 128;  // seqlen rounding of lse-shaped workspaces (params.h)
 constexpr int kLaunchInts = 5;      // per entry: threads, block_m, block_n, smem_bytes, grid
 constexpr int kGridKBlocks = 1;     // grid code 0: "q_blocks", 1: "k_blocks" (ops.py GRID_CODES)
+constexpr int kGridQBlocksSplits = 2;  // 2: "q_blocks_splits", q blocks times params.num_splits
 constexpr int kDefaultSmemLimit = 48 * 1024;  // above this a kernel must opt in (cuFuncSetAttribute)
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -187,7 +188,8 @@ void launch_all(const FaParams& params, const std::string& module_path, const La
     const int64_t rows = by_keys ? params.seqlen_k : params.seqlen_q;
     const int64_t block = by_keys ? e.block_n : e.block_m;
     TORCH_CHECK(block > 0 && e.threads > 0, "fa_attn: entry ", e.name, " has no block size (reinstall fa-attn)");
-    const unsigned grid_x = static_cast<unsigned>((rows + block - 1) / block);
+    const int64_t splits = e.grid == kGridQBlocksSplits ? params.num_splits : 1;
+    const unsigned grid_x = static_cast<unsigned>((rows + block - 1) / block * splits);
     if (grid_x == 0 || params.batch == 0 || params.heads == 0) {
       continue;  // nothing to do (empty sequence); a zero grid is a launch error
     }
@@ -343,6 +345,40 @@ std::tuple<at::Tensor, at::Tensor> fwd(
   return {out, lse};
 }
 
+// The split-KV forward (decode): partials of num_splits shares of the keys into fp32 workspaces
+// (params.h), then the LSE-weighted combine; the same outputs as fwd. Inference only (no autograd).
+std::tuple<at::Tensor, at::Tensor> fwd_splitkv(
+    const at::Tensor& q_arg, const at::Tensor& k_arg, const at::Tensor& v_arg, const std::optional<at::Tensor>& cu_q,
+    const std::optional<at::Tensor>& cu_k, int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale,
+    bool causal, int64_t window_left, int64_t window_right, double softcap, int64_t num_splits,
+    c10::string_view module, c10::string_view entries, at::IntArrayRef launch) {
+  const at::Tensor q = row_aligned(q_arg), k = row_aligned(k_arg), v = row_aligned(v_arg);
+  const Shape s = check_shapes(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k);
+  const Launch plan = parse_launch(std::string(entries), launch);
+  TORCH_CHECK(s.head_dim <= plan.head_dim_bucket, "fa_attn: head dim ", s.head_dim, " exceeds the kernel's ",
+              plan.head_dim_bucket);
+  TORCH_CHECK(num_splits >= 1, "fa_attn: num_splits must be >= 1, got ", num_splits);
+  c10::DeviceGuard guard(q.device());
+  at::Tensor out = at::empty(q.sizes(), q.options());
+  const std::vector<int64_t> lse_shape = lse_sizes(s, s.varlen ? s.total_q : s.seqlen_q);
+  at::Tensor lse = at::empty(lse_shape, q.options().dtype(at::kFloat));
+  std::vector<int64_t> accum_shape{num_splits};
+  accum_shape.insert(accum_shape.end(), lse_shape.begin(), lse_shape.end());
+  at::Tensor lse_accum = at::empty(accum_shape, q.options().dtype(at::kFloat));
+  accum_shape.push_back(plan.head_dim_bucket);
+  at::Tensor o_accum = at::empty(accum_shape, q.options().dtype(at::kFloat));
+  FaParams p = base_params(s, q, k, v, cu_q, cu_k, softmax_scale, causal, window_left, window_right, softcap);
+  p.o = out.data_ptr();
+  p.lse = lse.data_ptr<float>();
+  p.o_accum = o_accum.data_ptr<float>();
+  p.lse_accum = lse_accum.data_ptr<float>();
+  p.num_splits = static_cast<fa_i32>(num_splits);
+  const Strides so = strides_of(out, s.varlen);
+  std::tie(p.o_batch_stride, p.o_row_stride, p.o_head_stride) = std::make_tuple(so.batch, so.row, so.head);
+  launch_all(p, std::string(module), plan, q.device().index());
+  return {out, lse};
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(
     const at::Tensor& dout_arg, const at::Tensor& q_arg, const at::Tensor& k_arg, const at::Tensor& v_arg,
     const at::Tensor& out_arg,
@@ -418,4 +454,5 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(
 TORCH_LIBRARY_IMPL(fa_attn, CUDA, m) {
   m.impl("fwd", &fa_binding::fwd);
   m.impl("bwd", &fa_binding::bwd);
+  m.impl("fwd_splitkv", &fa_binding::fwd_splitkv);
 }

@@ -39,6 +39,8 @@ class Dispatch:
     head_dim: int | None = None  # head dim the kernels run with (padded to a multiple of 8)
     fwd: KernelLaunch | None = field(default=None, repr=False)  # what the ops launch
     bwd: KernelLaunch | None = field(default=None, repr=False)  # None: no backward will run
+    # The split-KV forward (decode shapes), for calls that need no backward; None where the wheel has none.
+    splitkv: KernelLaunch | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,7 @@ def decide(
         return _fallback(*reasons)
     fwd = kernel_choice.kernel_entry(manifest, choice, dtype, "fwd")
     bwd = kernel_choice.kernel_entry(manifest, choice, dtype, "bwd") if facts.backward else None
+    split = None if facts.backward else kernel_choice.kernel_entry(manifest, choice, dtype, "splitkv")
     if fwd is None or (facts.backward and bwd is None):
         return _fallback(
             Reason(
@@ -168,7 +171,7 @@ def decide(
         )
     # SASS of X.Y also runs on X.Z (Z > Y), but its tiles were sized for X.Y's shared memory: an 8.0
     # cubin (up to 163 KB) on an 8.6 part (99 KB) would fail at launch. Fall back instead.
-    need = max(e["smem_bytes"] for entry in (fwd, bwd) if entry for e in entry["entries"].values())
+    need = max(e["smem_bytes"] for entry in (fwd, bwd, split) if entry for e in entry["entries"].values())
     if facts.smem_per_block is not None and need > facts.smem_per_block:
         return _fallback(
             Reason(
@@ -188,6 +191,7 @@ def decide(
         choice.head_dim,
         KernelLaunch.from_manifest(fwd, package_dir),
         KernelLaunch.from_manifest(bwd, package_dir) if bwd else None,
+        KernelLaunch.from_manifest(split, package_dir) if split else None,
     )
 
 

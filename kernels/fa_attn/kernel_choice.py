@@ -13,6 +13,7 @@ equality test.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 MIN_TORCH = (2, 4)  # ops.py uses torch.library.register_fake / register_autograd, new in torch 2.4
@@ -247,3 +248,51 @@ def kernel_entry(manifest: dict, choice: Choice, dtype: str, direction: str) -> 
         and k["head_dim"] >= choice.head_dim
     ]
     return min(fits, key=lambda k: k["head_dim"]) if fits else None
+
+
+# ---- split-KV forward: how many shares of the keys -------------------------------------------------
+MAX_SPLITS = 128  # flash-attn's cap too; fa_fwd_combine loops over any number
+
+
+def num_splits(
+    batch: int,
+    heads: int,
+    seqlen_q: int,
+    seqlen_k: int,
+    block_m: int,
+    block_n: int,
+    sm_count: int,
+    blocks_per_sm: int = 2,
+    requested: int = 0,
+) -> int:
+    """How many shares of the key blocks the split-KV forward (fa_fwd_splitkv) splits each (batch, head,
+    query block) into; 1 means the plain forward.
+
+    `requested` is flash-attn's `num_splits`: 0 asks this heuristic, n > 0 is taken as given (capped
+    at the number of key blocks and MAX_SPLITS). The heuristic is FlashAttention-2's
+    (num_splits_heuristic): with enough blocks to nearly fill the GPU (80% of sm_count *
+    blocks_per_sm), no split; otherwise the smallest split count whose last wave is at least 85% as
+    full as the best one's, among counts that change the key blocks per split. block_m and block_n are
+    the split-KV unit's (its manifest entry).
+    """
+    if requested < 0:
+        raise ValueError(f"num_splits: {requested} is negative; 0 picks a split count, 1 disables splitting")
+    key_blocks = max(1, -(-seqlen_k // block_n))
+    if requested > 0:
+        return min(requested, key_blocks, MAX_SPLITS)
+    work = batch * heads * -(-seqlen_q // block_m)
+    slots = max(1, sm_count * blocks_per_sm)
+    if work >= 0.8 * slots:
+        return 1
+    most = min(MAX_SPLITS, slots, key_blocks)
+
+    def changes_blocks_per_split(n: int) -> bool:
+        return n == 1 or -(-key_blocks // n) != -(-key_blocks // (n - 1))
+
+    def last_wave_fill(n: int) -> float:
+        waves = work * n / slots
+        return waves / math.ceil(waves)
+
+    eligible = [n for n in range(1, most + 1) if changes_blocks_per_split(n)]
+    best = max(last_wave_fill(n) for n in eligible)
+    return next(n for n in eligible if last_wave_fill(n) >= 0.85 * best)

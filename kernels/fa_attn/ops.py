@@ -12,7 +12,7 @@ Launch data travels as plain arguments so the ops stay pure functions of their i
   module  - absolute path of the cubin/PTX file (from the wheel manifest)
   entries - extern "C" kernel names, comma-separated, launched in order
   launch  - [head_dim_bucket, then per entry: threads, block_m, block_n, smem_bytes, grid] where grid
-            is 0 for "q_blocks" and 1 for "k_blocks" (docs/contracts.md section 2)
+            is 0 for "q_blocks", 1 for "k_blocks" and 2 for "q_blocks_splits" (docs/contracts.md section 2)
 The forward carries the backward's launch data too (empty when no backward will run), so that the
 autograd formula needs nothing but the op's own inputs.
 """
@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 NAMESPACE = "fa_attn"
-GRID_CODES = {"q_blocks": 0, "k_blocks": 1}
+GRID_CODES = {"q_blocks": 0, "k_blocks": 1, "q_blocks_splits": 2}
 
 _FWD_SCHEMA = (
     "fwd(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, "
@@ -40,10 +40,19 @@ _BWD_SCHEMA = (
     "-> (Tensor dq, Tensor dk, Tensor dv)"
 )
 
+# The split-KV forward (decode): the keys of each (batch, head, query block) in num_splits shares, then
+# an LSE-weighted combine; the outputs of fwd. No autograd: the runtime uses it for inference calls.
+_FWD_SPLITKV_SCHEMA = (
+    "fwd_splitkv(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, "
+    "int max_seqlen_k, float softmax_scale, bool causal, int window_left, int window_right, float softcap, "
+    "int num_splits, str module, str entries, int[] launch) -> (Tensor out, Tensor softmax_lse)"
+)
+
 # Kept alive for the life of the process: dropping a Library object unregisters its ops.
 _lib = torch.library.Library(NAMESPACE, "DEF")
 _lib.define(_FWD_SCHEMA)
 _lib.define(_BWD_SCHEMA)
+_lib.define(_FWD_SPLITKV_SCHEMA)
 
 
 @dataclass(frozen=True)
@@ -98,6 +107,30 @@ def _fwd_fake(
     bwd_module,
     bwd_entries,
     bwd_launch,
+):
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = q.new_empty(lse_shape(q, cu_seqlens_q), dtype=torch.float32)
+    return out, lse
+
+
+@torch.library.register_fake(f"{NAMESPACE}::fwd_splitkv")
+def _fwd_splitkv_fake(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    softmax_scale,
+    causal,
+    window_left,
+    window_right,
+    softcap,
+    num_splits,
+    module,
+    entries,
+    launch,
 ):
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = q.new_empty(lse_shape(q, cu_seqlens_q), dtype=torch.float32)
