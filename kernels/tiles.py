@@ -239,14 +239,15 @@ _BWD_V1 = {
 }
 
 # Forward defaults: 4 warps x 32 rows (two m-tiles per warp halve the K and V fragment reads per mma)
-# up to head dim 160, FA2's 8-warp 128 x 64 blocks at 192 and above, and two K/V stages wherever
-# shared memory allows. Each is the spill-free candidate (NVRTC 11.8, 12.9 and 13.0, every arch of
-# the family: bench/kernel_resources.py) closest to FA2's choice with the fewest shared-memory bytes
-# per mma (bench/kernel_model.py). Q stays in registers where that leaves the accumulators room.
+# up to head dim 128, 4 warps x 16 rows with Q kept in registers at 160, FA2's 8-warp 128 x 64 blocks
+# at 192 and above (64 x 64 x 4 where shared memory is short, and FA2's H100 choice at 256 on sm90),
+# and two K/V stages wherever shared memory allows. Each is spill-free with NVRTC 11.8, 12.9 and 13.0
+# on every arch of its family (bench/kernel_resources.py); FA2's own d128 tile (128 x 64 x 4) misses
+# by a few bytes of spill here and stays a candidate.
 _FWD_SM80 = {
     32: _T(128, 128, 4, 2, True),
     64: _T(128, 64, 4, 2),
-    96: _T(128, 64, 4, 2),
+    96: _T(128, 32, 4, 2),
     128: _T(128, 32, 4, 2),
     160: _T(64, 64, 4, 1, True),
     192: _T(128, 64, 8, 2),
@@ -255,41 +256,45 @@ _FWD_SM80 = {
 }
 _FWD_SM90 = {**_FWD_SM80, 224: _T(128, 64, 8, 2), 256: _T(64, 64, 4, 1)}  # d256: FA2's H100 choice
 _FWD_SM86 = {**_FWD_SM80, 192: _T(64, 64, 4, 1), 224: _T(64, 64, 4, 1), 256: _T(64, 64, 4, 1)}
+# Turing: the first kernels' tiles, with 32 rows per warp at d32 and 16-key blocks at d224 (the
+# m16n8k8 path needs more registers per row than sm80's).
+_FWD_SM75 = {**_FWD_V1["sm75"], 32: _T(128, 64, 4), 224: _T(64, 16, 4)}
 
-# Backward defaults: FA2's shapes (8 warps; 64 x 128 key-query blocks at d128 where shared memory
-# allows, 64 x 64 above), dQ staged through shared memory before sm90, vector reds from sm90 on.
-# Backward head dim 256 fits the 99 KB parts (sm86/89/120) with 32 x 32 blocks, where FA2 < 2.5.5 and
-# torch SDPA refuse training. Turing (64 KB) gets backward up to head dim 192; 224 and 256 do not fit
-# 64 KB without blocks so small that they spill, so dispatch falls back for them
-# (backward-unsupported).
+# Backward defaults: 8 warps and key blocks of 64 to 128 (FA2's are 128 at d <= 128 and 64 above),
+# the largest that leave ptxas room for the five accumulators without spilling (bench/
+# kernel_resources.py --candidates), two Q/dO stages where shared memory allows; dQ staged through
+# shared memory before sm90, vector reds from sm90 on. Head dim 256 fits the 99 KB parts (sm86/89/120)
+# with 32 x 32 blocks, where FA2 < 2.5.5 and torch SDPA refuse training. Turing (64 KB) gets backward
+# up to head dim 192; 224 and 256 do not fit 64 KB without blocks so small that they spill, so
+# dispatch falls back for them (backward-unsupported).
 _BWD_SM80 = {
-    32: _B(128, 128, 8, 2, True),
-    64: _B(128, 128, 8, 1, True),
+    32: _B(64, 128, 8, 2, True),
+    64: _B(64, 128, 8, 2, True),
     96: _B(64, 128, 8, 2, True),
-    128: _B(64, 128, 8, 1, True),
-    160: _B(64, 64, 8, 2, True),
-    192: _B(64, 64, 8, 1, True),
-    224: _B(64, 64, 8, 1, True),
-    256: _B(64, 64, 8, 1, True),
+    128: _B(64, 64, 8, 2, True),
+    160: _B(32, 64, 8, 2, True),
+    192: _B(32, 64, 8, 2, True),
+    224: _B(32, 64, 8, 1, True),
+    256: _B(64, 32, 8, 1, True),
 }
 _BWD_SM90 = {
-    32: _B(128, 128, 8, 2),
-    64: _B(128, 128, 8, 2),
-    96: _B(64, 128, 8, 2),
-    128: _B(64, 128, 8, 2),
-    160: _B(64, 64, 8, 2),
-    192: _B(64, 64, 8, 2),
-    224: _B(64, 64, 8, 2),
-    256: _B(64, 64, 8, 2),
+    32: _B(64, 128, 8, 2),
+    64: _B(64, 128, 8, 2),
+    96: _B(64, 64, 8, 2),
+    128: _B(64, 64, 8, 2),
+    160: _B(32, 64, 8, 2),
+    192: _B(32, 64, 8, 2),
+    224: _B(32, 64, 8, 2),
+    256: _B(64, 32, 8, 2),
 }
 _BWD_SM86 = {
     32: _B(64, 128, 8, 2, True),
     64: _B(64, 128, 8, 1, True),
     96: _B(64, 64, 8, 2, True),
     128: _B(64, 64, 8, 1, True),
-    160: _B(64, 32, 8, 1, True),
-    192: _B(64, 32, 8, 1, True),
-    224: _B(64, 32, 8, 1, True),
+    160: _B(32, 64, 8, 2, True),
+    192: _B(32, 64, 8, 1, True),
+    224: _B(32, 64, 8, 1, True),
     256: _B(32, 32, 8, 1, True),
 }
 _BWD_SM75 = {d: dataclasses.replace(t, dq_smem=True) for d, t in _BWD_V1["sm75"].items()}
@@ -307,9 +312,10 @@ FAMILIES: dict[str, ArchFamily] = {
         dtypes=("fp16",),  # Turing has no bf16 mma
         # 64 KB per SM in all, and no cp.async: a second resident block is what hides the load
         # latency, so d <= 96 use tiles under 32 KB (2 blocks/SM); larger head dims get 1.
-        fwd=_FWD_V1["sm75"],
+        fwd=_FWD_SM75,
         bwd=_BWD_SM75,
-        splitkv={d: _T(64, 64 if d <= 96 else 32 if d <= 224 else 16, 4) for d in HEAD_DIM_BUCKETS},
+        # No split-KV at d256: its 16-key blocks spill there; such calls run the plain forward.
+        splitkv={d: _T(64, 64 if d <= 96 else 32, 4) for d in HEAD_DIM_BUCKETS if d <= 224},
         previous={"fwd": _FWD_V1["sm75"], "bwd": _BWD_V1["sm75"]},
     ),
     "sm80": ArchFamily(
