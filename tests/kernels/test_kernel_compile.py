@@ -166,3 +166,45 @@ def test_unit_compiles_to_a_cubin_for_its_arch(major, arch, unit_name):
         usage = usages[entry]
         assert usage.spill_stores == 0 and usage.spill_loads == 0, out.log
         assert usage.static_smem + launch.smem_bytes <= tiles.SMEM_LIMIT[arch]
+
+
+# --- the autotuner's search space ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ["7.5", "8.0", "8.6", "9.0", "12.0"])
+def test_candidates_start_with_the_default_and_fit(arch):
+    family = tiles.arch_family(arch)
+    for direction in ("fwd", "bwd"):
+        for d in tiles.HEAD_DIM_BUCKETS:
+            rows = tiles.candidates(arch, direction, d)
+            default = tiles.default_tile(arch, direction, d)
+            if default is None:
+                assert rows == [], (arch, direction, d)
+                continue
+            assert rows[0] == default, (arch, direction, d)
+            assert len({t.label for t in rows}) == len(rows), "labels must be unique"
+            for tile in rows:
+                assert tile.valid(d) and tile.smem_bytes(d) <= family.smem_limit, (arch, tile.label)
+                u = tiles.unit(arch, direction, family.dtypes[0], d, tile)
+                assert u.defines["FA_SMEM_BYTES"] == tile.smem_bytes(d)
+                assert all(e.threads == 32 * tile.warps for e in u.entries.values())
+
+
+def test_units_are_built_from_the_default_tiles():
+    for u in tiles.units("8.0"):
+        assert u == tiles.unit(
+            "8.0", u.direction, u.dtype, u.head_dim, tiles.default_tile("8.0", u.direction, u.head_dim)
+        )
+
+
+def test_candidates_take_any_head_dim_and_refuse_bad_input():
+    assert tiles.candidates("8.0", "fwd", 72) == tiles.candidates("8.0", "fwd", 96)
+    with pytest.raises(ValueError, match="arch"):
+        tiles.candidates("6.1", "fwd", 64)
+    with pytest.raises(ValueError, match="direction"):
+        tiles.candidates("8.0", "sideways", 64)
+    with pytest.raises(ValueError, match="head_dim"):
+        tiles.candidates("8.0", "fwd", 512)
+    too_big = tiles.FwdTile(128, 128, 4)
+    with pytest.raises(ValueError, match="shared memory"):
+        tiles.unit("7.5", "fwd", "fp16", 256, too_big)
