@@ -3,7 +3,7 @@
 The one place where per-arch and per-head-dim differences live (docs/contracts.md section 2). The
 build reads it to know what to compile; the packager copies the launches into the manifest; the GPU
 autotuner (bench/autotune.py) reads its search space. Pure Python, stdlib only: the build tool loads
-this file by path (buildtool/kernels_src.py).
+this file by path (buildtool/core/kernels_src.py).
 
 Three layers:
   - a Tile per direction (FwdTile, BwdTile): the knobs a kernel's -D defines take, with a short
@@ -347,7 +347,7 @@ FAMILIES: dict[str, ArchFamily] = {
     ),
 }
 
-# Every arch some pinned NVRTC can target (buildtool/cuda_facts.py) maps to a family. sm88 (new in
+# Every arch some pinned NVRTC can target (buildtool/core/cuda_facts.py) maps to a family. sm88 (new in
 # CUDA 13.0, no published smem figure we could check) gets the smallest Ampere-class budget.
 _ARCH_FAMILY: dict[str, str] = {
     "7.5": "sm75",

@@ -1,6 +1,6 @@
-"""`fa build` (matrix -> plan -> wheels + index) and `fa index` (re-index a wheel directory).
+"""`fa build`: matrix -> plan -> compile -> package -> index.
 
-A thin shell: parse options, make the plan (buildtool.plan), run it (buildtool.build), print.
+A thin shell: parse options, make the plan (build/plan.py), run it (build/pipeline.py), print.
 Exit codes: 0 done, 1 the build failed (compiler, download, packaging), 2 bad input (matrix, options).
 """
 
@@ -12,42 +12,21 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.text import Text
 
-from buildtool import index, plan_view, probe
-from buildtool.binding import BindingError
-from buildtool.build import execute, summary_table
-from buildtool.compile import CompileError, KernelTree, is_cached
-from buildtool.fetch import FetchError
-from buildtool.matrix import Matrix, MatrixError, load_matrix
-from buildtool.package import PackageError
-from buildtool.plan import Plan, local_plan, make_plan, parse_shard
-from buildtool.platform_tag import PlatformTagError
-from buildtool.platforms import cxx_for, cxx_install_hint, has_cxx
-from buildtool.pypi import CatalogError, fetch_torch_catalog
-from buildtool.toolkits import ToolkitError
-from buildtool.torch_headers import HeaderError, local_torch
+from buildtool.build import plan_view
+from buildtool.build.compile import KernelTree, is_cached
+from buildtool.build.matrix import Matrix, load_matrix
+from buildtool.build.pipeline import execute, summary_table
+from buildtool.build.plan import Plan, local_plan, make_plan, parse_shard
+from buildtool.build.pypi import fetch_torch_catalog
+from buildtool.build.torch_headers import HeaderError, local_torch
+from buildtool.core import installed
+from buildtool.core.console import plain_console
+from buildtool.core.cpus import cxx_for, cxx_install_hint, has_cxx
+from buildtool.errors import FaError, UsageError
 
-# OSError last: a full disk or an unwritable --out is a failed build with the OS's own words.
-BUILD_FAILURES = (
-    CompileError,
-    BindingError,
-    ToolkitError,
-    HeaderError,
-    FetchError,
-    PackageError,
-    PlatformTagError,
-    CatalogError,
-    OSError,
-)
+RESUME_NOTE = "(finished work is cached: re-run the same command to resume)"
 DEFAULT_LOCAL_CUDA = 12  # a CPU-only torch says nothing about CUDA; the newest widely driven major
-
-
-def _fail(code: int, message: str) -> typer.Exit:
-    # Text, not markup: compiler logs are full of [brackets].
-    Console(stderr=True).print(Text("fa build: ", style="bold red") + Text(message), highlight=False)
-    return typer.Exit(code)
 
 
 def _plan(
@@ -56,12 +35,12 @@ def _plan(
     if local:
         matrix: Matrix | None = load_matrix(matrix_path) if matrix_path.is_file() else None
         version, _ = local_torch()
-        torch_dir = probe.find_torch()
-        info = probe.probe_torch(torch_dir) if torch_dir else None
+        torch_dir = installed.find_torch()
+        info = installed.probe_torch(torch_dir) if torch_dir else None
         if info is None or info.cxx11abi is None:
             raise HeaderError("cannot read the installed torch's version and C++ ABI from its files")
         majors = tuple(cuda) or (info.cuda_major or DEFAULT_LOCAL_CUDA,)
-        return local_plan(version, info.cxx11abi, probe.python_version(), majors, matrix)
+        return local_plan(version, info.cxx11abi, installed.python_version(), majors, matrix)
     matrix = load_matrix(matrix_path)
     return make_plan(
         matrix, fetch_torch_catalog(refresh), parse_shard(shard) if shard else None, platform=platform
@@ -92,22 +71,16 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Build the wheels of a matrix (or of the installed torch with --local) and index them."""
         if jobs < 1:
-            raise _fail(2, f"--jobs: {jobs} is not a positive number\n  fix: pass --jobs 1 or more")
+            raise UsageError(f"--jobs: {jobs} is not a positive number\n  fix: pass --jobs 1 or more")
         if cuda and not local:
-            raise _fail(2, "--cuda: only used with --local\n  fix: list CUDA majors in matrix.yaml `cuda:`")
+            raise UsageError("--cuda: only used with --local\n  fix: list CUDA majors in matrix.yaml `cuda:`")
         if platform and local:
-            raise _fail(2, "--platform: --local builds for this machine's CPU\n  fix: drop one of them")
-        try:
-            plan = _plan(matrix, local, cuda, shard, platform, refresh)
-        except MatrixError as e:
-            raise _fail(2, str(e)) from None
-        except (CatalogError, HeaderError) as e:
-            raise _fail(1, str(e)) from None
+            raise UsageError("--platform: --local builds for this machine's CPU\n  fix: drop one of them")
+        plan = _plan(matrix, local, cuda, shard, platform, refresh)
         missing = [p for p in dict.fromkeys(w.platform for w in plan.wheels if w.platform) if not has_cxx(p)]
         if missing and not dry_run:
             hints = "\n  ".join(f"fix: {cxx_install_hint(p)}" for p in missing)
-            raise _fail(
-                2,
+            raise UsageError(
                 f"no C++ compiler for the {', '.join(missing)} bindings ({', '.join(' '.join(cxx_for(p)) for p in missing)})\n  {hints}",
             )
         if dry_run:
@@ -118,28 +91,13 @@ def register(app: typer.Typer) -> None:
             return
         try:
             summary = execute(plan, out, jobs, KernelTree(), show_progress=progress and not as_json)
-        except BUILD_FAILURES as e:
-            raise _fail(1, f"{e}\n(finished work is cached: re-run the same command to resume)") from None
+        except FaError as e:
+            raise e.with_note(RESUME_NOTE) from None
+        except OSError as e:  # a full disk or an unwritable --out: a failed build, in the OS's own words
+            raise FaError(str(e)).with_note(RESUME_NOTE) from None
         if as_json:
             print(json.dumps(summary.to_json(), indent=2))
         else:
-            console = Console()
+            console = plain_console()
             console.print(summary_table(summary))
-            console.print(
-                f"install: pip install --find-links {out} fa-attn   (index: {out / 'index.json'})",
-                highlight=False,
-                markup=False,
-            )
-
-    @app.command("index")
-    def index_cmd(
-        directory: Annotated[Path, typer.Argument(help="a directory of fa-attn wheels (e.g. merged shards)")],
-    ) -> None:
-        """Rewrite DIRECTORY/index.json and DIRECTORY/simple/ from the wheels in it."""
-        if not directory.is_dir():
-            raise _fail(2, f"{directory}: not a directory\n  fix: pass the folder holding the .whl files")
-        try:
-            data = index.write_index(directory)
-        except index.WheelDirError as e:
-            raise _fail(1, str(e)) from None
-        Console().print(f"indexed {len(data['wheels'])} wheels in {directory}")
+            console.print(f"install: pip install --find-links {out} fa-attn   (index: {out / 'index.json'})")

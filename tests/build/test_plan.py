@@ -15,9 +15,8 @@ import pytest
 from packaging.version import Version
 from rich.console import Console
 
-from buildtool import fetch, kernels_src
-from buildtool.matrix import Matrix, MatrixError, load_matrix, parse_matrix
-from buildtool.plan import (
+from buildtool.build.matrix import Matrix, MatrixError, load_matrix, parse_matrix
+from buildtool.build.plan import (
     SKIP_EXCLUDED,
     SKIP_NO_TORCH_BUILD,
     Cell,
@@ -26,8 +25,8 @@ from buildtool.plan import (
     parse_shard,
     shard_wheels,
 )
-from buildtool.plan_view import plan_json, plan_renderable, plan_table
-from buildtool.pypi import (
+from buildtool.build.plan_view import plan_json, plan_renderable, plan_table
+from buildtool.build.pypi import (
     SIMPLE_URL,
     CatalogError,
     TorchCatalog,
@@ -35,6 +34,7 @@ from buildtool.pypi import (
     fetch_torch_catalog,
     simple_json_from_response,
 )
+from buildtool.core import fetch, kernels_src
 
 DATA = Path(__file__).with_name("data")
 REPO = Path(__file__).resolve().parents[2]
@@ -176,7 +176,7 @@ def test_offline(tmp_path: Path, simple_json: dict) -> None:
     cache = tmp_path / "torch.json"
     with pytest.raises(CatalogError) as info:
         fetch_torch_catalog(read=offline, cache_file=cache)
-    assert "no cached copy" in info.value.message and "FA_CACHE" in info.value.fix
+    assert "no cached copy" in info.value.problem and "FA_CACHE" in info.value.fix
     cache.write_text(json.dumps(simple_json))
     old = time.time() - 30 * 24 * 3600
     os.utime(cache, (old, old))  # a stale cache beats no answer
@@ -296,7 +296,7 @@ def test_plan_errors(catalog: TorchCatalog) -> None:
     with pytest.raises(MatrixError) as info:
         plan_of('torch: ["2.5", "2.16"]\ncuda: [12]\npython: ["3.12"]\n', catalog)
     e = info.value
-    assert e.field == "torch[1]" and "never published on PyPI" in e.message and "2.15" in e.message
+    assert e.field == "torch[1]" and "never published on PyPI" in e.problem and "2.15" in e.problem
 
     def no_kernels_for_90(arch: str) -> list[Unit]:
         return [] if arch == "9.0" else units(arch)
@@ -304,7 +304,7 @@ def test_plan_errors(catalog: TorchCatalog) -> None:
     m = matrix('torch: ["2.9"]\ncuda: [12]\npython: ["3.12"]\narchs: {"12": ["8.0", "9.0"]}\n')
     with pytest.raises(MatrixError) as info:
         make_plan(m, catalog, units=no_kernels_for_90)
-    assert info.value.field == 'archs."12"[1]' and "no kernels for arch 9.0" in info.value.message
+    assert info.value.field == 'archs."12"[1]' and "no kernels for arch 9.0" in info.value.problem
 
     m = matrix(
         'torch: ["2.9"]\ncuda: [12]\npython: ["3.12"]\narchs: {"12": ["7.5"]}\nptx: {"12": null}\n'
@@ -377,20 +377,18 @@ def test_local_plan() -> None:
 
 def test_local_plan_builds_for_this_machines_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """On an Arm machine (a GH200, a DGX Spark) `fa build --local` makes an aarch64 wheel natively."""
-    from buildtool import platforms
+    from buildtool.core import cpus
 
-    monkeypatch.setattr(platforms.platform, "machine", lambda: "aarch64")
+    monkeypatch.setattr(cpus.platform, "machine", lambda: "aarch64")
     plan = local_plan("2.9.0+cu130", True, "3.12", (13,), units=units)
     (wheel,) = plan.wheels
     assert wheel.platform == "aarch64" and wheel.binding.platform == "aarch64"
     assert wheel.cells == (Cell("2.9", 13, "3.12", "aarch64"),)
     monkeypatch.delenv("CXX", raising=False)
     monkeypatch.delenv("FA_CXX_AARCH64", raising=False)
-    assert platforms.cxx_for("aarch64") == [
-        "g++"
-    ]  # native there; the x86_64 bindings would be the cross ones
-    assert platforms.cxx_for("x86_64") == ["x86_64-linux-gnu-g++"]
-    monkeypatch.setattr(platforms.platform, "machine", lambda: "riscv64")
+    assert cpus.cxx_for("aarch64") == ["g++"]  # native there; the x86_64 bindings would be the cross ones
+    assert cpus.cxx_for("x86_64") == ["x86_64-linux-gnu-g++"]
+    monkeypatch.setattr(cpus.platform, "machine", lambda: "riscv64")
     with pytest.raises(MatrixError) as info:
         local_plan("2.9.0", True, "3.12", (13,), units=units)
     assert info.value.field == "platform" and "x86_64 or aarch64" in info.value.fix

@@ -1,6 +1,6 @@
 """The kernel table's invariants, and real NVRTC compiles of a forward unit for each CUDA major.
 
-The compiles use the pinned NVRTC wheel of each major (buildtool.toolkits, fetched once into the
+The compiles use the pinned NVRTC wheel of each major (buildtool/build/toolkits.py, fetched once into the
 tool's cache; set FA_TOOLKIT_WHEELS to a folder with the wheels to skip the download) and check the
 cubin's ELF header names the requested arch. They say nothing about numerical correctness: that is
 for the GPU tests (tests/gpu), which need a device.
@@ -12,8 +12,8 @@ import struct
 
 import pytest
 
-from buildtool import kernels_src
-from buildtool.cuda_facts import TOOLKITS
+from buildtool.core import kernels_src
+from buildtool.core.cuda_facts import TOOLKITS
 
 tiles = kernels_src.tiles()
 
@@ -145,8 +145,8 @@ COMPILES = [
 def test_unit_compiles_to_a_cubin_for_its_arch(major, arch, unit_name):
     import locale
 
-    from buildtool import toolkits
-    from buildtool.nvrtc import open_nvrtc, parse_resource_usage
+    from buildtool.build import toolkits
+    from buildtool.build.nvrtc import open_nvrtc, parse_resource_usage
 
     unit = next(u for u in tiles.units(arch) if u.name == unit_name)
     kdir = kernels_src.kernels_dir()
@@ -160,7 +160,7 @@ def test_unit_compiles_to_a_cubin_for_its_arch(major, arch, unit_name):
         (kdir / unit.source).read_text(), unit.source, "sm_" + arch.replace(".", ""), options, headers
     )
 
-    # NVRTC 11.8 leaves its thread in the C locale; buildtool.nvrtc must put Python's encoding back.
+    # NVRTC 11.8 leaves its thread in the C locale; buildtool/build/nvrtc.py must put Python's encoding back.
     assert locale.getpreferredencoding(False) == encoding
     assert out.kind == "cubin"
     assert cubin_sm(out.image) == int(arch.replace(".", ""))

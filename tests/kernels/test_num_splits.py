@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from buildtool import kernels_src
+from buildtool.core import kernels_src
 
 choice = kernels_src.kernel_choice()
 

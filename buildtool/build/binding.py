@@ -1,0 +1,191 @@
+"""The host binding (libfa_attn_ops.so): the shared launch logic (kernels/binding/*.cpp) and one form
+(kernels/binding/forms/<form>.cpp) built with a C++ compiler for the wheel's CPU (the host's g++, or a
+cross g++ for the other CPU: buildtool/core/cpus.py) against one torch version's headers. The ATen
+form is built once per (torch minor, C++ ABI, CPU).
+
+No torch library is downloaded: we link against generated stub libraries named libc10.so and
+libtorch_cpu.so, which exist only to put DT_NEEDED entries on those sonames into our binary. At run
+time `import torch` has already loaded the real ones, so the loader resolves our undefined symbols
+from them. The output is cached by content: binding sources, headers (torch version and origin),
+ABI, the compiler's identity and the flags.
+"""
+
+from __future__ import annotations
+
+import functools
+import shlex
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from buildtool.build.torch_headers import Headers
+from buildtool.core import atomic, cache, cpus
+from buildtool.errors import FaError
+
+OUTPUT_NAME = "libfa_attn_ops.so"
+STUB_SONAMES = ("libc10.so", "libtorch_cpu.so")  # what torch's own libraries are called on Linux
+BASE_FLAGS = (
+    "-std=c++20",  # torch >= 2.15 headers require C++20; 2.4..2.13 build with it too
+    "-O2",
+    "-fPIC",
+    "-shared",
+    "-fvisibility=hidden",
+)
+
+
+class BindingError(FaError):
+    """The host compiler could not build the binding; the message carries its output."""
+
+
+@dataclass(frozen=True)
+class BindingBuild:
+    path: Path  # the cached libfa_attn_ops.so
+    key: str
+    cached: bool  # True: nothing compiled
+    seconds: float
+
+
+def compiler(platform: str | None = None) -> list[str]:
+    """The compiler for bindings that run on `platform`: for this machine's CPU `CXX` (may carry a
+    launcher, e.g. "ccache g++") or g++; for the other CPU its cross g++ (FA_CXX_<CPU> overrides)."""
+    return cpus.cxx_for(platform or cpus.host())
+
+
+def compiler_identity(platform: str | None = None) -> str:
+    """The version and target triple of the compiler for `platform`'s bindings: part of the cache key
+    and of the build log."""
+    platform = platform or cpus.host()
+    return _identity(tuple(compiler(platform)), platform)
+
+
+@functools.cache
+def _identity(cxx: tuple[str, ...], platform: str) -> str:
+    try:
+        out = [
+            subprocess.run([*cxx, flag], capture_output=True, text=True, check=True).stdout.strip()
+            for flag in ("-dumpfullversion", "-dumpmachine")
+        ]
+        banner = subprocess.run([*cxx, "--version"], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise BindingError(
+            f"C++ compiler {' '.join(cxx)!r} not usable: {e}\n  fix: {cpus.cxx_install_hint(platform)}"
+        ) from e
+    return f"{banner.stdout.splitlines()[0]} ({out[0]}, {out[1]})"
+
+
+FORMS_DIR = "forms"  # kernels/binding/forms/<form>.cpp: the thin layer that registers the operators
+ATEN = "aten"
+
+
+def sources(kernels_root: Path, form: str = ATEN) -> list[Path]:
+    """What the binding of `form` is built from: the shared .cpp/.h files of kernels/binding, that
+    form's file, and the shared params.h."""
+    bind = kernels_root / "binding"
+    layer = bind / FORMS_DIR / f"{form}.cpp"
+    if not layer.is_file():
+        raise BindingError(f"no {form} form of the binding ({layer} is missing)")
+    shared = sorted(p for p in bind.glob("*") if p.suffix in (".cpp", ".cc", ".h", ".hpp"))
+    return [*shared, layer, kernels_root / "csrc" / "params.h"]
+
+
+def flags(headers: Headers, cxx11abi: bool, kernels_root: Path) -> list[str]:
+    inc = [f"-I{d}" for d in (*headers.include_dirs, kernels_root / "csrc", kernels_root / "binding")]
+    return [*BASE_FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={int(cxx11abi)}", *inc]
+
+
+def binding_key(headers: Headers, cxx11abi: bool, kernels_root: Path, platform: str | None = None) -> str:
+    """The cache key; `platform` (the binding's CPU) defaults to this machine's, like every function here."""
+    platform = platform or cpus.host()
+    srcs = sources(kernels_root)
+    parts: list[str | bytes] = [
+        "fa-binding-v1",
+        headers.torch_version,
+        headers.origin,
+        str(cxx11abi),
+        platform,
+    ]
+    for p in srcs:
+        parts += [p.relative_to(kernels_root).as_posix(), p.read_bytes()]
+    # include dirs are paths into the cache: key on what they hold (version), not where they are
+    portable = [f for f in flags(headers, cxx11abi, kernels_root) if not f.startswith("-I")]
+    parts += [compiler_identity(platform), *portable]
+    return cache.content_key(*parts)
+
+
+def output_path(key: str) -> Path:
+    return cache.cache_dir() / "bindings" / key[:2] / key / OUTPUT_NAME
+
+
+def is_cached(headers: Headers, cxx11abi: bool, kernels_root: Path, platform: str | None = None) -> bool:
+    return output_path(binding_key(headers, cxx11abi, kernels_root, platform)).is_file()
+
+
+def stub_dir(platform: str | None = None) -> Path:
+    """Empty shared libraries with torch's sonames for `platform`, generated once (they hold no code)."""
+    platform = platform or cpus.host()
+    d = cache.cache_dir() / "binding-stubs" / platform
+    with cache.locked(d):
+        for soname in STUB_SONAMES:
+            lib = d / soname
+            if not lib.is_file():
+                with atomic.writing(lib) as tmp:
+                    _run(
+                        [
+                            *compiler(platform),
+                            "-shared",
+                            "-x",
+                            "c++",
+                            "/dev/null",
+                            f"-Wl,-soname,{soname}",
+                            "-o",
+                            str(tmp),
+                        ],
+                        f"generating stub {soname}",
+                        platform,
+                    )
+    return d
+
+
+def build_binding(
+    headers: Headers, cxx11abi: bool, kernels_root: Path, platform: str | None = None
+) -> BindingBuild:
+    platform = platform or cpus.host()
+    key = binding_key(headers, cxx11abi, kernels_root, platform)
+    out = output_path(key)
+    if out.is_file():
+        return BindingBuild(out, key, True, 0.0)
+    cpp = [str(p) for p in sources(kernels_root) if p.suffix in (".cpp", ".cc")]
+    stubs = stub_dir(platform)
+    t0 = time.perf_counter()
+    with atomic.writing(out) as tmp:
+        cmd = [
+            *compiler(platform),
+            *flags(headers, cxx11abi, kernels_root),
+            *cpp,
+            "-o",
+            str(tmp),
+            f"-L{stubs}",
+            "-Wl,--no-as-needed",
+            *(f"-l:{s}" for s in STUB_SONAMES),
+            "-Wl,--as-needed",
+            "-ldl",  # dlopen lives in libdl before glibc 2.34 (manylinux_2_28); as-needed drops it after
+        ]
+        _run(
+            cmd,
+            f"building the {platform} binding for torch {headers.torch_version} (cxx11abi={cxx11abi})",
+            platform,
+        )
+    return BindingBuild(out, key, False, time.perf_counter() - t0)
+
+
+def _run(cmd: list[str], what: str, platform: str) -> None:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    except OSError as e:
+        raise BindingError(
+            f"{what}: cannot run {cmd[0]}: {e}\n  fix: {cpus.cxx_install_hint(platform)}"
+        ) from e
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout).splitlines()[-40:])
+        raise BindingError(f"{what} failed (exit {proc.returncode}):\n{shlex.join(cmd)}\n{tail}")

@@ -1,0 +1,241 @@
+"""Kernel compiles: one NVRTC program per (CUDA major, arch, image kind, unit), cached by content.
+
+The cache key covers everything that can change the image: the unit's source text and the text of
+every header it includes (followed recursively), the pinned NVRTC version, the target, the unit's
+defines and the shared options from tiles.nvrtc_options. So a second build with nothing changed
+compiles nothing, and a changed header recompiles exactly the units that include it.
+
+Compiles run in worker processes (one NVRTC loaded per worker); each worker writes its image into
+the cache itself, atomically, so work finished before a kill is kept.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import hashlib
+import importlib.util
+import multiprocessing
+import re
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from buildtool.build import toolkits
+from buildtool.build.nvrtc import NvrtcError, open_nvrtc
+from buildtool.core import atomic, cache, kernels_src
+from buildtool.core.cuda_facts import compute_name, sm_name
+from buildtool.errors import FaError
+
+if TYPE_CHECKING:
+    from buildtool.build.plan import CompileJob
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
+
+
+class CompileError(FaError):
+    """Kernel compiles that failed; str() names each unit and arch and carries NVRTC's log."""
+
+    def __init__(self, failures: list[CompileFailure]) -> None:
+        self.failures = failures
+        parts = [f"{f.unit} for {f.target} (CUDA {f.cuda_major}) failed:\n{f.log.strip()}" for f in failures]
+        super().__init__("\n\n".join(parts))
+
+
+@dataclass(frozen=True)
+class CompileFailure:
+    unit: str
+    cuda_major: int
+    target: str
+    log: str
+
+
+class KernelTree:
+    """A kernels/ source tree and its tiles.py (the repo's by default; tests pass a small one)."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = Path(root) if root is not None else kernels_src.kernels_dir()
+
+    @cached_property
+    def tiles(self) -> ModuleType:
+        if self.root == kernels_src.kernels_dir():
+            return kernels_src.tiles()
+        name = "_fa_tiles_" + hashlib.sha256(str(self.root).encode()).hexdigest()[:12]
+        if name in sys.modules:
+            return sys.modules[name]
+        spec = importlib.util.spec_from_file_location(name, self.root / "tiles.py")
+        if spec is None or spec.loader is None:
+            raise FileNotFoundError(f"no tiles.py in {self.root}")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod  # dataclasses need the module registered while it executes
+        spec.loader.exec_module(mod)
+        return mod
+
+    def unit(self, arch: str, name: str) -> Any:  # a tiles.KernelUnit
+        for u in self.tiles.units(arch):
+            if u.name == name:
+                return u
+        raise KeyError(f"tiles.units({arch!r}) has no unit {name!r}")
+
+
+@dataclass(frozen=True)
+class CompileTask:
+    """A CompileJob resolved to plain data: all a worker process needs, and the cache key."""
+
+    cuda_major: int
+    unit: str
+    target: str  # "sm_80" (cubin) | "compute_90" (PTX)
+    source_name: str
+    source: str
+    headers: tuple[tuple[str, str], ...]
+    options: tuple[str, ...]
+    nvrtc_version: str
+
+    @property
+    def suffix(self) -> str:
+        return ".cubin" if self.target.startswith("sm_") else ".ptx"
+
+    @property
+    def key(self) -> str:
+        flat = [x for pair in self.headers for x in pair]
+        return cache.content_key(
+            "fa-kernel-v1",
+            self.source_name,
+            self.source,
+            *flat,
+            self.nvrtc_version,
+            self.target,
+            *self.options,
+        )
+
+    @property
+    def path(self) -> Path:
+        return image_path(self.key, self.suffix)
+
+
+def image_path(key: str, suffix: str) -> Path:
+    return cache.cache_dir() / "kernels" / key[:2] / f"{key}{suffix}"
+
+
+def _headers(src_path: Path, root: Path) -> tuple[tuple[str, str], ...]:
+    """Every quoted include reachable from `src_path`, as (name as written, text). A header is looked
+    up beside the including file, then in csrc/; one we cannot find is left for NVRTC to reject."""
+    found: dict[str, str] = {}
+    todo = [src_path]
+    while todo:
+        path = todo.pop()
+        for name in _INCLUDE.findall(path.read_text()):
+            if name in found:
+                continue
+            for cand in (path.parent / name, root / "csrc" / name):
+                if cand.is_file():
+                    found[name] = cand.read_text()
+                    todo.append(cand)
+                    break
+    return tuple(sorted(found.items()))
+
+
+def resolve(job: CompileJob, tree: KernelTree) -> CompileTask:
+    unit = tree.unit(job.arch, job.unit)
+    src_path = tree.root / unit.source
+    defines = tuple(f"-D{k}={v}" for k, v in sorted(unit.defines.items()))
+    target = sm_name(job.arch) if job.image == "sass" else compute_name(job.arch)
+    return CompileTask(
+        cuda_major=job.cuda_major,
+        unit=unit.name,
+        target=target,
+        source_name=unit.source,
+        source=src_path.read_text(),
+        headers=_headers(src_path, tree.root),
+        options=(*tree.tiles.nvrtc_options(job.arch), *defines),
+        nvrtc_version=toolkits.toolkit(job.cuda_major).version,
+    )
+
+
+def is_cached(job: CompileJob, tree: KernelTree | None = None) -> bool:
+    """True when the job's image is already in the cache (for the plan view)."""
+    return resolve(job, tree or KernelTree()).path.is_file()
+
+
+@dataclass
+class CompileStats:
+    seconds: dict[CompileJob, float] = field(default_factory=dict)  # compiled by this build: NVRTC time
+    cached: set[CompileJob] = field(default_factory=set)  # already in the cache: nothing to do
+
+    @property
+    def compiled(self) -> int:
+        return len(self.seconds)
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    seconds: float
+    failure: CompileFailure | None
+
+
+def _compile_task(task: CompileTask, lib_dir: str) -> _Outcome:
+    """Worker body: compile one task and write its image into the cache (atomically)."""
+    t0 = time.perf_counter()
+    try:
+        out = open_nvrtc(lib_dir).compile(
+            task.source, task.source_name, task.target, list(task.options), dict(task.headers)
+        )
+    except NvrtcError as e:
+        fail = CompileFailure(task.unit, task.cuda_major, task.target, e.log or str(e))
+        return _Outcome(time.perf_counter() - t0, fail)
+    atomic.write_bytes(task.path, out.image)
+    return _Outcome(time.perf_counter() - t0, None)
+
+
+def compile_all(
+    jobs: Iterable[CompileJob],
+    workers: int,
+    tree: KernelTree | None = None,
+    on_done: Callable[[CompileTask, bool], None] | None = None,
+    toolkit_progress: Callable[[int], toolkits.fetch.ProgressHook] | None = None,
+) -> tuple[dict[CompileJob, Path], CompileStats]:
+    """Compile what is not cached, up to `workers` at a time. Returns each job's image path.
+    `on_done(task, was_cached)` is called once per job, in completion order; `toolkit_progress(major)`
+    returns a download progress hook for a toolkit that must be fetched first. Raises CompileError
+    naming every failed unit after the others have finished (their images are kept)."""
+    tree = tree or KernelTree()
+    stats = CompileStats()
+    tasks = {job: resolve(job, tree) for job in jobs}
+    todo = {job: t for job, t in tasks.items() if not t.path.is_file()}
+    for job, t in tasks.items():
+        if job not in todo:
+            stats.cached.add(job)
+            if on_done:
+                on_done(t, True)
+    lib_dirs: dict[int, str] = {}
+    for major in sorted({t.cuda_major for t in todo.values()}):
+        hook = toolkit_progress(major) if toolkit_progress and not toolkits.is_unpacked(major) else None
+        lib_dirs[major] = str(toolkits.nvrtc_lib_dir(major, hook))
+
+    failures: list[CompileFailure] = []
+
+    def record(job: CompileJob, outcome: _Outcome) -> None:
+        if outcome.failure:
+            failures.append(outcome.failure)
+        else:
+            stats.seconds[job] = outcome.seconds
+        if on_done:
+            on_done(tasks[job], False)
+
+    if workers <= 1 or len(todo) <= 1:
+        for job, task in todo.items():
+            record(job, _compile_task(task, lib_dirs[task.cuda_major]))
+    else:
+        # spawn, not fork: the parent runs progress threads, and each worker loads its own NVRTC.
+        ctx = multiprocessing.get_context("spawn")
+        with cf.ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=ctx) as pool:
+            futs = {pool.submit(_compile_task, t, lib_dirs[t.cuda_major]): job for job, t in todo.items()}
+            for fut in cf.as_completed(futs):
+                record(futs[fut], fut.result())
+    if failures:
+        raise CompileError(failures)
+    return {job: t.path for job, t in tasks.items()}, stats

@@ -1,0 +1,564 @@
+"""matrix.yaml: the release matrix, parsed and validated into a `Matrix` before any work starts.
+
+Validation here needs no network: it checks the shape, the spelling of every version and that each
+CUDA major can target the archs asked of it. Whether PyPI published a torch minor is checked by the
+plan (buildtool/build/plan.py), which has the torch catalog. Every error names the field as it is written
+in the file (`archs."12"[3]`, `exclude[0].torch`) and says how to fix it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import yaml
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from buildtool.core import cpus, cuda_facts, kernels_src
+from buildtool.errors import InputError
+
+DEFAULT_VERSION = "0.1.0"
+# The binding reaches the CUDA stream through torch's C shim (aoti_torch/c/shim.h), present since 2.4.
+MIN_TORCH = "2.4"
+# From 2.7 every pip wheel of torch uses the C++11 ABI; before, PyPI used the old one while NGC and
+# some PyTorch-index builds (2.6.0+cu126) used the new one (see compat-facts.md, "C++ ABI").
+CXX11ABI_ONLY_FROM = "2.7"
+CXX11ABI_POLICIES = ("auto", "true", "false", "both")
+DTYPES = ("fp16", "bf16")
+DIRECTIONS = ("fwd", "bwd")
+
+KNOWN_KEYS = (
+    "version",
+    "torch",
+    "cuda",
+    "python",
+    "platforms",
+    "archs",
+    "ptx",
+    "exclude",
+    "cxx11abi",
+    "kernels",
+)
+EXCLUDE_KEYS = ("torch", "cuda", "python", "platform")
+KERNEL_FILTER_KEYS = ("dtypes", "head_dims", "directions")
+
+_MINOR = re.compile(r"^(\d+)\.(\d+)$")
+_PYTHON = re.compile(r"^3\.(\d+)(t?)$")
+
+
+class MatrixError(InputError):
+    """A value in matrix.yaml (or on the command line) that fa cannot work with."""
+
+
+@dataclass(frozen=True)
+class KernelFilter:
+    """Optional `kernels:` key: build only some kernel units (quick dev builds and tests).
+    None in a field means no filter on it."""
+
+    dtypes: tuple[str, ...] | None = None
+    head_dims: tuple[int, ...] | None = None
+    directions: tuple[str, ...] | None = None
+
+    def accepts(self, unit: Any) -> bool:
+        """True if this tiles.KernelUnit is selected."""
+        return (
+            (self.dtypes is None or unit.dtype in self.dtypes)
+            and (self.head_dims is None or unit.head_dim in self.head_dims)
+            and (self.directions is None or unit.direction in self.directions)
+        )
+
+
+@dataclass(frozen=True)
+class Matrix:
+    version: str  # package version, without a local label (the plan adds the variant)
+    torch: tuple[str, ...]  # minors, "2.5"
+    cuda: tuple[int, ...]  # majors
+    python: tuple[str, ...]  # "3.12", "3.13t" (free-threaded)
+    archs: dict[int, tuple[str, ...]]  # SASS per CUDA major, sorted
+    ptx: dict[int, str | None]  # per major: the arch whose PTX is shipped, None for none
+    exclude: tuple[dict, ...] = ()  # as written (values may be PEP 440 specifiers like ">=2.8")
+    cxx11abi: str = "auto"  # one of CXX11ABI_POLICIES
+    kernels: KernelFilter | None = None
+    platforms: tuple[str, ...] = cpus.DEFAULT_PLATFORMS  # CPUs to build bindings for
+    source: str = field(default="matrix.yaml", compare=False)
+
+    def abis(self, torch_minor: str) -> tuple[bool, ...]:
+        """The C++ ABIs to build a binding for, for this torch minor (False first)."""
+        if self.cxx11abi == "true":
+            return (True,)
+        if self.cxx11abi == "false":
+            return (False,)
+        if self.cxx11abi == "both":
+            return (False, True)
+        return (True,) if Version(torch_minor) >= Version(CXX11ABI_ONLY_FROM) else (False, True)
+
+    def excluded_by(self, torch: str, cuda: int, python: str, platform: str = cpus.X86_64) -> int | None:
+        """Index of the first `exclude` entry matching this cell, None if no entry does."""
+        for i, entry in enumerate(self.exclude):
+            if all(
+                _exclude_value_matches(key, value, torch, cuda, python, platform)
+                for key, value in entry.items()
+            ):
+                return i
+        return None
+
+
+def python_version(python: str) -> tuple[Version, bool]:
+    """ "3.13t" -> (Version("3.13"), True)."""
+    free_threaded = python.endswith("t")
+    return Version(python.removesuffix("t")), free_threaded
+
+
+def load_matrix(path: Path, tiles: ModuleType | None = None) -> Matrix:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise MatrixError(
+            str(path), "(file)", f"cannot read it: {e.strerror}", "pass the path of a matrix.yaml"
+        ) from None
+    return parse_matrix(text, str(path), tiles=tiles)
+
+
+def parse_matrix(text: str, source: str, tiles: ModuleType | None = None) -> Matrix:
+    """Parse and validate matrix.yaml text. `tiles` (kernels/tiles.py) is loaded when needed; tests
+    pass a small fake."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e)
+        raise MatrixError(
+            source, "(syntax)", f"not valid YAML{where}: {problem}", "fix the YAML syntax"
+        ) from None
+    return _Parser(source, tiles).matrix(data)
+
+
+class _Parser:
+    def __init__(self, source: str, tiles: ModuleType | None) -> None:
+        self.source = source
+        self._tiles = tiles
+
+    def tiles(self) -> ModuleType:
+        if self._tiles is None:
+            self._tiles = kernels_src.tiles()
+        return self._tiles
+
+    def error(self, field_: str, message: str, fix: str) -> MatrixError:
+        return MatrixError(self.source, field_, message, fix)
+
+    def matrix(self, data: object) -> Matrix:
+        if not isinstance(data, dict):
+            raise self.error(
+                "(top level)",
+                f"expected a mapping of keys, got {_kind(data)}",
+                'start from the matrix.yaml in the fa repository: torch: ["2.5"], cuda: [12], python: ["3.12"]',
+            )
+        for key in data:
+            if key not in KNOWN_KEYS:
+                raise self.error(str(key), "unknown key", _unknown_key_fix(str(key), KNOWN_KEYS))
+        for key in ("torch", "cuda", "python"):
+            if key not in data:
+                raise self.error(key, "missing", f"add {key}: {_EXAMPLES[key]}")
+        torch = self.torch(data["torch"])
+        cuda = self.cuda(data["cuda"])
+        python = self.python(data["python"])
+        plats = self.platforms(data.get("platforms"))
+        archs = self.archs(data.get("archs"), cuda)
+        return Matrix(
+            version=self.version(data.get("version", DEFAULT_VERSION)),
+            torch=torch,
+            cuda=cuda,
+            python=python,
+            archs=archs,
+            ptx=self.ptx(data.get("ptx"), cuda, archs),
+            exclude=self.exclude(
+                data.get("exclude"), {"torch": torch, "cuda": cuda, "python": python, "platform": plats}
+            ),
+            cxx11abi=self.cxx11abi(data.get("cxx11abi", "auto")),
+            kernels=self.kernels(data.get("kernels")),
+            platforms=plats,
+            source=self.source,
+        )
+
+    # -- scalar keys ---------------------------------------------------------------------------
+
+    def version(self, value: object) -> str:
+        if not isinstance(value, str):
+            raise self.error("version", f"{value!r} is not a string", 'quote it: version: "1.0.0"')
+        try:
+            v = Version(value)
+        except InvalidVersion:
+            raise self.error(
+                "version", f"{value!r} is not a PEP 440 version", 'write it like "1.0.0" or "1.0.0rc1"'
+            ) from None
+        if v.local is not None:
+            raise self.error(
+                "version",
+                f"{value!r} has a local label (+{v.local})",
+                f'write "{v.public}": fa adds the variant label (+cu12torch2.5) itself',
+            )
+        return value
+
+    def cxx11abi(self, value: object) -> str:
+        # YAML reads true/false as booleans; both spellings mean the same policy.
+        text = str(value).lower() if isinstance(value, bool | str) else None
+        if text not in CXX11ABI_POLICIES:
+            raise self.error(
+                "cxx11abi",
+                f"{value!r} is not a C++ ABI policy",
+                "write one of: auto (both ABIs below torch 2.7, the C++11 ABI from 2.7), true, false, both",
+            )
+        return text
+
+    # -- lists -----------------------------------------------------------------------------------
+
+    def _list(self, key: str, value: object) -> list:
+        if not isinstance(value, list) or not value:
+            raise self.error(
+                key, f"expected a non-empty list, got {_kind(value)}", f"write {key}: {_EXAMPLES[key]}"
+            )
+        return value
+
+    def _no_duplicates(self, key: str, items: list) -> None:
+        seen: dict[object, int] = {}
+        for i, item in enumerate(items):
+            if item in seen:
+                raise self.error(
+                    f"{key}[{i}]",
+                    f"{item!r} is listed twice (also {key}[{seen[item]}])",
+                    "remove one of them",
+                )
+            seen[item] = i
+
+    def torch(self, value: object) -> tuple[str, ...]:
+        items = self._list("torch", value)
+        out = [self.torch_minor(f"torch[{i}]", item) for i, item in enumerate(items)]
+        self._no_duplicates("torch", out)
+        return tuple(out)
+
+    def torch_minor(self, field_: str, item: object) -> str:
+        if isinstance(item, float | int) and not isinstance(item, bool):
+            raise self.error(
+                field_,
+                f"{item!r} is a number, and YAML reads 2.10 as 2.1",
+                f'quote the minor: "{item}"',
+            )
+        if not isinstance(item, str) or not _MINOR.match(item):
+            hint = ""
+            if isinstance(item, str) and re.match(r"^\d+\.\d+\.\d+", item):
+                hint = f' (the plan builds against the oldest patch of each minor itself: write "{".".join(item.split(".")[:2])}")'
+            raise self.error(
+                field_, f"{item!r} is not a torch minor{hint}", 'write major.minor in quotes, like "2.5"'
+            )
+        if Version(item) < Version(MIN_TORCH):
+            raise self.error(
+                field_,
+                f"torch {item} is older than fa supports ({MIN_TORCH}: the binding needs torch's C shim)",
+                f'remove it, or raise it to "{MIN_TORCH}"',
+            )
+        return item
+
+    def cuda(self, value: object) -> tuple[int, ...]:
+        items = self._list("cuda", value)
+        out = [self.cuda_major(f"cuda[{i}]", item) for i, item in enumerate(items)]
+        self._no_duplicates("cuda", out)
+        return tuple(out)
+
+    def cuda_major(self, field_: str, item: object) -> int:
+        known = ", ".join(str(m) for m in cuda_facts.TOOLKITS)
+        if isinstance(item, float) or (isinstance(item, str) and re.match(r"^\d+\.\d+", item)):
+            major = str(item).split(".")[0]
+            raise self.error(
+                field_,
+                f"{item!r} is a CUDA version; the matrix lists CUDA majors (one pinned toolkit each)",
+                f"write the major only: {major}",
+            )
+        if isinstance(item, str) and item.isdigit():
+            item = int(item)
+        if not isinstance(item, int) or isinstance(item, bool):
+            raise self.error(field_, f"{item!r} is not a CUDA major", f"write a number, one of {known}")
+        if item not in cuda_facts.TOOLKITS:
+            raise self.error(
+                field_,
+                f"CUDA {item} has no pinned toolkit in fa (buildtool/core/cuda_facts.py)",
+                f"use one of {known}",
+            )
+        return item
+
+    def python(self, value: object) -> tuple[str, ...]:
+        items = self._list("python", value)
+        out = [self.python_version(f"python[{i}]", item) for i, item in enumerate(items)]
+        self._no_duplicates("python", out)
+        return tuple(out)
+
+    def python_version(self, field_: str, item: object) -> str:
+        if isinstance(item, float | int) and not isinstance(item, bool):
+            raise self.error(
+                field_, f"{item!r} is a number, and YAML reads 3.10 as 3.1", f'quote the version: "{item}"'
+            )
+        m = _PYTHON.match(item) if isinstance(item, str) else None
+        if m is None or not isinstance(item, str):  # (the second test narrows the type for checkers)
+            hint = ""
+            if isinstance(item, str) and re.match(r"^3\.\d+\.\d+", item):
+                hint = f'; write the minor only: "{".".join(item.split(".")[:2])}"'
+            raise self.error(
+                field_,
+                f"{item!r} is not a Python minor",
+                f'write it like "3.12", or "3.13t" for free-threaded CPython{hint}',
+            )
+        if m.group(2) and int(m.group(1)) < 13:
+            raise self.error(
+                field_,
+                f"{item!r}: free-threaded CPython exists from 3.13",
+                f'write "3.{m.group(1)}", or a free-threaded 3.13t or newer',
+            )
+        return item
+
+    def platforms(self, value: object) -> tuple[str, ...]:
+        if value is None:
+            return cpus.DEFAULT_PLATFORMS
+        items = self._list("platforms", value)
+        out = [self.platform(f"platforms[{i}]", item) for i, item in enumerate(items)]
+        self._no_duplicates("platforms", out)
+        return tuple(out)
+
+    def platform(self, field_: str, item: object) -> str:
+        known = ", ".join(cpus.PLATFORMS)
+        if not isinstance(item, str):
+            raise self.error(field_, f"{item!r} is not a CPU architecture", f"write one of {known}")
+        name = cpus.canonical(item)
+        if name is None:
+            raise self.error(
+                field_,
+                f"fa builds no wheels for {item!r} (Linux only, and torch's CUDA builds exist for {known})",
+                f"write one of {known}",
+            )
+        if name != item:
+            raise self.error(field_, f"{item!r} is spelled {name!r} in wheel tags", f'write "{name}"')
+        return name
+
+    # -- per CUDA major ----------------------------------------------------------------------------
+
+    def _major_key(self, field_: str, key: object, cuda: tuple[int, ...]) -> int:
+        major = int(key) if isinstance(key, int) or (isinstance(key, str) and key.isdigit()) else None
+        if major is None or isinstance(key, bool):
+            raise self.error(f"{field_}.{key!r}", "keys are CUDA majors", f'write {field_}: {{"12": [...]}}')
+        if major not in cuda:
+            raise self.error(
+                f'{field_}."{major}"',
+                f"CUDA {major} is not in cuda ({list(cuda)})",
+                f"add {major} to cuda, or remove this entry",
+            )
+        return major
+
+    def arch(self, field_: str, item: object, major: int) -> str:
+        tk = cuda_facts.TOOLKITS[major]
+        if isinstance(item, float | int) and not isinstance(item, bool):
+            raise self.error(field_, f"{item!r} is a number", f'quote the arch: "{item}"')
+        if not isinstance(item, str):
+            raise self.error(field_, f"{item!r} is not an arch", 'write a compute capability like "8.6"')
+        try:
+            cap = cuda_facts.arch_tuple(item)
+        except ValueError:
+            digits = re.sub(r"^sm_?", "", item)
+            hint = f' (write "{digits[:-1]}.{digits[-1]}")' if digits.isdigit() and len(digits) > 1 else ""
+            raise self.error(
+                field_, f"{item!r} is not a compute capability{hint}", 'write it like "8.6" (sm_86 is "8.6")'
+            ) from None
+        min_arch = self.tiles().MIN_ARCH
+        if cap < cuda_facts.arch_tuple(min_arch):
+            raise self.error(
+                field_,
+                f"arch {item} is below what fa's kernels support ({min_arch})",
+                "remove it (those GPUs fall back to PyTorch's attention)",
+            )
+        if item not in tk.archs:
+            others = [m for m, t in cuda_facts.TOOLKITS.items() if item in t.archs]
+            where = f"build it with CUDA {', '.join(map(str, others))}" if others else "use an arch fa knows"
+            raise self.error(
+                field_,
+                f"arch {item} cannot be targeted by CUDA {major} "
+                f"(NVRTC {tk.version} targets {', '.join(tk.archs)})",
+                f"remove it, or {where}",
+            )
+        return item
+
+    def archs(self, value: object, cuda: tuple[int, ...]) -> dict[int, tuple[str, ...]]:
+        archs = {m: cuda_facts.TOOLKITS[m].default_archs for m in cuda}
+        if value is None:
+            return archs
+        if not isinstance(value, dict):
+            raise self.error(
+                "archs", f"expected a mapping, got {_kind(value)}", 'write archs: {"12": ["8.0", "9.0"]}'
+            )
+        for key, items in value.items():
+            major = self._major_key("archs", key, cuda)
+            field_ = f'archs."{major}"'
+            if not isinstance(items, list) or not items:
+                raise self.error(
+                    field_, f"expected a non-empty list of archs, got {_kind(items)}", 'write ["8.0", "9.0"]'
+                )
+            out = [self.arch(f"{field_}[{i}]", item, major) for i, item in enumerate(items)]
+            self._no_duplicates(field_, out)
+            archs[major] = tuple(sorted(out, key=cuda_facts.arch_tuple))
+        return archs
+
+    def ptx(
+        self, value: object, cuda: tuple[int, ...], archs: dict[int, tuple[str, ...]]
+    ) -> dict[int, str | None]:
+        # Default: PTX of the newest SASS arch, so GPUs newer than the wheel still get a kernel (JIT).
+        ptx: dict[int, str | None] = {m: archs[m][-1] for m in cuda}
+        if value is None:
+            return ptx
+        if not isinstance(value, dict):
+            raise self.error(
+                "ptx", f"expected a mapping, got {_kind(value)}", 'write ptx: {"12": "12.0"} (null: none)'
+            )
+        for key, item in value.items():
+            major = self._major_key("ptx", key, cuda)
+            ptx[major] = None if item is None else self.arch(f'ptx."{major}"', item, major)
+        return ptx
+
+    def exclude(self, value: object, listed: dict[str, tuple]) -> tuple[dict, ...]:
+        if value is None:
+            return ()
+        if not isinstance(value, list):
+            raise self.error(
+                "exclude", f"expected a list, got {_kind(value)}", 'write exclude: [{torch: "2.4", cuda: 13}]'
+            )
+        out = []
+        for i, entry in enumerate(value):
+            field_ = f"exclude[{i}]"
+            if not isinstance(entry, dict) or not entry:
+                raise self.error(
+                    field_,
+                    f"expected a non-empty mapping, got {_kind(entry)}",
+                    'write {torch: "2.4", cuda: 13}; values may be specifiers like ">=2.8"',
+                )
+            for key, item in entry.items():
+                if key not in EXCLUDE_KEYS:
+                    raise self.error(
+                        f"{field_}.{key}", "unknown key", _unknown_key_fix(str(key), EXCLUDE_KEYS)
+                    )
+                self.exclude_value(f"{field_}.{key}", key, item, listed[key])
+            out.append(dict(entry))
+        return tuple(out)
+
+    def exclude_value(self, field_: str, key: str, item: object, listed: tuple) -> None:
+        """An exact value (validated like the list it filters) or a PEP 440 specifier string."""
+        if key == "platform" and isinstance(item, str) and item[:1] in "<>=!~":
+            raise self.error(
+                field_, f"{item!r}: a platform is a name, not a version", "write x86_64 or aarch64"
+            )
+        if isinstance(item, str) and item[:1] in "<>=!~":
+            try:
+                SpecifierSet(item)
+            except InvalidSpecifier:
+                raise self.error(
+                    field_, f"{item!r} is not a PEP 440 specifier", 'write it like ">=2.8" or ">=2.4,<2.7"'
+                ) from None
+            return
+        if key == "platform":
+            exact: object = self.platform(field_, item)
+        elif key == "torch":
+            exact = self.torch_minor(field_, item)
+        elif key == "cuda":
+            exact = self.cuda_major(field_, item)
+        else:
+            exact = self.python_version(field_, item)
+        # An exact value that is not in the matrix is almost always a typo, and it excludes nothing.
+        if exact not in listed:
+            raise self.error(
+                field_,
+                f"{item!r} is not in {key} ({_join(listed)}), so this entry excludes nothing",
+                "fix the value, or remove the entry",
+            )
+
+    def kernels(self, value: object) -> KernelFilter | None:
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise self.error(
+                "kernels",
+                f"expected a mapping, got {_kind(value)}",
+                'write kernels: {dtypes: ["bf16"], head_dims: [128]}',
+            )
+        for key in value:
+            if key not in KERNEL_FILTER_KEYS:
+                raise self.error(
+                    f"kernels.{key}", "unknown key", _unknown_key_fix(str(key), KERNEL_FILTER_KEYS)
+                )
+        dtypes = self._choices("kernels.dtypes", value.get("dtypes"), DTYPES)
+        directions = self._choices("kernels.directions", value.get("directions"), DIRECTIONS)
+        head_dims = None
+        if value.get("head_dims") is not None:
+            buckets = tuple(self.tiles().HEAD_DIM_BUCKETS)
+            head_dims = self._choices("kernels.head_dims", value["head_dims"], buckets)
+        return KernelFilter(dtypes=dtypes, head_dims=head_dims, directions=directions)
+
+    def _choices(self, field_: str, value: object, allowed: tuple) -> tuple | None:
+        if value is None:
+            return None
+        if not isinstance(value, list) or not value:
+            raise self.error(
+                field_, f"expected a non-empty list, got {_kind(value)}", f"write a list of: {_join(allowed)}"
+            )
+        for i, item in enumerate(value):
+            if item not in allowed:
+                raise self.error(
+                    f"{field_}[{i}]", f"{item!r} is not one of {_join(allowed)}", "use one of those"
+                )
+        self._no_duplicates(field_, value)
+        return tuple(value)
+
+
+_EXAMPLES = {
+    "torch": '["2.5", "2.6"]',
+    "cuda": "[12, 13]",
+    "python": '["3.11", "3.12", "3.13t"]',
+    "platforms": '["x86_64", "aarch64"]',
+}
+
+
+def _exclude_value_matches(
+    key: str, value: object, torch: str, cuda: int, python: str, platform: str
+) -> bool:
+    if key == "platform":
+        return value == platform
+    if key == "torch":
+        return _matches(value, torch, Version(torch))
+    if key == "cuda":
+        return _matches(value, str(cuda), Version(str(cuda)))
+    # A specifier on python compares the version alone, so ">=3.14" excludes 3.14 and 3.14t; an exact
+    # "3.13t" names only the free-threaded build.
+    return _matches(value, python, python_version(python)[0])
+
+
+def _matches(value: object, exact: str, version: Version) -> bool:
+    if isinstance(value, str) and value[:1] in "<>=!~":
+        return SpecifierSet(value).contains(version, prereleases=True)
+    return str(value) == exact
+
+
+def _unknown_key_fix(key: str, known: tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f'did you mean "{close[0]}"? ' if close else ""
+    return f"{hint}known keys: {', '.join(known)}"
+
+
+def _join(items: tuple) -> str:
+    return ", ".join(str(i) for i in items)
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "nothing"
+    if isinstance(value, list) and not value:
+        return "an empty list"
+    return f"{type(value).__name__} {value!r}"

@@ -1,0 +1,225 @@
+"""Wheels: one per WheelSpec, `fa_attn-<version>-py3-none-<platform>.whl`.
+
+Contents: the runtime (kernels/fa_attn/), the binding, one cubin per (arch, unit), the PTX of the
+newest arch, and fa_attn/manifest.json (docs/contracts.md section 3) which says what is inside.
+The wheel is reproducible: entries sorted, every timestamp fixed, fixed permissions, so the same
+inputs give the same bytes. METADATA has no Requires-Dist on torch on purpose: installing fa-attn
+must never make pip replace the user's torch (the runtime checks torch itself).
+The wheel is written under a temporary name beside its final one and renamed when whole.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import zipfile
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from buildtool.build.platform_tag import platform_tag
+from buildtool.core import atomic
+from buildtool.core.cuda_facts import TOOLKITS, arch_tuple, compute_name, sm_name
+from buildtool.core.schema import DIST, MANIFEST, PROJECT, REQUIRES_PYTHON
+from buildtool.errors import FaError
+
+if TYPE_CHECKING:
+    from buildtool.build.plan import CompileJob, WheelSpec
+
+BINDING_FILE = "libfa_attn_ops.so"
+_EPOCH = (1980, 1, 1, 0, 0, 0)  # the zip format's earliest date: no build time leaks in
+SUMMARY = "Fused attention kernels for PyTorch, built per CUDA major and torch minor by fa"
+
+
+class PackageError(FaError):
+    """A wheel that cannot be assembled (a missing artifact)."""
+
+
+@dataclass(frozen=True)
+class BuiltWheel:
+    path: Path
+    platform: str  # the platform tag
+    platform_reason: str  # why that tag (build log)
+    manifest: dict
+
+
+def kernel_file(job: CompileJob) -> str:
+    """Where an image sits inside fa_attn/: kernels/sm_80/<unit>.cubin or kernels/compute_120/<unit>.ptx."""
+    if job.image == "sass":
+        return f"kernels/{sm_name(job.arch)}/{job.unit}.cubin"
+    return f"kernels/{compute_name(job.arch)}/{job.unit}.ptx"
+
+
+def manifest(spec: WheelSpec, tiles: ModuleType) -> dict:
+    """The manifest of `spec` (contracts section 3); nulls and empty lists for the universal wheel."""
+    tk = TOOLKITS[spec.cuda_major] if spec.cuda_major is not None else None
+    kernels = []
+    units_by_arch: dict[str, dict[str, Any]] = {}  # tiles.units() builds the table; once per arch
+    for job in sorted(spec.compile_jobs, key=lambda j: (arch_tuple(j.arch), j.image, j.unit)):
+        if job.arch not in units_by_arch:
+            units_by_arch[job.arch] = {u.name: u for u in tiles.units(job.arch)}
+        unit = units_by_arch[job.arch].get(job.unit)
+        if unit is None:
+            raise PackageError(
+                f"tiles.units({job.arch!r}) has no unit {job.unit!r} (plan and tiles.py disagree)"
+            )
+        kernels.append(
+            {
+                "arch": job.arch,
+                "image": job.image,
+                "file": kernel_file(job),
+                "unit": unit.name,
+                "direction": unit.direction,
+                "dtype": unit.dtype,
+                "head_dim": unit.head_dim,
+                "entries": {name: asdict(launch) for name, launch in unit.entries.items()},
+                "_head_dims": tiles.head_dims(unit),
+            }
+        )
+    coverage: dict[tuple[str, str, str, str], set[int]] = {}
+    for k in kernels:
+        coverage.setdefault((k["arch"], k["image"], k["dtype"], k["direction"]), set()).update(
+            k.pop("_head_dims")
+        )
+    return {
+        "schema": 1,
+        "package": PROJECT,
+        "version": spec.version,
+        "variant": spec.variant,
+        "platform": spec.platform,
+        "cuda_major": spec.cuda_major,
+        "toolkit": tk.version if tk else None,
+        "min_driver": tk.min_driver if tk else None,
+        "ptx_min_driver": tk.ptx_min_driver if tk and spec.ptx else None,
+        "sass": list(spec.sass),
+        "ptx": spec.ptx,
+        "torch": spec.torch_minor,
+        "cxx11abi": spec.cxx11abi,
+        "binding": BINDING_FILE if spec.binding else None,
+        "kernels": kernels,
+        "coverage": [
+            {"arch": a, "image": i, "dtype": d, "direction": r, "head_dims": sorted(hd)}
+            for (a, i, d, r), hd in sorted(coverage.items(), key=lambda kv: (arch_tuple(kv[0][0]), kv[0][1:]))
+        ],
+        "features": _features(getattr(tiles, "FEATURES", ())),
+    }
+
+
+def _features(features: object) -> object:
+    """tiles.FEATURES as JSON; a set is sorted so the manifest (and the wheel) is reproducible."""
+    if isinstance(features, (set, frozenset, list, tuple)):
+        return sorted(features)
+    return json.loads(json.dumps(features, sort_keys=True))
+
+
+def wheel_name(version: str, platform: str) -> str:
+    return f"{DIST}-{version}-py3-none-{platform}.whl"
+
+
+def _metadata(version: str) -> str:
+    return (
+        f"Metadata-Version: 2.1\nName: {PROJECT}\nVersion: {version}\nSummary: {SUMMARY}\n"
+        f"Requires-Python: {REQUIRES_PYTHON}\n"
+    )
+
+
+def _wheel_file(platform: str) -> str:
+    purelib = "true" if platform == "any" else "false"
+    return f"Wheel-Version: 1.0\nGenerator: fa build\nRoot-Is-Purelib: {purelib}\nTag: py3-none-{platform}\n"
+
+
+def _record(files: Mapping[str, bytes], record_path: str) -> bytes:
+    """RECORD (PEP 376/427): every file with its urlsafe-base64 sha256 and size; RECORD itself bare.
+    Written here rather than by wheel.WheelFile, which stamps RECORD with the current time."""
+    lines = []
+    for arc in sorted(files):
+        digest = base64.urlsafe_b64encode(hashlib.sha256(files[arc]).digest()).rstrip(b"=").decode()
+        lines.append(f"{arc},sha256={digest},{len(files[arc])}")
+    lines.append(f"{record_path},,")
+    return ("\n".join(lines) + "\n").encode()
+
+
+def runtime_files(kernels_root: Path) -> dict[str, bytes]:
+    """The runtime package as shipped: kernels/fa_attn/ minus caches and any dev manifest."""
+    src = kernels_root / DIST
+    if not (src / "__init__.py").is_file():
+        raise PackageError(f"no runtime package at {src} (kernels/fa_attn/__init__.py missing)")
+    out = {}
+    for p in sorted(src.rglob("*")):
+        rel = p.relative_to(src).as_posix()
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc" and rel != "manifest.json":
+            out[f"{DIST}/{rel}"] = p.read_bytes()
+    return out
+
+
+def build_wheel(
+    spec: WheelSpec,
+    out_dir: Path,
+    kernels_root: Path,
+    tiles: ModuleType,
+    images: Mapping[CompileJob, Path],
+    binding: Path | None,
+) -> BuiltWheel:
+    man = manifest(spec, tiles)
+    files = runtime_files(kernels_root)
+    if spec.cuda_major is None:
+        platform, reason = "any", "universal wheel: pure Python, no binaries"
+    else:
+        if binding is None:
+            raise PackageError(f"wheel {spec.variant}: the binding was not built")
+        tag = platform_tag([binding])
+        if not tag.tag.endswith("_" + str(spec.platform)):
+            raise PackageError(
+                f"wheel {spec.name}: the binding {binding} is {tag.tag}, not a {spec.platform} binary "
+                f"(check CXX / FA_CXX_{str(spec.platform).upper()})"
+            )
+        platform, reason = tag.tag, tag.reason
+        files[f"{DIST}/{BINDING_FILE}"] = binding.read_bytes()
+        for job in spec.compile_jobs:
+            if job not in images:
+                raise PackageError(f"wheel {spec.variant}: no image for {job.unit} on {job.arch}")
+            files[f"{DIST}/{kernel_file(job)}"] = images[job].read_bytes()
+    # Not sort_keys: a kernel's "entries" are in launch order (fa_bwd_preprocess, fa_bwd,
+    # fa_bwd_convert_dq), which sorting would turn into fa_bwd first. manifest() builds every dict in
+    # a fixed order, so the bytes stay reproducible.
+    files[MANIFEST] = (json.dumps(man, indent=2) + "\n").encode()
+    dist_info = f"{DIST}-{spec.version}.dist-info"
+    files[f"{dist_info}/METADATA"] = _metadata(spec.version).encode()
+    files[f"{dist_info}/WHEEL"] = _wheel_file(platform).encode()
+
+    record_arc = f"{dist_info}/RECORD"
+    files[record_arc] = _record(files, record_arc)
+    dest = out_dir / wheel_name(spec.version, platform)
+    if not _same_wheel(dest, record_arc, files[record_arc]):
+        with atomic.writing(dest) as tmp, zipfile.ZipFile(tmp, "w") as zf:
+            # .dist-info last, RECORD last of all (PEP 427's recommended order)
+            for arc in sorted(files, key=lambda a: (a.startswith(dist_info), a.endswith("/RECORD"), a)):
+                info = zipfile.ZipInfo(arc, date_time=_EPOCH)
+                info.external_attr = (0o755 if arc.endswith(".so") else 0o644) << 16
+                info.compress_type = zipfile.ZIP_DEFLATED
+                zf.writestr(info, files[arc])
+    _drop_stale(out_dir, spec.version, dest.name, spec.platform)
+    return BuiltWheel(dest, platform, reason, man)
+
+
+def _same_wheel(dest: Path, record_arc: str, record: bytes) -> bool:
+    """True when `dest` already holds these files: its RECORD hashes every file, and our wheels are
+    reproducible (fixed order, timestamps and modes), so rewriting it would give the same bytes. This
+    is what makes a build with nothing changed skip the compression of every wheel."""
+    try:
+        with zipfile.ZipFile(dest) as zf:
+            return zf.read(record_arc) == record
+    except (OSError, KeyError, zipfile.BadZipFile):
+        return False
+
+
+def _drop_stale(out_dir: Path, version: str, keep: str, cpu: str | None) -> None:
+    """An earlier build of the same version for the same CPU with another platform tag (say
+    linux_x86_64 before manylinux_2_28_x86_64) would shadow this one. Other CPUs' wheels stay."""
+    suffix = f"_{cpu}.whl" if cpu else "-any.whl"
+    for p in out_dir.glob(f"{DIST}-{version}-py3-none-*.whl"):
+        if p.name != keep and p.name.endswith(suffix):
+            p.unlink(missing_ok=True)

@@ -1,0 +1,257 @@
+"""Execute a plan: toolkits -> kernel compiles (cached) -> bindings (cached) -> wheels -> index.
+
+Every stage reads its inputs from the cache or the previous stage and writes through atomic renames,
+so a build killed at any moment is resumed by running it again: finished compiles are cache hits,
+and wheels/ only ever holds whole wheels. Progress goes to stderr (rich); the summary is returned
+as data for the command to print as a table or JSON.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from buildtool.build import binding as binding_mod
+from buildtool.build import index, package, torch_headers
+from buildtool.build.compile import CompileTask, KernelTree, compile_all
+from buildtool.build.plan import BindingJob, Plan, WheelSpec
+from buildtool.core import atomic, cache
+from buildtool.core.console import plain_console
+from buildtool.core.fetch import ProgressHook
+
+
+@dataclass
+class WheelReport:
+    file: str
+    size: int
+    platform_tag: str
+    platform_reason: str
+    cells: int
+    compile_seconds: float  # NVRTC time spent on this wheel's images in this build
+    compiled: int  # images compiled for this wheel in this build
+    cache_hits: int  # images and binding taken from the cache
+
+
+@dataclass
+class BuildSummary:
+    out_dir: str
+    wheels: list[WheelReport] = field(default_factory=list)
+    nvrtc_compiles: int = 0
+    nvrtc_cached: int = 0
+    nvrtc_seconds: float = 0.0
+    cxx_compiles: int = 0
+    cxx_cached: int = 0
+    cxx_seconds: float = 0.0
+    skipped_cells: int = 0
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+class _Bars:
+    """rich progress on stderr; silent when stderr is not a terminal and `quiet` is set."""
+
+    def __init__(self, console: Console, enabled: bool) -> None:
+        self._progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            disable=not enabled,
+            transient=False,
+        )
+        self._bytes = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            disable=not enabled,
+        )
+
+    @contextmanager
+    def running(self) -> Iterator[_Bars]:
+        with self._progress, self._bytes:
+            yield self
+
+    def counter(self, what: str, total: int) -> TaskID:
+        return self._progress.add_task(what, total=total)
+
+    def advance(self, task: TaskID) -> None:
+        self._progress.advance(task)
+
+    def download(self, what: str) -> ProgressHook:
+        task: list[TaskID] = []  # created on the first byte: a build waiting on another's lock shows none
+
+        def hook(done: int, total: int | None) -> None:
+            if not task:
+                task.append(self._bytes.add_task(what, total=total))
+            self._bytes.update(task[0], completed=done, total=total)
+
+        return hook
+
+
+def execute(
+    plan: Plan,
+    out_dir: Path,
+    workers: int = 1,
+    tree: KernelTree | None = None,
+    console: Console | None = None,
+    show_progress: bool = True,
+) -> BuildSummary:
+    """Build every wheel of `plan` into `out_dir` and re-index it. Raises CompileError, BindingError,
+    ToolkitError, HeaderError, FetchError or PackageError (each with a message for a person)."""
+    t0 = time.perf_counter()
+    tree = tree or KernelTree()
+    console = console or plain_console(stderr=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cache.sweep_tmp(out_dir)  # whole-wheel renames: only a killed build leaves these
+    summary = BuildSummary(out_dir=str(out_dir), skipped_cells=len(plan.skipped))
+    bars = _Bars(console, show_progress)
+    with bars.running():
+        kernels = bars.counter("kernels", len(plan.compile_jobs))
+
+        def kernel_done(_task: CompileTask, _cached: bool) -> None:
+            bars.advance(kernels)
+
+        images, cstats = compile_all(
+            plan.compile_jobs,
+            workers,
+            tree,
+            on_done=kernel_done,
+            toolkit_progress=lambda m: bars.download(f"NVRTC for CUDA {m}"),
+        )
+        summary.nvrtc_compiles, summary.nvrtc_cached = cstats.compiled, len(cstats.cached)
+        summary.nvrtc_seconds = round(sum(cstats.seconds.values()), 3)
+
+        bindings = _build_bindings(plan.binding_jobs, tree, workers, bars)
+        summary.cxx_compiles = sum(not b.cached for b in bindings.values())
+        summary.cxx_cached = sum(b.cached for b in bindings.values())
+        summary.cxx_seconds = round(sum(b.seconds for b in bindings.values()), 3)
+
+        wheels_bar = bars.counter("wheels", len(plan.wheels))
+        logs: list[dict] = []
+        for spec in plan.wheels:
+            b = bindings.get(spec.binding) if spec.binding else None
+            built = package.build_wheel(spec, out_dir, tree.root, tree.tiles, images, b.path if b else None)
+            summary.wheels.append(_report(spec, built, cstats.seconds, cstats.cached, b))
+            logs.append(_log_entry(spec, built, b))
+            bars.advance(wheels_bar)
+        index.write_index(out_dir)
+        _write_log(out_dir, plan, logs)
+    summary.seconds = round(time.perf_counter() - t0, 3)
+    return summary
+
+
+def _build_bindings(
+    jobs: tuple[BindingJob, ...], tree: KernelTree, workers: int, bars: _Bars
+) -> dict[BindingJob, binding_mod.BindingBuild]:
+    """One binding per job; header downloads and g++ runs in threads (each is I/O or a subprocess)."""
+    bar = bars.counter("bindings", len(jobs))
+
+    def one(job: BindingJob) -> binding_mod.BindingBuild:
+        if job.header_source is None:
+            _, headers = torch_headers.local_torch()
+        else:
+            headers = torch_headers.headers_for(
+                job.torch_version,
+                job.header_source,
+                bars.download(f"torch {job.torch_version} headers ({job.platform})"),
+            )
+        built = binding_mod.build_binding(headers, job.cxx11abi, tree.root, job.platform)
+        bars.advance(bar)
+        return built
+
+    with cf.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        return dict(zip(jobs, pool.map(one, jobs)))
+
+
+def _report(
+    spec: WheelSpec, built: package.BuiltWheel, seconds: dict, cached: set, b: binding_mod.BindingBuild | None
+) -> WheelReport:
+    compiled = [j for j in spec.compile_jobs if j in seconds]
+    return WheelReport(
+        file=built.path.name,
+        size=built.path.stat().st_size,
+        platform_tag=built.platform,
+        platform_reason=built.platform_reason,
+        cells=len(spec.cells),
+        compile_seconds=round(sum(seconds[j] for j in compiled), 3),
+        compiled=len(compiled),
+        cache_hits=sum(j in cached for j in spec.compile_jobs) + int(bool(b and b.cached)),
+    )
+
+
+def _log_entry(spec: WheelSpec, built: package.BuiltWheel, b: binding_mod.BindingBuild | None) -> dict:
+    return {
+        "wheel": built.path.name,
+        "variant": spec.variant,
+        "platform": spec.platform,
+        "platform_tag": built.platform,
+        "platform_reason": built.platform_reason,
+        "binding_key": b.key if b else None,
+        "compiler": binding_mod.compiler_identity(spec.platform) if b else None,
+        "toolkit": built.manifest["toolkit"],
+    }
+
+
+def _write_log(out_dir: Path, plan: Plan, wheels: list[dict]) -> None:
+    """logs/build[-<cpu>][-<K>of<N>].json: why each wheel got its platform tag, what compiled it. Per
+    CPU and shard, so the jobs' logs copied into one directory do not overwrite each other."""
+    cpu = f"-{plan.platform}" if plan.platform else ""
+    name = f"build{cpu}-{plan.shard[0]}of{plan.shard[1]}.json" if plan.shard else f"build{cpu}.json"
+    skipped = [{"cell": asdict(s.cell), "reason": s.reason} for s in plan.skipped]
+    atomic.write_json(
+        out_dir / "logs" / name, {"wheels": wheels, "skipped": skipped, "python": sys.version.split()[0]}
+    )
+
+
+def summary_table(summary: BuildSummary) -> Table:
+    table = Table(title=f"fa build: {len(summary.wheels)} wheels in {summary.out_dir}")
+    for col in ("wheel", "size", "cells", "compile s", "compiled", "cache hits"):
+        if col == "wheel":
+            table.add_column(col, overflow="fold")  # a wheel name is only useful whole
+        else:
+            table.add_column(col, justify="right", no_wrap=True)
+    for w in summary.wheels:
+        table.add_row(
+            w.file,
+            _size(w.size),
+            str(w.cells),
+            f"{w.compile_seconds:.1f}",
+            str(w.compiled),
+            str(w.cache_hits),
+        )
+    table.caption = (
+        f"NVRTC: {summary.nvrtc_compiles} compiled ({summary.nvrtc_seconds:.1f} s), "
+        f"{summary.nvrtc_cached} cached; C++: {summary.cxx_compiles} compiled ({summary.cxx_seconds:.1f} s), "
+        f"{summary.cxx_cached} cached; {summary.skipped_cells} cells skipped; {summary.seconds:.1f} s total"
+    )
+    return table
+
+
+def _size(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    if n < 1024 * 1024:
+        return f"{n / 1024:.1f} KiB"
+    return f"{n / (1024 * 1024):.1f} MiB"

@@ -1,0 +1,445 @@
+"""The build plan: the matrix expanded into cells, the wheels that cover them, and the work to do.
+
+One wheel per distinct binary. Kernels depend only on the CUDA major (toolkit) and arch, never on
+torch, so every wheel of one CUDA major shares one set of compile jobs; the binding depends on the
+torch minor and C++ ABI, never on CUDA or Python (no Python C API: wheels are py3-none), so one
+binding serves every CUDA major. A Python version only decides coverage: a cell is covered when
+PyPI has a torch build of that minor for that Python on Linux for the cell's CPU. Each CPU in
+`platforms` (x86_64, aarch64) gets its own bindings and wheels; the kernel compile jobs are the same.
+
+Pure: the catalog and the kernel table come in as arguments; nothing is downloaded or compiled.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from buildtool.build.matrix import CXX11ABI_ONLY_FROM, MIN_TORCH, Matrix, MatrixError, python_version
+from buildtool.build.pypi import TorchCatalog, TorchFile
+from buildtool.core import cpus, cuda_facts, kernels_src
+
+# `units(arch)` from kernels/tiles.py: the kernel programs to compile for an arch.
+Units = Callable[[str], Sequence[Any]]
+
+# Rough weights for balancing shards, in "kernel programs": a binding is one g++ compile against
+# torch's headers, which costs a few NVRTC programs. Not measured; only the order matters.
+BINDING_WEIGHT = 4
+WHEEL_WEIGHT = 1
+
+
+@dataclass(frozen=True)
+class Cell:
+    torch: str  # minor
+    cuda: int  # major
+    python: str  # "3.12", "3.13t"
+    platform: str = cpus.X86_64  # the CPU: "x86_64" | "aarch64"
+
+
+@dataclass(frozen=True)
+class SkippedCell:
+    cell: Cell
+    reason: str  # a sentence for people, naming the cell's torch and Python or the exclude entry
+    code: str = ""  # SKIP_EXCLUDED | SKIP_NO_TORCH_BUILD, for grouping and scripts
+
+
+SKIP_EXCLUDED = "excluded"
+SKIP_NO_TORCH_BUILD = "no-torch-build"
+
+
+@dataclass(frozen=True)
+class CompileJob:
+    """One NVRTC program; its image lands in the cache by content."""
+
+    cuda_major: int
+    arch: str
+    image: str  # "sass" | "ptx"
+    unit: str  # tiles.KernelUnit.name
+
+
+@dataclass(frozen=True)
+class BindingJob:
+    torch_minor: str
+    torch_version: str  # the patch whose headers are used: the oldest of the minor
+    cxx11abi: bool
+    header_source: TorchFile | None  # None: the torch installed here (fa build --local)
+    platform: str = cpus.X86_64  # the CPU the binding runs on (a cross compile if not this host's)
+
+
+@dataclass(frozen=True)
+class WheelSpec:
+    cuda_major: int | None  # None: the universal py3-none-any wheel (no kernels, no binding)
+    torch_minor: str | None
+    cxx11abi: bool | None
+    sass: tuple[str, ...]
+    ptx: str | None
+    cells: tuple[Cell, ...]  # matrix cells this wheel covers
+    compile_jobs: tuple[CompileJob, ...]
+    binding: BindingJob | None
+    variant: str  # "cu12torch2.5cxx11abifalse", "cu12torch2.7", "" for universal
+    version: str  # "0.1.0+cu12torch2.5cxx11abifalse"
+
+    @property
+    def platform(self) -> str | None:
+        """The CPU: its binding's; None for the universal wheel, which has no binary."""
+        return self.binding.platform if self.binding else None
+
+    @property
+    def name(self) -> str:
+        """Unique within a plan: the variant and the CPU ("cu12torch2.7-aarch64"; "universal")."""
+        return f"{self.variant}-{self.platform}" if self.platform else "universal"
+
+
+@dataclass(frozen=True)
+class Plan:
+    matrix: Matrix
+    wheels: tuple[WheelSpec, ...]
+    skipped: tuple[SkippedCell, ...]
+    compile_jobs: tuple[CompileJob, ...]  # deduplicated over all wheels
+    binding_jobs: tuple[BindingJob, ...]  # deduplicated
+    shard: tuple[int, int] | None = None  # (K, N) when this is one shard of a bigger plan
+    platform: str | None = None  # the CPU when the plan keeps one CPU's wheels (fa build --platform)
+
+
+def cxx11abi_in_label(torch_minor: str, cxx11abi: bool) -> bool:
+    """The ABI is named in the variant where it is ambiguous: below torch 2.7 (PyPI old, NGC new) or
+    an old-ABI build from 2.7 on, where every pip wheel uses the C++11 ABI."""
+    return Version(torch_minor) < Version(CXX11ABI_ONLY_FROM) or not cxx11abi
+
+
+def variant_label(cuda_major: int, torch_minor: str, cxx11abi: bool) -> str:
+    label = f"cu{cuda_major}torch{torch_minor}"
+    if cxx11abi_in_label(torch_minor, cxx11abi):
+        label += f"cxx11abi{str(cxx11abi).lower()}"
+    return label
+
+
+def make_plan(
+    matrix: Matrix,
+    catalog: TorchCatalog,
+    shard: tuple[int, int] | None = None,
+    *,
+    platform: str | None = None,
+    units: Units | None = None,
+) -> Plan:
+    """Expand `matrix` against the torch releases in `catalog`; `platform` keeps one CPU's wheels (the
+    universal wheel goes with the matrix's first platform), then `shard` keeps one shard of those.
+    Raises MatrixError for a torch minor that PyPI never published, an arch without kernels, or a
+    platform the matrix does not list."""
+    units = units or kernels_src.tiles().units
+    for i, minor in enumerate(matrix.torch):
+        if minor not in catalog.minors:
+            raise MatrixError(
+                matrix.source,
+                f"torch[{i}]",
+                f"torch {minor} was never published on PyPI (newest minors: {', '.join(catalog.newest())})",
+                "remove it, or use a published minor (fa build --refresh re-reads PyPI)",
+            )
+    kernels = {m: _kernels_for_major(matrix, m, units) for m in matrix.cuda}
+
+    skipped: list[SkippedCell] = []
+    covered: dict[tuple[str, int, str], list[Cell]] = {}
+    for cpu, torch, cuda, python in itertools.product(
+        matrix.platforms, _by_version(matrix.torch), matrix.cuda, _pythons(matrix.python)
+    ):
+        cell = Cell(torch, cuda, python, cpu)
+        skip = _skip(matrix, catalog, cell)
+        if skip:
+            skipped.append(skip)
+        else:
+            covered.setdefault((cpu, cuda, torch), []).append(cell)
+
+    wheels = [universal_wheel(matrix)]
+    for (cpu, cuda, torch), cells in sorted(covered.items(), key=_wheel_order):
+        release = catalog.minors[torch].builds[cpu]
+        for abi in matrix.abis(torch):
+            binding = BindingJob(torch, release.oldest, abi, release.header_source, cpu)
+            wheels.append(_kernel_wheel(matrix, cuda, torch, abi, tuple(cells), kernels[cuda], binding))
+
+    if platform is not None:
+        if platform not in matrix.platforms:
+            raise MatrixError(
+                "command line",
+                "--platform",
+                f"{platform!r} is not in platforms ({', '.join(matrix.platforms)})",
+                f"use one of {', '.join(matrix.platforms)}, or add it to platforms in {matrix.source}",
+            )
+        keep_universal = platform == matrix.platforms[0]
+        wheels = [w for w in wheels if w.platform == platform or (w.platform is None and keep_universal)]
+        skipped = [s for s in skipped if s.cell.platform == platform]
+    plan = _assemble(matrix, wheels, skipped, platform=platform)
+    if shard is None:
+        return plan
+    # Skipped cells are reported once, by shard 1 (with the universal wheel), so the shards' reports
+    # add up to the whole matrix.
+    return _assemble(
+        matrix, shard_wheels(plan.wheels, shard), skipped if shard[0] == 1 else [], shard, platform=platform
+    )
+
+
+def local_plan(
+    torch_version: str,
+    cxx11abi: bool,
+    python: str,
+    cuda: tuple[int, ...],
+    matrix: Matrix | None = None,
+    *,
+    units: Units | None = None,
+) -> Plan:
+    """`fa build --local`: wheels for the torch installed here only, its headers from its own install
+    (BindingJob.header_source is None). `matrix` supplies version, archs, PTX and the kernel filter."""
+    source = "fa build --local"
+    try:
+        release = Version(torch_version).release
+    except InvalidVersion:
+        raise MatrixError(
+            source, "torch", f"{torch_version!r} is not a torch version", "check `python -c 'import torch'`"
+        ) from None
+    minor = f"{release[0]}.{release[1] if len(release) > 1 else 0}"
+    if Version(minor) < Version(MIN_TORCH):
+        raise MatrixError(
+            source,
+            "torch",
+            f"torch {torch_version} is older than fa supports",
+            f"install torch >= {MIN_TORCH}",
+        )
+    platform = cpus.host()
+    if platform not in cpus.PLATFORMS:
+        raise MatrixError(
+            source,
+            "platform",
+            f"fa builds no wheels for {platform} machines",
+            f"build on {' or '.join(cpus.PLATFORMS)}",
+        )
+    for m in cuda:
+        if m not in cuda_facts.TOOLKITS:
+            known = ", ".join(map(str, cuda_facts.TOOLKITS))
+            raise MatrixError(
+                source, "--cuda", f"CUDA {m} has no pinned toolkit in fa", f"use one of {known}"
+            )
+    archs = {
+        m: (matrix.archs.get(m) if matrix else None) or cuda_facts.TOOLKITS[m].default_archs for m in cuda
+    }
+    ptx = {m: matrix.ptx[m] if matrix and m in matrix.ptx else archs[m][-1] for m in cuda}
+    local = Matrix(
+        version=matrix.version if matrix else "0.1.0",
+        torch=(minor,),
+        cuda=tuple(cuda),
+        python=(python,),
+        archs=archs,
+        ptx=ptx,
+        cxx11abi=str(cxx11abi).lower(),
+        kernels=matrix.kernels if matrix else None,
+        platforms=(platform,),
+        source=source,
+    )
+    units = units or kernels_src.tiles().units
+    binding = BindingJob(minor, torch_version, cxx11abi, None, platform)
+    wheels = [
+        _kernel_wheel(
+            local,
+            m,
+            minor,
+            cxx11abi,
+            (Cell(minor, m, python, platform),),
+            _kernels_for_major(local, m, units),
+            binding,
+        )
+        for m in cuda
+    ]
+    return _assemble(local, wheels, [])
+
+
+def universal_wheel(matrix: Matrix) -> WheelSpec:
+    """py3-none-any: the runtime with no kernels, for any platform fa has no binary for (it falls back
+    to PyTorch's attention and says why)."""
+    return WheelSpec(
+        cuda_major=None,
+        torch_minor=None,
+        cxx11abi=None,
+        sass=(),
+        ptx=None,
+        cells=(),
+        compile_jobs=(),
+        binding=None,
+        variant="",
+        version=matrix.version,
+    )
+
+
+@dataclass(frozen=True)
+class _MajorKernels:
+    sass: tuple[str, ...]
+    ptx: str | None
+    jobs: tuple[CompileJob, ...]
+
+
+def _kernels_for_major(matrix: Matrix, major: int, units: Units) -> _MajorKernels:
+    def selected(arch: str, field: str) -> list[Any]:
+        all_units = list(units(arch))
+        if not all_units:
+            raise MatrixError(
+                matrix.source,
+                field,
+                f"fa has no kernels for arch {arch} (kernels/tiles.py)",
+                "remove it; archs with kernels get them from the nearest lower SASS or the PTX",
+            )
+        flt = matrix.kernels
+        return [u for u in all_units if flt is None or flt.accepts(u)]
+
+    explicit = matrix.archs.get(major) != cuda_facts.TOOLKITS[major].default_archs
+    sass: list[str] = []
+    jobs: list[CompileJob] = []
+    for i, arch in enumerate(matrix.archs[major]):
+        field = f'archs."{major}"[{i}]' if explicit else f'archs."{major}" (default {arch})'
+        chosen = selected(arch, field)
+        if chosen:  # a kernel filter can leave an arch with nothing to ship
+            sass.append(arch)
+            jobs += [CompileJob(major, arch, "sass", u.name) for u in chosen]
+    ptx = matrix.ptx.get(major)
+    if ptx is not None:
+        chosen = selected(ptx, f'ptx."{major}"')
+        jobs += [CompileJob(major, ptx, "ptx", u.name) for u in chosen]
+        ptx = ptx if chosen else None
+    if not jobs:
+        raise MatrixError(
+            matrix.source,
+            "kernels",
+            f"the filter selects no kernel for any arch of CUDA {major}",
+            "widen kernels: (dtypes, head_dims, directions) or remove it",
+        )
+    return _MajorKernels(tuple(sass), ptx, tuple(jobs))
+
+
+def _kernel_wheel(
+    matrix: Matrix,
+    cuda: int,
+    torch: str,
+    abi: bool,
+    cells: tuple[Cell, ...],
+    kernels: _MajorKernels,
+    binding: BindingJob,
+) -> WheelSpec:
+    variant = variant_label(cuda, torch, abi)
+    return WheelSpec(
+        cuda_major=cuda,
+        torch_minor=torch,
+        cxx11abi=abi,
+        sass=kernels.sass,
+        ptx=kernels.ptx,
+        cells=cells,
+        compile_jobs=kernels.jobs,
+        binding=binding,
+        variant=variant,
+        version=f"{matrix.version}+{variant}",
+    )
+
+
+def _skip(matrix: Matrix, catalog: TorchCatalog, cell: Cell) -> SkippedCell | None:
+    i = matrix.excluded_by(cell.torch, cell.cuda, cell.python, cell.platform)
+    if i is not None:
+        reason = f"excluded by exclude[{i}] ({_entry_text(matrix.exclude[i])}) in {matrix.source}"
+        return SkippedCell(cell, reason, SKIP_EXCLUDED)
+    published = catalog.minors[cell.torch].pythons(cell.platform)
+    if cell.python not in published:
+        kind = "free-threaded " if cell.python.endswith("t") else ""
+        reason = (
+            f"torch {cell.torch} has no {kind}Python {cell.python} build on PyPI "
+            f"(Linux {cell.platform}: {', '.join(published) or 'none'})"
+        )
+        return SkippedCell(cell, reason, SKIP_NO_TORCH_BUILD)
+    return None
+
+
+def _entry_text(entry: dict) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in entry.items())
+
+
+def _assemble(
+    matrix: Matrix,
+    wheels: Sequence[WheelSpec],
+    skipped: Sequence[SkippedCell],
+    shard: tuple[int, int] | None = None,
+    *,
+    platform: str | None = None,
+) -> Plan:
+    return Plan(
+        matrix=matrix,
+        wheels=tuple(wheels),
+        skipped=tuple(skipped),
+        compile_jobs=tuple(dict.fromkeys(job for w in wheels for job in w.compile_jobs)),
+        binding_jobs=tuple(dict.fromkeys(w.binding for w in wheels if w.binding is not None)),
+        shard=shard,
+        platform=platform,
+    )
+
+
+# -- sharding ----------------------------------------------------------------------------------------
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """ "2/3" -> (2, 3); 1-based."""
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if not m:
+        raise MatrixError("command line", "--shard", f"{text!r} is not K/N", "write it like --shard 1/3")
+    k, n = int(m.group(1)), int(m.group(2))
+    if n < 1 or not 1 <= k <= n:
+        raise MatrixError(
+            "command line",
+            "--shard",
+            f"{text!r}: K must be between 1 and N",
+            f"use --shard 1/{max(n, 1)} .. {max(n, 1)}/{max(n, 1)}",
+        )
+    return k, n
+
+
+def shard_wheels(wheels: Sequence[WheelSpec], shard: tuple[int, int]) -> tuple[WheelSpec, ...]:
+    """The wheels of shard K of N. Wheels are grouped by (CPU, CUDA major), since the wheels of one major
+    share all their kernel programs and a CI job runs on one CPU; a group is split (by torch minor)
+    only when there are more shards than groups, and groups go to the least loaded shard, heaviest
+    first. The universal wheel is in shard 1. Every wheel is in exactly one shard; a shard may be
+    empty when N exceeds the wheels."""
+    k, n = shard
+    keys = dict.fromkeys((w.platform, w.cuda_major) for w in wheels if w.cuda_major is not None)
+    groups = [[w for w in wheels if (w.platform, w.cuda_major) == key] for key in keys]
+    while len(groups) < n:
+        biggest = max(groups, key=len, default=[])
+        if len(biggest) < 2:
+            break
+        i = groups.index(biggest)
+        half = (len(biggest) + 1) // 2
+        groups[i : i + 1] = [biggest[:half], biggest[half:]]
+
+    def cost(group: list[WheelSpec]) -> int:
+        programs = len({job for w in group for job in w.compile_jobs})
+        bindings = len({w.binding for w in group})
+        return programs + BINDING_WEIGHT * bindings + WHEEL_WEIGHT * len(group)
+
+    loads = [0] * n
+    members: list[list[WheelSpec]] = [[] for _ in range(n)]
+    for group in sorted(groups, key=cost, reverse=True):  # stable: ties keep the CUDA-major order
+        target = min(range(n), key=lambda s: (loads[s], s))
+        loads[target] += cost(group)
+        members[target] += group
+    universal = [w for w in wheels if w.cuda_major is None]
+    members[0] = universal + members[0]
+    order = {w: i for i, w in enumerate(wheels)}
+    return tuple(sorted(members[k - 1], key=order.__getitem__))
+
+
+def _wheel_order(item: tuple[tuple[str, int, str], list[Cell]]) -> tuple:
+    (platform, cuda, torch), _ = item
+    return cpus.PLATFORMS.index(platform), cuda, Version(torch)
+
+
+def _by_version(minors: Sequence[str]) -> list[str]:
+    return sorted(minors, key=Version)
+
+
+def _pythons(pythons: Sequence[str]) -> list[str]:
+    return sorted(pythons, key=lambda p: (python_version(p)[0], python_version(p)[1]))

@@ -1,0 +1,176 @@
+"""What `fa build --dry-run` shows: the plan as rich tables, or as a dict for `--json`.
+
+Both views are built from the same `plan_json` dict, so the table and the JSON never disagree.
+`cache_status(job)` comes from the compile step (True: the image is already in the cache).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rich.console import Console, Group
+from rich.table import Table
+
+from buildtool.build.plan import SKIP_NO_TORCH_BUILD, BindingJob, Cell, CompileJob, Plan, WheelSpec
+from buildtool.core.console import plain_console
+
+CacheStatus = Callable[[CompileJob], bool]
+SCHEMA = 1
+
+
+def plan_json(plan: Plan, cache_status: CacheStatus) -> dict:
+    cached = {job: cache_status(job) for job in plan.compile_jobs}
+    covered = {cell for w in plan.wheels for cell in w.cells}
+    n_cached = sum(cached.values())
+    return {
+        "schema": SCHEMA,
+        "version": plan.matrix.version,
+        "source": plan.matrix.source,
+        "shard": list(plan.shard) if plan.shard else None,
+        "wheels": [_wheel_json(w, cached) for w in plan.wheels],
+        "skipped": [{**_cell_json(s.cell), "code": s.code, "reason": s.reason} for s in plan.skipped],
+        "compile_jobs": [
+            {
+                "cuda_major": j.cuda_major,
+                "arch": j.arch,
+                "image": j.image,
+                "unit": j.unit,
+                "cached": cached[j],
+            }
+            for j in plan.compile_jobs
+        ],
+        "binding_jobs": [_binding_json(b) for b in plan.binding_jobs],
+        "totals": {
+            "cells": len(covered) + len(plan.skipped),
+            "covered": len(covered),
+            "skipped": len(plan.skipped),
+            "wheels": len(plan.wheels),
+            "compile_jobs": len(plan.compile_jobs),
+            "cached": n_cached,
+            "to_compile": len(plan.compile_jobs) - n_cached,
+            "binding_jobs": len(plan.binding_jobs),
+        },
+    }
+
+
+def _wheel_json(wheel: WheelSpec, cached: dict[CompileJob, bool]) -> dict:
+    n_cached = sum(cached[j] for j in wheel.compile_jobs)
+    return {
+        "variant": wheel.variant,
+        "platform": wheel.platform,
+        "version": wheel.version,
+        "cuda_major": wheel.cuda_major,
+        "torch": wheel.torch_minor,
+        "cxx11abi": wheel.cxx11abi,
+        "sass": list(wheel.sass),
+        "ptx": wheel.ptx,
+        "cells": [_cell_json(c) for c in wheel.cells],
+        "pythons": list(dict.fromkeys(c.python for c in wheel.cells)),
+        "kernels": {
+            "total": len(wheel.compile_jobs),
+            "cached": n_cached,
+            "to_compile": len(wheel.compile_jobs) - n_cached,
+        },
+        "binding": _binding_json(wheel.binding) if wheel.binding else None,
+    }
+
+
+def _cell_json(cell: Cell) -> dict:
+    return {"torch": cell.torch, "cuda": cell.cuda, "python": cell.python, "platform": cell.platform}
+
+
+def _binding_json(job: BindingJob) -> dict:
+    return {
+        "torch_minor": job.torch_minor,
+        "torch_version": job.torch_version,
+        "cxx11abi": job.cxx11abi,
+        "platform": job.platform,
+        "header_source": job.header_source.filename if job.header_source else None,
+    }
+
+
+def plan_table(plan: Plan, cache_status: CacheStatus) -> Table:
+    """The wheels: what each covers and what building it takes."""
+    return _wheels_table(plan_json(plan, cache_status))
+
+
+def _wheels_table(data: dict) -> Table:
+    shard = f" (shard {data['shard'][0]}/{data['shard'][1]})" if data["shard"] else ""
+    table = Table(title=f"fa-attn {data['version']}: wheels{shard}", title_justify="left")
+    table.add_column("variant", no_wrap=True)
+    table.add_column("CPU", no_wrap=True)
+    table.add_column("Pythons covered")
+    table.add_column("SASS")
+    table.add_column("PTX")
+    table.add_column("kernels to compile/cached", justify="right")
+    table.add_column("binding (torch, ABI)")
+    for w in data["wheels"]:
+        if w["cuda_major"] is None:
+            table.add_row("(universal)", "any", "any", "-", "-", "-", "-")
+            continue
+        k = w["kernels"]
+        b = w["binding"]
+        table.add_row(
+            w["variant"],
+            w["platform"],
+            " ".join(w["pythons"]),
+            " ".join(w["sass"]),
+            w["ptx"] or "-",
+            f"{k['to_compile']}/{k['cached']}",
+            f"{b['torch_version']}, {'cxx11' if b['cxx11abi'] else 'old'}",
+        )
+    return table
+
+
+def _skipped_table(data: dict) -> Table:
+    """One row per exclude entry, and one per torch minor for the Pythons PyPI has no torch build
+    for, so the table stays short; the JSON has every cell with its own reason."""
+    groups: dict[tuple, list[dict]] = {}
+    for s in data["skipped"]:
+        key = (
+            (s["code"], s["torch"], s["platform"])
+            if s["code"] == SKIP_NO_TORCH_BUILD
+            else (s["code"], s["reason"], s["platform"])
+        )
+        groups.setdefault(key, []).append(s)
+    table = Table(title="skipped cells", title_justify="left")
+    for name in ("cells", "CPU", "torch", "cuda", "python", "reason"):
+        table.add_column(name)
+    for (code, key, platform), cells in groups.items():
+        reason = (
+            f"no torch build on PyPI for these Pythons (Linux {platform})"
+            if code == SKIP_NO_TORCH_BUILD
+            else key
+        )
+        table.add_row(
+            str(len(cells)),
+            platform,
+            " ".join(dict.fromkeys(c["torch"] for c in cells)),
+            " ".join(dict.fromkeys(str(c["cuda"]) for c in cells)),
+            " ".join(dict.fromkeys(c["python"] for c in cells)),
+            reason,
+        )
+    return table
+
+
+def _totals_line(data: dict) -> str:
+    t = data["totals"]
+    return (
+        f"{t['cells']} cells: {t['covered']} covered by {t['wheels']} wheels, {t['skipped']} skipped. "
+        f"{t['compile_jobs']} kernel programs: {t['cached']} cached, {t['to_compile']} to compile. "
+        f"{t['binding_jobs']} bindings to build."
+    )
+
+
+def plan_renderable(plan: Plan, cache_status: CacheStatus) -> Group:
+    """Wheels, then skipped cells with their reasons, then totals."""
+    data = plan_json(plan, cache_status)
+    parts: list = [_wheels_table(data)]
+    if data["skipped"]:
+        parts.append(_skipped_table(data))
+    parts.append(_totals_line(data))
+    return Group(*parts)
+
+
+def print_plan(plan: Plan, cache_status: CacheStatus, console: Console | None = None) -> None:
+    (console or plain_console()).print(plan_renderable(plan, cache_status))

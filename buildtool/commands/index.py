@@ -1,0 +1,28 @@
+"""`fa index`: rewrite a wheel directory's index.json and simple/ pages from the wheels in it (for
+example after merging the shards of a release build).
+
+Exit codes: 0 indexed, 1 a file there is not a readable fa-attn wheel, 2 not a directory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from buildtool.build import index
+from buildtool.core.console import plain_console
+from buildtool.errors import UsageError
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("index")
+    def index_cmd(
+        directory: Annotated[Path, typer.Argument(help="a directory of fa-attn wheels (e.g. merged shards)")],
+    ) -> None:
+        """Rewrite DIRECTORY/index.json and DIRECTORY/simple/ from the wheels in it."""
+        if not directory.is_dir():
+            raise UsageError(f"{directory}: not a directory\n  fix: pass the folder holding the .whl files")
+        data = index.write_index(directory)  # WheelDirError (exit 1): a file there is not our wheel
+        plain_console().print(f"indexed {len(data['wheels'])} wheels in {directory}")

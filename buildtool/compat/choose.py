@@ -1,0 +1,197 @@
+"""A choice: which wheel fits an environment best, and what the runtime will do with it.
+
+Shared by `fa doctor` (explain) and `fa install` (act). Pure: an `Env`, the index entries and a `Request`
+in, a `Selection` out.
+
+Order of preference among the wheels that fit (issue 5, "Selection"):
+1. what GPU 0 would run: SASS, then PTX, then a kernel wheel whose calls fall back, then the universal
+   wheel (no kernels). GPU 0 decides because it is torch's default device (cuda:0); further GPUs only
+   break ties, and each one's answer is reported.
+2. the CUDA major of the installed torch (the driver supports it, or the wheel would not fit),
+   else the highest major.
+3. the newest fa-attn version.
+The verdict and the runtime answer are GPU 0's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from packaging.version import Version
+
+from buildtool.compat.env import Env, Gpu
+from buildtool.compat.fit import Reason, code_order, stack_reasons, supported_tags, wheel_reasons
+from buildtool.compat.wheel_index import WheelEntry
+from buildtool.core import kernels_src
+from buildtool.core.cpus import canonical
+
+VERDICTS = ("ok", "ok-jit", "fallback", "no-wheel")
+DTYPES = ("fp16", "bf16", "fp32")
+_PATH_RANK = {"sass": 0, "ptx": 1, "fallback": 2}
+
+
+@dataclass(frozen=True)
+class Request:
+    """The call the user asks about (defaults: bf16, head dim 128, forward)."""
+
+    dtype: str = "bf16"
+    head_dim: int = 128
+    backward: bool = False
+
+
+@dataclass(frozen=True)
+class Runtime:
+    path: str  # "sass" | "ptx" | "fallback"
+    arch: str | None  # arch of the image that runs
+    head_dim: int | None
+    reasons: tuple[Reason, ...]  # why fallback
+
+
+@dataclass(frozen=True)
+class WheelFit:
+    entry: WheelEntry
+    reasons: tuple[Reason, ...]  # empty: fits
+
+    @property
+    def fits(self) -> bool:
+        return not self.reasons
+
+
+@dataclass(frozen=True)
+class GpuAnswer:
+    index: int
+    gpu: Gpu
+    runtime: Runtime
+
+
+@dataclass(frozen=True)
+class Selection:
+    verdict: str  # one of VERDICTS
+    selected: WheelEntry | None
+    codes: tuple[str, ...]  # the reason codes that decide the verdict
+    deciding: tuple[Reason, ...]  # one reason per code, with its message and fix
+    wheels: tuple[WheelFit, ...]
+    stack: tuple[Reason, ...]  # no-gpu / torch-not-cuda / torch-driver-too-old
+    runtime: Runtime  # GPU 0 with the selected wheel
+    gpus: tuple[GpuAnswer, ...]  # every GPU with the selected wheel
+
+
+def runtime_for(
+    entry: WheelEntry | None, env: Env, gpu: Gpu | None, request: Request, stack: Sequence[Reason]
+) -> Runtime:
+    """What a call does with `entry` installed: kernel_choice's answer, overruled by a broken stack."""
+    if entry is None:
+        return Runtime("fallback", None, None, tuple(stack))
+    choose = kernels_src.kernel_choice().choose
+    choice = choose(
+        dict(entry.raw),
+        gpu.sm if gpu else None,
+        request.dtype,
+        request.head_dim,
+        request.backward,
+        env.driver,
+    )
+    choice_reasons = tuple(Reason(r.code, r.message, r.fix) for r in choice.reasons)
+    # kernel_choice says no-gpu itself when there is no GPU; the stack says it already.
+    stack_codes = {r.code for r in stack}
+    choice_reasons = tuple(r for r in choice_reasons if r.code not in stack_codes)
+    if stack:
+        # torch cannot reach the GPU at all, so whatever image exists, calls fall back.
+        return Runtime("fallback", None, None, tuple(stack) + choice_reasons)
+    return Runtime(choice.path, choice.arch, choice.head_dim, choice_reasons)
+
+
+def select(entries: Sequence[WheelEntry], env: Env, request: Request = Request()) -> Selection:
+    if request.dtype not in DTYPES:
+        raise ValueError(f"dtype: {request.dtype!r}; use one of {', '.join(DTYPES)}")
+    if request.head_dim <= 0:
+        raise ValueError(f"head dim: {request.head_dim}; use a positive number like 128")
+    tags = supported_tags(env)
+    stack = tuple(stack_reasons(env))
+    wheels = tuple(WheelFit(e, tuple(wheel_reasons(e, env, tags))) for e in entries)
+    gpus: list[Gpu | None] = list(env.gpus) or [None]
+
+    def rank(fit: WheelFit) -> tuple:
+        paths = [runtime_for(fit.entry, env, gpu, request, stack).path for gpu in gpus]
+        kind = 3 if fit.entry.universal else _PATH_RANK[paths[0]]
+        return (kind, [_PATH_RANK[p] for p in paths[1:]], _cuda_preference(fit.entry, env))
+
+    # Equal ranks go to the newest fa-attn version (sort is stable), then the file name.
+    fitting = sorted((w for w in wheels if w.fits), key=lambda w: w.entry.file)
+    fitting.sort(key=lambda w: Version(w.entry.version), reverse=True)
+    fitting.sort(key=rank)
+    selected = fitting[0].entry if fitting else None
+    answers = tuple(
+        GpuAnswer(i, gpu, runtime_for(selected, env, gpu, request, stack)) for i, gpu in enumerate(env.gpus)
+    )
+    runtime = answers[0].runtime if answers else runtime_for(selected, env, None, request, stack)
+
+    if selected is None:
+        verdict = "no-wheel"
+    else:
+        verdict = {"sass": "ok", "ptx": "ok-jit"}.get(runtime.path, "fallback")
+    deciding = _deciding_reasons(verdict, selected, runtime, wheels, env, request, stack)
+    return Selection(
+        verdict=verdict,
+        selected=selected,
+        codes=tuple(r.code for r in deciding),
+        deciding=deciding,
+        wheels=wheels,
+        stack=stack,
+        runtime=runtime,
+        gpus=answers,
+    )
+
+
+def _cuda_preference(entry: WheelEntry, env: Env) -> tuple[int, int]:
+    torch_major = env.torch.cuda_major if env.torch else None
+    major = entry.cuda_major or 0
+    return (0 if major == torch_major else 1, -major)
+
+
+def _deciding_reasons(
+    verdict: str,
+    selected: WheelEntry | None,
+    runtime: Runtime,
+    wheels: Sequence[WheelFit],
+    env: Env,
+    request: Request,
+    stack: Sequence[Reason],
+) -> tuple[Reason, ...]:
+    """The reasons behind the verdict, one per code: none for ok/ok-jit; the runtime's reasons when a
+    kernel wheel was chosen but falls back; otherwise (universal wheel or nothing) the stack, the reasons
+    of the nearest misses (the wheels for the installed torch, if any, with the fewest reasons), and
+    what GPU 0 would do even with such a wheel."""
+    if verdict in ("ok", "ok-jit"):
+        return ()
+    found: list[Reason] = []
+    if selected is not None and not selected.universal:
+        found += runtime.reasons
+    else:
+        found += stack
+        misses = [w for w in wheels if not w.fits and (verdict == "no-wheel" or not w.entry.universal)]
+        # The CPU and the torch installed are the user's given; the wheels built for them are the
+        # nearest misses (an aarch64 wheel says nothing useful to an x86_64 machine).
+        for_this_cpu = [w for w in misses if w.entry.platform == canonical(env.arch)]
+        misses = for_this_cpu or misses
+        for_this_torch = [w for w in misses if "torch-version-mismatch" not in {r.code for r in w.reasons}]
+        misses = for_this_torch or misses
+        if misses:
+            fewest = min(len(w.reasons) for w in misses)
+            nearest = sorted(
+                (w for w in misses if len(w.reasons) == fewest),
+                key=lambda w: (_cuda_preference(w.entry, env), w.entry.file),
+            )
+            found += [r for w in nearest for r in w.reasons]
+            kernel_wheels = [w.entry for w in nearest if not w.entry.universal]
+            gpu = env.gpus[0] if env.gpus else None
+            if kernel_wheels and gpu is not None:
+                # With the wheel's own problems fixed, would the GPU run it? (a P100 still would not)
+                would = runtime_for(kernel_wheels[0], env, gpu, request, ())
+                if would.path == "fallback":
+                    found += would.reasons
+    first: dict[str, Reason] = {}
+    for reason in found:
+        first.setdefault(reason.code, reason)
+    return tuple(sorted(first.values(), key=lambda r: code_order(r.code)))

@@ -1,0 +1,179 @@
+"""`fa doctor`'s report: probe + rules + select, as JSON for scripts and as rich tables for people."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from buildtool.compat.choose import Request, Runtime, Selection, select
+from buildtool.compat.env import Env, env_to_json
+from buildtool.compat.fit import Reason, code_order
+from buildtool.compat.wheel_index import WheelIndex
+from buildtool.errors import EXIT_FAILED, EXIT_OK
+
+# Our kernels run (SASS or PTX): 0; calls fall back, or nothing installs: 1.
+EXIT_CODES = {"ok": EXIT_OK, "ok-jit": EXIT_OK, "fallback": EXIT_FAILED, "no-wheel": EXIT_FAILED}
+
+_VERDICT_STYLE = {
+    "ok": "bold green",
+    "ok-jit": "bold green",
+    "fallback": "bold yellow",
+    "no-wheel": "bold red",
+}
+_VERDICT_TEXT = {
+    "ok": "our kernels run from SASS on this GPU",
+    "ok-jit": "our kernels run, JIT-compiled from PTX by the driver on first use",
+    "fallback": "a wheel installs, but calls fall back to torch SDPA",
+    "no-wheel": "no wheel can be installed here",
+}
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    env: Env
+    request: Request
+    index_location: str
+    selection: Selection
+
+
+def build_report(env: Env, index: WheelIndex, request: Request) -> DoctorReport:
+    return DoctorReport(
+        env=env, request=request, index_location=index.location, selection=select(index.entries, env, request)
+    )
+
+
+def _reasons_json(reasons: Sequence[Reason]) -> list[dict[str, str]]:
+    return [{"code": r.code, "message": r.message, "fix": r.fix} for r in reasons]
+
+
+def _runtime_json(runtime: Runtime) -> dict[str, Any]:
+    return {
+        "path": runtime.path,
+        "arch": runtime.arch,
+        "head_dim": runtime.head_dim,
+        "reasons": _reasons_json(runtime.reasons),
+    }
+
+
+def report_json(report: DoctorReport) -> dict[str, Any]:
+    sel = report.selection
+    return {
+        "verdict": sel.verdict,
+        "selected": sel.selected.file if sel.selected else None,
+        "variant": sel.selected.variant if sel.selected else None,
+        "codes": list(sel.codes),
+        "because": _reasons_json(sel.deciding),
+        "runtime": _runtime_json(sel.runtime),
+        "gpus": [
+            {"index": a.index, "name": a.gpu.name, "sm": a.gpu.sm, "runtime": _runtime_json(a.runtime)}
+            for a in sel.gpus
+        ],
+        "stack": _reasons_json(sel.stack),
+        "wheels": [
+            {
+                "file": w.entry.file,
+                "variant": w.entry.variant,
+                "platform": w.entry.platform,
+                "fits": w.fits,
+                "reasons": _reasons_json(w.reasons),
+            }
+            for w in sel.wheels
+        ],
+        "request": {
+            "dtype": report.request.dtype,
+            "head_dim": report.request.head_dim,
+            "backward": report.request.backward,
+        },
+        "env": env_to_json(report.env),
+        "index": report.index_location,
+    }
+
+
+def _reason_text(reasons: Sequence[Reason], fixes: bool = True) -> Text:
+    text = Text()
+    for i, r in enumerate(reasons):
+        if i:
+            text.append("\n")
+        text.append(r.code, style="bold red")
+        text.append(f" {r.message}")
+        if fixes:
+            text.append(f"\n  fix: {r.fix}", style="cyan")
+    return text
+
+
+def _env_line(env: Env) -> str:
+    torch = (
+        "none"
+        if env.torch is None
+        else (
+            f"{env.torch.version} (cuda {env.torch.cuda or '-'}, hip {env.torch.hip or '-'}, "
+            f"cxx11abi {'?' if env.torch.cxx11abi is None else str(env.torch.cxx11abi).lower()})"
+        )
+    )
+    gpus = ", ".join(f"{i}: {g.name} (sm {g.sm})" for i, g in enumerate(env.gpus)) or "none"
+    glibc = f" glibc {env.glibc}" if env.glibc else ""
+    return (
+        f"{env.os} {env.arch}{glibc}, Python {env.python}\ntorch {torch}\n"
+        f"driver {env.driver or 'none'}; GPUs {gpus}"
+    )
+
+
+def _runtime_line(runtime: Runtime) -> str:
+    if runtime.path == "sass":
+        return f"SASS for sm {runtime.arch}, head dim {runtime.head_dim}"
+    if runtime.path == "ptx":
+        return f"PTX for compute {runtime.arch} (JIT), head dim {runtime.head_dim}"
+    return "fallback to torch SDPA"
+
+
+def render(report: DoctorReport, console: Console) -> None:
+    sel, req = report.selection, report.request
+    console.print(Text("Machine", style="bold"))
+    console.print(Text(_env_line(report.env)))
+    if sel.stack:
+        console.print(Text("\nThe stack beneath fa", style="bold"))
+        console.print(_reason_text(sel.stack))
+
+    table = Table(title=Text(f"Wheels in {report.index_location}"), title_justify="left", expand=True)
+    table.add_column("wheel", overflow="fold", ratio=2)
+    table.add_column("fits", justify="center")
+    table.add_column("why not", ratio=3)
+    for w in sorted(sel.wheels, key=lambda w: (not w.fits, w.entry.file)):
+        mark = Text("yes", style="green") if w.fits else Text("no", style="red")
+        table.add_row(Text(w.entry.file), mark, _reason_text(w.reasons, fixes=False))
+    console.print()
+    console.print(table)
+    fixes = sorted(
+        {(r.code, r.fix) for w in sel.wheels for r in w.reasons}, key=lambda f: (code_order(f[0]), f[1])
+    )
+    for code, fix in fixes:
+        console.print(Text.assemble((code, "bold red"), (f"  fix: {fix}", "cyan")))
+
+    call = f"{req.dtype}, head dim {req.head_dim}, {'forward+backward' if req.backward else 'forward'}"
+    console.print(Text("\nChoice", style="bold"))
+    console.print(Text(f"fa install picks: {sel.selected.file if sel.selected else 'nothing'}"))
+    for answer in sel.gpus:
+        console.print(
+            Text(
+                f"GPU {answer.index} ({answer.gpu.name}, sm {answer.gpu.sm}), {call}: "
+                f"{_runtime_line(answer.runtime)}"
+            )
+        )
+        if answer.runtime.reasons:
+            console.print(_reason_text(answer.runtime.reasons))
+    if not sel.gpus and sel.selected is not None:
+        console.print(Text(f"No GPU, {call}: {_runtime_line(sel.runtime)}"))
+
+    verdict = Text(f"\nverdict: {sel.verdict}", style=_VERDICT_STYLE[sel.verdict])
+    verdict.append(f" ({_VERDICT_TEXT[sel.verdict]})", style="default")
+    console.print(verdict)
+    if sel.deciding:
+        console.print("because:")
+        console.print(_reason_text(sel.deciding))
+    if len(sel.gpus) > 1:
+        console.print("(the verdict is GPU 0's: torch's default device cuda:0)", style="dim")

@@ -1,0 +1,344 @@
+"""Reasons: why a wheel does not fit an environment, and what is wrong with the stack beneath us.
+
+Pure functions over `Env` (probe.py) and `WheelEntry` (wheel_index.py). Every "no" is a `Reason` with a
+stable code (docs/contracts.md section 7), a message with the numbers involved, and a one-line fix.
+All reasons are collected, never only the first: a P100 with torch 1.13 hears about both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.tags import Tag, compatible_tags, cpython_tags, mac_platforms
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import Version
+
+from buildtool.compat.env import Env, version_tuple
+from buildtool.compat.wheel_index import WheelEntry
+from buildtool.core import kernels_src
+from buildtool.core.cpus import canonical
+from buildtool.core.cuda_facts import TOOLKITS
+
+# The order codes are reported in: the platform first, then torch, the driver, the GPU, the call.
+CODES = (
+    "no-gpu",
+    "unsupported-platform",
+    "glibc-too-old",
+    "python-unsupported",
+    "torch-missing",
+    "torch-not-cuda",
+    "torch-version-mismatch",
+    "cxx11abi-mismatch",
+    "driver-too-old",
+    "torch-driver-too-old",
+    "arch-unsupported",
+    "ptx-driver-too-old",
+    "dtype-unsupported",
+    "head-dim-unsupported",
+    "backward-unsupported",
+    # runtime-only codes (call time), reported when kernel_choice or the runtime gives them
+    "feature-unsupported",
+    "binding-unavailable",
+    "device-not-cuda",
+)
+
+# Windows drivers are numbered differently from Linux ones (CUDA Compatibility guide, table 2).
+_WINDOWS_MIN_DRIVER = {11: "452.39", 12: "528.33", 13: "580"}
+
+
+@dataclass(frozen=True)
+class Reason:
+    code: str
+    message: str
+    fix: str
+
+
+def code_order(code: str) -> int:
+    return CODES.index(code) if code in CODES else len(CODES)
+
+
+def driver_at_least(driver: str, floor: str) -> bool:
+    def padded(v: str) -> tuple[int, ...]:
+        parts = version_tuple(v)
+        return parts + (0,) * (3 - len(parts))
+
+    return padded(driver) >= padded(floor)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Platform tags
+
+
+def supported_tags(env: Env) -> list[Tag]:
+    """The wheel tags `env` installs, most specific first, as pip would compute them on that machine."""
+    platforms = _platforms(env)
+    py = env.python_version
+    interpreter = f"cp{py[0]}{py[1]}"
+    # Free-threaded CPython has its own ABI ("cp313t") and cannot load abi3 extensions.
+    abis = [interpreter + ("t" if env.free_threaded else "")]
+    tags = list(cpython_tags(py, abis=abis, platforms=platforms))
+    if env.free_threaded:
+        tags = [t for t in tags if t.abi != "abi3"]
+    tags += list(compatible_tags(py, interpreter=interpreter, platforms=platforms))
+    return tags
+
+
+def _platforms(env: Env) -> list[str]:
+    arch = env.arch
+    if env.os == "linux":
+        platforms = []
+        if env.glibc:
+            glibc_minor = int(env.glibc.split(".")[1])
+            # pip goes down to manylinux_2_5 on x86 and to 2_17 elsewhere (packaging/_manylinux.py).
+            lowest = 5 if arch in ("x86_64", "i686") else 17
+            legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+            for minor in range(glibc_minor, lowest - 1, -1):
+                platforms.append(f"manylinux_2_{minor}_{arch}")
+                if minor in legacy:
+                    platforms.append(f"{legacy[minor]}_{arch}")
+        return platforms + [f"linux_{arch}"]
+    if env.os == "darwin":
+        # The env does not carry the macOS version; any wheel of ours is Linux or "any" anyway.
+        return list(mac_platforms((15, 0), "arm64" if arch in ("arm64", "aarch64") else arch))
+    return {"x86_64": ["win_amd64"], "arm64": ["win_arm64"], "aarch64": ["win_arm64"]}.get(
+        arch, [f"win_{arch}"]
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Does a wheel fit?
+
+
+def wheel_reasons(entry: WheelEntry, env: Env, tags: list[Tag] | None = None) -> list[Reason]:
+    """Every reason `entry` cannot be installed and used on `env`; [] when it fits."""
+    tags = supported_tags(env) if tags is None else tags
+    return (
+        _tag_reasons(entry, env, tags)
+        + _python_requirement(entry, env)
+        + _torch_reasons(entry, env)
+        + _driver_reasons(entry, env)
+    )
+
+
+def _tag_reasons(entry: WheelEntry, env: Env, supported: list[Tag]) -> list[Reason]:
+    try:
+        _, _, _, wheel_tags = parse_wheel_filename(entry.file)
+    except InvalidWheelFilename as exc:
+        return [
+            Reason(
+                "unsupported-platform",
+                f"{entry.file} is not a valid wheel file name ({exc})",
+                "rebuild the index with fa build",
+            )
+        ]
+    if wheel_tags & set(supported):
+        return []
+    reasons = []
+    ours = {(t.interpreter, t.abi) for t in supported}
+    if not any((t.interpreter, t.abi) in ours for t in wheel_tags):
+        wanted = ", ".join(sorted({f"{t.interpreter}-{t.abi}" for t in wheel_tags}))
+        reasons.append(
+            Reason(
+                "python-unsupported",
+                f"the wheel is for {wanted}; this Python is {env.python}",
+                "use a Python the wheel is built for, or build one with fa build",
+            )
+        )
+    supported_platforms = {t.platform for t in supported}
+    wheel_platforms = {t.platform for t in wheel_tags}
+    if not wheel_platforms & supported_platforms:
+        needed = _glibc_needed(wheel_platforms, env)
+        if needed is not None:
+            reasons.append(
+                Reason(
+                    "glibc-too-old",
+                    f"the wheel needs glibc {needed}; this system has {env.glibc}",
+                    f"use a system with glibc >= {needed} (e.g. a newer distribution or container)",
+                )
+            )
+        else:
+            where = f"{env.os} {env.arch}" + (f" glibc {env.glibc}" if env.glibc else "")
+            reasons.append(
+                Reason(
+                    "unsupported-platform",
+                    f"the wheel is for {', '.join(sorted(wheel_platforms))}; this is {where}",
+                    _platform_fix(entry, env),
+                )
+            )
+    return reasons
+
+
+def _platform_fix(entry: WheelEntry, env: Env) -> str:
+    cpu = canonical(env.arch)
+    if env.os == "linux" and cpu is not None and cpu != entry.platform:
+        return (
+            f'use a wheel built for {cpu} (add "{cpu}" to platforms in matrix.yaml and run fa build), '
+            "or the universal wheel (fallback only)"
+        )
+    return "run on Linux x86_64 or aarch64, or use the universal wheel (fallback only)"
+
+
+def _glibc_needed(wheel_platforms: set[str], env: Env) -> str | None:
+    """The lowest glibc a manylinux wheel for this very arch asks for, when that is the only obstacle."""
+    if env.os != "linux":
+        return None
+    legacy = {"manylinux2014": (2, 17), "manylinux2010": (2, 12), "manylinux1": (2, 5)}
+    needs = []
+    for plat in wheel_platforms:
+        if not plat.endswith("_" + env.arch):
+            continue
+        head = plat[: -len(env.arch) - 1]
+        if head in legacy:
+            needs.append(legacy[head])
+        elif head.startswith("manylinux_"):
+            glibc_major, glibc_minor = head.split("_")[1:3]
+            needs.append((int(glibc_major), int(glibc_minor)))
+    return ".".join(map(str, min(needs))) if needs else None
+
+
+def _python_requirement(entry: WheelEntry, env: Env) -> list[Reason]:
+    if not entry.requires_python:
+        return []
+    try:
+        spec = SpecifierSet(entry.requires_python)
+    except InvalidSpecifier:
+        return []
+    version = ".".join(map(str, env.python_version))
+    if spec.contains(Version(version)):
+        return []
+    return [
+        Reason(
+            "python-unsupported",
+            f"the wheel requires Python {spec}; this is {env.python}",
+            f"use a Python matching {spec}",
+        )
+    ]
+
+
+def assumed_cxx11abi(env: Env) -> bool | None:
+    """The torch C++ ABI, from the env or, when it says null on Linux, from what the torch build implies.
+
+    Facts (compat-facts.md): NGC containers use the new ABI; from 2.7 every pip wheel does; before 2.7
+    PyPI wheels used the old one."""
+    if env.torch is None or env.os != "linux":
+        return None
+    if env.torch.cxx11abi is not None:
+        return env.torch.cxx11abi
+    version = Version(env.torch.version)
+    if version.local and ".nv" in f".{version.local}":
+        return True
+    return version.release[:2] >= (2, 7)
+
+
+def _torch_reasons(entry: WheelEntry, env: Env) -> list[Reason]:
+    if env.torch is None:
+        # fa_attn is a torch extension: without torch there is nothing to run, not even the fallback.
+        return [
+            Reason(
+                "torch-missing",
+                "torch is not installed",
+                "install torch first (pip install torch), then fa install",
+            )
+        ]
+    if entry.torch is None:  # the universal wheel: pure Python, any torch the runtime can use
+        floor = kernels_src.kernel_choice().MIN_TORCH
+        if Version(env.torch.version).release[:2] < floor:
+            need = ".".join(map(str, floor))
+            return [
+                Reason(
+                    "torch-version-mismatch",
+                    f"fa-attn needs torch >= {need} (it registers its ops with torch.library APIs "
+                    f"from {need}); installed is {env.torch.version}",
+                    f"upgrade torch to {need} or newer",
+                )
+            ]
+        return []
+    reasons = []
+    if env.torch.minor != entry.torch:
+        reasons.append(
+            Reason(
+                "torch-version-mismatch",
+                f"the wheel is built for torch {entry.torch}; installed is {env.torch.version}",
+                f"install a torch minor that has a wheel (the table lists them), or build for "
+                f"torch {env.torch.minor} with fa build",
+            )
+        )
+    abi = assumed_cxx11abi(env)
+    if entry.cxx11abi is not None and abi is not None and abi != entry.cxx11abi:
+        assumed = "" if env.torch.cxx11abi is not None else " (assumed: the env does not say)"
+        reasons.append(
+            Reason(
+                "cxx11abi-mismatch",
+                f"the wheel uses cxx11abi={str(entry.cxx11abi).lower()}; torch uses "
+                f"cxx11abi={str(abi).lower()}{assumed}",
+                "pick the wheel with torch's ABI (fa install does), or rebuild with fa build",
+            )
+        )
+    return reasons
+
+
+def _driver_reasons(entry: WheelEntry, env: Env) -> list[Reason]:
+    # Without a driver there is nothing to compare; that is the stack's `no-gpu`, not a misfit.
+    if entry.min_driver is None or env.driver is None:
+        return []
+    floor = entry.min_driver
+    if env.os == "windows" and entry.cuda_major in _WINDOWS_MIN_DRIVER:
+        floor = _WINDOWS_MIN_DRIVER[entry.cuda_major]
+    if driver_at_least(env.driver, floor):
+        return []
+    return [
+        Reason(
+            "driver-too-old",
+            f"the wheel's CUDA {entry.cuda_major} kernels need driver >= {floor}; this driver is "
+            f"{env.driver}",
+            f"update the NVIDIA driver to >= {floor}, or use a wheel for an older CUDA major",
+        )
+    ]
+
+
+# ---------------------------------------------------------------------------------------------------
+# The stack beneath us: things that make every call fall back, whichever wheel is installed
+
+
+def stack_reasons(env: Env) -> list[Reason]:
+    reasons = []
+    if env.driver is None or not env.gpus:
+        what = "no NVIDIA driver" if env.driver is None else "the driver reports no GPU"
+        reasons.append(
+            Reason(
+                "no-gpu",
+                f"{what} on this machine ({env.os} {env.arch})",
+                "run on a machine with an NVIDIA GPU and driver; calls fall back to torch SDPA",
+            )
+        )
+    torch = env.torch
+    if torch is not None and torch.cuda is None:
+        build = f"a ROCm build (hip {torch.hip})" if torch.hip else "a CPU-only build"
+        reasons.append(
+            Reason(
+                "torch-not-cuda",
+                f"torch {torch.version} is {build}",
+                "install a CUDA build of torch (https://pytorch.org/get-started/locally/)",
+            )
+        )
+    if torch is not None and torch.cuda_major is not None and env.driver is not None:
+        floor = _torch_driver_floor(torch.cuda_major, env.os)
+        if floor is not None and not driver_at_least(env.driver, floor):
+            reasons.append(
+                Reason(
+                    "torch-driver-too-old",
+                    f"torch {torch.version} is built with CUDA {torch.cuda}, which needs driver >= {floor}; this "
+                    f"driver is {env.driver}, so torch cannot use the GPU at all",
+                    f"update the NVIDIA driver to >= {floor}, or install a torch built for an older CUDA",
+                )
+            )
+    return reasons
+
+
+def _torch_driver_floor(cuda_major: int, os_name: str) -> str | None:
+    # Minor-version compatibility: a CUDA X.y runtime runs on any driver of major X's floor.
+    if os_name == "windows":
+        return _WINDOWS_MIN_DRIVER.get(cuda_major)
+    toolkit = TOOLKITS.get(cuda_major)
+    return toolkit.min_driver if toolkit else None
