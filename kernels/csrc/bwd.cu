@@ -103,6 +103,13 @@ using GridQ = FewestBytesGrid<kBlockM, kHeadDim, kWarps>;   // dQ of one step: [
 
 using KVAcc = float[GridKV::kMT][GridKV::kNT][4];
 
+// sum_i a_i * b_i over the 8 elements of two 16-byte chunks, in fp32.
+FA_DEVICE float dot8(const Chunk16& a, const Chunk16& b) {
+  return unpack_lo(a.x) * unpack_lo(b.x) + unpack_hi(a.x) * unpack_hi(b.x) + unpack_lo(a.y) * unpack_lo(b.y) +
+         unpack_hi(a.y) * unpack_hi(b.y) + unpack_lo(a.z) * unpack_lo(b.z) + unpack_hi(a.z) * unpack_hi(b.z) +
+         unpack_lo(a.w) * unpack_lo(b.w) + unpack_hi(a.w) * unpack_hi(b.w);
+}
+
 FA_DEVICE float warp_sum(float v) {
 #pragma unroll
   for (int m = 16; m > 0; m >>= 1) v += shfl_xor(v, m);
@@ -254,33 +261,26 @@ using namespace fa;
 using namespace fa::bwd;
 
 // D[row] = sum_c dO[row, c] * O[row, c] (fp32), and dq_accum[row, h, :] = 0, for this block's rows.
+// (The second launch bound keeps ptxas 12.9/13.0 from spilling a loop bound here on sm90 fp16.)
 // One warp per row at a time; each lane covers 8 columns per pass.
-extern "C" __global__ void __launch_bounds__(kThreads)
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
     fa_bwd_preprocess(const __grid_constant__ FaParams params) {
   const Seq seq = locate(params, blockIdx.y, blockIdx.z);
   const int row0 = blockIdx.x * kBlockM;
   if (row0 >= seq.seqlen_q) return;  // varlen: this sequence is shorter than the grid
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
-  const int rows = min(kBlockM, seq.seqlen_q - row0);
+  const int row_end = min(row0 + kBlockM, seq.seqlen_q);
   const u16* o = q_rows(static_cast<const u16*>(params.o), params.o_batch_stride, params.o_row_stride,
                         params.o_head_stride, seq);
   const u16* dout = q_rows(static_cast<const u16*>(params.dout), params.do_batch_stride, params.do_row_stride,
                            params.do_head_stride, seq);
   const fa_i64 acc_stride = static_cast<fa_i64>(params.heads) * kHeadDim;
   float* dq_accum = params.dq_accum + seq.acc_row0 * acc_stride + static_cast<fa_i64>(seq.head) * kHeadDim;
-  for (int r = warp; r < rows; r += kWarps) {
-    const int row = row0 + r;
+  for (int row = row0 + warp; row < row_end; row += kWarps) {
     float dot = 0.f;
     for (int c = lane * 8; c < params.head_dim; c += 32 * 8) {
-      const Chunk16 ov = ld_global16(o + row * params.o_row_stride + c);
-      const Chunk16 dv = ld_global16(dout + row * params.do_row_stride + c);
-      const u32 a[4] = {ov.x, ov.y, ov.z, ov.w};
-      const u32 b[4] = {dv.x, dv.y, dv.z, dv.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        dot += unpack_lo(a[i]) * unpack_lo(b[i]) + unpack_hi(a[i]) * unpack_hi(b[i]);
-      }
+      dot += dot8(ld_global16(o + row * params.o_row_stride + c), ld_global16(dout + row * params.do_row_stride + c));
       float* acc = dq_accum + row * acc_stride + c;
       st_global16(acc, Chunk16{0u, 0u, 0u, 0u});
       st_global16(acc + 4, Chunk16{0u, 0u, 0u, 0u});
@@ -410,7 +410,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) fa_bwd(const __grid_co
 }
 
 // dq = dq_accum * scale_softmax in the output dtype, 8 columns (one 16-byte store) per lane per pass.
-extern "C" __global__ void __launch_bounds__(kThreads)
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
     fa_bwd_convert_dq(const __grid_constant__ FaParams params) {
   const Seq seq = locate(params, blockIdx.y, blockIdx.z);
   const int row0 = blockIdx.x * kBlockM;
