@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import tempfile
 import zipfile
 from pathlib import Path
 from urllib.parse import urljoin
@@ -106,7 +105,7 @@ def nvrtc_lib_dir(major: int, progress: fetch.ProgressHook | None = None) -> Pat
             return lib
         wheel = fetch_wheel(major, progress)
         _sweep_partial(final.parent, final.name)
-        tmp = Path(tempfile.mkdtemp(prefix=final.name + atomic.TMP_MARK, dir=final.parent))
+        tmp = atomic.make_temp_dir(final)
         try:
             with zipfile.ZipFile(wheel) as zf:
                 members = [m for m in zf.namelist() if m.startswith(tk.lib_subdir + "/")]

@@ -90,7 +90,7 @@ def headers_for(torch_version: str, source: TorchFile, progress: fetch.ProgressH
         if not (final / "torch").is_dir():
             for p in final.parent.glob(final.name + atomic.TMP_MARK + "*"):
                 shutil.rmtree(p, ignore_errors=True)
-            tmp = Path(tempfile.mkdtemp(prefix=final.name + atomic.TMP_MARK, dir=final.parent))
+            tmp = atomic.make_temp_dir(final)
             try:
                 extract_include(source.url, source.size, tmp, progress)
                 os.replace(tmp / "torch" / "include", final)

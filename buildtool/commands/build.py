@@ -19,7 +19,7 @@ from buildtool.build import plan_view
 from buildtool.build.binding import BindingError
 from buildtool.build.compile import CompileError, KernelTree, is_cached
 from buildtool.build.matrix import Matrix, MatrixError, load_matrix
-from buildtool.build.package import PackageError
+from buildtool.build.package import OutDirError, PackageError, check_out_dir
 from buildtool.build.pipeline import execute, summary_table
 from buildtool.build.plan import Plan, local_plan, make_plan, parse_shard
 from buildtool.build.platform_tag import PlatformTagError
@@ -98,6 +98,11 @@ def register(app: typer.Typer) -> None:
             raise _fail(2, "--cuda: only used with --local\n  fix: list CUDA majors in matrix.yaml `cuda:`")
         if platform and local:
             raise _fail(2, "--platform: --local builds for this machine's CPU\n  fix: drop one of them")
+        if not dry_run:
+            try:
+                check_out_dir(out, KernelTree().root)
+            except OutDirError as e:
+                raise _fail(2, str(e)) from None
         try:
             plan = _plan(matrix, local, cuda, shard, platform, refresh)
         except MatrixError as e:

@@ -1,7 +1,7 @@
 """HTTP for the build: whole-file downloads checked against a pinned sha256, and byte-range reads.
 
 Plain urllib (honours the usual *_proxy variables); no session state. Every download lands through
-`atomic.writing`, so a killed build leaves at most a `*.tmp-*` file and never a truncated one
+`atomic.writing`, so a killed build leaves at most a `*.fa-tmp-*` file and never a truncated one
 under the final name.
 """
 
