@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
@@ -16,14 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.utils import parse_wheel_filename
 
+from buildtool.core import fetch, textfile
 from buildtool.core.cpus import linux_cpu
 from buildtool.core.fetch import sha256_file
-from buildtool.core.schema import MANIFEST, WheelDirError, wheel_entry
+from buildtool.core.schema import MANIFEST, Disagreement, WheelDirError, check_agreement, wheel_entry
 
 INDEX_FILE = "index.json"
-_TIMEOUT_S = 60
 
 
 class WheelIndexError(Exception):
@@ -59,18 +58,29 @@ class WheelIndex:
     entries: tuple[WheelEntry, ...]
 
 
+URL_SCHEMES = ("http", "https", "file")
+MAX_INDEX_BYTES = 16 << 20  # index.json is a few KB per wheel; a release's is well under 1 MB
+INDEX_DEADLINE_S = 60.0  # to read index.json whole, however slowly the server sends it
+
+
 def is_url(location: str) -> bool:
-    return urllib.parse.urlsplit(location).scheme in ("http", "https", "file")
+    return "://" in location and bool(urllib.parse.urlsplit(location).scheme)
 
 
 def load_index(location: str) -> WheelIndex:
     """Read the index at a directory path or an http(s)/file URL of a directory holding index.json."""
     if is_url(location):
         url = location.rstrip("/") + "/"
-        if urllib.parse.urlsplit(url).scheme == "file":
+        scheme = urllib.parse.urlsplit(url).scheme
+        if scheme not in URL_SCHEMES:
+            raise WheelIndexError(
+                f"--index {location}: fa reads http://, https:// and file:// URLs, not {scheme}://; "
+                "serve the folder over http(s), or pass --wheels DIR for a local copy"
+            )
+        if scheme == "file":
             return _load_dir(Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path)), location)
-        text = _read_url(url + INDEX_FILE)
-        return WheelIndex(location=url, entries=_parse_index(text, url + INDEX_FILE))
+        data = _read_url(url + INDEX_FILE)
+        return WheelIndex(location=url, entries=_parse_index(data, url + INDEX_FILE))
     return _load_dir(Path(location), location)
 
 
@@ -80,8 +90,12 @@ def _load_dir(directory: Path, location: str) -> WheelIndex:
             f"{location}: no such directory (run fa build, or pass --wheels DIR / --index URL)"
         )
     index = directory / INDEX_FILE
-    if index.is_file():
-        return WheelIndex(location=str(directory), entries=_parse_index(index.read_text(), str(index)))
+    if index.exists():
+        try:
+            text = textfile.read_text(index, MAX_INDEX_BYTES)
+        except textfile.TextFileError as exc:
+            raise WheelIndexError(f"{exc}; re-run fa index {directory} to rewrite it") from None
+        return WheelIndex(location=str(directory), entries=_parse_index(text, str(index)))
     wheels = sorted(directory.glob("*.whl"))
     if not wheels:
         raise WheelIndexError(f"{location}: neither {INDEX_FILE} nor any .whl file here (run fa build)")
@@ -90,10 +104,15 @@ def _load_dir(directory: Path, location: str) -> WheelIndex:
 
 def _read_url(url: str) -> str:
     try:
-        with urllib.request.urlopen(url, timeout=_TIMEOUT_S) as response:
-            return response.read().decode()
-    except (urllib.error.URLError, OSError) as exc:
-        raise WheelIndexError(f"{url}: cannot read it ({exc}); check the --index URL") from exc
+        data = fetch.read_url(url, max_bytes=MAX_INDEX_BYTES, deadline_s=INDEX_DEADLINE_S)
+    except fetch.FetchError as exc:
+        raise WheelIndexError(f"{exc}; check the --index URL") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise WheelIndexError(
+            f"{url}: not UTF-8 text, so not an index.json fa wrote; check the --index URL"
+        ) from None
 
 
 def _parse_index(text: str, where: str) -> tuple[WheelEntry, ...]:
@@ -125,11 +144,15 @@ def entry_from_dict(raw: Any, where: str) -> WheelEntry:
     if "/" in file or "\\" in file or not file.endswith(".whl") or file.startswith("."):
         raise WheelIndexError(f"{where}.file: got {file!r}; expected a wheel file name next to index.json")
     platform = need("platform", str, True)
+    try:
+        check_agreement(raw)
+    except Disagreement as exc:
+        raise WheelIndexError(
+            f"{where}.{exc.field}: {exc.problem}; the entry does not describe its own file: "
+            "re-run fa index on the wheels to rewrite it"
+        ) from None
     if platform is None:  # an index written before entries named the CPU: read it from the file name
-        try:
-            platform = linux_cpu(next(iter(parse_wheel_filename(file)[3])).platform)
-        except InvalidWheelFilename as exc:
-            raise WheelIndexError(f"{where}.file: {file!r} is not a wheel file name ({exc})") from exc
+        platform = linux_cpu(next(iter(parse_wheel_filename(file)[3])).platform)
     return WheelEntry(
         file=file,
         sha256=need("sha256", str),
@@ -166,23 +189,69 @@ def wheel_location(index: WheelIndex, entry: WheelEntry) -> str:
 
 
 def fetch_wheel(index: WheelIndex, entry: WheelEntry, dest_dir: Path) -> Path:
-    """Copy or download the wheel into dest_dir and verify its sha256; a mismatch raises and leaves nothing."""
+    """Copy or download the wheel into dest_dir, then check it before anyone uses it: its size and sha256
+    against the index, and its own name, metadata and manifest against the entry (a wheel that says
+    another version, variant, torch or CUDA than the index is refused). Raises WheelIndexError and
+    leaves nothing behind."""
     source = wheel_location(index, entry)
     dest = dest_dir / entry.file
     try:
         if source.startswith(("http://", "https://")):
-            with urllib.request.urlopen(source, timeout=_TIMEOUT_S) as response, dest.open("wb") as out:
-                shutil.copyfileobj(response, out)
+            fetch.download(source, dest, None, size=entry.size)
         else:
-            shutil.copyfile(source, dest)
-    except (urllib.error.URLError, OSError) as exc:
+            _copy_regular_file(Path(source), dest, entry.size)
+        actual = sha256_file(dest)
+        if actual != entry.sha256:
+            raise WheelIndexError(
+                f"{entry.file}: sha256 is {actual} but the index says {entry.sha256}; refusing to install it "
+                "(the file was changed or corrupted: rebuild it with fa build, or fetch it again)"
+            )
+        _check_against_index(dest, entry)
+    except (fetch.FetchError, OSError) as exc:
         dest.unlink(missing_ok=True)
-        raise WheelIndexError(f"{source}: cannot fetch it ({exc})") from exc
-    actual = sha256_file(dest)
-    if actual != entry.sha256:
-        dest.unlink()
+        raise WheelIndexError(f"{source}: cannot fetch it ({exc})") from None
+    except WheelIndexError:
+        dest.unlink(missing_ok=True)
+        raise
+    return dest
+
+
+def _copy_regular_file(source: Path, dest: Path, size: int | None) -> None:
+    if not source.is_file():
+        raise OSError(f"{source} is not a regular file")
+    if size is not None and source.stat().st_size != size:
         raise WheelIndexError(
-            f"{entry.file}: sha256 is {actual} but the index says {entry.sha256}; refusing to install it "
+            f"{source.name}: {source.stat().st_size} bytes but the index says {size}; refusing to install it "
             "(the file was changed or corrupted: rebuild it with fa build, or fetch it again)"
         )
-    return dest
+    shutil.copyfile(source, dest)
+
+
+# What the selection decided on: the wheel's own manifest must say the same as the index entry.
+_CHECKED_AGAINST_WHEEL = (
+    "version",
+    "variant",
+    "platform",
+    "cuda_major",
+    "torch",
+    "cxx11abi",
+    "sass",
+    "ptx",
+    "min_driver",
+    "ptx_min_driver",
+    "coverage",
+)
+
+
+def _check_against_index(wheel: Path, entry: WheelEntry) -> None:
+    try:
+        own = wheel_entry(wheel)
+    except WheelDirError as exc:
+        raise WheelIndexError(f"{exc}; nothing installed") from None
+    for key in _CHECKED_AGAINST_WHEEL:
+        if key in entry.raw and entry.raw[key] != own.get(key):
+            raise WheelIndexError(
+                f"{entry.file}: the index says {key} {textfile.shown(entry.raw[key])}, the wheel itself "
+                f"says {textfile.shown(own.get(key))}; refusing it (the index does not describe this wheel): "
+                "re-run fa index on the wheels to rewrite index.json"
+            )
