@@ -86,6 +86,17 @@ def flags(headers: Headers, cxx11abi: bool, kernels_root: Path) -> list[str]:
     return [*BASE_FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={int(cxx11abi)}", *inc]
 
 
+def path_maps(headers: Headers, kernels_root: Path) -> list[str]:
+    """Where the checkout and the cache are never reaches the binary: torch's headers put __FILE__
+    into their checks (TORCH_CHECK, intrusive_ptr.h) and the sources are compiled by absolute path, so
+    both are mapped to fixed names. With the build-id (a hash of the contents), the same sources,
+    headers and compiler then give the same bytes from any checkout path and any FA_CACHE."""
+    return [
+        f"-ffile-prefix-map={headers.include}=/torch/include",
+        f"-ffile-prefix-map={kernels_root}=/fa/kernels",
+    ]
+
+
 def binding_key(headers: Headers, cxx11abi: bool, kernels_root: Path, platform: str | None = None) -> str:
     """The cache key; `platform` (the binding's CPU) defaults to this machine's, like every function here."""
     platform = platform or cpus.host()
@@ -154,6 +165,7 @@ def build_binding(
         cmd = [
             *compiler(platform),
             *flags(headers, cxx11abi, kernels_root),
+            *path_maps(headers, kernels_root),  # not in the key: they name paths, not contents
             *cpp,
             "-o",
             str(tmp),
