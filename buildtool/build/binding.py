@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import functools
 import shlex
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from buildtool.build.torch_headers import Headers
-from buildtool.core import atomic, cache, cpus
+from buildtool.core import atomic, cache, children, cpus
 
 OUTPUT_NAME = "libfa_attn_ops.so"
 STUB_SONAMES = ("libc10.so", "libtorch_cpu.so")  # what torch's own libraries are called on Linux
@@ -184,8 +185,13 @@ def build_binding(
 
 
 def _run(cmd: list[str], what: str, platform: str) -> None:
+    if shutil.which(cmd[0]) is None:
+        raise BindingError(
+            f"{what}: cannot run {cmd[0]}: not found\n  fix: {cpus.cxx_install_hint(platform)}"
+        )
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        # guarded: a killed build takes the compiler (and its cc1plus, as, ld) with it
+        proc = subprocess.run(children.guarded(cmd), capture_output=True, text=True, check=False)
     except OSError as e:
         raise BindingError(
             f"{what}: cannot run {cmd[0]}: {e}\n  fix: {cpus.cxx_install_hint(platform)}"

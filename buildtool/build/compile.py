@@ -15,6 +15,7 @@ import concurrent.futures as cf
 import hashlib
 import importlib.util
 import multiprocessing
+import os
 import re
 import sys
 import time
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from buildtool.build import toolkits
 from buildtool.build.nvrtc import NvrtcError, open_nvrtc
-from buildtool.core import atomic, cache, kernels_src
+from buildtool.core import atomic, cache, children, kernels_src
 from buildtool.core.cuda_facts import compute_name, sm_name
 
 if TYPE_CHECKING:
@@ -230,8 +231,14 @@ def compile_all(
             record(job, _compile_task(task, lib_dirs[task.cuda_major]))
     else:
         # spawn, not fork: the parent runs progress threads, and each worker loads its own NVRTC.
+        # Workers die with this process (a killed build leaves none blocked on the task pipe).
         ctx = multiprocessing.get_context("spawn")
-        with cf.ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=ctx) as pool:
+        with cf.ProcessPoolExecutor(
+            max_workers=min(workers, len(todo)),
+            mp_context=ctx,
+            initializer=children.die_with_parent,
+            initargs=(os.getpid(),),
+        ) as pool:
             futs = {pool.submit(_compile_task, t, lib_dirs[t.cuda_major]): job for job, t in todo.items()}
             for fut in cf.as_completed(futs):
                 record(futs[fut], fut.result())
