@@ -33,6 +33,7 @@ from buildtool.build import index, package, torch_headers
 from buildtool.build.compile import CompileTask, KernelTree, compile_all
 from buildtool.build.plan import BindingJob, Plan, WheelSpec
 from buildtool.core import atomic
+from buildtool.core.console import plain_console
 from buildtool.core.fetch import ProgressHook
 
 
@@ -122,7 +123,7 @@ def execute(
     PackageError or WriteError (each with a message for a person)."""
     t0 = time.perf_counter()
     tree = tree or KernelTree()
-    console = console or Console(stderr=True)
+    console = console or plain_console(stderr=True)
     package.check_out_dir(out_dir, tree.root)
     atomic.ensure_dir(out_dir)
     # A killed build's half-written wheels; the index, simple/ and logs/ files sweep their own

@@ -21,11 +21,12 @@ from buildtool.core import fetch, textfile
 from buildtool.core.cpus import linux_cpu
 from buildtool.core.fetch import sha256_file
 from buildtool.core.schema import MANIFEST, Disagreement, WheelDirError, check_agreement, wheel_entry
+from buildtool.errors import UsageError
 
 INDEX_FILE = "index.json"
 
 
-class WheelIndexError(Exception):
+class WheelIndexError(UsageError):
     """The wheels cannot be read or trusted; the message says where and what to do."""
 
 

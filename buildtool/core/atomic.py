@@ -22,6 +22,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from buildtool.errors import FaError
+
 TMP_MARK = ".fa-tmp-"
 # <target>.fa-tmp-<pid>-<8 characters from mkstemp/mkdtemp's alphabet>
 _TMP_NAME = re.compile(r"(?P<target>.+)\.fa-tmp-(?P<pid>[0-9]{1,10})-[a-z0-9_]{8}", re.ASCII)
@@ -33,17 +35,18 @@ STALE_AFTER_S = 24 * 3600
 PUBLIC_MODE = 0o644
 
 
-class WriteError(OSError):
-    """A file fa could not write: the message names the path, the operating system's reason and a fix.
-    An OSError, so callers that handle the OS's own errors handle this one too."""
+class WriteError(FaError):
+    """A file or folder fa could not write (exit 1): the message names the path, the operating
+    system's reason and a fix, where a bare OSError says "[Errno 28] No space left on device"."""
 
     def __init__(self, path: Path, cause: OSError, what: str = "cannot write") -> None:
-        super().__init__(cause.errno, cause.strerror, str(path))
+        super().__init__(write_problem(path, cause, what))
         self.path = path
-        self.message = f"{what} {path}: {cause.strerror or cause}\n  fix: {_fix(cause, path)}"
+        self.errno = cause.errno
 
-    def __str__(self) -> str:
-        return self.message
+
+def write_problem(path: Path, cause: OSError, what: str = "cannot write") -> str:
+    return f"{what} {path}: {cause.strerror or cause}\n  fix: {_fix(cause, path)}"
 
 
 def _fix(cause: OSError, path: Path) -> str:

@@ -14,7 +14,8 @@ from pathlib import Path
 from filelock import FileLock
 from platformdirs import user_cache_dir
 
-from buildtool.core.atomic import WriteError
+from buildtool.core.atomic import WriteError, write_problem
+from buildtool.errors import UsageError
 
 
 def cache_dir() -> Path:
@@ -22,9 +23,9 @@ def cache_dir() -> Path:
     root = Path(os.environ.get("FA_CACHE") or user_cache_dir("fa", appauthor=False))
     try:
         root.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
+    except OSError as e:  # a file where the folder belongs, no permission: the user's to fix (exit 2)
         where = "FA_CACHE" if os.environ.get("FA_CACHE") else "the default cache folder"
-        raise WriteError(root, e, f"cannot use {where}") from e
+        raise UsageError(write_problem(root, e, f"cannot use {where}")) from None
     return root
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from buildtool.core import atomic
+from buildtool.errors import FaError
 
 # Called with (bytes done, total bytes or None) as a download advances.
 ProgressHook = Callable[[int, "int | None"], None]
@@ -38,7 +39,7 @@ GRACE_S = 60.0
 MIN_RATE_BPS = 64 << 10
 
 
-class FetchError(RuntimeError):
+class FetchError(FaError):
     """A download that failed, ran past its size or time cap, or did not match its pinned hash."""
 
 

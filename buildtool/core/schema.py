@@ -20,6 +20,7 @@ from packaging.version import InvalidVersion, Version
 
 from buildtool.core.cpus import linux_cpu
 from buildtool.core.fetch import sha256_file
+from buildtool.errors import FaError
 
 DIST = "fa_attn"
 PROJECT = "fa-attn"
@@ -42,7 +43,7 @@ _FROM_MANIFEST = (
 )
 
 
-class WheelDirError(RuntimeError):
+class WheelDirError(FaError):
     """A file in the wheel directory that is not a readable fa-attn wheel, or one whose name, metadata
     and manifest disagree."""
 
@@ -148,9 +149,9 @@ def _dist_info(zf: zipfile.ZipFile, path: Path, version: Version, tag: str) -> N
             "(renamed or not an fa-attn wheel); remove it or rebuild it with fa build"
         )
     metadata = email.parser.HeaderParser().parsestr(
-        zf.read(f"{expected}/METADATA").decode("utf-8", "replace")
+        _member(zf, f"{expected}/METADATA").decode("utf-8", "replace")
     )
-    wheel = email.parser.HeaderParser().parsestr(zf.read(f"{expected}/WHEEL").decode("utf-8", "replace"))
+    wheel = email.parser.HeaderParser().parsestr(_member(zf, f"{expected}/WHEEL").decode("utf-8", "replace"))
     found = {
         "METADATA Name": (canonicalize_name(metadata.get("Name") or ""), PROJECT),
         "METADATA Version": (metadata.get("Version"), str(version)),

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from buildtool.core import atomic, cache
+from buildtool.errors import UsageError
 
 
 def _dead_pid() -> int:
@@ -104,7 +105,7 @@ def test_fa_cache_that_is_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     blocker = tmp_path / "cache"
     blocker.write_text("not a folder")
     monkeypatch.setenv("FA_CACHE", str(blocker))
-    with pytest.raises(atomic.WriteError) as err:
+    with pytest.raises(UsageError) as err:  # exit 2: the user's to fix
         cache.cache_dir()
     assert "FA_CACHE" in str(err.value) and str(blocker) in str(err.value)
     assert "File exists" in str(err.value) and "fix:" in str(err.value)

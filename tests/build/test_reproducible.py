@@ -53,7 +53,7 @@ extern "C" __attribute__((visibility("default"))) const char* fa_where(int n) {
 def _checkout(root: Path, fixture_tree: Path) -> Path:
     kernels = root / "checkout" / "kernels"
     shutil.copytree(fixture_tree, kernels)
-    (kernels / "binding" / "ops.cpp").write_text(SOURCE)
+    (kernels / "binding" / "forms" / "aten.cpp").write_text(SOURCE)
     return kernels
 
 
