@@ -36,10 +36,15 @@ def read_text(path: Path, max_bytes: int = MAX_INPUT_BYTES, fix: str = "pass the
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         raise TextFileError(str(path), f"cannot read it ({e.strerror})", fix) from None
-    with os.fdopen(fd, "rb") as f:
+    try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise TextFileError(str(path), "not a regular file", fix)
-        data = f.read(max_bytes + 1)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(max_bytes + 1)
+    except OSError as e:
+        raise TextFileError(str(path), f"cannot read it ({e.strerror})", fix) from None
+    finally:
+        os.close(fd)
     if len(data) > max_bytes:
         raise TextFileError(
             str(path), f"larger than {max_bytes // 1024} KiB, far more than a file of this kind holds", fix
