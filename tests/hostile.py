@@ -105,12 +105,16 @@ def damaged_text(draw: st.DrawFn, valid_text: str) -> bytes:
         return draw(st.binary(max_size=200))
     if kind == "deep":
         depth = draw(st.integers(100, 100_000))
-        return (draw(st.sampled_from(["[", "{\"a\": ", "- ", "{a: "])) * depth).encode()
+        return (draw(st.sampled_from(["[", '{"a": ', "- ", "{a: "])) * depth).encode()
     if kind == "bom":
         return b"\xef\xbb\xbf" + valid_text.encode()
     data = valid_text.encode()
     at = draw(st.integers(0, len(data)))
-    return data[:at] + draw(st.sampled_from([s.encode() for s in NASTY_STRINGS]) | st.binary(max_size=20)) + data[at:]
+    return (
+        data[:at]
+        + draw(st.sampled_from([s.encode() for s in NASTY_STRINGS]) | st.binary(max_size=20))
+        + data[at:]
+    )
 
 
 def to_json_text(value: Any) -> str:

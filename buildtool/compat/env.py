@@ -71,8 +71,8 @@ def version_tuple(text: str) -> tuple[int, ...]:
 _GLIBC = re.compile(r"2\.[0-9]{1,3}", re.ASCII)
 _PYTHON = re.compile(r"3\.[0-9]{1,3}t?", re.ASCII)
 _CUDA = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}", re.ASCII)
-_DRIVER = re.compile(r"[0-9]{1,4}(\.[0-9]{1,4}){0,3}", re.ASCII)
-_SM = re.compile(r"[0-9]{1,2}\.[0-9]{1,2}", re.ASCII)
+DRIVER_VERSION = re.compile(r"[0-9]{1,4}(\.[0-9]{1,4}){0,3}", re.ASCII)
+COMPUTE_CAPABILITY = re.compile(r"[0-9]{1,2}\.[0-9]{1,2}", re.ASCII)
 _ARCH = re.compile(r"[A-Za-z0-9_]{1,32}", re.ASCII)
 _MAX_TEXT = 200  # a GPU name, a torch version
 MAX_GPUS = 256
@@ -81,7 +81,7 @@ MAX_MEMORY_MIB = 1 << 30  # a petabyte: no GPU is near
 
 def is_driver_version(text: str) -> bool:
     """ "535.104.05": what env_from_json accepts as a driver version (the probe checks what it reads)."""
-    return _DRIVER.fullmatch(text) is not None
+    return DRIVER_VERSION.fullmatch(text) is not None
 
 
 def _need(cond: bool, path: str, got: Any, fix: str) -> None:
@@ -160,7 +160,7 @@ def env_from_json(data: Any) -> Env:
         _need(isinstance(raw_driver, dict), "driver", raw_driver, 'write {"version": "535.104.05"} or null')
         driver = _str_field(raw_driver, "version", "driver.", 'write the driver version like "535.104.05"')
         _need(
-            _matches(_DRIVER, driver),
+            _matches(DRIVER_VERSION, driver),
             "driver.version",
             driver,
             'write the driver version like "535.104.05" (nvidia-smi shows it)',
@@ -179,7 +179,7 @@ def env_from_json(data: Any) -> Env:
         name = _str_field(raw, "name", f"gpus[{i}].", "write the GPU name as nvidia-smi shows it")
         sm = _str_field(raw, "sm", f"gpus[{i}].", 'write the compute capability like "8.6"')
         _need(
-            _matches(_SM, sm),
+            _matches(COMPUTE_CAPABILITY, sm),
             f"gpus[{i}].sm",
             sm,
             'write the compute capability like "8.6" (nvidia-smi --query-gpu=compute_cap)',

@@ -105,6 +105,7 @@ class InstallPlan:
     entry: WheelEntry | None  # None: nothing fits
     source: str | None  # path or URL of the wheel
     installer: Installer
+    downgrade: str | None = None  # why the universal wheel, when the index has kernel wheels
 
     def command(self) -> list[str] | None:
         return self.installer.install(self.source) if self.source else None
@@ -125,6 +126,21 @@ def plan_install(index: WheelIndex, selection: Selection, installer: Installer) 
         entry=entry,
         source=wheel_location(index, entry) if entry else None,
         installer=installer,
+        downgrade=_downgrade(index, selection),
+    )
+
+
+def _downgrade(index: WheelIndex, selection: Selection) -> str | None:
+    """Said whenever the universal wheel is chosen over kernel wheels: installing it is a downgrade to
+    no kernels at all, and the person should hear why rather than find out from slow calls."""
+    entry = selection.selected
+    if entry is None or not entry.universal or all(e.universal for e in index.entries):
+        return None
+    why = "; ".join(f"{r.code}: {r.message}" for r in selection.deciding[:3]) or "see fa doctor"
+    return (
+        f"a downgrade: {entry.file} is the universal wheel, with no kernels (every call falls back to "
+        f"torch SDPA), because none of the index's kernel wheels fits this machine ({why}); "
+        "fa doctor lists every wheel and its fixes"
     )
 
 

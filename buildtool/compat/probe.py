@@ -90,8 +90,8 @@ def _nvml(sources: dict[str, str]) -> tuple[str | None, list[Gpu]]:
     except pynvml.NVMLError:  # LibraryNotFound, DriverNotLoaded, ...: no usable NVML here
         return None, []
     try:
-        driver = _text(pynvml.nvmlSystemGetDriverVersion())
-        driver = driver if is_driver_version(driver) else None
+        reported = _text(pynvml.nvmlSystemGetDriverVersion())
+        driver = reported if is_driver_version(reported) else None
         gpus = []
         for i in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(i)

@@ -6,7 +6,9 @@ Also fetches one wheel and checks its sha256 against the index before anyone use
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 import shutil
 import urllib.parse
 import urllib.request
@@ -15,8 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import parse_wheel_filename
 
+from buildtool.compat.env import COMPUTE_CAPABILITY, DRIVER_VERSION
 from buildtool.core import fetch, textfile
 from buildtool.core.cpus import linux_cpu
 from buildtool.core.fetch import sha256_file
@@ -117,60 +121,166 @@ def _read_url(url: str) -> str:
 
 
 def _parse_index(text: str, where: str) -> tuple[WheelEntry, ...]:
+    rewrite = "re-run fa index on the wheels to rewrite it"
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise WheelIndexError(f"{where}: not JSON ({exc}); re-run fa build to rewrite it") from exc
+        raise WheelIndexError(
+            f"{where}: not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); {rewrite}"
+        ) from None
+    except (ValueError, RecursionError) as exc:  # a number past int()'s digit limit, nesting past the stack
+        problem = "nested too deeply" if isinstance(exc, RecursionError) else "a number too long to read"
+        raise WheelIndexError(f"{where}: not an index.json fa wrote ({problem}); {rewrite}") from None
     if not isinstance(data, dict) or data.get("schema") != 1 or not isinstance(data.get("wheels"), list):
-        raise WheelIndexError(f'{where}: expected {{"schema": 1, "wheels": [...]}}; re-run fa build')
+        raise WheelIndexError(f'{where}: expected {{"schema": 1, "wheels": [...]}}; {rewrite}')
+    if len(data["wheels"]) > MAX_WHEELS:
+        raise WheelIndexError(
+            f"{where}: wheels: {len(data['wheels'])} entries, more than fa builds; {rewrite}"
+        )
     return tuple(entry_from_dict(raw, f"{where}: wheels[{i}]") for i, raw in enumerate(data["wheels"]))
+
+
+# What a field of an entry may hold (docs/contracts.md section 5). ASCII-only patterns with lengths far
+# above any real value: a value outside them is not one fa wrote, and would break a comparison later.
+_TORCH_MINOR = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}", re.ASCII)
+_SHA256 = re.compile(r"[0-9a-fA-F]{64}", re.ASCII)
+_TEXT = re.compile(r"[!-~]{1,200}", re.ASCII)  # printable ASCII without spaces
+_COVERAGE_CHOICES = {"image": ("sass", "ptx"), "dtype": ("fp16", "bf16"), "direction": ("fwd", "bwd")}
+MAX_WHEELS = 10_000
+MAX_ITEMS = 4_096  # archs, coverage items, head dims of one entry
+MAX_HEAD_DIM = 1_024
+
+
+class _EntryReader:
+    """One entry of index.json, field by field; each error names the entry, the field and the fix."""
+
+    def __init__(self, raw: Mapping[str, Any], where: str) -> None:
+        self.raw = raw
+        self.where = where
+
+    def error(self, key: str, value: Any, expected: str) -> WheelIndexError:
+        return WheelIndexError(
+            f"{self.where}.{key}: got {textfile.shown(value)}; expected {expected}\n"
+            "  fix: re-run fa index on the wheels to rewrite index.json"
+        )
+
+    def text(
+        self, key: str, pattern: re.Pattern[str] = _TEXT, nullable: bool = False, expected: str = ""
+    ) -> Any:
+        value = self.raw.get(key)
+        if value is None and nullable:
+            return None
+        if isinstance(value, str) and pattern.fullmatch(value):
+            return value
+        raise self.error(key, value, (expected or "a string") + (" or null" if nullable else ""))
+
+    def integer(self, key: str, low: int, high: int, nullable: bool = False) -> Any:
+        value = self.raw.get(key)
+        if value is None and nullable:
+            return None
+        # bool is an int in Python; a true/false where a number belongs is still wrong
+        if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high:
+            return value
+        raise self.error(
+            key, value, f"a whole number from {low} to {high}" + (" or null" if nullable else "")
+        )
+
+    def boolean(self, key: str) -> Any:
+        value = self.raw.get(key)
+        if value is None or isinstance(value, bool):
+            return value
+        raise self.error(key, value, "true, false or null")
+
+    def archs(self, key: str) -> tuple[str, ...]:
+        value = self.raw.get(key)
+        if (
+            isinstance(value, list)
+            and len(value) <= MAX_ITEMS
+            and all(isinstance(a, str) and COMPUTE_CAPABILITY.fullmatch(a) for a in value)
+        ):
+            return tuple(value)
+        raise self.error(key, value, 'a list of compute capabilities like ["8.0", "9.0"]')
+
+    def requires_python(self) -> str | None:
+        value = self.text("requires_python", nullable=True, expected='a PEP 440 specifier like ">=3.9"')
+        try:
+            SpecifierSet(value or "")
+        except InvalidSpecifier:
+            raise self.error("requires_python", value, 'a PEP 440 specifier like ">=3.9"') from None
+        return value
+
+    def coverage(self) -> None:
+        """What kernel_choice reads: checked here so that any entry read can be chosen from."""
+        value = self.raw.get("coverage")
+        expected = 'a list of {"arch": "8.0", "image": "sass", "dtype": "bf16", "direction": "fwd", "head_dims": [...]}'
+        if value is None:
+            return
+        if not isinstance(value, list) or len(value) > MAX_ITEMS:
+            raise self.error("coverage", value, expected)
+        for i, item in enumerate(value):
+            key = f"coverage[{i}]"
+            if not isinstance(item, dict):
+                raise self.error(key, item, expected)
+            if not (isinstance(item.get("arch"), str) and COMPUTE_CAPABILITY.fullmatch(item["arch"])):
+                raise self.error(f"{key}.arch", item.get("arch"), 'a compute capability like "8.0"')
+            for field, choices in _COVERAGE_CHOICES.items():
+                if item.get(field) not in choices:
+                    raise self.error(f"{key}.{field}", item.get(field), " or ".join(choices))
+            dims = item.get("head_dims", [])
+            if not (
+                isinstance(dims, list)
+                and len(dims) <= MAX_ITEMS
+                and all(
+                    isinstance(d, int) and not isinstance(d, bool) and 0 < d <= MAX_HEAD_DIM for d in dims
+                )
+            ):
+                raise self.error(f"{key}.head_dims", dims, f"a list of head dims from 1 to {MAX_HEAD_DIM}")
 
 
 def entry_from_dict(raw: Any, where: str) -> WheelEntry:
     if not isinstance(raw, dict):
-        raise WheelIndexError(f"{where}: expected an object; re-run fa build")
-
-    def need(key: str, kind: type, nullable: bool = False) -> Any:
-        value = raw.get(key)
-        # bool is an int in Python; a true/false where a number belongs is still wrong
-        if (value is None and nullable) or (
-            isinstance(value, kind) and (kind is bool) == isinstance(value, bool)
-        ):
-            return value
-        raise WheelIndexError(f"{where}.{key}: got {value!r}; re-run fa build to rewrite the index")
-
-    sass = need("sass", list)
-    file = need("file", str)
+        raise WheelIndexError(
+            f"{where}: got {textfile.shown(raw)}; expected an object\n"
+            "  fix: re-run fa index on the wheels to rewrite index.json"
+        )
+    read = _EntryReader(raw, where)
+    file = read.text("file", expected="a wheel file name")
     # A bare file name: it is joined to the index's directory or URL and to a scratch directory.
     if "/" in file or "\\" in file or not file.endswith(".whl") or file.startswith("."):
-        raise WheelIndexError(f"{where}.file: got {file!r}; expected a wheel file name next to index.json")
-    platform = need("platform", str, True)
+        raise read.error("file", file, "a wheel file name next to index.json")
+    entry = WheelEntry(
+        file=file,
+        sha256=read.text("sha256", _SHA256, expected="64 hex digits").lower(),
+        size=read.integer("size", 0, 1 << 40, nullable=True),
+        version=read.text("version", expected="a PEP 440 version"),
+        variant="" if raw.get("variant") == "" else read.text("variant", expected="a variant"),
+        platform=read.text("platform", nullable=True, expected="x86_64 or aarch64"),
+        cuda_major=read.integer("cuda_major", 1, 99, nullable=True),
+        torch=read.text("torch", _TORCH_MINOR, nullable=True, expected='a torch minor like "2.5"'),
+        cxx11abi=read.boolean("cxx11abi"),
+        min_driver=read.text(
+            "min_driver", DRIVER_VERSION, nullable=True, expected='a driver version like "525.60.13"'
+        ),
+        ptx_min_driver=read.text(
+            "ptx_min_driver", DRIVER_VERSION, nullable=True, expected='a driver version like "575.51.03"'
+        ),
+        sass=read.archs("sass"),
+        ptx=read.text("ptx", COMPUTE_CAPABILITY, nullable=True, expected='a compute capability like "9.0"'),
+        requires_python=read.requires_python(),
+        raw=raw,
+    )
+    read.coverage()
     try:
         check_agreement(raw)
     except Disagreement as exc:
         raise WheelIndexError(
-            f"{where}.{exc.field}: {exc.problem}; the entry does not describe its own file: "
-            "re-run fa index on the wheels to rewrite it"
+            f"{where}.{exc.field}: {exc.problem}; the entry does not describe its own file\n"
+            "  fix: re-run fa index on the wheels to rewrite index.json"
         ) from None
-    if platform is None:  # an index written before entries named the CPU: read it from the file name
-        platform = linux_cpu(next(iter(parse_wheel_filename(file)[3])).platform)
-    return WheelEntry(
-        file=file,
-        sha256=need("sha256", str),
-        size=need("size", int, True),
-        version=need("version", str),
-        variant=need("variant", str),
-        platform=platform,
-        cuda_major=need("cuda_major", int, True),
-        torch=need("torch", str, True),
-        cxx11abi=need("cxx11abi", bool, True),
-        min_driver=need("min_driver", str, True),
-        ptx_min_driver=need("ptx_min_driver", str, True),
-        sass=tuple(str(a) for a in sass),
-        ptx=need("ptx", str, True),
-        requires_python=need("requires_python", str, True),
-        raw=raw,
-    )
+    if entry.platform is None:  # an index written before entries named the CPU: read it from the file name
+        cpu = linux_cpu(next(iter(parse_wheel_filename(file)[3])).platform)
+        entry = dataclasses.replace(entry, platform=cpu)
+    return entry
 
 
 def entry_from_wheel(path: Path) -> WheelEntry:

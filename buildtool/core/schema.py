@@ -65,6 +65,13 @@ _VARIANT = re.compile(
 )
 
 
+# The platform tags fa's kernel wheels can carry (build/platform_tag.py computes them).
+_LINUX_TAG = re.compile(
+    r"(manylinux_[0-9]{1,2}_[0-9]{1,3}|manylinux1|manylinux2010|manylinux2014|linux)_(x86_64|aarch64)",
+    re.ASCII,
+)
+
+
 def check_agreement(entry: Mapping[str, Any]) -> None:
     """Raise Disagreement unless the entry's file name, `version`, `variant`, `platform`, `cuda_major`,
     `torch` and `cxx11abi` tell one story. Each is written by fa build from one plan, so any
@@ -111,7 +118,7 @@ def check_agreement(entry: Mapping[str, Any]) -> None:
         raise Disagreement(
             "variant", f"{variant!r} is not a variant fa builds (cu12torch2.7, cu12torch2.5cxx11abifalse)"
         )
-    if cpu is None:
+    if cpu is None or not _LINUX_TAG.fullmatch(tag.platform):
         raise Disagreement(
             "file", f"a kernel wheel tagged {tag.platform}; fa builds Linux x86_64 and aarch64 ones"
         )

@@ -4,8 +4,12 @@ the field. Otherwise doctor would pick, for torch 2.12, a wheel built for 2.13."
 
 from __future__ import annotations
 
-import pytest
+import json
 
+import pytest
+from typer.testing import CliRunner
+
+from buildtool.cli import app
 from buildtool.compat.wheel_index import WheelIndexError, entry_from_dict
 from tests.select.fixture_index import kernel_entry, universal_entry
 
@@ -41,3 +45,26 @@ def test_the_universal_wheel_names_no_torch():
 def test_consistent_entries_are_read():
     for entry in (kernel_entry(12, "2.13", True), kernel_entry(12, "2.5", False), universal_entry()):
         assert entry_from_dict(entry, "index.json").file == entry["file"]
+
+
+def test_a_broken_entry_is_refused_by_name_not_dropped(tmp_path):
+    """One unreadable entry used to vanish, and install quietly fell back to the universal wheel."""
+    broken = {**kernel_entry(12, "2.13", True), "coverage": [{"arch": "8.0", "image": "cubin"}]}
+    index = {"schema": 1, "package": "fa-attn", "wheels": [universal_entry(), broken]}
+    (tmp_path / "index.json").write_text(json.dumps(index))
+    for command in (["doctor"], ["install", "--dry-run"]):
+        result = CliRunner().invoke(app, [*command, "--wheels", str(tmp_path)])
+        assert result.exit_code == 2, result.output
+        assert "wheels[1].coverage[0].image: got 'cubin'; expected sass or ptx" in result.output
+        assert "fix: re-run fa index" in result.output
+
+
+def test_a_downgrade_to_the_universal_wheel_is_said(tmp_path):
+    index = {"schema": 1, "package": "fa-attn", "wheels": [kernel_entry(12, "2.4", False), universal_entry()]}
+    (tmp_path / "index.json").write_text(json.dumps(index))
+    result = CliRunner().invoke(app, ["install", "--wheels", str(tmp_path), "--dry-run", "--json"])
+    out = json.loads(result.stdout)
+    assert out["selected"] == universal_entry()["file"]
+    assert "a downgrade" in out["downgrade"] and "torch-version-mismatch" in out["downgrade"]
+    text = CliRunner().invoke(app, ["install", "--wheels", str(tmp_path), "--dry-run"]).output
+    assert "note:    a downgrade" in text
