@@ -167,6 +167,16 @@ def build_binding(
     out = output_path(key)
     if out.is_file():
         return BindingBuild(out, key, True, 0.0)
+    # One compile per key across builds sharing the cache: a second build waits, then reuses it.
+    with cache.locked(cache.cache_dir() / "locks" / "bindings" / key):
+        if out.is_file():
+            return BindingBuild(out, key, True, 0.0)
+        return _compile(headers, cxx11abi, kernels_root, platform, key, out)
+
+
+def _compile(
+    headers: Headers, cxx11abi: bool, kernels_root: Path, platform: str, key: str, out: Path
+) -> BindingBuild:
     cpp = [str(p) for p in sources(kernels_root) if p.suffix in (".cpp", ".cc")]
     stubs = stub_dir(platform)
     t0 = time.perf_counter()

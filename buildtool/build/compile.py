@@ -176,20 +176,36 @@ class CompileStats:
 class _Outcome:
     seconds: float
     failure: CompileFailure | None
+    reused: bool = False  # another build compiled it while this one waited for the key's lock
 
 
 def _compile_task(task: CompileTask, lib_dir: str) -> _Outcome:
-    """Worker body: compile one task and write its image into the cache (atomically)."""
-    t0 = time.perf_counter()
+    """Worker body: compile one task and write its image into the cache (atomically). Under the key's
+    lock: a second build sharing the cache waits for the first one's compile and reuses its image
+    instead of compiling it again."""
+    with cache.locked(cache.cache_dir() / "locks" / "kernels" / task.key):
+        if task.path.is_file():
+            return _Outcome(0.0, None, reused=True)
+        t0 = time.perf_counter()
+        try:
+            out = open_nvrtc(lib_dir).compile(
+                task.source, task.source_name, task.target, list(task.options), dict(task.headers)
+            )
+        except NvrtcError as e:
+            fail = CompileFailure(task.unit, task.cuda_major, task.target, e.log or str(e))
+            return _Outcome(time.perf_counter() - t0, fail)
+        atomic.write_bytes(task.path, out.image)
+        return _Outcome(time.perf_counter() - t0, None)
+
+
+def usable_workers(requested: int) -> int:
+    """At most one worker per CPU this process may run on: each worker is a process with its own NVRTC
+    (about 110 MB), and more of them than CPUs only compete for the same cores."""
     try:
-        out = open_nvrtc(lib_dir).compile(
-            task.source, task.source_name, task.target, list(task.options), dict(task.headers)
-        )
-    except NvrtcError as e:
-        fail = CompileFailure(task.unit, task.cuda_major, task.target, e.log or str(e))
-        return _Outcome(time.perf_counter() - t0, fail)
-    atomic.write_bytes(task.path, out.image)
-    return _Outcome(time.perf_counter() - t0, None)
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(requested, cpus))
 
 
 def compile_all(
@@ -222,11 +238,14 @@ def compile_all(
     def record(job: CompileJob, outcome: _Outcome) -> None:
         if outcome.failure:
             failures.append(outcome.failure)
+        elif outcome.reused:
+            stats.cached.add(job)
         else:
             stats.seconds[job] = outcome.seconds
         if on_done:
-            on_done(tasks[job], False)
+            on_done(tasks[job], outcome.reused)
 
+    workers = usable_workers(workers)
     if workers <= 1 or len(todo) <= 1:
         for job, task in todo.items():
             record(job, _compile_task(task, lib_dirs[task.cuda_major]))

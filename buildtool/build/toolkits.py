@@ -23,8 +23,6 @@ from buildtool.core import atomic, cache, cpus, fetch
 from buildtool.core.cuda_facts import TOOLKITS, PinnedWheel, Toolkit
 from buildtool.errors import FaError
 
-DEFAULT_SIMPLE = "https://pypi.org/simple"
-
 
 class ToolkitError(FaError):
     """A toolkit that could not be fetched or did not match its pin."""
@@ -66,8 +64,7 @@ def is_unpacked(major: int) -> bool:
 def wheel_url(tk: Toolkit) -> str:
     """The pinned file's URL, read from the PEP 503 page of its project."""
     pin = pinned_wheel(tk)
-    base = os.environ.get("FA_PYPI_SIMPLE", DEFAULT_SIMPLE).rstrip("/")
-    page_url = f"{base}/{tk.package}/"
+    page_url = f"{fetch.simple_index()}/{tk.package}/"
     page = fetch.read_url(page_url).decode(errors="replace")
     for href in re.findall(r'href="([^"]+)"', page):
         url = href.split("#", 1)[0]

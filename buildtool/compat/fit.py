@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.specifiers import SpecifierSet
 from packaging.tags import Tag, compatible_tags, cpython_tags, mac_platforms
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
@@ -200,10 +200,7 @@ def _glibc_needed(wheel_platforms: set[str], env: Env) -> str | None:
 def _python_requirement(entry: WheelEntry, env: Env) -> list[Reason]:
     if not entry.requires_python:
         return []
-    try:
-        spec = SpecifierSet(entry.requires_python)
-    except InvalidSpecifier:
-        return []
+    spec = SpecifierSet(entry.requires_python)  # checked when the index was read (wheel_index)
     version = ".".join(map(str, env.python_version))
     if spec.contains(Version(version)):
         return []

@@ -12,6 +12,7 @@ per socket read, so a server trickling a byte every few seconds is cut off too).
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 import urllib.error
 import urllib.request
@@ -37,6 +38,15 @@ MAX_DOWNLOAD_BYTES = 8 << 30
 # 1 GB at 64 KiB/s is 4.5 hours; a byte every 5 s is cut off after about a minute).
 GRACE_S = 60.0
 MIN_RATE_BPS = 64 << 10
+
+
+DEFAULT_SIMPLE = "https://pypi.org/simple"
+
+
+def simple_index() -> str:
+    """The PEP 503 index every PyPI download goes through: FA_PYPI_SIMPLE (a mirror, for networks
+    that reach only a mirror), else PyPI's. Without a trailing slash."""
+    return (os.environ.get("FA_PYPI_SIMPLE") or DEFAULT_SIMPLE).rstrip("/")
 
 
 class FetchError(FaError):

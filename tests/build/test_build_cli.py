@@ -156,6 +156,16 @@ def test_out_inside_the_sources_is_refused_before_any_work(tmp_path, fixture_tre
     assert not (fixture_tree / "fa_attn" / "wheels").exists() and not list(fixture_tree.rglob("*.whl"))
 
 
+def test_out_that_is_a_file_names_the_path_and_the_fix(tmp_path, fixture_tree, fresh_cache):
+    (tmp_path / "matrix.yaml").write_text(TINY.format(archs='["8.0"]', dtypes="[fp16]"))
+    blocker = tmp_path / "wheels"
+    blocker.write_text("a file where the output folder goes")
+    proc = _fa(["build", "--local", "--out", str(blocker)], tmp_path, FA_KERNELS_DIR=str(fixture_tree))
+    said = " ".join(proc.stderr.split())
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert f"cannot create the folder {blocker}: File exists" in said and "fix: a file is in the way" in said
+
+
 def test_bad_matrix_exits_2_with_the_field(tmp_path):
     (tmp_path / "matrix.yaml").write_text('torch: ["2.8"]\ncuda: [12]\npython: ["3.11"]\nbogus: 1\n')
     proc = _fa(["build", "--dry-run"], tmp_path)
@@ -190,7 +200,9 @@ def test_dry_run_json_reports_cache_status(tmp_path, fixture_tree, fresh_cache):
 
 
 def test_two_builds_sharing_a_cache(tmp_path, fixture_tree, fresh_cache):
-    """Two builds at once on one FA_CACHE (different output folders) both finish with whole wheels."""
+    """Two builds at once on one FA_CACHE (different output folders) both finish with whole wheels, and
+    share the work: each kernel and the binding is compiled once, by whichever build gets to it first;
+    the other waits for it and reuses it."""
     (tmp_path / "matrix.yaml").write_text(TINY.format(archs='["8.0", "9.0"]', dtypes="[fp16]"))
     env = {**os.environ, "FA_KERNELS_DIR": str(fixture_tree)}
     procs = [
@@ -221,6 +233,10 @@ def test_two_builds_sharing_a_cache(tmp_path, fixture_tree, fresh_cache):
     assert wheels[0].name == wheels[1].name
     assert wheels[0].read_bytes() == wheels[1].read_bytes()  # same inputs, same bytes (reproducible)
     assert not list(fresh_cache.rglob("*.fa-tmp-*"))
+    summaries = [json.loads(out) for out, _ in outs]
+    assert sum(s["nvrtc_compiles"] for s in summaries) == 3  # sm_80 and sm_90 SASS, sm_90 PTX: once each
+    assert all(s["nvrtc_compiles"] + s["nvrtc_cached"] == 3 for s in summaries)
+    assert sum(s["cxx_compiles"] for s in summaries) == 1
 
 
 def test_matrix_build_in_shards_merges_with_fa_index(tmp_path, fixture_tree, fresh_cache):

@@ -68,3 +68,14 @@ def test_a_downgrade_to_the_universal_wheel_is_said(tmp_path):
     assert "a downgrade" in out["downgrade"] and "torch-version-mismatch" in out["downgrade"]
     text = CliRunner().invoke(app, ["install", "--wheels", str(tmp_path), "--dry-run"]).output
     assert "note:    a downgrade" in text
+
+
+def test_an_upper_case_sha256_is_the_same_hash():
+    entry = {**kernel_entry(12, "2.13", True), "sha256": "AB" * 32}
+    assert entry_from_dict(entry, "index.json").sha256 == "ab" * 32
+
+
+def test_a_requires_python_that_does_not_parse_is_refused_not_ignored():
+    entry = {**kernel_entry(12, "2.13", True), "requires_python": "py3.9+"}
+    with pytest.raises(WheelIndexError, match=r"wheels\[0\]\.requires_python: got 'py3\.9\+'"):
+        entry_from_dict(entry, "index.json: wheels[0]")
