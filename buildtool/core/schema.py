@@ -175,6 +175,8 @@ def _dist_info(zf: zipfile.ZipFile, path: Path, version: Version, tag: str) -> N
 def wheel_entry(path: Path) -> dict:
     """One index.json entry, from the wheel's file name and its manifest, after checking that the file
     name, the .dist-info metadata and the manifest agree."""
+    if not path.is_file():  # a FIFO would block the zip reader forever, a device never end
+        raise WheelDirError(f"{path}: not a regular file, so not a wheel; remove it")
     try:
         _, version, _, tags = parse_wheel_filename(path.name)
         with zipfile.ZipFile(path) as zf:

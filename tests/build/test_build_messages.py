@@ -69,3 +69,13 @@ def test_jobs_are_capped_at_the_cpus(tmp_path, monkeypatch, simple_json):
     result = CliRunner().invoke(app, ["build", "--dry-run", "--jobs", "1000", "-m", str(matrix)])
     assert result.exit_code == 0, result.output
     assert f"--jobs 1000: {usable_workers(1000)} CPUs here" in result.stderr
+
+
+@pytest.mark.parametrize("text", ["9" * 5000 + "/1", "١/٢", "1/0", "-1/2", "1/2/3", "\x1b[2J1/2"])
+def test_a_shard_that_is_not_k_of_n_is_named(text):
+    from buildtool.build.plan import parse_shard
+    from buildtool.errors import UsageError
+
+    with pytest.raises(UsageError) as err:
+        parse_shard(text)
+    assert "--shard" in str(err.value) and len(str(err.value)) < 300 and "\x1b" not in str(err.value)

@@ -269,3 +269,11 @@ def test_fa_index_refuses_other_tags(tmp_path, fixture_tree, images, host_lib):
     shutil.copy(built, house / built.name.replace("py3-none", "cp311-cp311"))
     result = CliRunner().invoke(app, ["index", str(house)])
     assert result.exit_code == 1 and "cp311" in result.output and "Traceback" not in result.output
+
+
+def test_fa_index_refuses_special_files_without_blocking(tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "fa_attn-0.1.0-py3-none-any.whl")  # opening it for reading would block
+    result = CliRunner().invoke(app, ["index", str(tmp_path)])
+    assert result.exit_code == 1 and "not a regular file" in result.output
