@@ -37,21 +37,19 @@ def _flash_mask(
     """The 2-D (batch, kv_length) padding mask, or None when every key is valid (flash-attention-2's rule).
 
     One difference: transformers keeps the mask for flash_attention_2 under a static cache (whose last
-    rows are not written yet) and drops it for other names; without a mask, the valid keys are the first
-    q_offset + q_length, and the mask says so."""
+    rows are not written yet) and drops it for other names. Without a mask, the valid keys are the first
+    q_offset + q_length: the mask is then that many ones, as long as the mask transformers would have
+    kept (attention_forward reads only the keys the mask covers)."""
     if attention_mask is not None:
         attention_mask = attention_mask[:, -kv_length:]
         if attention_mask.shape[1] == kv_length and bool(attention_mask.all()):
             return None
         return attention_mask
-    seen = q_offset + q_length
-    if kv_offset == 0 and bool(kv_length > seen):
-        return (torch.arange(kv_length, device=_device(seen)) < seen).expand(batch_size, kv_length)
+    seen = int(q_offset + q_length)
+    if kv_offset == 0 and kv_length > seen:
+        device = q_offset.device if isinstance(q_offset, torch.Tensor) else None
+        return torch.ones(batch_size, seen, dtype=torch.bool, device=device)
     return None
-
-
-def _device(value) -> torch.device | None:
-    return value.device if isinstance(value, torch.Tensor) else None
 
 
 def _packed_cu_seqlens(position_ids: torch.Tensor | None, batch: int) -> torch.Tensor | None:
