@@ -72,6 +72,17 @@ def causal_only(options: dict, sk: int) -> bool:
     return options.get("causal", False) and (left < 0 or left >= sk)
 
 
+def expected_lse(ref_lse: torch.Tensor, slopes, options: dict, sq: int, sk: int) -> torch.Tensor:
+    """(b, h, sq) reference LSEs as flash-attn returns them."""
+    per = lambda b: None if slopes is None else (slopes if slopes.dim() == 1 else slopes[b])
+    causal = causal_only(options, sk)
+    return torch.stack([flash_attn_lse(ref_lse[b], per(b), causal, sq, sk) for b in range(ref_lse.shape[0])])
+
+
+def lse_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("case", CASES)
 def test_flash_attn_func(case: str, dtype: torch.dtype) -> None:
@@ -80,12 +91,9 @@ def test_flash_attn_func(case: str, dtype: torch.dtype) -> None:
     out, lse, s_dmask = fa_attn.flash_attn_func(q, k, v, **options, return_attn_probs=True)
     assert s_dmask is None and out.dtype == dtype and lse.dtype in (torch.float32, torch.float64)
     ref_out, ref_lse = padded_attention(q, k, v, slopes=slopes, **reference_options(options))
-    ref_lse = torch.stack(
-        [flash_attn_lse(ref_lse[i], None if slopes is None else (slopes if slopes.dim() == 1 else slopes[i]),
-                        causal_only(options, k.shape[1]), q.shape[1], k.shape[1]) for i in range(q.shape[0])]
-    )  # fmt: skip
+    ref_lse = expected_lse(ref_lse, slopes, options, q.shape[1], k.shape[1])
     assert_close("out", out, ref_out, dtype)
-    assert_close("lse", lse, ref_lse, torch.float64 if dtype == torch.float64 else torch.float32)
+    assert_close("lse", lse, ref_lse, lse_dtype(dtype))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -110,7 +118,7 @@ def test_qkvpacked_func(case: str, causal: bool, dtype: torch.dtype) -> None:
     )
     ref_out, ref_lse = padded_attention(q, k, v, slopes=slopes, **reference_options(options))
     assert_close("out", out, ref_out, dtype)
-    assert lse.shape == (2, 4, 7)
+    assert_close("lse", lse, expected_lse(ref_lse, slopes, options, 7, 7), lse_dtype(dtype))
 
 
 def packed_sequences(lens_q, lens_k, h=4, hk=2, d=16, dtype=torch.float32, seed=1):
@@ -150,7 +158,7 @@ def test_varlen_func(case: str, dtype: torch.dtype) -> None:
     )
     ref_out, ref_lse = varlen_reference(q, k, v, lens_q, lens_k, options, slopes)
     assert_close("out", out, ref_out, dtype)
-    assert_close("lse", lse, ref_lse, torch.float64 if dtype == torch.float64 else torch.float32)
+    assert_close("lse", lse, ref_lse, lse_dtype(dtype))
     kv = torch.stack((k, v), dim=1)
     assert_close(
         "kvpacked",
