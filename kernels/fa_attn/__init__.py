@@ -22,6 +22,7 @@ if tuple(int(p) for p in _torch.__version__.split("+")[0].split(".")[:2]) < _MIN
         f"autograd registration); this is torch {_torch.__version__}: upgrade torch"
     )
 
+from . import bert_padding, hf
 from . import ops as _ops  # noqa: F401  (defines the fa_attn:: op schemas)
 from .dispatch import Dispatch, FaFallbackError, FaFallbackWarning, last_dispatch
 from .flash_attn_compat import flash_attn_status, install_as_flash_attn
@@ -40,6 +41,7 @@ __all__ = [
     "FaFallbackError",
     "FaFallbackWarning",
     "Reason",
+    "bert_padding",
     "explain",
     "flash_attn_func",
     "flash_attn_kvpacked_func",
@@ -49,6 +51,7 @@ __all__ = [
     "flash_attn_varlen_kvpacked_func",
     "flash_attn_varlen_qkvpacked_func",
     "flash_attn_with_kvcache",
+    "hf",
     "install_as_flash_attn",
     "last_dispatch",
 ]

@@ -18,7 +18,7 @@ What transformers checks before it uses attn_implementation="flash_attention_2"
   3. that distribution's version is >= 2.3.3: it is FLASH_ATTN_API plus the local label "+fa".
   4. a CUDA (or MLU/MUSA) device is available (`torch.cuda.is_available()`), and the model's weights
      are not all on the CPU: not ours to change. On a CPU, use `fa_attn.hf.register()` instead.
-  The answer to 1-3 is cached (functools.lru_cache) the first time transformers asks; installing clears
+  The answers to 1-3 are cached (functools caches) the first time transformers asks; installing clears
   those caches when transformers is already imported.
 """
 
@@ -203,7 +203,11 @@ def uninstall_as_flash_attn() -> None:
 def _forget_transformers_answers() -> None:
     """transformers caches whether flash_attn is available (lru_cache); ask again after a change."""
     utils = sys.modules.get("transformers.utils.import_utils")
-    for name in ("is_flash_attn_2_available", "is_flash_attn_greater_or_equal"):
+    for name in (
+        "_package_distribution_mapping",
+        "is_flash_attn_2_available",
+        "is_flash_attn_greater_or_equal",
+    ):
         clear = getattr(getattr(utils, name, None), "cache_clear", None)
         if clear is not None:
             clear()
