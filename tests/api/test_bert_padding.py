@@ -22,6 +22,7 @@ def test_unused_mask_keeps_rows_but_not_usage() -> None:
     mask = torch.tensor([[1, 1, 0, 0, 0]], dtype=torch.bool)
     unused = torch.tensor([[0, 0, 1, 1, 0]], dtype=torch.bool)
     rows, indices, cu_seqlens, max_seqlen, seqused = bert_padding.unpad_input(hidden, mask, unused)
+    assert torch.equal(rows, hidden[0, :4])
     assert indices.tolist() == [0, 1, 2, 3] and cu_seqlens.tolist() == [0, 4] and max_seqlen == 4
     assert seqused.tolist() == [2]
 

@@ -9,8 +9,6 @@ with yes; everything else (its availability checks, its unpad/varlen/packed rout
 
 from __future__ import annotations
 
-import copy
-
 import fa_attn
 import pytest
 import torch
