@@ -72,6 +72,14 @@ def test_flash_attn_func_on_kernels(kernels, case: str, dtype: torch.dtype) -> N
     on_kernels()
     window = tuple(int(w) for w in options.get("window_size", (-1, -1)))
     check("out", out, q, k, v, options.get("causal", False), window, options.get("softcap", 0.0))
+    _, ref_lse = attention_ref(
+        q, k, v, options.get("causal", False), window=window, softcap=options.get("softcap", 0.0)
+    )
+    seen = torch.isfinite(ref_lse)
+    assert torch.all(torch.isposinf(lse[~seen])), "rows that see no key: lse +inf"
+    torch.testing.assert_close(
+        lse[seen], ref_lse[seen], rtol=1e-3, atol=1e-3
+    )  # fp32 sums of rounded-product terms
     packed = fa_attn.flash_attn_kvpacked_func(q, torch.stack((k, v), dim=2), **options)
     on_kernels()
     check("kvpacked", packed, q, k, v, options.get("causal", False), window, options.get("softcap", 0.0))
