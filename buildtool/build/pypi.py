@@ -39,8 +39,10 @@ log = logging.getLogger("fa.pypi")
 class CatalogError(FaError):
     """The torch catalog could not be read (offline without a cache, or an unreadable response)."""
 
-    def __init__(self, message: str, fix: str) -> None:
-        super().__init__(f"{message}\n  fix: {fix}")
+    def __init__(self, problem: str, fix: str) -> None:
+        super().__init__(f"{problem}\n  fix: {fix}")
+        self.problem = problem
+        self.fix = fix
 
 
 @dataclass(frozen=True)

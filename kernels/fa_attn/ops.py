@@ -2,8 +2,8 @@
 
 Defining them here (not in C++) means the schemas and fake kernels exist on every machine, with or
 without the binding, so torch.compile can trace a call without graph breaks and CPU tests can trace the
-ops with fake CUDA tensors. The binding (kernels/binding/fa_ops.cpp) only adds the CUDA kernels with
-TORCH_LIBRARY_IMPL(fa_attn, CUDA, m); its C++ signatures must match these schemas exactly.
+ops with fake CUDA tensors. The binding (kernels/binding/attention.h, registered by forms/aten.cpp or
+forms/stable.cpp) only adds the CUDA kernels; its C++ signatures must match these schemas exactly.
 
 Only APIs present since torch 2.4 are used: torch.library.Library(..., "DEF").define,
 torch.library.register_fake and torch.library.register_autograd (which accept ops defined this way).

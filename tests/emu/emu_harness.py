@@ -1,8 +1,8 @@
 """Runs fa's kernels on the CPU emulator (tests/emu/emu.h): build, launch, and the binding's steps.
 
 `build(unit, arch)` compiles one kernels/tiles.py unit as host C++ with the emulator force-included
-(g++, about 2 s, cached by content). `forward` and `backward` then do what the binding
-(kernels/binding/fa_ops.cpp) does around the kernels: fill FaParams from torch CPU tensors, allocate the
+(g++, about 2 s, cached by content). `forward` and `backward` then do what the binding (kernels/binding/
+attention.h and launch.cpp) does around the kernels: fill FaParams from torch CPU tensors, allocate the
 outputs and workspaces, launch every entry in the unit's order over its grid, and sum GQA groups of
 dk/dv. Every buffer a kernel can touch sits between canaries (the emulator does not see a kernel's plain
 C++ stores), and a launch fails with the emulator's message on any out-of-bounds, race or hang.
@@ -35,7 +35,7 @@ EMU_H = Path(__file__).resolve().parent / "emu.h"
 
 GUARD = 64  # canary elements on each side of every buffer
 CANARY = {torch.float16: 0x7E5A, torch.bfloat16: 0x7E5A, torch.float32: 0x7FC0DEAD, torch.int32: 0x5A5A5A5A}
-SEQ_ROUND = 128  # fa_ops.cpp kSeqRound
+SEQ_ROUND = 128  # launch.h kSeqRound
 ACCESS_KINDS = ("ld.shared", "st.shared", "cp.async", "ldmatrix")  # emu.h AccessKind, in order
 
 
@@ -203,7 +203,7 @@ class Emulated:
         a.check()
 
     def launch_all(self, p: FaParams) -> None:
-        """fa_ops.cpp launch_all: every entry in order, grid (blocks over q or k rows, batch, heads)."""
+        """launch.cpp launch_all: every entry in order, grid (blocks over q or k rows, batch, heads)."""
         for name, e in self.unit.entries.items():
             by_keys = e.grid == "k_blocks"
             rows = p.seqlen_k if by_keys else p.seqlen_q
@@ -258,7 +258,7 @@ class Call:
 
 
 def _base_params(c: Call, arena: Arena) -> tuple[FaParams, dict[str, torch.Tensor]]:
-    """fa_ops.cpp base_params, with the inputs placed in the arena."""
+    """launch.cpp input_params, with the inputs placed in the arena."""
     t = {name: arena.add(name, getattr(c, name)) for name in ("q", "k", "v")}
     p = FaParams()
     p.q, p.k, p.v = (t[n].data_ptr() for n in ("q", "k", "v"))
@@ -294,7 +294,7 @@ def _nan_like(shape: tuple[int, ...] | list[int], dtype: torch.dtype) -> torch.T
 
 
 def forward(em: Emulated, c: Call) -> tuple[torch.Tensor, torch.Tensor]:
-    """fa_ops.cpp fwd: (out like q, lse fp32 (batch, heads, seqlen_q) or (heads, total_q))."""
+    """attention.h fwd: (out like q, lse fp32 (batch, heads, seqlen_q) or (heads, total_q))."""
     with em.arena() as arena:
         p, _ = _base_params(c, arena)
         total_q = c.q.shape[0]
@@ -310,7 +310,7 @@ def forward(em: Emulated, c: Call) -> tuple[torch.Tensor, torch.Tensor]:
 def backward(
     em: Emulated, c: Call, out: torch.Tensor, lse: torch.Tensor, dout: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """fa_ops.cpp bwd: (dq, dk, dv) with GQA groups summed."""
+    """attention.h bwd: (dq, dk, dv) with GQA groups summed."""
     with em.arena() as arena:
         p, _ = _base_params(c, arena)
         heads, heads_k = c.q.shape[-2], c.k.shape[-2]
