@@ -22,9 +22,9 @@ from packaging.version import Version
 
 from buildtool.compat.env import Env, Gpu
 from buildtool.compat.fit import Reason, code_order, stack_reasons, supported_tags, wheel_reasons
-from buildtool.compat.wheel_index import WheelEntry
 from buildtool.core import kernels_src
 from buildtool.core.cpus import canonical
+from buildtool.core.schema import IndexEntry
 
 VERDICTS = ("ok", "ok-jit", "fallback", "no-wheel")
 DTYPES = ("fp16", "bf16", "fp32")
@@ -50,7 +50,7 @@ class Runtime:
 
 @dataclass(frozen=True)
 class WheelFit:
-    entry: WheelEntry
+    entry: IndexEntry
     reasons: tuple[Reason, ...]  # empty: fits
 
     @property
@@ -68,7 +68,7 @@ class GpuAnswer:
 @dataclass(frozen=True)
 class Selection:
     verdict: str  # one of VERDICTS
-    selected: WheelEntry | None
+    selected: IndexEntry | None
     codes: tuple[str, ...]  # the reason codes that decide the verdict
     deciding: tuple[Reason, ...]  # one reason per code, with its message and fix
     wheels: tuple[WheelFit, ...]
@@ -78,14 +78,14 @@ class Selection:
 
 
 def runtime_for(
-    entry: WheelEntry | None, env: Env, gpu: Gpu | None, request: Request, stack: Sequence[Reason]
+    entry: IndexEntry | None, env: Env, gpu: Gpu | None, request: Request, stack: Sequence[Reason]
 ) -> Runtime:
     """What a call does with `entry` installed: kernel_choice's answer, overruled by a broken stack."""
     if entry is None:
         return Runtime("fallback", None, None, tuple(stack))
     choose = kernels_src.kernel_choice().choose
     choice = choose(
-        dict(entry.raw),
+        entry.info,
         gpu.sm if gpu else None,
         request.dtype,
         request.head_dim,
@@ -102,7 +102,7 @@ def runtime_for(
     return Runtime(choice.path, choice.arch, choice.head_dim, choice_reasons)
 
 
-def select(entries: Sequence[WheelEntry], env: Env, request: Request = Request()) -> Selection:
+def select(entries: Sequence[IndexEntry], env: Env, request: Request = Request()) -> Selection:
     if request.dtype not in DTYPES:
         raise ValueError(f"dtype: {request.dtype!r}; use one of {', '.join(DTYPES)}")
     if request.head_dim <= 0:
@@ -114,12 +114,12 @@ def select(entries: Sequence[WheelEntry], env: Env, request: Request = Request()
 
     def rank(fit: WheelFit) -> tuple:
         paths = [runtime_for(fit.entry, env, gpu, request, stack).path for gpu in gpus]
-        kind = 3 if fit.entry.universal else _PATH_RANK[paths[0]]
+        kind = 3 if fit.entry.info.universal else _PATH_RANK[paths[0]]
         return (kind, [_PATH_RANK[p] for p in paths[1:]], _cuda_preference(fit.entry, env))
 
     # Equal ranks go to the newest fa-attn version (sort is stable), then the file name.
     fitting = sorted((w for w in wheels if w.fits), key=lambda w: w.entry.file)
-    fitting.sort(key=lambda w: Version(w.entry.version), reverse=True)
+    fitting.sort(key=lambda w: Version(w.entry.info.version), reverse=True)
     fitting.sort(key=rank)
     selected = fitting[0].entry if fitting else None
     answers = tuple(
@@ -144,15 +144,15 @@ def select(entries: Sequence[WheelEntry], env: Env, request: Request = Request()
     )
 
 
-def _cuda_preference(entry: WheelEntry, env: Env) -> tuple[int, int]:
+def _cuda_preference(entry: IndexEntry, env: Env) -> tuple[int, int]:
     torch_major = env.torch.cuda_major if env.torch else None
-    major = entry.cuda_major or 0
+    major = entry.info.cuda_major or 0
     return (0 if major == torch_major else 1, -major)
 
 
 def _deciding_reasons(
     verdict: str,
-    selected: WheelEntry | None,
+    selected: IndexEntry | None,
     runtime: Runtime,
     wheels: Sequence[WheelFit],
     env: Env,
@@ -166,14 +166,14 @@ def _deciding_reasons(
     if verdict in ("ok", "ok-jit"):
         return ()
     found: list[Reason] = []
-    if selected is not None and not selected.universal:
+    if selected is not None and not selected.info.universal:
         found += runtime.reasons
     else:
         found += stack
-        misses = [w for w in wheels if not w.fits and (verdict == "no-wheel" or not w.entry.universal)]
+        misses = [w for w in wheels if not w.fits and (verdict == "no-wheel" or not w.entry.info.universal)]
         # The CPU and the torch installed are the user's given; the wheels built for them are the
         # nearest misses (an aarch64 wheel says nothing useful to an x86_64 machine).
-        for_this_cpu = [w for w in misses if w.entry.platform == canonical(env.arch)]
+        for_this_cpu = [w for w in misses if w.entry.info.platform == canonical(env.arch)]
         misses = for_this_cpu or misses
         for_this_torch = [w for w in misses if "torch-version-mismatch" not in {r.code for r in w.reasons}]
         misses = for_this_torch or misses
@@ -184,7 +184,7 @@ def _deciding_reasons(
                 key=lambda w: (_cuda_preference(w.entry, env), w.entry.file),
             )
             found += [r for w in nearest for r in w.reasons]
-            kernel_wheels = [w.entry for w in nearest if not w.entry.universal]
+            kernel_wheels = [w.entry for w in nearest if not w.entry.info.universal]
             gpu = env.gpus[0] if env.gpus else None
             if kernel_wheels and gpu is not None:
                 # With the wheel's own problems fixed, would the GPU run it? (a P100 still would not)
