@@ -16,12 +16,13 @@ import emu_harness as H
 import tiles
 import torch
 from fa_attn import dispatch, interface
+from fa_attn.schema import Manifest
 
 ARCH = "8.0"
 _EMULATED: dict[str, H.Emulated] = {}
 
 
-def manifest(arch: str = ARCH) -> dict:
+def manifest(arch: str = ARCH) -> Manifest:
     """The manifest a wheel with SASS for `arch` would ship (docs/contracts.md section 3)."""
     kernels, coverage = [], []
     for unit in tiles.units(arch):
@@ -35,13 +36,16 @@ def manifest(arch: str = ARCH) -> dict:
         })  # fmt: skip
         coverage.append({"arch": arch, "image": "sass", "dtype": unit.dtype, "direction": unit.direction,
                          "head_dims": tiles.head_dims(unit)})  # fmt: skip
-    return {
+    return Manifest.from_json({
+        "schema": 1,
+        "version": "0.1.0+cu12torch2.13",
         "cuda_major": 12,
+        "torch": "2.13",
         "binding": "emulated",
         "features": sorted(tiles.FEATURES),
         "kernels": kernels,
         "coverage": coverage,
-    }
+    })  # fmt: skip
 
 
 def _emulated(module: str) -> H.Emulated:
