@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import torch as _torch
 
-from .kernel_choice import MIN_TORCH as _MIN_TORCH
+from .versions import MIN_TORCH as _MIN_TORCH
+from .versions import torch_version as _torch_version
+from .versions import version_text as _version_text
 
-if tuple(int(p) for p in _torch.__version__.split("+")[0].split(".")[:2]) < _MIN_TORCH:
+if _torch_version(_torch.__version__) < _MIN_TORCH:
     raise ImportError(
-        f"fa_attn needs torch >= {'.'.join(map(str, _MIN_TORCH))} (torch.library's fake and "
+        f"fa_attn needs torch >= {_version_text(_MIN_TORCH)} (torch.library's fake and "
         f"autograd registration); this is torch {_torch.__version__}: upgrade torch"
     )
 
 from . import ops as _ops  # noqa: F401  (defines the fa_attn:: op schemas)
 from .dispatch import Dispatch, FaFallbackError, FaFallbackWarning, last_dispatch
 from .interface import explain, flash_attn_func, flash_attn_varlen_func
-from .kernel_choice import Reason
+from .reasons import Reason
 
 __all__ = [
     "Dispatch",
