@@ -61,6 +61,7 @@ def features_of(call: AttnCall, backward: bool) -> frozenset[str]:
         used.add("dropout")
     if call.deterministic and backward:
         used.add("deterministic")
+    used |= call.kv_features  # key/value layouts: paged_kv, seqused_k, leftpad_k, cache_batch_idx
     return frozenset(used)
 
 

@@ -59,7 +59,12 @@ QV, KV = t(6, 4, 16), t(7, 2, 16)
         (cu(0, 4, 2, 6), cu(0, 3, 5, 7), 4, r"^cu_seqlens_q: offsets .* decrease"),
         (cu(0, 2, 6), cu(0, 7), 4, r"^cu_seqlens_k: 1 sequences but cu_seqlens_q has 2"),
         (torch.zeros(2, 3, dtype=torch.int32), cu(0, 3, 7), 4, r"^cu_seqlens_q: expected a 1-D"),
-        (cu(0, 2, 6), cu(0, 3, 7), 3, r"^max_seqlen_q: 3 is smaller than the longest sequence \(4\)"),
+        (
+            cu(0, 2, 6),
+            cu(0, 3, 7),
+            3,
+            r"^max_seqlen_q: 3 is smaller than the longest sequence in cu_seqlens_q \(4\); pass max_seqlen_q >= 4",
+        ),
     ],
 )
 def test_varlen_bad_cu_seqlens(cu_q, cu_k, max_q, match) -> None:
