@@ -21,7 +21,7 @@ from pathlib import Path
 
 from buildtool.compat.choose import Selection
 from buildtool.compat.wheel_index import WheelIndex, WheelIndexError, fetch_wheel, wheel_location
-from buildtool.core.schema import IndexEntry
+from buildtool.core.runtime import schema
 from buildtool.errors import FaError
 
 DIST_NAME = "fa-attn"
@@ -91,7 +91,7 @@ def default_installer(python: str, use_uv: bool | None = None) -> Installer:
 @dataclass(frozen=True)
 class InstallPlan:
     selection: Selection
-    entry: IndexEntry | None  # None: nothing fits
+    entry: schema.IndexEntry | None  # None: nothing fits
     source: str | None  # path or URL of the wheel
     installer: Installer
 

@@ -20,7 +20,8 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from buildtool.core.cpus import linux_cpu
 from buildtool.core.fetch import sha256_file
-from buildtool.core.schema import IndexEntry, SchemaError, WheelDirError, read_index, wheel_entry
+from buildtool.core.runtime import schema
+from buildtool.core.wheel_file import WheelDirError, wheel_entry
 from buildtool.errors import UsageError
 
 INDEX_FILE = "index.json"
@@ -34,7 +35,7 @@ class WheelIndexError(UsageError):
 @dataclass(frozen=True)
 class WheelIndex:
     location: str  # the directory or URL the index was read from
-    entries: tuple[IndexEntry, ...]
+    entries: tuple[schema.IndexEntry, ...]
 
 
 def is_url(location: str) -> bool:
@@ -74,28 +75,28 @@ def _read_url(url: str) -> str:
         raise WheelIndexError(f"{url}: cannot read it ({exc}); check the --index URL") from exc
 
 
-def _parse_index(text: str, where: str) -> tuple[IndexEntry, ...]:
+def _parse_index(text: str, where: str) -> tuple[schema.IndexEntry, ...]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise WheelIndexError(f"{where}: not JSON ({exc}); re-run fa build to rewrite it") from exc
     try:
-        entries = read_index(data)
-    except SchemaError as exc:
+        entries = schema.read_index(data)
+    except schema.SchemaError as exc:
         raise WheelIndexError(f"{where}: {exc}; re-run fa build (or fa index) to rewrite the index") from exc
     return tuple(_with_platform(e, f"{where}: wheels[{i}]") for i, e in enumerate(entries))
 
 
-def entry_from_dict(raw: Any, where: str) -> IndexEntry:
+def entry_from_dict(raw: Any, where: str) -> schema.IndexEntry:
     """One index.json entry, read and checked (WheelIndexError names the field)."""
     try:
-        entry = IndexEntry.from_json(raw, "")
-    except SchemaError as exc:
+        entry = schema.IndexEntry.from_json(raw, "")
+    except schema.SchemaError as exc:
         raise WheelIndexError(f"{where}: {exc}; re-run fa build to rewrite the index") from exc
     return _with_platform(entry, where)
 
 
-def _with_platform(entry: IndexEntry, where: str) -> IndexEntry:
+def _with_platform(entry: schema.IndexEntry, where: str) -> schema.IndexEntry:
     """An entry written before entries named the CPU takes it from the wheel's file name."""
     if entry.info.platform is not None:
         return entry
@@ -106,7 +107,7 @@ def _with_platform(entry: IndexEntry, where: str) -> IndexEntry:
     return dataclasses.replace(entry, info=dataclasses.replace(entry.info, platform=platform))
 
 
-def entry_from_wheel(path: Path) -> IndexEntry:
+def entry_from_wheel(path: Path) -> schema.IndexEntry:
     """An index entry computed from a wheel file and the manifest inside it, as `fa index` writes it."""
     try:
         return wheel_entry(path)
@@ -114,14 +115,14 @@ def entry_from_wheel(path: Path) -> IndexEntry:
         raise WheelIndexError(str(exc)) from exc
 
 
-def wheel_location(index: WheelIndex, entry: IndexEntry) -> str:
+def wheel_location(index: WheelIndex, entry: schema.IndexEntry) -> str:
     """Where the wheel file is: a path for a directory index, a URL for an http one."""
     if index.location.startswith(("http://", "https://")):
         return urllib.parse.urljoin(index.location, urllib.parse.quote(entry.file))
     return str(Path(index.location) / entry.file)
 
 
-def fetch_wheel(index: WheelIndex, entry: IndexEntry, dest_dir: Path) -> Path:
+def fetch_wheel(index: WheelIndex, entry: schema.IndexEntry, dest_dir: Path) -> Path:
     """Copy or download the wheel into dest_dir and verify its sha256; a mismatch raises and leaves nothing."""
     source = wheel_location(index, entry)
     dest = dest_dir / entry.file

@@ -15,7 +15,8 @@ from pathlib import Path
 import torch
 
 from ._version import __version__
-from .kernel_choice import Reason
+from .decision import binding_problems
+from .reasons import Reason
 from .schema import Manifest, universal_info
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -48,39 +49,19 @@ def read_manifest(path: Path) -> tuple[Manifest, str | None]:
 _MANIFEST, _MANIFEST_PROBLEM = read_manifest(MANIFEST_FILE)
 
 
-def torch_minor(version: str) -> str:
-    """ "2.5.1+cu124" / "2.7.0a0+git..." -> "2.5"."""
-    parts = version.split("+", 1)[0].split(".")
-    return ".".join(parts[:2])
-
-
 def static_binding_problem(man: Manifest, unreadable: str | None = None) -> Reason | None:
     """Why the binding of this manifest cannot serve the running torch, decided without loading it.
     unreadable: why the installed manifest could not be read (read_manifest's second value)."""
     if unreadable:
         return Reason("binding-unavailable", f"manifest unreadable: {unreadable}", "reinstall fa-attn")
-    info = man.info
-    if not info.binding or info.universal:
+    if not man.info.binding or man.info.universal:
         return Reason(
             "binding-unavailable",
             "this fa-attn is the universal wheel (no kernels, no binding)",
             "install the fa-attn wheel for your torch and CUDA major (`fa install`)",
         )
-    running = torch_minor(torch.__version__)
-    if info.torch != running:
-        return Reason(
-            "torch-version-mismatch",
-            f"the binding was built for torch {info.torch}, this is torch {torch.__version__}",
-            f"install the fa-attn wheel built for torch {running} (`fa install`)",
-        )
-    abi = bool(torch._C._GLIBCXX_USE_CXX11_ABI)
-    if info.cxx11abi is not None and info.cxx11abi != abi:
-        return Reason(
-            "cxx11abi-mismatch",
-            f"the binding uses cxx11abi={info.cxx11abi}, this torch uses cxx11abi={abi}",
-            f"install the fa-attn wheel with cxx11abi{str(abi).lower()} (`fa install`)",
-        )
-    return None
+    problems = binding_problems(man.info, torch.__version__, bool(torch._C._GLIBCXX_USE_CXX11_ABI))
+    return problems[0] if problems else None
 
 
 def load_binding() -> Reason | None:
