@@ -22,9 +22,10 @@ from pathlib import Path
 
 from buildtool.build.torch_headers import Headers
 from buildtool.core import atomic, cache, children, cpus
+from buildtool.core.runtime import schema
 from buildtool.errors import FaError
 
-OUTPUT_NAME = "libfa_attn_ops.so"
+OUTPUT_NAME = schema.BINDING_FILE  # the name the wheel ships it under, too
 STUB_SONAMES = ("libc10.so", "libtorch_cpu.so")  # what torch's own libraries are called on Linux
 BASE_FLAGS = (
     "-std=c++20",  # torch >= 2.15 headers require C++20; 2.4..2.13 build with it too

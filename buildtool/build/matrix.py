@@ -20,12 +20,12 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from buildtool.core import cpus, cuda_facts, kernels_src, textfile
+from buildtool.core.runtime import versions
 from buildtool.core.textfile import shown
 from buildtool.errors import InputError
 
 DEFAULT_VERSION = "0.1.0"
-# The binding reaches the CUDA stream through torch's C shim (aoti_torch/c/shim.h), present since 2.4.
-MIN_TORCH = "2.4"
+MIN_TORCH = versions.version_text(versions.MIN_TORCH)  # "2.4": the runtime's floor, and the C shim's
 # From 2.7 every pip wheel of torch uses the C++11 ABI; before, PyPI used the old one while NGC and
 # some PyTorch-index builds (2.6.0+cu126) used the new one (see compat-facts.md, "C++ ABI").
 CXX11ABI_ONLY_FROM = "2.7"
@@ -283,7 +283,7 @@ class _Parser:
             raise self.error(
                 field_,
                 f"{shown(item)} is a number, and YAML reads 2.10 as 2.1",
-                f'quote the minor: "{item}"',
+                f'quote the minor: "{shown(item)}"',
             )
         if not isinstance(item, str) or not _MINOR.fullmatch(item):
             hint = ""
@@ -338,7 +338,7 @@ class _Parser:
             raise self.error(
                 field_,
                 f"{shown(item)} is a number, and YAML reads 3.10 as 3.1",
-                f'quote the version: "{item}"',
+                f'quote the version: "{shown(item)}"',
             )
         m = _PYTHON.fullmatch(item) if isinstance(item, str) else None
         if m is None or not isinstance(item, str):  # (the second test narrows the type for checkers)
@@ -404,11 +404,11 @@ class _Parser:
     def arch(self, field_: str, item: object, major: int) -> str:
         tk = cuda_facts.TOOLKITS[major]
         if isinstance(item, float | int) and not isinstance(item, bool):
-            raise self.error(field_, f"{shown(item)} is a number", f'quote the arch: "{item}"')
+            raise self.error(field_, f"{shown(item)} is a number", f'quote the arch: "{shown(item)}"')
         if not isinstance(item, str):
             raise self.error(field_, f"{shown(item)} is not an arch", 'write a compute capability like "8.6"')
         try:
-            cap = cuda_facts.arch_tuple(item)
+            cap = versions.parse_arch(item)
         except ValueError:
             digits = re.sub(r"^sm_?", "", item)
             hint = (
@@ -422,7 +422,7 @@ class _Parser:
                 'write it like "8.6" (sm_86 is "8.6")',
             ) from None
         min_arch = self.tiles().MIN_ARCH
-        if cap < cuda_facts.arch_tuple(min_arch):
+        if cap < versions.parse_arch(min_arch):
             raise self.error(
                 field_,
                 f"arch {item} is below what fa's kernels support ({min_arch})",
@@ -456,7 +456,7 @@ class _Parser:
                 )
             out = [self.arch(f"{field_}[{i}]", item, major) for i, item in enumerate(items)]
             self._no_duplicates(field_, out)
-            archs[major] = tuple(sorted(out, key=cuda_facts.arch_tuple))
+            archs[major] = tuple(sorted(out, key=versions.parse_arch))
         return archs
 
     def ptx(

@@ -36,7 +36,7 @@ def install_cmd(
     out: dict[str, Any] = {
         "verdict": selection.verdict,
         "selected": plan.entry.file if plan.entry else None,
-        "variant": plan.entry.variant if plan.entry else None,
+        "variant": plan.entry.info.variant if plan.entry else None,
         "codes": list(selection.codes),
         "source": plan.source,
         "command": plan.command(),

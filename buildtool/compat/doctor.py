@@ -10,10 +10,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from buildtool.compat.choose import Request, Runtime, Selection, select
+from buildtool.compat.choose import Dispatch, Reason, Request, Selection, select
 from buildtool.compat.env import Env, env_to_json
-from buildtool.compat.fit import Reason, code_order
 from buildtool.compat.wheel_index import WheelIndex
+from buildtool.core.runtime import reasons
 from buildtool.errors import EXIT_FAILED, EXIT_OK
 
 # Our kernels run (SASS or PTX): 0; calls fall back, or nothing installs: 1.
@@ -51,7 +51,7 @@ def _reasons_json(reasons: Sequence[Reason]) -> list[dict[str, str]]:
     return [{"code": r.code, "message": r.message, "fix": r.fix} for r in reasons]
 
 
-def _runtime_json(runtime: Runtime) -> dict[str, Any]:
+def _runtime_json(runtime: Dispatch) -> dict[str, Any]:
     return {
         "path": runtime.path,
         "arch": runtime.arch,
@@ -65,7 +65,7 @@ def report_json(report: DoctorReport) -> dict[str, Any]:
     return {
         "verdict": sel.verdict,
         "selected": sel.selected.file if sel.selected else None,
-        "variant": sel.selected.variant if sel.selected else None,
+        "variant": sel.selected.info.variant if sel.selected else None,
         "codes": list(sel.codes),
         "because": _reasons_json(sel.deciding),
         "runtime": _runtime_json(sel.runtime),
@@ -77,8 +77,8 @@ def report_json(report: DoctorReport) -> dict[str, Any]:
         "wheels": [
             {
                 "file": w.entry.file,
-                "variant": w.entry.variant,
-                "platform": w.entry.platform,
+                "variant": w.entry.info.variant,
+                "platform": w.entry.info.platform,
                 "fits": w.fits,
                 "reasons": _reasons_json(w.reasons),
             }
@@ -123,7 +123,7 @@ def _env_line(env: Env) -> str:
     )
 
 
-def _runtime_line(runtime: Runtime) -> str:
+def _runtime_line(runtime: Dispatch) -> str:
     if runtime.path == "sass":
         return f"SASS for sm {runtime.arch}, head dim {runtime.head_dim}"
     if runtime.path == "ptx":
@@ -149,7 +149,8 @@ def render(report: DoctorReport, console: Console) -> None:
     console.print()
     console.print(table)
     fixes = sorted(
-        {(r.code, r.fix) for w in sel.wheels for r in w.reasons}, key=lambda f: (code_order(f[0]), f[1])
+        {(r.code, r.fix) for w in sel.wheels for r in w.reasons},
+        key=lambda f: (reasons.code_order(f[0]), f[1]),
     )
     for code, fix in fixes:
         console.print(Text.assemble((code, "bold red"), (f"  fix: {fix}", "cyan")))

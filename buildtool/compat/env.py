@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ from packaging.version import InvalidVersion, Version
 
 from buildtool.core import textfile
 from buildtool.core.installed import TorchInfo
+from buildtool.core.runtime import versions
 from buildtool.core.textfile import shown
 from buildtool.errors import UsageError
 
@@ -59,20 +60,21 @@ class Env:
 # Reading and writing the JSON shape
 
 
-def version_tuple(text: str) -> tuple[int, ...]:
-    """Driver versions compare numerically: "525.60.13" < "535.104.05", and a plain "580" works too.
-    Only for versions a parser has checked (env_from_json, the index's entries)."""
-    return tuple(int(part) for part in text.split("."))
+def _parses(parse: Callable[[str], object], text: str | None) -> bool:
+    try:
+        parse(text or "")
+    except ValueError:
+        return False
+    return True
 
 
-# Every pattern is ASCII-only: str.isdigit() and re's \\d accept Arabic-Indic digits and the like,
-# which would pass here and break the comparisons downstream. The lengths are far above any real value
-# and keep comparisons cheap (a glibc "2.99999999" would have fa list that many manylinux tags).
+# Every pattern is ASCII-only (as versions.py's are): str.isdigit() and re's \d accept Arabic-Indic
+# digits and the like, which would pass here and break the comparisons downstream. The lengths are far
+# above any real value and keep work bounded (a glibc "2.99999999" would have fa list that many
+# manylinux tags).
 _GLIBC = re.compile(r"2\.[0-9]{1,3}", re.ASCII)
 _PYTHON = re.compile(r"3\.[0-9]{1,3}t?", re.ASCII)
 _CUDA = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}", re.ASCII)
-DRIVER_VERSION = re.compile(r"[0-9]{1,4}(\.[0-9]{1,4}){0,3}", re.ASCII)
-COMPUTE_CAPABILITY = re.compile(r"[0-9]{1,2}\.[0-9]{1,2}", re.ASCII)
 _ARCH = re.compile(r"[A-Za-z0-9_]{1,32}", re.ASCII)
 _MAX_TEXT = 200  # a GPU name, a torch version
 MAX_GPUS = 256
@@ -81,7 +83,7 @@ MAX_MEMORY_MIB = 1 << 30  # a petabyte: no GPU is near
 
 def is_driver_version(text: str) -> bool:
     """ "535.104.05": what env_from_json accepts as a driver version (the probe checks what it reads)."""
-    return DRIVER_VERSION.fullmatch(text) is not None
+    return _parses(versions.parse_driver, text)
 
 
 def _need(cond: bool, path: str, got: Any, fix: str) -> None:
@@ -160,7 +162,7 @@ def env_from_json(data: Any) -> Env:
         _need(isinstance(raw_driver, dict), "driver", raw_driver, 'write {"version": "535.104.05"} or null')
         driver = _str_field(raw_driver, "version", "driver.", 'write the driver version like "535.104.05"')
         _need(
-            _matches(DRIVER_VERSION, driver),
+            _parses(versions.parse_driver, driver),
             "driver.version",
             driver,
             'write the driver version like "535.104.05" (nvidia-smi shows it)',
@@ -179,7 +181,7 @@ def env_from_json(data: Any) -> Env:
         name = _str_field(raw, "name", f"gpus[{i}].", "write the GPU name as nvidia-smi shows it")
         sm = _str_field(raw, "sm", f"gpus[{i}].", 'write the compute capability like "8.6"')
         _need(
-            _matches(COMPUTE_CAPABILITY, sm),
+            _parses(versions.parse_arch, sm),
             f"gpus[{i}].sm",
             sm,
             'write the compute capability like "8.6" (nvidia-smi --query-gpu=compute_cap)',

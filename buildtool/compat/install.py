@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from buildtool.compat.choose import Selection
-from buildtool.compat.wheel_index import WheelEntry, WheelIndex, WheelIndexError, fetch_wheel, wheel_location
+from buildtool.compat.wheel_index import WheelIndex, WheelIndexError, fetch_wheel, wheel_location
+from buildtool.core.runtime import schema
 from buildtool.errors import FaError
 
 DIST_NAME = "fa-attn"
@@ -102,7 +103,7 @@ def default_installer(python: str, use_uv: bool | None = None) -> Installer:
 @dataclass(frozen=True)
 class InstallPlan:
     selection: Selection
-    entry: WheelEntry | None  # None: nothing fits
+    entry: schema.IndexEntry | None  # None: nothing fits
     source: str | None  # path or URL of the wheel
     installer: Installer
     downgrade: str | None = None  # why the universal wheel, when the index has kernel wheels
@@ -134,7 +135,7 @@ def _downgrade(index: WheelIndex, selection: Selection) -> str | None:
     """Said whenever the universal wheel is chosen over kernel wheels: installing it is a downgrade to
     no kernels at all, and the person should hear why rather than find out from slow calls."""
     entry = selection.selected
-    if entry is None or not entry.universal or all(e.universal for e in index.entries):
+    if entry is None or not entry.info.universal or all(e.info.universal for e in index.entries):
         return None
     why = "; ".join(f"{r.code}: {r.message}" for r in selection.deciding[:3]) or "see fa doctor"
     return (
@@ -261,10 +262,10 @@ def run_install(
         if done.returncode != 0:
             raise InstallError(f"the installer refused {entry.file}:\n{_tail(done)}\nnothing installed")
         version, variant = _staged(stage)
-        if (version, variant) != (entry.version, entry.variant):
+        if (version, variant) != (entry.info.version, entry.info.variant):
             raise InstallError(
                 f"{entry.file} installs fa-attn {version} (variant {variant!r}), but the index promised "
-                f"{entry.version} (variant {entry.variant!r}); nothing installed\n"
+                f"{entry.info.version} (variant {entry.info.variant!r}); nothing installed\n"
                 "  fix: re-run fa index on the wheels to rewrite index.json"
             )
         done = run([installer.python, "-c", _CHECK_IMPORT], "trial import", env=_pythonpath(stage), cwd=tmp)
@@ -287,12 +288,14 @@ def run_install(
         # 4. Confirm in a fresh interpreter; undo if it does not hold.
         done = run([installer.python, "-c", _CHECK_IMPORT], "check import", env=_pythonpath(None), cwd=tmp)
         now = installed_version(installer.python)
-        if done.returncode != 0 or now != entry.version:
-            problem = _tail(done) if done.returncode != 0 else f"fa-attn is {now}, expected {entry.version}"
+        if done.returncode != 0 or now != entry.info.version:
+            problem = (
+                _tail(done) if done.returncode != 0 else f"fa-attn is {now}, expected {entry.info.version}"
+            )
             undo = _restore(installer, previous, run)
             raise InstallError(f"the installed {entry.file} does not work: {problem}\n{undo}")
         return InstallResult(
-            installed=entry.version,
+            installed=entry.info.version,
             previous=previous.version if previous else None,
             location=done.stdout.strip(),
             commands=tuple(commands),

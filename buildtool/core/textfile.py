@@ -5,15 +5,17 @@ showing their values in messages, so that no file can hang, exhaust or flood fa.
   for the kind of file, and as UTF-8 (a UTF-16 or binary file gets a message, not a traceback).
 - `shown(value)` is what an error message may quote of a value: one short line, whatever the value
   (a 259-byte YAML alias bomb expands to a value whose repr is tens of MB), with control characters
-  escaped so a file cannot move the cursor or recolour the terminal.
+  escaped so a file cannot move the cursor or recolour the terminal; `printable(text)` escapes them in
+  text fa shows (a GPU name from nvidia-smi).
 """
 
 from __future__ import annotations
 
 import os
-import reprlib
 import stat
 from pathlib import Path
+
+from buildtool.core.runtime import schema
 
 MAX_INPUT_BYTES = 4 << 20  # matrix.yaml and env files are a few KB; a big index.json about 1 MB
 
@@ -60,22 +62,9 @@ def read_text(path: Path, max_bytes: int = MAX_INPUT_BYTES, fix: str = "pass the
     return text.removeprefix("\ufeff")  # a UTF-8 byte order mark, as some editors write
 
 
-_REPR = reprlib.Repr()
-_REPR.maxstring = 60
-_REPR.maxother = 60
-_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 4
-_REPR.maxlevel = 2
-_REPR.maxlong = 40
-MAX_SHOWN = 80
-
-
-def shown(value: object) -> str:
-    """A short, single-line, printable repr of `value` for a message."""
-    try:
-        text = printable(_REPR.repr(value))
-    except (ValueError, RecursionError):  # an int past Python's 4300-digit conversion limit
-        text = f"<{type(value).__name__} too large to show>"
-    return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."
+# A short, single-line, printable repr of a value for a message: the runtime schema's, which its own
+# errors use.
+shown = schema.shown
 
 
 def printable(text: str) -> str:
