@@ -36,7 +36,12 @@ from .packed import (
     flash_attn_varlen_kvpacked_func,
     flash_attn_varlen_qkvpacked_func,
 )
+from .loader import manifest as _manifest
 from .reasons import Reason
+
+# This wheel's version ("0.1.0+cu12torch2.8"), from its manifest; in a source checkout, fa's own
+# (_version.py, the one source every version starts from).
+__version__ = _manifest().info.version
 
 __all__ = [
     "Dispatch",
