@@ -20,7 +20,14 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from buildtool.build.matrix import CXX11ABI_ONLY_FROM, DEFAULT_VERSION, MIN_TORCH, Matrix, MatrixError, python_version
+from buildtool.build.matrix import (
+    CXX11ABI_ONLY_FROM,
+    DEFAULT_VERSION,
+    MIN_TORCH,
+    Matrix,
+    MatrixError,
+    python_version,
+)
 from buildtool.build.pypi import TorchCatalog, TorchFile
 from buildtool.core import cpus, cuda_facts, kernels_src
 
