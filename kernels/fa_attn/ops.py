@@ -12,20 +12,18 @@ Launch data travels as plain arguments so the ops stay pure functions of their i
   module  - absolute path of the cubin/PTX file (from the wheel manifest)
   entries - extern "C" kernel names, comma-separated, launched in order
   launch  - [head_dim_bucket, then per entry: threads, block_m, block_n, smem_bytes, grid] where grid
-            is 0 for "q_blocks", 1 for "k_blocks" and 2 for "q_blocks_splits" (docs/contracts.md section 2)
+            is 0 for "q_blocks" and 1 for "k_blocks" (docs/contracts.md section 2)
 The forward carries the backward's launch data too (empty when no backward will run), so that the
 autograd formula needs nothing but the op's own inputs.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-
 import torch
 
+from .decision import KernelLaunch
+
 NAMESPACE = "fa_attn"
-GRID_CODES = {"q_blocks": 0, "k_blocks": 1, "q_blocks_splits": 2}
 
 _FWD_SCHEMA = (
     "fwd(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, "
@@ -53,28 +51,6 @@ _lib = torch.library.Library(NAMESPACE, "DEF")
 _lib.define(_FWD_SCHEMA)
 _lib.define(_BWD_SCHEMA)
 _lib.define(_FWD_SPLITKV_SCHEMA)
-
-
-@dataclass(frozen=True)
-class KernelLaunch:
-    """The (module, entries, launch) arguments of the ops for one manifest `kernels` item."""
-
-    module: str  # absolute path of the cubin/PTX file
-    entries: str  # comma-separated extern "C" names, in launch order
-    launch: tuple[int, ...]  # [head_dim_bucket, then 5 ints per entry] (module docstring)
-
-    @classmethod
-    def from_manifest(cls, entry: dict, package_dir: Path) -> KernelLaunch:
-        launch = [int(entry["head_dim"])]
-        for spec in entry["entries"].values():
-            launch += [
-                int(spec["threads"]),
-                int(spec["block_m"]),
-                int(spec["block_n"]),
-                int(spec["smem_bytes"]),
-                GRID_CODES[spec["grid"]],
-            ]
-        return cls(str(package_dir / entry["file"]), ",".join(entry["entries"]), tuple(launch))
 
 
 NO_LAUNCH = KernelLaunch("", "", ())  # the forward's backward arguments when no backward will run

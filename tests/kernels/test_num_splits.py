@@ -1,4 +1,4 @@
-"""The split-KV heuristic (kernel_choice.num_splits): FlashAttention-2's rule, on decode-like shapes."""
+"""The split-KV heuristic (decision.num_splits): FlashAttention-2's rule, on decode-like shapes."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from buildtool.core import kernels_src
 
-choice = kernels_src.kernel_choice()
+choice = kernels_src.runtime_module("decision")  # as doctor loads it (stdlib only)
 
 
 def splits(batch: int, heads: int, seqlen_q: int, seqlen_k: int, requested: int = 0, sms: int = 132) -> int:
