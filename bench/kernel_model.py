@@ -69,7 +69,7 @@ def nvdisasm() -> Path:
     if exe.is_file():
         return exe
     root.mkdir(parents=True, exist_ok=True)
-    page_url = f"{os.environ.get('FA_PYPI_SIMPLE', toolkits.DEFAULT_SIMPLE).rstrip('/')}/{NVDISASM_PACKAGE}/"
+    page_url = f"{fetch.simple_index()}/{NVDISASM_PACKAGE}/"
     page = fetch.read_url(page_url).decode(errors="replace")
     urls = [h.split("#", 1)[0] for h in re.findall(r'href="([^"]+)"', page) if NVDISASM_FILE in h]
     if not urls:
