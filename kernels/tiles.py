@@ -32,8 +32,13 @@ MIN_ARCH = "7.5"
 DIRECTIONS: tuple[str, ...] = ("fwd", "bwd", "splitkv")
 
 # What the forward kernel implements (fwd.cu's header states the exact semantics). Anything else the
-# runtime must refuse with reason `feature-unsupported` (dropout, alibi, ...).
-FEATURES: frozenset[str] = frozenset({"causal", "gqa", "varlen", "window", "softcap"})
+# runtime must refuse with reason `feature-unsupported` (dropout, alibi, ...). The KV-cache layouts
+# (paged_kv, seqused_k, leftpad_k, cache_batch_idx) are the forward's and split-KV's only: the
+# decision (fa_attn/decision.py KV_LAYOUT_FEATURES) sends a call that needs their gradients to the
+# fallback, and pages must hold whole key blocks (a multiple of every unit's block_n).
+FEATURES: frozenset[str] = frozenset(
+    {"causal", "gqa", "varlen", "window", "softcap", "paged_kv", "seqused_k", "leftpad_k", "cache_batch_idx"}
+)
 
 _KERNELS_DIR = Path(__file__).resolve().parent
 _ELEM_BYTES = 2  # fp16 / bf16

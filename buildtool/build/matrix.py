@@ -20,7 +20,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from buildtool.core import cpus, cuda_facts, kernels_src, textfile
-from buildtool.core.runtime import versions
+from buildtool.core.runtime import schema, versions
 from buildtool.core.textfile import shown
 from buildtool.errors import InputError
 
@@ -31,7 +31,9 @@ MIN_TORCH = versions.version_text(versions.MIN_TORCH)  # "2.4": the runtime's fl
 CXX11ABI_ONLY_FROM = "2.7"
 CXX11ABI_POLICIES = ("auto", "true", "false", "both")
 DTYPES = ("fp16", "bf16")
-DIRECTIONS = ("fwd", "bwd")
+DIRECTIONS = (
+    schema.DIRECTIONS
+)  # fwd, bwd, splitkv: the units' directions (kernels/tiles.py), as manifests name them
 
 KNOWN_KEYS = (
     "version",

@@ -1,4 +1,5 @@
 // fa_attn::fwd, fa_attn::fwd_splitkv and fa_attn::bwd, written once for both forms of the binding.
+// The forward operators take the KV-cache layout (KvTensors); the backward takes none.
 //
 // A form (forms/aten.cpp: ATen, one build per torch minor and C++ ABI; forms/stable.cpp: torch's
 // stable C ABI, one build for every torch from its floor on) supplies its tensor type and the few
@@ -26,18 +27,29 @@ struct Attention {
   using Tensor = typename Form::Tensor;
   using MaybeTensor = std::optional<Tensor>;
 
+  // The KV-cache layout arguments of the forward operators (schemas: seqused_k, leftpad_k,
+  // kv_batch_idx, block_table), each optional; launch.h's KvLayout says what they mean.
+  struct KvTensors {
+    const MaybeTensor& seqused_k;
+    const MaybeTensor& leftpad_k;
+    const MaybeTensor& kv_batch_idx;
+    const MaybeTensor& block_table;
+  };
+
   static std::tuple<Tensor, Tensor> fwd(const Tensor& q_arg, const Tensor& k_arg, const Tensor& v_arg,
-                                        const MaybeTensor& cu_q, const MaybeTensor& cu_k, const Options& options,
-                                        const KernelArgs& kernel) {
+                                        const MaybeTensor& cu_q, const MaybeTensor& cu_k, const KvTensors& kv_args,
+                                        const Options& options, const KernelArgs& kernel) {
     const Tensor q = aligned(q_arg), k = aligned(k_arg), v = aligned(v_arg);
     const View vq = Form::view(q), vk = Form::view(k), vv = Form::view(v);
     const std::optional<View> vcu_q = maybe_view(cu_q), vcu_k = maybe_view(cu_k);
-    const Shape s = check_shapes(vq, vk, vv, ptr(vcu_q), ptr(vcu_k), options);
+    const KvViews kv_views = views(kv_args);
+    const KvLayout kv = kv_views.layout();
+    const Shape s = check_shapes(vq, vk, vv, ptr(vcu_q), ptr(vcu_k), kv, options);
     const Launch launch = parse_launch(kernel, s);
     typename Form::DeviceGuard guard(vq.device);
     Tensor out = Form::empty(vq.sizes, vq.dtype, q);
     Tensor lse = Form::empty(lse_sizes(s, lse_rows(s)), DType::kFloat, q);
-    const FaParams p = forward_params(s, vq, vk, vv, ptr(vcu_q), ptr(vcu_k), options, Form::view(out),
+    const FaParams p = forward_params(s, vq, vk, vv, ptr(vcu_q), ptr(vcu_k), kv, options, Form::view(out),
                                       Form::view(lse));
     launch_all(p, launch, vq.device);
     return {out, lse};
@@ -47,19 +59,21 @@ struct Attention {
   // combine; the outputs of fwd.
   static std::tuple<Tensor, Tensor> fwd_splitkv(const Tensor& q_arg, const Tensor& k_arg, const Tensor& v_arg,
                                                 const MaybeTensor& cu_q, const MaybeTensor& cu_k,
-                                                const Options& options, int64_t num_splits,
-                                                const KernelArgs& kernel) {
+                                                const KvTensors& kv_args, const Options& options,
+                                                int64_t num_splits, const KernelArgs& kernel) {
     const Tensor q = aligned(q_arg), k = aligned(k_arg), v = aligned(v_arg);
     const View vq = Form::view(q), vk = Form::view(k), vv = Form::view(v);
     const std::optional<View> vcu_q = maybe_view(cu_q), vcu_k = maybe_view(cu_k);
-    const Shape s = check_shapes(vq, vk, vv, ptr(vcu_q), ptr(vcu_k), options);
+    const KvViews kv_views = views(kv_args);
+    const KvLayout kv = kv_views.layout();
+    const Shape s = check_shapes(vq, vk, vv, ptr(vcu_q), ptr(vcu_k), kv, options);
     const Launch launch = parse_launch(kernel, s);
     typename Form::DeviceGuard guard(vq.device);
     Tensor out = Form::empty(vq.sizes, vq.dtype, q);
     Tensor lse = Form::empty(lse_sizes(s, lse_rows(s)), DType::kFloat, q);
     Tensor o_accum = Form::empty(split_accum_sizes(s, num_splits, launch.head_dim_bucket), DType::kFloat, q);
     Tensor lse_accum = Form::empty(split_accum_sizes(s, num_splits, 0), DType::kFloat, q);
-    const FaParams p = split_kv_params(s, vq, vk, vv, ptr(vcu_q), ptr(vcu_k), options, Form::view(out),
+    const FaParams p = split_kv_params(s, vq, vk, vv, ptr(vcu_q), ptr(vcu_k), kv, options, Form::view(out),
                                        Form::view(lse), num_splits, Form::view(o_accum), Form::view(lse_accum));
     launch_all(p, launch, vq.device);
     return {out, lse};
@@ -74,7 +88,7 @@ struct Attention {
     const View vq = Form::view(q), vk = Form::view(k), vv = Form::view(v);
     const View vdout = Form::view(dout), vout = Form::view(out), vlse = Form::view(lse);
     const std::optional<View> vcu_q = maybe_view(cu_q), vcu_k = maybe_view(cu_k);
-    const Shape s = check_shapes(vq, vk, vv, ptr(vcu_q), ptr(vcu_k), options);
+    const Shape s = check_shapes(vq, vk, vv, ptr(vcu_q), ptr(vcu_k), KvLayout{}, options);
     check_backward_inputs(vdout, vout, vq);
     check_lse(vlse, s);
     const Launch launch = parse_launch(kernel, s);
@@ -100,6 +114,16 @@ struct Attention {
   }
 
  private:
+  struct KvViews {
+    std::optional<View> seqused_k, leftpad_k, kv_batch_idx, block_table;
+    KvLayout layout() const { return KvLayout{ptr(seqused_k), ptr(leftpad_k), ptr(kv_batch_idx), ptr(block_table)}; }
+  };
+
+  static KvViews views(const KvTensors& t) {
+    return KvViews{maybe_view(t.seqused_k), maybe_view(t.leftpad_k), maybe_view(t.kv_batch_idx),
+                   maybe_view(t.block_table)};
+  }
+
   static Tensor aligned(const Tensor& t) { return row_aligned(Form::view(t)) ? t : Form::contiguous_copy(t); }
 
   static std::optional<View> maybe_view(const MaybeTensor& t) {

@@ -169,8 +169,10 @@ void set_strides(const View& t, bool packed, fa_i64& batch, fa_i64& row, fa_i64&
   std::tie(batch, row, head) = std::make_tuple(s.batch, s.row, s.head);
 }
 
+const fa_i32* index_data(const View* t) { return t != nullptr ? static_cast<const fa_i32*>(t->data) : nullptr; }
+
 FaParams input_params(const Shape& s, const View& q, const View& k, const View& v, const View* cu_q,
-                      const View* cu_k, const Options& o) {
+                      const View* cu_k, const KvLayout& kv, const Options& o) {
   FaParams p;
   std::memset(&p, 0, sizeof(p));
   p.q = q.data;
@@ -180,9 +182,20 @@ FaParams input_params(const Shape& s, const View& q, const View& k, const View& 
     p.cu_seqlens_q = static_cast<const fa_i32*>(cu_q->data);
     p.cu_seqlens_k = static_cast<const fa_i32*>(cu_k->data);
   }
+  p.seqused_k = index_data(kv.seqused_k);
+  p.leftpad_k = index_data(kv.leftpad_k);
+  p.kv_batch_idx = index_data(kv.kv_batch_idx);
+  p.block_table = index_data(kv.block_table);
+  if (kv.block_table != nullptr) {
+    p.block_table_batch_stride = kv.block_table->stride(0);
+    p.page_block_size = static_cast<fa_i32>(s.page_block_size);
+  }
+  // Paged k/v are (pages, page_block_size, heads_k, dim) whether q is packed or not: the batch
+  // strides step from page to page.
+  const bool packed_kv = s.varlen && kv.block_table == nullptr;
   set_strides(q, s.varlen, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
-  set_strides(k, s.varlen, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
-  set_strides(v, s.varlen, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
+  set_strides(k, packed_kv, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+  set_strides(v, packed_kv, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
   p.batch = static_cast<fa_i32>(s.batch);
   p.heads = static_cast<fa_i32>(s.heads);
   p.heads_k = static_cast<fa_i32>(s.heads_k);
@@ -199,6 +212,36 @@ FaParams input_params(const Shape& s, const View& q, const View& k, const View& 
   p.scale_softmax_log2 = static_cast<float>(o.softmax_scale * kLog2e);
   p.softcap = static_cast<float>(o.softcap);
   return p;
+}
+
+// A (batch,) int32 index tensor of the KV-cache layout (or the 2-D block_table): on q's device, rows
+// contiguous.
+void check_index(const char* name, const View& t, const View& q, const Shape& s, int64_t dims) {
+  FA_CHECK(t.cuda && t.device == q.device, name, " must be on q's device (", device_name(q), "), got ",
+           device_name(t));
+  FA_CHECK(t.dtype == DType::kInt32, name, " must be int32, got ", dtype_name(t.dtype));
+  FA_CHECK(t.dim() == dims && t.size(0) == s.batch, name, " must be (batch", dims == 2 ? ", pages)" : ")",
+           " with batch ", s.batch);
+  FA_CHECK(t.size(-1) <= 1 || t.stride(-1) == 1, name, "'s last dim must be contiguous");
+}
+
+// The KV-cache layout against the shapes (Shape's page_block_size, and seqlen_k of a paged call).
+void check_kv_layout(const KvLayout& kv, const View& q, const View& k, Shape& s) {
+  if (kv.seqused_k != nullptr) check_index("seqused_k", *kv.seqused_k, q, s, 1);
+  if (kv.leftpad_k != nullptr) check_index("leftpad_k", *kv.leftpad_k, q, s, 1);
+  if (kv.kv_batch_idx != nullptr) {
+    check_index("kv_batch_idx", *kv.kv_batch_idx, q, s, 1);
+    FA_CHECK(!s.varlen, "kv_batch_idx needs padded k/v (packed k/v have no batch rows to pick)");
+  }
+  if (kv.block_table == nullptr) return;
+  check_index("block_table", *kv.block_table, q, s, 2);
+  FA_CHECK(kv.leftpad_k == nullptr && kv.kv_batch_idx == nullptr,
+           "block_table: a paged k/v takes neither leftpad_k nor kv_batch_idx");
+  s.page_block_size = k.size(1);
+  FA_CHECK(s.page_block_size > 0, "block_table: k's pages (dim 1) hold no key");
+  const int64_t capacity = kv.block_table->size(1) * s.page_block_size;
+  FA_CHECK(s.seqlen_k >= 0 && s.seqlen_k <= capacity, "max_seqlen_k ", s.seqlen_k, " is more keys than the ",
+           kv.block_table->size(1), " pages of ", s.page_block_size, " per sequence hold");
 }
 
 // Rows of the backward's workspaces: varlen pads every sequence by up to 128 rows.
@@ -239,21 +282,27 @@ Launch parse_launch(const KernelArgs& kernel, const Shape& shape) {
   }
   FA_CHECK(shape.head_dim <= out.head_dim_bucket, "head dim ", shape.head_dim, " exceeds the kernel's ",
            out.head_dim_bucket);
+  for (const Entry& e : out.entries) {
+    FA_CHECK(shape.page_block_size == 0 || e.block_n == 0 || shape.page_block_size % e.block_n == 0,
+             "block_table: pages of ", shape.page_block_size, " keys do not hold whole key blocks of ", e.block_n,
+             " (", e.name, "); use a page_block_size that is a multiple of ", e.block_n);
+  }
   return out;
 }
 
 bool row_aligned(const View& t) { return reinterpret_cast<uintptr_t>(t.data) % 16 == 0; }
 
 Shape check_shapes(const View& q, const View& k, const View& v, const View* cu_q, const View* cu_k,
-                   const Options& o) {
+                   const KvLayout& kv, const Options& o) {
   const bool varlen = cu_q != nullptr;
+  const bool paged = kv.block_table != nullptr;
   FA_CHECK(varlen == (cu_k != nullptr), "pass both cu_seqlens_q and cu_seqlens_k, or neither");
   FA_CHECK(q.dtype == DType::kHalf || q.dtype == DType::kBFloat16, "the kernels take fp16 or bf16, got ",
            dtype_name(q.dtype));
   const int64_t dims = varlen ? 3 : 4;
   check_input("q", q, q, dims);
-  check_input("k", k, q, dims);
-  check_input("v", v, q, dims);
+  check_input("k", k, q, paged ? 4 : dims);
+  check_input("v", v, q, paged ? 4 : dims);
   FA_CHECK(k.sizes == v.sizes, "k and v shapes differ");
   Shape s{};
   s.varlen = varlen;
@@ -274,15 +323,17 @@ Shape check_shapes(const View& q, const View& k, const View& v, const View* cu_q
     s.seqlen_q = o.max_seqlen_q;
     s.seqlen_k = o.max_seqlen_k;
     s.total_q = q.size(0);
-    s.total_k = k.size(0);
+    s.total_k = paged ? 0 : k.size(0);
   } else {
     s.batch = q.size(0);
-    FA_CHECK(k.size(0) == s.batch, "q and k batch sizes differ");
+    FA_CHECK(paged || kv.kv_batch_idx != nullptr || k.size(0) == s.batch,
+             "q and k batch sizes differ (kv_batch_idx picks k/v rows for a cache of another batch)");
     s.seqlen_q = q.size(1);
-    s.seqlen_k = k.size(1);
+    s.seqlen_k = paged ? o.max_seqlen_k : k.size(1);
     s.total_q = s.batch * s.seqlen_q;
     s.total_k = s.batch * s.seqlen_k;
   }
+  check_kv_layout(kv, q, k, s);
   return s;
 }
 
@@ -329,8 +380,8 @@ std::vector<int64_t> grouped_sizes(const View& k, const Shape& s) {
 int64_t group_dim(const View& k) { return k.dim() - 1; }
 
 FaParams forward_params(const Shape& s, const View& q, const View& k, const View& v, const View* cu_q,
-                        const View* cu_k, const Options& o, const View& out, const View& lse) {
-  FaParams p = input_params(s, q, k, v, cu_q, cu_k, o);
+                        const View* cu_k, const KvLayout& kv, const Options& o, const View& out, const View& lse) {
+  FaParams p = input_params(s, q, k, v, cu_q, cu_k, kv, o);
   p.o = out.data;
   p.lse = static_cast<float*>(lse.data);
   set_strides(out, s.varlen, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
@@ -346,10 +397,10 @@ std::vector<int64_t> split_accum_sizes(const Shape& s, int64_t num_splits, int64
 }
 
 FaParams split_kv_params(const Shape& s, const View& q, const View& k, const View& v, const View* cu_q,
-                         const View* cu_k, const Options& o, const View& out, const View& lse, int64_t num_splits,
-                         const View& o_accum, const View& lse_accum) {
+                         const View* cu_k, const KvLayout& kv, const Options& o, const View& out, const View& lse,
+                         int64_t num_splits, const View& o_accum, const View& lse_accum) {
   FA_CHECK(num_splits >= 1, "num_splits must be >= 1, got ", num_splits);
-  FaParams p = forward_params(s, q, k, v, cu_q, cu_k, o, out, lse);
+  FaParams p = forward_params(s, q, k, v, cu_q, cu_k, kv, o, out, lse);
   p.num_splits = static_cast<fa_i32>(num_splits);
   p.o_accum = static_cast<float*>(o_accum.data);
   p.lse_accum = static_cast<float*>(lse_accum.data);
@@ -359,7 +410,7 @@ FaParams split_kv_params(const Shape& s, const View& q, const View& k, const Vie
 FaParams backward_params(const Shape& s, const View& q, const View& k, const View& v, const View* cu_q,
                          const View* cu_k, const Options& o, const View& dout, const View& out,
                          const View& lse, const BackwardOutputs& w) {
-  FaParams p = input_params(s, q, k, v, cu_q, cu_k, o);
+  FaParams p = input_params(s, q, k, v, cu_q, cu_k, KvLayout{}, o);
   p.o = out.data;
   p.lse = static_cast<float*>(lse.data);
   p.dout = dout.data;

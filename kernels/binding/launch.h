@@ -70,12 +70,23 @@ struct Launch {
   std::vector<Entry> entries;  // in launch order
 };
 
+// The KV-cache layout of a forward call (params.h): each a (batch,) int32 tensor, or a (batch,
+// pages per sequence) one for block_table; null where the call has none. The backward takes none.
+struct KvLayout {
+  const View* seqused_k = nullptr;
+  const View* leftpad_k = nullptr;
+  const View* kv_batch_idx = nullptr;
+  const View* block_table = nullptr;
+};
+
 struct Shape {
   bool varlen;
   int64_t batch, seqlen_q, seqlen_k, heads, heads_k, head_dim, total_q, total_k;
+  int64_t page_block_size;  // keys per page of a paged k/v (block_table); 0 otherwise
 };
 
-// Parses `kernel` and checks that the problem's head dim fits the compiled bucket.
+// Parses `kernel` and checks that the problem's head dim fits the compiled bucket, and that a paged
+// k/v's pages hold whole key blocks of every entry (a key block is read from one page).
 Launch parse_launch(const KernelArgs& kernel, const Shape& shape);
 
 // True when every row of `t` starts on a 16-byte boundary as the kernels' vector loads need; a view
@@ -83,9 +94,13 @@ Launch parse_launch(const KernelArgs& kernel, const Shape& shape);
 // is cheaper than a kernel variant for it (Python cannot check this under torch.compile).
 bool row_aligned(const View& t);
 
-// q, k, v (and cu_seqlens, null when padded): dtypes, devices, dims, strides and shapes.
+// q, k, v (and cu_seqlens, null when padded; the KV-cache layout): dtypes, devices, dims, strides and
+// shapes. With block_table, k/v are pages (num_pages, page_block_size, heads_k, dim) for padded and
+// varlen q alike, and a padded call's keys per sequence are options.max_seqlen_k (at most the pages'
+// capacity). The index values (cache rows, pages, lengths) are the caller's to check, like cu_seqlens:
+// reading them here would cost a device sync.
 Shape check_shapes(const View& q, const View& k, const View& v, const View* cu_q, const View* cu_k,
-                   const Options& options);
+                   const KvLayout& kv, const Options& options);
 
 // dout and out of the backward: q's shape, dtype, device and layout rules.
 void check_backward_inputs(const View& dout, const View& out, const View& q);
@@ -111,9 +126,10 @@ std::vector<int64_t> per_query_head_sizes(const View& k, const Shape& shape);
 std::vector<int64_t> grouped_sizes(const View& k, const Shape& shape);
 int64_t group_dim(const View& k);
 
-// FaParams of the forward: inputs, options and the out/lse outputs.
+// FaParams of the forward: inputs, KV-cache layout, options and the out/lse outputs.
 FaParams forward_params(const Shape& shape, const View& q, const View& k, const View& v, const View* cu_q,
-                        const View* cu_k, const Options& options, const View& out, const View& lse);
+                        const View* cu_k, const KvLayout& kv, const Options& options, const View& out,
+                        const View& lse);
 
 // The split-KV forward's fp32 partials (params.h): (num_splits, <lse's sizes>[, head_dim_bucket]) for
 // o_accum (with the bucket) and lse_accum (head_dim_bucket 0).
@@ -121,8 +137,8 @@ std::vector<int64_t> split_accum_sizes(const Shape& shape, int64_t num_splits, i
 
 // FaParams of the split-KV forward: the forward's, with num_splits and the partials' workspaces.
 FaParams split_kv_params(const Shape& shape, const View& q, const View& k, const View& v, const View* cu_q,
-                         const View* cu_k, const Options& options, const View& out, const View& lse,
-                         int64_t num_splits, const View& o_accum, const View& lse_accum);
+                         const View* cu_k, const KvLayout& kv, const Options& options, const View& out,
+                         const View& lse, int64_t num_splits, const View& o_accum, const View& lse_accum);
 
 // The workspaces and gradients the backward writes, beside its inputs.
 struct BackwardOutputs {

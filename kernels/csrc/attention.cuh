@@ -1,6 +1,6 @@
 // The pieces of the attention algorithm that fwd.cu (and its split-KV form) and bwd.cu share:
 //   Seq, locate     where one (batch, query head) lives: its lengths and first rows
-//   KvRows          where a block of keys starts in K or V (the one place a page table would go)
+//   KvRows          where a block of keys starts in K or V (through the page table of a paged cache)
 //   Band            which keys a query row sees (causal, sliding window, sequence ends), and so
 //                   which key blocks a query block visits and which query blocks a key block meets
 //   WarpGrid        how a block's warps split an M x N GEMM result into whole mma tiles
@@ -20,18 +20,18 @@ namespace fa {
 
 // Offsets of one sequence of one head in every tensor of FaParams. A q-side tensor (q, o, dout,
 // dq) holds its row r at base + q_batch * batch_stride + (q_row0 + r) * row_stride + head *
-// head_stride; k and v the same with k_batch, k_row0 and kv_head; dk and dv (per query head) with
-// k_batch, k_row0 and head. Per-row fp32 arrays (lse, and the split-KV partials) index row r at
-// lse_row0 + r.
+// head_stride; k and v the same with k_batch, k_row0 and kv_head (or through k_pages, KvRows); dk
+// and dv (per query head) with k_batch, k_row0 and head. Per-row fp32 arrays (lse, and the split-KV
+// partials) index row r at lse_row0 + r.
 //
-// Room to grow without reshaping FaParams (not implemented): a per-batch key count (flash-attn's
-// seqused_k / cache_seqlens) sets seqlen_k here; a batch-index indirection (cache_batch_idx) sets
-// k_batch here; a page table (block_table, pages a multiple of the key block) is KvRows' business.
+// The KV-cache layouts (params.h) all land here: seqused_k sets seqlen_k, leftpad_k moves k_row0 and
+// shortens seqlen_k, kv_batch_idx sets k_batch, and block_table gives k_pages (k_batch = k_row0 = 0).
 struct Seq {
   int head, kv_head;
-  int q_batch, k_batch;  // 0 for packed (varlen) tensors, whose batch strides are unused
+  int q_batch, k_batch;  // 0 for packed (varlen) or paged tensors, whose batch strides are not rows
   int seqlen_q, seqlen_k;
-  fa_i64 q_row0, k_row0;  // first row of the sequence in packed tensors; 0 for padded ones
+  fa_i64 q_row0, k_row0;  // first row of the sequence (packed offset, plus leftpad_k on the k side)
+  const fa_i32* k_pages;  // this sequence's row of block_table; null when k/v are not paged
   fa_i64 lse_row0;        // lse (batch, heads, seqlen_q) or varlen (heads, total_q)
   fa_i64 lse_rows;        // rows of lse in all: batch * heads * seqlen_q, or heads * total_q
   fa_i64 dsum_row0;       // dsoftmax_sum (batch, heads, seqlen_q_rounded), varlen as lse
@@ -62,15 +62,27 @@ FA_DEVICE Seq locate(const FaParams& p, int b, int h) {
     s.dsum_row0 = bh * p.seqlen_q_rounded;
     s.acc_row0 = static_cast<fa_i64>(b) * p.seqlen_q_rounded;
   }
+  // Keys [first, end) of the sequence's rows (or pages); the sequence's key 0 is row `first`.
+  const int first = p.leftpad_k != nullptr ? p.leftpad_k[b] : 0;
+  int end;
+  s.k_pages = nullptr;
   if (p.cu_seqlens_k != nullptr) {
     s.k_batch = 0;
     s.k_row0 = p.cu_seqlens_k[b];
-    s.seqlen_k = p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b];
+    end = p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b];
   } else {
-    s.k_batch = b;
+    s.k_batch = p.kv_batch_idx != nullptr ? p.kv_batch_idx[b] : b;
     s.k_row0 = 0;
-    s.seqlen_k = p.seqlen_k;
+    end = p.seqlen_k;
   }
+  if (p.block_table != nullptr) {  // pages hold the keys from key 0 on (no leftpad_k)
+    s.k_batch = 0;
+    s.k_row0 = 0;
+    s.k_pages = p.block_table + b * p.block_table_batch_stride;
+  }
+  if (p.seqused_k != nullptr) end = p.seqused_k[b];
+  s.k_row0 += first;
+  s.seqlen_k = end - first;
   return s;
 }
 
@@ -87,14 +99,28 @@ FA_DEVICE T* k_rows(T* base, fa_i64 batch_stride, fa_i64 row_stride, fa_i64 head
   return base + s.k_batch * batch_stride + s.k_row0 * row_stride + head * head_stride;
 }
 
-// The keys (or values) of one sequence and kv head, by key block. A page table (pages a multiple of
-// the key block) would map `key0` to its page here, and nothing else would change.
+// The keys (or values) of one sequence and kv head, by key block: the one place key blocks are
+// addressed. A paged cache's pages hold a multiple of the key block (the binding checks), so a whole
+// key block lies in one page.
 struct KvRows {
-  const u16* base;  // key 0
+  const u16* base;       // key 0; paged: row 0 of page 0, at this kv head
   fa_i64 row_stride;
+  const fa_i32* pages;   // the sequence's row of block_table; null: rows follow each other
+  fa_i64 page_stride;    // elements from one page to the next (k/v's batch stride)
+  int page_size;         // keys per page
 
-  FA_DEVICE const u16* rows(int key0) const { return base + key0 * row_stride; }
+  FA_DEVICE const u16* rows(int key0) const {
+    if (pages == nullptr) return base + key0 * row_stride;
+    return base + pages[key0 / page_size] * page_stride + (key0 % page_size) * row_stride;
+  }
 };
+
+// KvRows of k or v (base and strides from FaParams) for sequence s.
+FA_DEVICE KvRows kv_rows(const FaParams& p, const Seq& s, const void* base, fa_i64 batch_stride, fa_i64 row_stride,
+                         fa_i64 head_stride) {
+  return KvRows{k_rows(static_cast<const u16*>(base), batch_stride, row_stride, head_stride, s, s.kv_head),
+                row_stride, s.k_pages, batch_stride, p.page_block_size};
+}
 
 // ---------------------------------------------------------------------------------------------
 // Which keys a query row sees

@@ -307,12 +307,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) fa_bwd(const __grid_co
                                           2 * PTile::kBytes);  // lse * log2(e) per query row
   float* s_dsum = s_lse + kBlockM;                               // D per query row
 
-  const KvRows k{k_rows(static_cast<const u16*>(params.k), params.k_batch_stride, params.k_row_stride,
-                        params.k_head_stride, seq, seq.kv_head),
-                 params.k_row_stride};
-  const KvRows v{k_rows(static_cast<const u16*>(params.v), params.v_batch_stride, params.v_row_stride,
-                        params.v_head_stride, seq, seq.kv_head),
-                 params.v_row_stride};
+  const KvRows k = kv_rows(params, seq, params.k, params.k_batch_stride, params.k_row_stride, params.k_head_stride);
+  const KvRows v = kv_rows(params, seq, params.v, params.v_batch_stride, params.v_row_stride, params.v_head_stride);
   load_tile_async<kThreads>(sK, k.rows(kb.key0), k.row_stride, kb.seqlen_k - kb.key0, head_dim, tid);
   load_tile_async<kThreads>(sV, v.rows(kb.key0), v.row_stride, kb.seqlen_k - kb.key0, head_dim, tid);
   if (kb.queries.begin < kb.queries.end) load_step(params, kb, q_stage(q_base, 0), kb.queries.begin * kBlockM, tid);

@@ -35,6 +35,11 @@
 //   - Varlen: cu_seqlens_q (resp. cu_seqlens_k) non-null means q (resp. k/v) is packed
 //     (total, heads, dim) and sequence b spans rows [cu[b], cu[b+1]); batch strides are then unused.
 //     lse is (heads, total_q) with total_q = cu_seqlens_q[batch]; otherwise (batch, heads, seqlen_q).
+//   - KV-cache layouts (params.h: seqused_k, leftpad_k, kv_batch_idx, block_table; null when
+//     absent): every one is a different answer of attention.cuh's locate() (a sequence's key count,
+//     first row, k/v batch row, page-table row) and KvRows (the page of a key block); the key loop
+//     and the masks see only the sequence's own keys 0 .. seqlen_k - 1 (bottom-right alignment
+//     against them, as flash-attn's kvcache). A page holds a multiple of BLOCK_N keys.
 //   - Masks: attention.cuh's Band (bottom-right causal alignment, sliding window, sequence ends).
 //   - Softcap (params.softcap > 0): the logit is softcap * tanh(scale_softmax * q.k / softcap), with
 //     softcap the user's value (flash-attn's `softcap` argument) and scale_softmax the user's scale;
@@ -247,10 +252,8 @@ FA_DEVICE Block block_of(const FaParams& p, int m_block_index, int m_blocks, int
     blk.keys.begin = max(blk.keys.begin, split * per);
     blk.keys.end = min(blk.keys.end, (split + 1) * per);
   }
-  blk.k = KvRows{k_rows(static_cast<const u16*>(p.k), p.k_batch_stride, p.k_row_stride, p.k_head_stride, s, s.kv_head),
-                 p.k_row_stride};
-  blk.v = KvRows{k_rows(static_cast<const u16*>(p.v), p.v_batch_stride, p.v_row_stride, p.v_head_stride, s, s.kv_head),
-                 p.v_row_stride};
+  blk.k = kv_rows(p, s, p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+  blk.v = kv_rows(p, s, p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
   blk.softcap = p.softcap > 0.f;
   blk.logit_scale = blk.softcap ? p.softcap * kLog2e : p.scale_softmax_log2;
   blk.tanh_scale = blk.softcap ? p.scale_softmax / p.softcap : 0.f;

@@ -54,12 +54,22 @@ typedef struct FaParams {
   float* o_accum;
   float* lse_accum;
 
-  // Room to grow, each slotting into attention.cuh without moving a field (not implemented): a
-  // per-batch key count `const fa_i32* seqused_k` (locate() takes seqlen_k from it), a batch-index
-  // indirection `const fa_i32* kv_batch_idx` (locate()'s k_batch), and a page table `const fa_i32*
-  // block_table` with `fa_i64 block_table_batch_stride` and `fa_i32 page_block_size`, a multiple of
-  // the key block (KvRows maps a key block to its page). Pointers go after o_accum/lse_accum, the
-  // 64-bit stride after the others, the int with the ints.
+  // The KV-cache layouts of the forward and split-KV forward (null: absent; the backward takes none).
+  // All int32 on q's device, indexed by the batch index b:
+  //   seqused_k     keys of sequence b counted from its row 0 (its cache length): seqlen_k, or
+  //                 cu_seqlens_k's difference for varlen, is replaced by seqused_k[b]
+  //   leftpad_k     the first key of sequence b: keys [leftpad_k[b], end) are attended, end from
+  //                 seqused_k or seqlen_k; k/v row leftpad_k[b] is key 0 (not with block_table)
+  //   kv_batch_idx  the k/v batch row of sequence b (padded k/v only; k/v may have more rows)
+  //   block_table   (batch, >= ceil(keys / page_block_size)) page indices, row stride
+  //                 block_table_batch_stride: k/v are (num_pages, page_block_size, heads_k, dim)
+  //                 and key t of sequence b is row t % page_block_size of page
+  //                 block_table[b][t / page_block_size]; the k/v batch strides step over pages.
+  //                 page_block_size is a multiple of the key block, so a key block is in one page.
+  const fa_i32* seqused_k;
+  const fa_i32* leftpad_k;
+  const fa_i32* kv_batch_idx;
+  const fa_i32* block_table;
 
   fa_i64 q_batch_stride, q_row_stride, q_head_stride;
   fa_i64 k_batch_stride, k_row_stride, k_head_stride;
@@ -69,24 +79,25 @@ typedef struct FaParams {
   fa_i64 dq_batch_stride, dq_row_stride, dq_head_stride;
   fa_i64 dk_batch_stride, dk_row_stride, dk_head_stride;
   fa_i64 dv_batch_stride, dv_row_stride, dv_head_stride;
+  fa_i64 block_table_batch_stride;  // elements between rows of block_table
 
   fa_i32 batch;
   fa_i32 heads;      // query heads
   fa_i32 heads_k;    // key/value heads; heads % heads_k == 0
   fa_i32 head_dim;   // actual head dim (multiple of 8, <= the compiled FA_HEAD_DIM)
   fa_i32 seqlen_q;   // max over the batch for varlen
-  fa_i32 seqlen_k;
+  fa_i32 seqlen_k;   // k/v's dim 1; max over the batch for varlen; keys per sequence with block_table
   fa_i32 seqlen_q_rounded;  // multiple of 128, for lse / dsoftmax_sum / dq_accum
   fa_i32 seqlen_k_rounded;  // multiple of 128
   fa_i32 is_causal;         // bottom-right aligned when seqlen_q != seqlen_k
   fa_i32 window_left;       // -1: unbounded (sliding window; -1/-1 when off)
   fa_i32 window_right;
   fa_i32 num_splits;        // split-KV forward: shares of the key blocks (>= 1); unused elsewhere
+  fa_i32 page_block_size;   // keys per page with block_table; 0 otherwise
 
   float scale_softmax;       // usually 1/sqrt(head_dim)
   float scale_softmax_log2;  // scale_softmax * log2(e)
   float softcap;             // 0: off
-  float reserved1;
 } FaParams;
 
 #endif  // FA_PARAMS_H_

@@ -46,6 +46,9 @@ _DTYPE_ALIASES = {
     "torch.float64": "fp64",
 }
 GRID_CODES = {"q_blocks": 0, "k_blocks": 1, "q_blocks_splits": 2}  # how the ops receive a Launch's grid
+# The KV-cache layouts (kernels/csrc/params.h): the forward and split-KV kernels read them, no backward
+# kernel does (flash-attn has no backward for them either), so a call that needs gradients falls back.
+KV_LAYOUT_FEATURES = frozenset({"paged_kv", "seqused_k", "leftpad_k", "cache_batch_idx"})
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ class Call:
     head_dim: int  # as the caller passes it (padded here)
     backward: bool = False  # autograd will need the backward
     features: frozenset[str] = frozenset()  # kernel features used (names of tiles.FEATURES)
+    page_size: int = 0  # keys per page of a paged k/v ("paged_kv"); the kernels read a key block per page
 
 
 @dataclass(frozen=True)
@@ -154,6 +158,15 @@ def decide(
                 f"call without {feature} to use the kernels",
             )
         )
+    inference_only = sorted(call.features & supported & KV_LAYOUT_FEATURES)
+    if call.backward and inference_only:
+        reasons.append(
+            Reason(
+                "backward-unsupported",
+                f"{', '.join(inference_only)} (a KV-cache layout) has forward kernels only",
+                "call without requires_grad (e.g. under torch.no_grad()) to use the kernels",
+            )
+        )
     found = _image(wheel, device, dtype, call)
     if isinstance(found, list):
         codes = {r.code for r in reasons}  # an fp64 call has its dtype-unsupported already
@@ -174,10 +187,16 @@ def decide(
                     "reinstall fa-attn (damaged manifest)",
                 )
             )
+        if not _holds_key_blocks(fwd_file, call.page_size):
+            return fallback(_pages_too_small(fwd_file, call.page_size, image.arch))
         fwd = KernelLaunch.of(fwd_file, package_dir)
         bwd = KernelLaunch.of(bwd_file, package_dir) if bwd_file else None
         split_file = None if call.backward else _kernel_file(kernels, image, dtype, "splitkv", head_dim)
-        if split_file is not None and _fits_smem(split_file, device):
+        if (
+            split_file is not None
+            and _fits_smem(split_file, device)
+            and _holds_key_blocks(split_file, call.page_size)
+        ):
             split = KernelLaunch.of(split_file, package_dir)
     problem = load_binding() if load_binding is not None else None
     if problem is not None:
@@ -327,6 +346,28 @@ def _kernel_file(
 
 def _fits_smem(kernel: KernelFile, device: Device) -> bool:
     return device.smem_per_block is None or kernel.smem_bytes <= device.smem_per_block
+
+
+def _key_block(kernel: KernelFile) -> int:
+    """The keys its main entry reads per block (the combine's 0 aside)."""
+    return max((launch.block_n for launch in kernel.entries.values()), default=0)
+
+
+def _holds_key_blocks(kernel: KernelFile, page_size: int) -> bool:
+    """Whether pages of `page_size` keys (0: not paged) hold whole key blocks of the kernel: it reads
+    each key block from one page (kernels/csrc/attention.cuh KvRows)."""
+    block = _key_block(kernel)
+    return page_size == 0 or block == 0 or page_size % block == 0
+
+
+def _pages_too_small(kernel: KernelFile, page_size: int, arch: str) -> Reason:
+    block = _key_block(kernel)
+    return Reason(
+        "feature-unsupported",
+        f"paged_kv with pages of {page_size} keys: the {kernel.dtype} head dim {kernel.head_dim} kernel for "
+        f"sm {arch} reads key blocks of {block} keys, each from one page",
+        f"use a page_block_size that is a multiple of {block}",
+    )
 
 
 # ---- split-KV: how many shares of the keys -------------------------------------------------------------

@@ -61,7 +61,7 @@ def features_of(call: AttnCall, backward: bool) -> frozenset[str]:
         used.add("dropout")
     if call.deterministic and backward:
         used.add("deterministic")
-    used |= call.kv_features  # key/value layouts: paged_kv, seqused_k, leftpad_k, cache_batch_idx
+    used |= call.kv.features  # KV-cache layouts: paged_kv, seqused_k, leftpad_k, cache_batch_idx
     return frozenset(used)
 
 
@@ -72,6 +72,7 @@ def facts_for(
     head_dim: int,
     backward: bool,
     features: frozenset[str],
+    page_size: int = 0,
 ) -> CallFacts:
     """The facts of a live call; the compute capability is read from its GPU (a range, compared later)."""
     kind = "rocm" if device_type == "cuda" and torch.version.hip else device_type
@@ -81,7 +82,7 @@ def facts_for(
         major, minor = torch.cuda.get_device_capability(device)
         sm = f"{major}.{minor}"
         smem = getattr(torch.cuda.get_device_properties(device), "shared_memory_per_block_optin", None)
-    return CallFacts(Device(kind, sm, smem), Call(dtype, head_dim, backward, features))
+    return CallFacts(Device(kind, sm, smem), Call(dtype, head_dim, backward, features, page_size))
 
 
 def driver_version() -> str | None:

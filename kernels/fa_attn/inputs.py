@@ -34,6 +34,29 @@ class Varlen:
 
 
 @dataclass(frozen=True)
+class KvLayout:
+    """Where each sequence's keys are, beyond padded or packed k/v: the KV-cache layouts the forward
+    kernels read (kernels/csrc/params.h), as int32 tensors on q's device; None where absent."""
+
+    seqused_k: torch.Tensor | None = None  # (batch,) keys of each sequence, counted from its row 0
+    leftpad_k: torch.Tensor | None = None  # (batch,) each sequence's first key
+    kv_batch_idx: torch.Tensor | None = None  # (batch,) each sequence's row of k/v
+    block_table: torch.Tensor | None = None  # (batch, pages per sequence): k/v are pages
+    page_size: int = 0  # keys per page with block_table (k/v's dim 1)
+
+    @property
+    def features(self) -> frozenset[str]:
+        """The kernel features (tiles.FEATURES, decision.KV_LAYOUT_FEATURES) this layout needs."""
+        named = (
+            ("seqused_k", self.seqused_k),
+            ("leftpad_k", self.leftpad_k),
+            ("cache_batch_idx", self.kv_batch_idx),
+            ("paged_kv", self.block_table),
+        )
+        return frozenset(name for name, tensor in named if tensor is not None)
+
+
+@dataclass(frozen=True)
 class AttnCall:
     batch: int
     seqlen_q: int  # max over the batch for varlen
@@ -52,9 +75,9 @@ class AttnCall:
     alibi_slopes: torch.Tensor | None
     deterministic: bool
     varlen: Varlen | None
-    # Kernel features the key/value layout needs beyond the call's options (kvcache.py, paged varlen):
-    # "paged_kv", "seqused_k", "leftpad_k", "cache_batch_idx". dispatch.features_of adds them.
-    kv_features: frozenset[str] = field(default_factory=frozenset)
+    # The KV-cache layout the kernels read (kvcache.py, paged varlen); dispatch.features_of adds its
+    # features, and run_kernels passes its tensors.
+    kv: KvLayout = field(default_factory=KvLayout)
 
     @property
     def dtype_name(self) -> str:
@@ -216,7 +239,7 @@ def make_call(
     window_size: object,
     deterministic: object,
     varlen: Varlen | None = None,
-    kv_features: frozenset[str] = frozenset(),
+    kv: KvLayout | None = None,
 ) -> AttnCall:
     """The AttnCall of validated pieces; the window is normalised against seqlen_k."""
     is_causal, left, right = normalize_window(window_size, bool(causal), seqlen_k)
@@ -238,7 +261,7 @@ def make_call(
         alibi_slopes=opts.alibi_slopes,
         deterministic=bool(deterministic),
         varlen=varlen,
-        kv_features=kv_features,
+        kv=kv or KvLayout(),
     )
 
 
@@ -375,7 +398,7 @@ def check_varlen(
         check_block_table(block_table, batch, k.shape[0], k.shape[1], lens_k, q.device)
     opts = check_options(q, batch, q.shape[1], dropout_p, softmax_scale, softcap, alibi_slopes)
     varlen = Varlen(cu_seqlens_q, cu_seqlens_k, lens_q, lens_k, max_q, max_k)
-    features = frozenset({"paged_kv"}) if paged else frozenset()
+    kv = KvLayout(block_table=block_table, page_size=k.shape[1]) if paged else None
     return make_call(
-        q, batch, max_q, max_k, k.shape[-2], opts, causal, window_size, deterministic, varlen, features
+        q, batch, max_q, max_k, k.shape[-2], opts, causal, window_size, deterministic, varlen, kv
     )

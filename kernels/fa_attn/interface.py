@@ -31,6 +31,7 @@ def decide(call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) ->
         call.head_dim,
         backward,
         tuple(sorted(_dispatch.features_of(call, backward))),
+        call.kv.page_size,
     )
 
 
@@ -55,13 +56,16 @@ def _decide_for(
     head_dim: int,
     backward: bool,
     features: tuple[str, ...],
+    page_size: int,
 ) -> Dispatch:
     # Memoised: the manifest, the GPU, the driver and the binding do not change within a process, and
     # a call should not pay for re-deciding (or re-reading the driver version) every time.
-    key = (device_type, device_index, dtype, head_dim, backward, features)
+    key = (device_type, device_index, dtype, head_dim, backward, features, page_size)
     known = _decisions.get(key)
     if known is None:
-        facts = _dispatch.facts_for(device_type, device_index, dtype, head_dim, backward, frozenset(features))
+        facts = _dispatch.facts_for(
+            device_type, device_index, dtype, head_dim, backward, frozenset(features), page_size
+        )
         known = _decisions[key] = _dispatch.decide(
             facts, loader.manifest(), loader.load_binding, package_dir=loader.PACKAGE_DIR
         )
@@ -99,15 +103,17 @@ def _sm_count(device: torch.device) -> int:
 def run_kernels(
     call: AttnCall, route: Dispatch, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_splits: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Our forward op (and its autograd backward) on padded or packed q, k, v; for calls without a
-    backward, the split-KV forward when `num_splits` (flash-attn's: 0 = heuristic) says so."""
+    """Our forward op (and its autograd backward) on padded or packed q, k, v, or k/v of the call's
+    KV-cache layout (call.kv: pages, cache rows, per-sequence lengths; call.seqlen_k is the longest
+    sequence's keys); for calls without a backward, the split-KV forward when `num_splits` (flash-attn's:
+    0 = heuristic) says so."""
     assert route.fwd is not None and route.head_dim is not None
     pad = route.head_dim - call.head_dim
     if pad:  # kernels need a multiple of 8; zero columns change neither q.k nor the kept outputs
         q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))
     q, k, v = (_row_aligned(t) for t in (q, k, v))
     fwd, bwd = route.fwd, route.bwd or ops.NO_LAUNCH
-    varlen = call.varlen
+    varlen, kv = call.varlen, call.kv
     splits = _split_count(call, route, q, num_splits)
     if splits > 1 and route.splitkv is not None:
         split = route.splitkv
@@ -117,6 +123,10 @@ def run_kernels(
             v,
             varlen.cu_seqlens_q if varlen else None,
             varlen.cu_seqlens_k if varlen else None,
+            kv.seqused_k,
+            kv.leftpad_k,
+            kv.kv_batch_idx,
+            kv.block_table,
             call.seqlen_q,
             call.seqlen_k,
             call.softmax_scale,
@@ -136,6 +146,10 @@ def run_kernels(
         v,
         varlen.cu_seqlens_q if varlen else None,
         varlen.cu_seqlens_k if varlen else None,
+        kv.seqused_k,
+        kv.leftpad_k,
+        kv.kv_batch_idx,
+        kv.block_table,
         call.seqlen_q,
         call.seqlen_k,
         call.softmax_scale,
@@ -237,8 +251,10 @@ def flash_attn_varlen_func(
     max_seqlen_q/k: any integer-like (int, numpy integer, one-element integer tensor), at least the
     longest sequence. block_table (batch, max_num_blocks_per_seq) int32: k/v are a paged cache
     (num_blocks, page_block_size, heads_k, head_dim) and sequence b reads its
-    cu_seqlens_k[b+1] - cu_seqlens_k[b] keys from pages block_table[b] (any page size; falls back with
-    feature-unsupported "paged_kv" until the kernels read pages).
+    cu_seqlens_k[b+1] - cu_seqlens_k[b] keys from pages block_table[b]. The kernels read it when the
+    page size is a multiple of their key block (flash-attn's own rule, a multiple of 256, always is;
+    other sizes fall back with feature-unsupported "paged_kv"), forward only (a call that needs
+    gradients falls back).
     """
     call = inputs.check_varlen(
         q,

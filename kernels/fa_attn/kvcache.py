@@ -7,16 +7,20 @@ One call does, in order (flash-attn does all of it in one kernel; here the first
   3. attention of q over each sequence's keys [cache_leftpad[b], cache_seqlens[b] + seqlen_new),
      bottom-right aligned (causal and windows as flash_attn_func's), GQA/MQA, softcap, ALiBi
 
-Step 3 is `_attend_cache`, the one place the kernels plug in. They serve a contiguous cache in which
-every sequence has the same number of keys and no left padding: that is ordinary attention over
-k_cache[:, :L] (L = cache_seqlens + seqlen_new). The other layouts need kernel features we do not have
-yet and run the fallback with reason `feature-unsupported`, naming the feature:
-  paged_kv         block_table: the kernels must read k/v rows through the page table
-  seqused_k        cache_seqlens differing between sequences: a per-sequence key count (flash-attn's seqused_k)
-  leftpad_k        cache_leftpad: a per-sequence first key (a start offset next to seqused_k)
+Step 3 is `_attend_cache`: the kernels read the cache where it lies (the split-KV forward for decode
+shapes, by decision.num_splits or the caller's `num_splits`), each layout a kernel feature
+(inputs.KvLayout, kernels/csrc/params.h):
+  seqused_k        cache_seqlens differing between sequences: a per-sequence key count
+  leftpad_k        cache_leftpad: a per-sequence first key
   cache_batch_idx  a per-sequence cache row (an indirection on the batch index of k/v)
-Reading cache_seqlens as a tensor is a host sync (the kernel path needs L as a number until the kernels
-take seqused_k); pass it as an int when every sequence has the same length to avoid it.
+  paged_kv         block_table: k/v rows read through the page table, whose pages must hold whole key
+                   blocks of the kernel (page_block_size a multiple of its key block; flash-attn's
+                   rule, a multiple of 256, always is)
+A cache in which every sequence has the same length needs none of them (the kernels see k_cache[:, :L]).
+Wheels without a feature, pages smaller than the key block, ALiBi, and calls that need gradients through
+a layout run the fallback (reason `feature-unsupported` or `backward-unsupported`). cache_seqlens given
+as a tensor is read on the host once, to check every index against the cache (a bad one would make the
+kernels read out of bounds); pass an int when every sequence has the same length to avoid the sync.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import torch
 from . import dispatch, fallback, interface, paged, rotary
 from .inputs import (
     AttnCall,
+    KvLayout,
     Varlen,
     as_int,
     check_block_table,
@@ -50,7 +55,9 @@ class Rotary:
 class CacheCall:
     """A validated flash_attn_with_kvcache call."""
 
-    attn: AttnCall  # the attention over the cache; seqlen_k is L on the kernel-ready layout
+    attn: (
+        AttnCall  # the attention over the cache: seqlen_k is the longest sequence's key count, kv the layout
+    )
     capacity: int  # keys one sequence's cache can hold (seqlen_cache, or pages per sequence * page size)
     seqlen_new: int  # rows of k/v appended (0: none)
     cache_seqlens: tuple[int, ...] | None  # keys before the append; None: every sequence is full
@@ -175,20 +182,25 @@ def _check(
         raise ValueError(f"num_splits: {splits} must be >= 0 (0: choose automatically)")
     opts = check_options(q, batch, q.shape[2], 0.0, softmax_scale, softcap, alibi_slopes)
 
-    features = set()
-    if is_paged:
-        features.add("paged_kv")
-    if rows is not None:
-        features.add("cache_batch_idx")
-    if leftpad is not None and any(leftpad):
-        features.add("leftpad_k")
-    if lengths is not None and len(set(lengths)) > 1:
-        features.add("seqused_k")
+    # What the kernels need beyond k_cache[:, :key_len] (a layout where every sequence has key_len keys).
+    ragged = lengths is not None and len(set(lengths)) > 1
+    kv = KvLayout(
+        seqused_k=_key_counts(cache_seqlens, seqlen_new) if ragged else None,
+        leftpad_k=cache_leftpad if leftpad is not None and any(leftpad) else None,
+        kv_batch_idx=cache_batch_idx if rows is not None else None,
+        block_table=block_table if is_paged else None,
+        page_size=k_cache.shape[1] if is_paged else 0,
+    )
     key_len = capacity if lengths is None else max((n + seqlen_new for n in lengths), default=0)
     attn = make_call(q, batch, seqlen_q, capacity, k_cache.shape[2], opts, causal, window_size, False)
     # flash-attn normalises the window against the cache's capacity; the attention then runs over key_len
-    attn = replace(attn, seqlen_k=key_len, kv_features=frozenset(features))
+    attn = replace(attn, seqlen_k=key_len, kv=kv)
     return CacheCall(attn, capacity, seqlen_new, lengths, leftpad, rows, block_table, rot, splits)
+
+
+def _key_counts(cache_seqlens: torch.Tensor, seqlen_new: int) -> torch.Tensor:
+    """Each sequence's keys after the append, int32 on the device: the kernels' seqused_k."""
+    return (cache_seqlens + seqlen_new).to(torch.int32)
 
 
 def _check_rotary(q, cos, sin, interleaved, seqlen_new: int, capacity: int) -> Rotary:
@@ -248,10 +260,9 @@ def _attend_cache(req: CacheCall, q, k_cache, v_cache, want_lse: bool):
     route = interface.decide(call, q, k_cache, v_cache)
     dispatch.report(route)
     if route.path != "fallback":
-        # Only the kernel-ready layout gets here (no kv_features): ordinary attention over the first
-        # L = call.seqlen_k rows of each sequence's cache. New layouts plug in here with their features.
-        keys, values = k_cache[:, : call.seqlen_k], v_cache[:, : call.seqlen_k]
-        return interface.run_kernels(call, route, q, keys, values, num_splits=req.num_splits)
+        if req.block_table is None:  # no sequence reads past row call.seqlen_k of its cache
+            k_cache, v_cache = k_cache[:, : call.seqlen_k], v_cache[:, : call.seqlen_k]
+        return interface.run_kernels(call, route, q, k_cache, v_cache, num_splits=req.num_splits)
     return _fallback(req, q, k_cache, v_cache, want_lse)
 
 

@@ -25,10 +25,14 @@ from .decision import KernelLaunch
 
 NAMESPACE = "fa_attn"
 
+# The forward operators' KV-cache layout (kernels/csrc/params.h): per-sequence key counts, first keys,
+# k/v batch rows and a page table, each optional int32 (inputs.KvLayout); the backward takes none.
+_KV_LAYOUT = "Tensor? seqused_k, Tensor? leftpad_k, Tensor? kv_batch_idx, Tensor? block_table"
+
 _FWD_SCHEMA = (
-    "fwd(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, "
-    "int max_seqlen_k, float softmax_scale, bool causal, int window_left, int window_right, float softcap, "
-    "str module, str entries, int[] launch, str bwd_module, str bwd_entries, int[] bwd_launch) "
+    f"fwd(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, {_KV_LAYOUT}, "
+    "int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal, int window_left, int window_right, "
+    "float softcap, str module, str entries, int[] launch, str bwd_module, str bwd_entries, int[] bwd_launch) "
     "-> (Tensor out, Tensor softmax_lse)"
 )
 _BWD_SCHEMA = (
@@ -41,9 +45,9 @@ _BWD_SCHEMA = (
 # The split-KV forward (decode): the keys of each (batch, head, query block) in num_splits shares, then
 # an LSE-weighted combine; the outputs of fwd. No autograd: the runtime uses it for inference calls.
 _FWD_SPLITKV_SCHEMA = (
-    "fwd_splitkv(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, "
-    "int max_seqlen_k, float softmax_scale, bool causal, int window_left, int window_right, float softcap, "
-    "int num_splits, str module, str entries, int[] launch) -> (Tensor out, Tensor softmax_lse)"
+    f"fwd_splitkv(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, {_KV_LAYOUT}, "
+    "int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal, int window_left, int window_right, "
+    "float softcap, int num_splits, str module, str entries, int[] launch) -> (Tensor out, Tensor softmax_lse)"
 )
 
 # Kept alive for the life of the process: dropping a Library object unregisters its ops.
@@ -70,6 +74,10 @@ def _fwd_fake(
     v,
     cu_seqlens_q,
     cu_seqlens_k,
+    seqused_k,
+    leftpad_k,
+    kv_batch_idx,
+    block_table,
     max_seqlen_q,
     max_seqlen_k,
     softmax_scale,
@@ -96,6 +104,10 @@ def _fwd_splitkv_fake(
     v,
     cu_seqlens_q,
     cu_seqlens_k,
+    seqused_k,
+    leftpad_k,
+    kv_batch_idx,
+    block_table,
     max_seqlen_q,
     max_seqlen_k,
     softmax_scale,
@@ -148,6 +160,10 @@ def _fwd_setup_context(ctx, inputs, output):
         v,
         cu_q,
         cu_k,
+        seqused_k,
+        leftpad_k,
+        kv_batch_idx,
+        block_table,
         max_q,
         max_k,
         scale,
@@ -164,6 +180,9 @@ def _fwd_setup_context(ctx, inputs, output):
     ) = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
+    # No backward kernel reads a KV-cache layout (the decision sends such calls that need gradients to
+    # the fallback); one here can only come from a direct call of the op.
+    ctx.kv_layout = any(t is not None for t in (seqused_k, leftpad_k, kv_batch_idx, block_table))
     ctx.args = (max_q, max_k, scale, causal, wl, wr, softcap, bwd_module, bwd_entries, bwd_launch)
     ctx.mark_non_differentiable(lse)  # like flash-attn: the LSE is an output, not a training signal
 
@@ -171,6 +190,11 @@ def _fwd_setup_context(ctx, inputs, output):
 def _fwd_backward(ctx, grad_out, _grad_lse):
     q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
     max_q, max_k, scale, causal, wl, wr, softcap, bwd_module, bwd_entries, bwd_launch = ctx.args
+    if ctx.kv_layout:
+        raise RuntimeError(
+            "fa_attn::fwd with a KV-cache layout (seqused_k, leftpad_k, kv_batch_idx, block_table) has no "
+            "gradient; call it without requires_grad, or use fa_attn's functions, which fall back for it"
+        )
     if not bwd_module:
         # Dispatch sends calls that need gradients to the fallback when there is no backward kernel;
         # reaching this means the forward was called directly with requires_grad and no bwd launch data.
@@ -198,7 +222,7 @@ def _fwd_backward(ctx, grad_out, _grad_lse):
         bwd_entries,
         bwd_launch,
     )
-    return (dq, dk, dv) + (None,) * 15
+    return (dq, dk, dv) + (None,) * 19
 
 
 torch.library.register_autograd(f"{NAMESPACE}::fwd", _fwd_backward, setup_context=_fwd_setup_context)

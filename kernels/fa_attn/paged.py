@@ -1,8 +1,9 @@
 """Keys and values read through a page table (paged KV cache), in plain torch, for the fallback.
 
 A paged cache is (num_blocks, page_block_size, heads_k, head_dim); sequence b's key t lives in page
-block_table[b, t // page_block_size] at row t % page_block_size. The kernels do not read pages yet
-(feature "paged_kv"), so the fallback gathers each sequence's keys into the packed (total, heads_k,
+block_table[b, t // page_block_size] at row t % page_block_size. The kernels read pages in place
+(feature "paged_kv"); where they cannot (pages smaller than their key block, a backward, a wheel
+without the feature), the fallback gathers each sequence's keys into the packed (total, heads_k,
 head_dim) layout the varlen fallback takes: a copy, which is what a fallback may cost.
 """
 

@@ -33,7 +33,7 @@ CODES: dict[str, tuple[str, str]] = {
     "ptx-driver-too-old": (KERNELS, "only PTX would run, and the driver is too old to JIT it"),
     "dtype-unsupported": (KERNELS, "no kernel for this dtype here (fp16 and bf16 only; bf16 from sm 8.0)"),
     "head-dim-unsupported": (KERNELS, "no kernel for this head dim (at most 256)"),
-    "backward-unsupported": (KERNELS, "the forward is covered but the backward is not"),
+    "backward-unsupported": (KERNELS, "the forward is covered but the backward is not (KV-cache layouts: never)"),
     "feature-unsupported": (CALL, "the call uses a feature the kernels do not implement (dropout, alibi, ...)"),
     "binding-unavailable": (CALL, "no binding (the universal wheel), or it failed to load"),
     "device-not-cuda": (CALL, "the tensors are not on an NVIDIA GPU"),

@@ -1,10 +1,12 @@
 """fa_attn's public API on the real kernels, run by tests/emu's CPU emulator.
 
-`kernels_on_cpu()` registers CPU implementations of the `fa_attn::fwd` / `fa_attn::bwd` ops that launch
-the kernels on the emulator (emu_harness.forward / backward: what the binding does around a launch), and
-answers fa_attn's path decision with the real `dispatch.decide` for an sm 8.0 GPU and a manifest built
-from kernels/tiles.py. So a call the kernels serve runs them (padding, strides, varlen offsets, GQA, the
-autograd backward), and a call they cannot serve falls back with the reason a GPU would give.
+`kernels_on_cpu()` registers CPU implementations of the `fa_attn::fwd` / `fa_attn::fwd_splitkv` /
+`fa_attn::bwd` ops that launch the kernels on the emulator (emu_harness.forward / forward_splitkv /
+backward: what the binding does around a launch), and answers fa_attn's path decision with the real
+`dispatch.decide` for an sm 8.0 GPU of SM_COUNT SMs and a manifest built from kernels/tiles.py. So a call
+the kernels serve runs them (padding, strides, varlen offsets, GQA, KV-cache layouts, the split count of
+decision.num_splits, the autograd backward), and a call they cannot serve falls back with the reason a
+GPU would give.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from buildtool.core.runtime import schema
 from tests.select.fixture_index import kernel_manifest
 
 ARCH = "8.0"
+SM_COUNT = 108  # an A100's: with the tiny test shapes, decision.num_splits splits the keys
 _EMULATED: dict[str, H.Emulated] = {}
+LAUNCHED: list[tuple[str, int]] = []  # (op, num_splits) of each emulated op call, oldest first
 
 
 def manifest(arch: str = ARCH) -> schema.Manifest:
@@ -38,21 +42,30 @@ def _emulated(module: str) -> H.Emulated:
     return _EMULATED[name]
 
 
-def _call(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap) -> H.Call:
+def _call(
+    q, k, v, cu_q, cu_k, used_k, leftpad_k, batch_idx, table, max_q, max_k, scale, causal, wl, wr, softcap
+) -> H.Call:
     return H.Call(q, k, v, causal=causal, window=(wl, wr), softcap=softcap, softmax_scale=scale,
-                  cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max_q, max_seqlen_k=max_k)  # fmt: skip
+                  cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max_q, max_seqlen_k=max_k,
+                  seqused_k=used_k, leftpad_k=leftpad_k, kv_batch_idx=batch_idx, block_table=table)  # fmt: skip
 
 
-def _fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap, module, entries, launch, *_bwd):
-    return H.forward(
-        _emulated(module), _call(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap)
-    )
+def _fwd(*args):
+    *call, module, _entries, _launch, _bwd_module, _bwd_entries, _bwd_launch = args
+    LAUNCHED.append(("fwd", 1))
+    return H.forward(_emulated(module), _call(*call))
+
+
+def _fwd_splitkv(*args):
+    *call, num_splits, module, _entries, _launch = args
+    LAUNCHED.append(("fwd_splitkv", num_splits))
+    return H.forward_splitkv(_emulated(module), _call(*call), num_splits)
 
 
 def _bwd(
     dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap, module, entries, launch
 ):
-    call = _call(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap)
+    call = _call(q, k, v, cu_q, cu_k, None, None, None, None, max_q, max_k, scale, causal, wl, wr, softcap)
     return H.backward(_emulated(module), call, out, lse, dout)
 
 
@@ -60,7 +73,9 @@ def _decide(call, q, k, v) -> dispatch.Dispatch:
     backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     facts = dispatch.CallFacts(
         Device("cuda", ARCH),
-        Call(call.dtype_name, call.head_dim, backward, dispatch.features_of(call, backward)),
+        Call(
+            call.dtype_name, call.head_dim, backward, dispatch.features_of(call, backward), call.kv.page_size
+        ),
     )
     return dispatch.decide(facts, manifest(), lambda: None, driver=lambda: None, package_dir=Path("/"))
 
@@ -69,8 +84,11 @@ def _decide(call, q, k, v) -> dispatch.Dispatch:
 def kernels_on_cpu(monkeypatch):
     lib = torch.library.Library("fa_attn", "IMPL")
     lib.impl("fwd", _fwd, "CPU")
+    lib.impl("fwd_splitkv", _fwd_splitkv, "CPU")
     lib.impl("bwd", _bwd, "CPU")
     monkeypatch.setattr(interface, "decide", _decide)
+    monkeypatch.setattr(interface, "_sm_count", lambda device: SM_COUNT)
+    LAUNCHED.clear()
     try:
         yield
     finally:

@@ -7,13 +7,18 @@ fall back with `feature-unsupported` naming the missing feature.
 
 from __future__ import annotations
 
+import zlib
+
 import emu_harness
+import emulated
 import fa_attn
 import pytest
 import torch
 from attn_reference import assert_fa2_close, attention_ref
 from emulated import kernels_on_cpu
-from kvcache_reference import rotate_complex
+from kvcache_reference import kvcache_reference, rotate_complex
+from reference import assert_close
+from test_kvcache import caches_after
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::fa_attn.FaFallbackWarning"),
@@ -135,40 +140,159 @@ def test_kvcache_uniform_cache_on_kernels(kernels) -> None:
     check("out", out, q_rot, k_cache[:, :end], v_cache[:, :end], causal=True)
 
 
-@pytest.mark.parametrize(
-    ("layout", "feature"),
-    [
-        ("ragged", "seqused_k"),
-        ("leftpad", "leftpad_k"),
-        ("batch_idx", "cache_batch_idx"),
-        ("paged", "paged_kv"),
-    ],
-)
-def test_kvcache_layouts_the_kernels_lack_fall_back(kernels, layout: str, feature: str) -> None:
-    b, cap, hk, h, d = 2, 16, 2, 4, 32
-    q = rand(b, 1, h, d)
-    k_cache, v_cache = rand(b + 1, cap, hk, d, seed=1), rand(b + 1, cap, hk, d, seed=2)
-    args = {"cache_seqlens": torch.tensor([9, 9], dtype=torch.int32)}
-    if layout == "ragged":
-        args["cache_seqlens"] = torch.tensor([9, 4], dtype=torch.int32)
-    elif layout == "leftpad":
-        args["cache_leftpad"] = torch.tensor([2, 0], dtype=torch.int32)
-    elif layout == "batch_idx":
-        args["cache_batch_idx"] = torch.tensor([2, 0], dtype=torch.int32)
+def _positions(start: int, count: int, per_token: bool) -> torch.Tensor:
+    return torch.arange(count) + start if per_token else torch.full((count,), start)
+
+
+def kvcache_twin(
+    args: dict, k_after: torch.Tensor, v_after: torch.Tensor, lengths: list[int]
+) -> torch.Tensor:
+    """The same call's math done by PyTorch in the inputs' dtype, sequence by sequence (FA2's rule
+    measures our error against this one's): q rotated and rounded as flash-attn does, attention over
+    the keys [leftpad, cache_seqlens + new) of each sequence's cache after the append."""
+    q, new = args["q"], args["k"].shape[1] if "k" in args else 0
+    causal, window = args["causal"], args["window_size"]
+    per_token = causal or window != (-1, -1)
+    outs = []
+    for b in range(q.shape[0]):
+        qb = q[b]
+        if "rotary_cos" in args:
+            pos = _positions(lengths[b], q.shape[1], per_token)
+            qb = rotate_complex(qb, args["rotary_cos"], args["rotary_sin"], pos, args["rotary_interleaved"])
+            qb = qb.to(q.dtype)
+        start = int(args["cache_leftpad"][b]) if "cache_leftpad" in args else 0
+        end = lengths[b] + new
+        keys, values = k_after[b, start:end].unsqueeze(0), v_after[b, start:end].unsqueeze(0)
+        outs.append(attention_ref(qb.unsqueeze(0), keys, values, causal, upcast=False, window=window)[0][0])
+    return torch.stack(outs)
+
+
+KV_CASES = {
+    # name: (layout, page size, seqlen_q, mask, rotary, heads (h, hk), num_splits)
+    "ragged-decode-neox": ("ragged", 0, 1, "causal", "neox", (4, 2), 0),
+    "ragged-prefill-split2": ("ragged", 0, 3, "local", None, (4, 1), 2),
+    "leftpad-decode-interleaved": ("leftpad", 0, 1, "full", "interleaved", (4, 2), 0),
+    "batch_idx-few-rows": ("batch_idx", 0, 3, "causal", "interleaved", (2, 2), 1),
+    "paged64-decode": ("paged", 64, 1, "causal", "neox", (4, 2), 0),
+    "paged128-decode-interleaved": ("paged", 128, 1, "local", "interleaved", (4, 1), 0),
+    "paged256-few-rows-split3": ("paged", 256, 3, "causal", None, (4, 2), 3),
+    "paged256-full-no-split": ("paged", 256, 2, "full", "neox", (2, 1), 1),
+}
+MASK_ARGS = {"full": (False, (-1, -1)), "causal": (True, (-1, -1)), "local": (False, (60, 2))}
+
+
+def kvcache_case(name: str) -> dict:
+    """flash_attn_with_kvcache's arguments: three sequences of a d32 cache (one long, one short, one
+    about to get its first keys), new k/v appended, GQA, in one layout."""
+    layout, page, seqlen_q, mask, rot, (h, hk), splits = KV_CASES[name]
+    gen = torch.Generator().manual_seed(zlib.crc32(name.encode()))
+    rnd = lambda *shape: torch.randn(*shape, generator=gen).half()
+    batch, d, capacity = 3, 32, 300
+    lengths = [290, 37, 0] if layout != "leftpad" else [290, 37, 9]
+    args: dict = {
+        "q": rnd(batch, seqlen_q, h, d),
+        "k": rnd(batch, seqlen_q, hk, d),
+        "v": rnd(batch, seqlen_q, hk, d),
+    }
+    if layout == "paged":
+        cols = -(-capacity // page) + 1  # a spare column: pages past a sequence's end are not read
+        capacity = cols * page
+        pages = batch * cols + 1
+        args["k_cache"], args["v_cache"] = rnd(pages, page, hk, d), rnd(pages, page, hk, d)
+        args["block_table"] = torch.randperm(pages, generator=gen)[: batch * cols].reshape(batch, cols).int()
     else:
-        k_cache, v_cache = k_cache.reshape(-1, 4, hk, d), v_cache.reshape(-1, 4, hk, d)
-        args["block_table"] = torch.tensor([[3, 1, 0, 5], [2, 4, 6, 7]], dtype=torch.int32)
-    if layout != "batch_idx" and layout != "paged":
-        k_cache, v_cache = k_cache[:b], v_cache[:b]
-    fa_attn.flash_attn_with_kvcache(q, k_cache, v_cache, causal=True, **args)
-    falls_back_for(feature)
+        rows = batch + 2 if layout == "batch_idx" else batch
+        args["k_cache"], args["v_cache"] = rnd(rows, capacity, hk, d), rnd(rows, capacity, hk, d)
+    if layout == "batch_idx":
+        args["cache_batch_idx"] = torch.tensor([4, 0, 2], dtype=torch.int32)
+    if layout == "leftpad":
+        args["cache_leftpad"] = torch.tensor([70, 0, 9], dtype=torch.int32)  # the last sees only new keys
+    args["cache_seqlens"] = torch.tensor(lengths, dtype=torch.int32)
+    if rot:
+        angle = torch.rand(capacity, d // 4, generator=gen, dtype=torch.float64) * 6.3  # rotary_dim d / 2
+        args["rotary_cos"], args["rotary_sin"] = angle.cos().half(), angle.sin().half()
+        args["rotary_interleaved"] = rot == "interleaved"
+    args["causal"], args["window_size"] = MASK_ARGS[mask]
+    args["num_splits"] = splits
+    return args
 
 
-def test_paged_varlen_and_alibi_fall_back(kernels) -> None:
+@pytest.mark.parametrize("name", list(KV_CASES))
+def test_kvcache_layouts_on_kernels(kernels, name: str) -> None:
+    """Every KV-cache layout on the kernels: the output, the LSE and the appended cache against the
+    float64 reference (kvcache_reference.py), under FA2's rule; decode through the split-KV forward by
+    decision.num_splits (num_splits=0) or as the caller asks (1: never, n: n shares)."""
+    args = kvcache_case(name)
+    lengths = args["cache_seqlens"].tolist()
+    ref_out, ref_lse, ref_k, ref_v = kvcache_reference(
+        args["q"], args["k_cache"].clone(), args["v_cache"].clone(), args["k"], args["v"],
+        args.get("rotary_cos"), args.get("rotary_sin"), lengths, args.get("cache_batch_idx"),
+        args.get("cache_leftpad"), args.get("block_table"), args["causal"], args["window_size"],
+        args.get("rotary_interleaved", True),
+    )  # fmt: skip
+    out, lse = fa_attn.flash_attn_with_kvcache(**args, return_softmax_lse=True)
+    on_kernels()
+    [(op, splits)] = emulated.LAUNCHED
+    requested, page = args["num_splits"], KV_CASES[name][1]
+    if requested == 1 or page == 64:  # 64-key pages hold no whole split-KV block (128 keys) of d32
+        assert op == "fwd", emulated.LAUNCHED
+    else:
+        assert op == "fwd_splitkv" and splits == (requested or splits) > 1, emulated.LAUNCHED
+    k_after, v_after = caches_after(args, args["k_cache"], args["v_cache"])
+    assert_close("k_cache", k_after, ref_k, torch.float16)
+    assert torch.equal(v_after, ref_v.half()), "v_cache: the appended values differ"
+    low = kvcache_twin(args, ref_k.half(), ref_v.half(), lengths)
+    assert_fa2_close("out", out, ref_out, low)
+    seen = torch.isfinite(ref_lse)
+    assert torch.isposinf(lse[~seen]).all()
+    torch.testing.assert_close(lse[seen], ref_lse[seen].float(), rtol=1e-3, atol=1e-3)
+
+
+def test_varlen_over_pages_on_kernels(kernels) -> None:
+    """flash_attn_varlen_func(block_table=...): packed queries over paged keys, forward on the kernels;
+    with gradients it falls back (the kernels have no backward for pages)."""
+    gen = torch.Generator().manual_seed(21)
+    lens_q, lens_k, page, hk = [3, 1, 2], [200, 17, 130], 128, 2
+    q = torch.randn(sum(lens_q), 4, 32, generator=gen).half()
+    k_pages, v_pages = (torch.randn(7, page, hk, 32, generator=gen).half() for _ in range(2))
+    table = torch.tensor([[5, 1], [3, 0], [2, 6]], dtype=torch.int32)
+    cu = lambda lens: torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
+    args = (q, k_pages, v_pages, cu(lens_q), cu(lens_k), max(lens_q), max(lens_k))
+    out = fa_attn.flash_attn_varlen_func(*args, causal=True, block_table=table)
+    on_kernels()
+    start = 0
+    for b, (nq, nk) in enumerate(zip(lens_q, lens_k)):
+        keys = torch.cat([k_pages[p] for p in table[b].tolist()])[:nk].unsqueeze(0)
+        values = torch.cat([v_pages[p] for p in table[b].tolist()])[:nk].unsqueeze(0)
+        check(f"sequence {b}", out[start : start + nq].unsqueeze(0), q[start : start + nq].unsqueeze(0), keys,
+              values, causal=True)  # fmt: skip
+        start += nq
+    leaf = q.clone().requires_grad_()
+    fa_attn.flash_attn_varlen_func(leaf, *args[1:], causal=True, block_table=table)
+    route = fa_attn.last_dispatch()
+    assert route is not None and [r.code for r in route.reasons] == ["backward-unsupported"], route
+
+
+def test_pages_smaller_than_the_key_block_fall_back(kernels) -> None:
+    """Pages of 16 keys: the d32 kernels read blocks of 64 keys from one page, so the call falls back,
+    saying which page size would run."""
+    gen = torch.Generator().manual_seed(22)
+    q = torch.randn(2, 1, 4, 32, generator=gen).half()
+    k_cache, v_cache = (torch.randn(8, 16, 2, 32, generator=gen).half() for _ in range(2))
+    table = torch.arange(8, dtype=torch.int32).reshape(2, 4)
+    out = fa_attn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=torch.tensor([40, 64]).int(),
+                                          block_table=table)  # fmt: skip
+    falls_back_for("paged_kv")
+    route = fa_attn.last_dispatch()
+    assert route is not None and "multiple of 64" in route.reasons[0].fix
+    for b, n in enumerate((40, 64)):
+        keys = torch.cat([k_cache[p] for p in table[b].tolist()])[:n].unsqueeze(0)
+        values = torch.cat([v_cache[p] for p in table[b].tolist()])[:n].unsqueeze(0)
+        ref = attention_ref(q[b : b + 1].float(), keys.float(), values.float(), False)[0]
+        torch.testing.assert_close(out[b : b + 1].float(), ref, rtol=2e-3, atol=2e-3)
+
+
+def test_alibi_falls_back(kernels) -> None:
     q, k = rand(1, 8, 2, 32), rand(1, 8, 2, 32, seed=1)
     fa_attn.flash_attn_func(q, k, k, alibi_slopes=torch.full((2,), 0.1))
     falls_back_for("alibi")
-    cu = torch.tensor([0, 8], dtype=torch.int32)
-    fa_attn.flash_attn_varlen_func(q[0], k.reshape(2, 4, 2, 32), k.reshape(2, 4, 2, 32), cu, cu, 8, 8,
-                                   block_table=torch.tensor([[1, 0]], dtype=torch.int32))  # fmt: skip
-    falls_back_for("paged_kv")

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from buildtool.build.matrix import KernelFilter, MatrixError, load_matrix, parse_matrix
-from buildtool.core import cuda_facts
+from buildtool.core import cuda_facts, kernels_src
 
 REPO = Path(__file__).resolve().parents[2]
 # The two facts of kernels/tiles.py that validation reads (docs/contracts.md section 2).
@@ -47,6 +47,15 @@ def test_additions_parse() -> None:
     assert m.ptx == {11: None, 12: "8.0"}
     assert m.cxx11abi == "true"
     assert m.kernels == KernelFilter(dtypes=("bf16",), head_dims=(128,), directions=("fwd",))
+
+
+def test_kernel_filter_names_split_kv() -> None:
+    """directions takes every direction a unit has, split-KV included (a decode-only dev build)."""
+    m = parse(BASE + "kernels: {directions: [splitkv], head_dims: [128]}\n")
+    assert m.kernels == KernelFilter(head_dims=(128,), directions=("splitkv",))
+    units = kernels_src.tiles().units("8.0")
+    chosen = {u.name for u in units if m.kernels.accepts(u)}
+    assert chosen == {"splitkv_fp16_d128", "splitkv_bf16_d128"}
 
 
 def test_repo_matrix_parses() -> None:

@@ -253,11 +253,21 @@ class Call:
     cu_seqlens_q: torch.Tensor | None = None
     cu_seqlens_k: torch.Tensor | None = None
     max_seqlen_q: int = 0
-    max_seqlen_k: int = 0
+    max_seqlen_k: int = 0  # varlen, and a padded call's keys per sequence with block_table
+    # The KV-cache layout (params.h), int32: (batch,) each, block_table (batch, pages per sequence) with
+    # k/v then (pages, page_block_size, heads_k, dim).
+    seqused_k: torch.Tensor | None = None
+    leftpad_k: torch.Tensor | None = None
+    kv_batch_idx: torch.Tensor | None = None
+    block_table: torch.Tensor | None = None
 
     @property
     def varlen(self) -> bool:
         return self.cu_seqlens_q is not None
+
+    @property
+    def paged(self) -> bool:
+        return self.block_table is not None
 
 
 def _base_params(c: Call, arena: Arena) -> tuple[FaParams, dict[str, torch.Tensor]]:
@@ -275,9 +285,18 @@ def _base_params(c: Call, arena: Arena) -> tuple[FaParams, dict[str, torch.Tenso
         p.seqlen_q, p.seqlen_k = c.max_seqlen_q, c.max_seqlen_k
     else:
         p.batch = c.q.shape[0]
-        p.seqlen_q, p.seqlen_k = c.q.shape[1], c.k.shape[1]
-    for name in ("q", "k", "v"):
-        _set_strides(p, name, t[name], packed)
+        p.seqlen_q, p.seqlen_k = c.q.shape[1], c.max_seqlen_k if c.paged else c.k.shape[1]
+    for name in ("seqused_k", "leftpad_k", "kv_batch_idx", "block_table"):
+        index = getattr(c, name)
+        if index is not None:
+            t[name] = arena.add(name, index)
+            setattr(p, name, t[name].data_ptr())
+    if c.block_table is not None:
+        p.block_table_batch_stride = t["block_table"].stride(0)
+        p.page_block_size = c.k.shape[1]
+    _set_strides(p, "q", t["q"], packed)
+    for name in ("k", "v"):  # pages are (pages, page_block_size, heads_k, dim) for packed q too
+        _set_strides(p, name, t[name], packed and not c.paged)
     p.heads, p.heads_k, p.head_dim = c.q.shape[-2], c.k.shape[-2], c.q.shape[-1]
     p.seqlen_q_rounded = -(-p.seqlen_q // SEQ_ROUND) * SEQ_ROUND
     p.seqlen_k_rounded = -(-p.seqlen_k // SEQ_ROUND) * SEQ_ROUND

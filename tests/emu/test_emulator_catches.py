@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import emu_harness as H
+import kv_layouts
 import pytest
 import torch
 from attn_reference import assert_fa2_close, attention_ref
@@ -190,3 +191,75 @@ def test_bank_conflicts_are_counted(tmp_path: Path) -> None:
     unpadded = H.Emulated(dataclasses.replace(unit, defines=defines), "8.0", csrc)
     H.forward(unpadded, H.Call(q, k, v))
     assert _ratio(unpadded, "fa_fwd", "ldmatrix") == 8.0
+
+
+# ---- the KV-cache layouts' addressing (attention.cuh locate() and KvRows) ------------------------------
+
+
+def run_layout(arch: str, direction: str, layout: str, csrc: Path = H.CSRC) -> None:
+    """One KV-cache layout (kv_layouts.build: two query rows, GQA, a long, a short and an empty
+    sequence) on the kernels of `csrc`, checked like the real ones in test_kv_layouts.py."""
+    em = H.Emulated(H.unit_for(arch, direction, "fp16", 64), arch, csrc)
+    problem = kv_layouts.build(
+        layout, kv_layouts.key_block(arch, direction, 64), 2, True, (-1, -1), 64, seed=5
+    )
+    if direction == "splitkv":
+        kv_layouts.check(problem, *H.forward_splitkv(em, problem.call, 2))
+    else:
+        kv_layouts.check(problem, *H.forward(em, problem.call))
+
+
+LAYOUT_CASES = [  # (arch, direction, layout) of each case below
+    ("8.0", "splitkv", "paged-1"),
+    ("7.5", "fwd", "paged-1"),
+    ("8.0", "fwd", "paged-3"),
+    ("8.0", "splitkv", "ragged"),
+    ("8.0", "fwd", "leftpad"),
+    ("7.5", "splitkv", "batch_idx"),
+]
+
+
+def test_unaltered_layouts_pass() -> None:
+    """The baseline of the cases below: the same calls on the real sources pass."""
+    for arch, direction, layout in LAYOUT_CASES:
+        run_layout(arch, direction, layout)
+
+
+PAGE = "return base + pages[key0 / page_size] * page_stride + (key0 % page_size) * row_stride;"
+
+
+@pytest.mark.parametrize(
+    "arch, direction", [("8.0", "splitkv"), ("7.5", "fwd")], ids=["sm80-splitkv", "sm75-fwd"]
+)
+def test_page_table_off_by_one(tmp_path: Path, arch: str, direction: str) -> None:
+    """Each key block read from the next page of the table: real pages (the table has a spare column),
+    the wrong keys."""
+    new = PAGE.replace("pages[key0 / page_size]", "pages[key0 / page_size + 1]")
+    with pytest.raises((AssertionError, H.EmulatorError), match="max error|outside every buffer"):
+        run_layout(arch, direction, "paged-1", altered(tmp_path, "attention.cuh", PAGE, new))
+
+
+def test_key_block_at_the_start_of_its_page(tmp_path: Path) -> None:
+    """Pages of three key blocks, each block read from the start of its page."""
+    new = PAGE.replace(" + (key0 % page_size) * row_stride", "")
+    with pytest.raises(AssertionError, match="max error"):
+        run_layout("8.0", "fwd", "paged-3", altered(tmp_path, "attention.cuh", PAGE, new))
+
+
+def test_seqused_k_ignored(tmp_path: Path) -> None:
+    """Every sequence taken as long as the cache: the keys past its end are other keys."""
+    old = "  if (p.seqused_k != nullptr) end = p.seqused_k[b];\n"
+    with pytest.raises(AssertionError, match="max error|must give 0"):
+        run_layout("8.0", "splitkv", "ragged", altered(tmp_path, "attention.cuh", old, ""))
+
+
+def test_leftpad_not_skipped(tmp_path: Path) -> None:
+    """The first key counted but its row not moved: every sequence reads the rows before its keys."""
+    with pytest.raises(AssertionError, match="max error"):
+        run_layout("8.0", "fwd", "leftpad", altered(tmp_path, "attention.cuh", "  s.k_row0 += first;\n", ""))
+
+
+def test_cache_row_ignored(tmp_path: Path) -> None:
+    old = "s.k_batch = p.kv_batch_idx != nullptr ? p.kv_batch_idx[b] : b;"
+    with pytest.raises(AssertionError, match="max error"):
+        run_layout("7.5", "splitkv", "batch_idx", altered(tmp_path, "attention.cuh", old, "s.k_batch = b;"))

@@ -92,8 +92,8 @@ def test_loads_on_cpu_torch_and_registers_cuda_kernels(binding: Path) -> None:
             assert not has(op, "CPU"), op
         q = torch.zeros(1, 4, 2, 8, dtype=torch.float16)
         try:
-            torch.ops.fa_attn.fwd(q, q, q, None, None, 4, 4, 0.3, False, -1, -1, 0.0, "m", "fa_fwd",
-                                  [8, 128, 64, 64, 0, 0], "", "", [])
+            torch.ops.fa_attn.fwd(q, q, q, None, None, None, None, None, None, 4, 4, 0.3, False, -1, -1,
+                                  0.0, "m", "fa_fwd", [8, 128, 64, 64, 0, 0], "", "", [])
         except NotImplementedError as err:
             assert "CPU" in str(err)
         else:

@@ -197,6 +197,58 @@ def test_the_launch_is_the_smallest_bucket_that_holds_the_head_dim() -> None:
     assert [r.code for r in d.reasons] == ["binding-unavailable"] and "no kernel file" in d.reasons[0].message
 
 
+KV_FEATURES = ["causal", "gqa", "paged_kv", "seqused_k", "leftpad_k", "cache_batch_idx"]
+
+
+def _split_kernel(hd: int, block_n: int) -> dict:
+    kernel = _kernel(hd, "splitkv")
+    kernel["entries"] = {
+        "fa_fwd_splitkv": {"threads": 128, "block_m": 64, "block_n": block_n, "smem_bytes": 49152,
+                           "grid": "q_blocks_splits"},
+        "fa_fwd_combine": {"threads": 128, "block_m": 4, "block_n": 0, "smem_bytes": 0, "grid": "q_blocks"},
+    }  # fmt: skip
+    return kernel
+
+
+KV_WHEEL = manifest(
+    cov("8.0", directions=("fwd", "bwd", "splitkv"), dims=range(8, 65, 8)),
+    kernels=[_kernel(64), _kernel(64, "bwd"), _split_kernel(64, 128)],
+    features=KV_FEATURES,
+)
+
+
+def kv_call(page_size: int = 0, backward: bool = False, *features: str) -> Call:
+    return Call("bf16", 64, backward, frozenset(features or ("paged_kv",)), page_size)
+
+
+def test_pages_must_hold_whole_key_blocks() -> None:
+    """The kernels read a key block from one page: pages of 128 suit the forward's 64-key blocks and
+    split-KV's 128; pages of 64 only the forward's (no split-KV); pages of 32 neither (fallback)."""
+    run = lambda call: decide(KV_WHEEL.info, Device("cuda", "8.0"), call, KV_WHEEL.kernels)
+    both = run(kv_call(128))
+    assert both.path == "sass" and both.fwd is not None and both.splitkv is not None
+    fwd_only = run(kv_call(64))
+    assert fwd_only.path == "sass" and fwd_only.splitkv is None
+    small = run(kv_call(32))
+    assert [r.code for r in small.reasons] == ["feature-unsupported"]
+    assert "pages of 32 keys" in small.reasons[0].message and "multiple of 64" in small.reasons[0].fix
+    assert run(kv_call(0, False, "seqused_k")).splitkv is not None  # not paged: no page rule
+
+
+@pytest.mark.parametrize("feature", ["paged_kv", "seqused_k", "leftpad_k", "cache_batch_idx"])
+def test_kv_layouts_have_no_backward(feature: str) -> None:
+    d = decide(KV_WHEEL.info, Device("cuda", "8.0"), kv_call(128, True, feature), KV_WHEEL.kernels)
+    assert [r.code for r in d.reasons] == ["backward-unsupported"]
+    assert feature in d.reasons[0].message and "torch.no_grad()" in d.reasons[0].fix
+
+
+def test_a_wheel_without_the_kv_features_falls_back_for_them() -> None:
+    """Wheels built before the layouts list no such feature: their kernels cannot read them."""
+    old = manifest(cov("8.0", dims=range(8, 65, 8)), kernels=[_kernel(64)], features=["causal", "gqa"])
+    d = decide(old.info, Device("cuda", "8.0"), kv_call(128), old.kernels)
+    assert [r.code for r in d.reasons] == ["feature-unsupported"] and "paged_kv" in d.reasons[0].message
+
+
 def test_doctor_decides_without_kernel_files() -> None:
     assert choose(CU12, "8.0", "bf16", 40, False, None) == Dispatch("sass", "8.0", (), 40)
 

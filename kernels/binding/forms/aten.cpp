@@ -83,28 +83,34 @@ KernelArgs kernel_args(c10::string_view module, c10::string_view entries, at::In
 }
 
 // The C++ signatures must match the schemas in fa_attn/ops.py exactly (TORCH_LIBRARY_IMPL checks).
+using MaybeTensor = std::optional<at::Tensor>;
+
 std::tuple<at::Tensor, at::Tensor> fwd(
-    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& cu_q,
-    const std::optional<at::Tensor>& cu_k, int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale,
-    bool causal, int64_t window_left, int64_t window_right, double softcap, c10::string_view module,
-    c10::string_view entries, at::IntArrayRef launch, c10::string_view /*bwd_module*/,
-    c10::string_view /*bwd_entries*/, at::IntArrayRef /*bwd_launch*/) {
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const MaybeTensor& cu_q, const MaybeTensor& cu_k,
+    const MaybeTensor& seqused_k, const MaybeTensor& leftpad_k, const MaybeTensor& kv_batch_idx,
+    const MaybeTensor& block_table, int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal,
+    int64_t window_left, int64_t window_right, double softcap, c10::string_view module, c10::string_view entries,
+    at::IntArrayRef launch, c10::string_view /*bwd_module*/, c10::string_view /*bwd_entries*/,
+    at::IntArrayRef /*bwd_launch*/) {
   const Options options{max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap};
-  return Ops::fwd(q, k, v, cu_q, cu_k, options, kernel_args(module, entries, launch));
+  return Ops::fwd(q, k, v, cu_q, cu_k, {seqused_k, leftpad_k, kv_batch_idx, block_table}, options,
+                  kernel_args(module, entries, launch));
 }
 
 std::tuple<at::Tensor, at::Tensor> fwd_splitkv(
-    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& cu_q,
-    const std::optional<at::Tensor>& cu_k, int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale,
-    bool causal, int64_t window_left, int64_t window_right, double softcap, int64_t num_splits,
-    c10::string_view module, c10::string_view entries, at::IntArrayRef launch) {
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const MaybeTensor& cu_q, const MaybeTensor& cu_k,
+    const MaybeTensor& seqused_k, const MaybeTensor& leftpad_k, const MaybeTensor& kv_batch_idx,
+    const MaybeTensor& block_table, int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal,
+    int64_t window_left, int64_t window_right, double softcap, int64_t num_splits, c10::string_view module,
+    c10::string_view entries, at::IntArrayRef launch) {
   const Options options{max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap};
-  return Ops::fwd_splitkv(q, k, v, cu_q, cu_k, options, num_splits, kernel_args(module, entries, launch));
+  return Ops::fwd_splitkv(q, k, v, cu_q, cu_k, {seqused_k, leftpad_k, kv_batch_idx, block_table}, options,
+                          num_splits, kernel_args(module, entries, launch));
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(
     const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
-    const at::Tensor& lse, const std::optional<at::Tensor>& cu_q, const std::optional<at::Tensor>& cu_k,
+    const at::Tensor& lse, const MaybeTensor& cu_q, const MaybeTensor& cu_k,
     int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
     int64_t window_right, double softcap, c10::string_view module, c10::string_view entries,
     at::IntArrayRef launch) {
