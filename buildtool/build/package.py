@@ -98,6 +98,8 @@ def manifest(spec: WheelSpec, tiles: ModuleType) -> dict:
         "torch": spec.torch_minor,
         "cxx11abi": spec.cxx11abi,
         "binding": BINDING_FILE if spec.binding else None,
+        "binding_form": spec.form,
+        "torch_tested": list(spec.torch_tested),
         "kernels": kernels,
         "coverage": [
             {"arch": a, "image": i, "dtype": d, "direction": r, "head_dims": sorted(hd)}

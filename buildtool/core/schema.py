@@ -29,6 +29,8 @@ _FROM_MANIFEST = (
     "toolkit",
     "torch",
     "cxx11abi",
+    "binding_form",
+    "torch_tested",
     "min_driver",
     "ptx_min_driver",
     "sass",
