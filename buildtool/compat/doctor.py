@@ -68,6 +68,8 @@ def report_json(report: DoctorReport) -> dict[str, Any]:
         "variant": sel.selected.variant if sel.selected else None,
         "codes": list(sel.codes),
         "because": _reasons_json(sel.deciding),
+        "why": sel.why,
+        "warnings": _reasons_json(sel.warnings),
         "runtime": _runtime_json(sel.runtime),
         "gpus": [
             {"index": a.index, "name": a.gpu.name, "sm": a.gpu.sm, "runtime": _runtime_json(a.runtime)}
@@ -157,6 +159,12 @@ def render(report: DoctorReport, console: Console) -> None:
     call = f"{req.dtype}, head dim {req.head_dim}, {'forward+backward' if req.backward else 'forward'}"
     console.print(Text("\nChoice", style="bold"))
     console.print(f"fa install picks: {sel.selected.file if sel.selected else 'nothing'}")
+    if sel.why:
+        console.print(f"why: {sel.why}", highlight=False)
+    for warning in sel.warnings:
+        console.print(
+            Text.assemble(("warning ", "bold yellow"), (warning.code, "bold yellow"), f" {warning.message}")
+        )
     for answer in sel.gpus:
         console.print(
             f"GPU {answer.index} ({answer.gpu.name}, sm {answer.gpu.sm}), {call}: "

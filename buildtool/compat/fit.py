@@ -29,6 +29,7 @@ CODES = (
     "torch-missing",
     "torch-not-cuda",
     "torch-version-mismatch",
+    "torch-below-floor",
     "cxx11abi-mismatch",
     "driver-too-old",
     "torch-driver-too-old",
@@ -41,6 +42,8 @@ CODES = (
     "feature-unsupported",
     "binding-unavailable",
     "device-not-cuda",
+    # a warning, never a refusal: a stable-ABI wheel on a torch newer than any it was tested with
+    "torch-newer-than-tested",
 )
 
 # Windows drivers are numbered differently from Linux ones (CUDA Compatibility guide, table 2).
@@ -254,28 +257,21 @@ def _torch_reasons(entry: WheelEntry, env: Env) -> list[Reason]:
                 )
             ]
         return []
-    reasons = []
-    if env.torch.minor != entry.torch:
-        reasons.append(
-            Reason(
-                "torch-version-mismatch",
-                f"the wheel is built for torch {entry.torch}; installed is {env.torch.version}",
-                f"install a torch minor that has a wheel (the table lists them), or build for "
-                f"torch {env.torch.minor} with fa build",
-            )
-        )
     abi = assumed_cxx11abi(env)
-    if entry.cxx11abi is not None and abi is not None and abi != entry.cxx11abi:
-        assumed = "" if env.torch.cxx11abi is not None else " (assumed: the env does not say)"
-        reasons.append(
-            Reason(
-                "cxx11abi-mismatch",
-                f"the wheel uses cxx11abi={str(entry.cxx11abi).lower()}; torch uses "
-                f"cxx11abi={str(abi).lower()}{assumed}",
-                "pick the wheel with torch's ABI (fa install does), or rebuild with fa build",
-            )
-        )
-    return reasons
+    problems = kernels_src.binding_fit().torch_problems(dict(entry.raw), env.torch.version, abi)
+    assumed = "" if env.torch.cxx11abi is not None else " (assumed: the env does not say)"
+    return [
+        Reason(p.code, p.message + (assumed if p.code == "cxx11abi-mismatch" else ""), p.fix)
+        for p in problems
+    ]
+
+
+def untested_torch(entry: WheelEntry, env: Env) -> Reason | None:
+    """The warning for a stable-ABI wheel on a torch newer than the newest it was tested with."""
+    if env.torch is None:
+        return None
+    found = kernels_src.binding_fit().untested_torch(dict(entry.raw), env.torch.version)
+    return Reason(found.code, found.message, found.fix) if found else None
 
 
 def _driver_reasons(entry: WheelEntry, env: Env) -> list[Reason]:

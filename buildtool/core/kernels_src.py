@@ -1,10 +1,12 @@
 """Where the kernels/ tree is: the repo checkout (editable install) or the copy packed into the tool's
-own wheel (buildtool/_kernels). Also loads the two pure-Python modules that the build and doctor share
-with the runtime (kernels/tiles.py, kernels/fa_attn/kernel_choice.py) by path, so there is one copy."""
+own wheel (buildtool/_kernels). Also loads the pure-Python modules that the build and doctor share with
+the runtime (kernels/tiles.py, kernels/fa_attn/kernel_choice.py and binding_fit.py) by path, so there is
+one copy."""
 
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.util
 import os
 import sys
@@ -39,5 +41,23 @@ def tiles() -> ModuleType:
     return _load("_fa_tiles", kernels_dir() / "tiles.py")
 
 
+# The runtime's stdlib-only modules, imported as submodules of a stand-in package (so binding_fit's
+# `from .kernel_choice import Reason` finds the same kernel_choice) without running fa_attn/__init__.py,
+# which imports torch.
+_RUNTIME = "_fa_runtime_pure"
+
+
+def _runtime_module(name: str) -> ModuleType:
+    if _RUNTIME not in sys.modules:
+        package = ModuleType(_RUNTIME)
+        package.__path__ = [str(kernels_dir() / "fa_attn")]
+        sys.modules[_RUNTIME] = package
+    return importlib.import_module(f"{_RUNTIME}.{name}")
+
+
 def kernel_choice() -> ModuleType:
-    return _load("_fa_kernel_choice", kernels_dir() / "fa_attn" / "kernel_choice.py")
+    return _runtime_module("kernel_choice")
+
+
+def binding_fit() -> ModuleType:
+    return _runtime_module("binding_fit")

@@ -22,11 +22,13 @@ from . import ops as _ops  # noqa: F401  (defines the fa_attn:: op schemas)
 from .dispatch import Dispatch, FaFallbackError, FaFallbackWarning, last_dispatch
 from .interface import explain, flash_attn_func, flash_attn_varlen_func
 from .kernel_choice import Reason
+from .loader import FaUntestedTorchWarning
 
 __all__ = [
     "Dispatch",
     "FaFallbackError",
     "FaFallbackWarning",
+    "FaUntestedTorchWarning",
     "Reason",
     "explain",
     "flash_attn_func",

@@ -1,20 +1,28 @@
 """The wheel's manifest and its host binding (libfa_attn_ops.so), loaded lazily on the first CUDA call.
 
 A source checkout has no manifest.json: it then behaves as the universal wheel (no kernels, every call
-goes to the SDPA fallback). The binding is C++ compiled against one torch minor and C++ ABI; loading it
-into another torch can die with `undefined symbol`, so both are checked against the manifest *before*
-`torch.ops.load_library`, and any failure becomes a Reason instead of an exception.
+goes to the SDPA fallback). A binding of the ATen form is C++ compiled against one torch minor and C++
+ABI; loading it into another torch can die with `undefined symbol`. One of the stable form serves every
+torch from its floor on. Either way the running torch is checked against the manifest (binding_fit.py)
+*before* `torch.ops.load_library`, and any failure becomes a Reason instead of an exception; a torch
+newer than any the stable binding was tested with loads, with a one-time FaUntestedTorchWarning.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import warnings
 from pathlib import Path
 
 import torch
 
+from . import binding_fit
 from .kernel_choice import Reason
+
+
+class FaUntestedTorchWarning(UserWarning):
+    """The stable-ABI binding loaded into a torch minor newer than any it was tested with."""
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 MANIFEST_FILE = PACKAGE_DIR / "manifest.json"
@@ -34,6 +42,8 @@ UNIVERSAL_MANIFEST: dict = {
     "torch": None,
     "cxx11abi": None,
     "binding": None,
+    "binding_form": None,
+    "torch_tested": [],
     "kernels": [],
     "coverage": [],
     "features": [],
@@ -69,6 +79,10 @@ def torch_minor(version: str) -> str:
     return ".".join(parts[:2])
 
 
+def _cxx11abi() -> bool:
+    return bool(torch._C._GLIBCXX_USE_CXX11_ABI)
+
+
 def static_binding_problem(man: dict) -> Reason | None:
     """Why the binding of this manifest cannot serve the running torch, decided without loading it."""
     if man.get("_error"):
@@ -79,21 +93,8 @@ def static_binding_problem(man: dict) -> Reason | None:
             "this fa-attn is the universal wheel (no kernels, no binding)",
             "install the fa-attn wheel for your torch and CUDA major (`fa install`)",
         )
-    running = torch_minor(torch.__version__)
-    if man.get("torch") != running:
-        return Reason(
-            "torch-version-mismatch",
-            f"the binding was built for torch {man.get('torch')}, this is torch {torch.__version__}",
-            f"install the fa-attn wheel built for torch {running} (`fa install`)",
-        )
-    abi = bool(torch._C._GLIBCXX_USE_CXX11_ABI)
-    if man.get("cxx11abi") is not None and bool(man["cxx11abi"]) != abi:
-        return Reason(
-            "cxx11abi-mismatch",
-            f"the binding uses cxx11abi={man['cxx11abi']}, this torch uses cxx11abi={abi}",
-            f"install the fa-attn wheel with cxx11abi{str(abi).lower()} (`fa install`)",
-        )
-    return None
+    problems = binding_fit.torch_problems(man, torch.__version__, _cxx11abi())
+    return problems[0] if problems else None
 
 
 def load_binding() -> Reason | None:
@@ -124,4 +125,7 @@ def _load(man: dict) -> Reason | None:
             f"{path.name} loaded but registered no CUDA kernel for fa_attn::fwd",
             "reinstall fa-attn (the binding does not match this runtime)",
         )
+    untested = binding_fit.untested_torch(man, torch.__version__)
+    if untested is not None:
+        warnings.warn(f"[{untested.code}] {untested.message}", FaUntestedTorchWarning, stacklevel=2)
     return None
