@@ -23,6 +23,7 @@ from pathlib import Path
 
 from buildtool.build.torch_headers import Headers
 from buildtool.core import atomic, binding_forms, cache, cpus
+from buildtool.errors import FaError
 
 OUTPUT_NAME = "libfa_attn_ops.so"
 STUB_SONAMES = ("libc10.so", "libtorch_cpu.so")  # what torch's own libraries are called on Linux
@@ -37,7 +38,7 @@ BASE_FLAGS = (
 )
 
 
-class BindingError(RuntimeError):
+class BindingError(FaError):
     """The host compiler could not build the binding; the message carries its output."""
 
 

@@ -20,6 +20,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from buildtool.core import binding_forms, cpus, cuda_facts, kernels_src
+from buildtool.errors import InputError
 
 DEFAULT_VERSION = "0.1.0"
 # The binding reaches the CUDA stream through torch's C shim (aoti_torch/c/shim.h), present since 2.4.
@@ -51,15 +52,8 @@ _MINOR = re.compile(r"^(\d+)\.(\d+)$")
 _PYTHON = re.compile(r"^3\.(\d+)(t?)$")
 
 
-class MatrixError(Exception):
+class MatrixError(InputError):
     """A value in matrix.yaml (or on the command line) that fa cannot work with."""
-
-    def __init__(self, source: str, field: str, message: str, fix: str) -> None:
-        self.source = source
-        self.field = field
-        self.message = message
-        self.fix = fix
-        super().__init__(f"{source}: {field}: {message}\n  fix: {fix}")
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from buildtool.build.platform_tag import platform_tag
 from buildtool.core import atomic
 from buildtool.core.cuda_facts import TOOLKITS, arch_tuple, compute_name, sm_name
 from buildtool.core.schema import DIST, MANIFEST, PROJECT, REQUIRES_PYTHON
+from buildtool.errors import FaError
 
 if TYPE_CHECKING:
     from buildtool.build.plan import CompileJob, WheelSpec
@@ -33,7 +34,7 @@ _EPOCH = (1980, 1, 1, 0, 0, 0)  # the zip format's earliest date: no build time 
 SUMMARY = "Fused attention kernels for PyTorch, built per CUDA major and torch minor by fa"
 
 
-class PackageError(RuntimeError):
+class PackageError(FaError):
     """A wheel that cannot be assembled (a missing artifact)."""
 
 

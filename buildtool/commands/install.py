@@ -12,14 +12,14 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from buildtool.build.matrix import MatrixError
-from buildtool.commands._shared import IndexOpt, JsonOpt, WheelsOpt, load_wheel_index, print_json, usage
-from buildtool.commands.build import BUILD_FAILURES
+from buildtool.commands._shared import IndexOpt, JsonOpt, WheelsOpt, load_wheel_index, print_json
 from buildtool.compat import build_here, install
 from buildtool.compat.choose import Request, Selection, select
 from buildtool.compat.env import Env
 from buildtool.compat.probe import probe
-from buildtool.compat.wheel_index import WheelIndex, WheelIndexError, load_index
+from buildtool.compat.wheel_index import WheelIndex, load_index
+from buildtool.core.console import plain_console
+from buildtool.errors import EXIT_FAILED, EXIT_OK, FaError, UsageError
 
 BUILD_HINT = (
     "fa install --build builds the one wheel this machine needs (this torch, CPU, CUDA major and GPU arch)"
@@ -40,11 +40,10 @@ def _index_or_none(wheels: Path | None, index: str | None) -> WheelIndex | None:
 def _build_here(
     env: Env, arch: str | None, cuda: int | None, jobs: int, console: Console, progress: bool
 ) -> tuple[WheelIndex, Selection]:
-    try:
-        matrix = build_here.release_matrix()
-        target = build_here.target(env, arch, cuda, matrix)
-    except MatrixError as exc:
-        usage(f"{exc.field}: {exc.message}\n  fix: {exc.fix}")
+    """Raises InputError (exit 2) when the probe and options cannot say what to build, FaError (exit 1)
+    when the build fails."""
+    matrix = build_here.release_matrix()
+    target = build_here.target(env, arch, cuda, matrix)
     console.print(
         f"building the wheel for torch {target.torch_version}, CUDA {target.cuda_major}, sm {target.arch} "
         f"into {build_here.out_dir()}",
@@ -52,10 +51,9 @@ def _build_here(
     )
     try:
         build_here.build(target, matrix, jobs, show_progress=progress)
-        built = load_index(str(build_here.out_dir()))
-    except (*BUILD_FAILURES, WheelIndexError) as exc:
-        console.print(f"fa install --build: the build failed: {exc}", style="bold red", highlight=False)
-        raise typer.Exit(1) from None
+    except FaError as exc:
+        raise exc.with_note("fa install --build: nothing installed (finished work is cached: run it again)")
+    built = load_index(str(build_here.out_dir()))
     return built, select(built.entries, env, Request())
 
 
@@ -81,7 +79,7 @@ def install_cmd(
     jobs: Annotated[
         int, typer.Option("--jobs", "-j", help="With --build: parallel compiles")
     ] = os.cpu_count() or 1,
-) -> None:
+) -> int:
     """Install the wheel fa doctor picks for this machine, checked against the index's sha256.
 
     With --build, when no wheel in the index fits this machine's torch (a minor nobody built, a local
@@ -91,22 +89,18 @@ def install_cmd(
     build, was refused or failed (the environment is left as it was, or the message says what changed),
     2 usage."""
     if (arch or cuda) and not build:
-        usage("--arch and --cuda only go with --build")
+        raise UsageError("--arch and --cuda only go with --build")
     idx = _index_or_none(wheels, index) if build else load_wheel_index(wheels, index)
     env = probe()
     selection = select(idx.entries if idx else (), env, Request())
-    console = Console(stderr=as_json)
+    console = plain_console(stderr=as_json)
     built = False
     if build and not _kernel_wheel_fits(selection) and not dry_run:
         idx, selection = _build_here(env, arch, cuda, jobs, console, progress=not as_json)
         built = True
-    assert idx is not None or not _kernel_wheel_fits(selection)
-    if idx is None:  # --build --dry-run with no index: nothing to install from yet
+    if idx is None:  # --build --dry-run with no index yet: nothing to install from
         idx = WheelIndex(location="(none)", entries=())
-    try:
-        plan = install.plan_install(idx, selection, install.default_installer(sys.executable))
-    except install.InstallError as exc:
-        usage(str(exc))
+    plan = install.plan_install(idx, selection, install.default_installer(sys.executable))
     out: dict[str, Any] = {
         "verdict": selection.verdict,
         "selected": plan.entry.file if plan.entry else None,
@@ -152,7 +146,7 @@ def install_cmd(
         print_json(out)
     else:
         _render_install(out, console)
-    raise typer.Exit(0 if out["ok"] else 1)
+    return EXIT_OK if out["ok"] else EXIT_FAILED
 
 
 def _render_install(out: dict[str, Any], console: Console) -> None:

@@ -14,10 +14,10 @@ from buildtool.compat.choose import Request, Runtime, Selection, select
 from buildtool.compat.env import Env, env_to_json
 from buildtool.compat.fit import Reason, code_order
 from buildtool.compat.wheel_index import WheelIndex
+from buildtool.errors import EXIT_FAILED, EXIT_OK
 
-# 0: our kernels run (SASS or PTX); 1: calls fall back, or nothing installs; 2: usage (typer's too).
-EXIT_CODES = {"ok": 0, "ok-jit": 0, "fallback": 1, "no-wheel": 1}
-EXIT_USAGE = 2
+# Our kernels run (SASS or PTX): 0; calls fall back, or nothing installs: 1.
+EXIT_CODES = {"ok": EXIT_OK, "ok-jit": EXIT_OK, "fallback": EXIT_FAILED, "no-wheel": EXIT_FAILED}
 
 _VERDICT_STYLE = {
     "ok": "bold green",
@@ -136,18 +136,18 @@ def _runtime_line(runtime: Runtime) -> str:
 def render(report: DoctorReport, console: Console) -> None:
     sel, req = report.selection, report.request
     console.print(Text("Machine", style="bold"))
-    console.print(_env_line(report.env))
+    console.print(Text(_env_line(report.env)))
     if sel.stack:
         console.print(Text("\nThe stack beneath fa", style="bold"))
         console.print(_reason_text(sel.stack))
 
-    table = Table(title=f"Wheels in {report.index_location}", title_justify="left", expand=True)
+    table = Table(title=Text(f"Wheels in {report.index_location}"), title_justify="left", expand=True)
     table.add_column("wheel", overflow="fold", ratio=2)
     table.add_column("fits", justify="center")
     table.add_column("why not", ratio=3)
     for w in sorted(sel.wheels, key=lambda w: (not w.fits, w.entry.file)):
         mark = Text("yes", style="green") if w.fits else Text("no", style="red")
-        table.add_row(w.entry.file, mark, _reason_text(w.reasons, fixes=False))
+        table.add_row(Text(w.entry.file), mark, _reason_text(w.reasons, fixes=False))
     console.print()
     console.print(table)
     fixes = sorted(
@@ -158,22 +158,24 @@ def render(report: DoctorReport, console: Console) -> None:
 
     call = f"{req.dtype}, head dim {req.head_dim}, {'forward+backward' if req.backward else 'forward'}"
     console.print(Text("\nChoice", style="bold"))
-    console.print(f"fa install picks: {sel.selected.file if sel.selected else 'nothing'}")
+    console.print(Text(f"fa install picks: {sel.selected.file if sel.selected else 'nothing'}"))
     if sel.why:
-        console.print(f"why: {sel.why}", highlight=False)
+        console.print(Text(f"why: {sel.why}"))
     for warning in sel.warnings:
         console.print(
             Text.assemble(("warning ", "bold yellow"), (warning.code, "bold yellow"), f" {warning.message}")
         )
     for answer in sel.gpus:
         console.print(
-            f"GPU {answer.index} ({answer.gpu.name}, sm {answer.gpu.sm}), {call}: "
-            f"{_runtime_line(answer.runtime)}"
+            Text(
+                f"GPU {answer.index} ({answer.gpu.name}, sm {answer.gpu.sm}), {call}: "
+                f"{_runtime_line(answer.runtime)}"
+            )
         )
         if answer.runtime.reasons:
             console.print(_reason_text(answer.runtime.reasons))
     if not sel.gpus and sel.selected is not None:
-        console.print(f"No GPU, {call}: {_runtime_line(sel.runtime)}")
+        console.print(Text(f"No GPU, {call}: {_runtime_line(sel.runtime)}"))
 
     verdict = Text(f"\nverdict: {sel.verdict}", style=_VERDICT_STYLE[sel.verdict])
     verdict.append(f" ({_VERDICT_TEXT[sel.verdict]})", style="default")

@@ -13,11 +13,12 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from buildtool.core.installed import TorchInfo
+from buildtool.errors import UsageError
 
 OS_NAMES = ("linux", "windows", "darwin")
 
 
-class EnvError(ValueError):
+class EnvError(UsageError):
     """An environment description that cannot be used; the message names the field and the fix."""
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from buildtool.compat.choose import Selection
 from buildtool.compat.wheel_index import WheelEntry, WheelIndex, WheelIndexError, fetch_wheel, wheel_location
+from buildtool.errors import FaError
 
 DIST_NAME = "fa-attn"
 _CHECK_IMPORT = "import fa_attn; print(fa_attn.__file__)"
@@ -32,7 +33,7 @@ _VERSION_OF = (
 _TIMEOUT_S = 600
 
 
-class InstallError(Exception):
+class InstallError(FaError):
     """The install was refused or failed; the message says why and what state the environment is in."""
 
 

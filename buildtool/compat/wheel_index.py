@@ -21,12 +21,13 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from buildtool.core.cpus import linux_cpu
 from buildtool.core.fetch import sha256_file
 from buildtool.core.schema import MANIFEST, WheelDirError, wheel_entry
+from buildtool.errors import UsageError
 
 INDEX_FILE = "index.json"
 _TIMEOUT_S = 60
 
 
-class WheelIndexError(Exception):
+class WheelIndexError(UsageError):
     """The wheels cannot be read or trusted; the message says where and what to do."""
 
 

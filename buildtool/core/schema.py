@@ -15,6 +15,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from buildtool.core.cpus import linux_cpu
 from buildtool.core.fetch import sha256_file
+from buildtool.errors import FaError
 
 DIST = "fa_attn"
 PROJECT = "fa-attn"
@@ -39,7 +40,7 @@ _FROM_MANIFEST = (
 )
 
 
-class WheelDirError(RuntimeError):
+class WheelDirError(FaError):
     """A file in the wheel directory that is not a readable fa-attn wheel."""
 
 

@@ -24,6 +24,7 @@ from .kernel_choice import Reason
 class FaUntestedTorchWarning(UserWarning):
     """The stable-ABI binding loaded into a torch minor newer than any it was tested with."""
 
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 MANIFEST_FILE = PACKAGE_DIR / "manifest.json"
 
