@@ -136,7 +136,7 @@ def select(entries: Sequence[WheelEntry], env: Env, request: Request = Request()
     # the file name.
     fitting = sorted((w for w in wheels if w.fits), key=lambda w: w.entry.file)
     fitting.sort(key=lambda w: not _stable(w.entry))
-    fitting.sort(key=lambda w: Version(w.entry.version), reverse=True)
+    fitting.sort(key=lambda w: _release(w.entry), reverse=True)
     fitting.sort(key=rank)
     selected = fitting[0].entry if fitting else None
     why = (
@@ -169,6 +169,12 @@ def select(entries: Sequence[WheelEntry], env: Env, request: Request = Request()
     )
 
 
+def _release(entry: WheelEntry) -> Version:
+    """The fa-attn release, without the variant: "0.1.0+cu12torch2.7" and "0.1.0+cu12torch2.10plus" are
+    the same release (PEP 440 would order their local labels, which say nothing about newness)."""
+    return Version(Version(entry.version).public)
+
+
 def _stable(entry: WheelEntry) -> bool:
     return bool(kernels_src.binding_fit().is_stable(dict(entry.raw)))
 
@@ -190,8 +196,8 @@ def _why(chosen: WheelEntry, other: WheelEntry, chosen_rank: tuple, other_rank: 
         tested = (dict(other.raw).get("torch_tested") or ["?"])[-1]
         running = env.torch.version if env.torch else "?"
         return over + f"it was tested with torch {running}'s minor; {other.variant} only up to torch {tested}"
-    if Version(chosen.version) != Version(other.version):
-        return over + f"the newer fa-attn ({chosen.version})"
+    if _release(chosen) != _release(other):
+        return over + f"the newer fa-attn ({_release(chosen)})"
     if _stable(chosen) != _stable(other):
         return over + (
             f"the same kernels; its stable-ABI binding (torch {chosen.torch} and newer) keeps working "
@@ -231,7 +237,8 @@ def _deciding_reasons(
         # nearest misses (an aarch64 wheel says nothing useful to an x86_64 machine).
         for_this_cpu = [w for w in misses if w.entry.platform == canonical(env.arch)]
         misses = for_this_cpu or misses
-        for_this_torch = [w for w in misses if "torch-version-mismatch" not in {r.code for r in w.reasons}]
+        other_torch = {"torch-version-mismatch", "torch-below-floor"}
+        for_this_torch = [w for w in misses if not other_torch & {r.code for r in w.reasons}]
         misses = for_this_torch or misses
         if misses:
             fewest = min(len(w.reasons) for w in misses)

@@ -2,7 +2,8 @@
 (docs/contracts.md section 5), built without compiling anything.
 
 Mirrors the build's rules: one wheel per (CPU, CUDA major, torch minor, C++ ABI); both ABIs below torch 2.7,
-the C++11 ABI only from 2.7; matrix.yaml's excludes; SASS/PTX archs and driver floors per major from
+the C++11 ABI only from 2.7; from matrix.yaml's `stable_abi` floor on, one stable-ABI wheel per (CPU, CUDA
+major) instead, tested with the listed minors from the floor on; matrix.yaml's excludes; SASS/PTX archs and driver floors per major from
 buildtool/core/cuda_facts.py; plus the universal py3-none-any wheel. Coverage comes from the kernel table
 (kernels/tiles.py) as the build derives it: sm 7.5 fp16 only (backward to head dim 192), fp16 and bf16
 from sm 8.0 with head dims to 256 forward and backward.
@@ -43,11 +44,14 @@ def _variant(cuda: int, torch: str, abi: bool) -> str:
     return label + (f"cxx11abi{str(abi).lower()}" if old_minor or not abi else "")
 
 
-def kernel_entry(cuda: int, torch: str, abi: bool, cpu: str = "x86_64") -> dict[str, Any]:
+def kernel_entry(
+    cuda: int, torch: str, abi: bool | None, cpu: str = "x86_64", tested: list[str] | None = None
+) -> dict[str, Any]:
+    """A per-minor wheel; with `abi` None the stable-ABI wheel of floor `torch`, tested with `tested`."""
     toolkit = TOOLKITS[cuda]
     sass = list(toolkit.default_archs)
     ptx = sass[-1]
-    variant = _variant(cuda, torch, abi)
+    variant = f"cu{cuda}torch{torch}plus" if abi is None else _variant(cuda, torch, abi)
     version = f"{VERSION}+{variant}"
     coverage = [c for arch in sass for c in _coverage(arch, "sass")] + _coverage(ptx, "ptx")
     platform = PLATFORM.replace("x86_64", cpu)
@@ -62,6 +66,8 @@ def kernel_entry(cuda: int, torch: str, abi: bool, cpu: str = "x86_64") -> dict[
         "toolkit": toolkit.version,
         "torch": torch,
         "cxx11abi": abi,
+        "binding_form": "aten" if abi is not None else "stable",
+        "torch_tested": [torch] if abi is not None else list(tested or [torch]),
         "min_driver": toolkit.min_driver,
         "ptx_min_driver": toolkit.ptx_min_driver,
         "sass": sass,
@@ -110,13 +116,23 @@ def fixture_index(matrix_path: Path = REPO / "matrix.yaml") -> dict[str, Any]:
             for e in excludes
         )
 
+    def minor(torch: str) -> tuple[int, ...]:
+        return tuple(int(p) for p in torch.split("."))
+
+    floor = matrix.get("stable_abi")
     wheels = []
     for cpu in matrix.get("platforms", ["x86_64"]):
         for cuda in matrix["cuda"]:
+            stable = []
             for torch in matrix["torch"]:
                 if excluded(cpu, torch, cuda):
                     continue
-                abis = [False, True] if tuple(int(p) for p in torch.split(".")) < (2, 7) else [True]
+                if floor and minor(torch) >= minor(floor):
+                    stable.append(torch)
+                    continue
+                abis = [False, True] if minor(torch) < (2, 7) else [True]
                 wheels += [kernel_entry(cuda, torch, abi, cpu) for abi in abis]
+            if stable:
+                wheels.append(kernel_entry(cuda, floor, None, cpu, sorted(stable, key=minor)))
     wheels.append(universal_entry())
     return {"schema": 1, "package": "fa-attn", "wheels": wheels}
