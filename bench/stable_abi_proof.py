@@ -176,18 +176,24 @@ CHECK = textwrap.dedent("""
 """)
 
 
-def x86_row(version: str, wheels_dir: Path, wheel: Path, work: Path, wheelhouse: Path | None) -> Row:
+def x86_row(version: str, wheels_dir: Path, wheel: Path, work: Path, wheelhouse: list[Path]) -> Row:
     row = Row("x86_64", version)
     t0 = time.perf_counter()
     venv = work / f"venv-{version}"
     shutil.rmtree(venv, ignore_errors=True)
     py = str(venv / "bin" / "python")
     env = dict(os.environ, PIP_CONSTRAINT="/dev/null")  # pip's constraint file may cap torch below the newest
-    links = ["--find-links", str(wheelhouse)] if wheelhouse else []
+    links = [arg for folder in wheelhouse for arg in ("--find-links", str(folder))]
+    # uv when it is on PATH: it installs torch's gigabytes by hard links from its cache, so a fresh venv
+    # per torch costs seconds after the first; pip otherwise (the same packages, slower).
+    uv = shutil.which("uv")
+    pip = [uv, "pip", "install", "--python", py] if uv else [py, "-m", "pip", "install"]
     for cmd in (
-        [sys.executable, "-m", "venv", str(venv)],
-        [py, "-m", "pip", "install", "-q", *links, f"torch=={version}", "hatchling", *TOOL_DEPS],
-        [py, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", str(REPO)],
+        [uv, "venv", "-q", "--python", sys.executable, str(venv)]
+        if uv
+        else [sys.executable, "-m", "venv", str(venv)],
+        [*pip, "-q", *links, f"torch=={version}", "hatchling", "editables", *TOOL_DEPS],
+        [*pip, "-q", "--no-deps", "--no-build-isolation", "-e", str(REPO)],
     ):
         done = sh(cmd, env=env)
         if done.returncode != 0:
@@ -268,6 +274,58 @@ def arm_torch(version: str) -> tuple[Path, torch_headers.Headers]:
     return final, torch_headers.headers_for(version, src)
 
 
+def cuda_libs_for(torch_dir: Path, work: Path) -> list[Path]:
+    """PyPI's aarch64 torch from 2.13 on is a CUDA build whose libtorch_cpu.so names libcudart and
+    libcupti: their aarch64 libraries, from NVIDIA's wheels on PyPI (a few MB, loaded, never called)."""
+    needed = sh(["readelf", "-d", str(torch_dir / "torch" / "lib" / "libtorch_cpu.so")]).stdout
+    majors = sorted(
+        {line.split(".so.")[1].rstrip("]") for line in needed.splitlines() if "libcudart.so." in line}
+    )
+    folders = []
+    for major in majors:
+        folder = cache.cache_dir() / "test-torch" / AARCH64 / f"cuda{major}-libs"
+        if not folder.is_dir():
+            wheels = work / f"cuda{major}-wheels"
+            platforms = [
+                a
+                for p in ("manylinux2014", "manylinux_2_17", "manylinux_2_25", "manylinux_2_28")
+                for a in ("--platform", f"{p}_aarch64")
+            ]
+            pkgs = [
+                f"nvidia-cuda-runtime>={major},<{int(major) + 1}",
+                f"nvidia-cuda-cupti>={major},<{int(major) + 1}",
+            ]
+            done = sh(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "-q",
+                    "--no-deps",
+                    "--only-binary=:all:",
+                    *platforms,
+                    "--python-version",
+                    "3.12",
+                    "-d",
+                    str(wheels),
+                    *pkgs,
+                ]
+            )
+            if done.returncode != 0:
+                raise RuntimeError(f"NVIDIA's aarch64 CUDA {major} runtime wheels: {done.stderr[-300:]}")
+            tmp = Path(tempfile.mkdtemp(dir=work))
+            for whl in wheels.glob("*.whl"):
+                with zipfile.ZipFile(whl) as zf:
+                    for name in zf.namelist():
+                        if "/lib/" in name and ".so" in name:
+                            (tmp / Path(name).name).write_bytes(zf.read(name))
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp, folder)
+        folders.append(folder)
+    return folders
+
+
 def arm_row(version: str, wheel: Path, work: Path) -> Row:
     row = Row("aarch64", version)
     t0 = time.perf_counter()
@@ -329,7 +387,18 @@ def arm_row(version: str, wheel: Path, work: Path) -> Row:
             str(stub / "libz.so.1"),
         ]
     )
-    env = dict(os.environ, LD_LIBRARY_PATH=":".join([str(lib_dir), str(torch_dir / "torch.libs"), str(stub)]))
+    try:
+        cuda_libs = cuda_libs_for(torch_dir, work)
+    except RuntimeError as e:
+        row.load = "FAIL (CUDA runtime libraries)"
+        row.notes.append(str(e))
+        return row
+    if cuda_libs:
+        row.notes.append(
+            "libtorch_cpu.so of this CUDA build needs libcudart/libcupti: NVIDIA's aarch64 wheels'"
+        )
+    paths = [lib_dir, torch_dir / "torch.libs", stub, *cuda_libs]
+    env = dict(os.environ, LD_LIBRARY_PATH=":".join(str(p) for p in paths))
     run = sh([qemu, "-L", str(SYSROOT), str(checker), str(lib)], env=env, timeout=1200)
     row.load = "ok (qemu-user)" if run.returncode in (0, 2) and not run.stdout.startswith("FAIL") else "FAIL"
     row.ops = "fwd+bwd CUDA" if run.returncode == 0 else "FAIL"
@@ -343,7 +412,13 @@ def arm_row(version: str, wheel: Path, work: Path) -> Row:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--torch", nargs="+", default=["2.10.0", "2.13.0", "2.15.0"], help="torch versions")
-    ap.add_argument("--wheelhouse", type=Path, help="pre-downloaded torch wheels (pip --find-links)")
+    ap.add_argument(
+        "--wheelhouse",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="folders of pre-downloaded wheels (--find-links)",
+    )
     ap.add_argument("--cpu", nargs="+", default=["x86_64", AARCH64], help="x86_64 and/or aarch64")
     ap.add_argument("--json", type=Path, default=Path("stable-abi-proof.json"))
     ap.add_argument("--keep", action="store_true", help="keep the venvs and wheels")
