@@ -12,7 +12,7 @@ from pathlib import Path
 import jinja2
 
 from buildtool.core import atomic
-from buildtool.core.schema import PROJECT, wheel_entry
+from buildtool.core.schema import PROJECT, index_json, wheel_entry
 
 
 def _env() -> jinja2.Environment:
@@ -23,7 +23,7 @@ def _env() -> jinja2.Environment:
 def write_index(wheel_dir: Path) -> dict:
     """(Re)write wheel_dir/index.json and wheel_dir/simple/ from the *.whl files there."""
     wheels = sorted(wheel_dir.glob("fa_attn-*.whl"))  # temp files are named *.whl.tmp-*: not matched
-    index = {"schema": 1, "package": PROJECT, "wheels": [wheel_entry(p) for p in wheels]}
+    index = index_json([wheel_entry(p) for p in wheels])
     atomic.write_json(wheel_dir / "index.json", index)
     env = _env()
     simple = wheel_dir / "simple"

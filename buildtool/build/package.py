@@ -15,7 +15,7 @@ import hashlib
 import json
 import zipfile
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -23,13 +23,24 @@ from typing import TYPE_CHECKING, Any
 from buildtool.build.platform_tag import platform_tag
 from buildtool.core import atomic
 from buildtool.core.cuda_facts import TOOLKITS, arch_tuple, compute_name, sm_name
-from buildtool.core.schema import DIST, MANIFEST, PROJECT, REQUIRES_PYTHON
+from buildtool.core.schema import (
+    BINDING_FILE,
+    DIST,
+    MANIFEST,
+    PROJECT,
+    REQUIRES_PYTHON,
+    Coverage,
+    KernelFile,
+    Launch,
+    Manifest,
+    WheelInfo,
+    universal_info,
+)
 from buildtool.errors import FaError
 
 if TYPE_CHECKING:
     from buildtool.build.plan import CompileJob, WheelSpec
 
-BINDING_FILE = "libfa_attn_ops.so"
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # the zip format's earliest date: no build time leaks in
 SUMMARY = "Fused attention kernels for PyTorch, built per CUDA major and torch minor by fa"
 
@@ -43,7 +54,7 @@ class BuiltWheel:
     path: Path
     platform: str  # the platform tag
     platform_reason: str  # why that tag (build log)
-    manifest: dict
+    manifest: Manifest
 
 
 def kernel_file(job: CompileJob) -> str:
@@ -53,11 +64,14 @@ def kernel_file(job: CompileJob) -> str:
     return f"kernels/{compute_name(job.arch)}/{job.unit}.ptx"
 
 
-def manifest(spec: WheelSpec, tiles: ModuleType) -> dict:
-    """The manifest of `spec` (contracts section 3); nulls and empty lists for the universal wheel."""
-    tk = TOOLKITS[spec.cuda_major] if spec.cuda_major is not None else None
-    kernels = []
+def manifest(spec: WheelSpec, tiles: ModuleType) -> Manifest:
+    """The manifest of `spec` (contracts section 3); the universal wheel's for a spec without CUDA."""
+    if spec.cuda_major is None:
+        return Manifest(info=universal_info(spec.version), kernels=())
+    tk = TOOLKITS[spec.cuda_major]
     units_by_arch: dict[str, dict[str, Any]] = {}  # tiles.units() builds the table; once per arch
+    kernels: list[KernelFile] = []
+    coverage: list[Coverage] = []
     for job in sorted(spec.compile_jobs, key=lambda j: (arch_tuple(j.arch), j.image, j.unit)):
         if job.arch not in units_by_arch:
             units_by_arch[job.arch] = {u.name: u for u in tiles.units(job.arch)}
@@ -66,55 +80,44 @@ def manifest(spec: WheelSpec, tiles: ModuleType) -> dict:
             raise PackageError(
                 f"tiles.units({job.arch!r}) has no unit {job.unit!r} (plan and tiles.py disagree)"
             )
-        kernels.append(
-            {
-                "arch": job.arch,
-                "image": job.image,
-                "file": kernel_file(job),
-                "unit": unit.name,
-                "direction": unit.direction,
-                "dtype": unit.dtype,
-                "head_dim": unit.head_dim,
-                "entries": {name: asdict(launch) for name, launch in unit.entries.items()},
-                "_head_dims": tiles.head_dims(unit),
-            }
-        )
-    coverage: dict[tuple[str, str, str, str], set[int]] = {}
-    for k in kernels:
-        coverage.setdefault((k["arch"], k["image"], k["dtype"], k["direction"]), set()).update(
-            k.pop("_head_dims")
-        )
-    return {
-        "schema": 1,
-        "package": PROJECT,
-        "version": spec.version,
-        "variant": spec.variant,
-        "platform": spec.platform,
-        "cuda_major": spec.cuda_major,
-        "toolkit": tk.version if tk else None,
-        "min_driver": tk.min_driver if tk else None,
-        "ptx_min_driver": tk.ptx_min_driver if tk and spec.ptx else None,
-        "sass": list(spec.sass),
-        "ptx": spec.ptx,
-        "torch": spec.torch_minor,
-        "cxx11abi": spec.cxx11abi,
-        "binding": BINDING_FILE if spec.binding else None,
-        "binding_form": spec.form,
-        "torch_tested": list(spec.torch_tested),
-        "kernels": kernels,
-        "coverage": [
-            {"arch": a, "image": i, "dtype": d, "direction": r, "head_dims": sorted(hd)}
-            for (a, i, d, r), hd in sorted(coverage.items(), key=lambda kv: (arch_tuple(kv[0][0]), kv[0][1:]))
-        ],
-        "features": _features(getattr(tiles, "FEATURES", ())),
+        kernel = kernel_of(unit, job.arch, job.image, kernel_file(job))
+        kernels.append(kernel)
+        coverage.append(coverage_of(kernel, tiles.head_dims(unit)))
+    info = WheelInfo(
+        version=spec.version,
+        variant=spec.variant,
+        platform=spec.platform,
+        cuda_major=spec.cuda_major,
+        toolkit=tk.version,
+        min_driver=tk.min_driver,
+        ptx_min_driver=tk.ptx_min_driver if spec.ptx else None,
+        sass=tuple(spec.sass),
+        ptx=spec.ptx,
+        torch=spec.torch_minor,
+        cxx11abi=spec.cxx11abi,
+        binding=BINDING_FILE,
+        binding_form=spec.form,
+        torch_tested=spec.torch_tested,
+        features=tuple(sorted(getattr(tiles, "FEATURES", ()))),
+        coverage=tuple(coverage),
+    )
+    return Manifest(info=info, kernels=tuple(kernels))
+
+
+def kernel_of(unit: Any, arch: str, image: str, file: str) -> KernelFile:
+    """The manifest's record of a tiles.KernelUnit compiled for `arch` into `file`."""
+    entries = {
+        name: Launch(launch.threads, launch.block_m, launch.block_n, launch.smem_bytes, launch.grid)
+        for name, launch in unit.entries.items()
     }
+    return KernelFile(arch, image, file, unit.name, unit.direction, unit.dtype, unit.head_dim, entries)
 
 
-def _features(features: object) -> object:
-    """tiles.FEATURES as JSON; a set is sorted so the manifest (and the wheel) is reproducible."""
-    if isinstance(features, (set, frozenset, list, tuple)):
-        return sorted(features)
-    return json.loads(json.dumps(features, sort_keys=True))
+def coverage_of(kernel: KernelFile, head_dims: list[int]) -> Coverage:
+    """What a kernel file serves: the head dims tiles.head_dims() gives its unit, and its shared memory."""
+    return Coverage(
+        kernel.arch, kernel.image, kernel.dtype, kernel.direction, tuple(head_dims), kernel.smem_bytes
+    )
 
 
 def wheel_name(version: str, platform: str) -> str:
@@ -185,9 +188,9 @@ def build_wheel(
                 raise PackageError(f"wheel {spec.variant}: no image for {job.unit} on {job.arch}")
             files[f"{DIST}/{kernel_file(job)}"] = images[job].read_bytes()
     # Not sort_keys: a kernel's "entries" are in launch order (fa_bwd_preprocess, fa_bwd,
-    # fa_bwd_convert_dq), which sorting would turn into fa_bwd first. manifest() builds every dict in
-    # a fixed order, so the bytes stay reproducible.
-    files[MANIFEST] = (json.dumps(man, indent=2) + "\n").encode()
+    # fa_bwd_convert_dq), which sorting would turn into fa_bwd first. to_json() writes every object in
+    # a fixed order (the schema's fields), so the bytes stay reproducible.
+    files[MANIFEST] = (json.dumps(man.to_json(), indent=2) + "\n").encode()
     dist_info = f"{DIST}-{spec.version}.dist-info"
     files[f"{dist_info}/METADATA"] = _metadata(spec.version).encode()
     files[f"{dist_info}/WHEEL"] = _wheel_file(platform).encode()

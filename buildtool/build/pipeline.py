@@ -211,7 +211,7 @@ def _log_entry(spec: WheelSpec, built: package.BuiltWheel, b: binding_mod.Bindin
         "platform_reason": built.platform_reason,
         "binding_key": b.key if b else None,
         "compiler": binding_mod.compiler_identity(spec.platform) if b else None,
-        "toolkit": built.manifest["toolkit"],
+        "toolkit": built.manifest.info.toolkit,
     }
 
 

@@ -27,7 +27,7 @@ BUILD_HINT = (
 
 
 def _kernel_wheel_fits(selection: Selection) -> bool:
-    return selection.selected is not None and not selection.selected.universal
+    return selection.selected is not None and not selection.selected.info.universal
 
 
 def _index_or_none(wheels: Path | None, index: str | None) -> WheelIndex | None:
@@ -104,7 +104,7 @@ def install_cmd(
     out: dict[str, Any] = {
         "verdict": selection.verdict,
         "selected": plan.entry.file if plan.entry else None,
-        "variant": plan.entry.variant if plan.entry else None,
+        "variant": plan.entry.info.variant if plan.entry else None,
         "codes": list(selection.codes),
         "source": plan.source,
         "command": plan.command(),

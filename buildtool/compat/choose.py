@@ -34,9 +34,9 @@ from buildtool.compat.fit import (
     untested_torch,
     wheel_reasons,
 )
-from buildtool.compat.wheel_index import WheelEntry
 from buildtool.core import kernels_src
 from buildtool.core.cpus import canonical
+from buildtool.core.schema import IndexEntry
 
 VERDICTS = ("ok", "ok-jit", "fallback", "no-wheel")
 DTYPES = ("fp16", "bf16", "fp32")
@@ -62,7 +62,7 @@ class Runtime:
 
 @dataclass(frozen=True)
 class WheelFit:
-    entry: WheelEntry
+    entry: IndexEntry
     reasons: tuple[Reason, ...]  # empty: fits
 
     @property
@@ -80,7 +80,7 @@ class GpuAnswer:
 @dataclass(frozen=True)
 class Selection:
     verdict: str  # one of VERDICTS
-    selected: WheelEntry | None
+    selected: IndexEntry | None
     codes: tuple[str, ...]  # the reason codes that decide the verdict
     deciding: tuple[Reason, ...]  # one reason per code, with its message and fix
     wheels: tuple[WheelFit, ...]
@@ -92,14 +92,14 @@ class Selection:
 
 
 def runtime_for(
-    entry: WheelEntry | None, env: Env, gpu: Gpu | None, request: Request, stack: Sequence[Reason]
+    entry: IndexEntry | None, env: Env, gpu: Gpu | None, request: Request, stack: Sequence[Reason]
 ) -> Runtime:
     """What a call does with `entry` installed: kernel_choice's answer, overruled by a broken stack."""
     if entry is None:
         return Runtime("fallback", None, None, tuple(stack))
     choose = kernels_src.kernel_choice().choose
     choice = choose(
-        dict(entry.raw),
+        entry.info,
         gpu.sm if gpu else None,
         request.dtype,
         request.head_dim,
@@ -116,7 +116,7 @@ def runtime_for(
     return Runtime(choice.path, choice.arch, choice.head_dim, choice_reasons)
 
 
-def select(entries: Sequence[WheelEntry], env: Env, request: Request = Request()) -> Selection:
+def select(entries: Sequence[IndexEntry], env: Env, request: Request = Request()) -> Selection:
     if request.dtype not in DTYPES:
         raise ValueError(f"dtype: {request.dtype!r}; use one of {', '.join(DTYPES)}")
     if request.head_dim <= 0:
@@ -128,7 +128,7 @@ def select(entries: Sequence[WheelEntry], env: Env, request: Request = Request()
 
     def rank(fit: WheelFit) -> tuple:
         paths = [runtime_for(fit.entry, env, gpu, request, stack).path for gpu in gpus]
-        kind = 3 if fit.entry.universal else _PATH_RANK[paths[0]]
+        kind = 3 if fit.entry.info.universal else _PATH_RANK[paths[0]]
         untested = untested_torch(fit.entry, env) is not None
         return (kind, [_PATH_RANK[p] for p in paths[1:]], _cuda_preference(fit.entry, env), untested)
 
@@ -169,17 +169,17 @@ def select(entries: Sequence[WheelEntry], env: Env, request: Request = Request()
     )
 
 
-def _release(entry: WheelEntry) -> Version:
+def _release(entry: IndexEntry) -> Version:
     """The fa-attn release, without the variant: "0.1.0+cu12torch2.7" and "0.1.0+cu12torch2.10plus" are
     the same release (PEP 440 would order their local labels, which say nothing about newness)."""
-    return Version(Version(entry.version).public)
+    return Version(Version(entry.info.version).public)
 
 
-def _stable(entry: WheelEntry) -> bool:
-    return bool(kernels_src.binding_fit().is_stable(dict(entry.raw)))
+def _stable(entry: IndexEntry) -> bool:
+    return bool(kernels_src.binding_fit().is_stable(entry.info))
 
 
-def _why(chosen: WheelEntry, other: WheelEntry, chosen_rank: tuple, other_rank: tuple, env: Env) -> str:
+def _why(chosen: IndexEntry, other: IndexEntry, chosen_rank: tuple, other_rank: tuple, env: Env) -> str:
     """One sentence: the first preference (module docstring) on which `chosen` beat `other`."""
     over = f"{chosen.file} over {other.file}: "
     kind, gpus, cuda, untested = (a != b for a, b in zip(chosen_rank, other_rank))
@@ -189,32 +189,35 @@ def _why(chosen: WheelEntry, other: WheelEntry, chosen_rank: tuple, other_rank: 
         return over + "what the other GPUs run with it"
     if cuda:
         torch_major = env.torch.cuda_major if env.torch else None
-        if chosen.cuda_major == torch_major:
-            return over + f"its CUDA major ({chosen.cuda_major}) is the installed torch's"
-        return over + f"the higher CUDA major ({chosen.cuda_major})"
+        if chosen.info.cuda_major == torch_major:
+            return over + f"its CUDA major ({chosen.info.cuda_major}) is the installed torch's"
+        return over + f"the higher CUDA major ({chosen.info.cuda_major})"
     if untested:
-        tested = (dict(other.raw).get("torch_tested") or ["?"])[-1]
+        tested = (other.info.torch_tested or ("?",))[-1]
         running = env.torch.version if env.torch else "?"
-        return over + f"it was tested with torch {running}'s minor; {other.variant} only up to torch {tested}"
+        return (
+            over
+            + f"it was tested with torch {running}'s minor; {other.info.variant} only up to torch {tested}"
+        )
     if _release(chosen) != _release(other):
         return over + f"the newer fa-attn ({_release(chosen)})"
     if _stable(chosen) != _stable(other):
         return over + (
-            f"the same kernels; its stable-ABI binding (torch {chosen.torch} and newer) keeps working "
-            f"when torch is upgraded, {other.variant}'s serves torch {other.torch} only"
+            f"the same kernels; its stable-ABI binding (torch {chosen.info.torch} and newer) keeps working "
+            f"when torch is upgraded, {other.info.variant}'s serves torch {other.info.torch} only"
         )
     return over + "equal in every preference; the first by file name"
 
 
-def _cuda_preference(entry: WheelEntry, env: Env) -> tuple[int, int]:
+def _cuda_preference(entry: IndexEntry, env: Env) -> tuple[int, int]:
     torch_major = env.torch.cuda_major if env.torch else None
-    major = entry.cuda_major or 0
+    major = entry.info.cuda_major or 0
     return (0 if major == torch_major else 1, -major)
 
 
 def _deciding_reasons(
     verdict: str,
-    selected: WheelEntry | None,
+    selected: IndexEntry | None,
     runtime: Runtime,
     wheels: Sequence[WheelFit],
     env: Env,
@@ -228,14 +231,14 @@ def _deciding_reasons(
     if verdict in ("ok", "ok-jit"):
         return ()
     found: list[Reason] = []
-    if selected is not None and not selected.universal:
+    if selected is not None and not selected.info.universal:
         found += runtime.reasons
     else:
         found += stack
-        misses = [w for w in wheels if not w.fits and (verdict == "no-wheel" or not w.entry.universal)]
+        misses = [w for w in wheels if not w.fits and (verdict == "no-wheel" or not w.entry.info.universal)]
         # The CPU and the torch installed are the user's given; the wheels built for them are the
         # nearest misses (an aarch64 wheel says nothing useful to an x86_64 machine).
-        for_this_cpu = [w for w in misses if w.entry.platform == canonical(env.arch)]
+        for_this_cpu = [w for w in misses if w.entry.info.platform == canonical(env.arch)]
         misses = for_this_cpu or misses
         other_torch = {"torch-version-mismatch", "torch-below-floor"}
         for_this_torch = [w for w in misses if not other_torch & {r.code for r in w.reasons}]
@@ -247,7 +250,7 @@ def _deciding_reasons(
                 key=lambda w: (_cuda_preference(w.entry, env), w.entry.file),
             )
             found += [r for w in nearest for r in w.reasons]
-            kernel_wheels = [w.entry for w in nearest if not w.entry.universal]
+            kernel_wheels = [w.entry for w in nearest if not w.entry.info.universal]
             gpu = env.gpus[0] if env.gpus else None
             if kernel_wheels and gpu is not None:
                 # With the wheel's own problems fixed, would the GPU run it? (a P100 still would not)

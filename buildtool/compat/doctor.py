@@ -65,7 +65,7 @@ def report_json(report: DoctorReport) -> dict[str, Any]:
     return {
         "verdict": sel.verdict,
         "selected": sel.selected.file if sel.selected else None,
-        "variant": sel.selected.variant if sel.selected else None,
+        "variant": sel.selected.info.variant if sel.selected else None,
         "codes": list(sel.codes),
         "because": _reasons_json(sel.deciding),
         "why": sel.why,
@@ -79,8 +79,8 @@ def report_json(report: DoctorReport) -> dict[str, Any]:
         "wheels": [
             {
                 "file": w.entry.file,
-                "variant": w.entry.variant,
-                "platform": w.entry.platform,
+                "variant": w.entry.info.variant,
+                "platform": w.entry.info.platform,
                 "fits": w.fits,
                 "reasons": _reasons_json(w.reasons),
             }

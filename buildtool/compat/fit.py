@@ -1,6 +1,6 @@
 """Reasons: why a wheel does not fit an environment, and what is wrong with the stack beneath us.
 
-Pure functions over `Env` (probe.py) and `WheelEntry` (wheel_index.py). Every "no" is a `Reason` with a
+Pure functions over `Env` (probe.py) and `IndexEntry` (wheel_index.py). Every "no" is a `Reason` with a
 stable code (docs/contracts.md section 7), a message with the numbers involved, and a one-line fix.
 All reasons are collected, never only the first: a P100 with torch 1.13 hears about both.
 """
@@ -15,10 +15,10 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from buildtool.compat.env import Env, version_tuple
-from buildtool.compat.wheel_index import WheelEntry
 from buildtool.core import kernels_src
 from buildtool.core.cpus import canonical
 from buildtool.core.cuda_facts import TOOLKITS
+from buildtool.core.schema import IndexEntry
 
 # The order codes are reported in: the platform first, then torch, the driver, the GPU, the call.
 CODES = (
@@ -113,7 +113,7 @@ def _platforms(env: Env) -> list[str]:
 # Does a wheel fit?
 
 
-def wheel_reasons(entry: WheelEntry, env: Env, tags: list[Tag] | None = None) -> list[Reason]:
+def wheel_reasons(entry: IndexEntry, env: Env, tags: list[Tag] | None = None) -> list[Reason]:
     """Every reason `entry` cannot be installed and used on `env`; [] when it fits."""
     tags = supported_tags(env) if tags is None else tags
     return (
@@ -124,7 +124,7 @@ def wheel_reasons(entry: WheelEntry, env: Env, tags: list[Tag] | None = None) ->
     )
 
 
-def _tag_reasons(entry: WheelEntry, env: Env, supported: list[Tag]) -> list[Reason]:
+def _tag_reasons(entry: IndexEntry, env: Env, supported: list[Tag]) -> list[Reason]:
     try:
         _, _, _, wheel_tags = parse_wheel_filename(entry.file)
     except InvalidWheelFilename as exc:
@@ -172,9 +172,9 @@ def _tag_reasons(entry: WheelEntry, env: Env, supported: list[Tag]) -> list[Reas
     return reasons
 
 
-def _platform_fix(entry: WheelEntry, env: Env) -> str:
+def _platform_fix(entry: IndexEntry, env: Env) -> str:
     cpu = canonical(env.arch)
-    if env.os == "linux" and cpu is not None and cpu != entry.platform:
+    if env.os == "linux" and cpu is not None and cpu != entry.info.platform:
         return (
             f'use a wheel built for {cpu} (add "{cpu}" to platforms in matrix.yaml and run fa build), '
             "or the universal wheel (fallback only)"
@@ -200,7 +200,7 @@ def _glibc_needed(wheel_platforms: set[str], env: Env) -> str | None:
     return ".".join(map(str, min(needs))) if needs else None
 
 
-def _python_requirement(entry: WheelEntry, env: Env) -> list[Reason]:
+def _python_requirement(entry: IndexEntry, env: Env) -> list[Reason]:
     if not entry.requires_python:
         return []
     try:
@@ -234,7 +234,7 @@ def assumed_cxx11abi(env: Env) -> bool | None:
     return version.release[:2] >= (2, 7)
 
 
-def _torch_reasons(entry: WheelEntry, env: Env) -> list[Reason]:
+def _torch_reasons(entry: IndexEntry, env: Env) -> list[Reason]:
     if env.torch is None:
         # fa_attn is a torch extension: without torch there is nothing to run, not even the fallback.
         return [
@@ -244,7 +244,7 @@ def _torch_reasons(entry: WheelEntry, env: Env) -> list[Reason]:
                 "install torch first (pip install torch), then fa install",
             )
         ]
-    if entry.torch is None:  # the universal wheel: pure Python, any torch the runtime can use
+    if entry.info.torch is None:  # the universal wheel: pure Python, any torch the runtime can use
         floor = kernels_src.kernel_choice().MIN_TORCH
         if Version(env.torch.version).release[:2] < floor:
             need = ".".join(map(str, floor))
@@ -258,7 +258,7 @@ def _torch_reasons(entry: WheelEntry, env: Env) -> list[Reason]:
             ]
         return []
     abi = assumed_cxx11abi(env)
-    problems = kernels_src.binding_fit().torch_problems(dict(entry.raw), env.torch.version, abi)
+    problems = kernels_src.binding_fit().torch_problems(entry.info, env.torch.version, abi)
     assumed = "" if env.torch.cxx11abi is not None else " (assumed: the env does not say)"
     return [
         Reason(p.code, p.message + (assumed if p.code == "cxx11abi-mismatch" else ""), p.fix)
@@ -266,27 +266,27 @@ def _torch_reasons(entry: WheelEntry, env: Env) -> list[Reason]:
     ]
 
 
-def untested_torch(entry: WheelEntry, env: Env) -> Reason | None:
+def untested_torch(entry: IndexEntry, env: Env) -> Reason | None:
     """The warning for a stable-ABI wheel on a torch newer than the newest it was tested with."""
     if env.torch is None:
         return None
-    found = kernels_src.binding_fit().untested_torch(dict(entry.raw), env.torch.version)
+    found = kernels_src.binding_fit().untested_torch(entry.info, env.torch.version)
     return Reason(found.code, found.message, found.fix) if found else None
 
 
-def _driver_reasons(entry: WheelEntry, env: Env) -> list[Reason]:
+def _driver_reasons(entry: IndexEntry, env: Env) -> list[Reason]:
     # Without a driver there is nothing to compare; that is the stack's `no-gpu`, not a misfit.
-    if entry.min_driver is None or env.driver is None:
+    if entry.info.min_driver is None or env.driver is None:
         return []
-    floor = entry.min_driver
-    if env.os == "windows" and entry.cuda_major in _WINDOWS_MIN_DRIVER:
-        floor = _WINDOWS_MIN_DRIVER[entry.cuda_major]
+    floor = entry.info.min_driver
+    if env.os == "windows" and entry.info.cuda_major in _WINDOWS_MIN_DRIVER:
+        floor = _WINDOWS_MIN_DRIVER[entry.info.cuda_major]
     if driver_at_least(env.driver, floor):
         return []
     return [
         Reason(
             "driver-too-old",
-            f"the wheel's CUDA {entry.cuda_major} kernels need driver >= {floor}; this driver is "
+            f"the wheel's CUDA {entry.info.cuda_major} kernels need driver >= {floor}; this driver is "
             f"{env.driver}",
             f"update the NVIDIA driver to >= {floor}, or use a wheel for an older CUDA major",
         )

@@ -1,69 +1,81 @@
-"""The data every wheel carries and index.json repeats: the distribution's names, where the manifest
-sits in a wheel (docs/contracts.md section 3), and one index.json entry read back from a wheel (section 5).
-
-The build writes both (build/package.py, build/index.py); the install side reads them
-(compat/wheel_index.py), so their one definition lives here.
+"""The manifest inside every wheel and the entries of index.json (docs/contracts.md sections 3 and 5):
+the runtime's own definition (kernels/fa_attn/schema.py, stdlib only), loaded once for the build, which
+writes them (build/package.py, build/index.py), and for doctor and install, which read them
+(compat/wheel_index.py). Also reads one index entry back from a wheel file.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import zipfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
+from buildtool.core import kernels_src
 from buildtool.core.cpus import linux_cpu
 from buildtool.core.fetch import sha256_file
 from buildtool.errors import FaError
 
-DIST = "fa_attn"
-PROJECT = "fa-attn"
-REQUIRES_PYTHON = ">=3.9"
-MANIFEST = f"{DIST}/manifest.json"  # inside every wheel
+if TYPE_CHECKING:
+    from fa_attn import schema as _schema
+else:
+    _schema = kernels_src.runtime_module("schema")
 
-_FROM_MANIFEST = (
-    "version",
-    "variant",
-    "platform",
-    "cuda_major",
-    "toolkit",
-    "torch",
-    "cxx11abi",
-    "binding_form",
-    "torch_tested",
-    "min_driver",
-    "ptx_min_driver",
-    "sass",
-    "ptx",
-    "coverage",
-)
+BINDING_FILE = _schema.BINDING_FILE
+DIST = _schema.DIST
+MANIFEST = _schema.MANIFEST_PATH
+PROJECT = _schema.PACKAGE
+REQUIRES_PYTHON = ">=3.9"
+SCHEMA_MAJOR = _schema.SCHEMA_MAJOR
+SCHEMA_MINOR = _schema.SCHEMA_MINOR
+
+Coverage = _schema.Coverage
+IndexEntry = _schema.IndexEntry
+KernelFile = _schema.KernelFile
+Launch = _schema.Launch
+Manifest = _schema.Manifest
+SchemaError = _schema.SchemaError
+WheelInfo = _schema.WheelInfo
+index_json = _schema.index_json
+read_index = _schema.read_index
+universal_info = _schema.universal_info
 
 
 class WheelDirError(FaError):
     """A file in the wheel directory that is not a readable fa-attn wheel."""
 
 
-def wheel_entry(path: Path) -> dict:
-    """One index.json entry, from the wheel's file name and its manifest."""
+def read_manifest(path: Path) -> Manifest:
+    """The manifest inside a wheel file."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return Manifest.from_json(json.loads(zf.read(MANIFEST)))
+    except (OSError, zipfile.BadZipFile, KeyError, ValueError) as e:  # SchemaError is a ValueError
+        raise WheelDirError(
+            f"{path}: not an fa-attn wheel with a readable manifest ({e}); remove it or rebuild"
+        ) from e
+
+
+def wheel_entry(path: Path) -> IndexEntry:
+    """The index.json entry of a wheel file: from its name, its bytes and its manifest."""
     try:
         _, _, _, tags = parse_wheel_filename(path.name)
-        with zipfile.ZipFile(path) as zf:
-            man = json.loads(zf.read(MANIFEST))
-    except (OSError, InvalidWheelFilename, zipfile.BadZipFile, KeyError, ValueError) as e:
-        raise WheelDirError(
-            f"{path}: not an fa-attn wheel with a manifest ({e}); remove it or rebuild"
-        ) from e
-    if not isinstance(man, dict):
-        raise WheelDirError(f"{path}: {MANIFEST} is not an object; remove it or rebuild")
+    except InvalidWheelFilename as e:
+        raise WheelDirError(f"{path}: not an fa-attn wheel file name ({e}); remove it or rebuild") from e
+    info = read_manifest(path).info
     (tag,) = tags  # our wheels carry exactly one tag
-    entry = {"file": path.name, "sha256": sha256_file(path), "size": path.stat().st_size}
-    entry.update({k: man.get(k) for k in _FROM_MANIFEST})
-    entry.update(
+    if info.platform is None and tag.platform != "any":  # written before manifests named the CPU
+        info = dataclasses.replace(info, platform=linux_cpu(tag.platform))
+    return IndexEntry(
+        file=path.name,
+        sha256=sha256_file(path),
+        size=path.stat().st_size,
+        info=info,
         python_tag=tag.interpreter,
         abi_tag=tag.abi,
         platform_tag=tag.platform,
         requires_python=REQUIRES_PYTHON,
     )
-    entry["platform"] = entry["platform"] or linux_cpu(tag.platform)  # older manifests name no CPU
-    return entry

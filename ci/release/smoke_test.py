@@ -93,8 +93,8 @@ def check(wheel: Path) -> str:
     if version != wheel_version(wheel):
         raise SmokeFailure(f"installed fa-attn is {version}, the wheel is {wheel_version(wheel)}")
     manifest = loader.manifest()
-    if manifest.get("variant") != wheel_manifest(wheel)["variant"]:
-        raise SmokeFailure(f"installed manifest has variant {manifest.get('variant')!r}, not the wheel's")
+    if manifest.info.variant != wheel_manifest(wheel)["variant"]:
+        raise SmokeFailure(f"installed manifest has variant {manifest.info.variant!r}, not the wheel's")
 
     problem = loader.static_binding_problem(manifest)
     if problem is None:
@@ -102,9 +102,9 @@ def check(wheel: Path) -> str:
         if failed is not None:
             raise SmokeFailure(f"the binding does not load: [{failed.code}] {failed.message}")
         binding = "binding loaded"
-    elif manifest.get("binding") and problem.code == "cxx11abi-mismatch":
+    elif manifest.info.binding and problem.code == "cxx11abi-mismatch":
         binding = f"binding not loaded: {problem.message}"  # the CPU torch of this minor has the other ABI
-    elif not manifest.get("binding") and problem.code == "binding-unavailable":
+    elif not manifest.info.binding and problem.code == "binding-unavailable":
         binding = "no binding (universal wheel)"
     else:
         raise SmokeFailure(f"the binding cannot serve this torch: [{problem.code}] {problem.message}")

@@ -2,7 +2,7 @@
 
 Pure and stdlib only, like kernel_choice.py: the runtime (loader.py) asks it about the running torch and
 `fa doctor` (buildtool/compat/fit.py loads this file by path) about a described machine, so the two can
-never disagree. Works on a manifest or an index.json entry (the same keys).
+never disagree. Works on the WheelInfo that a manifest and an index.json entry share (schema.py).
 
 - `aten` form (or a manifest from before `binding_form`): built against one torch minor's C++ API, it
   serves that minor with that C++ ABI only.
@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 
 from .kernel_choice import Reason
+from .schema import WheelInfo
 
 ATEN = "aten"
 STABLE = "stable"
@@ -33,19 +34,19 @@ def _text(minor: tuple[int, int]) -> str:
     return f"{minor[0]}.{minor[1]}"
 
 
-def is_stable(entry: dict) -> bool:
-    return entry.get("binding_form") == STABLE
+def is_stable(info: WheelInfo) -> bool:
+    return info.binding_form == STABLE
 
 
-def torch_problems(entry: dict, torch_version: str, cxx11abi: bool | None) -> list[Reason]:
-    """Every reason the binding of `entry` cannot serve torch `torch_version` (with C++ ABI `cxx11abi`,
+def torch_problems(info: WheelInfo, torch_version: str, cxx11abi: bool | None) -> list[Reason]:
+    """Every reason the binding of `info` cannot serve torch `torch_version` (with C++ ABI `cxx11abi`,
     None: unknown); [] when it can. The universal wheel (no binding) has none here."""
-    built = entry.get("torch")
+    built = info.torch
     running = minor_of(torch_version)
     if built is None or running is None:
         return []
     floor = minor_of(built)
-    if is_stable(entry):
+    if is_stable(info):
         if floor is not None and running < floor:
             return [
                 Reason(
@@ -66,7 +67,7 @@ def torch_problems(entry: dict, torch_version: str, cxx11abi: bool | None) -> li
                 "fa install --build builds it when there is none)",
             )
         )
-    abi = entry.get("cxx11abi")
+    abi = info.cxx11abi
     if abi is not None and cxx11abi is not None and bool(abi) != cxx11abi:
         problems.append(
             Reason(
@@ -79,12 +80,12 @@ def torch_problems(entry: dict, torch_version: str, cxx11abi: bool | None) -> li
     return problems
 
 
-def untested_torch(entry: dict, torch_version: str) -> Reason | None:
+def untested_torch(info: WheelInfo, torch_version: str) -> Reason | None:
     """A warning, not a refusal: a stable-ABI binding on a torch minor newer than any it was tested with."""
-    if not is_stable(entry):
+    if not is_stable(info):
         return None
     running = minor_of(torch_version)
-    tested = sorted(m for m in (minor_of(t) for t in entry.get("torch_tested") or ()) if m is not None)
+    tested = sorted(m for m in (minor_of(t) for t in info.torch_tested) if m is not None)
     if running is None or not tested or running <= tested[-1]:
         return None
     names = ", ".join(_text(m) for m in tested)

@@ -21,6 +21,7 @@ from . import kernel_choice
 from .inputs import AttnCall
 from .kernel_choice import Reason
 from .ops import KernelLaunch
+from .schema import Manifest
 
 
 class FaFallbackWarning(UserWarning):
@@ -72,6 +73,7 @@ def features_of(call: AttnCall, backward: bool) -> frozenset[str]:
         used.add("dropout")
     if call.deterministic and backward:
         used.add("deterministic")
+    used |= call.kv_features  # key/value layouts: paged_kv, seqused_k, leftpad_k, cache_batch_idx
     return frozenset(used)
 
 
@@ -113,7 +115,7 @@ def _fallback(*reasons: Reason) -> Dispatch:
 
 def decide(
     facts: CallFacts,
-    manifest: dict,
+    manifest: Manifest,
     load_binding: Callable[[], Reason | None],
     driver: Callable[[], str | None] = driver_version,
     package_dir: Path = Path("."),
@@ -137,7 +139,8 @@ def decide(
                 "cast q, k, v to torch.bfloat16 or torch.float16",
             )
         )
-    supported = frozenset(manifest.get("features") or ())
+    info = manifest.info
+    supported = frozenset(info.features)
     for feature in sorted(facts.features - supported):
         reasons.append(
             Reason(
@@ -149,14 +152,14 @@ def decide(
         )
     dtype = "fp32" if facts.dtype == "fp64" else facts.dtype
     choice = kernel_choice.choose(
-        manifest, facts.sm, dtype, facts.head_dim, facts.backward, driver() if manifest.get("ptx") else None
+        info, facts.sm, dtype, facts.head_dim, facts.backward, driver() if info.ptx else None
     )
     codes = {reason.code for reason in reasons}  # e.g. fp64 already has its dtype-unsupported
     reasons.extend(reason for reason in choice.reasons if reason.code not in codes)
     if reasons:
         return _fallback(*reasons)
-    fwd = kernel_choice.kernel_entry(manifest, choice, dtype, "fwd")
-    bwd = kernel_choice.kernel_entry(manifest, choice, dtype, "bwd") if facts.backward else None
+    fwd = kernel_choice.kernel_entry(manifest.kernels, choice, dtype, "fwd")
+    bwd = kernel_choice.kernel_entry(manifest.kernels, choice, dtype, "bwd") if facts.backward else None
     if fwd is None or (facts.backward and bwd is None):
         return _fallback(
             Reason(
@@ -168,7 +171,7 @@ def decide(
         )
     # SASS of X.Y also runs on X.Z (Z > Y), but its tiles were sized for X.Y's shared memory: an 8.0
     # cubin (up to 163 KB) on an 8.6 part (99 KB) would fail at launch. Fall back instead.
-    need = max(e["smem_bytes"] for entry in (fwd, bwd) if entry for e in entry["entries"].values())
+    need = max(kernel.smem_bytes for kernel in (fwd, bwd) if kernel)
     if facts.smem_per_block is not None and need > facts.smem_per_block:
         return _fallback(
             Reason(

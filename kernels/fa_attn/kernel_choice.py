@@ -2,7 +2,7 @@
 
 Pure and stdlib only: the runtime calls it with the live device, and `fa doctor` loads this same file by
 path (buildtool/core/kernels_src.py) for machines described in JSON, so the two can never disagree. It reads
-only the manifest's `coverage` (never `kernels`), so an index.json entry works as well as a manifest.
+only the wheel's info (`coverage`, never `kernels`), which a manifest and an index.json entry share.
 
 Rules (compat-facts.md, "GPU architectures"): SASS built for X.Y runs on X.Z for Z >= Y, never across
 majors, so the best image is the SASS of the device's major with the highest minor <= the device's.
@@ -13,7 +13,10 @@ equality test.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from .schema import KernelFile, WheelInfo
 
 MIN_TORCH = (2, 4)  # ops.py uses torch.library.register_fake / register_autograd, new in torch 2.4
 MAX_HEAD_DIM = 256  # flash-attn 2.x's limit; no bucket of ours is larger
@@ -90,23 +93,18 @@ class _Image:
     image: str  # "sass" | "ptx"
 
 
-def _images(manifest: dict) -> list[_Image]:
+def _images(info: WheelInfo) -> list[_Image]:
     seen: dict[tuple[str, str], None] = {}
-    for entry in manifest.get("coverage") or []:
-        seen[(entry["arch"], entry["image"])] = None
+    for row in info.coverage:
+        seen[(row.arch, row.image)] = None
     return [_Image(arch, image) for arch, image in seen]
 
 
-def _covers(manifest: dict, image: _Image, dtype: str, direction: str, head_dim: int | None) -> bool:
-    for entry in manifest.get("coverage") or []:
-        if (entry["arch"], entry["image"], entry["dtype"], entry["direction"]) != (
-            image.arch,
-            image.image,
-            dtype,
-            direction,
-        ):
+def _covers(info: WheelInfo, image: _Image, dtype: str, direction: str, head_dim: int | None) -> bool:
+    for row in info.coverage:
+        if (row.arch, row.image, row.dtype, row.direction) != (image.arch, image.image, dtype, direction):
             continue
-        if head_dim is None or head_dim in entry.get("head_dims", []):
+        if head_dim is None or head_dim in row.head_dims:
             return True
     return False
 
@@ -115,16 +113,12 @@ def _fallback(*reasons: Reason) -> Choice:
     return Choice(path="fallback", arch=None, head_dim=None, reasons=tuple(reasons))
 
 
-def _wheel_name(manifest: dict) -> str:
-    return manifest.get("variant") or manifest.get("file") or manifest.get("version") or "this wheel"
-
-
 def choose(
-    manifest: dict, sm: str | None, dtype: str, head_dim: int, backward: bool, driver: str | None
+    info: WheelInfo, sm: str | None, dtype: str, head_dim: int, backward: bool, driver: str | None
 ) -> Choice:
     """The image that will run a call, or the reasons it falls back to torch SDPA.
 
-    manifest: a wheel's manifest.json or an index.json entry. sm: "8.6", None when there is no GPU.
+    info: what a wheel's manifest (or its index.json entry) says. sm: "8.6", None when there is no GPU.
     dtype: "fp16" | "bf16" | "fp32" (aliases accepted). head_dim: the caller's head dim (padded here).
     backward: the call also needs the backward kernels. driver: "575.51.03", None if unknown (then we
     assume the driver can JIT the PTX; the runtime reports a load failure if it cannot).
@@ -139,11 +133,11 @@ def choose(
             )
         )
     device = parse_arch(sm)
-    if manifest.get("cuda_major") is None or ("binding" in manifest and manifest["binding"] is None):
+    if info.universal:
         return _fallback(
             Reason(
                 "binding-unavailable",
-                f"{_wheel_name(manifest)} has no kernels or host binding (universal wheel)",
+                f"{info.variant or info.version or 'this wheel'} has no kernels or host binding (universal wheel)",
                 "install the fa-attn wheel built for your torch and CUDA major (`fa install`)",
             )
         )
@@ -168,13 +162,13 @@ def choose(
     reasons: list[Reason] = []
     sass = [
         img
-        for img in _images(manifest)
+        for img in _images(info)
         if img.image == "sass" and parse_arch(img.arch)[0] == device[0] and parse_arch(img.arch) <= device
     ]
     sass.sort(key=lambda img: parse_arch(img.arch), reverse=True)
-    ptx = [img for img in _images(manifest) if img.image == "ptx" and parse_arch(img.arch) <= device]
+    ptx = [img for img in _images(info) if img.image == "ptx" and parse_arch(img.arch) <= device]
     ptx.sort(key=lambda img: parse_arch(img.arch), reverse=True)
-    min_driver = manifest.get("ptx_min_driver")
+    min_driver = info.ptx_min_driver
     if ptx and driver is not None and min_driver and parse_driver(driver) < parse_driver(min_driver):
         reasons.append(
             Reason(
@@ -188,7 +182,7 @@ def choose(
 
     if not candidates:
         if not reasons:
-            archs = ", ".join(sorted({img.arch for img in _images(manifest)}, key=parse_arch)) or "none"
+            archs = ", ".join(sorted({img.arch for img in _images(info)}, key=parse_arch)) or "none"
             reasons.append(
                 Reason(
                     "arch-unsupported",
@@ -202,7 +196,7 @@ def choose(
     # gap of the best image, which is the one a fix (a wheel with more coverage) would use.
     gaps: list[Reason] = []
     for img, path in candidates:
-        if not _covers(manifest, img, dtype, "fwd", None):
+        if not _covers(info, img, dtype, "fwd", None):
             gaps.append(
                 Reason(
                     "dtype-unsupported",
@@ -210,7 +204,7 @@ def choose(
                     "use fp16 (sm 7.5 has no bf16 tensor cores) or a wheel with these kernels",
                 )
             )
-        elif not _covers(manifest, img, dtype, "fwd", padded):
+        elif not _covers(info, img, dtype, "fwd", padded):
             gaps.append(
                 Reason(
                     "head-dim-unsupported",
@@ -218,7 +212,7 @@ def choose(
                     "use a head dim this wheel covers (`fa doctor` lists them)",
                 )
             )
-        elif backward and not _covers(manifest, img, dtype, "bwd", padded):
+        elif backward and not _covers(info, img, dtype, "bwd", padded):
             gaps.append(
                 Reason(
                     "backward-unsupported",
@@ -231,19 +225,18 @@ def choose(
     return _fallback(*reasons, gaps[0])
 
 
-def kernel_entry(manifest: dict, choice: Choice, dtype: str, direction: str) -> dict | None:
-    """The manifest `kernels` item that runs a chosen call: the smallest head-dim bucket >= the padded
-    head dim of the chosen arch and image. None when the manifest has no such entry (index.json)."""
+def kernel_entry(
+    kernels: Sequence[KernelFile], choice: Choice, dtype: str, direction: str
+) -> KernelFile | None:
+    """The manifest's kernel file that runs a chosen call: the smallest head-dim bucket >= the padded
+    head dim of the chosen arch and image. None when the manifest lists no such file."""
     if choice.path == "fallback" or choice.head_dim is None:
         return None
     dtype = normalize_dtype(dtype)
     fits = [
         k
-        for k in manifest.get("kernels") or []
-        if k["arch"] == choice.arch
-        and k["image"] == choice.path
-        and k["dtype"] == dtype
-        and k["direction"] == direction
-        and k["head_dim"] >= choice.head_dim
+        for k in kernels
+        if (k.arch, k.image, k.dtype, k.direction) == (choice.arch, choice.path, dtype, direction)
+        and k.head_dim >= choice.head_dim
     ]
-    return min(fits, key=lambda k: k["head_dim"]) if fits else None
+    return min(fits, key=lambda k: k.head_dim) if fits else None

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import torch
 
+from .schema import KernelFile
+
 NAMESPACE = "fa_attn"
 GRID_CODES = {"q_blocks": 0, "k_blocks": 1}
 
@@ -55,17 +57,11 @@ class KernelLaunch:
     launch: tuple[int, ...]  # [head_dim_bucket, then 5 ints per entry] (module docstring)
 
     @classmethod
-    def from_manifest(cls, entry: dict, package_dir: Path) -> KernelLaunch:
-        launch = [int(entry["head_dim"])]
-        for spec in entry["entries"].values():
-            launch += [
-                int(spec["threads"]),
-                int(spec["block_m"]),
-                int(spec["block_n"]),
-                int(spec["smem_bytes"]),
-                GRID_CODES[spec["grid"]],
-            ]
-        return cls(str(package_dir / entry["file"]), ",".join(entry["entries"]), tuple(launch))
+    def from_manifest(cls, kernel: KernelFile, package_dir: Path) -> KernelLaunch:
+        launch = [kernel.head_dim]
+        for spec in kernel.entries.values():
+            launch += [spec.threads, spec.block_m, spec.block_n, spec.smem_bytes, GRID_CODES[spec.grid]]
+        return cls(str(package_dir / kernel.file), ",".join(kernel.entries), tuple(launch))
 
 
 NO_LAUNCH = KernelLaunch("", "", ())  # the forward's backward arguments when no backward will run

@@ -118,6 +118,7 @@ def test_installed_layout_loads_through_the_loader(binding: Path, tmp_path: Path
     minor = ".".join(torch.__version__.split("+")[0].split(".")[:2])
     manifest = {
         "schema": 1,
+        "version": "0.1.0+cu12",
         "cuda_major": 12,
         "torch": minor,
         "cxx11abi": torch._C._GLIBCXX_USE_CXX11_ABI,

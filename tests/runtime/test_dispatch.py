@@ -14,6 +14,7 @@ import pytest
 import torch
 from fa_attn import dispatch, loader
 from fa_attn.dispatch import CallFacts, decide
+from fa_attn.schema import Manifest
 
 DIMS = list(range(8, 257, 8))
 
@@ -46,8 +47,9 @@ def kernels_for(arch: str, dtype: str, direction: str) -> list[dict]:
     ]
 
 
-MANIFEST = {
+MANIFEST_JSON = {
     "schema": 1,
+    "version": "0.1.0+cu12torch2.13",
     "cuda_major": 12,
     "torch": "2.13",
     "cxx11abi": True,
@@ -62,6 +64,13 @@ MANIFEST = {
         for r in ("fwd", "bwd")
     ],
 }
+
+
+def manifest(**changes) -> Manifest:
+    return Manifest.from_json({**MANIFEST_JSON, **changes})
+
+
+MANIFEST = manifest()
 
 
 def facts(
@@ -123,7 +132,7 @@ def test_feature_reason_names_the_feature() -> None:
 
 
 def test_manifest_without_features_supports_only_plain_calls() -> None:
-    bare = {k: v for k, v in MANIFEST.items() if k != "features"}
+    bare = Manifest.from_json({k: v for k, v in MANIFEST_JSON.items() if k != "features"})
     assert decide(facts(features=()), bare, loaded).path == "sass"
     assert decide(facts(features=("causal",)), bare, loaded).reasons[0].code == "feature-unsupported"
 
@@ -144,11 +153,10 @@ def test_binding_is_not_loaded_when_the_call_falls_back_anyway() -> None:
 
 
 def test_ptx_driver_read_only_when_ptx_exists() -> None:
-    with_ptx = dict(
-        MANIFEST,
+    with_ptx = manifest(
         ptx="8.0",
         ptx_min_driver="575.51.03",
-        coverage=MANIFEST["coverage"] + [dict(c, image="ptx") for c in MANIFEST["coverage"]],
+        coverage=MANIFEST_JSON["coverage"] + [dict(c, image="ptx") for c in MANIFEST_JSON["coverage"]],
     )
     d = decide(facts(sm="9.0"), with_ptx, loaded, driver=lambda: "550.54.15")
     assert d.reasons[0].code == "ptx-driver-too-old"
@@ -158,10 +166,9 @@ def test_ptx_driver_read_only_when_ptx_exists() -> None:
     ("man", "code"),
     [
         (loader.UNIVERSAL_MANIFEST, "binding-unavailable"),
-        (dict(MANIFEST, torch="2.5"), "torch-version-mismatch"),
+        (manifest(torch="2.5"), "torch-version-mismatch"),
         (
-            dict(
-                MANIFEST,
+            manifest(
                 torch=loader.torch_minor(torch.__version__),
                 cxx11abi=not torch._C._GLIBCXX_USE_CXX11_ABI,
             ),
@@ -169,7 +176,7 @@ def test_ptx_driver_read_only_when_ptx_exists() -> None:
         ),
     ],
 )
-def test_loader_checks_before_loading(man: dict, code: str) -> None:
+def test_loader_checks_before_loading(man: Manifest, code: str) -> None:
     problem = loader.static_binding_problem(man)
     assert problem is not None and problem.code == code
 
@@ -177,22 +184,27 @@ def test_loader_checks_before_loading(man: dict, code: str) -> None:
 def test_loader_turns_a_broken_binding_into_a_reason(tmp_path, monkeypatch) -> None:
     (tmp_path / "libfa_attn_ops.so").write_bytes(b"not an ELF file")
     monkeypatch.setattr(loader, "PACKAGE_DIR", tmp_path)
-    man = dict(
-        MANIFEST, torch=loader.torch_minor(torch.__version__), cxx11abi=torch._C._GLIBCXX_USE_CXX11_ABI
-    )
+    man = manifest(torch=loader.torch_minor(torch.__version__), cxx11abi=torch._C._GLIBCXX_USE_CXX11_ABI)
     problem = loader._load(man)
     assert problem is not None and problem.code == "binding-unavailable"
     assert "libfa_attn_ops.so" in problem.message
 
 
 def test_manifest_next_to_the_package(tmp_path, monkeypatch) -> None:
-    (tmp_path / "manifest.json").write_text(json.dumps(MANIFEST))
-    monkeypatch.setattr(loader, "MANIFEST_FILE", tmp_path / "manifest.json")
-    assert loader._read_manifest()["torch"] == "2.13"
-    (tmp_path / "manifest.json").write_text("{broken")
-    assert loader.static_binding_problem(loader._read_manifest()).code == "binding-unavailable"
-    monkeypatch.setattr(loader, "MANIFEST_FILE", tmp_path / "absent.json")
-    assert loader._read_manifest()["cuda_major"] is None  # source checkout: behaves as the universal wheel
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps(MANIFEST_JSON))
+    assert loader.read_manifest(path) == (MANIFEST, None)
+    for damaged in (
+        "{broken",
+        json.dumps(dict(MANIFEST_JSON, schema=2)),
+        json.dumps(dict(MANIFEST_JSON, sass="8.0")),
+    ):
+        path.write_text(damaged)
+        man, problem = loader.read_manifest(path)
+        assert man == loader.UNIVERSAL_MANIFEST and problem is not None
+        assert loader.static_binding_problem(man, problem).code == "binding-unavailable"
+    # A source checkout has no manifest: it behaves as the universal wheel.
+    assert loader.read_manifest(tmp_path / "absent.json") == (loader.UNIVERSAL_MANIFEST, None)
 
 
 def test_torch_minor() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from fa_attn import kernel_choice
 from fa_attn.kernel_choice import choose, kernel_entry
+from fa_attn.schema import Manifest, WheelInfo
 
 ALL_DIMS = list(range(8, 257, 8))
 FWD_BWD = ("fwd", "bwd")
@@ -18,19 +19,27 @@ def cov(arch: str, image: str = "sass", dtypes=("fp16", "bf16"), directions=FWD_
     ]
 
 
-def manifest(*coverage: list, ptx: str | None = None, ptx_min_driver: str | None = None) -> dict:
-    return {
-        "schema": 1,
-        "cuda_major": 12,
-        "binding": "libfa_attn_ops.so",
-        "ptx": ptx,
-        "ptx_min_driver": ptx_min_driver,
-        "coverage": [c for group in coverage for c in group],
-    }
+def manifest(*coverage: list, ptx: str | None = None, ptx_min_driver: str | None = None, **more) -> Manifest:
+    return Manifest.from_json(
+        {
+            "schema": 1,
+            "version": "0.1.0",
+            "cuda_major": 12,
+            "binding": "libfa_attn_ops.so",
+            "ptx": ptx,
+            "ptx_min_driver": ptx_min_driver,
+            "coverage": [c for group in coverage for c in group],
+            **more,
+        }
+    )
+
+
+def info(*coverage: list, **fields) -> WheelInfo:
+    return manifest(*coverage, **fields).info
 
 
 # A cu12-like wheel: SASS 7.5 (fp16 only), 8.0, 8.6, 9.0, 10.0, 12.0 and PTX 12.0.
-CU12 = manifest(
+CU12 = info(
     cov("7.5", dtypes=("fp16",)),
     cov("8.0"),
     cov("8.6"),
@@ -71,7 +80,7 @@ def test_sm70_has_no_kernel() -> None:
 
 
 def test_sass_never_crosses_majors() -> None:
-    only80 = manifest(cov("8.0"))
+    only80 = info(cov("8.0"))
     assert choose(only80, "9.0", "bf16", 64, False, None).reasons[0].code == "arch-unsupported"
     assert choose(only80, "8.9", "bf16", 64, False, None).arch == "8.0"
 
@@ -90,7 +99,7 @@ def test_old_driver_does_not_matter_when_sass_fits() -> None:
 
 
 def test_ptx_newer_than_device_is_not_used() -> None:
-    ptx_only = manifest(cov("9.0", image="ptx"), ptx="9.0", ptx_min_driver="550.54.15")
+    ptx_only = info(cov("9.0", image="ptx"), ptx="9.0", ptx_min_driver="550.54.15")
     assert choose(ptx_only, "8.6", "fp16", 64, False, None).reasons[0].code == "arch-unsupported"
     assert choose(ptx_only, "10.0", "fp16", 64, False, None).path == "ptx"
 
@@ -108,14 +117,14 @@ def test_fp32_anywhere_is_unsupported() -> None:
 
 def test_head_dim_gaps() -> None:
     assert choose(CU12, "9.0", "fp16", 512, False, None).reasons[0].code == "head-dim-unsupported"
-    small = manifest(cov("8.0", dims=[32, 64, 128]))
+    small = info(cov("8.0", dims=[32, 64, 128]))
     assert choose(small, "8.0", "fp16", 96, False, None).reasons[0].code == "head-dim-unsupported"
     padded = choose(small, "8.0", "fp16", 60, False, None)  # 60 pads to 64, which is covered
     assert (padded.path, padded.head_dim) == ("sass", 64)
 
 
 def test_backward_gap() -> None:
-    fwd_only_256 = manifest(
+    fwd_only_256 = info(
         cov("8.6", dims=ALL_DIMS, directions=("fwd",)), cov("8.6", dims=range(8, 129, 8), directions=("bwd",))
     )
     assert choose(fwd_only_256, "8.6", "bf16", 256, backward=False, driver=None).path == "sass"
@@ -125,20 +134,14 @@ def test_backward_gap() -> None:
 
 
 def test_lower_minor_sass_fills_a_gap_of_the_best_one() -> None:
-    mixed = manifest(cov("8.0"), cov("8.6", dims=[64]))
+    mixed = info(cov("8.0"), cov("8.6", dims=[64]))
     assert choose(mixed, "8.6", "fp16", 128, False, None).arch == "8.0"
 
 
 def test_no_gpu_and_universal() -> None:
     assert choose(CU12, None, "bf16", 128, False, None).reasons[0].code == "no-gpu"
-    universal = {"cuda_major": None, "binding": None, "coverage": []}
+    universal = info(cuda_major=None, binding=None)
     assert choose(universal, "9.0", "bf16", 128, False, None).reasons[0].code == "binding-unavailable"
-
-
-def test_index_json_entry_works() -> None:
-    entry = {k: v for k, v in CU12.items() if k != "binding"}  # index.json has no "binding" field
-    entry["file"] = "fa_attn-1.0.0+cu12torch2.5-py3-none-manylinux_2_28_x86_64.whl"
-    assert choose(entry, "9.0", "bf16", 128, True, None).path == "sass"
 
 
 def test_bad_values_are_clear_errors() -> None:
@@ -153,23 +156,25 @@ def test_bad_values_are_clear_errors() -> None:
 
 
 def test_kernel_entry_picks_smallest_bucket() -> None:
-    man = dict(
-        manifest(cov("8.0", dims=range(8, 129, 8))),
+    man = manifest(
+        cov("8.0", dims=range(8, 129, 8)),
         kernels=[
             {
                 "arch": "8.0",
                 "image": "sass",
+                "file": f"{hd}",
+                "unit": f"fwd_bf16_d{hd}",
                 "dtype": "bf16",
                 "direction": "fwd",
                 "head_dim": hd,
-                "file": f"{hd}",
+                "entries": {},
             }
             for hd in (128, 64, 32)
         ],
     )
-    choice = choose(man, "8.0", "bf16", 40, False, None)
-    assert kernel_entry(man, choice, "bf16", "fwd")["head_dim"] == 64
-    assert kernel_entry(man, choice, "bf16", "bwd") is None
+    choice = choose(man.info, "8.0", "bf16", 40, False, None)
+    assert kernel_entry(man.kernels, choice, "bf16", "fwd").head_dim == 64
+    assert kernel_entry(man.kernels, choice, "bf16", "bwd") is None
 
 
 def test_buildtool_loads_the_same_file() -> None:

@@ -152,6 +152,8 @@ def test_the_loader_takes_it_for_a_later_torch_and_warns_past_the_tested(
     shutil.copy(stable_lib, pkg / "libfa_attn_ops.so")
     manifest = {
         "schema": 1,
+        "schema_minor": 2,
+        "version": f"0.1.0+cu12torch{FLOOR}plus",
         "variant": f"cu12torch{FLOOR}plus",
         "cuda_major": 12,
         "torch": FLOOR,

@@ -11,15 +11,24 @@ from sm 8.0 with head dims to 256 forward and backward.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import yaml
 from packaging.specifiers import SpecifierSet
 
+from buildtool.build.package import coverage_of, kernel_of
 from buildtool.core import kernels_src
 from buildtool.core.cuda_facts import TOOLKITS
-from buildtool.core.schema import REQUIRES_PYTHON
+from buildtool.core.schema import (
+    PROJECT,
+    REQUIRES_PYTHON,
+    SCHEMA_MAJOR,
+    SCHEMA_MINOR,
+    IndexEntry,
+    universal_info,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 VERSION = "0.1.0"
@@ -27,15 +36,13 @@ PLATFORM = "manylinux_2_28_x86_64"  # what the release workflow's manylinux_2_28
 
 
 def _coverage(arch: str, image: str) -> list[dict[str, Any]]:
-    """What `fa build` derives from the kernel table: per (dtype, direction), every head dim served."""
+    """What `fa build` writes for the kernel table's units on `arch` (package.coverage_of)."""
     tiles = kernels_src.tiles()
-    served: dict[tuple[str, str], set[int]] = {}
-    for unit in tiles.units(arch):
-        served.setdefault((unit.dtype, unit.direction), set()).update(tiles.head_dims(unit))
-    return [
-        {"arch": arch, "image": image, "dtype": d, "direction": r, "head_dims": sorted(dims)}
-        for (d, r), dims in sorted(served.items())
+    rows = [
+        coverage_of(kernel_of(unit, arch, image, file=""), tiles.head_dims(unit))
+        for unit in tiles.units(arch)
     ]
+    return [dataclasses.asdict(row) for row in rows]
 
 
 def _variant(cuda: int, torch: str, abi: bool) -> str:
@@ -81,27 +88,17 @@ def kernel_entry(
 
 
 def universal_entry() -> dict[str, Any]:
-    return {
-        "file": f"fa_attn-{VERSION}-py3-none-any.whl",
-        "sha256": "0" * 64,
-        "size": 1,
-        "version": VERSION,
-        "variant": "",
-        "platform": None,
-        "cuda_major": None,
-        "toolkit": None,
-        "torch": None,
-        "cxx11abi": None,
-        "min_driver": None,
-        "ptx_min_driver": None,
-        "sass": [],
-        "ptx": None,
-        "python_tag": "py3",
-        "abi_tag": "none",
-        "platform_tag": "any",
-        "requires_python": REQUIRES_PYTHON,
-        "coverage": [],
-    }
+    entry = IndexEntry(
+        file=f"fa_attn-{VERSION}-py3-none-any.whl",
+        sha256="0" * 64,
+        size=1,
+        info=universal_info(VERSION),
+        python_tag="py3",
+        abi_tag="none",
+        platform_tag="any",
+        requires_python=REQUIRES_PYTHON,
+    )
+    return entry.to_json()
 
 
 def fixture_index(matrix_path: Path = REPO / "matrix.yaml") -> dict[str, Any]:
@@ -135,4 +132,4 @@ def fixture_index(matrix_path: Path = REPO / "matrix.yaml") -> dict[str, Any]:
             if stable:
                 wheels.append(kernel_entry(cuda, floor, None, cpu, sorted(stable, key=minor)))
     wheels.append(universal_entry())
-    return {"schema": 1, "package": "fa-attn", "wheels": wheels}
+    return {"schema": SCHEMA_MAJOR, "schema_minor": SCHEMA_MINOR, "package": PROJECT, "wheels": wheels}
