@@ -76,7 +76,6 @@ def main() -> int:
                 "install",
                 "-q",
                 "--no-deps",
-                "--no-build-isolation",
                 "-e",
                 str(REPO),
             ],
