@@ -16,16 +16,18 @@ from __future__ import annotations
 
 import functools
 import shlex
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from buildtool.build.torch_headers import Headers
-from buildtool.core import atomic, binding_forms, cache, cpus
+from buildtool.core import atomic, binding_forms, cache, children, cpus
+from buildtool.core.runtime import schema
 from buildtool.errors import FaError
 
-OUTPUT_NAME = "libfa_attn_ops.so"
+OUTPUT_NAME = schema.BINDING_FILE  # the name the wheel ships it under, too
 STUB_SONAMES = ("libc10.so", "libtorch_cpu.so")  # what torch's own libraries are called on Linux
 # What each form's binary needs by name: the C shim (aoti_torch_*, torch_*) is libtorch_cpu's.
 NEEDED = {binding_forms.ATEN: STUB_SONAMES, binding_forms.STABLE: ("libtorch_cpu.so",)}
@@ -103,6 +105,17 @@ def flags(headers: Headers, cxx11abi: bool, kernels_root: Path, stable_floor: st
     return [*BASE_FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={int(cxx11abi)}", *target, *inc]
 
 
+def path_maps(headers: Headers, kernels_root: Path) -> list[str]:
+    """Where the checkout and the cache are never reaches the binary: torch's headers put __FILE__
+    into their checks (TORCH_CHECK, intrusive_ptr.h) and the sources are compiled by absolute path, so
+    both are mapped to fixed names. With the build-id (a hash of the contents), the same sources,
+    headers and compiler then give the same bytes from any checkout path and any FA_CACHE."""
+    return [
+        f"-ffile-prefix-map={headers.include}=/torch/include",
+        f"-ffile-prefix-map={kernels_root}=/fa/kernels",
+    ]
+
+
 def binding_key(
     headers: Headers,
     cxx11abi: bool,
@@ -169,11 +182,27 @@ def build_binding(
 ) -> BindingBuild:
     """Build (or find in the cache) the binding; `stable_floor` set: the stable form for that floor."""
     platform = platform or cpus.host()
-    form = form_of(stable_floor)
     key = binding_key(headers, cxx11abi, kernels_root, platform, stable_floor)
     out = output_path(key)
     if out.is_file():
         return BindingBuild(out, key, True, 0.0)
+    # One compile per key across builds sharing the cache: a second build waits, then reuses it.
+    with cache.locked(cache.cache_dir() / "locks" / "bindings" / key):
+        if out.is_file():
+            return BindingBuild(out, key, True, 0.0)
+        return _compile(headers, cxx11abi, kernels_root, platform, stable_floor, key, out)
+
+
+def _compile(
+    headers: Headers,
+    cxx11abi: bool,
+    kernels_root: Path,
+    platform: str,
+    stable_floor: str | None,
+    key: str,
+    out: Path,
+) -> BindingBuild:
+    form = form_of(stable_floor)
     cpp = [str(p) for p in sources(kernels_root, form) if p.suffix in (".cpp", ".cc")]
     stubs = stub_dir(platform)
     t0 = time.perf_counter()
@@ -181,6 +210,7 @@ def build_binding(
         cmd = [
             *compiler(platform),
             *flags(headers, cxx11abi, kernels_root, stable_floor),
+            *path_maps(headers, kernels_root),  # not in the key: they name paths, not contents
             *cpp,
             "-o",
             str(tmp),
@@ -200,8 +230,13 @@ def build_binding(
 
 
 def _run(cmd: list[str], what: str, platform: str) -> None:
+    if shutil.which(cmd[0]) is None:
+        raise BindingError(
+            f"{what}: cannot run {cmd[0]}: not found\n  fix: {cpus.cxx_install_hint(platform)}"
+        )
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        # guarded: a killed build takes the compiler (and its cc1plus, as, ld) with it
+        proc = subprocess.run(children.guarded(cmd), capture_output=True, text=True, check=False)
     except OSError as e:
         raise BindingError(
             f"{what}: cannot run {cmd[0]}: {e}\n  fix: {cpus.cxx_install_hint(platform)}"

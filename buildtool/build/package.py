@@ -22,21 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from buildtool.build.platform_tag import platform_tag
 from buildtool.core import atomic
-from buildtool.core.cuda_facts import TOOLKITS, arch_tuple, compute_name, sm_name
-from buildtool.core.schema import (
-    BINDING_FILE,
-    DIST,
-    MANIFEST,
-    PROJECT,
-    REQUIRES_PYTHON,
-    Coverage,
-    KernelFile,
-    Launch,
-    Manifest,
-    WheelInfo,
-    universal_info,
-)
-from buildtool.errors import FaError
+from buildtool.core.cuda_facts import TOOLKITS, compute_name, sm_name
+from buildtool.core.runtime import schema, versions
+from buildtool.core.wheel_file import REQUIRES_PYTHON
+from buildtool.errors import FaError, UsageError
 
 if TYPE_CHECKING:
     from buildtool.build.plan import CompileJob, WheelSpec
@@ -49,12 +38,33 @@ class PackageError(FaError):
     """A wheel that cannot be assembled (a missing artifact)."""
 
 
+class OutDirError(UsageError):
+    """An output folder fa refuses to write wheels into; the message says why and what to pass instead."""
+
+
+def check_out_dir(out_dir: Path, kernels_root: Path) -> None:
+    """Refuse an output folder inside the kernels tree a wheel is packed from (its fa_attn/ package is
+    copied into every wheel, so wheels written there would be packed into the next ones) or inside fa's
+    own package. Symlinks are resolved first."""
+    out = out_dir.resolve()
+    sources = (
+        (kernels_root.resolve(), "the kernels source tree the wheels are built from"),
+        (Path(__file__).resolve().parents[1], "fa's own package"),
+    )
+    for root, what in sources:
+        if out == root or out.is_relative_to(root):
+            raise OutDirError(
+                f"--out {out_dir}: inside {what} ({root}); wheels written there would end up in the "
+                "next wheel built from it\n  fix: pass a folder outside it, e.g. --out wheels"
+            )
+
+
 @dataclass(frozen=True)
 class BuiltWheel:
     path: Path
     platform: str  # the platform tag
     platform_reason: str  # why that tag (build log)
-    manifest: Manifest
+    manifest: schema.Manifest
 
 
 def kernel_file(job: CompileJob) -> str:
@@ -64,15 +74,15 @@ def kernel_file(job: CompileJob) -> str:
     return f"kernels/{compute_name(job.arch)}/{job.unit}.ptx"
 
 
-def manifest(spec: WheelSpec, tiles: ModuleType) -> Manifest:
+def manifest(spec: WheelSpec, tiles: ModuleType) -> schema.Manifest:
     """The manifest of `spec` (contracts section 3); the universal wheel's for a spec without CUDA."""
     if spec.cuda_major is None:
-        return Manifest(info=universal_info(spec.version), kernels=())
+        return schema.Manifest(info=schema.universal_info(spec.version), kernels=())
     tk = TOOLKITS[spec.cuda_major]
     units_by_arch: dict[str, dict[str, Any]] = {}  # tiles.units() builds the table; once per arch
-    kernels: list[KernelFile] = []
-    coverage: list[Coverage] = []
-    for job in sorted(spec.compile_jobs, key=lambda j: (arch_tuple(j.arch), j.image, j.unit)):
+    kernels: list[schema.KernelFile] = []
+    coverage: list[schema.Coverage] = []
+    for job in sorted(spec.compile_jobs, key=lambda j: (versions.parse_arch(j.arch), j.image, j.unit)):
         if job.arch not in units_by_arch:
             units_by_arch[job.arch] = {u.name: u for u in tiles.units(job.arch)}
         unit = units_by_arch[job.arch].get(job.unit)
@@ -83,7 +93,7 @@ def manifest(spec: WheelSpec, tiles: ModuleType) -> Manifest:
         kernel = kernel_of(unit, job.arch, job.image, kernel_file(job))
         kernels.append(kernel)
         coverage.append(coverage_of(kernel, tiles.head_dims(unit)))
-    info = WheelInfo(
+    info = schema.WheelInfo(
         version=spec.version,
         variant=spec.variant,
         platform=spec.platform,
@@ -95,38 +105,38 @@ def manifest(spec: WheelSpec, tiles: ModuleType) -> Manifest:
         ptx=spec.ptx,
         torch=spec.torch_minor,
         cxx11abi=spec.cxx11abi,
-        binding=BINDING_FILE,
+        binding=schema.BINDING_FILE,
         binding_form=spec.form,
         torch_tested=spec.torch_tested,
         features=tuple(sorted(getattr(tiles, "FEATURES", ()))),
         coverage=tuple(coverage),
     )
-    return Manifest(info=info, kernels=tuple(kernels))
+    return schema.Manifest(info=info, kernels=tuple(kernels))
 
 
-def kernel_of(unit: Any, arch: str, image: str, file: str) -> KernelFile:
+def kernel_of(unit: Any, arch: str, image: str, file: str) -> schema.KernelFile:
     """The manifest's record of a tiles.KernelUnit compiled for `arch` into `file`."""
     entries = {
-        name: Launch(launch.threads, launch.block_m, launch.block_n, launch.smem_bytes, launch.grid)
+        name: schema.Launch(launch.threads, launch.block_m, launch.block_n, launch.smem_bytes, launch.grid)
         for name, launch in unit.entries.items()
     }
-    return KernelFile(arch, image, file, unit.name, unit.direction, unit.dtype, unit.head_dim, entries)
+    return schema.KernelFile(arch, image, file, unit.name, unit.direction, unit.dtype, unit.head_dim, entries)
 
 
-def coverage_of(kernel: KernelFile, head_dims: list[int]) -> Coverage:
+def coverage_of(kernel: schema.KernelFile, head_dims: list[int]) -> schema.Coverage:
     """What a kernel file serves: the head dims tiles.head_dims() gives its unit, and its shared memory."""
-    return Coverage(
+    return schema.Coverage(
         kernel.arch, kernel.image, kernel.dtype, kernel.direction, tuple(head_dims), kernel.smem_bytes
     )
 
 
 def wheel_name(version: str, platform: str) -> str:
-    return f"{DIST}-{version}-py3-none-{platform}.whl"
+    return f"{schema.DIST}-{version}-py3-none-{platform}.whl"
 
 
 def _metadata(version: str) -> str:
     return (
-        f"Metadata-Version: 2.1\nName: {PROJECT}\nVersion: {version}\nSummary: {SUMMARY}\n"
+        f"Metadata-Version: 2.1\nName: {schema.PACKAGE}\nVersion: {version}\nSummary: {SUMMARY}\n"
         f"Requires-Python: {REQUIRES_PYTHON}\n"
     )
 
@@ -149,14 +159,14 @@ def _record(files: Mapping[str, bytes], record_path: str) -> bytes:
 
 def runtime_files(kernels_root: Path) -> dict[str, bytes]:
     """The runtime package as shipped: kernels/fa_attn/ minus caches and any dev manifest."""
-    src = kernels_root / DIST
+    src = kernels_root / schema.DIST
     if not (src / "__init__.py").is_file():
         raise PackageError(f"no runtime package at {src} (kernels/fa_attn/__init__.py missing)")
     out = {}
     for p in sorted(src.rglob("*")):
         rel = p.relative_to(src).as_posix()
         if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc" and rel != "manifest.json":
-            out[f"{DIST}/{rel}"] = p.read_bytes()
+            out[f"{schema.DIST}/{rel}"] = p.read_bytes()
     return out
 
 
@@ -182,16 +192,16 @@ def build_wheel(
                 f"(check CXX / FA_CXX_{str(spec.platform).upper()})"
             )
         platform, reason = tag.tag, tag.reason
-        files[f"{DIST}/{BINDING_FILE}"] = binding.read_bytes()
+        files[f"{schema.DIST}/{schema.BINDING_FILE}"] = binding.read_bytes()
         for job in spec.compile_jobs:
             if job not in images:
                 raise PackageError(f"wheel {spec.variant}: no image for {job.unit} on {job.arch}")
-            files[f"{DIST}/{kernel_file(job)}"] = images[job].read_bytes()
+            files[f"{schema.DIST}/{kernel_file(job)}"] = images[job].read_bytes()
     # Not sort_keys: a kernel's "entries" are in launch order (fa_bwd_preprocess, fa_bwd,
     # fa_bwd_convert_dq), which sorting would turn into fa_bwd first. to_json() writes every object in
     # a fixed order (the schema's fields), so the bytes stay reproducible.
-    files[MANIFEST] = (json.dumps(man.to_json(), indent=2) + "\n").encode()
-    dist_info = f"{DIST}-{spec.version}.dist-info"
+    files[schema.MANIFEST_PATH] = (json.dumps(man.to_json(), indent=2) + "\n").encode()
+    dist_info = f"{schema.DIST}-{spec.version}.dist-info"
     files[f"{dist_info}/METADATA"] = _metadata(spec.version).encode()
     files[f"{dist_info}/WHEEL"] = _wheel_file(platform).encode()
 
@@ -199,15 +209,23 @@ def build_wheel(
     files[record_arc] = _record(files, record_arc)
     dest = out_dir / wheel_name(spec.version, platform)
     if not _same_wheel(dest, record_arc, files[record_arc]):
-        with atomic.writing(dest) as tmp, zipfile.ZipFile(tmp, "w") as zf:
-            # .dist-info last, RECORD last of all (PEP 427's recommended order)
-            for arc in sorted(files, key=lambda a: (a.startswith(dist_info), a.endswith("/RECORD"), a)):
-                info = zipfile.ZipInfo(arc, date_time=_EPOCH)
-                info.external_attr = (0o755 if arc.endswith(".so") else 0o644) << 16
-                info.compress_type = zipfile.ZIP_DEFLATED
-                zf.writestr(info, files[arc])
+        with atomic.writing(dest) as tmp:
+            try:
+                _write_zip(tmp, files, dist_info)
+            except OSError as e:  # a full disk, a quota: name the wheel, not the temporary
+                raise atomic.WriteError(dest, e) from e
     _drop_stale(out_dir, spec.version, dest.name, spec.platform)
     return BuiltWheel(dest, platform, reason, man)
+
+
+def _write_zip(path: Path, files: Mapping[str, bytes], dist_info: str) -> None:
+    with zipfile.ZipFile(path, "w") as zf:
+        # .dist-info last, RECORD last of all (PEP 427's recommended order)
+        for arc in sorted(files, key=lambda a: (a.startswith(dist_info), a.endswith("/RECORD"), a)):
+            info = zipfile.ZipInfo(arc, date_time=_EPOCH)
+            info.external_attr = (0o755 if arc.endswith(".so") else 0o644) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, files[arc])
 
 
 def _same_wheel(dest: Path, record_arc: str, record: bytes) -> bool:
@@ -225,6 +243,6 @@ def _drop_stale(out_dir: Path, version: str, keep: str, cpu: str | None) -> None
     """An earlier build of the same version for the same CPU with another platform tag (say
     linux_x86_64 before manylinux_2_28_x86_64) would shadow this one. Other CPUs' wheels stay."""
     suffix = f"_{cpu}.whl" if cpu else "-any.whl"
-    for p in out_dir.glob(f"{DIST}-{version}-py3-none-*.whl"):
+    for p in out_dir.glob(f"{schema.DIST}-{version}-py3-none-*.whl"):
         if p.name != keep and p.name.endswith(suffix):
             p.unlink(missing_ok=True)

@@ -21,9 +21,18 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from buildtool.build.matrix import CXX11ABI_ONLY_FROM, MIN_TORCH, Matrix, MatrixError, python_version
+from buildtool.build.matrix import (
+    CXX11ABI_ONLY_FROM,
+    DEFAULT_VERSION,
+    MIN_TORCH,
+    Matrix,
+    MatrixError,
+    python_version,
+)
 from buildtool.build.pypi import TorchCatalog, TorchFile
 from buildtool.core import binding_forms, cpus, cuda_facts, kernels_src
+from buildtool.core.runtime import versions
+from buildtool.core.textfile import shown
 
 # `units(arch)` from kernels/tiles.py: the kernel programs to compile for an arch.
 Units = Callable[[str], Sequence[Any]]
@@ -262,7 +271,7 @@ def local_plan(
         ptx = {m: matrix.ptx[m] if matrix and m in matrix.ptx else archs[m][-1] for m in cuda}
     stable = stable_floor is not None and Version(minor) >= Version(stable_floor)
     local = Matrix(
-        version=matrix.version if matrix else "0.1.0",
+        version=matrix.version if matrix else DEFAULT_VERSION,
         torch=(minor,),
         cuda=tuple(cuda),
         python=(python,),
@@ -298,9 +307,14 @@ def _sass_for(gpu_sm: str, major: int, source: str) -> str:
     """The arch to compile SASS for a GPU of compute capability `gpu_sm` with CUDA `major`: the GPU's
     own, or the highest one of its major the toolkit targets below it (SASS runs on a higher minor)."""
     toolkit = cuda_facts.TOOLKITS[major]
-    gpu = cuda_facts.arch_tuple(gpu_sm)
+    try:
+        gpu = versions.parse_arch(gpu_sm)
+    except ValueError:
+        raise MatrixError(
+            source, "--arch", f"{gpu_sm!r} is not a compute capability", 'write it like "8.6"'
+        ) from None
     fitting = [
-        a for a in toolkit.archs if cuda_facts.arch_tuple(a)[0] == gpu[0] and cuda_facts.arch_tuple(a) <= gpu
+        a for a in toolkit.archs if versions.parse_arch(a)[0] == gpu[0] and versions.parse_arch(a) <= gpu
     ]
     if not fitting:
         raise MatrixError(
@@ -309,7 +323,7 @@ def _sass_for(gpu_sm: str, major: int, source: str) -> str:
             f"CUDA {major} (NVRTC {toolkit.version}) cannot target sm {gpu_sm} (it targets {', '.join(toolkit.archs)})",
             "build with a newer CUDA major (--cuda), or on a machine with a supported GPU",
         )
-    return max(fitting, key=cuda_facts.arch_tuple)
+    return max(fitting, key=versions.parse_arch)
 
 
 def _stable_binding(matrix: Matrix, catalog: TorchCatalog, cpu: str) -> BindingJob:
@@ -458,15 +472,15 @@ def _assemble(
 
 def parse_shard(text: str) -> tuple[int, int]:
     """ "2/3" -> (2, 3); 1-based."""
-    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    m = re.fullmatch(r"\s*([0-9]{1,4})\s*/\s*([0-9]{1,4})\s*", text, re.ASCII)
     if not m:
-        raise MatrixError("command line", "--shard", f"{text!r} is not K/N", "write it like --shard 1/3")
+        raise MatrixError("command line", "--shard", f"{shown(text)} is not K/N", "write it like --shard 1/3")
     k, n = int(m.group(1)), int(m.group(2))
     if n < 1 or not 1 <= k <= n:
         raise MatrixError(
             "command line",
             "--shard",
-            f"{text!r}: K must be between 1 and N",
+            f"{shown(text)}: K must be between 1 and N",
             f"use --shard 1/{max(n, 1)} .. {max(n, 1)}/{max(n, 1)}",
         )
     return k, n

@@ -113,6 +113,7 @@ def install_cmd(
         "installed": None,
         "previous": None,
         "message": "",
+        "downgrade": plan.downgrade,
         "built": built,
         "why": selection.why,
         "warnings": [{"code": w.code, "message": w.message, "fix": w.fix} for w in selection.warnings],
@@ -163,5 +164,7 @@ def _render_install(out: dict[str, Any], console: Console) -> None:
         console.print(f"warning: {warning['code']}: {warning['message']}", style="yellow", highlight=False)
     if out["command"]:
         console.print("command: " + " ".join(out["command"]), highlight=False)
+    if out["downgrade"]:
+        console.print(f"note:    {out['downgrade']}", style="yellow", highlight=False)
     style = "green" if out["ok"] else "bold red"
     console.print(out["message"], style=style, highlight=False)

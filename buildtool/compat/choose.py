@@ -3,7 +3,7 @@
 Shared by `fa doctor` (explain) and `fa install` (act). Pure: an `Env`, the index entries and a `Request`
 in, a `Selection` out.
 
-Order of preference among the wheels that fit (issue 5, "Selection"):
+Order of preference among the wheels that fit:
 1. what GPU 0 would run: SASS, then PTX, then a kernel wheel whose calls fall back, then the universal
    wheel (no kernels). GPU 0 decides because it is torch's default device (cuda:0); further GPUs only
    break ties, and each one's answer is reported.
@@ -20,23 +20,20 @@ chosen wheel and the next best.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from packaging.version import Version
 
 from buildtool.compat.env import Env, Gpu
-from buildtool.compat.fit import (
-    Reason,
-    code_order,
-    stack_reasons,
-    supported_tags,
-    untested_torch,
-    wheel_reasons,
-)
+from buildtool.compat.fit import stack_reasons, supported_tags, untested_torch, wheel_reasons
 from buildtool.core import kernels_src
 from buildtool.core.cpus import canonical
-from buildtool.core.schema import IndexEntry
+from buildtool.core.runtime import decision, reasons, schema
+
+Reason = reasons.Reason
+Dispatch = decision.Dispatch  # what a GPU would do with a wheel: the runtime's own answer
 
 VERDICTS = ("ok", "ok-jit", "fallback", "no-wheel")
 DTYPES = ("fp16", "bf16", "fp32")
@@ -53,16 +50,8 @@ class Request:
 
 
 @dataclass(frozen=True)
-class Runtime:
-    path: str  # "sass" | "ptx" | "fallback"
-    arch: str | None  # arch of the image that runs
-    head_dim: int | None
-    reasons: tuple[Reason, ...]  # why fallback
-
-
-@dataclass(frozen=True)
 class WheelFit:
-    entry: IndexEntry
+    entry: schema.IndexEntry
     reasons: tuple[Reason, ...]  # empty: fits
 
     @property
@@ -74,49 +63,49 @@ class WheelFit:
 class GpuAnswer:
     index: int
     gpu: Gpu
-    runtime: Runtime
+    runtime: Dispatch
 
 
 @dataclass(frozen=True)
 class Selection:
     verdict: str  # one of VERDICTS
-    selected: IndexEntry | None
+    selected: schema.IndexEntry | None
     codes: tuple[str, ...]  # the reason codes that decide the verdict
     deciding: tuple[Reason, ...]  # one reason per code, with its message and fix
     wheels: tuple[WheelFit, ...]
     stack: tuple[Reason, ...]  # no-gpu / torch-not-cuda / torch-driver-too-old
-    runtime: Runtime  # GPU 0 with the selected wheel
+    runtime: Dispatch  # GPU 0 with the selected wheel
     gpus: tuple[GpuAnswer, ...]  # every GPU with the selected wheel
     why: str = ""  # what decided between the selected wheel and the next best one ("" if none)
     warnings: tuple[Reason, ...] = ()  # about the selected wheel, not refusals (torch-newer-than-tested)
 
 
+def device_of(gpu: Gpu | None, env: Env) -> decision.Device:
+    """A described GPU as the decision reads it; its shared memory per block is the kernel table's
+    figure for its arch (tiles.SMEM_LIMIT), which a live call reads from the GPU itself."""
+    if gpu is None:
+        return decision.Device("cuda", None, None, env.driver)
+    return decision.Device("cuda", gpu.sm, kernels_src.tiles().SMEM_LIMIT.get(gpu.sm), env.driver)
+
+
 def runtime_for(
-    entry: IndexEntry | None, env: Env, gpu: Gpu | None, request: Request, stack: Sequence[Reason]
-) -> Runtime:
-    """What a call does with `entry` installed: kernel_choice's answer, overruled by a broken stack."""
+    entry: schema.IndexEntry | None, env: Env, gpu: Gpu | None, request: Request, stack: Sequence[Reason]
+) -> Dispatch:
+    """What a call does with `entry` installed: the runtime's decision, overruled by a broken stack."""
     if entry is None:
-        return Runtime("fallback", None, None, tuple(stack))
-    choose = kernels_src.kernel_choice().choose
-    choice = choose(
-        entry.info,
-        gpu.sm if gpu else None,
-        request.dtype,
-        request.head_dim,
-        request.backward,
-        env.driver,
-    )
-    choice_reasons = tuple(Reason(r.code, r.message, r.fix) for r in choice.reasons)
-    # kernel_choice says no-gpu itself when there is no GPU; the stack says it already.
+        return decision.fallback(*stack)
+    call = decision.Call(request.dtype, request.head_dim, request.backward)
+    answer = decision.decide(entry.info, device_of(gpu, env), call)
+    # The decision says no-gpu itself when there is no GPU; the stack says it already.
     stack_codes = {r.code for r in stack}
-    choice_reasons = tuple(r for r in choice_reasons if r.code not in stack_codes)
+    own = tuple(r for r in answer.reasons if r.code not in stack_codes)
     if stack:
         # torch cannot reach the GPU at all, so whatever image exists, calls fall back.
-        return Runtime("fallback", None, None, tuple(stack) + choice_reasons)
-    return Runtime(choice.path, choice.arch, choice.head_dim, choice_reasons)
+        return decision.fallback(*stack, *own)
+    return dataclasses.replace(answer, reasons=own)
 
 
-def select(entries: Sequence[IndexEntry], env: Env, request: Request = Request()) -> Selection:
+def select(entries: Sequence[schema.IndexEntry], env: Env, request: Request = Request()) -> Selection:
     if request.dtype not in DTYPES:
         raise ValueError(f"dtype: {request.dtype!r}; use one of {', '.join(DTYPES)}")
     if request.head_dim <= 0:
@@ -169,17 +158,19 @@ def select(entries: Sequence[IndexEntry], env: Env, request: Request = Request()
     )
 
 
-def _release(entry: IndexEntry) -> Version:
+def _release(entry: schema.IndexEntry) -> Version:
     """The fa-attn release, without the variant: "0.1.0+cu12torch2.7" and "0.1.0+cu12torch2.10plus" are
     the same release (PEP 440 would order their local labels, which say nothing about newness)."""
     return Version(Version(entry.info.version).public)
 
 
-def _stable(entry: IndexEntry) -> bool:
-    return bool(kernels_src.binding_fit().is_stable(entry.info))
+def _stable(entry: schema.IndexEntry) -> bool:
+    return bool(entry.info.binding_form == decision.STABLE)
 
 
-def _why(chosen: IndexEntry, other: IndexEntry, chosen_rank: tuple, other_rank: tuple, env: Env) -> str:
+def _why(
+    chosen: schema.IndexEntry, other: schema.IndexEntry, chosen_rank: tuple, other_rank: tuple, env: Env
+) -> str:
     """One sentence: the first preference (module docstring) on which `chosen` beat `other`."""
     over = f"{chosen.file} over {other.file}: "
     kind, gpus, cuda, untested = (a != b for a, b in zip(chosen_rank, other_rank))
@@ -209,7 +200,7 @@ def _why(chosen: IndexEntry, other: IndexEntry, chosen_rank: tuple, other_rank: 
     return over + "equal in every preference; the first by file name"
 
 
-def _cuda_preference(entry: IndexEntry, env: Env) -> tuple[int, int]:
+def _cuda_preference(entry: schema.IndexEntry, env: Env) -> tuple[int, int]:
     torch_major = env.torch.cuda_major if env.torch else None
     major = entry.info.cuda_major or 0
     return (0 if major == torch_major else 1, -major)
@@ -217,8 +208,8 @@ def _cuda_preference(entry: IndexEntry, env: Env) -> tuple[int, int]:
 
 def _deciding_reasons(
     verdict: str,
-    selected: IndexEntry | None,
-    runtime: Runtime,
+    selected: schema.IndexEntry | None,
+    runtime: Dispatch,
     wheels: Sequence[WheelFit],
     env: Env,
     request: Request,
@@ -260,4 +251,4 @@ def _deciding_reasons(
     first: dict[str, Reason] = {}
     for reason in found:
         first.setdefault(reason.code, reason)
-    return tuple(sorted(first.values(), key=lambda r: code_order(r.code)))
+    return tuple(sorted(first.values(), key=lambda r: reasons.code_order(r.code)))

@@ -1,72 +1,23 @@
 """Reasons: why a wheel does not fit an environment, and what is wrong with the stack beneath us.
 
-Pure functions over `Env` (probe.py) and `IndexEntry` (wheel_index.py). Every "no" is a `Reason` with a
-stable code (docs/contracts.md section 7), a message with the numbers involved, and a one-line fix.
+Pure functions over `Env` (probe.py) and `schema.IndexEntry` (wheel_index.py). Every "no" is a `Reason` with a
+stable code (fa_attn/reasons.py), a message with the numbers involved, and a one-line fix.
 All reasons are collected, never only the first: a P100 with torch 1.13 hears about both.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.specifiers import SpecifierSet
 from packaging.tags import Tag, compatible_tags, cpython_tags, mac_platforms
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
-from buildtool.compat.env import Env, version_tuple
-from buildtool.core import kernels_src
+from buildtool.compat.env import Env
 from buildtool.core.cpus import canonical
 from buildtool.core.cuda_facts import TOOLKITS
-from buildtool.core.schema import IndexEntry
+from buildtool.core.runtime import decision, reasons, schema, versions
 
-# The order codes are reported in: the platform first, then torch, the driver, the GPU, the call.
-CODES = (
-    "no-gpu",
-    "unsupported-platform",
-    "glibc-too-old",
-    "python-unsupported",
-    "torch-missing",
-    "torch-not-cuda",
-    "torch-version-mismatch",
-    "torch-below-floor",
-    "cxx11abi-mismatch",
-    "driver-too-old",
-    "torch-driver-too-old",
-    "arch-unsupported",
-    "ptx-driver-too-old",
-    "dtype-unsupported",
-    "head-dim-unsupported",
-    "backward-unsupported",
-    # runtime-only codes (call time), reported when kernel_choice or the runtime gives them
-    "feature-unsupported",
-    "binding-unavailable",
-    "device-not-cuda",
-    # a warning, never a refusal: a stable-ABI wheel on a torch newer than any it was tested with
-    "torch-newer-than-tested",
-)
-
-# Windows drivers are numbered differently from Linux ones (CUDA Compatibility guide, table 2).
-_WINDOWS_MIN_DRIVER = {11: "452.39", 12: "528.33", 13: "580"}
-
-
-@dataclass(frozen=True)
-class Reason:
-    code: str
-    message: str
-    fix: str
-
-
-def code_order(code: str) -> int:
-    return CODES.index(code) if code in CODES else len(CODES)
-
-
-def driver_at_least(driver: str, floor: str) -> bool:
-    def padded(v: str) -> tuple[int, ...]:
-        parts = version_tuple(v)
-        return parts + (0,) * (3 - len(parts))
-
-    return padded(driver) >= padded(floor)
+Reason = reasons.Reason  # the runtime's own: doctor's and a live call's reasons are one type
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -113,7 +64,7 @@ def _platforms(env: Env) -> list[str]:
 # Does a wheel fit?
 
 
-def wheel_reasons(entry: IndexEntry, env: Env, tags: list[Tag] | None = None) -> list[Reason]:
+def wheel_reasons(entry: schema.IndexEntry, env: Env, tags: list[Tag] | None = None) -> list[Reason]:
     """Every reason `entry` cannot be installed and used on `env`; [] when it fits."""
     tags = supported_tags(env) if tags is None else tags
     return (
@@ -124,7 +75,7 @@ def wheel_reasons(entry: IndexEntry, env: Env, tags: list[Tag] | None = None) ->
     )
 
 
-def _tag_reasons(entry: IndexEntry, env: Env, supported: list[Tag]) -> list[Reason]:
+def _tag_reasons(entry: schema.IndexEntry, env: Env, supported: list[Tag]) -> list[Reason]:
     try:
         _, _, _, wheel_tags = parse_wheel_filename(entry.file)
     except InvalidWheelFilename as exc:
@@ -172,7 +123,7 @@ def _tag_reasons(entry: IndexEntry, env: Env, supported: list[Tag]) -> list[Reas
     return reasons
 
 
-def _platform_fix(entry: IndexEntry, env: Env) -> str:
+def _platform_fix(entry: schema.IndexEntry, env: Env) -> str:
     cpu = canonical(env.arch)
     if env.os == "linux" and cpu is not None and cpu != entry.info.platform:
         return (
@@ -200,13 +151,10 @@ def _glibc_needed(wheel_platforms: set[str], env: Env) -> str | None:
     return ".".join(map(str, min(needs))) if needs else None
 
 
-def _python_requirement(entry: IndexEntry, env: Env) -> list[Reason]:
+def _python_requirement(entry: schema.IndexEntry, env: Env) -> list[Reason]:
     if not entry.requires_python:
         return []
-    try:
-        spec = SpecifierSet(entry.requires_python)
-    except InvalidSpecifier:
-        return []
+    spec = SpecifierSet(entry.requires_python)  # checked when the index was read (wheel_index)
     version = ".".join(map(str, env.python_version))
     if spec.contains(Version(version)):
         return []
@@ -234,7 +182,7 @@ def assumed_cxx11abi(env: Env) -> bool | None:
     return version.release[:2] >= (2, 7)
 
 
-def _torch_reasons(entry: IndexEntry, env: Env) -> list[Reason]:
+def _torch_reasons(entry: schema.IndexEntry, env: Env) -> list[Reason]:
     if env.torch is None:
         # fa_attn is a torch extension: without torch there is nothing to run, not even the fallback.
         return [
@@ -244,44 +192,29 @@ def _torch_reasons(entry: IndexEntry, env: Env) -> list[Reason]:
                 "install torch first (pip install torch), then fa install",
             )
         ]
-    if entry.info.torch is None:  # the universal wheel: pure Python, any torch the runtime can use
-        floor = kernels_src.kernel_choice().MIN_TORCH
-        if Version(env.torch.version).release[:2] < floor:
-            need = ".".join(map(str, floor))
-            return [
-                Reason(
-                    "torch-version-mismatch",
-                    f"fa-attn needs torch >= {need} (it registers its ops with torch.library APIs "
-                    f"from {need}); installed is {env.torch.version}",
-                    f"upgrade torch to {need} or newer",
-                )
-            ]
-        return []
+    too_old = decision.torch_too_old(env.torch.version)
+    if entry.info.universal:  # pure Python: any torch the runtime can use
+        return [too_old] if too_old else []
     abi = assumed_cxx11abi(env)
-    problems = kernels_src.binding_fit().torch_problems(entry.info, env.torch.version, abi)
-    assumed = "" if env.torch.cxx11abi is not None else " (assumed: the env does not say)"
-    return [
-        Reason(p.code, p.message + (assumed if p.code == "cxx11abi-mismatch" else ""), p.fix)
-        for p in problems
-    ]
+    return decision.binding_problems(
+        entry.info, env.torch.version, abi, abi_assumed=env.torch.cxx11abi is None
+    )
 
 
-def untested_torch(entry: IndexEntry, env: Env) -> Reason | None:
+def untested_torch(entry: schema.IndexEntry, env: Env) -> Reason | None:
     """The warning for a stable-ABI wheel on a torch newer than the newest it was tested with."""
-    if env.torch is None:
-        return None
-    found = kernels_src.binding_fit().untested_torch(entry.info, env.torch.version)
-    return Reason(found.code, found.message, found.fix) if found else None
+    return decision.untested_torch(entry.info, env.torch.version) if env.torch is not None else None
 
 
-def _driver_reasons(entry: IndexEntry, env: Env) -> list[Reason]:
+def _driver_reasons(entry: schema.IndexEntry, env: Env) -> list[Reason]:
     # Without a driver there is nothing to compare; that is the stack's `no-gpu`, not a misfit.
     if entry.info.min_driver is None or env.driver is None:
         return []
     floor = entry.info.min_driver
-    if env.os == "windows" and entry.info.cuda_major in _WINDOWS_MIN_DRIVER:
-        floor = _WINDOWS_MIN_DRIVER[entry.info.cuda_major]
-    if driver_at_least(env.driver, floor):
+    toolkit = TOOLKITS.get(entry.info.cuda_major) if entry.info.cuda_major is not None else None
+    if env.os == "windows" and toolkit is not None:
+        floor = toolkit.windows_min_driver
+    if versions.driver_at_least(env.driver, floor):
         return []
     return [
         Reason(
@@ -320,7 +253,7 @@ def stack_reasons(env: Env) -> list[Reason]:
         )
     if torch is not None and torch.cuda_major is not None and env.driver is not None:
         floor = _torch_driver_floor(torch.cuda_major, env.os)
-        if floor is not None and not driver_at_least(env.driver, floor):
+        if floor is not None and not versions.driver_at_least(env.driver, floor):
             reasons.append(
                 Reason(
                     "torch-driver-too-old",
@@ -334,7 +267,7 @@ def stack_reasons(env: Env) -> list[Reason]:
 
 def _torch_driver_floor(cuda_major: int, os_name: str) -> str | None:
     # Minor-version compatibility: a CUDA X.y runtime runs on any driver of major X's floor.
-    if os_name == "windows":
-        return _WINDOWS_MIN_DRIVER.get(cuda_major)
     toolkit = TOOLKITS.get(cuda_major)
-    return toolkit.min_driver if toolkit else None
+    if toolkit is None:
+        return None
+    return toolkit.windows_min_driver if os_name == "windows" else toolkit.min_driver

@@ -13,7 +13,7 @@ Read by the matrix (the `stable_abi` key), the plan, the binding build and the s
 
 from __future__ import annotations
 
-from packaging.version import Version
+from buildtool.core.runtime import versions
 
 ATEN = "aten"
 STABLE = "stable"
@@ -25,16 +25,10 @@ FORMS = (ATEN, STABLE)
 STABLE_ABI_MIN = "2.10"
 
 
-def minor_tuple(minor: str) -> tuple[int, int]:
-    """ "2.10" -> (2, 10); also the minor of a full version ("2.16.0.dev20261101+cu130" -> (2, 16))."""
-    release = Version(minor).release
-    return release[0], release[1] if len(release) > 1 else 0
-
-
 def target_version(floor: str) -> str:
     """TORCH_TARGET_VERSION for a floor minor, as torch/csrc/stable/version.h encodes it (major in
     bits 56-63, minor in 48-55): "2.10" -> "0x020a000000000000"."""
-    major, minor = minor_tuple(floor)
+    major, minor = versions.torch_version(floor)
     return f"0x{(major << 56) | (minor << 48):016x}"
 
 

@@ -15,7 +15,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.version import Version
+from buildtool.core.runtime import versions
 
 
 @dataclass(frozen=True)
@@ -28,8 +28,7 @@ class TorchInfo:
     @property
     def minor(self) -> str:
         """ "2.5.0a0+e000cf0ad9.nv24.10" -> "2.5": local and pre-release parts don't change the minor."""
-        release = Version(self.version).release
-        return f"{release[0]}.{release[1] if len(release) > 1 else 0}"
+        return versions.torch_minor(self.version)
 
     @property
     def cuda_major(self) -> int | None:
@@ -78,8 +77,8 @@ def probe_torch(torch_dir: Path, sources: dict[str, str] | None = None) -> Torch
 def _read_version_py(path: Path) -> dict[str, object]:
     """The plain assignments of torch/version.py (`__version__ = '2.5.1+cu124'`, `cuda = '12.4'`)."""
     try:
-        tree = ast.parse(path.read_text())
-    except (OSError, SyntaxError):
+        tree = ast.parse(path.read_text(errors="replace"))
+    except (OSError, SyntaxError, ValueError):  # ValueError: NUL bytes in a damaged file
         return {}
     values: dict[str, object] = {}
     for node in tree.body:

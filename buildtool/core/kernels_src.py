@@ -60,11 +60,3 @@ def runtime_module(name: str) -> ModuleType:
         package.__path__ = [str(_own_kernels_dir() / "fa_attn")]
         sys.modules[RUNTIME_PACKAGE] = package
     return importlib.import_module(f"{RUNTIME_PACKAGE}.{name}")
-
-
-def kernel_choice() -> ModuleType:
-    return runtime_module("kernel_choice")
-
-
-def binding_fit() -> ModuleType:
-    return runtime_module("binding_fit")

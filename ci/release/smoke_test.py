@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import importlib.util
 import json
 import os
 import subprocess
@@ -48,7 +49,14 @@ def wheel_version(wheel: Path) -> str:
 
 
 def torch_minor(version: str) -> str:
-    return ".".join(version.split("+", 1)[0].split(".")[:2])
+    """fa's own reading of a torch version (kernels/fa_attn/versions.py, loaded from this checkout:
+    fa_attn itself is not installed yet when this runs)."""
+    path = Path(__file__).resolve().parents[2] / "kernels" / "fa_attn" / "versions.py"
+    spec = importlib.util.spec_from_file_location("_fa_versions", path)
+    assert spec is not None and spec.loader is not None
+    versions = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(versions)
+    return str(versions.torch_minor(version))
 
 
 def torch_minors(manifest: dict) -> list[str]:

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import torch as _torch
 
-from .kernel_choice import MIN_TORCH as _MIN_TORCH
+from .versions import MIN_TORCH as _MIN_TORCH
+from .versions import torch_version as _torch_version
+from .versions import version_text as _version_text
 
-if tuple(int(p) for p in _torch.__version__.split("+")[0].split(".")[:2]) < _MIN_TORCH:
+if _torch_version(_torch.__version__) < _MIN_TORCH:
     raise ImportError(
-        f"fa_attn needs torch >= {'.'.join(map(str, _MIN_TORCH))} (torch.library's fake and "
+        f"fa_attn needs torch >= {_version_text(_MIN_TORCH)} (torch.library's fake and "
         f"autograd registration); this is torch {_torch.__version__}: upgrade torch"
     )
 
@@ -27,15 +29,20 @@ from . import ops as _ops  # noqa: F401  (defines the fa_attn:: op schemas)
 from .dispatch import Dispatch, FaFallbackError, FaFallbackWarning, last_dispatch
 from .flash_attn_compat import flash_attn_status, install_as_flash_attn
 from .interface import explain, flash_attn_func, flash_attn_varlen_func
-from .kernel_choice import Reason
 from .kvcache import flash_attn_with_kvcache
 from .loader import FaUntestedTorchWarning
+from .loader import manifest as _manifest
 from .packed import (
     flash_attn_kvpacked_func,
     flash_attn_qkvpacked_func,
     flash_attn_varlen_kvpacked_func,
     flash_attn_varlen_qkvpacked_func,
 )
+from .reasons import Reason
+
+# This wheel's version ("0.1.0+cu12torch2.8"), from its manifest; in a source checkout, fa's own
+# (_version.py, the one source every version starts from).
+__version__ = _manifest().info.version
 
 __all__ = [
     "Dispatch",

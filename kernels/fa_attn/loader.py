@@ -3,7 +3,8 @@
 A source checkout has no manifest.json: it then behaves as the universal wheel (no kernels, every call
 goes to the SDPA fallback). A binding of the ATen form is C++ compiled against one torch minor and C++
 ABI; loading it into another torch can die with `undefined symbol`. One of the stable form serves every
-torch from its floor on. Either way the running torch is checked against the manifest (binding_fit.py)
+torch from its floor on. Either way the running torch is checked against the manifest
+(decision.binding_problems)
 *before* `torch.ops.load_library`, and any failure becomes a Reason instead of an exception; a torch
 newer than any the stable binding was tested with loads, with a one-time FaUntestedTorchWarning.
 """
@@ -17,9 +18,9 @@ from pathlib import Path
 
 import torch
 
-from . import binding_fit
 from ._version import __version__
-from .kernel_choice import Reason
+from .decision import binding_problems, untested_torch
+from .reasons import Reason
 from .schema import Manifest, universal_info
 
 
@@ -57,25 +58,18 @@ def read_manifest(path: Path) -> tuple[Manifest, str | None]:
 _MANIFEST, _MANIFEST_PROBLEM = read_manifest(MANIFEST_FILE)
 
 
-def torch_minor(version: str) -> str:
-    """ "2.5.1+cu124" / "2.7.0a0+git..." -> "2.5"."""
-    parts = version.split("+", 1)[0].split(".")
-    return ".".join(parts[:2])
-
-
 def static_binding_problem(man: Manifest, unreadable: str | None = None) -> Reason | None:
     """Why the binding of this manifest cannot serve the running torch, decided without loading it.
     unreadable: why the installed manifest could not be read (read_manifest's second value)."""
     if unreadable:
         return Reason("binding-unavailable", f"manifest unreadable: {unreadable}", "reinstall fa-attn")
-    info = man.info
-    if not info.binding or info.universal:
+    if not man.info.binding or man.info.universal:
         return Reason(
             "binding-unavailable",
             "this fa-attn is the universal wheel (no kernels, no binding)",
             "install the fa-attn wheel for your torch and CUDA major (`fa install`)",
         )
-    problems = binding_fit.torch_problems(info, torch.__version__, bool(torch._C._GLIBCXX_USE_CXX11_ABI))
+    problems = binding_problems(man.info, torch.__version__, bool(torch._C._GLIBCXX_USE_CXX11_ABI))
     return problems[0] if problems else None
 
 
@@ -108,7 +102,7 @@ def _load(man: Manifest, unreadable: str | None = None) -> Reason | None:
             f"{path.name} loaded but registered no CUDA kernel for fa_attn::fwd",
             "reinstall fa-attn (the binding does not match this runtime)",
         )
-    untested = binding_fit.untested_torch(man.info, torch.__version__)
+    untested = untested_torch(man.info, torch.__version__)
     if untested is not None:
         warnings.warn(f"[{untested.code}] {untested.message}", FaUntestedTorchWarning, stacklevel=2)
     return None

@@ -19,15 +19,11 @@ autograd formula needs nothing but the op's own inputs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-
 import torch
 
-from .schema import KernelFile
+from .decision import KernelLaunch
 
 NAMESPACE = "fa_attn"
-GRID_CODES = {"q_blocks": 0, "k_blocks": 1}
 
 _FWD_SCHEMA = (
     "fwd(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, "
@@ -46,22 +42,6 @@ _BWD_SCHEMA = (
 _lib = torch.library.Library(NAMESPACE, "DEF")
 _lib.define(_FWD_SCHEMA)
 _lib.define(_BWD_SCHEMA)
-
-
-@dataclass(frozen=True)
-class KernelLaunch:
-    """The (module, entries, launch) arguments of the ops for one manifest `kernels` item."""
-
-    module: str  # absolute path of the cubin/PTX file
-    entries: str  # comma-separated extern "C" names, in launch order
-    launch: tuple[int, ...]  # [head_dim_bucket, then 5 ints per entry] (module docstring)
-
-    @classmethod
-    def from_manifest(cls, kernel: KernelFile, package_dir: Path) -> KernelLaunch:
-        launch = [kernel.head_dim]
-        for spec in kernel.entries.values():
-            launch += [spec.threads, spec.block_m, spec.block_n, spec.smem_bytes, GRID_CODES[spec.grid]]
-        return cls(str(package_dir / kernel.file), ",".join(kernel.entries), tuple(launch))
 
 
 NO_LAUNCH = KernelLaunch("", "", ())  # the forward's backward arguments when no backward will run

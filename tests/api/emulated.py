@@ -16,40 +16,22 @@ import emu_harness as H
 import tiles
 import torch
 from fa_attn import dispatch, interface
-from fa_attn.schema import Manifest
+from fa_attn.decision import Call, Device
+
+from buildtool.core.runtime import schema
+from tests.select.fixture_index import kernel_manifest
 
 ARCH = "8.0"
 _EMULATED: dict[str, H.Emulated] = {}
 
 
-def manifest(arch: str = ARCH) -> Manifest:
-    """The manifest a wheel with SASS for `arch` would ship (docs/contracts.md section 3)."""
-    kernels, coverage = [], []
-    for unit in tiles.units(arch):
-        entries = {
-            name: {"threads": e.threads, "block_m": e.block_m, "block_n": e.block_n, "smem_bytes": e.smem_bytes, "grid": e.grid}
-            for name, e in unit.entries.items()
-        }  # fmt: skip
-        kernels.append({
-            "arch": arch, "image": "sass", "file": f"emu/{unit.name}", "unit": unit.name, "direction": unit.direction,
-            "dtype": unit.dtype, "head_dim": unit.head_dim, "entries": entries,
-        })  # fmt: skip
-        coverage.append({"arch": arch, "image": "sass", "dtype": unit.dtype, "direction": unit.direction,
-                         "head_dims": tiles.head_dims(unit)})  # fmt: skip
-    return Manifest.from_json({
-        "schema": 1,
-        "version": "0.1.0+cu12torch2.13",
-        "cuda_major": 12,
-        "torch": "2.13",
-        "binding": "emulated",
-        "features": sorted(tiles.FEATURES),
-        "kernels": kernels,
-        "coverage": coverage,
-    })  # fmt: skip
+def manifest(arch: str = ARCH) -> schema.Manifest:
+    """The manifest `fa build` writes for a wheel with SASS for `arch` only (docs/contracts.md section 3)."""
+    return kernel_manifest(12, "2.8", True, sass=(arch,), ptx=None)
 
 
 def _emulated(module: str) -> H.Emulated:
-    name = Path(module).name
+    name = Path(module).stem  # kernels/sm_80/<unit>.cubin
     if name not in _EMULATED:
         unit = next(u for u in tiles.units(ARCH) if u.name == name)
         _EMULATED[name] = H.Emulated(unit, ARCH)
@@ -76,8 +58,10 @@ def _bwd(
 
 def _decide(call, q, k, v) -> dispatch.Dispatch:
     backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    facts = dispatch.CallFacts("cuda", False, ARCH, call.dtype_name, call.head_dim, backward,
-                               dispatch.features_of(call, backward))  # fmt: skip
+    facts = dispatch.CallFacts(
+        Device("cuda", ARCH),
+        Call(call.dtype_name, call.head_dim, backward, dispatch.features_of(call, backward)),
+    )
     return dispatch.decide(facts, manifest(), lambda: None, driver=lambda: None, package_dir=Path("/"))
 
 

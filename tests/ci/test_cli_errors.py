@@ -21,7 +21,7 @@ from buildtool.compat.env import EnvError
 from buildtool.compat.install import InstallError
 from buildtool.compat.wheel_index import WheelIndexError
 from buildtool.core.fetch import FetchError
-from buildtool.core.schema import WheelDirError
+from buildtool.core.wheel_file import WheelDirError
 from buildtool.errors import EXIT_FAILED, EXIT_USAGE, FaError, InputError, bad_input
 
 runner = CliRunner()

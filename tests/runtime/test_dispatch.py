@@ -12,7 +12,8 @@ from pathlib import Path
 import fa_attn
 import pytest
 import torch
-from fa_attn import dispatch, loader
+from fa_attn import dispatch, loader, versions
+from fa_attn.decision import Call, Device
 from fa_attn.dispatch import CallFacts, decide
 from fa_attn.schema import Manifest
 
@@ -58,12 +59,20 @@ MANIFEST_JSON = {
     "ptx_min_driver": None,
     "features": ["causal", "gqa", "varlen", "window", "softcap"],
     "kernels": [k for d in ("fp16", "bf16") for r in ("fwd", "bwd") for k in kernels_for("8.0", d, r)],
-    "coverage": [
-        {"arch": "8.0", "image": "sass", "dtype": d, "direction": r, "head_dims": DIMS}
-        for d in ("fp16", "bf16")
-        for r in ("fwd", "bwd")
-    ],
 }
+BELOW = {64: 0, 128: 64, 256: 128}  # bucket -> the bucket below it: it serves the head dims between
+# What the build derives from those kernels (package.coverage_of): each bucket's head dims, its smem.
+MANIFEST_JSON["coverage"] = [
+    {
+        "arch": k["arch"],
+        "image": k["image"],
+        "dtype": k["dtype"],
+        "direction": k["direction"],
+        "head_dims": [d for d in DIMS if BELOW[k["head_dim"]] < d <= k["head_dim"]],
+        "smem_bytes": max(e["smem_bytes"] for e in k["entries"].values()),
+    }
+    for k in MANIFEST_JSON["kernels"]
+]
 
 
 def manifest(**changes) -> Manifest:
@@ -73,10 +82,8 @@ def manifest(**changes) -> Manifest:
 MANIFEST = manifest()
 
 
-def facts(
-    sm="8.6", dtype="bf16", head_dim=100, backward=True, features=(), device="cuda", rocm=False, smem=None
-):
-    return CallFacts(device, rocm, sm, dtype, head_dim, backward, frozenset(features), smem)
+def facts(sm="8.6", dtype="bf16", head_dim=100, backward=True, features=(), device="cuda", smem=None):
+    return CallFacts(Device(device, sm, smem), Call(dtype, head_dim, backward, frozenset(features)))
 
 
 def loaded() -> None:
@@ -98,7 +105,7 @@ def test_kernels_chosen_with_bucket_and_padding() -> None:
     [
         ({"device": "cpu"}, "device-not-cuda"),
         ({"device": "mps"}, "device-not-cuda"),
-        ({"rocm": True}, "device-not-cuda"),
+        ({"device": "rocm"}, "device-not-cuda"),
         ({"sm": "7.0"}, "arch-unsupported"),
         ({"sm": "9.0"}, "arch-unsupported"),  # only sm_80 SASS in this manifest, no PTX
         ({"dtype": "fp32"}, "dtype-unsupported"),
@@ -169,7 +176,7 @@ def test_ptx_driver_read_only_when_ptx_exists() -> None:
         (manifest(torch="2.5"), "torch-version-mismatch"),
         (
             manifest(
-                torch=loader.torch_minor(torch.__version__),
+                torch=versions.torch_minor(torch.__version__),
                 cxx11abi=not torch._C._GLIBCXX_USE_CXX11_ABI,
             ),
             "cxx11abi-mismatch",
@@ -184,7 +191,7 @@ def test_loader_checks_before_loading(man: Manifest, code: str) -> None:
 def test_loader_turns_a_broken_binding_into_a_reason(tmp_path, monkeypatch) -> None:
     (tmp_path / "libfa_attn_ops.so").write_bytes(b"not an ELF file")
     monkeypatch.setattr(loader, "PACKAGE_DIR", tmp_path)
-    man = manifest(torch=loader.torch_minor(torch.__version__), cxx11abi=torch._C._GLIBCXX_USE_CXX11_ABI)
+    man = manifest(torch=versions.torch_minor(torch.__version__), cxx11abi=torch._C._GLIBCXX_USE_CXX11_ABI)
     problem = loader._load(man)
     assert problem is not None and problem.code == "binding-unavailable"
     assert "libfa_attn_ops.so" in problem.message
@@ -205,11 +212,6 @@ def test_manifest_next_to_the_package(tmp_path, monkeypatch) -> None:
         assert loader.static_binding_problem(man, problem).code == "binding-unavailable"
     # A source checkout has no manifest: it behaves as the universal wheel.
     assert loader.read_manifest(tmp_path / "absent.json") == (loader.UNIVERSAL_MANIFEST, None)
-
-
-def test_torch_minor() -> None:
-    assert loader.torch_minor("2.5.1+cu124") == "2.5"
-    assert loader.torch_minor("2.7.0a0+e000cf0ad9.nv24.10") == "2.7"
 
 
 @pytest.fixture

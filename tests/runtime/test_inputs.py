@@ -79,13 +79,12 @@ def test_varlen_needs_packed_layout() -> None:
 
 def test_fp32_is_accepted_and_falls_back_with_dtype_reason(monkeypatch) -> None:
     # On CPU the first reason is device-not-cuda; the dtype reason shows for a (described) CUDA call.
+    from fa_attn.decision import Call, Device
     from fa_attn.dispatch import CallFacts, decide
     from fa_attn.schema import Manifest
 
-    facts = CallFacts("cuda", False, "9.0", "fp32", 64, False, frozenset())
-    man = Manifest.from_json(
-        {"schema": 1, "version": "0.1.0+cu12torch2.13", "cuda_major": 12, "torch": "2.13", "binding": "x.so"}
-    )
+    facts = CallFacts(Device("cuda", "9.0"), Call("fp32", 64))
+    man = Manifest.from_json({"schema": 1, "version": "0.1.0", "cuda_major": 12, "binding": "x.so"})
     assert decide(facts, man, lambda: None).reasons[0].code == "dtype-unsupported"
     out = fa_attn.flash_attn_func(Q, K, V)
     assert out.dtype == torch.float32 and torch.isfinite(out).all()

@@ -18,6 +18,7 @@ import pytest
 from buildtool.build import binding, torch_headers
 from buildtool.build.pypi import fetch_torch_catalog
 from buildtool.core import binding_forms, cpus
+from buildtool.core.runtime import versions
 
 KERNELS = Path(__file__).resolve().parents[2] / "kernels"
 FLOOR = binding_forms.STABLE_ABI_MIN
@@ -178,6 +179,6 @@ def test_the_loader_takes_it_for_a_later_torch_and_warns_past_the_tested(
         print("ok")
     """)
     # CI's torch (2.13) is newer than the floor, the only minor this manifest says was tested
-    assert binding_forms.minor_tuple(torch.__version__) > binding_forms.minor_tuple(FLOOR)
+    assert versions.torch_version(torch.__version__) > versions.torch_version(FLOOR)
     proc = run([sys.executable, "-c", script], env=dict(os.environ, PYTHONPATH=str(tmp_path)), cwd=tmp_path)
     assert proc.stdout.strip() == "ok"

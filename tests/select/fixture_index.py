@@ -3,96 +3,95 @@
 
 Mirrors the build's rules: one wheel per (CPU, CUDA major, torch minor, C++ ABI); both ABIs below torch 2.7,
 the C++11 ABI only from 2.7; from matrix.yaml's `stable_abi` floor on, one stable-ABI wheel per (CPU, CUDA
-major) instead, tested with the listed minors from the floor on; matrix.yaml's excludes; SASS/PTX archs and driver floors per major from
-buildtool/core/cuda_facts.py; plus the universal py3-none-any wheel. Coverage comes from the kernel table
-(kernels/tiles.py) as the build derives it: sm 7.5 fp16 only (backward to head dim 192), fp16 and bf16
-from sm 8.0 with head dims to 256 forward and backward.
+major) instead, tested with the listed minors from the floor on; matrix.yaml's excludes; SASS/PTX archs per major from
+buildtool/core/cuda_facts.py; plus the universal py3-none-any wheel. Each wheel's manifest is the one
+the build's packager writes (package.manifest) for the kernel table's units (kernels/tiles.py).
 """
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 from pathlib import Path
 from typing import Any
 
 import yaml
 from packaging.specifiers import SpecifierSet
 
-from buildtool.build.package import coverage_of, kernel_of
-from buildtool.core import kernels_src
+from buildtool.build import package
+from buildtool.build.plan import BindingJob, Cell, CompileJob, WheelSpec, variant_label
+from buildtool.core import binding_forms, kernels_src
 from buildtool.core.cuda_facts import TOOLKITS
-from buildtool.core.schema import (
-    PROJECT,
-    REQUIRES_PYTHON,
-    SCHEMA_MAJOR,
-    SCHEMA_MINOR,
-    IndexEntry,
-    universal_info,
-)
+from buildtool.core.runtime import schema
+from buildtool.core.wheel_file import REQUIRES_PYTHON
 
 REPO = Path(__file__).resolve().parents[2]
 VERSION = "0.1.0"
 PLATFORM = "manylinux_2_28_x86_64"  # what the release workflow's manylinux_2_28 containers give
 
 
-def _coverage(arch: str, image: str) -> list[dict[str, Any]]:
-    """What `fa build` writes for the kernel table's units on `arch` (package.coverage_of)."""
+@functools.cache
+def kernel_manifest(
+    cuda: int,
+    torch: str,
+    abi: bool | None,
+    cpu: str = "x86_64",
+    sass: tuple[str, ...] | None = None,
+    ptx: str | None = "newest",
+    tested: tuple[str, ...] | None = None,
+) -> schema.Manifest:
+    """The manifest `fa build` writes for this wheel: SASS for `sass` (default: the toolkit's default
+    archs) and PTX of `ptx` ("newest": the last SASS arch; None: no PTX). `abi` None: the stable-ABI
+    wheel of floor `torch`, built for the minors `tested` (default: the floor alone)."""
     tiles = kernels_src.tiles()
-    rows = [
-        coverage_of(kernel_of(unit, arch, image, file=""), tiles.head_dims(unit))
-        for unit in tiles.units(arch)
-    ]
-    return [dataclasses.asdict(row) for row in rows]
-
-
-def _variant(cuda: int, torch: str, abi: bool) -> str:
-    label = f"cu{cuda}torch{torch}"
-    old_minor = tuple(int(p) for p in torch.split(".")) < (2, 7)
-    return label + (f"cxx11abi{str(abi).lower()}" if old_minor or not abi else "")
+    sass = TOOLKITS[cuda].default_archs if sass is None else sass
+    ptx = sass[-1] if ptx == "newest" else ptx
+    images = [(arch, "sass") for arch in sass] + ([(ptx, "ptx")] if ptx else [])
+    jobs = tuple(
+        CompileJob(cuda, arch, image, unit.name) for arch, image in images for unit in tiles.units(arch)
+    )
+    variant = variant_label(cuda, torch, abi)
+    spec = WheelSpec(
+        cuda_major=cuda,
+        torch_minor=torch,
+        cxx11abi=abi,
+        sass=tuple(sass),
+        ptx=ptx,
+        cells=tuple(Cell(minor, cuda, "3.12", cpu) for minor in (tested or (torch,))),
+        compile_jobs=jobs,
+        binding=BindingJob(torch, f"{torch}.0", True, None, cpu, binding_forms.STABLE)
+        if abi is None
+        else BindingJob(torch, f"{torch}.0", abi, None, cpu),
+        variant=variant,
+        version=f"{VERSION}+{variant}",
+    )
+    return package.manifest(spec, tiles)
 
 
 def kernel_entry(
-    cuda: int, torch: str, abi: bool | None, cpu: str = "x86_64", tested: list[str] | None = None
+    cuda: int, torch: str, abi: bool | None, cpu: str = "x86_64", **images: Any
 ) -> dict[str, Any]:
-    """A per-minor wheel; with `abi` None the stable-ABI wheel of floor `torch`, tested with `tested`."""
-    toolkit = TOOLKITS[cuda]
-    sass = list(toolkit.default_archs)
-    ptx = sass[-1]
-    variant = f"cu{cuda}torch{torch}plus" if abi is None else _variant(cuda, torch, abi)
-    version = f"{VERSION}+{variant}"
-    coverage = [c for arch in sass for c in _coverage(arch, "sass")] + _coverage(ptx, "ptx")
+    """The index.json entry of kernel_manifest(cuda, torch, abi, cpu, **images)."""
+    info = kernel_manifest(cuda, torch, abi, cpu, **images).info
     platform = PLATFORM.replace("x86_64", cpu)
-    return {
-        "file": f"fa_attn-{version}-py3-none-{platform}.whl",
-        "sha256": "0" * 64,
-        "size": 1,
-        "version": version,
-        "variant": variant,
-        "platform": cpu,
-        "cuda_major": cuda,
-        "toolkit": toolkit.version,
-        "torch": torch,
-        "cxx11abi": abi,
-        "binding_form": "aten" if abi is not None else "stable",
-        "torch_tested": [torch] if abi is not None else list(tested or [torch]),
-        "min_driver": toolkit.min_driver,
-        "ptx_min_driver": toolkit.ptx_min_driver,
-        "sass": sass,
-        "ptx": ptx,
-        "python_tag": "py3",
-        "abi_tag": "none",
-        "platform_tag": platform,
-        "requires_python": REQUIRES_PYTHON,
-        "coverage": coverage,
-    }
+    entry = schema.IndexEntry(
+        file=f"fa_attn-{info.version}-py3-none-{platform}.whl",
+        sha256="0" * 64,
+        size=1,
+        info=info,
+        python_tag="py3",
+        abi_tag="none",
+        platform_tag=platform,
+        requires_python=REQUIRES_PYTHON,
+    )
+    return entry.to_json()
 
 
 def universal_entry() -> dict[str, Any]:
-    entry = IndexEntry(
+    entry = schema.IndexEntry(
         file=f"fa_attn-{VERSION}-py3-none-any.whl",
         sha256="0" * 64,
         size=1,
-        info=universal_info(VERSION),
+        info=schema.universal_info(VERSION),
         python_tag="py3",
         abi_tag="none",
         platform_tag="any",
@@ -130,6 +129,11 @@ def fixture_index(matrix_path: Path = REPO / "matrix.yaml") -> dict[str, Any]:
                 abis = [False, True] if minor(torch) < (2, 7) else [True]
                 wheels += [kernel_entry(cuda, torch, abi, cpu) for abi in abis]
             if stable:
-                wheels.append(kernel_entry(cuda, floor, None, cpu, sorted(stable, key=minor)))
+                wheels.append(kernel_entry(cuda, floor, None, cpu, tested=tuple(sorted(stable, key=minor))))
     wheels.append(universal_entry())
-    return {"schema": SCHEMA_MAJOR, "schema_minor": SCHEMA_MINOR, "package": PROJECT, "wheels": wheels}
+    return {
+        "schema": schema.SCHEMA_MAJOR,
+        "schema_minor": schema.SCHEMA_MINOR,
+        "package": schema.PACKAGE,
+        "wheels": wheels,
+    }

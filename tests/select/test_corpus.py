@@ -72,7 +72,7 @@ def test_stable_wheel_wins_a_tie_with_the_per_minor_wheel_and_says_why():
     from tests.select.fixture_index import kernel_entry
 
     per_minor = entry_from_dict(kernel_entry(13, "2.13", True), "per-minor")
-    stable = entry_from_dict(kernel_entry(13, "2.10", None, tested=["2.10", "2.13"]), "stable")
+    stable = entry_from_dict(kernel_entry(13, "2.10", None, tested=("2.10", "2.13")), "stable")
     selection = select([per_minor, stable], env_from_json(_h100("2.13.1+cu130")))
     assert selection.selected is stable and selection.warnings == ()
     assert "keeps working when torch is upgraded" in selection.why and stable.file in selection.why
@@ -82,7 +82,7 @@ def test_a_per_minor_wheel_tested_with_this_torch_beats_an_untested_stable_one()
     from tests.select.fixture_index import kernel_entry
 
     per_minor = entry_from_dict(kernel_entry(13, "2.16", True), "per-minor")
-    stable = entry_from_dict(kernel_entry(13, "2.10", None, tested=["2.10", "2.15"]), "stable")
+    stable = entry_from_dict(kernel_entry(13, "2.10", None, tested=("2.10", "2.15")), "stable")
     env = env_from_json(_h100("2.16.0+cu130"))
     selection = select([stable, per_minor], env)
     assert selection.selected is per_minor and "only up to torch 2.15" in selection.why

@@ -1,10 +1,14 @@
-"""kernel_choice.choose over manifests built here: SASS/PTX ranges, driver floor, coverage gaps."""
+"""decision.decide over manifests built here: SASS/PTX ranges, driver floor, coverage gaps, shared
+memory, kernel files."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from fa_attn import kernel_choice
-from fa_attn.kernel_choice import choose, kernel_entry
+from fa_attn import versions
+from fa_attn.decision import Call, Device, Dispatch, decide
+from fa_attn.reasons import Reason
 from fa_attn.schema import Manifest, WheelInfo
 
 ALL_DIMS = list(range(8, 257, 8))
@@ -38,6 +42,12 @@ def info(*coverage: list, **fields) -> WheelInfo:
     return manifest(*coverage, **fields).info
 
 
+def choose(
+    wheel: WheelInfo, sm: str | None, dtype: str, head_dim: int, backward: bool, driver: str | None
+) -> Dispatch:
+    return decide(wheel, Device("cuda", sm, None, driver), Call(dtype, head_dim, backward))
+
+
 # A cu12-like wheel: SASS 7.5 (fp16 only), 8.0, 8.6, 9.0, 10.0, 12.0 and PTX 12.0.
 CU12 = info(
     cov("7.5", dtypes=("fp16",)),
@@ -69,7 +79,7 @@ CU12 = info(
 )
 def test_range_choice(sm: str, path: str, arch: str) -> None:
     choice = choose(CU12, sm, "fp16", 128, backward=True, driver=None)
-    assert (choice.path, choice.arch, choice.head_dim, choice.reasons) == (path, arch, 128, ())
+    assert choice == Dispatch(path, arch, (), 128)
 
 
 def test_sm70_has_no_kernel() -> None:
@@ -147,38 +157,87 @@ def test_no_gpu_and_universal() -> None:
 def test_bad_values_are_clear_errors() -> None:
     with pytest.raises(ValueError, match="dtype"):
         choose(CU12, "9.0", "int8", 128, False, None)
-    with pytest.raises(ValueError, match="sm"):
+    with pytest.raises(ValueError, match="arch: 'hopper'"):
         choose(CU12, "hopper", "bf16", 128, False, None)
     with pytest.raises(ValueError, match="driver"):
         choose(CU12, "13.0", "bf16", 128, False, "latest")
-    assert kernel_choice.parse_arch("sm_86") == (8, 6)
-    assert kernel_choice.parse_arch("120") == (12, 0)
 
 
-def test_kernel_entry_picks_smallest_bucket() -> None:
-    man = manifest(
-        cov("8.0", dims=range(8, 129, 8)),
-        kernels=[
-            {
-                "arch": "8.0",
-                "image": "sass",
-                "file": f"{hd}",
-                "unit": f"fwd_bf16_d{hd}",
-                "dtype": "bf16",
-                "direction": "fwd",
-                "head_dim": hd,
-                "entries": {},
-            }
-            for hd in (128, 64, 32)
-        ],
-    )
-    choice = choose(man.info, "8.0", "bf16", 40, False, None)
-    assert kernel_entry(man.kernels, choice, "bf16", "fwd").head_dim == 64
-    assert kernel_entry(man.kernels, choice, "bf16", "bwd") is None
+@pytest.mark.parametrize("arch", ["sm_86", "86", "8", "8.6.1", ""])
+def test_an_arch_is_written_major_dot_minor(arch: str) -> None:
+    with pytest.raises(ValueError, match="write it like '8.6'"):
+        versions.parse_arch(arch)
+    assert versions.parse_arch("12.0") == (12, 0)
+
+
+def _kernel(hd: int, direction: str = "fwd", smem: int = 49152) -> dict:
+    return {
+        "arch": "8.0",
+        "image": "sass",
+        "file": f"kernels/sm_80/{direction}_bf16_d{hd}.cubin",
+        "unit": f"{direction}_bf16_d{hd}",
+        "dtype": "bf16",
+        "direction": direction,
+        "head_dim": hd,
+        "entries": {
+            "fa_fwd": {"threads": 128, "block_m": 64, "block_n": 64, "smem_bytes": smem, "grid": "q_blocks"}
+        },
+    }
+
+
+def test_the_launch_is_the_smallest_bucket_that_holds_the_head_dim() -> None:
+    man = manifest(cov("8.0", dims=range(8, 129, 8)), kernels=[_kernel(hd) for hd in (128, 64, 32)])
+    d = decide(man.info, Device("cuda", "8.0"), Call("bf16", 40), man.kernels, Path("/pkg"))
+    assert d.fwd is not None and d.fwd.module == "/pkg/kernels/sm_80/fwd_bf16_d64.cubin"
+    assert d.fwd.launch == (64, 128, 64, 64, 49152, 0) and d.bwd is None
+    damaged = decide(man.info, Device("cuda", "8.0"), Call("bf16", 40, backward=True), man.kernels)
+    assert [r.code for r in damaged.reasons] == ["binding-unavailable"]  # covered bwd, but no bwd file
+    missing = manifest(cov("8.0", dims=range(8, 129, 8)), kernels=[_kernel(32)])
+    d = decide(missing.info, Device("cuda", "8.0"), Call("bf16", 40), missing.kernels)
+    assert [r.code for r in d.reasons] == ["binding-unavailable"] and "no kernel file" in d.reasons[0].message
+
+
+def test_doctor_decides_without_kernel_files() -> None:
+    assert choose(CU12, "8.0", "bf16", 40, False, None) == Dispatch("sass", "8.0", (), 40)
+
+
+def test_an_image_needs_the_shared_memory_its_kernels_ask_for() -> None:
+    """An sm_80 cubin runs on sm_86 only within sm_86's shared memory; the next image that fits wins."""
+    rows = [
+        {
+            "arch": a,
+            "image": "sass",
+            "dtype": "bf16",
+            "direction": "fwd",
+            "head_dims": [256],
+            "smem_bytes": need,
+        }
+        for a, need in (("8.0", 135168), ("8.6", 81920))
+    ]
+    only80 = info([rows[0]])
+    d = decide(only80, Device("cuda", "8.6", 101376), Call("bf16", 256))
+    assert [r.code for r in d.reasons] == ["arch-unsupported"]
+    assert "135168" in d.reasons[0].message and "101376" in d.reasons[0].message
+    assert (
+        decide(only80, Device("cuda", "8.6", None), Call("bf16", 256)).path == "sass"
+    )  # unknown: not checked
+    assert decide(only80, Device("cuda", "8.0", 167936), Call("bf16", 256)).path == "sass"
+    both = info(rows)
+    assert decide(both, Device("cuda", "8.6", 101376), Call("bf16", 256)).arch == "8.6"
+
+
+def test_the_binding_loads_last_and_only_for_kernels() -> None:
+    def never() -> None:
+        raise AssertionError("the binding must load only for calls that use the kernels")
+
+    assert decide(CU12, Device("cuda", "7.0"), Call("fp16", 64), load_binding=never).path == "fallback"
+    failed = Reason("binding-unavailable", "loading libfa_attn_ops.so failed", "reinstall")
+    d = decide(CU12, Device("cuda", "8.0"), Call("bf16", 64), load_binding=lambda: failed)
+    assert d == Dispatch("fallback", None, (failed,))
 
 
 def test_buildtool_loads_the_same_file() -> None:
-    from buildtool.core import kernels_src
+    from buildtool.core.runtime import decision
 
-    shared = kernels_src.kernel_choice()
-    assert shared.choose(CU12, "8.9", "fp16", 64, False, None).arch == "8.6"
+    shared = decision.decide(CU12, decision.Device("cuda", "8.9"), decision.Call("fp16", 64))
+    assert shared.arch == "8.6"
