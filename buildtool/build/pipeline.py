@@ -27,6 +27,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from buildtool.build import binding as binding_mod
 from buildtool.build import index, package, torch_headers
@@ -40,6 +41,8 @@ from buildtool.core.fetch import ProgressHook
 @dataclass
 class WheelReport:
     file: str
+    variant: str  # "" for the universal wheel
+    platform: str | None  # the binding's CPU; None for the universal wheel
     size: int
     platform_tag: str
     platform_reason: str
@@ -195,6 +198,8 @@ def _report(
     compiled = [j for j in spec.compile_jobs if j in seconds]
     return WheelReport(
         file=built.path.name,
+        variant=spec.variant,
+        platform=spec.platform,
         size=built.path.stat().st_size,
         platform_tag=built.platform,
         platform_reason=built.platform_reason,
@@ -230,15 +235,18 @@ def _write_log(out_dir: Path, plan: Plan, wheels: list[dict]) -> None:
 
 
 def summary_table(summary: BuildSummary) -> Table:
-    table = Table(title=f"fa build: {len(summary.wheels)} wheels in {summary.out_dir}")
-    for col in ("wheel", "size", "cells", "compile s", "compiled", "cache hits"):
-        if col == "wheel":
-            table.add_column(col, overflow="fold")  # a wheel name is only useful whole
-        else:
-            table.add_column(col, justify="right", no_wrap=True)
+    """One row per wheel, named by its variant and CPU (the file names are in --json and index.json)."""
+    title = Text(f"fa build: {len(summary.wheels)} wheels in {summary.out_dir}")
+    # No rules: the longest variant (cu12torch2.5cxx11abifalse) and every figure fit 80 columns.
+    table = Table(title=title, title_justify="left", box=None, pad_edge=False, caption_justify="left")
+    table.add_column("variant", no_wrap=True)
+    table.add_column("CPU", no_wrap=True)
+    for col in ("size", "cells", "NVRTC s", "compiled", "cached"):
+        table.add_column(col, justify="right", no_wrap=True)
     for w in summary.wheels:
         table.add_row(
-            w.file,
+            Text(w.variant or "universal"),
+            w.platform or "any",
             _size(w.size),
             str(w.cells),
             f"{w.compile_seconds:.1f}",

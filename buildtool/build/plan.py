@@ -20,7 +20,14 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from buildtool.build.matrix import CXX11ABI_ONLY_FROM, MIN_TORCH, Matrix, MatrixError, python_version
+from buildtool.build.matrix import (
+    CXX11ABI_ONLY_FROM,
+    DEFAULT_VERSION,
+    MIN_TORCH,
+    Matrix,
+    MatrixError,
+    python_version,
+)
 from buildtool.build.pypi import TorchCatalog, TorchFile
 from buildtool.core import cpus, cuda_facts, kernels_src
 from buildtool.core.textfile import shown
@@ -228,7 +235,7 @@ def local_plan(
     }
     ptx = {m: matrix.ptx[m] if matrix and m in matrix.ptx else archs[m][-1] for m in cuda}
     local = Matrix(
-        version=matrix.version if matrix else "0.1.0",
+        version=matrix.version if matrix else DEFAULT_VERSION,
         torch=(minor,),
         cuda=tuple(cuda),
         python=(python,),
