@@ -98,7 +98,7 @@ def test_loads_into_this_torch_with_cuda_kernels_registered(stable_lib: Path) ->
         import torch, fa_attn
         has = torch._C._dispatch_has_kernel_for_dispatch_key
         torch.ops.load_library({str(stable_lib)!r})
-        for op in ("fa_attn::fwd", "fa_attn::bwd"):
+        for op in ("fa_attn::fwd", "fa_attn::fwd_splitkv", "fa_attn::bwd"):
             assert has(op, "CUDA") and has(op, "Meta") and not has(op, "CPU"), op
         q = torch.zeros(1, 4, 2, 8, dtype=torch.float16)
         try:
@@ -134,6 +134,8 @@ def test_every_argument_boxes_and_the_checks_run(cpu_key_lib: Path) -> None:
         expect(lambda: fwd(torch.zeros(1, 4, 2, 8)), "the kernels take fp16 or bf16, got float32")
         expect(lambda: fwd(q16), "q must be a CUDA tensor")
         expect(lambda: fwd(q16, cu_q=torch.zeros(2, dtype=torch.int32)), "pass both cu_seqlens_q and")
+        expect(lambda: torch.ops.fa_attn.fwd_splitkv(q16, q16, q16, None, None, 4, 4, 0.3, False, -1, -1, 0.0, 2,
+                                                     "m", "fa_fwd", launch), "q must be a CUDA tensor")
         lse = torch.zeros(1, 2, 4)
         expect(lambda: torch.ops.fa_attn.bwd(q16, q16, q16, q16, q16, lse, None, None, 4, 4, 0.3, False,
                                              -1, -1, 0.0, "m", "fa_bwd", launch), "q must be a CUDA tensor")

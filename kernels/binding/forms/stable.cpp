@@ -1,4 +1,4 @@
-// The stable-ABI form of the binding: CUDA kernels for fa_attn::fwd / fa_attn::bwd (schemas:
+// The stable-ABI form of the binding: CUDA kernels for fa_attn::fwd / fwd_splitkv / bwd (schemas:
 // kernels/fa_attn/ops.py) registered with STABLE_TORCH_LIBRARY_IMPL. Everything it asks of torch goes
 // through torch's C shim (extern "C" aoti_torch_* / torch_* functions, called by the header-only
 // torch::stable wrappers), never through an ATen or c10 C++ symbol, so one binary serves every torch
@@ -117,6 +117,15 @@ std::tuple<StableTensor, StableTensor> fwd(
   return Ops::fwd(q, k, v, cu_q, cu_k, options, kernel_args(module, entries, launch));
 }
 
+std::tuple<StableTensor, StableTensor> fwd_splitkv(
+    const StableTensor& q, const StableTensor& k, const StableTensor& v, const std::optional<StableTensor>& cu_q,
+    const std::optional<StableTensor>& cu_k, int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale,
+    bool causal, int64_t window_left, int64_t window_right, double softcap, int64_t num_splits,
+    const std::string& module, const std::string& entries, const std::vector<int64_t>& launch) {
+  const Options options{max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap};
+  return Ops::fwd_splitkv(q, k, v, cu_q, cu_k, options, num_splits, kernel_args(module, entries, launch));
+}
+
 std::tuple<StableTensor, StableTensor, StableTensor> bwd(
     const StableTensor& dout, const StableTensor& q, const StableTensor& k, const StableTensor& v,
     const StableTensor& out, const StableTensor& lse, const std::optional<StableTensor>& cu_q,
@@ -140,4 +149,5 @@ std::tuple<StableTensor, StableTensor, StableTensor> bwd(
 STABLE_TORCH_LIBRARY_IMPL(fa_attn, FA_BINDING_DISPATCH_KEY, m) {
   m.impl("fwd", TORCH_BOX(&fa_binding::fwd));
   m.impl("bwd", TORCH_BOX(&fa_binding::bwd));
+  m.impl("fwd_splitkv", TORCH_BOX(&fa_binding::fwd_splitkv));
 }
