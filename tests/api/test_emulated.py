@@ -7,8 +7,6 @@ fall back with `feature-unsupported` naming the missing feature.
 
 from __future__ import annotations
 
-import zlib
-
 import emu_harness
 import emulated
 import fa_attn
@@ -16,9 +14,8 @@ import pytest
 import torch
 from attn_reference import assert_fa2_close, attention_ref
 from emulated import kernels_on_cpu
-from kvcache_reference import kvcache_reference, rotate_complex
-from reference import assert_close
-from test_kvcache import caches_after
+from kvcache_cases import KV_CASES, check_kvcache, kvcache_case, reference_of
+from kvcache_reference import rotate_complex
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::fa_attn.FaFallbackWarning"),
@@ -140,96 +137,13 @@ def test_kvcache_uniform_cache_on_kernels(kernels) -> None:
     check("out", out, q_rot, k_cache[:, :end], v_cache[:, :end], causal=True)
 
 
-def _positions(start: int, count: int, per_token: bool) -> torch.Tensor:
-    return torch.arange(count) + start if per_token else torch.full((count,), start)
-
-
-def kvcache_twin(
-    args: dict, k_after: torch.Tensor, v_after: torch.Tensor, lengths: list[int]
-) -> torch.Tensor:
-    """The same call's math done by PyTorch in the inputs' dtype, sequence by sequence (FA2's rule
-    measures our error against this one's): q rotated and rounded as flash-attn does, attention over
-    the keys [leftpad, cache_seqlens + new) of each sequence's cache after the append."""
-    q, new = args["q"], args["k"].shape[1] if "k" in args else 0
-    causal, window = args["causal"], args["window_size"]
-    per_token = causal or window != (-1, -1)
-    outs = []
-    for b in range(q.shape[0]):
-        qb = q[b]
-        if "rotary_cos" in args:
-            pos = _positions(lengths[b], q.shape[1], per_token)
-            qb = rotate_complex(qb, args["rotary_cos"], args["rotary_sin"], pos, args["rotary_interleaved"])
-            qb = qb.to(q.dtype)
-        start = int(args["cache_leftpad"][b]) if "cache_leftpad" in args else 0
-        end = lengths[b] + new
-        keys, values = k_after[b, start:end].unsqueeze(0), v_after[b, start:end].unsqueeze(0)
-        outs.append(attention_ref(qb.unsqueeze(0), keys, values, causal, upcast=False, window=window)[0][0])
-    return torch.stack(outs)
-
-
-KV_CASES = {
-    # name: (layout, page size, seqlen_q, mask, rotary, heads (h, hk), num_splits)
-    "ragged-decode-neox": ("ragged", 0, 1, "causal", "neox", (4, 2), 0),
-    "ragged-prefill-split2": ("ragged", 0, 3, "local", None, (4, 1), 2),
-    "leftpad-decode-interleaved": ("leftpad", 0, 1, "full", "interleaved", (4, 2), 0),
-    "batch_idx-few-rows": ("batch_idx", 0, 3, "causal", "interleaved", (2, 2), 1),
-    "paged64-decode": ("paged", 64, 1, "causal", "neox", (4, 2), 0),
-    "paged128-decode-interleaved": ("paged", 128, 1, "local", "interleaved", (4, 1), 0),
-    "paged256-few-rows-split3": ("paged", 256, 3, "causal", None, (4, 2), 3),
-    "paged256-full-no-split": ("paged", 256, 2, "full", "neox", (2, 1), 1),
-}
-MASK_ARGS = {"full": (False, (-1, -1)), "causal": (True, (-1, -1)), "local": (False, (60, 2))}
-
-
-def kvcache_case(name: str) -> dict:
-    """flash_attn_with_kvcache's arguments: three sequences of a d32 cache (one long, one short, one
-    about to get its first keys), new k/v appended, GQA, in one layout."""
-    layout, page, seqlen_q, mask, rot, (h, hk), splits = KV_CASES[name]
-    gen = torch.Generator().manual_seed(zlib.crc32(name.encode()))
-    rnd = lambda *shape: torch.randn(*shape, generator=gen).half()
-    batch, d, capacity = 3, 32, 300
-    lengths = [290, 37, 0] if layout != "leftpad" else [290, 37, 9]
-    args: dict = {
-        "q": rnd(batch, seqlen_q, h, d),
-        "k": rnd(batch, seqlen_q, hk, d),
-        "v": rnd(batch, seqlen_q, hk, d),
-    }
-    if layout == "paged":
-        cols = -(-capacity // page) + 1  # a spare column: pages past a sequence's end are not read
-        capacity = cols * page
-        pages = batch * cols + 1
-        args["k_cache"], args["v_cache"] = rnd(pages, page, hk, d), rnd(pages, page, hk, d)
-        args["block_table"] = torch.randperm(pages, generator=gen)[: batch * cols].reshape(batch, cols).int()
-    else:
-        rows = batch + 2 if layout == "batch_idx" else batch
-        args["k_cache"], args["v_cache"] = rnd(rows, capacity, hk, d), rnd(rows, capacity, hk, d)
-    if layout == "batch_idx":
-        args["cache_batch_idx"] = torch.tensor([4, 0, 2], dtype=torch.int32)
-    if layout == "leftpad":
-        args["cache_leftpad"] = torch.tensor([70, 0, 9], dtype=torch.int32)  # the last sees only new keys
-    args["cache_seqlens"] = torch.tensor(lengths, dtype=torch.int32)
-    if rot:
-        angle = torch.rand(capacity, d // 4, generator=gen, dtype=torch.float64) * 6.3  # rotary_dim d / 2
-        args["rotary_cos"], args["rotary_sin"] = angle.cos().half(), angle.sin().half()
-        args["rotary_interleaved"] = rot == "interleaved"
-    args["causal"], args["window_size"] = MASK_ARGS[mask]
-    args["num_splits"] = splits
-    return args
-
-
 @pytest.mark.parametrize("name", list(KV_CASES))
 def test_kvcache_layouts_on_kernels(kernels, name: str) -> None:
     """Every KV-cache layout on the kernels: the output, the LSE and the appended cache against the
-    float64 reference (kvcache_reference.py), under FA2's rule; decode through the split-KV forward by
-    decision.num_splits (num_splits=0) or as the caller asks (1: never, n: n shares)."""
+    float64 reference (kvcache_cases.check_kvcache), under FA2's rule; decode through the split-KV
+    forward by decision.num_splits (num_splits=0) or as the caller asks (1: never, n: n shares)."""
     args = kvcache_case(name)
-    lengths = args["cache_seqlens"].tolist()
-    ref_out, ref_lse, ref_k, ref_v = kvcache_reference(
-        args["q"], args["k_cache"].clone(), args["v_cache"].clone(), args["k"], args["v"],
-        args.get("rotary_cos"), args.get("rotary_sin"), lengths, args.get("cache_batch_idx"),
-        args.get("cache_leftpad"), args.get("block_table"), args["causal"], args["window_size"],
-        args.get("rotary_interleaved", True),
-    )  # fmt: skip
+    reference = reference_of(args)
     out, lse = fa_attn.flash_attn_with_kvcache(**args, return_softmax_lse=True)
     on_kernels()
     [(op, splits)] = emulated.LAUNCHED
@@ -238,14 +152,7 @@ def test_kvcache_layouts_on_kernels(kernels, name: str) -> None:
         assert op == "fwd", emulated.LAUNCHED
     else:
         assert op == "fwd_splitkv" and splits == (requested or splits) > 1, emulated.LAUNCHED
-    k_after, v_after = caches_after(args, args["k_cache"], args["v_cache"])
-    assert_close("k_cache", k_after, ref_k, torch.float16)
-    assert torch.equal(v_after, ref_v.half()), "v_cache: the appended values differ"
-    low = kvcache_twin(args, ref_k.half(), ref_v.half(), lengths)
-    assert_fa2_close("out", out, ref_out, low)
-    seen = torch.isfinite(ref_lse)
-    assert torch.isposinf(lse[~seen]).all()
-    torch.testing.assert_close(lse[seen], ref_lse[seen].float(), rtol=1e-3, atol=1e-3)
+    check_kvcache(args, reference, out, lse)
 
 
 def test_varlen_over_pages_on_kernels(kernels) -> None:

@@ -12,6 +12,7 @@ import itertools
 import fa_attn
 import pytest
 import torch
+from kvcache_cases import caches_after
 from kvcache_reference import kvcache_reference
 from reference import assert_close
 
@@ -101,17 +102,6 @@ def reference_for(args: dict):
         args.get("cache_leftpad"), args.get("block_table"), args["causal"], args["window_size"],
         args.get("rotary_interleaved", True), args.get("alibi_slopes"), args.get("softcap", 0.0),
     )  # fmt: skip
-
-
-def caches_after(args: dict, k_cache: torch.Tensor, v_cache: torch.Tensor):
-    """Each sequence's logical cache (b, capacity, hk, d) read back from the mutated cache."""
-    if "block_table" in args:
-        table = args["block_table"].long()
-        flat = lambda c: torch.stack([torch.cat([c[p] for p in row]) for row in table.tolist()])
-        return flat(k_cache), flat(v_cache)
-    rows = args.get("cache_batch_idx")
-    rows = torch.arange(args["q"].shape[0]) if rows is None else rows.long()
-    return k_cache[rows], v_cache[rows]
 
 
 @pytest.mark.parametrize("seqlen_q", [1, 3])
