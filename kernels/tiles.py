@@ -16,7 +16,7 @@ Register limits (no spills) are not modelled here: they are ptxas's, checked at 
 
 Tile choices start from FlashAttention-2's published configs (csrc/flash_attn/src/
 flash_fwd_launch_template.h, flash_bwd_launch_template.h) fitted to each family's shared memory per
-block. Not tuned on hardware yet (no GPU in the sessions that wrote them): bench/ measures.
+block. Not tuned on hardware yet: bench/autotune.py measures them on a GPU.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from buildtool.errors import InputError
 DEFAULT_VERSION = kernels_src.runtime_module("_version").__version__  # fa's version, one source
 MIN_TORCH = versions.version_text(versions.MIN_TORCH)  # "2.4": the runtime's floor, and the C shim's
 # From 2.7 every pip wheel of torch uses the C++11 ABI; before, PyPI used the old one while NGC and
-# some PyTorch-index builds (2.6.0+cu126) used the new one (see compat-facts.md, "C++ ABI").
+# some PyTorch-index builds (2.6.0+cu126) used the new one (PyTorch 2.7 release notes).
 CXX11ABI_ONLY_FROM = "2.7"
 CXX11ABI_POLICIES = ("auto", "true", "false", "both")
 DTYPES = ("fp16", "bf16")

@@ -173,7 +173,7 @@ def _python_requirement(entry: schema.IndexEntry, env: Env) -> list[Reason]:
 def assumed_cxx11abi(env: Env) -> bool | None:
     """The torch C++ ABI, from the env or, when it says null on Linux, from what the torch build implies.
 
-    Facts (compat-facts.md): NGC containers use the new ABI; from 2.7 every pip wheel does; before 2.7
+    Facts (NGC release notes, PyTorch 2.7 release notes): NGC containers use the new ABI; from 2.7 every pip wheel does; before 2.7
     PyPI wheels used the old one."""
     if env.torch is None or env.os != "linux":
         return None
