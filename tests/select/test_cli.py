@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from pathlib import Path
@@ -16,17 +17,9 @@ from buildtool.compat.choose import Request
 from buildtool.compat.doctor import build_report, render
 from buildtool.compat.env import env_from_json
 from buildtool.compat.wheel_index import load_index
-from tests.select.fixture_index import fixture_index
 
 ENVS = Path(__file__).parent / "envs"
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = tmp_path_factory.mktemp("index")
-    (d / "index.json").write_text(json.dumps(fixture_index()))
-    return d
 
 
 def env_file(tmp_path: Path, case: str) -> Path:
@@ -48,7 +41,7 @@ def test_doctor_exit_codes(tmp_path: Path, index_dir: Path, case: str, rc: int):
     assert result.exit_code == rc, result.output
 
 
-def test_doctor_json_shape(tmp_path: Path, index_dir: Path):
+def test_doctor_json_shape(tmp_path: Path, index_dir: Path, index_data: dict):
     result = doctor("--env", str(env_file(tmp_path, "t4-colab-bf16")), "--wheels", str(index_dir), "--json")
     out = json.loads(result.stdout)
     assert out["verdict"] == "fallback" and out["codes"] == ["dtype-unsupported"]
@@ -56,7 +49,7 @@ def test_doctor_json_shape(tmp_path: Path, index_dir: Path):
     assert (
         out["runtime"]["path"] == "fallback" and out["runtime"]["reasons"][0]["code"] == "dtype-unsupported"
     )
-    assert len(out["wheels"]) == len(fixture_index()["wheels"])
+    assert len(out["wheels"]) == len(index_data["wheels"])
     for wheel in out["wheels"]:
         assert set(wheel) >= {"file", "fits", "reasons"}
         assert wheel["fits"] == (not wheel["reasons"])
@@ -156,8 +149,8 @@ def test_human_report_has_a_fix_under_each_reason(index_dir: Path):
 
 
 @pytest.mark.parametrize("name", ["../../evil.whl", "sub/dir.whl", "fa_attn.tar.gz"])
-def test_index_file_names_must_be_plain_wheel_names(tmp_path: Path, name: str):
-    index = fixture_index()
+def test_index_file_names_must_be_plain_wheel_names(tmp_path: Path, name: str, index_data: dict):
+    index = copy.deepcopy(index_data)
     index["wheels"][0]["file"] = name
     (tmp_path / "index.json").write_text(json.dumps(index))
     result = doctor("--wheels", str(tmp_path))
@@ -187,7 +180,9 @@ def test_installer_commands_never_touch_dependencies():
     assert {"--no-deps", "--no-index", "--target"} <= set(uv) and uv[-1] == "/tmp/x.whl"
 
 
-def test_the_human_report_names_variants_and_groups_wheels_that_share_their_reasons(index_dir: Path):
+def test_the_human_report_names_variants_and_groups_wheels_that_share_their_reasons(
+    index_dir: Path, index_data: dict
+):
     env = env_from_json(json.loads((ENVS / "torch-missing.json").read_text())["env"])
     console = Console(record=True, width=80)
     render(build_report(env, load_index(str(index_dir)), Request()), console)
@@ -196,5 +191,5 @@ def test_the_human_report_names_variants_and_groups_wheels_that_share_their_reas
     table = text.split("Wheels in")[1].split("Choice")[0]
     assert "universal" in table
     assert re.search(r"\b\d+ wheels:", table)
-    assert table.count("torch-missing") < len(fixture_index()["wheels"]) / 4
+    assert table.count("torch-missing") < len(index_data["wheels"]) / 4
     assert all(len(line) <= 80 for line in text.splitlines())

@@ -11,16 +11,14 @@ import pytest
 from buildtool.compat.choose import Request, select
 from buildtool.compat.env import env_from_json
 from buildtool.compat.wheel_index import entry_from_dict
-from tests.select.fixture_index import fixture_index
 
 ENVS = Path(__file__).parent / "envs"
 CASES = sorted(ENVS.glob("*.json"))
 
 
 @pytest.fixture(scope="module")
-def entries():
-    index = fixture_index()
-    return [entry_from_dict(w, f"fixture wheels[{i}]") for i, w in enumerate(index["wheels"])]
+def entries(index_data: dict):
+    return [entry_from_dict(w, f"fixture wheels[{i}]") for i, w in enumerate(index_data["wheels"])]
 
 
 def test_corpus_is_large_enough():

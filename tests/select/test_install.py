@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import http.server
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -17,6 +18,8 @@ import pytest
 
 from buildtool.compat.probe import probe
 from tests.select.tiny_wheels import BROKEN_WHEN_INSTALLED, build_wheelhouse
+
+REPO = Path(__file__).resolve().parents[2]
 
 # Each test makes a venv and runs pip several times (about 10 s each): slow, but still run in CI.
 pytestmark = pytest.mark.slow
@@ -40,10 +43,13 @@ def wheelhouse(tmp_path: Path) -> Path:
 
 
 def fa(python: Path, *args: str, cwd: Path) -> tuple[int, dict]:
+    # This checkout's buildtool, whatever fa the system Python has installed.
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(
         [str(python), "-m", "buildtool.cli", *args, "--json"],
         check=False,
         cwd=cwd,
+        env=env,
         capture_output=True,
         text=True,
         timeout=300,

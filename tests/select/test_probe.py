@@ -15,6 +15,7 @@ import pytest
 from buildtool.compat.env import EnvError, env_from_json, env_to_json
 from buildtool.compat.probe import ProbePaths, probe
 from buildtool.core.installed import TorchInfo
+from tests.select.conftest import MACHINE
 
 ENVS = Path(__file__).parent / "envs"
 PROC_CLOSED = (
@@ -188,25 +189,14 @@ def test_corpus_envs_round_trip():
         assert env_to_json(env_from_json(raw)) == raw, path.name
 
 
-GOOD = {
-    "os": "linux",
-    "arch": "x86_64",
-    "glibc": "2.35",
-    "python": "3.11",
-    "torch": {"version": "2.5.1+cu124", "cuda": "12.4", "hip": None, "cxx11abi": False},
-    "driver": {"version": "550.54.15"},
-    "gpus": [{"name": "NVIDIA A100", "sm": "8.0", "memory_mib": 81920}],
-}
-
-
 @pytest.mark.parametrize(
     ("change", "field", "fix"),
     [
         ({"os": "freebsd"}, "os", "linux, windows, darwin"),
         ({"python": 3.11}, "python", '"3.11"'),
         ({"glibc": "2"}, "glibc", '"2.35"'),
-        ({"torch": {**GOOD["torch"], "version": "latest"}}, "torch.version", "torch.__version__"),
-        ({"torch": {**GOOD["torch"], "cxx11abi": "TRUE"}}, "torch.cxx11abi", "true or false"),
+        ({"torch": {**MACHINE["torch"], "version": "latest"}}, "torch.version", "torch.__version__"),
+        ({"torch": {**MACHINE["torch"], "cxx11abi": "TRUE"}}, "torch.cxx11abi", "true or false"),
         ({"driver": "535"}, "driver", '{"version"'),
         ({"driver": {"version": "r535"}}, "driver.version", "535.104.05"),
         ({"gpus": [{"name": "A100", "sm": "80"}]}, "gpus[0].sm", '"8.6"'),
@@ -215,12 +205,12 @@ GOOD = {
 )
 def test_bad_env_names_field_and_fix(change: dict, field: str, fix: str):
     with pytest.raises(EnvError) as err:
-        env_from_json({**GOOD, **change})
+        env_from_json({**MACHINE, **change})
     assert str(err.value).startswith(f"{field}:") and fix in str(err.value)
 
 
 def test_missing_field_is_named():
-    data = {k: v for k, v in GOOD.items() if k != "arch"}
+    data = {k: v for k, v in MACHINE.items() if k != "arch"}
     with pytest.raises(EnvError, match=r"^arch: got None"):
         env_from_json(data)
 

@@ -6,23 +6,10 @@ from __future__ import annotations
 import pytest
 from fa_attn.versions import driver_at_least
 
-from buildtool.compat.env import env_from_json
 from buildtool.compat.fit import stack_reasons, supported_tags, wheel_reasons
 from buildtool.compat.wheel_index import entry_from_dict
+from tests.select.conftest import env
 from tests.select.fixture_index import kernel_entry, universal_entry
-
-
-def env(**change):
-    base = {
-        "os": "linux",
-        "arch": "x86_64",
-        "glibc": "2.35",
-        "python": "3.11",
-        "torch": {"version": "2.5.1+cu124", "cuda": "12.4", "hip": None, "cxx11abi": False},
-        "driver": {"version": "550.54.15"},
-        "gpus": [{"name": "NVIDIA A100", "sm": "8.0", "memory_mib": 1}],
-    }
-    return env_from_json({**base, **change})
 
 
 @pytest.mark.parametrize(
