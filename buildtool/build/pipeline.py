@@ -33,7 +33,7 @@ from buildtool.build import binding as binding_mod
 from buildtool.build import index, package, torch_headers
 from buildtool.build.compile import CompileTask, KernelTree, compile_all
 from buildtool.build.plan import BindingJob, Plan, WheelSpec
-from buildtool.core import atomic, cache
+from buildtool.core import atomic
 from buildtool.core.console import plain_console
 from buildtool.core.fetch import ProgressHook
 
@@ -121,13 +121,17 @@ def execute(
     console: Console | None = None,
     show_progress: bool = True,
 ) -> BuildSummary:
-    """Build every wheel of `plan` into `out_dir` and re-index it. Raises CompileError, BindingError,
-    ToolkitError, HeaderError, FetchError or PackageError (each with a message for a person)."""
+    """Build every wheel of `plan` into `out_dir` and re-index it. Raises OutDirError for an `out_dir`
+    inside the sources, else CompileError, BindingError, ToolkitError, HeaderError, FetchError,
+    PackageError or WriteError (each with a message for a person)."""
     t0 = time.perf_counter()
     tree = tree or KernelTree()
     console = console or plain_console(stderr=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    cache.sweep_tmp(out_dir)  # whole-wheel renames: only a killed build leaves these
+    package.check_out_dir(out_dir, tree.root)
+    atomic.ensure_dir(out_dir)
+    # A killed build's half-written wheels; the index, simple/ and logs/ files sweep their own
+    # leftovers when they are rewritten (atomic.writing).
+    atomic.sweep_stale(out_dir)
     summary = BuildSummary(out_dir=str(out_dir), skipped_cells=len(plan.skipped))
     bars = _Bars(console, show_progress)
     with bars.running():
