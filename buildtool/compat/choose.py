@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from packaging.version import Version
 
@@ -108,7 +109,7 @@ def select(entries: Sequence[schema.IndexEntry], env: Env, request: Request = Re
     wheels = tuple(WheelFit(e, tuple(wheel_reasons(e, env, tags))) for e in entries)
     gpus: list[Gpu | None] = list(env.gpus) or [None]
 
-    def rank(fit: WheelFit) -> tuple:
+    def rank(fit: WheelFit) -> tuple[Any, ...]:
         paths = [runtime_for(fit.entry, env, gpu, request, stack).path for gpu in gpus]
         kind = 3 if fit.entry.info.universal else _PATH_RANK[paths[0]]
         return (kind, [_PATH_RANK[p] for p in paths[1:]], _cuda_preference(fit.entry, env))

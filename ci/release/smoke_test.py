@@ -28,6 +28,7 @@ import tempfile
 import warnings
 import zipfile
 from pathlib import Path
+from typing import Any, cast
 
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 MANIFEST = "fa_attn/manifest.json"
@@ -37,9 +38,10 @@ class SmokeFailure(RuntimeError):
     pass
 
 
-def wheel_manifest(wheel: Path) -> dict:
+def wheel_manifest(wheel: Path) -> dict[str, Any]:
     with zipfile.ZipFile(wheel) as zf:
-        return json.loads(zf.read(MANIFEST))
+        manifest: dict[str, Any] = json.loads(zf.read(MANIFEST))
+    return manifest
 
 
 def wheel_version(wheel: Path) -> str:
@@ -112,7 +114,7 @@ def check(wheel: Path) -> str:
     q, k, v = (torch.randn(2, 33, 4, 64) for _ in range(3))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", fa_attn.FaFallbackWarning)
-        out = fa_attn.flash_attn_func(q, k, v, causal=True)
+        out = cast(torch.Tensor, fa_attn.flash_attn_func(q, k, v, causal=True))
     dispatch = fa_attn.last_dispatch()
     codes = [reason.code for reason in dispatch.reasons] if dispatch else []
     if dispatch is None or dispatch.path != "fallback" or codes != ["device-not-cuda"]:

@@ -10,6 +10,8 @@ kvcache.py; both end in `decide` and `run_kernels` here.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -17,7 +19,13 @@ import torch.nn.functional as F
 from . import dispatch as _dispatch
 from . import fallback, inputs, loader, ops, paged
 from .dispatch import Dispatch
-from .inputs import AttnCall
+from .inputs import AttnCall, AttnOutput, IntLike, WindowSize
+
+Fn = TypeVar("Fn", bound=Callable[..., Any])
+# A fallback: (call, q, k, v, want_lse) -> (out, softmax_lse or None), as fallback.attention.
+Fallback = Callable[
+    [AttnCall, torch.Tensor, torch.Tensor, torch.Tensor, bool], tuple[torch.Tensor, torch.Tensor | None]
+]
 
 
 def decide(call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Dispatch:
@@ -33,13 +41,13 @@ def decide(call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) ->
     )
 
 
-def _assume_constant_result(fn):
+def _assume_constant_result(fn: Fn) -> Fn:
     """torch.compiler.assume_constant_result without its cost: the public decorator imports
     torch._dynamo (~2 s) only to set this attribute (torch 2.4 to 2.15; tests/runtime/test_compile.py
     checks that it still does), which would make `import fa_attn` slow for everyone."""
     if "torch._dynamo" in sys.modules:
-        return torch.compiler.assume_constant_result(fn)
-    fn._dynamo_marked_constant = True
+        return torch.compiler.assume_constant_result(fn)  # type: ignore[no-any-return]
+    fn._dynamo_marked_constant = True  # type: ignore[attr-defined]
     return fn
 
 
@@ -67,7 +75,7 @@ def _decide_for(
     return known
 
 
-_decisions: dict[tuple, Dispatch] = {}
+_decisions: dict[tuple[Any, ...], Dispatch] = {}
 
 
 def run_kernels(
@@ -113,17 +121,27 @@ def _row_aligned(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous()
 
 
-def _finish(out: torch.Tensor, lse: torch.Tensor | None, return_lse: bool, return_attn_probs: bool):
-    if return_attn_probs:
-        return out, lse, None
-    if return_lse:
-        return out, lse
+def _finish(
+    out: torch.Tensor, lse: torch.Tensor | None, return_lse: bool, return_attn_probs: bool
+) -> AttnOutput:
+    if return_attn_probs or return_lse:
+        assert lse is not None  # asked for, so computed (_attend passes want_lse)
+        return (out, lse, None) if return_attn_probs else (out, lse)
     return out
 
 
-def _attend(call, q, k, v, run_fallback, return_lse, return_attn_probs):
+def _attend(
+    call: AttnCall,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    run_fallback: Fallback,
+    return_lse: bool,
+    return_attn_probs: bool,
+) -> AttnOutput:
     route = decide(call, q, k, v)
     _dispatch.report(route)
+    lse: torch.Tensor | None
     if route.path != "fallback":  # (a field, not a property: torch.compile reads it)
         out, lse = run_kernels(call, route, q, k, v)
     else:
@@ -132,20 +150,20 @@ def _attend(call, q, k, v, run_fallback, return_lse, return_attn_probs):
 
 
 def flash_attn_func(
-    q,
-    k,
-    v,
-    dropout_p=0.0,
-    softmax_scale=None,
-    causal=False,
-    window_size=(-1, -1),
-    softcap=0.0,
-    alibi_slopes=None,
-    deterministic=False,
-    return_attn_probs=False,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    dropout_p: float = 0.0,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: WindowSize = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
     *,
-    return_lse=False,
-):
+    return_lse: bool = False,
+) -> AttnOutput:
     """q (batch, seqlen_q, heads, head_dim), k/v (batch, seqlen_k, heads_k, head_dim) -> out like q.
 
     With return_lse=True returns (out, softmax_lse); with return_attn_probs=True (out, softmax_lse, None)
@@ -163,25 +181,25 @@ def flash_attn_func(
 
 
 def flash_attn_varlen_func(
-    q,
-    k,
-    v,
-    cu_seqlens_q,
-    cu_seqlens_k,
-    max_seqlen_q,
-    max_seqlen_k,
-    dropout_p=0.0,
-    softmax_scale=None,
-    causal=False,
-    window_size=(-1, -1),
-    softcap=0.0,
-    alibi_slopes=None,
-    deterministic=False,
-    return_attn_probs=False,
-    block_table=None,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: IntLike,
+    max_seqlen_k: IntLike,
+    dropout_p: float = 0.0,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: WindowSize = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+    block_table: torch.Tensor | None = None,
     *,
-    return_lse=False,
-):
+    return_lse: bool = False,
+) -> AttnOutput:
     """Packed q (total_q, heads, head_dim), k/v (total_k, heads_k, head_dim), int32 cu_seqlens of length
     batch + 1 -> out like q; softmax_lse (heads, total_q) on request.
 
@@ -208,14 +226,21 @@ def flash_attn_varlen_func(
         deterministic,
         block_table,
     )
-    run_fallback = fallback.varlen_attention
+    run_fallback: Fallback = fallback.varlen_attention
     if block_table is not None:
         run_fallback = paged.varlen_fallback(block_table)
     return _attend(call, q, k, v, run_fallback, return_lse, return_attn_probs)
 
 
 def explain(
-    q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, **options
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor | None = None,
+    cu_seqlens_k: torch.Tensor | None = None,
+    max_seqlen_q: IntLike | None = None,
+    max_seqlen_k: IntLike | None = None,
+    **options: Any,
 ) -> Dispatch:
     """The path a call with these arguments would take, and why, without running it (or warning).
 

@@ -19,6 +19,8 @@ autograd formula needs nothing but the op's own inputs.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from .decision import KernelLaunch
@@ -54,53 +56,53 @@ def lse_shape(q: torch.Tensor, cu_seqlens_q: torch.Tensor | None) -> tuple[int, 
     return (q.shape[0], q.shape[2], q.shape[1])
 
 
-@torch.library.register_fake(f"{NAMESPACE}::fwd")
+@torch.library.register_fake(f"{NAMESPACE}::fwd")  # type: ignore[untyped-decorator]
 def _fwd_fake(
-    q,
-    k,
-    v,
-    cu_seqlens_q,
-    cu_seqlens_k,
-    max_seqlen_q,
-    max_seqlen_k,
-    softmax_scale,
-    causal,
-    window_left,
-    window_right,
-    softcap,
-    module,
-    entries,
-    launch,
-    bwd_module,
-    bwd_entries,
-    bwd_launch,
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor | None,
+    cu_seqlens_k: torch.Tensor | None,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    module: str,
+    entries: str,
+    launch: list[int],
+    bwd_module: str,
+    bwd_entries: str,
+    bwd_launch: list[int],
+) -> tuple[torch.Tensor, torch.Tensor]:
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = q.new_empty(lse_shape(q, cu_seqlens_q), dtype=torch.float32)
     return out, lse
 
 
-@torch.library.register_fake(f"{NAMESPACE}::bwd")
+@torch.library.register_fake(f"{NAMESPACE}::bwd")  # type: ignore[untyped-decorator]
 def _bwd_fake(
-    dout,
-    q,
-    k,
-    v,
-    out,
-    softmax_lse,
-    cu_seqlens_q,
-    cu_seqlens_k,
-    max_seqlen_q,
-    max_seqlen_k,
-    softmax_scale,
-    causal,
-    window_left,
-    window_right,
-    softcap,
-    module,
-    entries,
-    launch,
-):
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    softmax_lse: torch.Tensor,
+    cu_seqlens_q: torch.Tensor | None,
+    cu_seqlens_k: torch.Tensor | None,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    module: str,
+    entries: str,
+    launch: list[int],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return (
         torch.empty_like(q, memory_format=torch.contiguous_format),
         torch.empty_like(k, memory_format=torch.contiguous_format),
@@ -108,7 +110,7 @@ def _bwd_fake(
     )
 
 
-def _fwd_setup_context(ctx, inputs, output):
+def _fwd_setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, torch.Tensor]) -> None:
     (
         q,
         k,
@@ -135,7 +137,9 @@ def _fwd_setup_context(ctx, inputs, output):
     ctx.mark_non_differentiable(lse)  # like flash-attn: the LSE is an output, not a training signal
 
 
-def _fwd_backward(ctx, grad_out, _grad_lse):
+def _fwd_backward(
+    ctx: Any, grad_out: torch.Tensor, _grad_lse: torch.Tensor
+) -> tuple[torch.Tensor | None, ...]:
     q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
     max_q, max_k, scale, causal, wl, wr, softcap, bwd_module, bwd_entries, bwd_launch = ctx.args
     if not bwd_module:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from .inputs import AttnOutput, IntLike, WindowSize
 from .interface import flash_attn_func, flash_attn_varlen_func
 
 
@@ -25,16 +26,16 @@ def _split(name: str, packed: object, parts: int, ndim: int, layout: str) -> tup
 
 
 def flash_attn_qkvpacked_func(
-    qkv,
-    dropout_p=0.0,
-    softmax_scale=None,
-    causal=False,
-    window_size=(-1, -1),
-    softcap=0.0,
-    alibi_slopes=None,
-    deterministic=False,
-    return_attn_probs=False,
-):
+    qkv: torch.Tensor,
+    dropout_p: float = 0.0,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: WindowSize = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+) -> AttnOutput:
     """qkv (batch, seqlen, 3, heads, head_dim) -> out (batch, seqlen, heads, head_dim); as flash_attn_func."""
     q, k, v = _split("qkv", qkv, 3, 5, "(batch, seqlen, 3, heads, head_dim)")
     return flash_attn_func(
@@ -44,17 +45,17 @@ def flash_attn_qkvpacked_func(
 
 
 def flash_attn_kvpacked_func(
-    q,
-    kv,
-    dropout_p=0.0,
-    softmax_scale=None,
-    causal=False,
-    window_size=(-1, -1),
-    softcap=0.0,
-    alibi_slopes=None,
-    deterministic=False,
-    return_attn_probs=False,
-):
+    q: torch.Tensor,
+    kv: torch.Tensor,
+    dropout_p: float = 0.0,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: WindowSize = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+) -> AttnOutput:
     """q (batch, seqlen_q, heads, head_dim), kv (batch, seqlen_k, 2, heads_k, head_dim); as flash_attn_func."""
     k, v = _split("kv", kv, 2, 5, "(batch, seqlen_k, 2, heads_k, head_dim)")
     return flash_attn_func(
@@ -64,18 +65,18 @@ def flash_attn_kvpacked_func(
 
 
 def flash_attn_varlen_qkvpacked_func(
-    qkv,
-    cu_seqlens,
-    max_seqlen,
-    dropout_p=0.0,
-    softmax_scale=None,
-    causal=False,
-    window_size=(-1, -1),
-    softcap=0.0,
-    alibi_slopes=None,
-    deterministic=False,
-    return_attn_probs=False,
-):
+    qkv: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    max_seqlen: IntLike,
+    dropout_p: float = 0.0,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: WindowSize = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+) -> AttnOutput:
     """qkv (total, 3, heads, head_dim), one cu_seqlens and max_seqlen for q and k; as flash_attn_varlen_func."""
     q, k, v = _split("qkv", qkv, 3, 4, "(total_tokens, 3, heads, head_dim)")
     return flash_attn_varlen_func(
@@ -85,21 +86,21 @@ def flash_attn_varlen_qkvpacked_func(
 
 
 def flash_attn_varlen_kvpacked_func(
-    q,
-    kv,
-    cu_seqlens_q,
-    cu_seqlens_k,
-    max_seqlen_q,
-    max_seqlen_k,
-    dropout_p=0.0,
-    softmax_scale=None,
-    causal=False,
-    window_size=(-1, -1),
-    softcap=0.0,
-    alibi_slopes=None,
-    deterministic=False,
-    return_attn_probs=False,
-):
+    q: torch.Tensor,
+    kv: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: IntLike,
+    max_seqlen_k: IntLike,
+    dropout_p: float = 0.0,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: WindowSize = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+) -> AttnOutput:
     """q (total_q, heads, head_dim), kv (total_k, 2, heads_k, head_dim); as flash_attn_varlen_func."""
     k, v = _split("kv", kv, 2, 4, "(total_tokens, 2, heads_k, head_dim)")
     return flash_attn_varlen_func(

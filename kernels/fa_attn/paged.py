@@ -8,6 +8,8 @@ head_dim) layout the varlen fallback takes: a copy, which is what a fallback may
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from . import fallback
@@ -29,10 +31,16 @@ def gather(
     return cache[torch.cat(pages), torch.cat(rows)]
 
 
-def varlen_fallback(block_table: torch.Tensor):
+def varlen_fallback(
+    block_table: torch.Tensor,
+) -> Callable[
+    [AttnCall, torch.Tensor, torch.Tensor, torch.Tensor, bool], tuple[torch.Tensor, torch.Tensor | None]
+]:
     """The varlen fallback for keys behind a page table: gather them packed, then attend as usual."""
 
-    def run(call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, want_lse: bool):
+    def run(
+        call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, want_lse: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         assert call.varlen is not None
         lengths = list(call.varlen.seqlens_k)
         starts = [0] * len(lengths)
