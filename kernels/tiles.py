@@ -81,7 +81,7 @@ class FwdTile:
         """fwd.cu's kSmemBytes: Q (block_m rows) plus one K and one V tile (block_n rows each)."""
         return (self.block_m + 2 * self.block_n) * (head_dim + _ROW_PAD) * _ELEM_BYTES
 
-    def valid(self, head_dim: int) -> bool:
+    def valid(self, head_dim: int) -> bool:  # noqa: ARG002 (BwdTile's needs it; one signature for both)
         """fwd.cu's static_asserts: every warp owns whole 16-row mma tiles; k steps of 16."""
         return self.block_m % (16 * self.warps) == 0 and self.block_n % 16 == 0
 
@@ -335,7 +335,7 @@ def candidates(arch: str, direction: str, head_dim: int) -> list[Tile]:
     cls, space = (FwdTile, _FWD_SPACE) if direction == "fwd" else (BwdTile, _BWD_SPACE)
     rows: list[Tile] = [default]
     for values in itertools.product(*space.values()):
-        tile = cls(**dict(zip(space, values)))
+        tile = cls(**dict(zip(space, values, strict=True)))
         if tile != default and tile.valid(d) and tile.smem_bytes(d) <= family.smem_limit:
             rows.append(tile)
     return rows
@@ -395,7 +395,7 @@ def units(arch: str) -> list[KernelUnit]:
     return [u for u in out if (_KERNELS_DIR / u.source).is_file()]
 
 
-def nvrtc_options(arch: str) -> list[str]:
+def nvrtc_options(arch: str) -> list[str]:  # noqa: ARG001 (the API takes the arch; no flag depends on it yet)
     """Flags shared by every unit. Fast math matches flash-attn's own build (--use_fast_math); the
     kernels' exp2/log2/tanh are explicit approximate PTX anyway."""
     return ["-std=c++17", "--use_fast_math"]

@@ -190,7 +190,7 @@ def _build_bindings(
         return built
 
     with cf.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return dict(zip(jobs, pool.map(one, jobs)))
+        return dict(zip(jobs, pool.map(one, jobs), strict=True))
 
 
 def _report(

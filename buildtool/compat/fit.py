@@ -51,7 +51,7 @@ def _platforms(env: Env) -> list[str]:
                 platforms.append(f"manylinux_2_{minor}_{arch}")
                 if minor in legacy:
                     platforms.append(f"{legacy[minor]}_{arch}")
-        return platforms + [f"linux_{arch}"]
+        return [*platforms, f"linux_{arch}"]
     if env.os == "darwin":
         # The env does not carry the macOS version; any wheel of ours is Linux or "any" anyway.
         return list(mac_platforms((15, 0), "arm64" if arch in ("arm64", "aarch64") else arch))

@@ -55,7 +55,8 @@ def torch_minor(version: str) -> str:
     fa_attn itself is not installed yet when this runs)."""
     path = Path(__file__).resolve().parents[2] / "kernels" / "fa_attn" / "versions.py"
     spec = importlib.util.spec_from_file_location("_fa_versions", path)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     versions = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(versions)
     return str(versions.torch_minor(version))

@@ -249,7 +249,7 @@ def _image(wheel: WheelInfo, device: Device, dtype: str, call: Call) -> tuple[_I
     # Walk the images best-first; the first one that runs the whole call wins. Otherwise report the
     # gap of the best image, which is the one a fix (a wheel with more coverage) would use.
     gaps = [_gap(wheel, img, device, dtype, call, padded) for img in sass + ptx]
-    for img, gap in zip(sass + ptx, gaps):
+    for img, gap in zip(sass + ptx, gaps, strict=True):
         if gap is None:
             return img, padded
     return [*reasons, next(gap for gap in gaps if gap is not None)]

@@ -350,7 +350,7 @@ def check_block_table(
             )
     used = [-(-length // page_size) for length in lengths]
     pages = table.tolist()  # host sync, like cu_seqlens: a bad page index would read out of bounds
-    for index, (row, count) in enumerate(zip(pages, used)):
+    for index, (row, count) in enumerate(zip(pages, used, strict=True)):
         bad = [p for p in row[:count] if not 0 <= p < num_blocks]
         if bad:
             raise ValueError(

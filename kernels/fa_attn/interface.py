@@ -82,7 +82,8 @@ def run_kernels(
     call: AttnCall, route: Dispatch, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Our forward op (and its autograd backward) on padded or packed q, k, v."""
-    assert route.fwd is not None and route.head_dim is not None
+    assert route.fwd is not None
+    assert route.head_dim is not None
     pad = route.head_dim - call.head_dim
     if pad:  # kernels need a multiple of 8; zero columns change neither q.k nor the kept outputs
         q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))

@@ -210,7 +210,8 @@ def _check_rotary(
             raise ValueError(
                 f"{name}: must have q's dtype {q.dtype} and device {q.device}; pass {name}.to(q)"
             )
-    assert isinstance(cos, torch.Tensor) and isinstance(sin, torch.Tensor)  # the loop checked both
+    assert isinstance(cos, torch.Tensor)
+    assert isinstance(sin, torch.Tensor)
     if cos.shape != sin.shape:
         raise ValueError(f"rotary_sin: shape {tuple(sin.shape)} differs from rotary_cos's {tuple(cos.shape)}")
     if 2 * cos.shape[1] > q.shape[-1]:
@@ -279,11 +280,17 @@ def _fallback(
         values = paged.gather(v_cache, req.block_table, starts, ends)
     else:
         rows = req.batch_rows.tolist() if req.batch_rows is not None else list(range(batch))
-        keys = torch.cat([k_cache[r, s:e] for r, s, e in zip(rows, starts, ends)]) if rows else k_cache[:0, 0]
-        values = (
-            torch.cat([v_cache[r, s:e] for r, s, e in zip(rows, starts, ends)]) if rows else v_cache[:0, 0]
+        keys = (
+            torch.cat([k_cache[r, s:e] for r, s, e in zip(rows, starts, ends, strict=True)])
+            if rows
+            else k_cache[:0, 0]
         )
-    lens_k = tuple(e - s for s, e in zip(starts, ends))
+        values = (
+            torch.cat([v_cache[r, s:e] for r, s, e in zip(rows, starts, ends, strict=True)])
+            if rows
+            else v_cache[:0, 0]
+        )
+    lens_k = tuple(e - s for s, e in zip(starts, ends, strict=True))
 
     def offsets(lengths: list[int]) -> torch.Tensor:
         return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)

@@ -22,7 +22,7 @@ def gather(
     """Rows [starts[b], ends[b]) of every sequence b, packed: (sum of lengths, heads_k, head_dim)."""
     page = cache.shape[1]
     pages, rows = [], []
-    for b, (start, end) in enumerate(zip(starts, ends)):
+    for b, (start, end) in enumerate(zip(starts, ends, strict=True)):
         pos = torch.arange(start, end, device=cache.device)
         pages.append(block_table[b].to(torch.long)[pos // page])
         rows.append(pos % page)

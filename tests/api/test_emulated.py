@@ -35,12 +35,14 @@ def rand(*shape, dtype=torch.float16, seed=0):
 
 def on_kernels() -> None:
     route = fa_attn.last_dispatch()
-    assert route is not None and route.path == "sass", route
+    assert route is not None, route
+    assert route.path == "sass", route
 
 
 def falls_back_for(feature: str) -> None:
     route = fa_attn.last_dispatch()
-    assert route is not None and route.path == "fallback"
+    assert route is not None
+    assert route.path == "fallback"
     assert any(r.code == "feature-unsupported" and feature in r.message for r in route.reasons), route.reasons
 
 
@@ -61,7 +63,8 @@ CASES = {
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("case", list(CASES))
-def test_flash_attn_func_on_kernels(kernels, case: str, dtype: torch.dtype) -> None:
+@pytest.mark.usefixtures("kernels")
+def test_flash_attn_func_on_kernels(case: str, dtype: torch.dtype) -> None:
     options, (b, sq, sk, h, hk, d) = CASES[case]
     q, k, v = (
         rand(b, sq, h, d, dtype=dtype),
@@ -85,7 +88,8 @@ def test_flash_attn_func_on_kernels(kernels, case: str, dtype: torch.dtype) -> N
     check("kvpacked", packed, q, k, v, options.get("causal", False), window, options.get("softcap", 0.0))
 
 
-def test_backward_on_kernels(kernels) -> None:
+@pytest.mark.usefixtures("kernels")
+def test_backward_on_kernels() -> None:
     q, k, v = rand(1, 29, 4, 32), rand(1, 41, 2, 32, seed=1), rand(1, 41, 2, 32, seed=2)
     dout = rand(1, 29, 4, 32, seed=3)
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
@@ -96,11 +100,12 @@ def test_backward_on_kernels(kernels) -> None:
     low_leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     ref = torch.autograd.grad(attention_ref(*ref_leaves, True)[0], ref_leaves, dout.float())
     low = torch.autograd.grad(attention_ref(*low_leaves, True, upcast=False)[0], low_leaves, dout)
-    for name, ours, r, lo in zip(("dq", "dk", "dv"), grads, ref, low):
+    for name, ours, r, lo in zip(("dq", "dk", "dv"), grads, ref, low, strict=True):
         assert_fa2_close(name, ours, r, lo)
 
 
-def test_varlen_and_qkvpacked_on_kernels(kernels) -> None:
+@pytest.mark.usefixtures("kernels")
+def test_varlen_and_qkvpacked_on_kernels() -> None:
     lens = [5, 31, 1, 18]
     cu = torch.tensor([0, 5, 36, 37, 55], dtype=torch.int32)
     qkv = rand(55, 3, 2, 32)
@@ -113,7 +118,8 @@ def test_varlen_and_qkvpacked_on_kernels(kernels) -> None:
         start += n
 
 
-def test_kvcache_uniform_cache_on_kernels(kernels) -> None:
+@pytest.mark.usefixtures("kernels")
+def test_kvcache_uniform_cache_on_kernels() -> None:
     """A contiguous cache, one length for every sequence, new keys appended with rotary: ordinary
     attention over the first cache_seqlens + seqlen_new rows, bottom-right aligned: the kernels run it."""
     b, cap, hk, h, d, filled, new = 2, 48, 2, 4, 32, 30, 3
@@ -144,7 +150,8 @@ def test_kvcache_uniform_cache_on_kernels(kernels) -> None:
         ("paged", "paged_kv"),
     ],
 )
-def test_kvcache_layouts_the_kernels_lack_fall_back(kernels, layout: str, feature: str) -> None:
+@pytest.mark.usefixtures("kernels")
+def test_kvcache_layouts_the_kernels_lack_fall_back(layout: str, feature: str) -> None:
     b, cap, hk, h, d = 2, 16, 2, 4, 32
     q = rand(b, 1, h, d)
     k_cache, v_cache = rand(b + 1, cap, hk, d, seed=1), rand(b + 1, cap, hk, d, seed=2)
@@ -164,7 +171,8 @@ def test_kvcache_layouts_the_kernels_lack_fall_back(kernels, layout: str, featur
     falls_back_for(feature)
 
 
-def test_paged_varlen_and_alibi_fall_back(kernels) -> None:
+@pytest.mark.usefixtures("kernels")
+def test_paged_varlen_and_alibi_fall_back() -> None:
     q, k = rand(1, 8, 2, 32), rand(1, 8, 2, 32, seed=1)
     fa_attn.flash_attn_func(q, k, k, alibi_slopes=torch.full((2,), 0.1))
     falls_back_for("alibi")

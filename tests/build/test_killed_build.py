@@ -114,7 +114,8 @@ def test_killed_during_kernel_compiles_leaves_no_worker(tmp_path, fixture_tree, 
     _assert_all_gone(children)
 
 
-def test_killed_during_the_binding_compile_leaves_no_compiler(tmp_path, fixture_tree, fresh_cache):
+@pytest.mark.usefixtures("fresh_cache")
+def test_killed_during_the_binding_compile_leaves_no_compiler(tmp_path, fixture_tree):
     proc = _start(tmp_path, fixture_tree)
     children = _wait_for(proc, {"cc1plus"})
     proc.send_signal(signal.SIGKILL)

@@ -64,13 +64,13 @@ LOOP_BARRIER = """    copy_wait<0>();
 
 @pytest.mark.parametrize("arch", ["8.0", "7.5"])
 def test_missing_barrier_is_a_race(tmp_path: Path, arch: str) -> None:
-    with pytest.raises(H.EmulatorError, match="race|before the cp.async"):
+    with pytest.raises(H.EmulatorError, match=r"race|before the cp.async"):
         run(tmp_path, arch, "fwd", "fwd.cu", LOOP_BARRIER, LOOP_BARRIER.replace("__syncthreads();", ""))
 
 
 def test_missing_cp_async_wait(tmp_path: Path) -> None:
     """sm80: reading K before the wait that lands it."""
-    with pytest.raises(H.EmulatorError, match="before the cp.async of thread"):
+    with pytest.raises(H.EmulatorError, match=r"before the cp.async of thread"):
         run(tmp_path, "8.0", "fwd", "fwd.cu", LOOP_BARRIER, LOOP_BARRIER.replace("copy_wait<0>();", ""))
 
 
@@ -83,7 +83,7 @@ def test_missing_closing_barrier_in_backward(tmp_path: Path) -> None:
 def test_store_past_the_sequence_end(tmp_path: Path) -> None:
     """store_tile without its row bound writes a whole block of rows past the output."""
     old = "    if (row < valid_rows && col < valid_cols) {\n      st_global16"
-    with pytest.raises(H.EmulatorError, match="outside every buffer|canary"):
+    with pytest.raises(H.EmulatorError, match=r"outside every buffer|canary"):
         run(tmp_path, "8.0", "fwd", "tiles.cuh", old, old.replace("row < valid_rows && ", ""))
 
 
@@ -104,21 +104,21 @@ def test_wrong_operand_layout(tmp_path: Path) -> None:
     """V read untransposed (ldmatrix without .trans): its rows run past the written part of the tile
     (an unwritten read), and where they do not, the product is wrong."""
     old = "load_b_frag_pair_trans(b, sV, np * 16, kk * 16, lane);"
-    with pytest.raises((AssertionError, H.EmulatorError), match="out: max error|nothing has written"):
+    with pytest.raises((AssertionError, H.EmulatorError), match=r"out: max error|nothing has written"):
         run(tmp_path, "8.0", "fwd", "fwd.cu", old, "load_b_frag_pair(b, sV, np * 16, kk * 16, lane);")
 
 
 def test_divergent_warp_instruction(tmp_path: Path) -> None:
     """A shuffle reached by half a warp only."""
     old = "        mx = quad_max(mx);"
-    with pytest.raises(H.EmulatorError, match="diverge|exited|deadlock"):
+    with pytest.raises(H.EmulatorError, match=r"diverge|exited|deadlock"):
         run(tmp_path, "8.0", "fwd", "fwd.cu", old, "        if (lane < 16) mx = quad_max(mx);")
 
 
 def test_barrier_skipped_by_some_threads(tmp_path: Path) -> None:
     old = "  __syncthreads();\n  store_tile<kThreads>"
     new = "  if (warp != 1) __syncthreads();\n  store_tile<kThreads>"
-    with pytest.raises(H.EmulatorError, match="deadlock|exits while|race"):
+    with pytest.raises(H.EmulatorError, match=r"deadlock|exits while|race"):
         run(tmp_path, "8.0", "fwd", "fwd.cu", old, new)
 
 

@@ -69,5 +69,6 @@ def test_head_dim_256_on_sm86_with_an_sm80_only_wheel_falls_back_in_both() -> No
     request = Request("bf16", 256, False)
     doctor = doctor_answer("sm80-only", "8.6", request)
     assert doctor == runtime_answer("sm80-only", "8.6", request)
-    assert doctor[0] == "fallback" and doctor[3] == ["arch-unsupported"]
+    assert doctor[0] == "fallback"
+    assert doctor[3] == ["arch-unsupported"]
     assert doctor_answer("sm80-only", "8.6", Request("bf16", 128, False))[:2] == ("sass", "8.0")
