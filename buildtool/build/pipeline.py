@@ -23,6 +23,7 @@ from rich.progress import (
     DownloadColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
     TaskID,
     TextColumn,
     TimeElapsedColumn,
@@ -74,23 +75,12 @@ class _Bars:
     """rich progress on stderr; silent when stderr is not a terminal and `quiet` is set."""
 
     def __init__(self, console: Console, enabled: bool) -> None:
-        self._progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            disable=not enabled,
-            transient=False,
-        )
-        self._bytes = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            DownloadColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            disable=not enabled,
-        )
+        def bars(count: ProgressColumn) -> Progress:
+            columns = (TextColumn("{task.description}"), BarColumn(), count, TimeElapsedColumn())
+            return Progress(*columns, console=console, disable=not enabled, transient=False)
+
+        self._progress = bars(MofNCompleteColumn())  # kernels, bindings, wheels: done of total
+        self._bytes = bars(DownloadColumn())  # toolkit and header downloads: bytes
 
     @contextmanager
     def running(self) -> Iterator[_Bars]:

@@ -56,26 +56,11 @@ def lse_shape(q: torch.Tensor, cu_seqlens_q: torch.Tensor | None) -> tuple[int, 
     return (q.shape[0], q.shape[2], q.shape[1])
 
 
+# The outputs' shapes come from the tensors alone; the scalars and launch data that follow do not
+# change them (the fake kernels still take every argument of the schema).
 @torch.library.register_fake(f"{NAMESPACE}::fwd")  # type: ignore[untyped-decorator]
 def _fwd_fake(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    cu_seqlens_q: torch.Tensor | None,
-    cu_seqlens_k: torch.Tensor | None,
-    max_seqlen_q: int,
-    max_seqlen_k: int,
-    softmax_scale: float,
-    causal: bool,
-    window_left: int,
-    window_right: int,
-    softcap: float,
-    module: str,
-    entries: str,
-    launch: list[int],
-    bwd_module: str,
-    bwd_entries: str,
-    bwd_launch: list[int],
+    q: torch.Tensor, _k: torch.Tensor, _v: torch.Tensor, cu_seqlens_q: torch.Tensor | None, *_rest: object
 ) -> tuple[torch.Tensor, torch.Tensor]:
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = q.new_empty(lse_shape(q, cu_seqlens_q), dtype=torch.float32)
@@ -84,24 +69,7 @@ def _fwd_fake(
 
 @torch.library.register_fake(f"{NAMESPACE}::bwd")  # type: ignore[untyped-decorator]
 def _bwd_fake(
-    dout: torch.Tensor,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    out: torch.Tensor,
-    softmax_lse: torch.Tensor,
-    cu_seqlens_q: torch.Tensor | None,
-    cu_seqlens_k: torch.Tensor | None,
-    max_seqlen_q: int,
-    max_seqlen_k: int,
-    softmax_scale: float,
-    causal: bool,
-    window_left: int,
-    window_right: int,
-    softcap: float,
-    module: str,
-    entries: str,
-    launch: list[int],
+    _dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *_rest: object
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return (
         torch.empty_like(q, memory_format=torch.contiguous_format),
@@ -110,38 +78,25 @@ def _bwd_fake(
     )
 
 
+# Where the forward's arguments sit (the schema above): the backward takes the same tensors and scalars,
+# then the launch data the forward carries for it.
+_FWD_TENSORS = slice(0, 5)  # q, k, v, cu_seqlens_q, cu_seqlens_k
+_SCALARS = slice(5, 12)  # max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left/right, softcap
+_BWD_LAUNCH = slice(15, 18)  # bwd_module, bwd_entries, bwd_launch
+
+
 def _fwd_setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, torch.Tensor]) -> None:
-    (
-        q,
-        k,
-        v,
-        cu_q,
-        cu_k,
-        max_q,
-        max_k,
-        scale,
-        causal,
-        wl,
-        wr,
-        softcap,
-        _m,
-        _e,
-        _l,
-        bwd_module,
-        bwd_entries,
-        bwd_launch,
-    ) = inputs
+    q, k, v, cu_q, cu_k = inputs[_FWD_TENSORS]
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
-    ctx.args = (max_q, max_k, scale, causal, wl, wr, softcap, bwd_module, bwd_entries, bwd_launch)
+    ctx.args = inputs[_SCALARS] + inputs[_BWD_LAUNCH]
     ctx.mark_non_differentiable(lse)  # like flash-attn: the LSE is an output, not a training signal
 
 
 def _fwd_backward(
     ctx: Any, grad_out: torch.Tensor, _grad_lse: torch.Tensor
 ) -> tuple[torch.Tensor | None, ...]:
-    q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
-    max_q, max_k, scale, causal, wl, wr, softcap, bwd_module, bwd_entries, bwd_launch = ctx.args
+    bwd_module = ctx.args[-3]
     if not bwd_module:
         # Dispatch sends calls that need gradients to the fallback when there is no backward kernel;
         # reaching this means the forward was called directly with requires_grad and no bwd launch data.
@@ -149,26 +104,8 @@ def _fwd_backward(
             "fa_attn::fwd was called without backward launch data, so it has no gradient; "
             "call fa_attn.flash_attn_func, which picks kernels for forward and backward"
         )
-    dq, dk, dv = torch.ops.fa_attn.bwd(
-        grad_out.contiguous(),
-        q,
-        k,
-        v,
-        out,
-        lse,
-        cu_q,
-        cu_k,
-        max_q,
-        max_k,
-        scale,
-        causal,
-        wl,
-        wr,
-        softcap,
-        bwd_module,
-        bwd_entries,
-        bwd_launch,
-    )
+    # bwd(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, <the scalars>, <the launch>)
+    dq, dk, dv = torch.ops.fa_attn.bwd(grad_out.contiguous(), *ctx.saved_tensors, *ctx.args)
     return (dq, dk, dv) + (None,) * 15
 
 

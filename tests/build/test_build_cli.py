@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.build.conftest import fa_command
+
 pytestmark = [pytest.mark.slow, pytest.mark.network]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,7 +39,7 @@ kernels:
 def _fa(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
     full = {**os.environ, **env}
     return subprocess.run(
-        [sys.executable, "-m", "buildtool.cli", *args],
+        fa_command(*args),
         cwd=cwd,
         env=full,
         capture_output=True,
@@ -111,7 +113,7 @@ def test_killed_build_resumes_and_leaves_no_partial_wheel(tmp_path, fixture_tree
     (tmp_path / "matrix.yaml").write_text(TINY.format(archs=archs, dtypes="[fp16, bf16]"))
     out = tmp_path / "wheels"
     env = {**os.environ, "FA_KERNELS_DIR": str(fixture_tree)}
-    cmd = [sys.executable, "-m", "buildtool.cli", "build", "--local", "--out", str(out), "--json", "-j", "1"]
+    cmd = fa_command("build", "--local", "--out", str(out), "--json", "-j", "1")
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     images = fresh_cache / "kernels"
     deadline = time.monotonic() + 300
@@ -192,16 +194,12 @@ def test_bad_matrix_exits_2_with_the_field(tmp_path):
 
 
 @pytest.mark.usefixtures("fresh_cache")
-def test_failed_compile_exits_1_naming_unit_and_arch(tmp_path, fixture_tree):
-    broken = tmp_path / "kernels"
-    shutil.copytree(fixture_tree, broken)
-    tiny = broken / "csrc" / "tiny.cu"
-    tiny.write_text(tiny.read_text().replace("fa_scale(", "no_such_function("))
+def test_failed_compile_exits_1_naming_unit_and_arch(tmp_path, broken_tree):
     (tmp_path / "matrix.yaml").write_text(TINY.format(archs='["8.0"]', dtypes="[fp16]"))
     proc = _fa(
         ["build", "--local", "--out", str(tmp_path / "w"), "--no-progress"],
         tmp_path,
-        FA_KERNELS_DIR=str(broken),
+        FA_KERNELS_DIR=str(broken_tree),
     )
     assert proc.returncode == 1, proc.stderr
     assert "fwd_fp16_d64" in proc.stderr
@@ -228,18 +226,7 @@ def test_two_builds_sharing_a_cache(tmp_path, fixture_tree, fresh_cache):
     env = {**os.environ, "FA_KERNELS_DIR": str(fixture_tree)}
     procs = [
         subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "buildtool.cli",
-                "build",
-                "--local",
-                "--out",
-                str(tmp_path / f"w{i}"),
-                "--json",
-                "-j",
-                "1",
-            ],
+            fa_command("build", "--local", "--out", str(tmp_path / f"w{i}"), "--json", "-j", "1"),
             cwd=tmp_path,
             env=env,
             stdout=subprocess.PIPE,

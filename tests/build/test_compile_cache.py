@@ -66,18 +66,14 @@ def test_key_follows_included_headers_and_defines(fixture_tree, tmp_path):
 
 
 @pytest.mark.usefixtures("fresh_cache")
-def test_failure_names_unit_arch_and_log(fixture_tree, tmp_path):
-    broken = tmp_path / "kernels"
-    shutil.copytree(fixture_tree, broken)
-    tiny = broken / "csrc" / "tiny.cu"
-    tiny.write_text(tiny.read_text().replace("fa_scale(", "no_such_function("))
+def test_failure_names_unit_arch_and_log(broken_tree):
     with pytest.raises(CompileError) as err:
-        compile_all([SASS], workers=1, tree=KernelTree(broken))
+        compile_all([SASS], workers=1, tree=KernelTree(broken_tree))
     text = str(err.value)
     assert "fwd_fp16_d64" in text
     assert "sm_80" in text
     assert "no_such_function" in text
-    assert not is_cached(SASS, KernelTree(broken))
+    assert not is_cached(SASS, KernelTree(broken_tree))
 
 
 def test_unknown_unit_is_a_clear_error(fixture_tree):
