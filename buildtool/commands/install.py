@@ -88,3 +88,7 @@ def _render_install(out: dict[str, Any], console: Console) -> None:
         console.print(f"note:    {out['downgrade']}", style="yellow", highlight=False)
     style = "green" if out["ok"] else "bold red"
     console.print(out["message"], style=style, highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("install")(install_cmd)

@@ -15,6 +15,7 @@ backward if needed, and the GPU offers the shared memory its kernels ask for (an
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +45,7 @@ _DTYPE_ALIASES = {
     "double": "fp64",
     "torch.float64": "fp64",
 }
-GRID_CODES = {"q_blocks": 0, "k_blocks": 1}  # how the ops receive a Launch's grid
+GRID_CODES = {"q_blocks": 0, "k_blocks": 1, "q_blocks_splits": 2}  # how the ops receive a Launch's grid
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,8 @@ class Dispatch:
     head_dim: int | None = None  # head dim the kernels run with (padded to a multiple of 8)
     fwd: KernelLaunch | None = field(default=None, repr=False)  # what the ops launch (runtime only)
     bwd: KernelLaunch | None = field(default=None, repr=False)  # None: no backward will run
+    # The split-KV forward (decode shapes), for calls without a backward; None where the wheel has none.
+    splitkv: KernelLaunch | None = field(default=None, repr=False)
 
 
 def normalize_dtype(dtype: str) -> str:
@@ -158,7 +161,7 @@ def decide(
     if reasons or isinstance(found, list):
         return fallback(*reasons)
     image, head_dim = found
-    fwd = bwd = None
+    fwd = bwd = split = None
     if kernels is not None:
         fwd_file = _kernel_file(kernels, image, dtype, "fwd", head_dim)
         bwd_file = _kernel_file(kernels, image, dtype, "bwd", head_dim) if call.backward else None
@@ -173,10 +176,13 @@ def decide(
             )
         fwd = KernelLaunch.of(fwd_file, package_dir)
         bwd = KernelLaunch.of(bwd_file, package_dir) if bwd_file else None
+        split_file = None if call.backward else _kernel_file(kernels, image, dtype, "splitkv", head_dim)
+        if split_file is not None and _fits_smem(split_file, device):
+            split = KernelLaunch.of(split_file, package_dir)
     problem = load_binding() if load_binding is not None else None
     if problem is not None:
         return fallback(problem)
-    return Dispatch(image.image, image.arch, (), head_dim, fwd, bwd)
+    return Dispatch(image.image, image.arch, (), head_dim, fwd, bwd, split)
 
 
 # ---- the image that runs ---------------------------------------------------------------------------
@@ -317,6 +323,58 @@ def _kernel_file(
         and k.head_dim >= head_dim
     ]
     return min(fits, key=lambda k: k.head_dim) if fits else None
+
+
+def _fits_smem(kernel: KernelFile, device: Device) -> bool:
+    return device.smem_per_block is None or kernel.smem_bytes <= device.smem_per_block
+
+
+# ---- split-KV: how many shares of the keys -------------------------------------------------------------
+MAX_SPLITS = 128  # flash-attn's cap too; fa_fwd_combine loops over any number
+
+
+def num_splits(
+    batch: int,
+    heads: int,
+    seqlen_q: int,
+    seqlen_k: int,
+    block_m: int,
+    block_n: int,
+    sm_count: int,
+    blocks_per_sm: int = 2,
+    requested: int = 0,
+) -> int:
+    """How many shares of the key blocks the split-KV forward (fa_fwd_splitkv) splits each (batch, head,
+    query block) into; 1 means the plain forward.
+
+    `requested` is flash-attn's `num_splits`: 0 asks this heuristic, n > 0 is taken as given (capped
+    at the number of key blocks and MAX_SPLITS). The heuristic is FlashAttention-2's
+    (num_splits_heuristic): with enough blocks to nearly fill the GPU (80% of sm_count *
+    blocks_per_sm), no split; otherwise the smallest split count whose last wave is at least 85% as
+    full as the best one's, among counts that change the key blocks per split. block_m and block_n are
+    the split-KV unit's (its manifest entry).
+    """
+    if requested < 0:
+        raise ValueError(f"num_splits: {requested} is negative; 0 picks a split count, 1 disables splitting")
+    key_blocks = max(1, -(-seqlen_k // block_n))
+    if requested > 0:
+        return min(requested, key_blocks, MAX_SPLITS)
+    work = batch * heads * -(-seqlen_q // block_m)
+    slots = max(1, sm_count * blocks_per_sm)
+    if work >= 0.8 * slots:
+        return 1
+    most = min(MAX_SPLITS, slots, key_blocks)
+
+    def changes_blocks_per_split(n: int) -> bool:
+        return n == 1 or -(-key_blocks // n) != -(-key_blocks // (n - 1))
+
+    def last_wave_fill(n: int) -> float:
+        waves = work * n / slots
+        return waves / math.ceil(waves)
+
+    eligible = [n for n in range(1, most + 1) if changes_blocks_per_split(n)]
+    best = max(last_wave_fill(n) for n in eligible)
+    return next(n for n in eligible if last_wave_fill(n) >= 0.85 * best)
 
 
 # ---- the binding and the torch it runs with --------------------------------------------------------

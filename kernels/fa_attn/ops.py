@@ -40,10 +40,19 @@ _BWD_SCHEMA = (
     "-> (Tensor dq, Tensor dk, Tensor dv)"
 )
 
+# The split-KV forward (decode): the keys of each (batch, head, query block) in num_splits shares, then
+# an LSE-weighted combine; the outputs of fwd. No autograd: the runtime uses it for inference calls.
+_FWD_SPLITKV_SCHEMA = (
+    "fwd_splitkv(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, "
+    "int max_seqlen_k, float softmax_scale, bool causal, int window_left, int window_right, float softcap, "
+    "int num_splits, str module, str entries, int[] launch) -> (Tensor out, Tensor softmax_lse)"
+)
+
 # Kept alive for the life of the process: dropping a Library object unregisters its ops.
 _lib = torch.library.Library(NAMESPACE, "DEF")
 _lib.define(_FWD_SCHEMA)
 _lib.define(_BWD_SCHEMA)
+_lib.define(_FWD_SPLITKV_SCHEMA)
 
 
 NO_LAUNCH = KernelLaunch("", "", ())  # the forward's backward arguments when no backward will run
@@ -57,7 +66,9 @@ def lse_shape(q: torch.Tensor, cu_seqlens_q: torch.Tensor | None) -> tuple[int, 
 
 
 # The outputs' shapes come from the tensors alone; the scalars and launch data that follow do not
-# change them (the fake kernels still take every argument of the schema).
+# change them (the fake kernels still take every argument of the schema). The split-KV forward has
+# the forward's outputs and its leading arguments.
+@torch.library.register_fake(f"{NAMESPACE}::fwd_splitkv")  # type: ignore[untyped-decorator]
 @torch.library.register_fake(f"{NAMESPACE}::fwd")  # type: ignore[untyped-decorator]
 def _fwd_fake(
     q: torch.Tensor, _k: torch.Tensor, _v: torch.Tensor, cu_seqlens_q: torch.Tensor | None, *_rest: object

@@ -36,7 +36,7 @@ MANIFEST_PATH = f"{DIST}/manifest.json"  # inside every wheel
 BINDING_FILE = "libfa_attn_ops.so"  # the host binding, inside fa_attn/
 
 IMAGES = ("sass", "ptx")
-DIRECTIONS = ("fwd", "bwd")
+DIRECTIONS = ("fwd", "bwd", "splitkv")  # kernels/tiles.py DIRECTIONS
 DTYPES = ("fp16", "bf16")  # the kernels' dtypes (fp32 calls fall back)
 MAX_HEAD_DIM = 1024  # far above any kernel's (256): a bound for readers, not a kernel limit
 
@@ -264,7 +264,7 @@ class Launch:
     block_m: int = _field(_int)  # query rows per block (0 if unused)
     block_n: int = _field(_int)  # key rows per block (0 if unused)
     smem_bytes: int = _field(_int)  # dynamic shared memory per block
-    grid: str = _field(_str)  # "q_blocks" | "k_blocks"
+    grid: str = _field(_str)  # "q_blocks" | "k_blocks" | "q_blocks_splits"
 
 
 def _launches(value: Any, where: str) -> Mapping[str, Launch]:
@@ -280,7 +280,7 @@ class KernelFile:
     image: str = _field(_image)  # "sass" | "ptx"
     file: str = _field(_str)  # "kernels/sm_80/fwd_bf16_d128.cubin", relative to fa_attn/
     unit: str = _field(_str)  # "fwd_bf16_d128"
-    direction: str = _field(_direction)  # "fwd" | "bwd"
+    direction: str = _field(_direction)  # "fwd" | "bwd" | "splitkv"
     dtype: str = _field(_dtype)  # "fp16" | "bf16"
     head_dim: int = _field(_head_dim)  # the compiled head-dim bucket
     entries: Mapping[str, Launch] = _field(_launches)  # extern "C" name -> launch, in launch order

@@ -203,12 +203,15 @@ class Emulated:
         a.check()
 
     def launch_all(self, p: FaParams) -> None:
-        """launch.cpp launch_all: every entry in order, grid (blocks over q or k rows, batch, heads)."""
+        """launch.cpp launch_all: every entry in order, grid (blocks over q or k rows [x splits], batch,
+        heads)."""
         for name, e in self.unit.entries.items():
             by_keys = e.grid == "k_blocks"
             rows = p.seqlen_k if by_keys else p.seqlen_q
             block = e.block_n if by_keys else e.block_m
             grid_x = (rows + block - 1) // block
+            if e.grid == "q_blocks_splits":
+                grid_x *= p.num_splits
             if grid_x == 0 or p.batch == 0 or p.heads == 0:
                 continue
             fn = ctypes.cast(getattr(self.lib, name), ctypes.c_void_p).value
@@ -303,6 +306,25 @@ def forward(em: Emulated, c: Call) -> tuple[torch.Tensor, torch.Tensor]:
         out = arena.add("out", _nan_like(c.q.shape, c.q.dtype))
         lse = arena.add("lse", _nan_like(lse_shape, torch.float32))
         p.o, p.lse = out.data_ptr(), lse.data_ptr()
+        _set_strides(p, "o", out, c.varlen)
+        em.launch_all(p)
+        return out.clone(), lse.clone()
+
+
+def forward_splitkv(em: Emulated, c: Call, num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The split-KV forward as the binding runs it: partials of num_splits shares of the keys, then the
+    combine. Same outputs as `forward`."""
+    with em.arena() as arena:
+        p, _ = _base_params(c, arena)
+        total_q = c.q.shape[0]
+        lse_shape = [p.heads, total_q] if c.varlen else [p.batch, p.heads, p.seqlen_q]
+        out = arena.add("out", _nan_like(c.q.shape, c.q.dtype))
+        lse = arena.add("lse", _nan_like(lse_shape, torch.float32))
+        o_accum = arena.add("o_accum", _nan_like([num_splits, *lse_shape, em.unit.head_dim], torch.float32))
+        lse_accum = arena.add("lse_accum", _nan_like([num_splits, *lse_shape], torch.float32))
+        p.o, p.lse = out.data_ptr(), lse.data_ptr()
+        p.o_accum, p.lse_accum = o_accum.data_ptr(), lse_accum.data_ptr()
+        p.num_splits = num_splits
         _set_strides(p, "o", out, c.varlen)
         em.launch_all(p)
         return out.clone(), lse.clone()
