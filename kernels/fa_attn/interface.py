@@ -118,28 +118,8 @@ def run_kernels(
     fwd, bwd = route.fwd, route.bwd or ops.NO_LAUNCH
     varlen = call.varlen
     splits = _split_count(call, route, q, num_splits)
-    if splits > 1 and route.splitkv is not None:
-        split = route.splitkv
-        out, lse = torch.ops.fa_attn.fwd_splitkv(
-            q,
-            k,
-            v,
-            varlen.cu_seqlens_q if varlen else None,
-            varlen.cu_seqlens_k if varlen else None,
-            call.seqlen_q,
-            call.seqlen_k,
-            call.softmax_scale,
-            call.causal,
-            call.window_left,
-            call.window_right,
-            call.softcap,
-            splits,
-            split.module,
-            split.entries,
-            list(split.launch),
-        )
-        return (out[..., : call.head_dim] if pad else out), lse
-    out, lse = torch.ops.fa_attn.fwd(
+    # Both forwards start with the call's tensors and scalars (ops.py's schemas); the launch data differ.
+    call_args = (
         q,
         k,
         v,
@@ -152,13 +132,15 @@ def run_kernels(
         call.window_left,
         call.window_right,
         call.softcap,
-        fwd.module,
-        fwd.entries,
-        list(fwd.launch),
-        bwd.module,
-        bwd.entries,
-        list(bwd.launch),
     )
+    launch: tuple[object, ...]
+    if splits > 1 and route.splitkv is not None:
+        split = route.splitkv
+        launch = (splits, split.module, split.entries, list(split.launch))
+        out, lse = torch.ops.fa_attn.fwd_splitkv(*call_args, *launch)
+    else:
+        launch = (fwd.module, fwd.entries, list(fwd.launch), bwd.module, bwd.entries, list(bwd.launch))
+        out, lse = torch.ops.fa_attn.fwd(*call_args, *launch)
     return (out[..., : call.head_dim] if pad else out), lse
 
 

@@ -9,6 +9,7 @@ autograd backward), and a call they cannot serve falls back with the reason a GP
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -62,7 +63,10 @@ def _decide(call, q, k, v) -> dispatch.Dispatch:
         Device("cuda", ARCH),
         Call(call.dtype_name, call.head_dim, backward, dispatch.features_of(call, backward)),
     )
-    return dispatch.decide(facts, manifest(), lambda: None, driver=lambda: None, package_dir=Path("/"))
+    route = dispatch.decide(facts, manifest(), lambda: None, driver=lambda: None, package_dir=Path("/"))
+    # The API runs on fa_attn::fwd / bwd here; the split-KV forward has its own tests (tests/emu), and a
+    # CPU tensor has no SM count for its heuristic.
+    return dataclasses.replace(route, splitkv=None)
 
 
 @contextmanager

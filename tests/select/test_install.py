@@ -82,6 +82,21 @@ def installed(python: Path) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
+def broken_once_installed(out_dir: Path) -> Path:
+    """0.2.0 wheels for this machine's torch in out_dir: this machine's imports in pip's trial directory
+    but not once installed."""
+    torch = probe().torch
+    assert torch is not None
+    return build_wheelhouse(
+        out_dir,
+        torch.minor,
+        bool(torch.cxx11abi),
+        broken=expected_variant(),
+        init_py=BROKEN_WHEN_INSTALLED,
+        version="0.2.0",
+    )
+
+
 def expected_variant() -> str:
     # No GPU and no driver here: every wheel for this torch fits; the highest CUDA major wins.
     torch = probe().torch
@@ -190,16 +205,7 @@ def test_failed_final_check_rolls_back_to_the_previous_version(venv: Path, wheel
     assert installed(venv) == f"0.1.0+{expected_variant()}"
     before = freeze(venv)
     # 0.2.0 imports in the trial directory but not once installed; 0.1.0 is still in the same index.
-    torch = probe().torch
-    assert torch is not None
-    build_wheelhouse(
-        wheelhouse,
-        torch.minor,
-        bool(torch.cxx11abi),
-        broken=expected_variant(),
-        init_py=BROKEN_WHEN_INSTALLED,
-        version="0.2.0",
-    )
+    broken_once_installed(wheelhouse)
     rc, out = fa(venv, "install", "--wheels", str(wheelhouse), cwd=tmp_path)
     assert rc == 1
     assert out["selected"].startswith("fa_attn-0.2.0+")
@@ -244,16 +250,7 @@ def test_failed_install_puts_back_a_previous_version_the_index_does_not_have(
     assert rc == 0
     assert installed(venv) == f"0.1.0+{expected_variant()}"
     before = freeze(venv)
-    torch = probe().torch
-    assert torch is not None
-    newer = build_wheelhouse(  # holds only 0.2.0, which imports in the trial but not once installed
-        tmp_path / "newer",
-        torch.minor,
-        bool(torch.cxx11abi),
-        broken=expected_variant(),
-        init_py=BROKEN_WHEN_INSTALLED,
-        version="0.2.0",
-    )
+    newer = broken_once_installed(tmp_path / "newer")  # holds only 0.2.0
     rc, out = fa(venv, "install", "--wheels", str(newer), cwd=tmp_path)
     assert rc == 1
     assert "broken once installed" in out["message"]
