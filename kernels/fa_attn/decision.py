@@ -393,13 +393,31 @@ def torch_too_old(version: str) -> Reason | None:
     )
 
 
+STABLE = "stable"  # WheelInfo.binding_form of a binding on torch's stable C ABI (else "aten", or None)
+
+
 def binding_problems(
     wheel: WheelInfo, torch: str, cxx11abi: bool | None, abi_assumed: bool = False
 ) -> list[Reason]:
     """Why the wheel's binding cannot load into this torch (its version, its C++ ABI), decided from the
     manifest alone: loading a binding built for another torch can kill the process (`undefined symbol`).
-    cxx11abi: torch's, None if unknown (not compared); abi_assumed: it was inferred, not read."""
+    cxx11abi: torch's, None if unknown (not compared); abi_assumed: it was inferred, not read.
+
+    A binding of the stable form (`binding_form` "stable") uses torch's stable C ABI only: it serves its
+    floor (`torch`) and every later torch, nightlies, NGC and local builds included, whatever their C++
+    ABI; only a torch older than the floor is refused."""
     if wheel.universal:
+        return []
+    if wheel.binding_form == STABLE:
+        if wheel.torch is not None and torch_version(torch) < torch_version(wheel.torch):
+            return [
+                Reason(
+                    "torch-below-floor",
+                    f"the binding uses torch's stable ABI from torch {wheel.torch} on; torch here is {torch}",
+                    f"upgrade torch to {wheel.torch} or newer, or install a wheel built for torch "
+                    f"{torch_minor(torch)} (`fa install` picks it; `fa install --build` builds it)",
+                )
+            ]
         return []
     reasons = []
     running = torch_minor(torch)
@@ -409,7 +427,7 @@ def binding_problems(
                 "torch-version-mismatch",
                 f"the binding is built for torch {wheel.torch}; torch here is {torch}",
                 f"install the fa-attn wheel built for torch {running} (`fa install` picks it), "
-                "or build one with `fa build --local`",
+                "or build one with `fa install --build`",
             )
         )
     if wheel.cxx11abi is not None and cxx11abi is not None and wheel.cxx11abi != cxx11abi:
@@ -424,3 +442,19 @@ def binding_problems(
             )
         )
     return reasons
+
+
+def untested_torch(wheel: WheelInfo, torch: str) -> Reason | None:
+    """A warning, never a refusal: a stable-ABI binding on a torch minor newer than every one it was
+    tested with (`torch_tested`). torch's stable ABI promises it loads and runs; fa has not checked."""
+    if wheel.binding_form != STABLE or not wheel.torch_tested:
+        return None
+    newest = max(torch_version(t) for t in wheel.torch_tested)
+    if torch_version(torch) <= newest:
+        return None
+    return Reason(
+        "torch-newer-than-tested",
+        f"torch {torch} is newer than every torch this stable-ABI binding was tested with "
+        f"({', '.join(wheel.torch_tested)}); torch's stable ABI promises it loads and runs, fa has not checked",
+        "nothing to do if it works; a newer fa-attn release tests this torch",
+    )

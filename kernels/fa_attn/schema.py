@@ -27,8 +27,9 @@ from .versions import parse_arch, parse_driver
 
 SCHEMA_MAJOR = 1
 # 0: the first published shape. 1: coverage rows per compiled program with its `smem_bytes`; index
-# entries repeat the manifest's `binding` and `features`.
-SCHEMA_MINOR = 1
+# entries repeat the manifest's `binding` and `features`. 2: `binding_form` (aten | stable) and
+# `torch_tested`, for the stable-ABI wheels that serve every torch from their floor on.
+SCHEMA_MINOR = 2
 
 PACKAGE = "fa-attn"  # the distribution
 DIST = "fa_attn"  # the import package and the wheel file name's prefix
@@ -324,6 +325,13 @@ class WheelInfo:
     torch: str | None = _field(_optional(_torch_minor), absent=None)  # the minor the binding is built for
     cxx11abi: bool | None = _field(_opt_bool, absent=None)  # the binding's C++ ABI
     binding: str | None = _field(_opt_str, since=1, absent=None)  # its file in fa_attn/ (BINDING_FILE)
+    # "aten": built against one torch minor's C++ API (serves that minor and C++ ABI); "stable": torch's
+    # stable C ABI, serves `torch` (its floor) and every later torch, any C++ ABI (binding_fit.py). Absent
+    # in files before 2.2, whose bindings were all the aten form; None for the universal wheel.
+    binding_form: str | None = _field(_opt_str, since=2, absent=None)
+    # The torch minors the release smoke-tests the wheel with, oldest first (a stable-ABI wheel: every
+    # listed minor from its floor on); a newer torch gets the torch-newer-than-tested warning.
+    torch_tested: tuple[str, ...] = _field(_strs, since=2, absent=())
     features: tuple[str, ...] = _field(_strs, since=1, absent=())  # what the kernels implement
     coverage: tuple[Coverage, ...] = _field(_rows(Coverage), absent=())
 
@@ -403,6 +411,8 @@ def universal_info(version: str) -> WheelInfo:
         torch=None,
         cxx11abi=None,
         binding=None,
+        binding_form=None,
+        torch_tested=(),
         features=(),
         coverage=(),
     )

@@ -24,6 +24,7 @@ ADDED = {
         "Launch": {"threads", "block_m", "block_n", "smem_bytes", "grid"},
     },
     1: {"WheelInfo": {"binding", "features"}, "Coverage": {"smem_bytes"}},
+    2: {"WheelInfo": {"binding_form", "torch_tested"}},
 }  # fmt: skip
 PARTS = (WheelInfo, Manifest, IndexEntry, schema.Coverage, schema.KernelFile, schema.Launch)
 
