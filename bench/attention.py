@@ -174,7 +174,7 @@ def check_targets(results: list[Result], device_name: str) -> list[str]:
             ref = by_key.get((r.shape, "sdpa_flash", mode))
             if r.tflops is None or ref is None or ref.tflops is None:
                 lines.append(
-                    f"n/a  {mode} {_label(r.shape)}: missing timing ({r.skipped or ref and ref.skipped})"
+                    f"n/a  {mode} {_label(r.shape)}: missing timing ({r.skipped or (ref and ref.skipped)})"
                 )
                 continue
             ratio = r.tflops / ref.tflops
@@ -224,7 +224,7 @@ def plot(results: list[Result], path: Path) -> bool:
                     and (r.shape.dtype, r.shape.causal, r.shape.head_dim) == (dtype, causal, d)
                 ]
                 if pts:
-                    ax.plot(*zip(*sorted(pts)), marker="o", label=impl)
+                    ax.plot(*zip(*sorted(pts), strict=True), marker="o", label=impl)
             ax.set_xscale("log", base=2)
             ax.set_title(f"{mode} {dtype} d{d}{' causal' if causal else ''}", fontsize=9)
             ax.set_xlabel("seqlen")

@@ -21,7 +21,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from figures import record
 
-_SUMMARY = re.compile(r"^=+ (?P<counts>.*\d+ passed.*) in (?P<seconds>[\d.]+)s", re.MULTILINE)
+# pytest's last line: "1195 passed, 125 skipped in 1956.14s (0:32:36)" (with -q, no "=" rules around it).
+_SUMMARY = re.compile(r"^(?:=+ )?(?P<counts>\d+ passed[^\n]*?) in (?P<seconds>[\d.]+)s", re.MULTILINE)
 
 
 def main() -> int:
@@ -35,7 +36,8 @@ def main() -> int:
     match = _SUMMARY.search(done.stdout)
     if done.returncode != 0 or match is None:
         sys.stderr.write(done.stderr[-3000:])
-        print(f"bench/ci.py: .ci/run exited {done.returncode}; nothing recorded", file=sys.stderr)
+        why = f"exited {done.returncode}" if done.returncode else "printed no pytest summary"
+        print(f"bench/ci.py: .ci/run {why}; nothing recorded", file=sys.stderr)
         return 1
     pytest_s = float(match["seconds"])
     body = (

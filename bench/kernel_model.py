@@ -250,7 +250,8 @@ def _tiles_at(rev: str, dest: Path) -> tuple[ModuleType, Path]:
         (dest / name).parent.mkdir(parents=True, exist_ok=True)
         (dest / name).write_bytes(data)
     spec = importlib.util.spec_from_file_location(f"_tiles_{rev}", dest / "kernels" / "tiles.py")
-    assert spec and spec.loader
+    assert spec
+    assert spec.loader
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)

@@ -69,7 +69,7 @@ def aarch64_nvrtc(major: int, dest: Path) -> Path:
     """The pinned aarch64 NVRTC wheel of `major`, hash-checked and unpacked; its lib directory."""
     tk = cuda_facts.TOOLKITS[major]
     pin = tk.wheels[cpus.AARCH64]
-    with mock.patch.object(cpus.platform, "machine", lambda: cpus.AARCH64):
+    with mock.patch.object(cpus.platform, "machine", return_value=cpus.AARCH64):
         url = toolkits.wheel_url(tk)
     wheel = fetch.download(url, dest / pin.file, pin.sha256, None)
     with zipfile.ZipFile(wheel) as zf:

@@ -266,8 +266,8 @@ def arm_torch(version: str) -> tuple[Path, torch_headers.Headers]:
 
         def wanted(name: str) -> bool:
             return (
-                name.startswith(("torch/lib/", "torch.libs/")) and ".so" in name or name == "torch/version.py"
-            )
+                name.startswith(("torch/lib/", "torch.libs/")) and ".so" in name
+            ) or name == "torch/version.py"
 
         torch_headers.extract_members(src.url, src.size, tmp, wanted)
         os.replace(tmp, final)

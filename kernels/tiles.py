@@ -94,7 +94,7 @@ class FwdTile:
         """fwd.cu's kSmemBytes: Q (block_m rows) plus K and V tiles (block_n rows each) per stage."""
         return (self.block_m + 2 * self.stages * self.block_n) * (head_dim + _ROW_PAD) * _ELEM_BYTES
 
-    def valid(self, head_dim: int) -> bool:
+    def valid(self, head_dim: int) -> bool:  # noqa: ARG002 (BwdTile's needs it; one signature for both)
         """fwd.cu's static_asserts: 16 or 32 whole rows per warp; k steps of 16; 1 or 2 stages."""
         rows = self.block_m // self.warps
         return (
@@ -382,7 +382,7 @@ def arch_family(arch: str) -> ArchFamily | None:
 # ---- the search space ------------------------------------------------------------------------------
 # The knob values the autotuner may try, per direction. Every valid combination that fits the
 # family's shared memory is a candidate, after the default and the earlier defaults.
-_SPACE: dict[str, tuple[type, dict[str, tuple]]] = {
+_SPACE: dict[str, tuple[type, dict[str, tuple[int, ...]]]] = {
     "fwd": (
         FwdTile,
         {
@@ -459,7 +459,7 @@ def candidates(arch: str, direction: str, head_dim: int) -> list[Tile]:
     d = bucket_of(head_dim)
     cls, space = _SPACE[direction]
     previous = family.previous.get(direction, {}).get(d)
-    grid = (cls(**dict(zip(space, values))) for values in itertools.product(*space.values()))
+    grid = (cls(**dict(zip(space, values, strict=True))) for values in itertools.product(*space.values()))
     rows: list[Tile] = []
     for tile in itertools.chain([default], [previous] if previous else [], grid):
         if tile not in rows and tile.valid(d) and tile.smem_bytes(d) <= family.smem_limit:
@@ -531,7 +531,7 @@ def units(arch: str) -> list[KernelUnit]:
     return [u for u in out if (_KERNELS_DIR / u.source).is_file()]
 
 
-def nvrtc_options(arch: str) -> list[str]:
+def nvrtc_options(arch: str) -> list[str]:  # noqa: ARG001 (the API takes the arch; no flag depends on it yet)
     """Flags shared by every unit. Fast math matches flash-attn's own build (--use_fast_math); the
     kernels' exp2/log2/tanh are explicit approximate PTX anyway."""
     return ["-std=c++17", "--use_fast_math"]

@@ -29,7 +29,7 @@ def _has_cuda_gpu() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if _has_cuda_gpu():
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU (not verified on a GPU here)")

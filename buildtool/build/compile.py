@@ -30,6 +30,7 @@ from buildtool.build import toolkits
 from buildtool.build.nvrtc import NvrtcError, open_nvrtc
 from buildtool.core import atomic, cache, children, kernels_src
 from buildtool.core.cuda_facts import compute_name, sm_name
+from buildtool.core.fetch import ProgressHook
 from buildtool.errors import FaError
 
 if TYPE_CHECKING:
@@ -213,7 +214,7 @@ def compile_all(
     workers: int,
     tree: KernelTree | None = None,
     on_done: Callable[[CompileTask, bool], None] | None = None,
-    toolkit_progress: Callable[[int], toolkits.fetch.ProgressHook] | None = None,
+    toolkit_progress: Callable[[int], ProgressHook] | None = None,
 ) -> tuple[dict[CompileJob, Path], CompileStats]:
     """Compile what is not cached, up to `workers` at a time. Returns each job's image path.
     `on_done(task, was_cached)` is called once per job, in completion order; `toolkit_progress(major)`

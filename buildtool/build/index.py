@@ -8,6 +8,7 @@ directory they were copied into (`fa index wheels/`).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import jinja2
 
@@ -21,7 +22,7 @@ def _env() -> jinja2.Environment:
     return jinja2.Environment(loader=loader, autoescape=True, keep_trailing_newline=True)
 
 
-def write_index(wheel_dir: Path) -> dict:
+def write_index(wheel_dir: Path) -> dict[str, Any]:
     """(Re)write wheel_dir/index.json and wheel_dir/simple/ from the *.whl files there."""
     wheels = sorted(wheel_dir.glob("fa_attn-*.whl"))  # temporaries are named *.whl.fa-tmp-*: not matched
     index = schema.index_json([wheel_entry(p) for p in wheels])

@@ -27,7 +27,7 @@ from buildtool.errors import InputError
 DEFAULT_VERSION = kernels_src.runtime_module("_version").__version__  # fa's version, one source
 MIN_TORCH = versions.version_text(versions.MIN_TORCH)  # "2.4": the runtime's floor, and the C shim's
 # From 2.7 every pip wheel of torch uses the C++11 ABI; before, PyPI used the old one while NGC and
-# some PyTorch-index builds (2.6.0+cu126) used the new one (see compat-facts.md, "C++ ABI").
+# some PyTorch-index builds (2.6.0+cu126) used the new one (PyTorch 2.7 release notes).
 CXX11ABI_ONLY_FROM = "2.7"
 CXX11ABI_POLICIES = ("auto", "true", "false", "both")
 DTYPES = ("fp16", "bf16")
@@ -89,7 +89,7 @@ class Matrix:
     python: tuple[str, ...]  # "3.12", "3.13t" (free-threaded)
     archs: dict[int, tuple[str, ...]]  # SASS per CUDA major, sorted
     ptx: dict[int, str | None]  # per major: the arch whose PTX is shipped, None for none
-    exclude: tuple[dict, ...] = ()  # as written (values may be PEP 440 specifiers like ">=2.8")
+    exclude: tuple[dict[str, Any], ...] = ()  # as written (values may be PEP 440 specifiers like ">=2.8")
     cxx11abi: str = "auto"  # one of CXX11ABI_POLICIES
     kernels: KernelFilter | None = None
     platforms: tuple[str, ...] = cpus.DEFAULT_PLATFORMS  # CPUs to build bindings for
@@ -145,7 +145,7 @@ class _DuplicateKey(Exception):
 class _StrictLoader(yaml.SafeLoader):
     """YAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last silently)."""
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[object, int] = {}
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
@@ -285,14 +285,14 @@ class _Parser:
 
     # -- lists -----------------------------------------------------------------------------------
 
-    def _list(self, key: str, value: object) -> list:
+    def _list(self, key: str, value: object) -> list[Any]:
         if not isinstance(value, list) or not value:
             raise self.error(
                 key, f"expected a non-empty list, got {_kind(value)}", f"write {key}: {_EXAMPLES[key]}"
             )
         return value
 
-    def _no_duplicates(self, key: str, items: list) -> None:
+    def _no_duplicates(self, key: str, items: list[Any]) -> None:
         seen: dict[object, int] = {}
         for i, item in enumerate(items):
             if item in seen:
@@ -506,7 +506,7 @@ class _Parser:
             ptx[major] = None if item is None else self.arch(f'ptx."{major}"', item, major)
         return ptx
 
-    def exclude(self, value: object, listed: dict[str, tuple]) -> tuple[dict, ...]:
+    def exclude(self, value: object, listed: dict[str, tuple[Any, ...]]) -> tuple[dict[str, Any], ...]:
         if value is None:
             return ()
         if not isinstance(value, list):
@@ -533,7 +533,7 @@ class _Parser:
             out.append(dict(entry))
         return tuple(out)
 
-    def exclude_value(self, field_: str, key: str, item: object, listed: tuple) -> None:
+    def exclude_value(self, field_: str, key: str, item: object, listed: tuple[Any, ...]) -> None:
         """An exact value (validated like the list it filters) or a PEP 440 specifier string."""
         if key == "platform" and isinstance(item, str) and item[:1] in "<>=!~":
             raise self.error(
@@ -592,7 +592,7 @@ class _Parser:
             head_dims = self._choices("kernels.head_dims", value["head_dims"], buckets)
         return KernelFilter(dtypes=dtypes, head_dims=head_dims, directions=directions)
 
-    def _choices(self, field_: str, value: object, allowed: tuple) -> tuple | None:
+    def _choices(self, field_: str, value: object, allowed: tuple[Any, ...]) -> tuple[Any, ...] | None:
         if value is None:
             return None
         if not isinstance(value, list) or not value:
@@ -642,7 +642,7 @@ def _unknown_key_fix(key: str, known: tuple[str, ...]) -> str:
     return f"{hint}known keys: {', '.join(known)}"
 
 
-def _join(items: tuple) -> str:
+def _join(items: tuple[Any, ...]) -> str:
     return ", ".join(str(i) for i in items)
 
 

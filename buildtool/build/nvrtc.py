@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from buildtool.errors import FaError
 
@@ -25,7 +26,7 @@ class NvrtcError(FaError):
         self.log = log
 
 
-def _libc_uselocale():  # -> callable or None
+def _libc_uselocale() -> Any:  # libc's uselocale (a ctypes function), or None
     try:
         fn = ctypes.CDLL(None).uselocale
     except (OSError, AttributeError):

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import (
@@ -22,6 +23,7 @@ from rich.progress import (
     DownloadColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
     TaskID,
     TextColumn,
     TimeElapsedColumn,
@@ -32,7 +34,7 @@ from rich.text import Text
 from buildtool.build import binding as binding_mod
 from buildtool.build import index, package, torch_headers
 from buildtool.build.compile import CompileTask, KernelTree, compile_all
-from buildtool.build.plan import BindingJob, Plan, WheelSpec
+from buildtool.build.plan import BindingJob, CompileJob, Plan, WheelSpec
 from buildtool.core import atomic, binding_forms
 from buildtool.core.console import plain_console
 from buildtool.core.fetch import ProgressHook
@@ -65,7 +67,7 @@ class BuildSummary:
     skipped_cells: int = 0
     seconds: float = 0.0
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -73,23 +75,12 @@ class _Bars:
     """rich progress on stderr; silent when stderr is not a terminal and `quiet` is set."""
 
     def __init__(self, console: Console, enabled: bool) -> None:
-        self._progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            disable=not enabled,
-            transient=False,
-        )
-        self._bytes = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            DownloadColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            disable=not enabled,
-        )
+        def bars(count: ProgressColumn) -> Progress:
+            columns = (TextColumn("{task.description}"), BarColumn(), count, TimeElapsedColumn())
+            return Progress(*columns, console=console, disable=not enabled, transient=False)
+
+        self._progress = bars(MofNCompleteColumn())  # kernels, bindings, wheels: done of total
+        self._bytes = bars(DownloadColumn())  # toolkit and header downloads: bytes
 
     @contextmanager
     def running(self) -> Iterator[_Bars]:
@@ -156,7 +147,7 @@ def execute(
         summary.cxx_seconds = round(sum(b.seconds for b in bindings.values()), 3)
 
         wheels_bar = bars.counter("wheels", len(plan.wheels))
-        logs: list[dict] = []
+        logs: list[dict[str, Any]] = []
         for spec in plan.wheels:
             b = bindings.get(spec.binding) if spec.binding else None
             built = package.build_wheel(spec, out_dir, tree.root, tree.tiles, images, b.path if b else None)
@@ -190,11 +181,15 @@ def _build_bindings(
         return built
 
     with cf.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return dict(zip(jobs, pool.map(one, jobs)))
+        return dict(zip(jobs, pool.map(one, jobs), strict=True))
 
 
 def _report(
-    spec: WheelSpec, built: package.BuiltWheel, seconds: dict, cached: set, b: binding_mod.BindingBuild | None
+    spec: WheelSpec,
+    built: package.BuiltWheel,
+    seconds: dict[CompileJob, float],
+    cached: set[CompileJob],
+    b: binding_mod.BindingBuild | None,
 ) -> WheelReport:
     compiled = [j for j in spec.compile_jobs if j in seconds]
     return WheelReport(
@@ -211,7 +206,9 @@ def _report(
     )
 
 
-def _log_entry(spec: WheelSpec, built: package.BuiltWheel, b: binding_mod.BindingBuild | None) -> dict:
+def _log_entry(
+    spec: WheelSpec, built: package.BuiltWheel, b: binding_mod.BindingBuild | None
+) -> dict[str, Any]:
     return {
         "wheel": built.path.name,
         "variant": spec.variant,
@@ -224,7 +221,7 @@ def _log_entry(spec: WheelSpec, built: package.BuiltWheel, b: binding_mod.Bindin
     }
 
 
-def _write_log(out_dir: Path, plan: Plan, wheels: list[dict]) -> None:
+def _write_log(out_dir: Path, plan: Plan, wheels: list[dict[str, Any]]) -> None:
     """logs/build[-<cpu>][-<K>of<N>].json: why each wheel got its platform tag, what compiled it. Per
     CPU and shard, so the jobs' logs copied into one directory do not overwrite each other."""
     cpu = f"-{plan.platform}" if plan.platform else ""

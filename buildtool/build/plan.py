@@ -444,7 +444,7 @@ def _skip(matrix: Matrix, catalog: TorchCatalog, cell: Cell) -> SkippedCell | No
     return None
 
 
-def _entry_text(entry: dict) -> str:
+def _entry_text(entry: dict[str, Any]) -> str:
     return ", ".join(f"{k}: {v}" for k, v in entry.items())
 
 
@@ -520,12 +520,12 @@ def shard_wheels(wheels: Sequence[WheelSpec], shard: tuple[int, int]) -> tuple[W
     return tuple(sorted(members[k - 1], key=order.__getitem__))
 
 
-def _wheel_order(item: tuple[tuple[str, int, str], list[Cell]]) -> tuple:
+def _wheel_order(item: tuple[tuple[str, int, str], list[Cell]]) -> tuple[Any, ...]:
     (platform, cuda, torch), _ = item
     return cpus.PLATFORMS.index(platform), cuda, Version(torch)
 
 
-def _wheel_sort_key(wheel: WheelSpec) -> tuple:
+def _wheel_sort_key(wheel: WheelSpec) -> tuple[Any, ...]:
     """The universal wheel first, then by CPU, CUDA major and torch (a stable-ABI wheel after the
     per-minor ones of its CPU and major: it serves the newest minors)."""
     if wheel.binding is None:

@@ -7,6 +7,7 @@ Both views are built from the same `plan_json` dict, so the table and the JSON n
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from rich.console import Console, Group
 from rich.table import Table
@@ -19,7 +20,7 @@ CacheStatus = Callable[[CompileJob], bool]
 SCHEMA = 1
 
 
-def plan_json(plan: Plan, cache_status: CacheStatus) -> dict:
+def plan_json(plan: Plan, cache_status: CacheStatus) -> dict[str, Any]:
     cached = {job: cache_status(job) for job in plan.compile_jobs}
     covered = {cell for w in plan.wheels for cell in w.cells}
     n_cached = sum(cached.values())
@@ -54,7 +55,7 @@ def plan_json(plan: Plan, cache_status: CacheStatus) -> dict:
     }
 
 
-def _wheel_json(wheel: WheelSpec, cached: dict[CompileJob, bool]) -> dict:
+def _wheel_json(wheel: WheelSpec, cached: dict[CompileJob, bool]) -> dict[str, Any]:
     n_cached = sum(cached[j] for j in wheel.compile_jobs)
     return {
         "variant": wheel.variant,
@@ -78,11 +79,11 @@ def _wheel_json(wheel: WheelSpec, cached: dict[CompileJob, bool]) -> dict:
     }
 
 
-def _cell_json(cell: Cell) -> dict:
+def _cell_json(cell: Cell) -> dict[str, Any]:
     return {"torch": cell.torch, "cuda": cell.cuda, "python": cell.python, "platform": cell.platform}
 
 
-def _binding_json(job: BindingJob) -> dict:
+def _binding_json(job: BindingJob) -> dict[str, Any]:
     return {
         "torch_minor": job.torch_minor,
         "torch_version": job.torch_version,
@@ -98,7 +99,7 @@ def plan_table(plan: Plan, cache_status: CacheStatus) -> Table:
     return _wheels_table(plan_json(plan, cache_status))
 
 
-def _wheels_table(data: dict) -> Table:
+def _wheels_table(data: dict[str, Any]) -> Table:
     shard = f" (shard {data['shard'][0]}/{data['shard'][1]})" if data["shard"] else ""
     table = Table(title=f"fa-attn {data['version']}: wheels{shard}", title_justify="left")
     table.add_column("variant", no_wrap=True)
@@ -131,10 +132,10 @@ def _wheels_table(data: dict) -> Table:
     return table
 
 
-def _skipped_table(data: dict) -> Table:
+def _skipped_table(data: dict[str, Any]) -> Table:
     """One row per exclude entry, and one per torch minor for the Pythons PyPI has no torch build
     for, so the table stays short; the JSON has every cell with its own reason."""
-    groups: dict[tuple, list[dict]] = {}
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for s in data["skipped"]:
         key = (
             (s["code"], s["torch"], s["platform"])
@@ -162,7 +163,7 @@ def _skipped_table(data: dict) -> Table:
     return table
 
 
-def _totals_line(data: dict) -> str:
+def _totals_line(data: dict[str, Any]) -> str:
     t = data["totals"]
     return (
         f"{t['cells']} cells: {t['covered']} covered by {t['wheels']} wheels, {t['skipped']} skipped. "
@@ -174,7 +175,7 @@ def _totals_line(data: dict) -> str:
 def plan_renderable(plan: Plan, cache_status: CacheStatus) -> Group:
     """Wheels, then skipped cells with their reasons, then totals."""
     data = plan_json(plan, cache_status)
-    parts: list = [_wheels_table(data)]
+    parts: list[Any] = [_wheels_table(data)]
     if data["skipped"]:
         parts.append(_skipped_table(data))
     parts.append(_totals_line(data))

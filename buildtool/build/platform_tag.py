@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.dynamic import DynamicSection
@@ -76,14 +77,14 @@ def elf_needs(path: Path) -> ElfNeeds:
 
 
 @lru_cache(maxsize=1)
-def manylinux_policies() -> tuple[dict, ...]:
+def manylinux_policies() -> tuple[dict[str, Any], ...]:
     """auditwheel's policies, most compatible first (its own `priority` order); `linux` dropped."""
     text = (importlib.resources.files("auditwheel") / "policy" / "manylinux-policy.json").read_text()
     pols = [p for p in json.loads(text) if p["name"] != "linux"]
     return tuple(sorted(pols, key=lambda p: -p["priority"]))
 
 
-def policy_problem(policy: dict, needs: ElfNeeds) -> str | None:
+def policy_problem(policy: dict[str, Any], needs: ElfNeeds) -> str | None:
     """Why `policy` does not admit the binary, or None if it does."""
     allowed = policy["symbol_versions"].get(needs.arch)
     if allowed is None:

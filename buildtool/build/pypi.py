@@ -19,6 +19,7 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
@@ -128,7 +129,7 @@ def fetch_torch_catalog(
     return catalog_from_simple_json(data)
 
 
-def _read_cache(path: Path, url: str) -> tuple[dict | None, str]:
+def _read_cache(path: Path, url: str) -> tuple[dict[str, Any] | None, str]:
     """The cached answer for `url`, or None and what is wrong with the cache (for the message): a
     damaged copy is said to be damaged, not missing."""
     try:
@@ -149,7 +150,7 @@ def _read_cache(path: Path, url: str) -> tuple[dict | None, str]:
     return data, ""
 
 
-def simple_json_from_response(body: bytes, url: str) -> dict:
+def simple_json_from_response(body: bytes, url: str) -> dict[str, Any]:
     """PEP 691 JSON as is; a PEP 503 HTML page converted to the same shape (no sizes in HTML)."""
     text = body.decode("utf-8", errors="replace")
     if text.lstrip().startswith("{"):
@@ -173,7 +174,7 @@ class _LinkParser(html.parser.HTMLParser):
     def __init__(self, base: str) -> None:
         super().__init__()
         self.base = base
-        self.files: list[dict] = []
+        self.files: list[dict[str, Any]] = []
         self._attrs: dict[str, str | None] | None = None
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
@@ -186,7 +187,7 @@ class _LinkParser(html.parser.HTMLParser):
         href = urllib.parse.urljoin(self.base, self._attrs["href"] or "")
         url, _, fragment = href.partition("#")
         algo, _, digest = fragment.partition("=")
-        entry: dict = {
+        entry: dict[str, Any] = {
             "filename": data.strip(),
             "url": url,
             "hashes": {algo: digest} if digest else {},
@@ -212,7 +213,7 @@ def python_of(interpreter: str, abi: str) -> str | None:
     return f"3.{minor}" + ("t" if abi.endswith("t") else "")
 
 
-def catalog_from_simple_json(data: dict) -> TorchCatalog:
+def catalog_from_simple_json(data: dict[str, Any]) -> TorchCatalog:
     """Group PyPI's torch files into minors: final releases with a Linux wheel for a CPU we build for."""
     by_version: dict[Version, list[tuple[TorchFile, str, int, str]]] = {}
     for entry in data.get("files", []):
@@ -264,7 +265,7 @@ def catalog_from_simple_json(data: dict) -> TorchCatalog:
 def _header_source(files: list[tuple[TorchFile, str, int]]) -> TorchFile:
     # Any wheel of the patch has the same headers; pick one deterministically: a regular (not
     # free-threaded) build, the latest re-upload (build tag), then by name.
-    def key(item: tuple[TorchFile, str, int]) -> tuple:
+    def key(item: tuple[TorchFile, str, int]) -> tuple[Any, ...]:
         file, python, build = item
         return (python.endswith("t"), -build, file.filename)
 

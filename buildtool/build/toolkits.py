@@ -69,7 +69,7 @@ def wheel_url(tk: Toolkit) -> str:
     for href in re.findall(r'href="([^"]+)"', page):
         url = href.split("#", 1)[0]
         if url.rsplit("/", 1)[-1] == pin.file:
-            return url if "://" in url else urljoin(page_url, url)
+            return str(url) if "://" in url else urljoin(page_url, url)
     raise ToolkitError(f"{pin.file} is not listed on {page_url} (was the pinned version yanked?)")
 
 

@@ -124,7 +124,7 @@ def extract_members(
     tail, ranged = fetch.read_range(url, tail_start, size)
     if not ranged:
         return _extract_full(url, size, dest, wanted, progress)
-    members = _central_directory(url, size, tail, tail_start)
+    members = _central_directory(url, tail, tail_start)
     chosen = [m for m in members if wanted(m.name) and not m.name.endswith("/")]
     total = sum(m.end - m.offset for m in chosen)
     done = 0
@@ -141,7 +141,7 @@ def extract_members(
     return len(chosen)
 
 
-def _central_directory(url: str, size: int, tail: bytes, tail_start: int) -> list[_Member]:
+def _central_directory(url: str, tail: bytes, tail_start: int) -> list[_Member]:
     eocd = tail.rfind(b"PK\x05\x06")
     if eocd < 0:
         raise HeaderError(f"{url}: no end-of-central-directory record (not a zip?)")
@@ -171,7 +171,7 @@ def _central_directory(url: str, size: int, tail: bytes, tail_start: int) -> lis
         pos += 46 + nlen + xlen + clen
     raw.sort(key=lambda r: r[5])
     ends = [r[5] for r in raw[1:]] + [cd_offset]
-    return [_Member(*r, end=e) for r, e in zip(raw, ends)]
+    return [_Member(*r, end=e) for r, e in zip(raw, ends, strict=True)]
 
 
 def _zip64_sizes(extra: bytes, usize: int, csize: int, offset: int) -> tuple[int, int, int]:

@@ -25,14 +25,14 @@ def _load(name: str) -> Any:
     own = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     own.callback()(lambda: None)  # a group even with one command, so the command is taken by name
     module.register(own)
-    return typer.main.get_command(own).get_command(None, name)  # type: ignore[attr-defined,arg-type]
+    return typer.main.get_command(own).get_command(None, name)  # type: ignore[attr-defined]
 
 
 class _Commands(typer.core.TyperGroup):
-    def list_commands(self, ctx: Any) -> list[str]:
+    def list_commands(self, ctx: Any) -> list[str]:  # noqa: ARG002 (click's signature)
         return list(cli.COMMANDS)
 
-    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:  # noqa: ARG002 (click's signature)
         return _load(cmd_name) if cmd_name in cli.COMMANDS else None
 
     def invoke(self, ctx: Any) -> Any:  # a click Context (typer vendors click from 0.29 on)

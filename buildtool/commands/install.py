@@ -52,7 +52,9 @@ def _build_here(
     try:
         build_here.build(target, matrix, jobs, show_progress=progress)
     except FaError as exc:
-        raise exc.with_note("fa install --build: nothing installed (finished work is cached: run it again)")
+        raise exc.with_note(
+            "fa install --build: nothing installed (finished work is cached: run it again)"
+        ) from None
     built = load_index(str(build_here.out_dir()))
     return built, select(built.entries, env, Request())
 

@@ -7,10 +7,13 @@ annotations` here: the command's annotations are evaluated where typer is import
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from buildtool.compat.env import env_to_json
 from buildtool.compat.probe import probe
+
+if TYPE_CHECKING:
+    import typer  # only for the annotation: `fa probe` runs without loading typer
 
 
 def run(as_json: bool) -> int:
@@ -29,7 +32,7 @@ def run(as_json: bool) -> int:
     return 0
 
 
-def register(app: Any) -> None:
+def register(app: "typer.Typer") -> None:
     from buildtool.commands._shared import JsonOpt
 
     @app.command("probe")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from packaging.version import Version
 
@@ -115,7 +116,7 @@ def select(entries: Sequence[schema.IndexEntry], env: Env, request: Request = Re
     wheels = tuple(WheelFit(e, tuple(wheel_reasons(e, env, tags))) for e in entries)
     gpus: list[Gpu | None] = list(env.gpus) or [None]
 
-    def rank(fit: WheelFit) -> tuple:
+    def rank(fit: WheelFit) -> tuple[Any, ...]:
         paths = [runtime_for(fit.entry, env, gpu, request, stack).path for gpu in gpus]
         kind = 3 if fit.entry.info.universal else _PATH_RANK[paths[0]]
         untested = untested_torch(fit.entry, env) is not None
@@ -169,11 +170,15 @@ def _stable(entry: schema.IndexEntry) -> bool:
 
 
 def _why(
-    chosen: schema.IndexEntry, other: schema.IndexEntry, chosen_rank: tuple, other_rank: tuple, env: Env
+    chosen: schema.IndexEntry,
+    other: schema.IndexEntry,
+    chosen_rank: tuple[Any, ...],
+    other_rank: tuple[Any, ...],
+    env: Env,
 ) -> str:
     """One sentence: the first preference (module docstring) on which `chosen` beat `other`."""
     over = f"{chosen.file} over {other.file}: "
-    kind, gpus, cuda, untested = (a != b for a, b in zip(chosen_rank, other_rank))
+    kind, gpus, cuda, untested = (a != b for a, b in zip(chosen_rank, other_rank, strict=True))
     if kind:
         return over + "what GPU 0 runs with it (SASS, then PTX, then the fallback; the universal wheel last)"
     if gpus:

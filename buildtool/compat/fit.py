@@ -51,7 +51,7 @@ def _platforms(env: Env) -> list[str]:
                 platforms.append(f"manylinux_2_{minor}_{arch}")
                 if minor in legacy:
                     platforms.append(f"{legacy[minor]}_{arch}")
-        return platforms + [f"linux_{arch}"]
+        return [*platforms, f"linux_{arch}"]
     if env.os == "darwin":
         # The env does not carry the macOS version; any wheel of ours is Linux or "any" anyway.
         return list(mac_platforms((15, 0), "arm64" if arch in ("arm64", "aarch64") else arch))
@@ -170,7 +170,7 @@ def _python_requirement(entry: schema.IndexEntry, env: Env) -> list[Reason]:
 def assumed_cxx11abi(env: Env) -> bool | None:
     """The torch C++ ABI, from the env or, when it says null on Linux, from what the torch build implies.
 
-    Facts (compat-facts.md): NGC containers use the new ABI; from 2.7 every pip wheel does; before 2.7
+    Facts (NGC release notes, PyTorch 2.7 release notes): NGC containers use the new ABI; from 2.7 every pip wheel does; before 2.7
     PyPI wheels used the old one."""
     if env.torch is None or env.os != "linux":
         return None

@@ -3,7 +3,7 @@
 Facts, with their sources:
 - Minimum drivers under minor-version compatibility (SASS only): CUDA 11.x 450.80.02, 12.x 525.60.13,
   13.x 580 on Linux; 452.39, 528.33, 580 on Windows (CUDA Compatibility guide, "Minor Version
-  Compatibility", table 2; see compat-facts.md).
+  Compatibility", table 2).
 - PTX is JIT-compiled only by a driver at least as new as the toolkit that wrote it
   (cudaErrorUnsupportedPtxVersion otherwise), so a wheel's PTX needs the toolkit's own GA driver:
   11.8 GA 520.61.05, 12.9 GA 575.51.03, 13.0 GA 580.65.06 (CUDA Toolkit release notes, table 3).

@@ -41,7 +41,8 @@ def _load(name: str, path: Path) -> ModuleType:
     if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader
+    assert spec
+    assert spec.loader
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod  # dataclasses need the module registered while it executes
     spec.loader.exec_module(mod)

@@ -28,6 +28,7 @@ import tempfile
 import warnings
 import zipfile
 from pathlib import Path
+from typing import Any, cast
 
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 MANIFEST = "fa_attn/manifest.json"
@@ -37,9 +38,10 @@ class SmokeFailure(RuntimeError):
     pass
 
 
-def wheel_manifest(wheel: Path) -> dict:
+def wheel_manifest(wheel: Path) -> dict[str, Any]:
     with zipfile.ZipFile(wheel) as zf:
-        return json.loads(zf.read(MANIFEST))
+        manifest: dict[str, Any] = json.loads(zf.read(MANIFEST))
+    return manifest
 
 
 def wheel_version(wheel: Path) -> str:
@@ -53,13 +55,14 @@ def torch_minor(version: str) -> str:
     fa_attn itself is not installed yet when this runs)."""
     path = Path(__file__).resolve().parents[2] / "kernels" / "fa_attn" / "versions.py"
     spec = importlib.util.spec_from_file_location("_fa_versions", path)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     versions = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(versions)
     return str(versions.torch_minor(version))
 
 
-def torch_minors(manifest: dict) -> list[str]:
+def torch_minors(manifest: dict[str, Any]) -> list[str]:
     """The torch minors to test a wheel with: every one a stable-ABI wheel was built to serve (its
     `torch_tested`, which the manifest promises were tested), else the one its binding is built for."""
     if manifest.get("binding_form") == "stable" and manifest.get("torch_tested"):
@@ -120,7 +123,7 @@ def check(wheel: Path) -> str:
     q, k, v = (torch.randn(2, 33, 4, 64) for _ in range(3))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", fa_attn.FaFallbackWarning)
-        out = fa_attn.flash_attn_func(q, k, v, causal=True)
+        out = cast(torch.Tensor, fa_attn.flash_attn_func(q, k, v, causal=True))
     dispatch = fa_attn.last_dispatch()
     codes = [reason.code for reason in dispatch.reasons] if dispatch else []
     if dispatch is None or dispatch.path != "fallback" or codes != ["device-not-cuda"]:

@@ -25,7 +25,7 @@ def index_put_first_axis(values: torch.Tensor, indices: torch.Tensor, first_axis
 
 def unpad_input(
     hidden_states: torch.Tensor, attention_mask: torch.Tensor, unused_mask: torch.Tensor | None = None
-):
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, torch.Tensor]:
     """(batch, seqlen, ...) and a (batch, seqlen) bool/int mask (1 = token) ->
     (rows (total, ...), indices (total,) into the flattened batch * seqlen, cu_seqlens (batch + 1,) int32,
     max_seqlen_in_batch (int), seqused (batch,) int32: tokens of attention_mask alone).

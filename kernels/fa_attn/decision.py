@@ -4,7 +4,7 @@ One pure function, `decide`, answers for the runtime (the live device, the insta
 `fa doctor` (a GPU described in JSON, an index.json entry), so the two cannot disagree: they run this
 code. Stdlib only: buildtool loads this same file (buildtool/core/runtime.py) without importing torch.
 
-The rules (compat-facts.md, "GPU architectures"): SASS built for X.Y runs on X.Z for Z >= Y, never
+The rules (CUDA C++ Programming Guide, "Binary Compatibility"; CUDA Compatibility guide, "PTX"): SASS built for X.Y runs on X.Z for Z >= Y, never
 across majors, so the best image is the SASS of the device's major with the highest minor <= the
 device's. Failing that, PTX whose arch <= the device's can be JIT-compiled by the driver, but only by a
 driver at least as new as the toolkit that wrote it (`ptx_min_driver`). Capability is always a range,
@@ -274,7 +274,7 @@ def _image(wheel: WheelInfo, device: Device, dtype: str, call: Call) -> tuple[_I
     # Walk the images best-first; the first one that runs the whole call wins. Otherwise report the
     # gap of the best image, which is the one a fix (a wheel with more coverage) would use.
     gaps = [_gap(wheel, img, device, dtype, call, padded) for img in sass + ptx]
-    for img, gap in zip(sass + ptx, gaps):
+    for img, gap in zip(sass + ptx, gaps, strict=True):
         if gap is None:
             return img, padded
     return [*reasons, next(gap for gap in gaps if gap is not None)]

@@ -43,7 +43,7 @@ class CallFacts:
 
 
 def features_of(call: AttnCall, backward: bool) -> frozenset[str]:
-    """The kernel features a call needs; the names are those K1 lists in tiles.FEATURES."""
+    """The kernel features a call needs; the names are those tiles.FEATURES lists."""
     used = set()
     if call.causal:
         used.add("causal")
@@ -86,7 +86,8 @@ def facts_for(
 
 
 def driver_version() -> str | None:
-    """The NVIDIA kernel driver's version without NVML (compat-facts.md); None if unknown (e.g. WSL2)."""
+    """The NVIDIA kernel driver's version, read from the kernel module without NVML; None if unknown
+    (e.g. WSL2, which has no /proc/driver/nvidia)."""
     for path in ("/sys/module/nvidia/version", "/proc/driver/nvidia/version"):
         try:
             text = Path(path).read_text(encoding="utf-8")

@@ -114,7 +114,7 @@ def varlen_attention(
     assert call.varlen is not None
     outs, lses = [], []
     start_q = start_k = 0
-    for index, (len_q, len_k) in enumerate(zip(call.varlen.seqlens_q, call.varlen.seqlens_k)):
+    for index, (len_q, len_k) in enumerate(zip(call.varlen.seqlens_q, call.varlen.seqlens_k, strict=True)):
         seq = call
         if call.alibi_slopes is not None and call.alibi_slopes.dim() == 2:
             seq = replace(call, alibi_slopes=call.alibi_slopes[index])

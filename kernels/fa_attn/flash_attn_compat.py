@@ -28,12 +28,14 @@ import importlib.abc
 import importlib.machinery
 import importlib.metadata
 import importlib.util
+import os
 import re
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 FLASH_ATTN_API = "2.8.3"  # the flash-attn release whose public API fa_attn mirrors
 SHIM_VERSION = f"{FLASH_ATTN_API}+fa"
@@ -95,7 +97,7 @@ def _real_flash_attn() -> importlib.machinery.ModuleSpec | None:
 
 
 class _Loader(importlib.abc.Loader):
-    def create_module(self, spec):
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
         return None  # the default module object
 
     def exec_module(self, module: types.ModuleType) -> None:
@@ -118,7 +120,7 @@ class _ShimDistribution(importlib.metadata.Distribution):
             return "flash_attn\n"
         return None
 
-    def locate_file(self, path):
+    def locate_file(self, path: str | os.PathLike[str]) -> Path:
         return Path(__file__).resolve().parent / str(path)
 
 
@@ -127,12 +129,14 @@ def _normalize(name: str) -> str:
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname, path=None, target=None):
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in _MODULES or _real_flash_attn() is not None:
             return None
         return importlib.util.spec_from_loader(fullname, _Loader(), is_package=fullname in _PACKAGES)
 
-    def find_distributions(self, context=None) -> Iterator:
+    def find_distributions(self, context: object = None) -> Iterator[Any]:
         name = getattr(context, "name", None)
         if name is not None and _normalize(name) != _DIST_NAME:
             return iter(())

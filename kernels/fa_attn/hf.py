@@ -15,6 +15,8 @@ Transformers' own flash_attention_2 code path can run on fa_attn too, through th
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import torch
 import torch.nn.functional as F
 
@@ -25,15 +27,15 @@ NAME = "fa_attn"
 
 
 def _flash_mask(
-    batch_size,
-    q_length,
-    kv_length,
-    q_offset=0,
-    kv_offset=0,
-    mask_function=None,
-    attention_mask=None,
-    **kwargs,
-):
+    batch_size: int,
+    q_length: int,
+    kv_length: int,
+    q_offset: int | torch.Tensor = 0,
+    kv_offset: int = 0,
+    mask_function: object = None,
+    attention_mask: torch.Tensor | None = None,
+    **kwargs: object,
+) -> torch.Tensor | None:
     """The 2-D (batch, kv_length) padding mask, or None when every key is valid (flash-attention-2's rule).
 
     One difference: transformers keeps the mask for flash_attention_2 under a static cache (whose last
@@ -75,7 +77,7 @@ def attention_forward(
     sliding_window: int | None = None,
     softcap: float | None = None,
     is_causal: bool | None = None,
-    **kwargs,
+    **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     """transformers' attention-function contract: query/key/value (batch, heads, seqlen, head_dim) ->
     (out (batch, seqlen, heads, head_dim), None)."""
@@ -89,7 +91,7 @@ def attention_forward(
     if v_head_dim != head_dim:  # e.g. MLA: pad v to the query head dim, crop the output
         v = F.pad(v, (0, head_dim - v_head_dim))
     causal = bool(module.is_causal if is_causal is None else is_causal)
-    options: dict[str, object] = {
+    options: dict[str, Any] = {
         "dropout_p": dropout,
         "softmax_scale": scaling,
         "causal": causal,
@@ -108,18 +110,23 @@ def attention_forward(
             cu_q = cu_k = _packed_cu_seqlens(kwargs.get("position_ids"), batch)
             if cu_q is not None:
                 max_q = max_k = cu_q.diff().max()
-        if cu_q is not None:
+        if cu_q is not None and cu_k is not None and max_q is not None and max_k is not None:
             flat = [t.reshape(-1, *t.shape[-2:]) for t in (q, k, v)]
-            out = flash_attn_varlen_func(flat[0], flat[1], flat[2], cu_q, cu_k, max_q, max_k, **options)
-            out = out.reshape(batch, -1, *out.shape[-2:])
+            rows = cast(
+                torch.Tensor,
+                flash_attn_varlen_func(flat[0], flat[1], flat[2], cu_q, cu_k, max_q, max_k, **options),
+            )
+            out = rows.reshape(batch, -1, *rows.shape[-2:])
         else:
-            out = flash_attn_func(q, k, v, **options)
+            out = cast(torch.Tensor, flash_attn_func(q, k, v, **options))
     if v_head_dim != head_dim:
         out = out[..., :v_head_dim]
     return out, None
 
 
-def _padded(q, k, v, mask: torch.Tensor, options: dict[str, object]) -> torch.Tensor:
+def _padded(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, options: dict[str, Any]
+) -> torch.Tensor:
     """Unpad with the (batch, kv_len) mask, varlen, pad back (flash-attention-2's padded route)."""
     batch, q_len = q.shape[0], q.shape[1]
     k, v = k[:, : mask.shape[1]], v[:, : mask.shape[1]]  # a static cache can hold more rows than the mask
@@ -132,7 +139,9 @@ def _padded(q, k, v, mask: torch.Tensor, options: dict[str, object]) -> torch.Te
         q_rows, indices_q, max_q = q.squeeze(1), cu_q[:-1], 1
     else:  # queries are the last q_len positions (left padding)
         q_rows, indices_q, cu_q, max_q, _ = unpad_input(q, mask[:, -q_len:])
-    out = flash_attn_varlen_func(q_rows, k_rows, v_rows, cu_q, cu_k, max_q, max_k, **options)
+    out = cast(
+        torch.Tensor, flash_attn_varlen_func(q_rows, k_rows, v_rows, cu_q, cu_k, max_q, max_k, **options)
+    )
     return pad_input(out, indices_q, batch, q_len)
 
 

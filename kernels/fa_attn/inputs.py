@@ -15,9 +15,18 @@ from __future__ import annotations
 import itertools
 import math
 import operator
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import SupportsIndex
 
 import torch
+
+# The public API's argument and result types. An integer argument is any integer-like flash-attn's
+# callers pass: an int, a numpy integer, a one-element integer tensor; a window is a pair of them.
+IntLike = int | SupportsIndex | torch.Tensor
+WindowSize = Sequence[IntLike] | torch.Tensor
+# out; (out, softmax_lse) with return_lse; (out, softmax_lse, None) with return_attn_probs.
+AttnOutput = torch.Tensor | tuple[torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Tensor, None]
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", torch.float64: "fp64"}
@@ -118,7 +127,7 @@ def window_pair(window_size: object) -> tuple[int, int]:
         raise ValueError(
             f"window_size: expected a pair of ints (left, right), got {window_size!r}; use (-1, -1) for no window"
         )
-    pair = window_size  # type: ignore[assignment]
+    pair = window_size
     return as_int("window_size[0]", pair[0]), as_int("window_size[1]", pair[1])  # type: ignore[index]
 
 
@@ -266,7 +275,16 @@ def make_call(
 
 
 def check_padded(
-    q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic
+    q: object,
+    k: object,
+    v: object,
+    dropout_p: object,
+    softmax_scale: object,
+    causal: object,
+    window_size: object,
+    softcap: object,
+    alibi_slopes: object,
+    deterministic: object,
 ) -> AttnCall:
     layout = "(batch, seqlen, heads, head_dim)"
     q = check_tensor("q", q, 4, layout)
@@ -293,8 +311,11 @@ def check_index_tensor(name: str, t: object, shape: tuple[int, ...], device: tor
     return t
 
 
-def _check_cu_seqlens(name: str, cu: object, total: int | None, device: torch.device) -> tuple[int, ...]:
-    """Per-sequence lengths; `total`: rows of the packed tensor the offsets index (None: paged keys)."""
+def _check_cu_seqlens(
+    name: str, cu: object, total: int | None, device: torch.device
+) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """The offsets and the per-sequence lengths; `total`: rows of the packed tensor the offsets index
+    (None: paged keys)."""
     if not isinstance(cu, torch.Tensor) or cu.dim() != 1:
         raise ValueError(f"{name}: expected a 1-D torch.int32 tensor of length batch + 1")
     check_index_tensor(name, cu, tuple(cu.shape), device)
@@ -313,7 +334,7 @@ def _check_cu_seqlens(name: str, cu: object, total: int | None, device: torch.de
             f"{name}: last offset {offsets[-1]} != {total} rows in the packed tensor; "
             "it must equal the total number of tokens"
         )
-    return lengths
+    return cu, lengths
 
 
 def _max_seqlen(name: str, value: object, lengths: tuple[int, ...], cu_name: str) -> int:
@@ -330,7 +351,12 @@ def _max_seqlen(name: str, value: object, lengths: tuple[int, ...], cu_name: str
 
 
 def check_block_table(
-    block_table: object, batch: int, num_blocks: int, page_size: int, lengths: tuple[int, ...], device
+    block_table: object,
+    batch: int,
+    num_blocks: int,
+    page_size: int,
+    lengths: tuple[int, ...],
+    device: torch.device,
 ) -> torch.Tensor:
     """A paged cache's (batch, max_blocks_per_seq) int32 page table: every page a sequence reads exists."""
     if not isinstance(block_table, torch.Tensor) or block_table.dim() != 2:
@@ -347,7 +373,7 @@ def check_block_table(
             )
     used = [-(-length // page_size) for length in lengths]
     pages = table.tolist()  # host sync, like cu_seqlens: a bad page index would read out of bounds
-    for index, (row, count) in enumerate(zip(pages, used)):
+    for index, (row, count) in enumerate(zip(pages, used, strict=True)):
         bad = [p for p in row[:count] if not 0 <= p < num_blocks]
         if bad:
             raise ValueError(
@@ -358,21 +384,21 @@ def check_block_table(
 
 
 def check_varlen(
-    q,
-    k,
-    v,
-    cu_seqlens_q,
-    cu_seqlens_k,
-    max_seqlen_q,
-    max_seqlen_k,
-    dropout_p,
-    softmax_scale,
-    causal,
-    window_size,
-    softcap,
-    alibi_slopes,
-    deterministic,
-    block_table=None,
+    q: object,
+    k: object,
+    v: object,
+    cu_seqlens_q: object,
+    cu_seqlens_k: object,
+    max_seqlen_q: object,
+    max_seqlen_k: object,
+    dropout_p: object,
+    softmax_scale: object,
+    causal: object,
+    window_size: object,
+    softcap: object,
+    alibi_slopes: object,
+    deterministic: object,
+    block_table: object = None,
 ) -> AttnCall:
     """Packed q/k/v; with block_table, k/v are a paged cache (num_blocks, page_block_size, heads_k, dim)
     and sequence b's keys are the first cu_seqlens_k[b+1] - cu_seqlens_k[b] rows of its pages."""
@@ -384,8 +410,8 @@ def check_varlen(
     k = check_tensor("k", k, 4 if paged else 3, kv_layout)
     v = check_tensor("v", v, 4 if paged else 3, kv_layout)
     check_same(q, k, v)
-    lens_q = _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], q.device)
-    lens_k = _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, None if paged else k.shape[0], q.device)
+    cu_q, lens_q = _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], q.device)
+    cu_k, lens_k = _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, None if paged else k.shape[0], q.device)
     if len(lens_q) != len(lens_k):
         raise ValueError(
             f"cu_seqlens_k: {len(lens_k)} sequences but cu_seqlens_q has {len(lens_q)}; "
@@ -394,11 +420,12 @@ def check_varlen(
     max_q = _max_seqlen("max_seqlen_q", max_seqlen_q, lens_q, "cu_seqlens_q")
     max_k = _max_seqlen("max_seqlen_k", max_seqlen_k, lens_k, "cu_seqlens_k")
     batch = len(lens_q)
+    kv = None
     if paged:
-        check_block_table(block_table, batch, k.shape[0], k.shape[1], lens_k, q.device)
+        table = check_block_table(block_table, batch, k.shape[0], k.shape[1], lens_k, q.device)
+        kv = KvLayout(block_table=table, page_size=k.shape[1])
     opts = check_options(q, batch, q.shape[1], dropout_p, softmax_scale, softcap, alibi_slopes)
-    varlen = Varlen(cu_seqlens_q, cu_seqlens_k, lens_q, lens_k, max_q, max_k)
-    kv = KvLayout(block_table=block_table, page_size=k.shape[1]) if paged else None
+    varlen = Varlen(cu_q, cu_k, lens_q, lens_k, max_q, max_k)
     return make_call(
         q, batch, max_q, max_k, k.shape[-2], opts, causal, window_size, deterministic, varlen, kv
     )

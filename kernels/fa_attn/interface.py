@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -18,7 +20,13 @@ import torch.nn.functional as F
 from . import decision, fallback, inputs, loader, ops, paged
 from . import dispatch as _dispatch
 from .dispatch import Dispatch
-from .inputs import AttnCall
+from .inputs import AttnCall, AttnOutput, IntLike, WindowSize
+
+Fn = TypeVar("Fn", bound=Callable[..., Any])
+# A fallback: (call, q, k, v, want_lse) -> (out, softmax_lse or None), as fallback.attention.
+Fallback = Callable[
+    [AttnCall, torch.Tensor, torch.Tensor, torch.Tensor, bool], tuple[torch.Tensor, torch.Tensor | None]
+]
 
 
 def decide(call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Dispatch:
@@ -35,13 +43,13 @@ def decide(call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) ->
     )
 
 
-def _assume_constant_result(fn):
+def _assume_constant_result(fn: Fn) -> Fn:
     """torch.compiler.assume_constant_result without its cost: the public decorator imports
     torch._dynamo (~2 s) only to set this attribute (torch 2.4 to 2.15; tests/runtime/test_compile.py
     checks that it still does), which would make `import fa_attn` slow for everyone."""
     if "torch._dynamo" in sys.modules:
-        return torch.compiler.assume_constant_result(fn)
-    fn._dynamo_marked_constant = True
+        return torch.compiler.assume_constant_result(fn)  # type: ignore[no-any-return]
+    fn._dynamo_marked_constant = True  # type: ignore[attr-defined]
     return fn
 
 
@@ -72,7 +80,7 @@ def _decide_for(
     return known
 
 
-_decisions: dict[tuple, Dispatch] = {}
+_decisions: dict[tuple[Any, ...], Dispatch] = {}
 
 
 def _split_count(call: AttnCall, route: Dispatch, q: torch.Tensor, requested: int) -> int:
@@ -107,7 +115,8 @@ def run_kernels(
     KV-cache layout (call.kv: pages, cache rows, per-sequence lengths; call.seqlen_k is the longest
     sequence's keys); for calls without a backward, the split-KV forward when `num_splits` (flash-attn's:
     0 = heuristic) says so."""
-    assert route.fwd is not None and route.head_dim is not None
+    assert route.fwd is not None
+    assert route.head_dim is not None
     pad = route.head_dim - call.head_dim
     if pad:  # kernels need a multiple of 8; zero columns change neither q.k nor the kept outputs
         q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))
@@ -115,32 +124,8 @@ def run_kernels(
     fwd, bwd = route.fwd, route.bwd or ops.NO_LAUNCH
     varlen, kv = call.varlen, call.kv
     splits = _split_count(call, route, q, num_splits)
-    if splits > 1 and route.splitkv is not None:
-        split = route.splitkv
-        out, lse = torch.ops.fa_attn.fwd_splitkv(
-            q,
-            k,
-            v,
-            varlen.cu_seqlens_q if varlen else None,
-            varlen.cu_seqlens_k if varlen else None,
-            kv.seqused_k,
-            kv.leftpad_k,
-            kv.kv_batch_idx,
-            kv.block_table,
-            call.seqlen_q,
-            call.seqlen_k,
-            call.softmax_scale,
-            call.causal,
-            call.window_left,
-            call.window_right,
-            call.softcap,
-            splits,
-            split.module,
-            split.entries,
-            list(split.launch),
-        )
-        return (out[..., : call.head_dim] if pad else out), lse
-    out, lse = torch.ops.fa_attn.fwd(
+    # Both forwards start with the call's tensors and scalars (ops.py's schemas); the launch data differ.
+    call_args = (
         q,
         k,
         v,
@@ -157,13 +142,15 @@ def run_kernels(
         call.window_left,
         call.window_right,
         call.softcap,
-        fwd.module,
-        fwd.entries,
-        list(fwd.launch),
-        bwd.module,
-        bwd.entries,
-        list(bwd.launch),
     )
+    launch: tuple[object, ...]
+    if splits > 1 and route.splitkv is not None:
+        split = route.splitkv
+        launch = (splits, split.module, split.entries, list(split.launch))
+        out, lse = torch.ops.fa_attn.fwd_splitkv(*call_args, *launch)
+    else:
+        launch = (fwd.module, fwd.entries, list(fwd.launch), bwd.module, bwd.entries, list(bwd.launch))
+        out, lse = torch.ops.fa_attn.fwd(*call_args, *launch)
     return (out[..., : call.head_dim] if pad else out), lse
 
 
@@ -176,17 +163,27 @@ def _row_aligned(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous()
 
 
-def _finish(out: torch.Tensor, lse: torch.Tensor | None, return_lse: bool, return_attn_probs: bool):
-    if return_attn_probs:
-        return out, lse, None
-    if return_lse:
-        return out, lse
+def _finish(
+    out: torch.Tensor, lse: torch.Tensor | None, return_lse: bool, return_attn_probs: bool
+) -> AttnOutput:
+    if return_attn_probs or return_lse:
+        assert lse is not None  # asked for, so computed (_attend passes want_lse)
+        return (out, lse, None) if return_attn_probs else (out, lse)
     return out
 
 
-def _attend(call, q, k, v, run_fallback, return_lse, return_attn_probs):
+def _attend(
+    call: AttnCall,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    run_fallback: Fallback,
+    return_lse: bool,
+    return_attn_probs: bool,
+) -> AttnOutput:
     route = decide(call, q, k, v)
     _dispatch.report(route)
+    lse: torch.Tensor | None
     if route.path != "fallback":  # (a field, not a property: torch.compile reads it)
         out, lse = run_kernels(call, route, q, k, v)
     else:
@@ -195,20 +192,20 @@ def _attend(call, q, k, v, run_fallback, return_lse, return_attn_probs):
 
 
 def flash_attn_func(
-    q,
-    k,
-    v,
-    dropout_p=0.0,
-    softmax_scale=None,
-    causal=False,
-    window_size=(-1, -1),
-    softcap=0.0,
-    alibi_slopes=None,
-    deterministic=False,
-    return_attn_probs=False,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    dropout_p: float = 0.0,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: WindowSize = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
     *,
-    return_lse=False,
-):
+    return_lse: bool = False,
+) -> AttnOutput:
     """q (batch, seqlen_q, heads, head_dim), k/v (batch, seqlen_k, heads_k, head_dim) -> out like q.
 
     With return_lse=True returns (out, softmax_lse); with return_attn_probs=True (out, softmax_lse, None)
@@ -226,25 +223,25 @@ def flash_attn_func(
 
 
 def flash_attn_varlen_func(
-    q,
-    k,
-    v,
-    cu_seqlens_q,
-    cu_seqlens_k,
-    max_seqlen_q,
-    max_seqlen_k,
-    dropout_p=0.0,
-    softmax_scale=None,
-    causal=False,
-    window_size=(-1, -1),
-    softcap=0.0,
-    alibi_slopes=None,
-    deterministic=False,
-    return_attn_probs=False,
-    block_table=None,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: IntLike,
+    max_seqlen_k: IntLike,
+    dropout_p: float = 0.0,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: WindowSize = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+    block_table: torch.Tensor | None = None,
     *,
-    return_lse=False,
-):
+    return_lse: bool = False,
+) -> AttnOutput:
     """Packed q (total_q, heads, head_dim), k/v (total_k, heads_k, head_dim), int32 cu_seqlens of length
     batch + 1 -> out like q; softmax_lse (heads, total_q) on request.
 
@@ -273,14 +270,21 @@ def flash_attn_varlen_func(
         deterministic,
         block_table,
     )
-    run_fallback = fallback.varlen_attention
+    run_fallback: Fallback = fallback.varlen_attention
     if block_table is not None:
         run_fallback = paged.varlen_fallback(block_table)
     return _attend(call, q, k, v, run_fallback, return_lse, return_attn_probs)
 
 
 def explain(
-    q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, **options
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor | None = None,
+    cu_seqlens_k: torch.Tensor | None = None,
+    max_seqlen_q: IntLike | None = None,
+    max_seqlen_k: IntLike | None = None,
+    **options: Any,
 ) -> Dispatch:
     """The path a call with these arguments would take, and why, without running it (or warning).
 

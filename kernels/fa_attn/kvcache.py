@@ -32,8 +32,10 @@ import torch
 from . import dispatch, fallback, interface, paged, rotary
 from .inputs import (
     AttnCall,
+    IntLike,
     KvLayout,
     Varlen,
+    WindowSize,
     as_int,
     check_block_table,
     check_index_tensor,
@@ -88,8 +90,10 @@ def _cache_seqlens(value: object, batch: int, device: torch.device) -> tuple[int
 
 
 def _check(
-    q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
-    block_table, softmax_scale, causal, window_size, softcap, rotary_interleaved, alibi_slopes, num_splits,
+    q: object, k_cache: object, v_cache: object, k: object, v: object, rotary_cos: object,
+    rotary_sin: object, cache_seqlens: object, cache_batch_idx: object, cache_leftpad: object,
+    block_table: object, softmax_scale: object, causal: object, window_size: object, softcap: object,
+    rotary_interleaved: object, alibi_slopes: object, num_splits: object,
 ) -> CacheCall:  # fmt: skip
     layout = "(batch, seqlen, heads, head_dim)"
     q = check_tensor("q", q, 4, layout)
@@ -104,6 +108,8 @@ def _check(
     device = q.device
 
     rows = None
+    row_index: torch.Tensor | None = None  # cache_batch_idx, checked (int32)
+    page_table: torch.Tensor | None = None
     if is_paged:
         if cache_batch_idx is not None:
             raise ValueError(
@@ -115,12 +121,12 @@ def _check(
             )
         if not isinstance(block_table, torch.Tensor) or block_table.dim() != 2:
             raise ValueError("block_table: expected a 2-D torch.int32 tensor (batch, max_num_blocks_per_seq)")
-        table = check_index_tensor("block_table", block_table, (batch, block_table.shape[1]), device)
-        capacity = table.shape[1] * k_cache.shape[1]
+        page_table = check_index_tensor("block_table", block_table, (batch, block_table.shape[1]), device)
+        capacity = page_table.shape[1] * k_cache.shape[1]
     else:
         capacity = k_cache.shape[1]
         if cache_batch_idx is not None:
-            index = check_index_tensor("cache_batch_idx", cache_batch_idx, (batch,), device)
+            index = row_index = check_index_tensor("cache_batch_idx", cache_batch_idx, (batch,), device)
             rows = index.to(torch.long)
             bad = [i for i in index.tolist() if not 0 <= i < k_cache.shape[0]]
             if bad:
@@ -152,6 +158,7 @@ def _check(
     lengths = _cache_seqlens(cache_seqlens, batch, device)
 
     leftpad = None
+    pad: torch.Tensor | None = None
     if cache_leftpad is not None:
         pad = check_index_tensor("cache_leftpad", cache_leftpad, (batch,), device)
         leftpad = tuple(pad.tolist())
@@ -186,24 +193,27 @@ def _check(
     ragged = lengths is not None and len(set(lengths)) > 1
     kv = KvLayout(
         seqused_k=_key_counts(cache_seqlens, seqlen_new) if ragged else None,
-        leftpad_k=cache_leftpad if leftpad is not None and any(leftpad) else None,
-        kv_batch_idx=cache_batch_idx if rows is not None else None,
-        block_table=block_table if is_paged else None,
+        leftpad_k=pad if leftpad is not None and any(leftpad) else None,
+        kv_batch_idx=row_index,
+        block_table=page_table,
         page_size=k_cache.shape[1] if is_paged else 0,
     )
     key_len = capacity if lengths is None else max((n + seqlen_new for n in lengths), default=0)
     attn = make_call(q, batch, seqlen_q, capacity, k_cache.shape[2], opts, causal, window_size, False)
     # flash-attn normalises the window against the cache's capacity; the attention then runs over key_len
     attn = replace(attn, seqlen_k=key_len, kv=kv)
-    return CacheCall(attn, capacity, seqlen_new, lengths, leftpad, rows, block_table, rot, splits)
+    return CacheCall(attn, capacity, seqlen_new, lengths, leftpad, rows, page_table, rot, splits)
 
 
-def _key_counts(cache_seqlens: torch.Tensor, seqlen_new: int) -> torch.Tensor:
+def _key_counts(cache_seqlens: object, seqlen_new: int) -> torch.Tensor:
     """Each sequence's keys after the append, int32 on the device: the kernels' seqused_k."""
+    assert isinstance(cache_seqlens, torch.Tensor)  # counts that differ between sequences are a tensor
     return (cache_seqlens + seqlen_new).to(torch.int32)
 
 
-def _check_rotary(q, cos, sin, interleaved, seqlen_new: int, capacity: int) -> Rotary:
+def _check_rotary(
+    q: torch.Tensor, cos: object, sin: object, interleaved: object, seqlen_new: int, capacity: int
+) -> Rotary:
     if cos is None or sin is None:
         raise ValueError("rotary_cos, rotary_sin: pass both, or neither")
     if seqlen_new == 0:
@@ -215,6 +225,8 @@ def _check_rotary(q, cos, sin, interleaved, seqlen_new: int, capacity: int) -> R
             raise ValueError(
                 f"{name}: must have q's dtype {q.dtype} and device {q.device}; pass {name}.to(q)"
             )
+    assert isinstance(cos, torch.Tensor)
+    assert isinstance(sin, torch.Tensor)
     if cos.shape != sin.shape:
         raise ValueError(f"rotary_sin: shape {tuple(sin.shape)} differs from rotary_cos's {tuple(cos.shape)}")
     if 2 * cos.shape[1] > q.shape[-1]:
@@ -237,7 +249,9 @@ def _positions(req: CacheCall, seqlen: int, per_token: bool, device: torch.devic
     return base + steps if per_token else base.expand(-1, seqlen)
 
 
-def _append(req: CacheCall, k_cache, v_cache, k, v) -> None:
+def _append(
+    req: CacheCall, k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> None:
     """Write the new rows into the cache in place."""
     assert req.cache_seqlens is not None
     device = k_cache.device
@@ -255,7 +269,9 @@ def _append(req: CacheCall, k_cache, v_cache, k, v) -> None:
     v_cache[first, second] = v
 
 
-def _attend_cache(req: CacheCall, q, k_cache, v_cache, want_lse: bool):
+def _attend_cache(
+    req: CacheCall, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, want_lse: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     call = req.attn
     route = interface.decide(call, q, k_cache, v_cache)
     dispatch.report(route)
@@ -266,7 +282,9 @@ def _attend_cache(req: CacheCall, q, k_cache, v_cache, want_lse: bool):
     return _fallback(req, q, k_cache, v_cache, want_lse)
 
 
-def _fallback(req: CacheCall, q, k_cache, v_cache, want_lse: bool):
+def _fallback(
+    req: CacheCall, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, want_lse: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Each sequence's keys gathered into the packed layout, then the varlen fallback."""
     call = req.attn
     batch, seqlen_q = q.shape[0], q.shape[1]
@@ -276,12 +294,21 @@ def _fallback(req: CacheCall, q, k_cache, v_cache, want_lse: bool):
         values = paged.gather(v_cache, req.block_table, starts, ends)
     else:
         rows = req.batch_rows.tolist() if req.batch_rows is not None else list(range(batch))
-        keys = torch.cat([k_cache[r, s:e] for r, s, e in zip(rows, starts, ends)]) if rows else k_cache[:0, 0]
-        values = (
-            torch.cat([v_cache[r, s:e] for r, s, e in zip(rows, starts, ends)]) if rows else v_cache[:0, 0]
+        keys = (
+            torch.cat([k_cache[r, s:e] for r, s, e in zip(rows, starts, ends, strict=True)])
+            if rows
+            else k_cache[:0, 0]
         )
-    lens_k = tuple(e - s for s, e in zip(starts, ends))
-    offsets = lambda lengths: torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+        values = (
+            torch.cat([v_cache[r, s:e] for r, s, e in zip(rows, starts, ends, strict=True)])
+            if rows
+            else v_cache[:0, 0]
+        )
+    lens_k = tuple(e - s for s, e in zip(starts, ends, strict=True))
+
+    def offsets(lengths: list[int]) -> torch.Tensor:
+        return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+
     varlen = Varlen(
         offsets([seqlen_q] * batch).to(q.device),
         offsets(list(lens_k)).to(q.device),
@@ -300,26 +327,26 @@ def _fallback(req: CacheCall, q, k_cache, v_cache, want_lse: bool):
 
 
 def flash_attn_with_kvcache(
-    q,
-    k_cache,
-    v_cache,
-    k=None,
-    v=None,
-    rotary_cos=None,
-    rotary_sin=None,
-    cache_seqlens=None,
-    cache_batch_idx=None,
-    cache_leftpad=None,
-    block_table=None,
-    softmax_scale=None,
-    causal=False,
-    window_size=(-1, -1),
-    softcap=0.0,
-    rotary_interleaved=True,
-    alibi_slopes=None,
-    num_splits=0,
-    return_softmax_lse=False,
-):
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k: torch.Tensor | None = None,
+    v: torch.Tensor | None = None,
+    rotary_cos: torch.Tensor | None = None,
+    rotary_sin: torch.Tensor | None = None,
+    cache_seqlens: IntLike | None = None,
+    cache_batch_idx: torch.Tensor | None = None,
+    cache_leftpad: torch.Tensor | None = None,
+    block_table: torch.Tensor | None = None,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: WindowSize = (-1, -1),
+    softcap: float = 0.0,
+    rotary_interleaved: bool = True,
+    alibi_slopes: torch.Tensor | None = None,
+    num_splits: IntLike = 0,
+    return_softmax_lse: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Attention of q (batch, seqlen_q, heads, head_dim) over a KV cache, after appending k/v to it.
 
     k_cache/v_cache: (batch_cache, seqlen_cache, heads_k, head_dim), or with block_table
@@ -339,11 +366,15 @@ def flash_attn_with_kvcache(
         block_table, softmax_scale, causal, window_size, softcap, rotary_interleaved, alibi_slopes, num_splits,
     )  # fmt: skip
     if req.rotary is not None:
+        assert k is not None  # rotary needs the new keys (_check_rotary)
         cos, sin, interleaved = req.rotary.cos, req.rotary.sin, req.rotary.interleaved
         per_token = req.attn.causal or req.attn.has_window
         q = rotary.rotate(q, cos, sin, _positions(req, q.shape[1], per_token, q.device), interleaved)
         k = rotary.rotate(k, cos, sin, _positions(req, req.seqlen_new, True, q.device), interleaved)
-    if req.seqlen_new:
+    if k is not None and v is not None and req.seqlen_new:  # _check: seqlen_new > 0 means both given
         _append(req, k_cache, v_cache, k, v)
     out, lse = _attend_cache(req, q, k_cache, v_cache, return_softmax_lse)
-    return (out, lse) if return_softmax_lse else out
+    if return_softmax_lse:
+        assert lse is not None  # asked for, so computed
+        return out, lse
+    return out

@@ -35,7 +35,7 @@ MANIFEST_FILE = PACKAGE_DIR / "manifest.json"
 UNIVERSAL_MANIFEST = Manifest(info=universal_info(__version__), kernels=())
 
 _lock = threading.Lock()
-_binding_result: Reason | None | bool = False  # False: not tried yet; None: loaded; Reason: failed
+_binding_result: Reason | bool | None = False  # False: not tried yet; None: loaded; Reason: failed
 
 
 def manifest() -> Manifest:

@@ -19,6 +19,8 @@ autograd formula needs nothing but the op's own inputs.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from .decision import KernelLaunch
@@ -67,85 +69,23 @@ def lse_shape(q: torch.Tensor, cu_seqlens_q: torch.Tensor | None) -> tuple[int, 
     return (q.shape[0], q.shape[2], q.shape[1])
 
 
-@torch.library.register_fake(f"{NAMESPACE}::fwd")
+# The outputs' shapes come from the tensors alone; the scalars and launch data that follow do not
+# change them (the fake kernels still take every argument of the schema). The split-KV forward has
+# the forward's outputs and its leading arguments.
+@torch.library.register_fake(f"{NAMESPACE}::fwd_splitkv")  # type: ignore[untyped-decorator]
+@torch.library.register_fake(f"{NAMESPACE}::fwd")  # type: ignore[untyped-decorator]
 def _fwd_fake(
-    q,
-    k,
-    v,
-    cu_seqlens_q,
-    cu_seqlens_k,
-    seqused_k,
-    leftpad_k,
-    kv_batch_idx,
-    block_table,
-    max_seqlen_q,
-    max_seqlen_k,
-    softmax_scale,
-    causal,
-    window_left,
-    window_right,
-    softcap,
-    module,
-    entries,
-    launch,
-    bwd_module,
-    bwd_entries,
-    bwd_launch,
-):
+    q: torch.Tensor, _k: torch.Tensor, _v: torch.Tensor, cu_seqlens_q: torch.Tensor | None, *_rest: object
+) -> tuple[torch.Tensor, torch.Tensor]:
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = q.new_empty(lse_shape(q, cu_seqlens_q), dtype=torch.float32)
     return out, lse
 
 
-@torch.library.register_fake(f"{NAMESPACE}::fwd_splitkv")
-def _fwd_splitkv_fake(
-    q,
-    k,
-    v,
-    cu_seqlens_q,
-    cu_seqlens_k,
-    seqused_k,
-    leftpad_k,
-    kv_batch_idx,
-    block_table,
-    max_seqlen_q,
-    max_seqlen_k,
-    softmax_scale,
-    causal,
-    window_left,
-    window_right,
-    softcap,
-    num_splits,
-    module,
-    entries,
-    launch,
-):
-    out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    lse = q.new_empty(lse_shape(q, cu_seqlens_q), dtype=torch.float32)
-    return out, lse
-
-
-@torch.library.register_fake(f"{NAMESPACE}::bwd")
+@torch.library.register_fake(f"{NAMESPACE}::bwd")  # type: ignore[untyped-decorator]
 def _bwd_fake(
-    dout,
-    q,
-    k,
-    v,
-    out,
-    softmax_lse,
-    cu_seqlens_q,
-    cu_seqlens_k,
-    max_seqlen_q,
-    max_seqlen_k,
-    softmax_scale,
-    causal,
-    window_left,
-    window_right,
-    softcap,
-    module,
-    entries,
-    launch,
-):
+    _dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *_rest: object
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return (
         torch.empty_like(q, memory_format=torch.contiguous_format),
         torch.empty_like(k, memory_format=torch.contiguous_format),
@@ -153,48 +93,35 @@ def _bwd_fake(
     )
 
 
-def _fwd_setup_context(ctx, inputs, output):
-    (
-        q,
-        k,
-        v,
-        cu_q,
-        cu_k,
-        seqused_k,
-        leftpad_k,
-        kv_batch_idx,
-        block_table,
-        max_q,
-        max_k,
-        scale,
-        causal,
-        wl,
-        wr,
-        softcap,
-        _m,
-        _e,
-        _l,
-        bwd_module,
-        bwd_entries,
-        bwd_launch,
-    ) = inputs
+# Where the forward's arguments sit (the schema above): the backward takes the same tensors and scalars,
+# then the launch data the forward carries for it.
+_FWD_TENSORS = slice(0, 5)  # q, k, v, cu_seqlens_q, cu_seqlens_k
+_KV_TENSORS = slice(5, 9)  # seqused_k, leftpad_k, kv_batch_idx, block_table
+_SCALARS = slice(9, 16)  # max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left/right, softcap
+_BWD_LAUNCH = slice(19, 22)  # bwd_module, bwd_entries, bwd_launch
+_FWD_ARGS = 22
+
+
+def _fwd_setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, torch.Tensor]) -> None:
+    q, k, v, cu_q, cu_k = inputs[_FWD_TENSORS]
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
     # No backward kernel reads a KV-cache layout (the decision sends such calls that need gradients to
     # the fallback); one here can only come from a direct call of the op.
-    ctx.kv_layout = any(t is not None for t in (seqused_k, leftpad_k, kv_batch_idx, block_table))
-    ctx.args = (max_q, max_k, scale, causal, wl, wr, softcap, bwd_module, bwd_entries, bwd_launch)
+    ctx.kv_layout = any(t is not None for t in inputs[_KV_TENSORS])
+    ctx.args = inputs[_SCALARS] + inputs[_BWD_LAUNCH]
     ctx.mark_non_differentiable(lse)  # like flash-attn: the LSE is an output, not a training signal
 
 
-def _fwd_backward(ctx, grad_out, _grad_lse):
-    q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
-    max_q, max_k, scale, causal, wl, wr, softcap, bwd_module, bwd_entries, bwd_launch = ctx.args
+def _fwd_backward(
+    ctx: Any, grad_out: torch.Tensor, _grad_lse: torch.Tensor
+) -> tuple[torch.Tensor | None, ...]:
     if ctx.kv_layout:
         raise RuntimeError(
             "fa_attn::fwd with a KV-cache layout (seqused_k, leftpad_k, kv_batch_idx, block_table) has no "
             "gradient; call it without requires_grad, or use fa_attn's functions, which fall back for it"
         )
+    bwd_module = ctx.args[-3]
     if not bwd_module:
         # Dispatch sends calls that need gradients to the fallback when there is no backward kernel;
         # reaching this means the forward was called directly with requires_grad and no bwd launch data.
@@ -202,27 +129,9 @@ def _fwd_backward(ctx, grad_out, _grad_lse):
             "fa_attn::fwd was called without backward launch data, so it has no gradient; "
             "call fa_attn.flash_attn_func, which picks kernels for forward and backward"
         )
-    dq, dk, dv = torch.ops.fa_attn.bwd(
-        grad_out.contiguous(),
-        q,
-        k,
-        v,
-        out,
-        lse,
-        cu_q,
-        cu_k,
-        max_q,
-        max_k,
-        scale,
-        causal,
-        wl,
-        wr,
-        softcap,
-        bwd_module,
-        bwd_entries,
-        bwd_launch,
-    )
-    return (dq, dk, dv) + (None,) * 19
+    # bwd(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, <the scalars>, <the launch>)
+    dq, dk, dv = torch.ops.fa_attn.bwd(grad_out.contiguous(), *ctx.saved_tensors, *ctx.args)
+    return (dq, dk, dv) + (None,) * (_FWD_ARGS - 3)
 
 
 torch.library.register_autograd(f"{NAMESPACE}::fwd", _fwd_backward, setup_context=_fwd_setup_context)

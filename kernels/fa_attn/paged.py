@@ -9,6 +9,8 @@ head_dim) layout the varlen fallback takes: a copy, which is what a fallback may
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from . import fallback
@@ -21,7 +23,7 @@ def gather(
     """Rows [starts[b], ends[b]) of every sequence b, packed: (sum of lengths, heads_k, head_dim)."""
     page = cache.shape[1]
     pages, rows = [], []
-    for b, (start, end) in enumerate(zip(starts, ends)):
+    for b, (start, end) in enumerate(zip(starts, ends, strict=True)):
         pos = torch.arange(start, end, device=cache.device)
         pages.append(block_table[b].to(torch.long)[pos // page])
         rows.append(pos % page)
@@ -30,10 +32,16 @@ def gather(
     return cache[torch.cat(pages), torch.cat(rows)]
 
 
-def varlen_fallback(block_table: torch.Tensor):
+def varlen_fallback(
+    block_table: torch.Tensor,
+) -> Callable[
+    [AttnCall, torch.Tensor, torch.Tensor, torch.Tensor, bool], tuple[torch.Tensor, torch.Tensor | None]
+]:
     """The varlen fallback for keys behind a page table: gather them packed, then attend as usual."""
 
-    def run(call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, want_lse: bool):
+    def run(
+        call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, want_lse: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         assert call.varlen is not None
         lengths = list(call.varlen.seqlens_k)
         starts = [0] * len(lengths)

@@ -44,7 +44,7 @@ def apply_rotary_emb(
     inplace: bool = False,
     seqlen_offsets: int | torch.Tensor = 0,
     cu_seqlens: torch.Tensor | None = None,
-    max_seqlen: int | None = None,
+    max_seqlen: int | None = None,  # noqa: ARG001 (flash-attn's signature; the lengths come from cu_seqlens)
 ) -> torch.Tensor:
     """flash-attn's helper: x (batch, seqlen, heads, dim), or packed (total, heads, dim) with cu_seqlens;
     token t of a sequence uses row seqlen_offsets (+ its sequence's offset when a (batch,) tensor) + t.

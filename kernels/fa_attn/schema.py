@@ -397,22 +397,6 @@ def read_index(data: Any) -> tuple[IndexEntry, ...]:
 
 
 def universal_info(version: str) -> WheelInfo:
-    """The info of the wheel without kernels (pure Python: every call falls back to torch SDPA)."""
-    return WheelInfo(
-        version=version,
-        variant="",
-        platform=None,
-        cuda_major=None,
-        toolkit=None,
-        min_driver=None,
-        ptx_min_driver=None,
-        sass=(),
-        ptx=None,
-        torch=None,
-        cxx11abi=None,
-        binding=None,
-        binding_form=None,
-        torch_tested=(),
-        features=(),
-        coverage=(),
-    )
+    """The info of the wheel without kernels (pure Python: every call falls back to torch SDPA): each
+    field's `absent` value (no variant, CUDA, torch, binding, kernels), so a new field needs no line here."""
+    return _read(WheelInfo, {"version": version}, "")

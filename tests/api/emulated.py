@@ -87,7 +87,7 @@ def kernels_on_cpu(monkeypatch):
     lib.impl("fwd_splitkv", _fwd_splitkv, "CPU")
     lib.impl("bwd", _bwd, "CPU")
     monkeypatch.setattr(interface, "decide", _decide)
-    monkeypatch.setattr(interface, "_sm_count", lambda device: SM_COUNT)
+    monkeypatch.setattr(interface, "_sm_count", lambda _device: SM_COUNT)
     LAUNCHED.clear()
     try:
         yield

@@ -11,9 +11,12 @@ def test_unpad_input_layout() -> None:
     mask = torch.tensor([[0, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.int32)  # left and right padding in one row
     rows, indices, cu_seqlens, max_seqlen, seqused = bert_padding.unpad_input(hidden, mask)
     assert indices.tolist() == [1, 2, 4, 5, 6, 7]
-    assert cu_seqlens.dtype == torch.int32 and cu_seqlens.tolist() == [0, 2, 6]
-    assert isinstance(max_seqlen, int) and max_seqlen == 4
-    assert seqused.dtype == torch.int32 and seqused.tolist() == [2, 4]
+    assert cu_seqlens.dtype == torch.int32
+    assert cu_seqlens.tolist() == [0, 2, 6]
+    assert isinstance(max_seqlen, int)
+    assert max_seqlen == 4
+    assert seqused.dtype == torch.int32
+    assert seqused.tolist() == [2, 4]
     assert torch.equal(rows, hidden.reshape(8, 3)[indices])
 
 
@@ -23,7 +26,9 @@ def test_unused_mask_keeps_rows_but_not_usage() -> None:
     unused = torch.tensor([[0, 0, 1, 1, 0]], dtype=torch.bool)
     rows, indices, cu_seqlens, max_seqlen, seqused = bert_padding.unpad_input(hidden, mask, unused)
     assert torch.equal(rows, hidden[0, :4])
-    assert indices.tolist() == [0, 1, 2, 3] and cu_seqlens.tolist() == [0, 4] and max_seqlen == 4
+    assert indices.tolist() == [0, 1, 2, 3]
+    assert cu_seqlens.tolist() == [0, 4]
+    assert max_seqlen == 4
     assert seqused.tolist() == [2]
 
 

@@ -37,12 +37,14 @@ def rand(*shape, dtype=torch.float16, seed=0):
 
 def on_kernels() -> None:
     route = fa_attn.last_dispatch()
-    assert route is not None and route.path == "sass", route
+    assert route is not None, route
+    assert route.path == "sass", route
 
 
 def falls_back_for(feature: str) -> None:
     route = fa_attn.last_dispatch()
-    assert route is not None and route.path == "fallback"
+    assert route is not None
+    assert route.path == "fallback"
     assert any(r.code == "feature-unsupported" and feature in r.message for r in route.reasons), route.reasons
 
 
@@ -63,7 +65,8 @@ CASES = {
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("case", list(CASES))
-def test_flash_attn_func_on_kernels(kernels, case: str, dtype: torch.dtype) -> None:
+@pytest.mark.usefixtures("kernels")
+def test_flash_attn_func_on_kernels(case: str, dtype: torch.dtype) -> None:
     options, (b, sq, sk, h, hk, d) = CASES[case]
     q, k, v = (
         rand(b, sq, h, d, dtype=dtype),
@@ -87,7 +90,8 @@ def test_flash_attn_func_on_kernels(kernels, case: str, dtype: torch.dtype) -> N
     check("kvpacked", packed, q, k, v, options.get("causal", False), window, options.get("softcap", 0.0))
 
 
-def test_backward_on_kernels(kernels) -> None:
+@pytest.mark.usefixtures("kernels")
+def test_backward_on_kernels() -> None:
     q, k, v = rand(1, 29, 4, 32), rand(1, 41, 2, 32, seed=1), rand(1, 41, 2, 32, seed=2)
     dout = rand(1, 29, 4, 32, seed=3)
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
@@ -98,11 +102,12 @@ def test_backward_on_kernels(kernels) -> None:
     low_leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     ref = torch.autograd.grad(attention_ref(*ref_leaves, True)[0], ref_leaves, dout.float())
     low = torch.autograd.grad(attention_ref(*low_leaves, True, upcast=False)[0], low_leaves, dout)
-    for name, ours, r, lo in zip(("dq", "dk", "dv"), grads, ref, low):
+    for name, ours, r, lo in zip(("dq", "dk", "dv"), grads, ref, low, strict=True):
         assert_fa2_close(name, ours, r, lo)
 
 
-def test_varlen_and_qkvpacked_on_kernels(kernels) -> None:
+@pytest.mark.usefixtures("kernels")
+def test_varlen_and_qkvpacked_on_kernels() -> None:
     lens = [5, 31, 1, 18]
     cu = torch.tensor([0, 5, 36, 37, 55], dtype=torch.int32)
     qkv = rand(55, 3, 2, 32)
@@ -115,7 +120,8 @@ def test_varlen_and_qkvpacked_on_kernels(kernels) -> None:
         start += n
 
 
-def test_kvcache_uniform_cache_on_kernels(kernels) -> None:
+@pytest.mark.usefixtures("kernels")
+def test_kvcache_uniform_cache_on_kernels() -> None:
     """A contiguous cache, one length for every sequence, new keys appended with rotary: ordinary
     attention over the first cache_seqlens + seqlen_new rows, bottom-right aligned: the kernels run it."""
     b, cap, hk, h, d, filled, new = 2, 48, 2, 4, 32, 30, 3
@@ -138,7 +144,8 @@ def test_kvcache_uniform_cache_on_kernels(kernels) -> None:
 
 
 @pytest.mark.parametrize("name", list(KV_CASES))
-def test_kvcache_layouts_on_kernels(kernels, name: str) -> None:
+@pytest.mark.usefixtures("kernels")
+def test_kvcache_layouts_on_kernels(name: str) -> None:
     """Every KV-cache layout on the kernels: the output, the LSE and the appended cache against the
     float64 reference (kvcache_cases.check_kvcache), under FA2's rule; decode through the split-KV
     forward by decision.num_splits (num_splits=0) or as the caller asks (1: never, n: n shares)."""
@@ -151,11 +158,13 @@ def test_kvcache_layouts_on_kernels(kernels, name: str) -> None:
     if requested == 1 or page == 64:  # 64-key pages hold no whole split-KV block (128 keys) of d32
         assert op == "fwd", emulated.LAUNCHED
     else:
-        assert op == "fwd_splitkv" and splits == (requested or splits) > 1, emulated.LAUNCHED
+        assert op == "fwd_splitkv", emulated.LAUNCHED
+        assert splits == (requested or splits) > 1, emulated.LAUNCHED
     check_kvcache(args, reference, out, lse)
 
 
-def test_varlen_over_pages_on_kernels(kernels) -> None:
+@pytest.mark.usefixtures("kernels")
+def test_varlen_over_pages_on_kernels() -> None:
     """flash_attn_varlen_func(block_table=...): packed queries over paged keys, forward on the kernels;
     with gradients it falls back (the kernels have no backward for pages)."""
     gen = torch.Generator().manual_seed(21)
@@ -168,7 +177,7 @@ def test_varlen_over_pages_on_kernels(kernels) -> None:
     out = fa_attn.flash_attn_varlen_func(*args, causal=True, block_table=table)
     on_kernels()
     start = 0
-    for b, (nq, nk) in enumerate(zip(lens_q, lens_k)):
+    for b, (nq, nk) in enumerate(zip(lens_q, lens_k, strict=False)):
         keys = torch.cat([k_pages[p] for p in table[b].tolist()])[:nk].unsqueeze(0)
         values = torch.cat([v_pages[p] for p in table[b].tolist()])[:nk].unsqueeze(0)
         check(f"sequence {b}", out[start : start + nq].unsqueeze(0), q[start : start + nq].unsqueeze(0), keys,
@@ -177,10 +186,12 @@ def test_varlen_over_pages_on_kernels(kernels) -> None:
     leaf = q.clone().requires_grad_()
     fa_attn.flash_attn_varlen_func(leaf, *args[1:], causal=True, block_table=table)
     route = fa_attn.last_dispatch()
-    assert route is not None and [r.code for r in route.reasons] == ["backward-unsupported"], route
+    assert route is not None
+    assert [r.code for r in route.reasons] == ["backward-unsupported"], route
 
 
-def test_pages_smaller_than_the_key_block_fall_back(kernels) -> None:
+@pytest.mark.usefixtures("kernels")
+def test_pages_smaller_than_the_key_block_fall_back() -> None:
     """Pages of 16 keys: the d32 kernels read blocks of 64 keys from one page, so the call falls back,
     saying which page size would run."""
     gen = torch.Generator().manual_seed(22)
@@ -191,7 +202,8 @@ def test_pages_smaller_than_the_key_block_fall_back(kernels) -> None:
                                           block_table=table)  # fmt: skip
     falls_back_for("paged_kv")
     route = fa_attn.last_dispatch()
-    assert route is not None and "multiple of 64" in route.reasons[0].fix
+    assert route is not None
+    assert "multiple of 64" in route.reasons[0].fix
     for b, n in enumerate((40, 64)):
         keys = torch.cat([k_cache[p] for p in table[b].tolist()])[:n].unsqueeze(0)
         values = torch.cat([v_cache[p] for p in table[b].tolist()])[:n].unsqueeze(0)
@@ -199,7 +211,8 @@ def test_pages_smaller_than_the_key_block_fall_back(kernels) -> None:
         torch.testing.assert_close(out[b : b + 1].float(), ref, rtol=2e-3, atol=2e-3)
 
 
-def test_alibi_falls_back(kernels) -> None:
+@pytest.mark.usefixtures("kernels")
+def test_alibi_falls_back() -> None:
     q, k = rand(1, 8, 2, 32), rand(1, 8, 2, 32, seed=1)
     fa_attn.flash_attn_func(q, k, k, alibi_slopes=torch.full((2,), 0.1))
     falls_back_for("alibi")

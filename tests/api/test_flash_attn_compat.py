@@ -30,35 +30,39 @@ def clean_flash_attn():
     importlib.invalidate_caches()
 
 
-def test_no_flash_attn_without_opting_in(clean_flash_attn) -> None:
+@pytest.mark.usefixtures("clean_flash_attn")
+def test_no_flash_attn_without_opting_in() -> None:
     assert importlib.util.find_spec("flash_attn") is None
     status = fa_attn.flash_attn_status()
-    assert status.provider == "none" and "install_as_flash_attn" in status.message
+    assert status.provider == "none"
+    assert "install_as_flash_attn" in status.message
 
 
-def test_install_gives_fa_attn_as_flash_attn(clean_flash_attn) -> None:
+@pytest.mark.usefixtures("clean_flash_attn")
+def test_install_gives_fa_attn_as_flash_attn() -> None:
     status = fa_attn.install_as_flash_attn()
-    assert status.provider == "fa_attn" and status.version == flash_attn_compat.SHIM_VERSION
+    assert status.provider == "fa_attn"
+    assert status.version == flash_attn_compat.SHIM_VERSION
     import flash_attn
     from flash_attn import flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache
     from flash_attn.bert_padding import index_first_axis, pad_input, unpad_input
     from flash_attn.flash_attn_interface import flash_attn_qkvpacked_func
     from flash_attn.layers.rotary import apply_rotary_emb
 
-    assert (
-        flash_attn_func is fa_attn.flash_attn_func
-        and flash_attn_varlen_func is fa_attn.flash_attn_varlen_func
-    )
+    assert flash_attn_func is fa_attn.flash_attn_func
+    assert flash_attn_varlen_func is fa_attn.flash_attn_varlen_func
     assert flash_attn_with_kvcache is fa_attn.flash_attn_with_kvcache
     assert flash_attn_qkvpacked_func is fa_attn.flash_attn_qkvpacked_func
-    assert pad_input is fa_attn.bert_padding.pad_input and unpad_input is fa_attn.bert_padding.unpad_input
+    assert pad_input is fa_attn.bert_padding.pad_input
+    assert unpad_input is fa_attn.bert_padding.unpad_input
     assert index_first_axis is fa_attn.bert_padding.index_first_axis
     assert apply_rotary_emb is fa_attn.rotary.apply_rotary_emb
     assert flash_attn.__version__ == flash_attn_compat.SHIM_VERSION
     assert fa_attn.install_as_flash_attn().provider == "fa_attn"  # twice is harmless
 
 
-def test_what_transformers_checks(clean_flash_attn) -> None:
+@pytest.mark.usefixtures("clean_flash_attn")
+def test_what_transformers_checks() -> None:
     """transformers' is_flash_attn_2_available, steps 1-3 (flash_attn_compat's docstring), by hand."""
     from packaging import version
 
@@ -71,21 +75,24 @@ def test_what_transformers_checks(clean_flash_attn) -> None:
     assert "flash_attn" not in importlib.metadata.packages_distributions()
 
 
-def test_a_real_flash_attn_is_never_shadowed(clean_flash_attn, tmp_path, monkeypatch) -> None:
+@pytest.mark.usefixtures("clean_flash_attn")
+def test_a_real_flash_attn_is_never_shadowed(tmp_path, monkeypatch) -> None:
     real = tmp_path / "flash_attn"
     real.mkdir()
     (real / "__init__.py").write_text("__version__ = '2.7.4'\nREAL = True\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     importlib.invalidate_caches()
     status = fa_attn.install_as_flash_attn()
-    assert status.provider == "flash-attn" and status.origin == str(real / "__init__.py")
+    assert status.provider == "flash-attn"
+    assert status.origin == str(real / "__init__.py")
     assert "does not replace it" in status.message
     import flash_attn
 
     assert flash_attn.REAL is True
 
 
-def test_a_flash_attn_installed_later_wins(clean_flash_attn, tmp_path, monkeypatch) -> None:
+@pytest.mark.usefixtures("clean_flash_attn")
+def test_a_flash_attn_installed_later_wins(tmp_path, monkeypatch) -> None:
     """The stand-in's finder sits behind the path finder: a real install found later takes over."""
     assert fa_attn.install_as_flash_attn().provider == "fa_attn"
     real = tmp_path / "flash_attn"

@@ -89,7 +89,9 @@ def test_flash_attn_func(case: str, dtype: torch.dtype) -> None:
     options, shape, slopes = split_options(case, 2, CASES[case][1].get("h", 4))
     q, k, v = tensors(dtype=dtype, **shape)
     out, lse, s_dmask = fa_attn.flash_attn_func(q, k, v, **options, return_attn_probs=True)
-    assert s_dmask is None and out.dtype == dtype and lse.dtype in (torch.float32, torch.float64)
+    assert s_dmask is None
+    assert out.dtype == dtype
+    assert lse.dtype in (torch.float32, torch.float64)
     ref_out, ref_lse = padded_attention(q, k, v, slopes=slopes, **reference_options(options))
     ref_lse = expected_lse(ref_lse, slopes, options, q.shape[1], k.shape[1])
     assert_close("out", out, ref_out, dtype)
@@ -131,7 +133,7 @@ def packed_sequences(lens_q, lens_k, h=4, hk=2, d=16, dtype=torch.float32, seed=
 def varlen_reference(q, k, v, lens_q, lens_k, options, slopes=None):
     outs, lses = [], []
     sq0 = sk0 = 0
-    for index, (nq, nk) in enumerate(zip(lens_q, lens_k)):
+    for index, (nq, nk) in enumerate(zip(lens_q, lens_k, strict=True)):
         per = None if slopes is None else (slopes if slopes.dim() == 1 else slopes[index])
         out, lse, _ = sequence_attention(
             q[sq0 : sq0 + nq], k[sk0 : sk0 + nk], v[sk0 : sk0 + nk], slopes=per, **reference_options(options)
@@ -247,7 +249,7 @@ def test_gradients_match_reference(fn: str) -> None:
         out = fa_attn.flash_attn_qkvpacked_func(qkv, causal=True, window_size=(2, -1))
         (dqkv,) = torch.autograd.grad(out, (qkv,), dout)
         grads = dqkv.unbind(dim=2)
-    for name, ours, ref in zip("qkv", grads, ref_grads):
+    for name, ours, ref in zip("qkv", grads, ref_grads, strict=True):
         assert_close(f"d{name}", ours, ref, torch.float64)
 
 
@@ -257,7 +259,7 @@ def test_gradients_match_reference(fn: str) -> None:
         (lambda t: fa_attn.flash_attn_qkvpacked_func(t[0]), r"^qkv: expected 5 dims"),
         (lambda t: fa_attn.flash_attn_qkvpacked_func(torch.stack(t[:2], dim=2)), r"^qkv: .* with 3 at dim 2"),
         (lambda t: fa_attn.flash_attn_kvpacked_func(t[0], t[1]), r"^kv: expected 5 dims"),
-        (lambda t: fa_attn.flash_attn_varlen_qkvpacked_func("x", None, 1), r"^qkv: expected a torch.Tensor"),
+        (lambda _t: fa_attn.flash_attn_varlen_qkvpacked_func("x", None, 1), r"^qkv: expected a torch.Tensor"),
     ],
 )
 def test_packed_layout_errors(call, match) -> None:

@@ -112,7 +112,8 @@ def test_kvcache_matches_reference(case: dict, seqlen_q: int) -> None:
         {**args, "k_cache": args["k_cache"].clone(), "v_cache": args["v_cache"].clone()}
     )
     out, lse = fa_attn.flash_attn_with_kvcache(**args, return_softmax_lse=True)
-    assert out.shape == args["q"].shape and lse.shape == (3, 4, seqlen_q)
+    assert out.shape == args["q"].shape
+    assert lse.shape == (3, 4, seqlen_q)
     assert_close("out", out, ref_out, torch.float64)
     assert_close("lse", lse, ref_lse, torch.float64)
     k_after, v_after = caches_after(args, args["k_cache"], args["v_cache"])

@@ -76,7 +76,8 @@ def models(family: str, implementation: str):
         CONFIGS[family](), attn_implementation=implementation
     )
     ours.load_state_dict(eager.state_dict())
-    assert ours.config._attn_implementation == implementation and eager.config._attn_implementation == "eager"
+    assert ours.config._attn_implementation == implementation
+    assert eager.config._attn_implementation == "eager"
     return eager, ours.eval()
 
 
@@ -99,7 +100,8 @@ def check_scenarios(eager, ours, calls: list[str]) -> None:
             want = eager(input_ids=ids, attention_mask=mask).logits
             keep = mask.bool()
             assert_close(f"{pad}-padded logits", got[keep], want[keep], torch.float32, ulps=64)
-            assert calls and set(calls) == ({"padded"} if pad == "none" else {"varlen"}), calls
+            assert calls, calls
+            assert set(calls) == ({"padded"} if pad == "none" else {"varlen"}), calls
 
         # padding-free: three sequences packed in one row, positions restarting at each
         ids = torch.randint(0, 101, (1, 11), generator=torch.Generator().manual_seed(2))
@@ -108,7 +110,8 @@ def check_scenarios(eager, ours, calls: list[str]) -> None:
         got = ours(input_ids=ids, position_ids=positions).logits
         want = torch.cat([eager(input_ids=ids[:, a:b]).logits for a, b in ((0, 4), (4, 7), (7, 11))], dim=1)
         assert_close("packed logits", got, want, torch.float32, ulps=64)
-        assert calls and set(calls) == {"varlen"}
+        assert calls
+        assert set(calls) == {"varlen"}
 
         # greedy generation from a left-padded batch: prefill, then one query per step over the cache
         ids, mask = batch("left")
@@ -121,7 +124,7 @@ def check_scenarios(eager, ours, calls: list[str]) -> None:
         got = ours.generate(ids, attention_mask=mask, **options)
         want = eager.generate(ids, attention_mask=mask, **options)
         assert torch.equal(got.sequences, want.sequences)
-        for step, (a, b) in enumerate(zip(got.logits, want.logits)):
+        for step, (a, b) in enumerate(zip(got.logits, want.logits, strict=True)):
             assert_close(f"generate step {step}", a, b, torch.float32, ulps=64)
 
 
@@ -142,7 +145,8 @@ def test_transformers_flash_attention_2_path_on_fa_attn(
     check_scenarios(eager, ours, calls)
 
 
-def test_registered_attention_with_a_static_cache(calls: list[str]) -> None:
+@pytest.mark.usefixtures("calls")
+def test_registered_attention_with_a_static_cache() -> None:
     """A static cache's unwritten rows stay out of the attention (transformers drops the all-ones mask)."""
     eager, ours = models("llama", fa_attn.hf.register())
     ids, _ = batch("none")
@@ -156,7 +160,7 @@ def test_registered_attention_with_a_static_cache(calls: list[str]) -> None:
         got = ours.generate(ids, cache_implementation="static", **options)
         want = eager.generate(ids, **options)
     assert torch.equal(got.sequences, want.sequences)
-    for a, b in zip(got.logits, want.logits):
+    for a, b in zip(got.logits, want.logits, strict=True):
         assert_close("static cache logits", a, b, torch.float32, ulps=64)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,6 +53,21 @@ def fixture_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
         REPO / "kernels" / "fa_attn", root / "fa_attn", ignore=shutil.ignore_patterns("__pycache__")
     )
     return root
+
+
+@pytest.fixture
+def broken_tree(tmp_path: Path, fixture_tree: Path) -> Path:
+    """The fixture tree with a kernel that calls a function no header declares (an NVRTC error)."""
+    broken = tmp_path / "kernels"
+    shutil.copytree(fixture_tree, broken)
+    tiny = broken / "csrc" / "tiny.cu"
+    tiny.write_text(tiny.read_text().replace("fa_scale(", "no_such_function("))
+    return broken
+
+
+def fa_command(*args: str) -> list[str]:
+    """`fa ARGS` as a child process of this checkout's buildtool."""
+    return [sys.executable, "-m", "buildtool.cli", *args]
 
 
 @pytest.fixture

@@ -57,7 +57,7 @@ SYSROOT = Path("/usr/aarch64-linux-gnu")  # Debian's libc6-arm64-cross, pulled i
 
 
 @pytest.fixture(scope="module")
-def built(build_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+def built(build_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:  # noqa: ARG001 (its FA_CACHE)
     out = tmp_path_factory.mktemp("wheels")
     plan = make_plan(parse_matrix(MATRIX, "test matrix"), fetch_torch_catalog())
     summary = execute(plan, out, workers=2, tree=KernelTree(), show_progress=False)
@@ -123,19 +123,23 @@ def _dynsyms(lib: Path) -> tuple[set[str], set[str]]:
 def test_aarch64_wheels_carry_an_aarch64_binding_and_the_same_cubins(built, tmp_path):
     out, summary, plan = built["out"], built["summary"], built["plan"]
     # One kernel program for both CPUs: compiled (or found) once, never per platform.
-    assert len(plan.compile_jobs) == 1 and summary.nvrtc_compiles + summary.nvrtc_cached == 1
+    assert len(plan.compile_jobs) == 1
+    assert summary.nvrtc_compiles + summary.nvrtc_cached == 1
     arm = _arm_wheels(out)
     assert set(arm) == {("2.4", False), ("2.4", True), ("2.13", True)}  # both C++ ABIs below torch 2.7
     for (minor, abi), whl in arm.items():
         (tag,) = parse_wheel_filename(whl.name)[3]
-        assert tag.platform.startswith("manylinux_") and tag.platform.endswith("_aarch64"), tag
+        assert tag.platform.startswith("manylinux_"), tag
+        assert tag.platform.endswith("_aarch64"), tag
         with open(_binding(whl, tmp_path / f"{minor}-{abi}"), "rb") as f:
             elf = ELFFile(f)
-            assert elf["e_machine"] == "EM_AARCH64" and elf.elfclass == 64
+            assert elf["e_machine"] == "EM_AARCH64"
+            assert elf.elfclass == 64
         x86 = next(out.glob(whl.name.replace(tag.platform, "*_x86_64")))
         with zipfile.ZipFile(whl) as a, zipfile.ZipFile(x86) as b:
             cubins = [n for n in a.namelist() if n.endswith(".cubin")]
-            assert cubins and all(a.read(n) == b.read(n) for n in cubins)
+            assert cubins
+            assert all(a.read(n) == b.read(n) for n in cubins)
             assert json.loads(a.read("fa_attn/manifest.json"))["platform"] == AARCH64
     index = json.loads((out / "index.json").read_text())
     assert {w["platform"] for w in index["wheels"]} == {None, "x86_64", AARCH64}
@@ -145,7 +149,8 @@ def test_aarch64_wheels_carry_an_aarch64_binding_and_the_same_cubins(built, tmp_
 def test_undefined_symbols_resolve_against_aarch64_torch_exactly_for_its_abi(built, minor, tmp_path):
     torch = arm_torch(minor, everything=minor == QEMU_TORCH)
     info = probe_torch(torch / "torch")
-    assert info is not None and info.cxx11abi == (minor != "2.4")  # PyPI's aarch64 2.4: the old ABI
+    assert info is not None
+    assert info.cxx11abi == (minor != "2.4")
     exports = set()
     for lib in ("libc10.so", "libtorch_cpu.so"):
         exports |= _dynsyms(torch / "torch" / "lib" / lib)[0]
@@ -215,11 +220,14 @@ def test_binding_loads_into_aarch64_torch_under_qemu(built, tmp_path):
         )
         results[abi] = run
     good, bad = results[info.cxx11abi], results[not info.cxx11abi]
-    assert good.returncode == 0 and "loaded" in good.stdout.splitlines()[-1], good.stdout + good.stderr
-    assert bad.returncode == 1 and "undefined symbol" in bad.stdout, bad.stdout + bad.stderr
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "loaded" in good.stdout.splitlines()[-1], good.stdout + good.stderr
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "undefined symbol" in bad.stdout, bad.stdout + bad.stderr
 
 
-def test_stable_abi_binding_needs_only_the_c_shim_of_a_later_aarch64_torch(build_cache, tmp_path):
+@pytest.mark.usefixtures("build_cache")
+def test_stable_abi_binding_needs_only_the_c_shim_of_a_later_aarch64_torch():
     """The aarch64 stable-ABI binding, cross-built once against torch 2.10's aarch64 headers: every
     symbol it needs from torch is a C shim function, and torch 2.13's aarch64 libtorch_cpu.so exports
     each of them (bench/stable_abi_proof.py also loads it there under qemu-user)."""
@@ -233,6 +241,7 @@ def test_stable_abi_binding_needs_only_the_c_shim_of_a_later_aarch64_torch(build
     with open(lib, "rb") as f:
         assert ELFFile(f)["e_machine"] == "EM_AARCH64"
     needed = _dynsyms(lib)[1]
-    assert needed and all(s.startswith(("aoti_torch_", "torch_")) for s in needed), sorted(needed)[:5]
+    assert needed, sorted(needed)[:5]
+    assert all(s.startswith(("aoti_torch_", "torch_")) for s in needed), sorted(needed)[:5]
     later = arm_torch("2.13", everything=False) / "torch" / "lib" / "libtorch_cpu.so"
     assert not needed - _dynsyms(later)[0]

@@ -58,7 +58,8 @@ def test_sweep_is_not_recursive_and_follows_no_symlink(tmp_path: Path):
     (out / "link").symlink_to(sub, target_is_directory=True)
     (out / _tmp_name("b.whl", dead)).symlink_to(precious)  # a symlink shaped like a temporary
     assert atomic.sweep_stale(out) == []
-    assert nested.exists() and precious.read_text() == "keep"
+    assert nested.exists()
+    assert precious.read_text() == "keep"
 
 
 def test_sweep_removes_an_old_temporary_whose_pid_was_reused(tmp_path: Path):
@@ -76,7 +77,8 @@ def test_a_write_sweeps_the_leftovers_of_its_own_name_only(tmp_path: Path):
     same.write_text("x")
     other.write_text("x")
     atomic.write_text(tmp_path / "index.json", "{}")
-    assert not same.exists() and other.exists()
+    assert not same.exists()
+    assert other.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["index.json", other.name])
 
 
@@ -89,7 +91,8 @@ def test_a_full_disk_names_the_file_and_the_fix(tmp_path: Path, monkeypatch: pyt
     with pytest.raises(atomic.WriteError) as err:
         atomic.write_text(target, "{}")
     assert str(target) in str(err.value)
-    assert "No space left on device" in str(err.value) and "free some space" in str(err.value)
+    assert "No space left on device" in str(err.value)
+    assert "free some space" in str(err.value)
     assert list(target.parent.iterdir()) == []  # no temporary left behind
 
 
@@ -98,7 +101,8 @@ def test_a_file_where_a_folder_belongs_names_the_path(tmp_path: Path):
     blocker.write_text("not a folder")
     with pytest.raises(atomic.WriteError) as err:
         atomic.write_text(blocker / "simple" / "index.html", "")
-    assert str(blocker) in str(err.value) and "fix:" in str(err.value)
+    assert str(blocker) in str(err.value)
+    assert "fix:" in str(err.value)
 
 
 def test_fa_cache_that_is_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -107,5 +111,7 @@ def test_fa_cache_that_is_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("FA_CACHE", str(blocker))
     with pytest.raises(UsageError) as err:  # exit 2: the user's to fix
         cache.cache_dir()
-    assert "FA_CACHE" in str(err.value) and str(blocker) in str(err.value)
-    assert "File exists" in str(err.value) and "fix:" in str(err.value)
+    assert "FA_CACHE" in str(err.value)
+    assert str(blocker) in str(err.value)
+    assert "File exists" in str(err.value)
+    assert "fix:" in str(err.value)

@@ -21,7 +21,8 @@ print(int(torch.ops.fa_fixture.params_size(torch.zeros(1)).item()))
 """
 
 
-def test_local_binding_builds_links_stubs_and_registers_ops(fixture_tree, fresh_cache):
+@pytest.mark.usefixtures("fresh_cache")
+def test_local_binding_builds_links_stubs_and_registers_ops(fixture_tree):
     _, headers = torch_headers.local_torch()
     built = binding.build_binding(headers, True, fixture_tree)
     assert not built.cached
@@ -32,11 +33,13 @@ def test_local_binding_builds_links_stubs_and_registers_ops(fixture_tree, fresh_
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) > 0  # sizeof(FaParams) seen from the host side
     again = binding.build_binding(headers, True, fixture_tree)
-    assert again.cached and again.path == built.path
+    assert again.cached
+    assert again.path == built.path
     assert binding.binding_key(headers, False, fixture_tree) != built.key  # the ABI is in the key
 
 
-def test_compiler_failure_is_reported(fixture_tree, tmp_path, fresh_cache):
+@pytest.mark.usefixtures("fresh_cache")
+def test_compiler_failure_is_reported(fixture_tree, tmp_path):
     import shutil
 
     broken = tmp_path / "k"
@@ -48,9 +51,11 @@ def test_compiler_failure_is_reported(fixture_tree, tmp_path, fresh_cache):
 
 
 @pytest.mark.network
-def test_binding_against_pypi_headers_of_an_older_torch(fixture_tree, build_cache):
+@pytest.mark.usefixtures("build_cache")
+def test_binding_against_pypi_headers_of_an_older_torch(fixture_tree):
     minor = fetch_torch_catalog().minors["2.5"].builds["x86_64"]
     headers = torch_headers.headers_for(minor.oldest, minor.header_source)
     assert (headers.include / "torch" / "library.h").is_file()
     built = binding.build_binding(headers, False, fixture_tree)
-    assert built.path.is_file() and "libc10.so" in elf_needs(built.path).libraries
+    assert built.path.is_file()
+    assert "libc10.so" in elf_needs(built.path).libraries

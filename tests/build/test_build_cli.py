@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.build.conftest import fa_command
+
 pytestmark = [pytest.mark.slow, pytest.mark.network]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,7 +39,7 @@ kernels:
 def _fa(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
     full = {**os.environ, **env}
     return subprocess.run(
-        [sys.executable, "-m", "buildtool.cli", *args],
+        fa_command(*args),
         cwd=cwd,
         env=full,
         capture_output=True,
@@ -52,7 +54,8 @@ def _summary(proc: subprocess.CompletedProcess) -> dict:
     return json.loads(proc.stdout)
 
 
-def test_local_build_real_kernels_installs_and_rebuilds_from_cache(tmp_path, fresh_cache):
+@pytest.mark.usefixtures("fresh_cache")
+def test_local_build_real_kernels_installs_and_rebuilds_from_cache(tmp_path):
     (tmp_path / "matrix.yaml").write_text(TINY.format(archs='["8.0"]', dtypes="[fp16]"))
     out = tmp_path / "wheels"
     real = tmp_path / "kernels"  # a snapshot of the repo's kernels/, so both builds see the same sources
@@ -60,17 +63,22 @@ def test_local_build_real_kernels_installs_and_rebuilds_from_cache(tmp_path, fre
     first = _summary(
         _fa(["build", "--local", "--out", str(out), "--json", "-j", "2"], tmp_path, FA_KERNELS_DIR=str(real))
     )
-    assert first["nvrtc_compiles"] >= 2 and first["cxx_compiles"] == 1  # sm_80 SASS + its PTX, 1 binding
+    assert first["nvrtc_compiles"] >= 2
+    assert first["cxx_compiles"] == 1
     (wheel,) = first["wheels"]
-    assert wheel["platform_tag"].startswith(("manylinux_", "linux_")) and wheel["cells"] == 1
+    assert wheel["platform_tag"].startswith(("manylinux_", "linux_"))
+    assert wheel["cells"] == 1
 
     second = _summary(
         _fa(["build", "--local", "--out", str(out), "--json", "-j", "2"], tmp_path, FA_KERNELS_DIR=str(real))
     )
-    assert second["nvrtc_compiles"] == 0 and second["cxx_compiles"] == 0
-    assert second["nvrtc_cached"] == first["nvrtc_compiles"] and second["cxx_cached"] == 1
+    assert second["nvrtc_compiles"] == 0
+    assert second["cxx_compiles"] == 0
+    assert second["nvrtc_cached"] == first["nvrtc_compiles"]
+    assert second["cxx_cached"] == 1
     assert second["wheels"][0]["cache_hits"] == first["nvrtc_compiles"] + 1
-    assert (out / "index.json").is_file() and not list(out.glob("*.fa-tmp-*"))
+    assert (out / "index.json").is_file()
+    assert not list(out.glob("*.fa-tmp-*"))
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
@@ -105,7 +113,7 @@ def test_killed_build_resumes_and_leaves_no_partial_wheel(tmp_path, fixture_tree
     (tmp_path / "matrix.yaml").write_text(TINY.format(archs=archs, dtypes="[fp16, bf16]"))
     out = tmp_path / "wheels"
     env = {**os.environ, "FA_KERNELS_DIR": str(fixture_tree)}
-    cmd = [sys.executable, "-m", "buildtool.cli", "build", "--local", "--out", str(out), "--json", "-j", "1"]
+    cmd = fa_command("build", "--local", "--out", str(out), "--json", "-j", "1")
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     images = fresh_cache / "kernels"
     deadline = time.monotonic() + 300
@@ -134,7 +142,8 @@ def test_killed_build_resumes_and_leaves_no_partial_wheel(tmp_path, fixture_tree
     )
     assert resumed["nvrtc_cached"] >= done_before
     assert resumed["nvrtc_cached"] + resumed["nvrtc_compiles"] == 7 * 2 + 2  # SASS x dtypes + PTX x dtypes
-    assert not stale.exists() and all(p.read_text() == "x" for p in users)
+    assert not stale.exists()
+    assert all(p.read_text() == "x" for p in users)
     assert not list(out.glob("*.fa-tmp-*"))
     for whl in out.glob("*.whl"):
         with zipfile.ZipFile(whl) as zf:
@@ -150,48 +159,58 @@ def test_out_inside_the_sources_is_refused_before_any_work(tmp_path, fixture_tre
         proc = _fa(["build", "--local", "--out", str(out)], tmp_path, FA_KERNELS_DIR=str(fixture_tree))
         assert proc.returncode == 2, proc.stderr
         said = " ".join(proc.stderr.split())
-        assert "inside the kernels source tree" in said and "fix:" in said
+        assert "inside the kernels source tree" in said
+        assert "fix:" in said
     proc = _fa(["build", "--local", "--out", "kernels/fa_attn"], REPO)
-    assert proc.returncode == 2 and "kernels/fa_attn" in proc.stderr
-    assert not (fixture_tree / "fa_attn" / "wheels").exists() and not list(fixture_tree.rglob("*.whl"))
+    assert proc.returncode == 2
+    assert "kernels/fa_attn" in proc.stderr
+    assert not (fixture_tree / "fa_attn" / "wheels").exists()
+    assert not list(fixture_tree.rglob("*.whl"))
 
 
-def test_out_that_is_a_file_names_the_path_and_the_fix(tmp_path, fixture_tree, fresh_cache):
+@pytest.mark.usefixtures("fresh_cache")
+def test_out_that_is_a_file_names_the_path_and_the_fix(tmp_path, fixture_tree):
     (tmp_path / "matrix.yaml").write_text(TINY.format(archs='["8.0"]', dtypes="[fp16]"))
     blocker = tmp_path / "wheels"
     blocker.write_text("a file where the output folder goes")
     proc = _fa(["build", "--local", "--out", str(blocker)], tmp_path, FA_KERNELS_DIR=str(fixture_tree))
     said = " ".join(proc.stderr.split())
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert f"cannot create the folder {blocker}: File exists" in said and "fix: a file is in the way" in said
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert f"cannot create the folder {blocker}: File exists" in said
+    assert "fix: a file is in the way" in said
 
 
 def test_bad_matrix_exits_2_with_the_field(tmp_path):
     (tmp_path / "matrix.yaml").write_text('torch: ["2.8"]\ncuda: [12]\npython: ["3.11"]\nbogus: 1\n')
     proc = _fa(["build", "--dry-run"], tmp_path)
-    assert proc.returncode == 2 and "bogus" in proc.stderr and "fix:" in proc.stderr
+    assert proc.returncode == 2
+    assert "bogus" in proc.stderr
+    assert "fix:" in proc.stderr
     assert "Traceback" not in proc.stderr
     proc = _fa(["build", "--jobs", "0"], tmp_path)
-    assert proc.returncode == 2 and "--jobs" in proc.stderr
+    assert proc.returncode == 2
+    assert "--jobs" in proc.stderr
 
 
-def test_failed_compile_exits_1_naming_unit_and_arch(tmp_path, fixture_tree, fresh_cache):
-    broken = tmp_path / "kernels"
-    shutil.copytree(fixture_tree, broken)
-    tiny = broken / "csrc" / "tiny.cu"
-    tiny.write_text(tiny.read_text().replace("fa_scale(", "no_such_function("))
+@pytest.mark.usefixtures("fresh_cache")
+def test_failed_compile_exits_1_naming_unit_and_arch(tmp_path, broken_tree):
     (tmp_path / "matrix.yaml").write_text(TINY.format(archs='["8.0"]', dtypes="[fp16]"))
     proc = _fa(
         ["build", "--local", "--out", str(tmp_path / "w"), "--no-progress"],
         tmp_path,
-        FA_KERNELS_DIR=str(broken),
+        FA_KERNELS_DIR=str(broken_tree),
     )
     assert proc.returncode == 1, proc.stderr
-    assert "fwd_fp16_d64" in proc.stderr and "sm_80" in proc.stderr and "no_such_function" in proc.stderr
-    assert "Traceback" not in proc.stderr and "re-run" in proc.stderr
+    assert "fwd_fp16_d64" in proc.stderr
+    assert "sm_80" in proc.stderr
+    assert "no_such_function" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "re-run" in proc.stderr
 
 
-def test_dry_run_json_reports_cache_status(tmp_path, fixture_tree, fresh_cache):
+@pytest.mark.usefixtures("fresh_cache")
+def test_dry_run_json_reports_cache_status(tmp_path, fixture_tree):
     (tmp_path / "matrix.yaml").write_text(TINY.format(archs='["8.0"]', dtypes="[fp16]"))
     proc = _fa(["build", "--local", "--dry-run", "--json"], tmp_path, FA_KERNELS_DIR=str(fixture_tree))
     plan = _summary(proc)
@@ -207,18 +226,7 @@ def test_two_builds_sharing_a_cache(tmp_path, fixture_tree, fresh_cache):
     env = {**os.environ, "FA_KERNELS_DIR": str(fixture_tree)}
     procs = [
         subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "buildtool.cli",
-                "build",
-                "--local",
-                "--out",
-                str(tmp_path / f"w{i}"),
-                "--json",
-                "-j",
-                "1",
-            ],
+            fa_command("build", "--local", "--out", str(tmp_path / f"w{i}"), "--json", "-j", "1"),
             cwd=tmp_path,
             env=env,
             stdout=subprocess.PIPE,
@@ -239,7 +247,8 @@ def test_two_builds_sharing_a_cache(tmp_path, fixture_tree, fresh_cache):
     assert sum(s["cxx_compiles"] for s in summaries) == 1
 
 
-def test_matrix_build_in_shards_merges_with_fa_index(tmp_path, fixture_tree, fresh_cache):
+@pytest.mark.usefixtures("fresh_cache")
+def test_matrix_build_in_shards_merges_with_fa_index(tmp_path, fixture_tree):
     """The release flow: shards built apart (torch headers from PyPI by Range), copied together, and
     re-indexed; the merged index lists every wheel of the plan."""
     (tmp_path / "matrix.yaml").write_text(TINY.format(archs='["8.0"]', dtypes="[fp16]"))

@@ -28,7 +28,7 @@ def simple_json() -> dict:
 def test_the_catalog_reads_the_mirror_in_fa_pypi_simple(tmp_path, simple_json, monkeypatch):
     asked: list[str] = []
 
-    def read(url: str, headers: dict[str, str]) -> bytes:
+    def read(url: str, _headers: dict[str, str]) -> bytes:
         asked.append(url)
         return json.dumps(simple_json).encode()
 
@@ -45,14 +45,15 @@ def test_the_catalog_reads_the_mirror_in_fa_pypi_simple(tmp_path, simple_json, m
 
 
 def test_a_damaged_cached_catalog_is_called_damaged(tmp_path):
-    def offline(url: str, headers: dict[str, str]) -> bytes:
+    def offline(url: str, _headers: dict[str, str]) -> bytes:
         raise fetch.FetchError(f"cannot fetch {url}: [Errno -3] Temporary failure in name resolution")
 
     cache = tmp_path / "torch.json"
     cache.write_text('{"files": [')
     with pytest.raises(CatalogError) as info:
         fetch_torch_catalog(read=offline, cache_file=cache)
-    assert "is damaged (not JSON; delete it)" in info.value.problem and str(cache) in info.value.problem
+    assert "is damaged (not JSON; delete it)" in info.value.problem
+    assert str(cache) in info.value.problem
     cache.write_text(json.dumps({"files": []}))
     old = time.time() - 30 * 24 * 3600
     os.utime(cache, (old, old))
@@ -60,7 +61,8 @@ def test_a_damaged_cached_catalog_is_called_damaged(tmp_path):
 
 
 def test_jobs_are_capped_at_the_cpus(tmp_path, monkeypatch, simple_json):
-    assert usable_workers(1000) <= (os.cpu_count() or 1) and usable_workers(1) == 1
+    assert usable_workers(1000) <= (os.cpu_count() or 1)
+    assert usable_workers(1) == 1
     monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
     (tmp_path / "cache" / "pypi").mkdir(parents=True)
     (tmp_path / "cache" / "pypi" / "torch.json").write_text(json.dumps(simple_json))
@@ -78,4 +80,6 @@ def test_a_shard_that_is_not_k_of_n_is_named(text):
 
     with pytest.raises(UsageError) as err:
         parse_shard(text)
-    assert "--shard" in str(err.value) and len(str(err.value)) < 300 and "\x1b" not in str(err.value)
+    assert "--shard" in str(err.value)
+    assert len(str(err.value)) < 300
+    assert "\x1b" not in str(err.value)

@@ -28,20 +28,26 @@ def _cubin_arch(image: bytes) -> int:
     return flags & 0xFF  # the SM number, e.g. 80 (CUDA 12 cubin e_flags)
 
 
-def test_compiles_once_then_hits_the_cache(fixture_tree, fresh_cache):
+@pytest.mark.usefixtures("fresh_cache")
+def test_compiles_once_then_hits_the_cache(fixture_tree):
     tree = KernelTree(fixture_tree)
     assert not is_cached(SASS, tree)
     images, stats = compile_all([SASS, PTX], workers=2, tree=tree)
-    assert stats.compiled == 2 and not stats.cached
+    assert stats.compiled == 2
+    assert not stats.cached
     assert _cubin_arch(images[SASS].read_bytes()) == 80
     ptx = images[PTX].read_text()
-    assert ".target sm_90" in ptx and "fa_fwd" in ptx
-    assert is_cached(SASS, tree) and is_cached(PTX, tree)
+    assert ".target sm_90" in ptx
+    assert "fa_fwd" in ptx
+    assert is_cached(SASS, tree)
+    assert is_cached(PTX, tree)
 
     done: list[bool] = []
-    again, stats2 = compile_all([SASS, PTX], workers=2, tree=tree, on_done=lambda t, c: done.append(c))
-    assert stats2.compiled == 0 and stats2.cached == {SASS, PTX}
-    assert done == [True, True] and again == images
+    again, stats2 = compile_all([SASS, PTX], workers=2, tree=tree, on_done=lambda _t, c: done.append(c))
+    assert stats2.compiled == 0
+    assert stats2.cached == {SASS, PTX}
+    assert done == [True, True]
+    assert again == images
 
 
 def test_key_follows_included_headers_and_defines(fixture_tree, tmp_path):
@@ -59,16 +65,15 @@ def test_key_follows_included_headers_and_defines(fixture_tree, tmp_path):
     assert other_major.key != base.key  # a different NVRTC version
 
 
-def test_failure_names_unit_arch_and_log(fixture_tree, tmp_path, fresh_cache):
-    broken = tmp_path / "kernels"
-    shutil.copytree(fixture_tree, broken)
-    tiny = broken / "csrc" / "tiny.cu"
-    tiny.write_text(tiny.read_text().replace("fa_scale(", "no_such_function("))
+@pytest.mark.usefixtures("fresh_cache")
+def test_failure_names_unit_arch_and_log(broken_tree):
     with pytest.raises(CompileError) as err:
-        compile_all([SASS], workers=1, tree=KernelTree(broken))
+        compile_all([SASS], workers=1, tree=KernelTree(broken_tree))
     text = str(err.value)
-    assert "fwd_fp16_d64" in text and "sm_80" in text and "no_such_function" in text
-    assert not is_cached(SASS, KernelTree(broken))
+    assert "fwd_fp16_d64" in text
+    assert "sm_80" in text
+    assert "no_such_function" in text
+    assert not is_cached(SASS, KernelTree(broken_tree))
 
 
 def test_unknown_unit_is_a_clear_error(fixture_tree):

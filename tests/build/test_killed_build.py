@@ -7,11 +7,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from tests.build.conftest import fa_command
 
 pytestmark = [
     pytest.mark.slow,
@@ -65,17 +66,7 @@ def _alive(pids: dict[int, str]) -> dict[int, str]:
 
 def _start(tmp_path: Path, fixture_tree: Path) -> subprocess.Popen:
     (tmp_path / "matrix.yaml").write_text(MATRIX)
-    cmd = [
-        sys.executable,
-        "-m",
-        "buildtool.cli",
-        "build",
-        "--local",
-        "--out",
-        str(tmp_path / "wheels"),
-        "-j",
-        "2",
-    ]
+    cmd = fa_command("build", "--local", "--out", str(tmp_path / "wheels"), "-j", "2")
     env = {**os.environ, "FA_KERNELS_DIR": str(fixture_tree)}
     return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -114,7 +105,8 @@ def test_killed_during_kernel_compiles_leaves_no_worker(tmp_path, fixture_tree, 
     _assert_all_gone(children)
 
 
-def test_killed_during_the_binding_compile_leaves_no_compiler(tmp_path, fixture_tree, fresh_cache):
+@pytest.mark.usefixtures("fresh_cache")
+def test_killed_during_the_binding_compile_leaves_no_compiler(tmp_path, fixture_tree):
     proc = _start(tmp_path, fixture_tree)
     children = _wait_for(proc, {"cc1plus"})
     proc.send_signal(signal.SIGKILL)

@@ -30,10 +30,14 @@ def error(text: str) -> MatrixError:
 def test_defaults() -> None:
     m = parse(BASE)
     assert m.version == "0.1.0"
-    assert m.torch == ("2.5", "2.7") and m.cuda == (11, 12) and m.python == ("3.12", "3.13t")
+    assert m.torch == ("2.5", "2.7")
+    assert m.cuda == (11, 12)
+    assert m.python == ("3.12", "3.13t")
     assert m.archs == {11: cuda_facts.TOOLKITS[11].default_archs, 12: cuda_facts.TOOLKITS[12].default_archs}
     assert m.ptx == {11: "9.0", 12: "12.0"}  # the newest SASS arch of each major
-    assert m.exclude == () and m.kernels is None and m.cxx11abi == "auto"
+    assert m.exclude == ()
+    assert m.kernels is None
+    assert m.cxx11abi == "auto"
 
 
 def test_additions_parse() -> None:
@@ -59,7 +63,8 @@ def test_kernel_filter_names_split_kv() -> None:
 
 
 def test_stable_abi_floor() -> None:
-    assert parse(BASE).stable_abi is None and not parse(BASE).stable("2.15")
+    assert parse(BASE).stable_abi is None
+    assert not parse(BASE).stable("2.15")
     m = parse('torch: ["2.9", "2.10", "2.13"]\ncuda: [12]\npython: ["3.12"]\nstable_abi: "2.10"\n')
     assert m.stable_abi == "2.10"
     assert [m.stable(t) for t in ("2.9", "2.10", "2.13", "2.16")] == [False, True, True, True]
@@ -68,11 +73,14 @@ def test_stable_abi_floor() -> None:
 def test_repo_matrix_parses() -> None:
     m = load_matrix(REPO / "matrix.yaml", tiles=TILES)
     assert m.stable_abi == "2.10"
-    assert m.torch[0] == "2.4" and set(m.cuda) == {11, 12, 13}
+    assert m.torch[0] == "2.4"
+    assert set(m.cuda) == {11, 12, 13}
     assert "3.13t" in m.python
     # the reasons written in matrix.yaml: no cu11 torch from 2.8, no cu13 torch before 2.9
-    assert m.excluded_by("2.8", 11, "3.12") is not None and m.excluded_by("2.7", 11, "3.12") is None
-    assert m.excluded_by("2.8", 13, "3.12") is not None and m.excluded_by("2.9", 13, "3.12") is None
+    assert m.excluded_by("2.8", 11, "3.12") is not None
+    assert m.excluded_by("2.7", 11, "3.12") is None
+    assert m.excluded_by("2.8", 13, "3.12") is not None
+    assert m.excluded_by("2.9", 13, "3.12") is None
     assert all(m.excluded_by(t, 12, "3.12") is None for t in m.torch)
 
 
@@ -171,15 +179,18 @@ def test_list_value_errors(text: str, field: str, in_message: str, in_fix: str) 
 def test_shape_errors() -> None:
     assert error("- torch\n").field == "(top level)"
     missing = error('torch: ["2.5"]\npython: ["3.12"]\n')
-    assert missing.field == "cuda" and "add cuda:" in missing.fix
+    assert missing.field == "cuda"
+    assert "add cuda:" in missing.fix
     syntax = error('torch: ["2.5"\ncuda: [12]\n')
-    assert syntax.field == "(syntax)" and "line" in syntax.problem
+    assert syntax.field == "(syntax)"
+    assert "line" in syntax.problem
 
 
 def test_unreadable_file(tmp_path: Path) -> None:
     with pytest.raises(MatrixError) as info:
         load_matrix(tmp_path / "nope.yaml", tiles=TILES)
-    assert info.value.field == "(file)" and "cannot read" in info.value.problem
+    assert info.value.field == "(file)"
+    assert "cannot read" in info.value.problem
 
 
 def test_exclude_exact_and_specifier_values() -> None:
@@ -191,12 +202,16 @@ def test_exclude_exact_and_specifier_values() -> None:
         '  - {python: "3.13t", torch: "<2.9"}\n'  # exact free-threaded Python
         '  - {python: ">=3.13", cuda: 13}\n'  # a Python specifier covers the t builds too
     )
-    assert m.excluded_by("2.7", 11, "3.12") == 0 and m.excluded_by("2.9", 11, "3.12") == 0
+    assert m.excluded_by("2.7", 11, "3.12") == 0
+    assert m.excluded_by("2.9", 11, "3.12") == 0
     assert m.excluded_by("2.5", 11, "3.12") is None
-    assert m.excluded_by("2.5", 13, "3.12") == 1 and m.excluded_by("2.5", 12, "3.12") is None
-    assert m.excluded_by("2.7", 12, "3.13t") == 2 and m.excluded_by("2.7", 12, "3.13") is None
+    assert m.excluded_by("2.5", 13, "3.12") == 1
+    assert m.excluded_by("2.5", 12, "3.12") is None
+    assert m.excluded_by("2.7", 12, "3.13t") == 2
+    assert m.excluded_by("2.7", 12, "3.13") is None
     assert m.excluded_by("2.9", 12, "3.13t") is None
-    assert m.excluded_by("2.9", 13, "3.13") == 3 and m.excluded_by("2.9", 13, "3.13t") == 3
+    assert m.excluded_by("2.9", 13, "3.13") == 3
+    assert m.excluded_by("2.9", 13, "3.13t") == 3
     assert m.excluded_by("2.9", 13, "3.12") is None
 
 
@@ -212,7 +227,8 @@ def test_exclude_exact_and_specifier_values() -> None:
 def test_cxx11abi_policies(policy: str, below_27: tuple, from_27: tuple) -> None:
     m = parse(BASE + f"cxx11abi: {policy}\n")
     assert m.abis("2.6") == below_27
-    assert m.abis("2.7") == from_27 and m.abis("2.10") == from_27
+    assert m.abis("2.7") == from_27
+    assert m.abis("2.10") == from_27
 
 
 def test_platforms_default_to_x86_64_and_exclude_by_platform() -> None:
@@ -223,7 +239,5 @@ def test_platforms_default_to_x86_64_and_exclude_by_platform() -> None:
         tiles=TILES,
     )
     assert m.platforms == ("x86_64", "aarch64")
-    assert (
-        m.excluded_by("2.5", 12, "3.12", "aarch64") == 0
-        and m.excluded_by("2.5", 12, "3.12", "x86_64") is None
-    )
+    assert m.excluded_by("2.5", 12, "3.12", "aarch64") == 0
+    assert m.excluded_by("2.5", 12, "3.12", "x86_64") is None

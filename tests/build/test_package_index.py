@@ -67,19 +67,30 @@ def _build(spec, out, tree, images, lib):
 def test_kernel_wheel_contents_and_manifest(fixture_tree, images, host_lib, tmp_path):
     built = _build(_spec(), tmp_path / "w", fixture_tree, images, host_lib)
     assert built.path.name == f"fa_attn-0.1.0+cu12torch2.8-py3-none-{built.platform}.whl"
-    assert built.platform.startswith("manylinux_") and "admitted" in built.platform_reason
+    assert built.platform.startswith("manylinux_")
+    assert "admitted" in built.platform_reason
     with zipfile.ZipFile(built.path) as zf:
         names = zf.namelist()
         man = json.loads(zf.read("fa_attn/manifest.json"))
         meta = zf.read("fa_attn-0.1.0+cu12torch2.8.dist-info/METADATA").decode()
         assert zf.read("fa_attn/kernels/sm_80/fwd_fp16_d64.cubin") == images[JOBS[0]].read_bytes()
         assert zf.read("fa_attn/libfa_attn_ops.so") == host_lib.read_bytes()
-    assert "fa_attn/__init__.py" in names and "fa_attn/kernels/compute_90/fwd_fp16_d64.ptx" in names
-    assert names[-1].endswith(".dist-info/RECORD") and not any("__pycache__" in n for n in names)
-    assert "Requires-Dist" not in meta and "Requires-Python: >=3.9" in meta and "Name: fa-attn" in meta
-    assert man["cuda_major"] == 12 and man["toolkit"] == "12.9.86" and man["min_driver"] == "525.60.13"
-    assert man["ptx_min_driver"] == "575.51.03" and man["sass"] == ["8.0", "9.0"] and man["ptx"] == "9.0"
-    assert man["torch"] == "2.8" and man["cxx11abi"] is True and man["binding"] == "libfa_attn_ops.so"
+    assert "fa_attn/__init__.py" in names
+    assert "fa_attn/kernels/compute_90/fwd_fp16_d64.ptx" in names
+    assert names[-1].endswith(".dist-info/RECORD")
+    assert not any("__pycache__" in n for n in names)
+    assert "Requires-Dist" not in meta
+    assert "Requires-Python: >=3.9" in meta
+    assert "Name: fa-attn" in meta
+    assert man["cuda_major"] == 12
+    assert man["toolkit"] == "12.9.86"
+    assert man["min_driver"] == "525.60.13"
+    assert man["ptx_min_driver"] == "575.51.03"
+    assert man["sass"] == ["8.0", "9.0"]
+    assert man["ptx"] == "9.0"
+    assert man["torch"] == "2.8"
+    assert man["cxx11abi"] is True
+    assert man["binding"] == "libfa_attn_ops.so"
     assert man["features"] == ["causal"]
     files = {k["file"] for k in man["kernels"]}
     assert files == {
@@ -88,7 +99,9 @@ def test_kernel_wheel_contents_and_manifest(fixture_tree, images, host_lib, tmp_
         "kernels/compute_90/fwd_fp16_d64.ptx",
     }
     k80 = next(k for k in man["kernels"] if k["arch"] == "8.0")
-    assert k80["entries"]["fa_fwd"]["threads"] == 32 and k80["head_dim"] == 64 and k80["dtype"] == "fp16"
+    assert k80["entries"]["fa_fwd"]["threads"] == 32
+    assert k80["head_dim"] == 64
+    assert k80["dtype"] == "fp16"
     cov = {(c["arch"], c["image"]): c["head_dims"] for c in man["coverage"]}
     assert cov[("9.0", "ptx")] == list(range(8, 65, 8))
 
@@ -103,7 +116,8 @@ def test_an_unchanged_wheel_is_not_rewritten_and_a_changed_one_is(fixture_tree, 
     first = _build(_spec(), tmp_path, fixture_tree, images, host_lib)
     inode = first.path.stat().st_ino
     again = _build(_spec(), tmp_path, fixture_tree, images, host_lib)
-    assert again.path == first.path and again.path.stat().st_ino == inode  # same file, never replaced
+    assert again.path == first.path
+    assert again.path.stat().st_ino == inode
     (fixture_tree / "fa_attn" / "_probe_change.py").write_text("x = 1\n")
     try:
         changed = _build(_spec(), tmp_path, fixture_tree, images, host_lib)
@@ -133,12 +147,15 @@ def test_universal_wheel(fixture_tree, tmp_path):
         "binding",
     ):
         assert man[key] is None, key
-    assert man["sass"] == [] and man["kernels"] == [] and man["coverage"] == [] and man["variant"] == ""
+    assert man["sass"] == []
+    assert man["kernels"] == []
+    assert man["coverage"] == []
+    assert man["variant"] == ""
 
 
 def test_missing_image_is_a_package_error(fixture_tree, images, host_lib, tmp_path):
     del images[JOBS[1]]
-    with pytest.raises(package.PackageError, match="no image for fwd_fp16_d64 on 9.0"):
+    with pytest.raises(package.PackageError, match=r"no image for fwd_fp16_d64 on 9.0"):
         _build(_spec(), tmp_path, fixture_tree, images, host_lib)
     assert list(tmp_path.glob("*.whl*")) == []
 
@@ -148,8 +165,10 @@ def test_index_json_and_pep503_pages_pip_accepts(fixture_tree, images, host_lib,
     a = _build(_spec("2.8"), out, fixture_tree, images, host_lib)
     data = index.write_index(out)
     (entry,) = data["wheels"]
-    assert entry["file"] == a.path.name and entry["size"] == a.path.stat().st_size
-    assert entry["sha256"] == sha256_file(a.path) and entry["platform_tag"] == a.platform
+    assert entry["file"] == a.path.name
+    assert entry["size"] == a.path.stat().st_size
+    assert entry["sha256"] == sha256_file(a.path)
+    assert entry["platform_tag"] == a.platform
     assert (entry["python_tag"], entry["abi_tag"], entry["requires_python"]) == ("py3", "none", ">=3.9")
     assert json.loads((out / "index.json").read_text()) == data
     page = (out / "simple" / "fa-attn" / "index.html").read_text()
@@ -194,7 +213,8 @@ def test_fa_index_merges_shards(fixture_tree, images, host_lib, tmp_path):
 def test_fa_index_rejects_a_foreign_file(tmp_path):
     (tmp_path / "fa_attn-0.1.0-py3-none-any.whl").write_bytes(b"not a zip")
     result = CliRunner().invoke(app, ["index", str(tmp_path)])
-    assert result.exit_code == 1 and "not an fa-attn wheel" in result.output
+    assert result.exit_code == 1
+    assert "not an fa-attn wheel" in result.output
 
 
 def _rewrite(wheel: Path, dest: Path, change: dict[str, bytes | None]) -> Path:
@@ -236,7 +256,8 @@ def test_fa_index_refuses_a_wheel_whose_manifest_disagrees(
     result = CliRunner().invoke(app, ["index", str(house)])
     assert result.exit_code == 1, result.output
     said = " ".join(result.output.split())
-    assert "refusing it" in said and named in said
+    assert "refusing it" in said
+    assert named in said
     assert not (house / "index.json").exists()
 
 
@@ -247,7 +268,8 @@ def test_fa_index_refuses_a_renamed_wheel(fixture_tree, images, host_lib, tmp_pa
     shutil.copy(built, house / built.name.replace("torch2.8", "torch2.7"))  # file name says 2.7
     result = CliRunner().invoke(app, ["index", str(house)])
     assert result.exit_code == 1
-    assert ".dist-info" in result.output and "renamed" in " ".join(result.output.split())
+    assert ".dist-info" in result.output
+    assert "renamed" in " ".join(result.output.split())
 
 
 def test_fa_index_refuses_metadata_that_disagrees(fixture_tree, images, host_lib, tmp_path):
@@ -259,7 +281,8 @@ def test_fa_index_refuses_metadata_that_disagrees(fixture_tree, images, host_lib
         text = zf.read(meta).decode().replace("Version: 0.1.0+cu12torch2.8", "Version: 0.2.0")
     _rewrite(built, house / built.name, {meta: text.encode()})
     result = CliRunner().invoke(app, ["index", str(house)])
-    assert result.exit_code == 1 and "METADATA: Version is '0.2.0'" in " ".join(result.output.split())
+    assert result.exit_code == 1
+    assert "METADATA: Version is '0.2.0'" in " ".join(result.output.split())
 
 
 def test_fa_index_refuses_other_tags(tmp_path, fixture_tree, images, host_lib):
@@ -268,7 +291,9 @@ def test_fa_index_refuses_other_tags(tmp_path, fixture_tree, images, host_lib):
     house.mkdir()
     shutil.copy(built, house / built.name.replace("py3-none", "cp311-cp311"))
     result = CliRunner().invoke(app, ["index", str(house)])
-    assert result.exit_code == 1 and "cp311" in result.output and "Traceback" not in result.output
+    assert result.exit_code == 1
+    assert "cp311" in result.output
+    assert "Traceback" not in result.output
 
 
 def test_fa_index_refuses_special_files_without_blocking(tmp_path):
@@ -276,4 +301,5 @@ def test_fa_index_refuses_special_files_without_blocking(tmp_path):
 
     os.mkfifo(tmp_path / "fa_attn-0.1.0-py3-none-any.whl")  # opening it for reading would block
     result = CliRunner().invoke(app, ["index", str(tmp_path)])
-    assert result.exit_code == 1 and "not a regular file" in result.output
+    assert result.exit_code == 1
+    assert "not a regular file" in result.output

@@ -84,7 +84,8 @@ RELEASE = 'torch: ["2.4", "2.6", "2.7", "2.9", "2.15"]\ncuda: [11, 12, 13]\npyth
 
 
 def test_catalog_from_fixture(catalog: TorchCatalog) -> None:
-    assert list(catalog.minors)[:2] == ["2.3", "2.4"] and list(catalog.minors)[-1] == "2.15"
+    assert list(catalog.minors)[:2] == ["2.3", "2.4"]
+    assert list(catalog.minors)[-1] == "2.15"
     t24 = catalog.minors["2.4"]
     assert t24.patches == ("2.4.0", "2.4.1")
     assert t24.pythons() == ("3.8", "3.9", "3.10", "3.11", "3.12")  # macOS, Windows dropped
@@ -92,9 +93,13 @@ def test_catalog_from_fixture(catalog: TorchCatalog) -> None:
     # headers from the OLDEST patch, a Linux regular-CPython wheel of each CPU with its hash
     for cpu, build in t24.builds.items():
         src = build.header_source
-        assert src.filename.startswith("torch-2.4.0-") and src.platform_tag.endswith("_" + cpu)
-        assert len(src.sha256) == 64 and src.url.startswith("https://") and not src.python_tag.endswith("t")
-    assert "3.13t" in catalog.minors["2.7"].pythons() and "3.13t" not in catalog.minors["2.6"].pythons()
+        assert src.filename.startswith("torch-2.4.0-")
+        assert src.platform_tag.endswith("_" + cpu)
+        assert len(src.sha256) == 64
+        assert src.url.startswith("https://")
+        assert not src.python_tag.endswith("t")
+    assert "3.13t" in catalog.minors["2.7"].pythons()
+    assert "3.13t" not in catalog.minors["2.6"].pythons()
     # a Python published by any patch counts: 2.12.0 has 3.13t, 2.12.1 dropped it
     assert "3.13t" in catalog.minors["2.12"].pythons()
     assert "3.10" not in catalog.minors["2.15"].pythons()
@@ -118,11 +123,11 @@ def test_catalog_drops_yanked_prereleases_and_other_platforms() -> None:
         }
     )
     assert list(cat.minors) == ["9.1", "9.3"]
-    assert (
-        cat.minors["9.1"].patches == ("9.1.1",) and cat.minors["9.1"].builds["x86_64"].header_source.size == 5
-    )
+    assert cat.minors["9.1"].patches == ("9.1.1",)
+    assert cat.minors["9.1"].builds["x86_64"].header_source.size == 5
     # an aarch64-only minor: no x86_64 Pythons, so its x86_64 cells are skipped, never built
-    assert set(cat.minors["9.3"].builds) == {"aarch64"} and cat.minors["9.3"].pythons() == ()
+    assert set(cat.minors["9.3"].builds) == {"aarch64"}
+    assert cat.minors["9.3"].pythons() == ()
     assert cat.minors["9.3"].pythons("aarch64") == ("3.12",)
 
 
@@ -143,7 +148,8 @@ def test_html_answer_reads_like_json() -> None:
         "requires-python": ">=3.9",
         "yanked": False,
     }
-    assert second["yanked"] is True and second["url"].startswith("https://pypi.org/p/")
+    assert second["yanked"] is True
+    assert second["url"].startswith("https://pypi.org/p/")
     assert catalog_from_simple_json(data).minors["2.5"].pythons() == ("3.13t",)
     with pytest.raises(CatalogError):
         simple_json_from_response(b"<html>maintenance</html>", SIMPLE_URL)
@@ -152,15 +158,17 @@ def test_html_answer_reads_like_json() -> None:
 def test_fetch_uses_cache_within_ttl_and_refreshes(tmp_path: Path, simple_json: dict) -> None:
     calls: list[str] = []
 
-    def read(url: str, headers: dict[str, str]) -> bytes:
+    def read(_url: str, headers: dict[str, str]) -> bytes:
         calls.append(headers["Accept"])
         return json.dumps(simple_json).encode()
 
     cache = tmp_path / "pypi" / "torch.json"
     first = fetch_torch_catalog(read=read, cache_file=cache)
-    assert len(calls) == 1 and "application/vnd.pypi.simple.v1+json" in calls[0]
+    assert len(calls) == 1
+    assert "application/vnd.pypi.simple.v1+json" in calls[0]
     assert json.loads(cache.read_text())["files"] == simple_json["files"]
-    assert fetch_torch_catalog(read=read, cache_file=cache) == first and len(calls) == 1
+    assert fetch_torch_catalog(read=read, cache_file=cache) == first
+    assert len(calls) == 1
     fetch_torch_catalog(refresh=True, read=read, cache_file=cache)
     assert len(calls) == 2
     old = time.time() - 2 * 24 * 3600
@@ -170,13 +178,14 @@ def test_fetch_uses_cache_within_ttl_and_refreshes(tmp_path: Path, simple_json: 
 
 
 def test_offline(tmp_path: Path, simple_json: dict) -> None:
-    def offline(url: str, headers: dict[str, str]) -> bytes:
+    def offline(url: str, _headers: dict[str, str]) -> bytes:
         raise fetch.FetchError(f"cannot fetch {url}: [Errno -3] Temporary failure in name resolution")
 
     cache = tmp_path / "torch.json"
     with pytest.raises(CatalogError) as info:
         fetch_torch_catalog(read=offline, cache_file=cache)
-    assert "no cached copy" in info.value.problem and "FA_CACHE" in info.value.fix
+    assert "no cached copy" in info.value.problem
+    assert "FA_CACHE" in info.value.fix
     cache.write_text(json.dumps(simple_json))
     old = time.time() - 30 * 24 * 3600
     os.utime(cache, (old, old))  # a stale cache beats no answer
@@ -189,7 +198,8 @@ def test_live_catalog() -> None:
         fetch.read_url(SIMPLE_URL, {"Accept": "application/vnd.pypi.simple.v1+json"}), SIMPLE_URL
     )
     cat = catalog_from_simple_json(data)
-    assert "2.4" in cat.minors and {"3.10", "3.12"} <= set(cat.minors["2.4"].pythons())
+    assert "2.4" in cat.minors
+    assert {"3.10", "3.12"} <= set(cat.minors["2.4"].pythons())
     assert {"3.10", "3.12"} <= set(cat.minors["2.4"].pythons("aarch64"))
     newest = list(cat.minors)[-1]
     assert Version(newest) >= Version("2.15"), newest
@@ -206,7 +216,8 @@ def test_every_cell_covered_or_skipped(catalog: TorchCatalog) -> None:
     covered = {cell for w in plan.wheels for cell in w.cells}
     skipped = [s.cell for s in plan.skipped]
     assert covered | set(skipped) == everything
-    assert not covered & set(skipped) and len(skipped) == len(set(skipped))
+    assert not covered & set(skipped)
+    assert len(skipped) == len(set(skipped))
     assert all(s.reason for s in plan.skipped)
 
 
@@ -219,7 +230,8 @@ def test_skip_reasons(catalog: TorchCatalog) -> None:
     no_ft = reasons[Cell("2.6", 12, "3.13t")]
     assert "no free-threaded Python 3.13t build" in no_ft.reason
     excluded = reasons[Cell("2.7", 13, "3.10")]
-    assert excluded.code == SKIP_EXCLUDED and "exclude[0] (torch: <2.9, cuda: 13)" in excluded.reason
+    assert excluded.code == SKIP_EXCLUDED
+    assert "exclude[0] (torch: <2.9, cuda: 13)" in excluded.reason
     # 3.10 dropped by torch 2.15
     assert Cell("2.15", 12, "3.10") in reasons
     # free-threaded 3.13t is covered by the same wheel as 3.13 where torch publishes it
@@ -240,9 +252,12 @@ def test_abi_doubles_only_below_27(catalog: TorchCatalog) -> None:
     # bindings: per torch minor and ABI, shared by every CUDA major, built against the oldest patch
     keys = [(b.torch_minor, b.cxx11abi) for b in plan.binding_jobs]
     assert sorted(keys) == sorted(set(keys))
-    assert ("2.4", False) in keys and ("2.4", True) in keys and ("2.7", False) not in keys
+    assert ("2.4", False) in keys
+    assert ("2.4", True) in keys
+    assert ("2.7", False) not in keys
     b24 = next(b for b in plan.binding_jobs if b.torch_minor == "2.4")
-    assert b24.torch_version == "2.4.0" and b24.header_source.filename.startswith("torch-2.4.0-")
+    assert b24.torch_version == "2.4.0"
+    assert b24.header_source.filename.startswith("torch-2.4.0-")
 
 
 def test_abi_named_when_it_is_not_the_default(catalog: TorchCatalog) -> None:
@@ -258,10 +273,13 @@ def test_abi_named_when_it_is_not_the_default(catalog: TorchCatalog) -> None:
 
 def test_versions_are_valid_pep440_with_the_variant_as_local_label(catalog: TorchCatalog) -> None:
     plan = plan_of(RELEASE + 'version: "1.0.0"\n', catalog)
-    assert plan.wheels[0].cuda_major is None and plan.wheels[0].version == "1.0.0"
+    assert plan.wheels[0].cuda_major is None
+    assert plan.wheels[0].version == "1.0.0"
     for w in plan.wheels[1:]:
         v = Version(w.version)
-        assert v.public == "1.0.0" and v.local == w.variant and str(v) == w.version
+        assert v.public == "1.0.0"
+        assert v.local == w.variant
+        assert str(v) == w.version
     assert len({w.version for w in plan.wheels}) == len(plan.wheels)
 
 
@@ -271,7 +289,8 @@ def test_kernels_shared_by_the_wheels_of_one_major(catalog: TorchCatalog) -> Non
         jobs = {w.compile_jobs for w in plan.wheels if w.cuda_major == major}
         assert len(jobs) == 1
     cu11 = next(w for w in plan.wheels if w.cuda_major == 11)
-    assert cu11.sass == ("7.5", "8.0", "8.6", "9.0") and cu11.ptx == "9.0"
+    assert cu11.sass == ("7.5", "8.0", "8.6", "9.0")
+    assert cu11.ptx == "9.0"
     # fp16 only on 7.5 (4 units), 8 units elsewhere, PTX of 9.0 (8 units)
     assert len(cu11.compile_jobs) == 4 + 3 * 8 + 8
     assert len(plan.compile_jobs) == len(set(plan.compile_jobs))
@@ -296,7 +315,9 @@ def test_plan_errors(catalog: TorchCatalog) -> None:
     with pytest.raises(MatrixError) as info:
         plan_of('torch: ["2.5", "2.16"]\ncuda: [12]\npython: ["3.12"]\n', catalog)
     e = info.value
-    assert e.field == "torch[1]" and "never published on PyPI" in e.problem and "2.15" in e.problem
+    assert e.field == "torch[1]"
+    assert "never published on PyPI" in e.problem
+    assert "2.15" in e.problem
 
     def no_kernels_for_90(arch: str) -> list[Unit]:
         return [] if arch == "9.0" else units(arch)
@@ -304,7 +325,8 @@ def test_plan_errors(catalog: TorchCatalog) -> None:
     m = matrix('torch: ["2.9"]\ncuda: [12]\npython: ["3.12"]\narchs: {"12": ["8.0", "9.0"]}\n')
     with pytest.raises(MatrixError) as info:
         make_plan(m, catalog, units=no_kernels_for_90)
-    assert info.value.field == 'archs."12"[1]' and "no kernels for arch 9.0" in info.value.problem
+    assert info.value.field == 'archs."12"[1]'
+    assert "no kernels for arch 9.0" in info.value.problem
 
     m = matrix(
         'torch: ["2.9"]\ncuda: [12]\npython: ["3.12"]\narchs: {"12": ["7.5"]}\nptx: {"12": null}\n'
@@ -312,14 +334,17 @@ def test_plan_errors(catalog: TorchCatalog) -> None:
     )
     with pytest.raises(MatrixError) as info:
         make_plan(m, catalog, units=units)
-    assert info.value.field == "kernels" and "widen" in info.value.fix
+    assert info.value.field == "kernels"
+    assert "widen" in info.value.fix
 
 
 def test_plan_is_deterministic(catalog: TorchCatalog) -> None:
     a = plan_of(RELEASE, catalog)
     b = plan_of("\n".join(reversed(RELEASE.strip().splitlines())) + "\n", catalog)  # key order differs
-    assert a.wheels == b.wheels and a.skipped == b.skipped and a.compile_jobs == b.compile_jobs
-    assert json.dumps(plan_json(a, lambda j: False)) == json.dumps(plan_json(b, lambda j: False))
+    assert a.wheels == b.wheels
+    assert a.skipped == b.skipped
+    assert a.compile_jobs == b.compile_jobs
+    assert json.dumps(plan_json(a, lambda _j: False)) == json.dumps(plan_json(b, lambda _j: False))
 
 
 # -- shards --------------------------------------------------------------------------------------------
@@ -332,7 +357,8 @@ def test_shards_partition_the_wheels(catalog: TorchCatalog, n: int) -> None:
     listed = [w for s in shards for w in s.wheels]
     assert sorted(listed, key=full.wheels.index) == list(full.wheels)  # each exactly once
     assert shards[0].wheels[0].cuda_major is None  # universal in shard 1
-    assert shards[0].skipped == full.skipped and all(s.skipped == () for s in shards[1:])
+    assert shards[0].skipped == full.skipped
+    assert all(s.skipped == () for s in shards[1:])
     for s in shards:
         assert s.shard is not None
         assert set(s.compile_jobs) == {j for w in s.wheels for j in w.compile_jobs}
@@ -341,7 +367,8 @@ def test_shards_partition_the_wheels(catalog: TorchCatalog, n: int) -> None:
 def test_shards_group_by_cuda_major(catalog: TorchCatalog) -> None:
     shards = [plan_of(RELEASE, catalog, (k, 3)) for k in (1, 2, 3)]
     majors = [{w.cuda_major for w in s.wheels} - {None} for s in shards]
-    assert sorted(len(m) for m in majors) == [1, 1, 1] and set().union(*majors) == {11, 12, 13}
+    assert sorted(len(m) for m in majors) == [1, 1, 1]
+    assert set().union(*majors) == {11, 12, 13}
     # more shards than majors: a major is split, never mixed, so no shard compiles two toolkits' kernels
     for k in range(1, 6):
         assert len({w.cuda_major for w in plan_of(RELEASE, catalog, (k, 5)).wheels} - {None}) <= 1
@@ -351,11 +378,13 @@ def test_shards_group_by_cuda_major(catalog: TorchCatalog) -> None:
 def test_bad_shard(text: str) -> None:
     with pytest.raises(MatrixError) as info:
         parse_shard(text)
-    assert info.value.field == "--shard" and "--shard" in info.value.fix
+    assert info.value.field == "--shard"
+    assert "--shard" in info.value.fix
 
 
 def test_parse_shard() -> None:
-    assert parse_shard("2/3") == (2, 3) and parse_shard(" 1 / 1 ") == (1, 1)
+    assert parse_shard("2/3") == (2, 3)
+    assert parse_shard(" 1 / 1 ") == (1, 1)
     assert shard_wheels((), (1, 2)) == ()
 
 
@@ -366,7 +395,9 @@ def test_local_plan() -> None:
     plan = local_plan("2.13.0+cpu", True, "3.11", (12, 13), units=units)
     assert [w.variant for w in plan.wheels] == ["cu12torch2.13", "cu13torch2.13"]
     (binding,) = plan.binding_jobs
-    assert binding.torch_version == "2.13.0+cpu" and binding.header_source is None and binding.cxx11abi
+    assert binding.torch_version == "2.13.0+cpu"
+    assert binding.header_source is None
+    assert binding.cxx11abi
     assert plan.wheels[0].cells == (Cell("2.13", 12, "3.11"),)
     ngc = local_plan("2.5.0a0+e000cf0ad9.nv24.10", True, "3.10", (12,), units=units)
     assert ngc.wheels[0].variant == "cu12torch2.5cxx11abitrue"
@@ -382,7 +413,8 @@ def test_local_plan_builds_for_this_machines_cpu(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(cpus.platform, "machine", lambda: "aarch64")
     plan = local_plan("2.9.0+cu130", True, "3.12", (13,), units=units)
     (wheel,) = plan.wheels
-    assert wheel.platform == "aarch64" and wheel.binding.platform == "aarch64"
+    assert wheel.platform == "aarch64"
+    assert wheel.binding.platform == "aarch64"
     assert wheel.cells == (Cell("2.9", 13, "3.12", "aarch64"),)
     monkeypatch.delenv("CXX", raising=False)
     monkeypatch.delenv("FA_CXX_AARCH64", raising=False)
@@ -391,7 +423,8 @@ def test_local_plan_builds_for_this_machines_cpu(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(cpus.platform, "machine", lambda: "riscv64")
     with pytest.raises(MatrixError) as info:
         local_plan("2.9.0", True, "3.12", (13,), units=units)
-    assert info.value.field == "platform" and "x86_64 or aarch64" in info.value.fix
+    assert info.value.field == "platform"
+    assert "x86_64 or aarch64" in info.value.fix
 
 
 def test_local_plan_stable_form_for_one_gpu() -> None:
@@ -399,16 +432,23 @@ def test_local_plan_stable_form_for_one_gpu() -> None:
     below it the ATen form; SASS for this GPU's arch only (the toolkit's nearest lower one), no PTX."""
     plan = local_plan("2.13.0+cpu", True, "3.11", (12,), units=units, stable_floor="2.10", sass="8.9")
     (wheel,) = plan.wheels
-    assert wheel.form == "stable" and wheel.variant == "cu12torch2.10plus" and wheel.cxx11abi is None
-    assert wheel.sass == ("8.9",) and wheel.ptx is None and wheel.torch_tested == ("2.13",)
-    assert wheel.binding.torch_minor == "2.10" and wheel.binding.torch_version == "2.13.0+cpu"
+    assert wheel.form == "stable"
+    assert wheel.variant == "cu12torch2.10plus"
+    assert wheel.cxx11abi is None
+    assert wheel.sass == ("8.9",)
+    assert wheel.ptx is None
+    assert wheel.torch_tested == ("2.13",)
+    assert wheel.binding.torch_minor == "2.10"
+    assert wheel.binding.torch_version == "2.13.0+cpu"
     assert wheel.binding.header_source is None
     below = local_plan("2.9.0", True, "3.11", (13,), units=units, stable_floor="2.10", sass="10.1")
-    assert below.wheels[0].form == "aten" and below.wheels[0].variant == "cu13torch2.9"
+    assert below.wheels[0].form == "aten"
+    assert below.wheels[0].variant == "cu13torch2.9"
     assert below.wheels[0].sass == ("10.0",)  # NVRTC 13 has no sm 10.1; 10.0's SASS runs there
     with pytest.raises(MatrixError) as info:
         local_plan("2.9.0", True, "3.11", (11,), units=units, sass="10.0")
-    assert info.value.field == "--arch" and "newer CUDA major" in info.value.fix
+    assert info.value.field == "--arch"
+    assert "newer CUDA major" in info.value.fix
 
 
 # -- stable ABI -------------------------------------------------------------------------------------
@@ -428,9 +468,12 @@ def test_stable_abi_wheel_serves_every_minor_from_its_floor(catalog: TorchCatalo
     ]
     for w in stable:
         assert Version(w.version).local == w.variant  # a PEP 440 local label pip accepts
-        assert w.torch_minor == "2.10" and w.cxx11abi is None and w.torch_tested == ("2.10", "2.13", "2.15")
+        assert w.torch_minor == "2.10"
+        assert w.cxx11abi is None
+        assert w.torch_tested == ("2.10", "2.13", "2.15")
         b = w.binding
-        assert b.torch_version == "2.10.0" and b.header_source.filename.startswith("torch-2.10.0")
+        assert b.torch_version == "2.10.0"
+        assert b.header_source.filename.startswith("torch-2.10.0")
         assert b.header_source.platform_tag.endswith("_" + w.platform)
         # exactly the cells the per-minor wheels of 2.10 and newer covered
         before = {
@@ -445,12 +488,14 @@ def test_stable_abi_wheel_serves_every_minor_from_its_floor(catalog: TorchCatalo
     assert (len(per_minor.wheels), len(plan.wheels)) == (1 + 2 * 2 * 4, 1 + 2 * 2 * 2)
     assert (len(per_minor.binding_jobs), len(plan.binding_jobs)) == (2 * 4, 2 * 2)
     assert plan.compile_jobs == per_minor.compile_jobs  # the kernels do not depend on the binding
-    data = plan_json(plan, lambda j: False)
+    data = plan_json(plan, lambda _j: False)
     w = next(w for w in data["wheels"] if w["variant"] == "cu13torch2.10plus")
-    assert w["form"] == "stable" and w["torch_tested"] == ["2.10", "2.13", "2.15"]
-    assert w["binding"]["form"] == "stable" and w["binding"]["torch_minor"] == "2.10"
+    assert w["form"] == "stable"
+    assert w["torch_tested"] == ["2.10", "2.13", "2.15"]
+    assert w["binding"]["form"] == "stable"
+    assert w["binding"]["torch_minor"] == "2.10"
     console = Console(record=True, width=240)
-    console.print(plan_table(plan, lambda j: False))
+    console.print(plan_table(plan, lambda _j: False))
     assert "stable ABI >= 2.10 (2.10.0 headers)" in console.export_text()
 
 
@@ -463,7 +508,8 @@ def test_stable_abi_floor_without_a_cpus_wheel(catalog: TorchCatalog) -> None:
     trimmed = replace(catalog, minors={**catalog.minors, "2.10": x86_only})
     with pytest.raises(MatrixError) as info:
         plan_of(STABLE + 'stable_abi: "2.10"\n', trimmed)
-    assert info.value.field == "stable_abi" and "no Linux aarch64 wheel" in info.value.problem
+    assert info.value.field == "stable_abi"
+    assert "no Linux aarch64 wheel" in info.value.problem
 
 
 # -- view -------------------------------------------------------------------------------------------
@@ -474,11 +520,15 @@ def test_plan_json_and_table(catalog: TorchCatalog) -> None:
     cached = {j for j in plan.compile_jobs if j.arch == "8.0"}
     data = plan_json(plan, lambda j: j in cached)
     t = data["totals"]
-    assert t["cells"] == 5 * 3 * 4 and t["covered"] + t["skipped"] == t["cells"]
-    assert t["cached"] == len(cached) and t["to_compile"] == len(plan.compile_jobs) - len(cached)
-    assert t["wheels"] == len(plan.wheels) and t["binding_jobs"] == len(plan.binding_jobs)
+    assert t["cells"] == 5 * 3 * 4
+    assert t["covered"] + t["skipped"] == t["cells"]
+    assert t["cached"] == len(cached)
+    assert t["to_compile"] == len(plan.compile_jobs) - len(cached)
+    assert t["wheels"] == len(plan.wheels)
+    assert t["binding_jobs"] == len(plan.binding_jobs)
     w = next(w for w in data["wheels"] if w["variant"] == "cu12torch2.7")
-    assert w["pythons"] == ["3.10", "3.13", "3.13t"] and w["binding"]["torch_version"] == "2.7.0"
+    assert w["pythons"] == ["3.10", "3.13", "3.13t"]
+    assert w["binding"]["torch_version"] == "2.7.0"
     assert w["kernels"]["cached"] + w["kernels"]["to_compile"] == w["kernels"]["total"]
     json.dumps(data)  # plain JSON
 
@@ -486,8 +536,10 @@ def test_plan_json_and_table(catalog: TorchCatalog) -> None:
     console.print(plan_table(plan, lambda j: j in cached))
     console.print(plan_renderable(plan, lambda j: j in cached))
     text = console.export_text()
-    assert "cu12torch2.6cxx11abifalse" in text and "skipped cells" in text
-    assert "no torch build on PyPI for these Pythons" in text and "exclude[0]" in text
+    assert "cu12torch2.6cxx11abifalse" in text
+    assert "skipped cells" in text
+    assert "no torch build on PyPI for these Pythons" in text
+    assert "exclude[0]" in text
 
 
 def test_repo_matrix_plans_against_the_fixture(catalog: TorchCatalog) -> None:
@@ -512,7 +564,8 @@ def test_repo_matrix_with_the_real_kernel_table(catalog: TorchCatalog) -> None:
     m = replace(m, torch=tuple(t for t in m.torch if t in catalog.minors))
     plan = make_plan(m, catalog)
     for w in plan.wheels[1:]:
-        assert w.sass == m.archs[w.cuda_major] and w.ptx == m.ptx[w.cuda_major]
+        assert w.sass == m.archs[w.cuda_major]
+        assert w.ptx == m.ptx[w.cuda_major]
         expected = sum(len(tiles.units(a)) for a in w.sass) + len(tiles.units(w.ptx))
         assert len(w.compile_jobs) == expected
 
@@ -540,13 +593,16 @@ def test_dry_run_cli_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         "cu12torch2.6cxx11abitrue",
         "cu12torch2.7",
     ]
-    assert data["skipped"][0]["code"] == "no-torch-build" and data["totals"]["compile_jobs"] == 2
+    assert data["skipped"][0]["code"] == "no-torch-build"
+    assert data["totals"]["compile_jobs"] == 2
 
     bad = tmp_path / "bad.yaml"
     bad.write_text('torch: ["2.6"]\ncuda: [11]\npython: ["3.12"]\narchs: {"11": ["12.0"]}\n')
     result = CliRunner().invoke(app, ["build", "--dry-run", "-m", str(bad)])
     assert result.exit_code == 2
-    assert 'archs."11"[0]' in result.output and "fix:" in result.output and "Traceback" not in result.output
+    assert 'archs."11"[0]' in result.output
+    assert "fix:" in result.output
+    assert "Traceback" not in result.output
 
 
 # -- platforms ---------------------------------------------------------------------------------------
@@ -558,7 +614,8 @@ def test_each_cpu_gets_its_own_bindings_and_shares_the_kernels(catalog: TorchCat
     x86 = plan_of(RELEASE, catalog)
     both = plan_of(ARM, catalog)
     arm = [w for w in both.wheels if w.platform == "aarch64"]
-    assert arm and all(w.cuda_major != 11 and w.binding.platform == "aarch64" for w in arm)
+    assert arm
+    assert all(w.cuda_major != 11 and w.binding.platform == "aarch64" for w in arm)
     assert all(w.binding.header_source.platform_tag.endswith("_aarch64") for w in arm)
     assert {w.name for w in both.wheels} == {w.name for w in x86.wheels} | {w.name for w in arm}
     assert set(both.compile_jobs) == set(plan_of(RELEASE, catalog).compile_jobs)  # no job per CPU
@@ -567,7 +624,8 @@ def test_each_cpu_gets_its_own_bindings_and_shares_the_kernels(catalog: TorchCat
     for w in both.wheels:
         assert all(c.platform == w.platform for c in w.cells)
     arm_skips = [s for s in both.skipped if s.cell.platform == "aarch64" and s.code == "no-torch-build"]
-    assert arm_skips and all("Linux aarch64" in s.reason for s in arm_skips)
+    assert arm_skips
+    assert all("Linux aarch64" in s.reason for s in arm_skips)
 
 
 def test_platform_filter_and_cpu_shards(catalog: TorchCatalog) -> None:
@@ -576,10 +634,12 @@ def test_platform_filter_and_cpu_shards(catalog: TorchCatalog) -> None:
     assert {w.platform for w in arm.wheels} == {"aarch64"}  # the universal wheel goes with x86_64
     assert all(s.cell.platform == "aarch64" for s in arm.skipped)
     x86 = make_plan(m, catalog, platform="x86_64", units=units)
-    assert x86.wheels[0].platform is None and {w.platform for w in x86.wheels[1:]} == {"x86_64"}
+    assert x86.wheels[0].platform is None
+    assert {w.platform for w in x86.wheels[1:]} == {"x86_64"}
     for k in (1, 2):
         shard = make_plan(m, catalog, (k, 2), platform="aarch64", units=units)
         assert {w.cuda_major for w in shard.wheels} in ({12}, {13})  # one (CPU, major) group each
     with pytest.raises(MatrixError) as info:
         make_plan(matrix(RELEASE), catalog, platform="aarch64", units=units)
-    assert info.value.field == "--platform" and "add it to platforms" in info.value.fix
+    assert info.value.field == "--platform"
+    assert "add it to platforms" in info.value.fix

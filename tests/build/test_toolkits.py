@@ -64,7 +64,8 @@ def test_pinned_wheel_is_fetched_checked_and_unpacked(fake_toolkit, monkeypatch)
         lib = toolkits.nvrtc_lib_dir(FAKE_MAJOR)
     finally:
         server.shutdown()
-    assert lib.name == "lib" and (lib / "libnvrtc.so.99").read_bytes() == b"not really a library"
+    assert lib.name == "lib"
+    assert (lib / "libnvrtc.so.99").read_bytes() == b"not really a library"
     assert toolkits.is_unpacked(FAKE_MAJOR)
     # served from the cache now: a dead index must not matter
     monkeypatch.setenv("FA_PYPI_SIMPLE", "http://127.0.0.1:9/simple")
@@ -108,7 +109,7 @@ def _unpack_in_child(house: str, q: multiprocessing.Queue) -> None:
     q.put(str(toolkits.nvrtc_lib_dir(FAKE_MAJOR)))
 
 
-def test_concurrent_builds_unpack_once_without_corruption(fake_toolkit, tmp_path, monkeypatch):
+def test_concurrent_builds_unpack_once_without_corruption(fake_toolkit, tmp_path):
     _tk, data, _ = fake_toolkit
     house = tmp_path / "house"
     house.mkdir()
@@ -131,7 +132,8 @@ def test_concurrent_builds_unpack_once_without_corruption(fake_toolkit, tmp_path
 
 @pytest.mark.network
 @pytest.mark.slow
-def test_real_cuda12_nvrtc_from_pypi(build_cache):
+@pytest.mark.usefixtures("build_cache")
+def test_real_cuda12_nvrtc_from_pypi():
     lib = toolkits.nvrtc_lib_dir(12)
     nv = open_nvrtc(str(lib))
     assert nv.version == (12, 9)
@@ -141,10 +143,11 @@ def test_real_cuda12_nvrtc_from_pypi(build_cache):
 def test_an_arm_host_gets_the_arm_nvrtc(monkeypatch):
     monkeypatch.setattr(cpus.platform, "machine", lambda: "arm64")
     pin = toolkits.pinned_wheel(cuda_facts.TOOLKITS[12])
-    assert pin.file.endswith("_aarch64.whl") and len(pin.sha256) == 64
+    assert pin.file.endswith("_aarch64.whl")
+    assert len(pin.sha256) == 64
 
 
 def test_a_host_without_an_nvrtc_wheel_is_refused_by_name(monkeypatch):
     monkeypatch.setattr(cpus.platform, "machine", lambda: "riscv64")
-    with pytest.raises(toolkits.ToolkitError, match="no nvidia-cuda-nvrtc-cu12==12.9.86 wheel for riscv64"):
+    with pytest.raises(toolkits.ToolkitError, match=r"no nvidia-cuda-nvrtc-cu12==12.9.86 wheel for riscv64"):
         toolkits.pinned_wheel(cuda_facts.TOOLKITS[12])

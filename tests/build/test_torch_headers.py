@@ -71,10 +71,12 @@ def test_server_ignoring_range_falls_back_to_full_download(tmp_path):
     try:
         dest = tmp_path / "out"
         dest.mkdir()
-        n = torch_headers.extract_include(f"{url}/torch.whl", None, dest, lambda d, t: seen.append(d))
+        n = torch_headers.extract_include(f"{url}/torch.whl", None, dest, lambda d, _t: seen.append(d))
     finally:
         server.shutdown()
-    assert n == 3 and seen and seen[-1] == whl.stat().st_size
+    assert n == 3
+    assert seen
+    assert seen[-1] == whl.stat().st_size
     assert set(_include_files(dest)) == {k for k in MEMBERS if k.startswith("torch/include/")}
 
 
@@ -91,7 +93,8 @@ def test_corrupted_member_is_refused(http_dir, tmp_path):
         torch_headers.extract_include(f"{url}/torch.whl", len(data), dest)
 
 
-def test_headers_are_cached_per_version(http_dir, fresh_cache, monkeypatch):
+@pytest.mark.usefixtures("fresh_cache")
+def test_headers_are_cached_per_version(http_dir, monkeypatch):
     www, url = http_dir
     whl = _wheel(www / "torch.whl")
     src = TorchFile(whl.name, f"{url}/{whl.name}", "0" * 64, whl.stat().st_size, "cp310", "manylinux1_x86_64")
@@ -99,9 +102,11 @@ def test_headers_are_cached_per_version(http_dir, fresh_cache, monkeypatch):
     assert (h.include / "torch" / "library.h").is_file()
     assert h.include_dirs[1] == h.include / "torch" / "csrc" / "api" / "include"
     calls = _count_ranges(monkeypatch)
-    assert torch_headers.headers_for("2.5.0", src) == h and calls == []
+    assert torch_headers.headers_for("2.5.0", src) == h
+    assert calls == []
 
 
 def test_local_torch_headers_found_without_import():
     version, h = torch_headers.local_torch()
-    assert version.startswith("2.") and (h.include / "torch" / "library.h").is_file()
+    assert version.startswith("2.")
+    assert (h.include / "torch" / "library.h").is_file()

@@ -47,12 +47,14 @@ def test_every_command_and_option_has_help():
 @pytest.mark.parametrize("args", [["--help"], ["ci", "render", "--help"], ["build", "--help"]])
 def test_help_runs(args):
     result = runner.invoke(app, args, prog_name="fa")
-    assert result.exit_code == 0 and "Usage: fa" in result.output
+    assert result.exit_code == 0
+    assert "Usage: fa" in result.output
 
 
 def test_shell_completion_is_on():
     result = runner.invoke(app, ["--show-completion", "bash"], prog_name="fa")
-    assert result.exit_code == 0 and "_FA_COMPLETE" in result.output
+    assert result.exit_code == 0
+    assert "_FA_COMPLETE" in result.output
     assert "--install-completion" in runner.invoke(app, ["--help"], prog_name="fa").output
 
 

@@ -65,7 +65,8 @@ def test_check_names_the_stale_file_and_the_fix(tmp_path, monkeypatch):
     out = tmp_path / "release.yml"
     missing = runner.invoke(app, ["ci", "render", "--check", "--out", str(out)])
     assert missing.exit_code == 1
-    assert f"{out} does not exist" in missing.output and "fix: run `fa ci render --out" in missing.output
+    assert f"{out} does not exist" in missing.output
+    assert "fix: run `fa ci render --out" in missing.output
 
     assert runner.invoke(app, ["ci", "render", "--out", str(out)]).exit_code == 0
     assert runner.invoke(app, ["ci", "render", "--check", "--out", str(out)]).exit_code == 0
@@ -73,7 +74,8 @@ def test_check_names_the_stale_file_and_the_fix(tmp_path, monkeypatch):
     (tmp_path / "matrix.yaml").write_text(SMALL.replace('"2.9"]', '"2.9", "2.10"]'))  # a new torch minor
     stale = runner.invoke(app, ["ci", "render", "--check", "--out", str(out)])
     assert stale.exit_code == 1
-    assert f"{out} is out of date" in stale.output and "--torch 2.10" in stale.output  # the diff shows why
+    assert f"{out} is out of date" in stale.output
+    assert "--torch 2.10" in stale.output
     assert f"fix: run `fa ci render --out {out}` and commit {out}" in stale.output
 
 
@@ -81,10 +83,12 @@ def test_bad_matrix_exits_2_naming_the_field(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "matrix.yaml").write_text(SMALL + "pyton: []\n")
     result = runner.invoke(app, ["ci", "render", "--check"])
-    assert result.exit_code == 2 and "pyton: unknown key" in result.output
+    assert result.exit_code == 2
+    assert "pyton: unknown key" in result.output
     (tmp_path / "matrix.yaml").write_text(SMALL)
     absolute = runner.invoke(app, ["ci", "render", "--matrix", str(tmp_path / "matrix.yaml")])
-    assert absolute.exit_code == 2 and "relative --matrix" in absolute.output
+    assert absolute.exit_code == 2
+    assert "relative --matrix" in absolute.output
 
 
 def test_one_build_job_per_cpu_and_cuda_major_then_publish():
@@ -109,7 +113,8 @@ def test_one_build_job_per_cpu_and_cuda_major_then_publish():
         n = len(expected[cpu])
         assert job["runs-on"] == runners[cpu]
         env = build_step_env(job)
-        assert env["CIBW_BUILD"] == f"cp312-manylinux_{cpu}" and env["CIBW_ARCHS"] == cpu
+        assert env["CIBW_BUILD"] == f"cp312-manylinux_{cpu}"
+        assert env["CIBW_ARCHS"] == cpu
         assert env[f"CIBW_MANYLINUX_{cpu.upper()}_IMAGE"] == "manylinux_2_28"
         assert {f"FA_SHARD={k}/{n}", f"FA_PLATFORM={cpu}"} <= set(env["CIBW_ENVIRONMENT"].split())
         plan = next(s for s in job["steps"] if s.get("name", "").startswith("Plan"))
@@ -123,7 +128,8 @@ def test_one_build_job_per_cpu_and_cuda_major_then_publish():
 def test_repair_excludes_exactly_torchs_libraries():
     for job in build_jobs(repo_workflow()).values():
         words = build_step_env(job)["CIBW_REPAIR_WHEEL_COMMAND_LINUX"].split()
-        assert words[:2] == ["auditwheel", "repair"] and words[-3:] == ["-w", "{dest_dir}", "{wheel}"]
+        assert words[:2] == ["auditwheel", "repair"]
+        assert words[-3:] == ["-w", "{dest_dir}", "{wheel}"]
         excluded = {words[i + 1] for i, w in enumerate(words) if w == "--exclude"}
         assert excluded == set(TORCH_LIBS)
 
@@ -143,7 +149,8 @@ def test_shards_follow_the_matrix():
 def test_publish_merges_indexes_and_publishes_pep503():
     steps = repo_workflow()["jobs"]["publish"]["steps"]
     script = "\n".join(s.get("run", "") for s in steps)
-    assert "fa index wheels" in script and "diff planned.txt built.txt" in script
+    assert "fa index wheels" in script
+    assert "diff planned.txt built.txt" in script
     assert any(s.get("uses", "").startswith("actions/upload-pages-artifact") for s in steps)
     assert "gh release upload" in script
 
@@ -208,10 +215,13 @@ def test_cibuildwheel_parses_the_build_options_as_meant(tmp_path, monkeypatch):
         assert (build.build_frontend.name, build.build_frontend.args) == ("pip", ["--no-build-isolation"])
         assert build.before_build == "pip install {project}"
         container_env = build.environment.as_dictionary({"PATH": "/usr/bin"})
-        assert container_env["FA_VARIANT"] == "cu12torch2.9" and container_env["FA_CACHE"] == "/fa/cache"
-        assert container_env["FA_MATRIX"] == "matrix.yaml" and container_env["FA_OUT"] == "/fa/out"
+        assert container_env["FA_VARIANT"] == "cu12torch2.9"
+        assert container_env["FA_CACHE"] == "/fa/cache"
+        assert container_env["FA_MATRIX"] == "matrix.yaml"
+        assert container_env["FA_OUT"] == "/fa/out"
         assert container_env["FA_PLATFORM"] == cpu
         assert build.container_engine.create_args == (f"--volume={tmp_path}/fa:/fa",)
         assert build.repair_command.startswith("auditwheel repair --exclude")
         assert build.test_command == "python {project}/ci/release/smoke_test.py {wheel}"
-        assert build.manylinux_images is not None and f"manylinux_2_28_{cpu}" in build.manylinux_images[cpu]
+        assert build.manylinux_images is not None
+        assert f"manylinux_2_28_{cpu}" in build.manylinux_images[cpu]

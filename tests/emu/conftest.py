@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))  # attn_ref
 import emu_harness
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if emu_harness.cxx() is not None:
         return
     skip = pytest.mark.skip(reason="the kernel emulator needs a host C++ compiler (g++)")

@@ -85,7 +85,7 @@ def build(unit: tiles.KernelUnit, arch: str, csrc: Path = CSRC) -> Path:
     digest = hashlib.sha256()
     for part in [compiler, *flags]:
         digest.update(part.encode() + b"\0")
-    for src in sorted(csrc.glob("*")) + [EMU_H]:
+    for src in [*sorted(csrc.glob("*")), EMU_H]:
         digest.update(src.name.encode() + b"\0" + src.read_bytes())
     out = _cache_dir() / f"{unit.name}-sm{arch.replace('.', '')}-{digest.hexdigest()[:16]}.so"
     if out.is_file():
@@ -277,7 +277,8 @@ def _base_params(c: Call, arena: Arena) -> tuple[FaParams, dict[str, torch.Tenso
     p.q, p.k, p.v = (t[n].data_ptr() for n in ("q", "k", "v"))
     packed = c.varlen
     if packed:
-        assert c.cu_seqlens_q is not None and c.cu_seqlens_k is not None
+        assert c.cu_seqlens_q is not None
+        assert c.cu_seqlens_k is not None
         t["cu_q"] = arena.add("cu_seqlens_q", c.cu_seqlens_q)
         t["cu_k"] = arena.add("cu_seqlens_k", c.cu_seqlens_k)
         p.cu_seqlens_q, p.cu_seqlens_k = t["cu_q"].data_ptr(), t["cu_k"].data_ptr()

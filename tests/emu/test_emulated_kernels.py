@@ -143,9 +143,8 @@ def check_padded(
     rows = visible_rows(q.shape[1], k.shape[1], causal, q.device, window)
     for name, o, lse_o in outs:
         assert (o[:, ~rows] == 0).all(), f"{name}: rows that see no key must give 0"
-        assert torch.isinf(lse_o[..., ~rows]).all() and (lse_o[..., ~rows] > 0).all(), (
-            "their lse must be +inf"
-        )
+        assert torch.isinf(lse_o[..., ~rows]).all(), "their lse must be +inf"
+        assert (lse_o[..., ~rows] > 0).all(), "their lse must be +inf"
         assert_fa2_close(name, o, out_ref, out_low)
         check_lse(lse_o, lse_ref, rows)
 
@@ -155,7 +154,7 @@ def check_padded(
     grads = H.backward(bwd, call, out, lse, dout)
     refs = _grads(out_ref, (qr, kr, vr), dout)
     lows = _grads(out_low, (qr, kr, vr), dout)
-    for name, ours, ref, low in zip(("dq", "dk", "dv"), grads, refs, lows):
+    for name, ours, ref, low in zip(("dq", "dk", "dv"), grads, refs, lows, strict=True):
         assert_fa2_close(name, ours, ref, low)
 
 
@@ -216,7 +215,7 @@ _SWEEP_PARAMS = [pytest.param(c, d, id=f"{c.id}-hd{d}") for c, d in SWEEP] or [
 ]
 
 
-@pytest.mark.parametrize("cfg, head_dim", _SWEEP_PARAMS)
+@pytest.mark.parametrize(("cfg", "head_dim"), _SWEEP_PARAMS)
 def test_every_head_dim(cfg: Config, head_dim: int) -> None:
     random_problem(cfg, head_dim)
 
@@ -239,7 +238,7 @@ def _inputs(
 
 @pytest.mark.parametrize("cfg", FEATURE_CONFIGS, ids=[c.id for c in FEATURE_CONFIGS])
 @pytest.mark.parametrize(
-    "window, causal",
+    ("window", "causal"),
     [((37, 5), False), ((20, -1), True), ((-1, 9), False)],
     ids=["both", "left+causal", "right"],
 )
@@ -310,7 +309,9 @@ def test_varlen(cfg: Config, causal: bool) -> None:
     )
     fwd, bwd = emulated(cfg, "fwd"), emulated(cfg, "bwd")
     split = emulated(cfg, "splitkv" if cfg.runs_split_kv else "fwd")
-    assert fwd is not None and bwd is not None and split is not None
+    assert fwd is not None
+    assert bwd is not None
+    assert split is not None
     out, lse = H.forward(fwd, call)
     split_out, split_lse = H.forward_splitkv(split, call, 4) if cfg.runs_split_kv else (out, lse)
     dq, dk, dv = H.backward(bwd, call, out, lse, dout)
@@ -327,13 +328,13 @@ def test_varlen(cfg: Config, causal: bool) -> None:
         o_low, _ = attention_ref(qi, ki, vi, causal, upcast=False)
         g_ref = _grads(o_ref, (qi, ki, vi), dout[sq].unsqueeze(0))
         g_low = _grads(o_low, (qi, ki, vi), dout[sq].unsqueeze(0))
-        for name, r, lo in zip(names, (o_ref, *g_ref), (o_low, *g_low)):
+        for name, r, lo in zip(names, (o_ref, *g_ref), (o_low, *g_low), strict=True):
             refs[name].append(r[0])
             lows[name].append(lo[0])
         rows = visible_rows(sq.stop - sq.start, sk.stop - sk.start, causal, q.device)
         check_lse(lse[:, sq], lse_ref[0], rows)
         check_lse(split_lse[:, sq], lse_ref[0], rows)
-    for name, ours in zip(names, (out, dq, dk, dv)):
+    for name, ours in zip(names, (out, dq, dk, dv), strict=True):
         assert_fa2_close(name, ours, torch.cat(refs[name]), torch.cat(lows[name]))
     assert_fa2_close("split-KV out", split_out, torch.cat(refs["out"]), torch.cat(lows["out"]))
 

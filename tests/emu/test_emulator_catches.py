@@ -73,13 +73,13 @@ LOOP_BARRIER = """    copy_wait<0>();
 
 @pytest.mark.parametrize("arch", ["8.0", "7.5"])
 def test_missing_barrier_is_a_race(tmp_path: Path, arch: str) -> None:
-    with pytest.raises(H.EmulatorError, match="race|before the cp.async"):
+    with pytest.raises(H.EmulatorError, match=r"race|before the cp.async"):
         run(tmp_path, arch, "fwd", "fwd.cu", LOOP_BARRIER, LOOP_BARRIER.replace("__syncthreads();", ""))
 
 
 def test_split_kv_missing_pipeline_barrier(tmp_path: Path) -> None:
     """The split-KV program shares the key loop: its two-stage pipeline needs the same barrier."""
-    with pytest.raises(H.EmulatorError, match="race|before the cp.async"):
+    with pytest.raises(H.EmulatorError, match=r"race|before the cp.async"):
         run(tmp_path, "8.0", "splitkv", "fwd.cu", LOOP_BARRIER, LOOP_BARRIER.replace("__syncthreads();", ""))
 
 
@@ -108,13 +108,13 @@ def test_missing_barrier_before_the_dq_atomics(tmp_path: Path) -> None:
     (or, where the writer has not run yet, reads what is still the padding of the Q tile)."""
     old = """    __syncthreads();
     for (int k = tid; k < kBlockM * kHeadDim; k += kThreads) {"""
-    with pytest.raises(H.EmulatorError, match="race|nothing has written"):
+    with pytest.raises(H.EmulatorError, match=r"race|nothing has written"):
         run(tmp_path, "8.0", "bwd", "bwd.cu", old, old.replace("__syncthreads();", ""))
 
 
 def test_missing_cp_async_wait(tmp_path: Path) -> None:
     """sm80: reading K before the wait that lands it."""
-    with pytest.raises(H.EmulatorError, match="before the cp.async of thread"):
+    with pytest.raises(H.EmulatorError, match=r"before the cp.async of thread"):
         run(tmp_path, "8.0", "fwd", "fwd.cu", LOOP_BARRIER, LOOP_BARRIER.replace("copy_wait<0>();", ""))
 
 
@@ -129,7 +129,7 @@ def test_missing_closing_barrier_in_backward(tmp_path: Path) -> None:
 def test_store_past_the_sequence_end(tmp_path: Path) -> None:
     """store_tile without its row bound writes a whole block of rows past the output."""
     old = "    if (row < valid_rows && col < valid_cols) {\n      st_global16"
-    with pytest.raises(H.EmulatorError, match="outside every buffer|canary"):
+    with pytest.raises(H.EmulatorError, match=r"outside every buffer|canary"):
         run(tmp_path, "8.0", "fwd", "tiles.cuh", old, old.replace("row < valid_rows && ", ""))
 
 
@@ -150,7 +150,7 @@ def test_wrong_operand_layout(tmp_path: Path) -> None:
     """V read untransposed (ldmatrix without .trans): its rows run past the written part of the tile
     (an unwritten read), and where they do not, the product is wrong."""
     old = "SmemB<KVTile, true>{v}"
-    with pytest.raises((AssertionError, H.EmulatorError), match="out: max error|nothing has written"):
+    with pytest.raises((AssertionError, H.EmulatorError), match=r"out: max error|nothing has written"):
         run(tmp_path, "8.0", "fwd", "fwd.cu", old, "SmemB<KVTile, false>{v}")
 
 
@@ -158,14 +158,14 @@ def test_divergent_warp_instruction(tmp_path: Path) -> None:
     """A shuffle reached by half a warp only."""
     old = "      mx = quad_max(mx);"
     new = "      if ((threadIdx.x & 31) < 16) mx = quad_max(mx);"
-    with pytest.raises(H.EmulatorError, match="diverge|exited|deadlock"):
+    with pytest.raises(H.EmulatorError, match=r"diverge|exited|deadlock"):
         run(tmp_path, "8.0", "fwd", "fwd.cu", old, new)
 
 
 def test_barrier_skipped_by_some_threads(tmp_path: Path) -> None:
     old = "  __syncthreads();\n  u16* out = q_rows("
     new = "  if (warp != 1) __syncthreads();\n  u16* out = q_rows("
-    with pytest.raises(H.EmulatorError, match="deadlock|exits while|race"):
+    with pytest.raises(H.EmulatorError, match=r"deadlock|exits while|race"):
         run(tmp_path, "8.0", "fwd", "fwd.cu", old, new)
 
 
@@ -229,13 +229,13 @@ PAGE = "return base + pages[key0 / page_size] * page_stride + (key0 % page_size)
 
 
 @pytest.mark.parametrize(
-    "arch, direction", [("8.0", "splitkv"), ("7.5", "fwd")], ids=["sm80-splitkv", "sm75-fwd"]
+    ("arch", "direction"), [("8.0", "splitkv"), ("7.5", "fwd")], ids=["sm80-splitkv", "sm75-fwd"]
 )
 def test_page_table_off_by_one(tmp_path: Path, arch: str, direction: str) -> None:
     """Each key block read from the next page of the table: real pages (the table has a spare column),
     the wrong keys."""
     new = PAGE.replace("pages[key0 / page_size]", "pages[key0 / page_size + 1]")
-    with pytest.raises((AssertionError, H.EmulatorError), match="max error|outside every buffer"):
+    with pytest.raises((AssertionError, H.EmulatorError), match=r"max error|outside every buffer"):
         run_layout(arch, direction, "paged-1", altered(tmp_path, "attention.cuh", PAGE, new))
 
 
@@ -249,7 +249,7 @@ def test_key_block_at_the_start_of_its_page(tmp_path: Path) -> None:
 def test_seqused_k_ignored(tmp_path: Path) -> None:
     """Every sequence taken as long as the cache: the keys past its end are other keys."""
     old = "  if (p.seqused_k != nullptr) end = p.seqused_k[b];\n"
-    with pytest.raises(AssertionError, match="max error|must give 0"):
+    with pytest.raises(AssertionError, match=r"max error|must give 0"):
         run_layout("8.0", "splitkv", "ragged", altered(tmp_path, "attention.cuh", old, ""))
 
 

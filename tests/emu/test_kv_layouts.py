@@ -62,7 +62,7 @@ def _cases() -> list[pytest.param]:
     return out
 
 
-@pytest.mark.parametrize("arch, direction, head_dim, layout, mask", _cases())
+@pytest.mark.parametrize(("arch", "direction", "head_dim", "layout", "mask"), _cases())
 def test_layout(arch: str, direction: str, head_dim: int, layout: str, mask: str) -> None:
     """Decode (one query row) and a few query rows; split-KV with one split and several (more than
     the shortest sequence's key blocks: its empty splits must weigh nothing)."""

@@ -25,7 +25,8 @@ def assert_ran_our_kernel(expect_arch: str | None = None) -> None:
     import fa_attn
 
     last = fa_attn.last_dispatch()
-    assert last is not None and last.path in ("sass", "ptx"), f"the call fell back: {last}"
+    assert last is not None, f"the call fell back: {last}"
+    assert last.path in ("sass", "ptx"), f"the call fell back: {last}"
     if expect_arch is not None:
         assert last.arch == expect_arch, f"ran the {last.arch} image ({last.path}), expected {expect_arch}"
 
@@ -74,7 +75,7 @@ def run_padded(
         return
     refs = torch.autograd.grad(out_ref, (q, k, v), dout)
     lows = torch.autograd.grad(out_low, (q, k, v), dout)
-    for name, ours, ref, low in zip(("dq", "dk", "dv"), grads, refs, lows):
+    for name, ours, ref, low in zip(("dq", "dk", "dv"), grads, refs, lows, strict=True):
         assert_fa2_close(name, ours, ref, low)
 
 
@@ -126,10 +127,10 @@ def run_varlen(case: Case, expect_arch: str | None = None, check: bool = True) -
         o_low, _ = attention_ref(qi, ki, vi, case.causal, upcast=False)
         g_ref = torch.autograd.grad(o_ref, (qi, ki, vi), dout[sq].unsqueeze(0))
         g_low = torch.autograd.grad(o_low, (qi, ki, vi), dout[sq].unsqueeze(0))
-        for name, r, lo in zip(names, (o_ref, *g_ref), (o_low, *g_low)):
+        for name, r, lo in zip(names, (o_ref, *g_ref), (o_low, *g_low), strict=True):
             refs[name].append(r[0])
             lows[name].append(lo[0])
         rows = visible_rows(sq.stop - sq.start, sk.stop - sk.start, case.causal, device)
         check_lse(lse[:, sq], lse_ref[0], rows)  # flash-attn's varlen lse is (heads, total_q)
-    for name, ours in zip(names, (out, dq, dk, dv)):
+    for name, ours in zip(names, (out, dq, dk, dv), strict=True):
         assert_fa2_close(name, ours, torch.cat(refs[name]), torch.cat(lows[name]))

@@ -60,7 +60,7 @@ def test_varlen_over_pages() -> None:
     )
     assert_ran_our_kernel()
     start = 0
-    for b, (nq, nk) in enumerate(zip(lens_q, lens_k)):
+    for b, (nq, nk) in enumerate(zip(lens_q, lens_k, strict=False)):
         keys = torch.cat([k_pages[p] for p in table[b].tolist()])[:nk].unsqueeze(0)
         values = torch.cat([v_pages[p] for p in table[b].tolist()])[:nk].unsqueeze(0)
         qb = q[start : start + nq].unsqueeze(0)

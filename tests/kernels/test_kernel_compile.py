@@ -60,7 +60,8 @@ def test_every_launch_fits_its_arch_shared_memory(arch):
     for unit in tiles.units(arch):
         for entry, launch in unit.entries.items():
             assert launch.smem_bytes <= limit, f"{unit.name}.{entry} on {arch}: {launch.smem_bytes} > {limit}"
-            assert launch.threads % 32 == 0 and 32 <= launch.threads <= 1024, (unit.name, entry)
+            assert launch.threads % 32 == 0, (unit.name, entry)
+            assert 32 <= launch.threads <= 1024, (unit.name, entry)
             assert launch.grid in ("q_blocks", "k_blocks", "q_blocks_splits"), (unit.name, entry)
 
 
@@ -97,14 +98,17 @@ def test_units_are_unique_and_consistent(arch):
         assert (kernels_src.kernels_dir() / u.source).is_file()
     for u in (u for u in units if u.direction == "fwd"):
         (launch,) = u.entries.values()
-        assert list(u.entries) == ["fa_fwd"] and launch.grid == "q_blocks"
+        assert list(u.entries) == ["fa_fwd"]
+        assert launch.grid == "q_blocks"
         assert launch.threads == 32 * u.defines["FA_WARPS"]
         assert (launch.block_m, launch.block_n) == (u.defines["FA_BLOCK_M"], u.defines["FA_BLOCK_N"])
         # fwd.cu: every warp owns whole 16-row mma tiles; shared memory as the kernel lays it out
-        assert launch.block_m % (16 * u.defines["FA_WARPS"]) == 0 and launch.block_n % 16 == 0
+        assert launch.block_m % (16 * u.defines["FA_WARPS"]) == 0
+        assert launch.block_n % 16 == 0
         assert launch.smem_bytes == u.defines["FA_SMEM_BYTES"]
     for u in (u for u in units if u.direction == "splitkv"):
-        assert list(u.entries) == ["fa_fwd_splitkv", "fa_fwd_combine"] and u.defines["FA_SPLITKV"] == 1
+        assert list(u.entries) == ["fa_fwd_splitkv", "fa_fwd_combine"]
+        assert u.defines["FA_SPLITKV"] == 1
         assert u.entries["fa_fwd_splitkv"].grid == "q_blocks_splits"
         assert u.entries["fa_fwd_combine"].block_m == tiles.COMBINE_ROWS
 
@@ -168,7 +172,8 @@ def test_unit_compiles_to_a_cubin_for_its_arch(major, arch, unit_name):
     assert set(usages) == set(unit.entries)
     for entry, launch in unit.entries.items():
         usage = usages[entry]
-        assert usage.spill_stores == 0 and usage.spill_loads == 0, out.log
+        assert usage.spill_stores == 0, out.log
+        assert usage.spill_loads == 0, out.log
         assert usage.static_smem + launch.smem_bytes <= tiles.SMEM_LIMIT[arch]
 
 
@@ -188,7 +193,8 @@ def test_candidates_start_with_the_default_and_fit(arch):
             assert rows[0] == default, (arch, direction, d)
             assert len({t.label for t in rows}) == len(rows), "labels must be unique"
             for tile in rows:
-                assert tile.valid(d) and tile.smem_bytes(d) <= family.smem_limit, (arch, tile.label)
+                assert tile.valid(d), (arch, tile.label)
+                assert tile.smem_bytes(d) <= family.smem_limit, (arch, tile.label)
                 u = tiles.unit(arch, direction, family.dtypes[0], d, tile)
                 assert u.defines["FA_SMEM_BYTES"] == tile.smem_bytes(d)
                 main = next(iter(u.entries.values()))  # the combine of split-KV has its own size

@@ -47,7 +47,7 @@ def binding(tmp_path_factory) -> Path:
         )
         for src in sources
     ]
-    for job, src in zip(jobs, sources):
+    for job, src in zip(jobs, sources, strict=True):
         _, err = job.communicate()
         assert job.returncode == 0, f"compiling {src.name} failed:\n{err[-4000:]}"
     lib = out / "libfa_attn_ops.so"

@@ -86,7 +86,8 @@ def test_sm70_has_no_kernel() -> None:
     choice = choose(CU12, "7.0", "fp16", 64, backward=False, driver="580.65.06")
     assert choice.path == "fallback"
     assert [r.code for r in choice.reasons] == ["arch-unsupported"]
-    assert "7.0" in choice.reasons[0].message and choice.reasons[0].fix
+    assert "7.0" in choice.reasons[0].message
+    assert choice.reasons[0].fix
 
 
 def test_sass_never_crosses_majors() -> None:
@@ -99,7 +100,8 @@ def test_ptx_needs_a_new_enough_driver() -> None:
     old = choose(CU12, "13.0", "bf16", 128, backward=False, driver="550.54.15")
     assert old.path == "fallback"
     assert [r.code for r in old.reasons] == ["ptx-driver-too-old"]
-    assert "575.51.03" in old.reasons[0].message and "550.54.15" in old.reasons[0].message
+    assert "575.51.03" in old.reasons[0].message
+    assert "550.54.15" in old.reasons[0].message
     new = choose(CU12, "13.0", "bf16", 128, backward=False, driver="580.65.06")
     assert (new.path, new.arch) == ("ptx", "12.0")
 
@@ -165,7 +167,7 @@ def test_bad_values_are_clear_errors() -> None:
 
 @pytest.mark.parametrize("arch", ["sm_86", "86", "8", "8.6.1", ""])
 def test_an_arch_is_written_major_dot_minor(arch: str) -> None:
-    with pytest.raises(ValueError, match="write it like '8.6'"):
+    with pytest.raises(ValueError, match=r"write it like '8.6'"):
         versions.parse_arch(arch)
     assert versions.parse_arch("12.0") == (12, 0)
 
@@ -188,13 +190,16 @@ def _kernel(hd: int, direction: str = "fwd", smem: int = 49152) -> dict:
 def test_the_launch_is_the_smallest_bucket_that_holds_the_head_dim() -> None:
     man = manifest(cov("8.0", dims=range(8, 129, 8)), kernels=[_kernel(hd) for hd in (128, 64, 32)])
     d = decide(man.info, Device("cuda", "8.0"), Call("bf16", 40), man.kernels, Path("/pkg"))
-    assert d.fwd is not None and d.fwd.module == "/pkg/kernels/sm_80/fwd_bf16_d64.cubin"
-    assert d.fwd.launch == (64, 128, 64, 64, 49152, 0) and d.bwd is None
+    assert d.fwd is not None
+    assert d.fwd.module == "/pkg/kernels/sm_80/fwd_bf16_d64.cubin"
+    assert d.fwd.launch == (64, 128, 64, 64, 49152, 0)
+    assert d.bwd is None
     damaged = decide(man.info, Device("cuda", "8.0"), Call("bf16", 40, backward=True), man.kernels)
     assert [r.code for r in damaged.reasons] == ["binding-unavailable"]  # covered bwd, but no bwd file
     missing = manifest(cov("8.0", dims=range(8, 129, 8)), kernels=[_kernel(32)])
     d = decide(missing.info, Device("cuda", "8.0"), Call("bf16", 40), missing.kernels)
-    assert [r.code for r in d.reasons] == ["binding-unavailable"] and "no kernel file" in d.reasons[0].message
+    assert [r.code for r in d.reasons] == ["binding-unavailable"]
+    assert "no kernel file" in d.reasons[0].message
 
 
 KV_FEATURES = ["causal", "gqa", "paged_kv", "seqused_k", "leftpad_k", "cache_batch_idx"]
@@ -226,12 +231,16 @@ def test_pages_must_hold_whole_key_blocks() -> None:
     split-KV's 128; pages of 64 only the forward's (no split-KV); pages of 32 neither (fallback)."""
     run = lambda call: decide(KV_WHEEL.info, Device("cuda", "8.0"), call, KV_WHEEL.kernels)
     both = run(kv_call(128))
-    assert both.path == "sass" and both.fwd is not None and both.splitkv is not None
+    assert both.path == "sass"
+    assert both.fwd is not None
+    assert both.splitkv is not None
     fwd_only = run(kv_call(64))
-    assert fwd_only.path == "sass" and fwd_only.splitkv is None
+    assert fwd_only.path == "sass"
+    assert fwd_only.splitkv is None
     small = run(kv_call(32))
     assert [r.code for r in small.reasons] == ["feature-unsupported"]
-    assert "pages of 32 keys" in small.reasons[0].message and "multiple of 64" in small.reasons[0].fix
+    assert "pages of 32 keys" in small.reasons[0].message
+    assert "multiple of 64" in small.reasons[0].fix
     assert run(kv_call(0, False, "seqused_k")).splitkv is not None  # not paged: no page rule
 
 
@@ -239,14 +248,16 @@ def test_pages_must_hold_whole_key_blocks() -> None:
 def test_kv_layouts_have_no_backward(feature: str) -> None:
     d = decide(KV_WHEEL.info, Device("cuda", "8.0"), kv_call(128, True, feature), KV_WHEEL.kernels)
     assert [r.code for r in d.reasons] == ["backward-unsupported"]
-    assert feature in d.reasons[0].message and "torch.no_grad()" in d.reasons[0].fix
+    assert feature in d.reasons[0].message
+    assert "torch.no_grad()" in d.reasons[0].fix
 
 
 def test_a_wheel_without_the_kv_features_falls_back_for_them() -> None:
     """Wheels built before the layouts list no such feature: their kernels cannot read them."""
     old = manifest(cov("8.0", dims=range(8, 65, 8)), kernels=[_kernel(64)], features=["causal", "gqa"])
     d = decide(old.info, Device("cuda", "8.0"), kv_call(128), old.kernels)
-    assert [r.code for r in d.reasons] == ["feature-unsupported"] and "paged_kv" in d.reasons[0].message
+    assert [r.code for r in d.reasons] == ["feature-unsupported"]
+    assert "paged_kv" in d.reasons[0].message
 
 
 def test_doctor_decides_without_kernel_files() -> None:
@@ -269,7 +280,8 @@ def test_an_image_needs_the_shared_memory_its_kernels_ask_for() -> None:
     only80 = info([rows[0]])
     d = decide(only80, Device("cuda", "8.6", 101376), Call("bf16", 256))
     assert [r.code for r in d.reasons] == ["arch-unsupported"]
-    assert "135168" in d.reasons[0].message and "101376" in d.reasons[0].message
+    assert "135168" in d.reasons[0].message
+    assert "101376" in d.reasons[0].message
     assert (
         decide(only80, Device("cuda", "8.6", None), Call("bf16", 256)).path == "sass"
     )  # unknown: not checked

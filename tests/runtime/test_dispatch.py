@@ -118,7 +118,8 @@ def test_kernels_chosen_with_bucket_and_padding() -> None:
 )
 def test_fallback_reasons(kwargs: dict, code: str) -> None:
     d = decide(facts(**kwargs), MANIFEST, loaded)
-    assert d.path == "fallback" and d.reasons[0].code == code
+    assert d.path == "fallback"
+    assert d.reasons[0].code == code
     assert all(r.message and r.fix for r in d.reasons)
 
 
@@ -127,8 +128,10 @@ def test_kernels_that_need_more_shared_memory_than_the_gpu_offers_fall_back() ->
     # imaginary 8.x part with 64 KB would fail at launch, so it falls back with the numbers named.
     assert decide(facts(smem=101376), MANIFEST, loaded).path == "sass"
     d = decide(facts(smem=65536), MANIFEST, loaded)
-    assert d.path == "fallback" and d.reasons[0].code == "arch-unsupported"
-    assert "90000" in d.reasons[0].message and "65536" in d.reasons[0].message
+    assert d.path == "fallback"
+    assert d.reasons[0].code == "arch-unsupported"
+    assert "90000" in d.reasons[0].message
+    assert "65536" in d.reasons[0].message
     assert decide(facts(smem=65536, backward=False), MANIFEST, loaded).path == "sass"  # fwd needs 49152
 
 
@@ -149,7 +152,8 @@ def test_binding_failure_is_a_reason() -> None:
         "binding-unavailable", "loading libfa_attn_ops.so failed: undefined symbol", "reinstall"
     )
     d = decide(facts(), MANIFEST, lambda: why)
-    assert d.path == "fallback" and d.reasons == (why,)
+    assert d.path == "fallback"
+    assert d.reasons == (why,)
 
 
 def test_binding_is_not_loaded_when_the_call_falls_back_anyway() -> None:
@@ -185,7 +189,8 @@ def test_ptx_driver_read_only_when_ptx_exists() -> None:
 )
 def test_loader_checks_before_loading(man: Manifest, code: str) -> None:
     problem = loader.static_binding_problem(man)
-    assert problem is not None and problem.code == code
+    assert problem is not None
+    assert problem.code == code
 
 
 def test_loader_turns_a_broken_binding_into_a_reason(tmp_path, monkeypatch) -> None:
@@ -193,11 +198,12 @@ def test_loader_turns_a_broken_binding_into_a_reason(tmp_path, monkeypatch) -> N
     monkeypatch.setattr(loader, "PACKAGE_DIR", tmp_path)
     man = manifest(torch=versions.torch_minor(torch.__version__), cxx11abi=torch._C._GLIBCXX_USE_CXX11_ABI)
     problem = loader._load(man)
-    assert problem is not None and problem.code == "binding-unavailable"
+    assert problem is not None
+    assert problem.code == "binding-unavailable"
     assert "libfa_attn_ops.so" in problem.message
 
 
-def test_manifest_next_to_the_package(tmp_path, monkeypatch) -> None:
+def test_manifest_next_to_the_package(tmp_path) -> None:
     path = tmp_path / "manifest.json"
     path.write_text(json.dumps(MANIFEST_JSON))
     assert loader.read_manifest(path) == (MANIFEST, None)
@@ -208,7 +214,8 @@ def test_manifest_next_to_the_package(tmp_path, monkeypatch) -> None:
     ):
         path.write_text(damaged)
         man, problem = loader.read_manifest(path)
-        assert man == loader.UNIVERSAL_MANIFEST and problem is not None
+        assert man == loader.UNIVERSAL_MANIFEST
+        assert problem is not None
         assert loader.static_binding_problem(man, problem).code == "binding-unavailable"
     # A source checkout has no manifest: it behaves as the universal wheel.
     assert loader.read_manifest(tmp_path / "absent.json") == (loader.UNIVERSAL_MANIFEST, None)
@@ -224,26 +231,31 @@ def small():
     return torch.randn(1, 3, 2, 8), torch.randn(1, 4, 2, 8), torch.randn(1, 4, 2, 8)
 
 
-def test_warns_once_per_reason_code(fresh_reports) -> None:
+@pytest.mark.usefixtures("fresh_reports")
+def test_warns_once_per_reason_code() -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(3):
             fa_attn.flash_attn_func(*small())
     fallbacks = [w for w in caught if issubclass(w.category, fa_attn.FaFallbackWarning)]
-    assert len(fallbacks) == 1 and "[device-not-cuda]" in str(fallbacks[0].message)
+    assert len(fallbacks) == 1
+    assert "[device-not-cuda]" in str(fallbacks[0].message)
     assert fallbacks[0].filename == __file__  # points at the caller's line
 
 
-def test_strict_mode_raises_with_code(fresh_reports, monkeypatch) -> None:
+@pytest.mark.usefixtures("fresh_reports")
+def test_strict_mode_raises_with_code(monkeypatch) -> None:
     monkeypatch.setenv("FA_STRICT", "1")
     with pytest.raises(fa_attn.FaFallbackError, match="device-not-cuda"):
         fa_attn.flash_attn_func(*small())
 
 
-def test_last_dispatch_and_explain(fresh_reports) -> None:
+@pytest.mark.usefixtures("fresh_reports")
+def test_last_dispatch_and_explain() -> None:
     q, k, v = small()
     d = fa_attn.explain(q, k, v, causal=True)
-    assert d.path == "fallback" and d.reasons[0].code == "device-not-cuda"
+    assert d.path == "fallback"
+    assert d.reasons[0].code == "device-not-cuda"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fa_attn.flash_attn_func(q, k, v)
@@ -285,4 +297,5 @@ def test_import_refuses_a_torch_older_than_the_ops_need() -> None:
         env={**os.environ, "PYTHONPATH": str(Path(fa_attn.__file__).parents[1])},
     )
     assert done.returncode != 0
-    assert "ImportError: fa_attn needs torch >= 2.4" in done.stderr and "1.13.1+cu117" in done.stderr
+    assert "ImportError: fa_attn needs torch >= 2.4" in done.stderr
+    assert "1.13.1+cu117" in done.stderr

@@ -60,11 +60,13 @@ def test_matches_reference_fp32(case: dict, want_lse: bool) -> None:
     )
     result = fa_attn.flash_attn_func(q, k, v, return_lse=want_lse, **opts)
     out = result[0] if want_lse else result
-    assert out.shape == q.shape and out.dtype == q.dtype
+    assert out.shape == q.shape
+    assert out.dtype == q.dtype
     torch.testing.assert_close(out.double(), ref_out, atol=2e-5, rtol=1e-5)
     if want_lse:
         lse = result[1]
-        assert lse.shape == (q.shape[0], h, q.shape[1]) and lse.dtype == torch.float32
+        assert lse.shape == (q.shape[0], h, q.shape[1])
+        assert lse.dtype == torch.float32
         torch.testing.assert_close(lse.double(), ref_lse, atol=2e-5, rtol=1e-5)
 
 
@@ -72,7 +74,8 @@ def test_rows_without_keys_are_zero_with_inf_lse() -> None:
     q, k, v = qkv(sq=6, sk=2)
     out, lse, probs = fa_attn.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
     assert probs is None  # S is never materialised
-    assert torch.all(out[:, :4] == 0) and torch.all(torch.isinf(lse[:, :, :4]))
+    assert torch.all(out[:, :4] == 0)
+    assert torch.all(torch.isinf(lse[:, :, :4]))
     assert torch.all(torch.isfinite(lse[:, :, 4:]))
 
 
@@ -98,9 +101,10 @@ def test_varlen_matches_per_sequence_reference() -> None:
     out, lse = fa_attn.flash_attn_varlen_func(
         q, k, v, cu(lens_q), cu(lens_k), max(lens_q), max(lens_k), causal=True, return_lse=True
     )
-    assert out.shape == q.shape and lse.shape == (h, sum(lens_q))
+    assert out.shape == q.shape
+    assert lse.shape == (h, sum(lens_q))
     sq0 = sk0 = 0
-    for len_q, len_k in zip(lens_q, lens_k):
+    for len_q, len_k in zip(lens_q, lens_k, strict=True):
         ref_out, ref_lse = attention_ref(
             q[sq0 : sq0 + len_q][None], k[sk0 : sk0 + len_k][None], v[sk0 : sk0 + len_k][None], causal=True
         )
@@ -113,12 +117,14 @@ def test_varlen_matches_per_sequence_reference() -> None:
 def test_empty_batch_and_empty_sequences() -> None:
     q, k, v = qkv(b=0)
     out, lse = fa_attn.flash_attn_func(q, k, v, return_lse=True)
-    assert out.shape == q.shape and lse.shape == (0, 4, 5)
+    assert out.shape == q.shape
+    assert lse.shape == (0, 4, 5)
     q, k, v = qkv(sq=0)
     assert fa_attn.flash_attn_func(q, k, v, causal=True).shape == q.shape
     q, k, v = qkv(sk=0)
     out = fa_attn.flash_attn_func(q, k, v)
-    assert out.shape == q.shape and torch.all(out == 0)
+    assert out.shape == q.shape
+    assert torch.all(out == 0)
 
 
 def test_dropout_is_applied_and_scaled() -> None:

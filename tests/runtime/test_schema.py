@@ -139,7 +139,7 @@ def test_a_bad_row_names_its_place() -> None:
     with pytest.raises(SchemaError, match=r"^kernels\[0\]\.entries\.fa_fwd\.threads: got '128'"):
         Manifest.from_json(data)
     del data["version"]
-    with pytest.raises(SchemaError, match="^version: missing"):
+    with pytest.raises(SchemaError, match=r"^version: missing"):
         Manifest.from_json(data)
 
 

@@ -41,7 +41,7 @@ def test_compile_fullgraph_fallback_forward_and_backward() -> None:
     eager_leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     compiled(*leaves).backward()
     f(*eager_leaves).backward()
-    for got, want in zip(leaves, eager_leaves):
+    for got, want in zip(leaves, eager_leaves, strict=True):
         torch.testing.assert_close(got.grad, want.grad)
 
 
@@ -210,7 +210,7 @@ def kernel_path_on_cpu(monkeypatch):
     lib.impl("fwd", _cpu_fwd, "CPU")
     lib.impl("bwd", _cpu_bwd, "CPU")
     route = Dispatch("sass", "8.0", (), 24, FWD, BWD)
-    monkeypatch.setattr(interface, "decide", lambda call, q, k, v: route)
+    monkeypatch.setattr(interface, "decide", lambda *_call_q_k_v: route)
     seen.clear()
     yield
     lib._destroy()
@@ -224,7 +224,8 @@ def test_kernel_path_pads_calls_and_differentiates(kernel_path_on_cpu) -> None:
         torch.randn(2, 9, 2, 20, generator=gen, dtype=torch.float64).requires_grad_(),
     )
     out, lse = fa_attn.flash_attn_func(q, k, v, causal=True, return_lse=True)
-    assert out.shape == q.shape and lse.shape == (2, 4, 6)
+    assert out.shape == q.shape
+    assert lse.shape == (2, 4, 6)
     assert seen[0] == (24, FWD.module, "fa_fwd", FWD.launch, BWD.entries)  # head dim 20 padded to 24
     grads = torch.autograd.grad(out.sum(), (q, k, v))
     with warnings.catch_warnings():
@@ -236,7 +237,7 @@ def test_kernel_path_pads_calls_and_differentiates(kernel_path_on_cpu) -> None:
             want_lse=False,
         )[0]
     torch.testing.assert_close(out, ref)
-    for got, want in zip(grads, torch.autograd.grad(ref.sum(), ref_leaves)):
+    for got, want in zip(grads, torch.autograd.grad(ref.sum(), ref_leaves), strict=True):
         torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)  # the LSE travels in fp32
 
 
@@ -249,7 +250,7 @@ def test_kernel_path_compiles_without_graph_breaks(kernel_path_on_cpu) -> None:
     compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
     got = torch.autograd.grad(compiled(q, k, v), (q, k, v))
     want = torch.autograd.grad(f(q, k, v), (q, k, v))
-    for a, b in zip(got, want):
+    for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a, b)
     assert any(entry[0] == 24 for entry in seen)
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from pathlib import Path
@@ -16,17 +17,9 @@ from buildtool.compat.choose import Request
 from buildtool.compat.doctor import build_report, render
 from buildtool.compat.env import env_from_json
 from buildtool.compat.wheel_index import load_index
-from tests.select.fixture_index import fixture_index
 
 ENVS = Path(__file__).parent / "envs"
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = tmp_path_factory.mktemp("index")
-    (d / "index.json").write_text(json.dumps(fixture_index()))
-    return d
 
 
 def env_file(tmp_path: Path, case: str) -> Path:
@@ -48,15 +41,15 @@ def test_doctor_exit_codes(tmp_path: Path, index_dir: Path, case: str, rc: int):
     assert result.exit_code == rc, result.output
 
 
-def test_doctor_json_shape(tmp_path: Path, index_dir: Path):
+def test_doctor_json_shape(tmp_path: Path, index_dir: Path, index_data: dict):
     result = doctor("--env", str(env_file(tmp_path, "t4-colab-bf16")), "--wheels", str(index_dir), "--json")
     out = json.loads(result.stdout)
-    assert out["verdict"] == "fallback" and out["codes"] == ["dtype-unsupported"]
+    assert out["verdict"] == "fallback"
+    assert out["codes"] == ["dtype-unsupported"]
     assert out["selected"] == "fa_attn-0.1.0+cu12torch2.5cxx11abifalse-py3-none-manylinux_2_28_x86_64.whl"
-    assert (
-        out["runtime"]["path"] == "fallback" and out["runtime"]["reasons"][0]["code"] == "dtype-unsupported"
-    )
-    assert len(out["wheels"]) == len(fixture_index()["wheels"])
+    assert out["runtime"]["path"] == "fallback"
+    assert out["runtime"]["reasons"][0]["code"] == "dtype-unsupported"
+    assert len(out["wheels"]) == len(index_data["wheels"])
     for wheel in out["wheels"]:
         assert set(wheel) >= {"file", "fits", "reasons"}
         assert wheel["fits"] == (not wheel["reasons"])
@@ -78,7 +71,8 @@ def test_doctor_options_change_the_answer(tmp_path: Path, index_dir: Path):
         "--json",
     )
     out = json.loads(result.stdout)
-    assert result.exit_code == 0 and out["runtime"] == {
+    assert result.exit_code == 0
+    assert out["runtime"] == {
         "path": "sass",
         "arch": "7.5",
         "head_dim": 64,
@@ -90,15 +84,18 @@ def test_doctor_reads_a_file_url(tmp_path: Path, index_dir: Path):
     result = doctor(
         "--env", str(env_file(tmp_path, "rtx5090-sm120")), "--index", index_dir.as_uri(), "--json"
     )
-    assert result.exit_code == 0 and json.loads(result.stdout)["runtime"]["arch"] == "12.0"
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["runtime"]["arch"] == "12.0"
 
 
 def test_doctor_on_this_machine_explains_the_fallback(index_dir: Path):
     # This machine (and CI) has no NVIDIA GPU: calls fall back, and doctor says why.
     result = doctor("--wheels", str(index_dir), "--json")
     out = json.loads(result.stdout)
-    assert result.exit_code == 1 and out["verdict"] == "fallback"
-    assert "no-gpu" in out["codes"] and all(r["fix"] for r in out["because"])
+    assert result.exit_code == 1
+    assert out["verdict"] == "fallback"
+    assert "no-gpu" in out["codes"]
+    assert all(r["fix"] for r in out["because"])
 
 
 def test_bad_env_file_is_usage_error(tmp_path: Path, index_dir: Path):
@@ -117,11 +114,15 @@ def test_bad_env_file_is_usage_error(tmp_path: Path, index_dir: Path):
         )
     )
     result = doctor("--env", str(bad), "--wheels", str(index_dir))
-    assert result.exit_code == 2 and "gpus[0].sm" in result.output and "8.6" in result.output
+    assert result.exit_code == 2
+    assert "gpus[0].sm" in result.output
+    assert "8.6" in result.output
     bad.write_text("{not json")
     result = doctor("--env", str(bad), "--wheels", str(index_dir))
     output = " ".join(result.output.split())  # rich wraps long paths at the terminal width
-    assert result.exit_code == 2 and "not JSON" in output and "line 1" in output
+    assert result.exit_code == 2
+    assert "not JSON" in output
+    assert "line 1" in output
 
 
 @pytest.mark.parametrize(
@@ -150,18 +151,21 @@ def test_human_report_has_a_fix_under_each_reason(index_dir: Path):
     console = Console(record=True, width=160)
     render(build_report(env, load_index(str(index_dir)), Request()), console)
     text = console.export_text()
-    assert "verdict: no-wheel" in text and "torch-version-mismatch" in text and "arch-unsupported" in text
+    assert "verdict: no-wheel" in text
+    assert "torch-version-mismatch" in text
+    assert "arch-unsupported" in text
     because = text.split("because:")[1].strip().splitlines()
     assert [line.strip().startswith("fix:") for line in because] == [False, True, False, True]
 
 
 @pytest.mark.parametrize("name", ["../../evil.whl", "sub/dir.whl", "fa_attn.tar.gz"])
-def test_index_file_names_must_be_plain_wheel_names(tmp_path: Path, name: str):
-    index = fixture_index()
+def test_index_file_names_must_be_plain_wheel_names(tmp_path: Path, name: str, index_data: dict):
+    index = copy.deepcopy(index_data)
     index["wheels"][0]["file"] = name
     (tmp_path / "index.json").write_text(json.dumps(index))
     result = doctor("--wheels", str(tmp_path))
-    assert result.exit_code == 2 and "wheels[0].file" in result.output
+    assert result.exit_code == 2
+    assert "wheels[0].file" in result.output
 
 
 def test_doctor_reads_manifests_when_there_is_no_index(tmp_path: Path):
@@ -171,7 +175,8 @@ def test_doctor_reads_manifests_when_there_is_no_index(tmp_path: Path):
     (house / "index.json").unlink()
     result = doctor("--env", str(env_file(tmp_path, "aws-a10g-pypi-torch")), "--wheels", str(house), "--json")
     out = json.loads(result.stdout)
-    assert result.exit_code == 0 and out["variant"] == "cu12torch2.5cxx11abifalse"
+    assert result.exit_code == 0
+    assert out["variant"] == "cu12torch2.5cxx11abifalse"
     assert len(out["wheels"]) == len(list(house.glob("*.whl")))
 
 
@@ -179,15 +184,18 @@ def test_installer_commands_never_touch_dependencies():
     from buildtool.compat.install import Installer
 
     pip = Installer(python="/venv/bin/python", uv=None).install("/tmp/x.whl")
-    assert (
-        pip[:4] == ["/venv/bin/python", "-m", "pip", "install"] and "--no-deps" in pip and "--no-index" in pip
-    )
+    assert pip[:4] == ["/venv/bin/python", "-m", "pip", "install"]
+    assert "--no-deps" in pip
+    assert "--no-index" in pip
     uv = Installer(python="/venv/bin/python", uv="/usr/bin/uv").install("/tmp/x.whl", target=Path("/t"))
     assert uv[:5] == ["/usr/bin/uv", "pip", "install", "--python", "/venv/bin/python"]
-    assert {"--no-deps", "--no-index", "--target"} <= set(uv) and uv[-1] == "/tmp/x.whl"
+    assert {"--no-deps", "--no-index", "--target"} <= set(uv)
+    assert uv[-1] == "/tmp/x.whl"
 
 
-def test_the_human_report_names_variants_and_groups_wheels_that_share_their_reasons(index_dir: Path):
+def test_the_human_report_names_variants_and_groups_wheels_that_share_their_reasons(
+    index_dir: Path, index_data: dict
+):
     env = env_from_json(json.loads((ENVS / "torch-missing.json").read_text())["env"])
     console = Console(record=True, width=80)
     render(build_report(env, load_index(str(index_dir)), Request()), console)
@@ -196,5 +204,5 @@ def test_the_human_report_names_variants_and_groups_wheels_that_share_their_reas
     table = text.split("Wheels in")[1].split("Choice")[0]
     assert "universal" in table
     assert re.search(r"\b\d+ wheels:", table)
-    assert table.count("torch-missing") < len(fixture_index()["wheels"]) / 4
+    assert table.count("torch-missing") < len(index_data["wheels"]) / 4
     assert all(len(line) <= 80 for line in text.splitlines())

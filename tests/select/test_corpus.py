@@ -11,16 +11,14 @@ import pytest
 from buildtool.compat.choose import Request, select
 from buildtool.compat.env import env_from_json
 from buildtool.compat.wheel_index import entry_from_dict
-from tests.select.fixture_index import fixture_index
 
 ENVS = Path(__file__).parent / "envs"
 CASES = sorted(ENVS.glob("*.json"))
 
 
 @pytest.fixture(scope="module")
-def entries():
-    index = fixture_index()
-    return [entry_from_dict(w, f"fixture wheels[{i}]") for i, w in enumerate(index["wheels"])]
+def entries(index_data: dict):
+    return [entry_from_dict(w, f"fixture wheels[{i}]") for i, w in enumerate(index_data["wheels"])]
 
 
 def test_corpus_is_large_enough():
@@ -74,8 +72,10 @@ def test_stable_wheel_wins_a_tie_with_the_per_minor_wheel_and_says_why():
     per_minor = entry_from_dict(kernel_entry(13, "2.13", True), "per-minor")
     stable = entry_from_dict(kernel_entry(13, "2.10", None, tested=("2.10", "2.13")), "stable")
     selection = select([per_minor, stable], env_from_json(_h100("2.13.1+cu130")))
-    assert selection.selected is stable and selection.warnings == ()
-    assert "keeps working when torch is upgraded" in selection.why and stable.file in selection.why
+    assert selection.selected is stable
+    assert selection.warnings == ()
+    assert "keeps working when torch is upgraded" in selection.why
+    assert stable.file in selection.why
 
 
 def test_a_per_minor_wheel_tested_with_this_torch_beats_an_untested_stable_one():
@@ -85,11 +85,14 @@ def test_a_per_minor_wheel_tested_with_this_torch_beats_an_untested_stable_one()
     stable = entry_from_dict(kernel_entry(13, "2.10", None, tested=("2.10", "2.15")), "stable")
     env = env_from_json(_h100("2.16.0+cu130"))
     selection = select([stable, per_minor], env)
-    assert selection.selected is per_minor and "only up to torch 2.15" in selection.why
+    assert selection.selected is per_minor
+    assert "only up to torch 2.15" in selection.why
     alone = select([stable], env)  # no per-minor wheel: the stable one, with the warning, not a refusal
-    assert alone.selected is stable and alone.verdict == "ok"
+    assert alone.selected is stable
+    assert alone.verdict == "ok"
     (warning,) = alone.warnings
-    assert warning.code == "torch-newer-than-tested" and "2.10, 2.15" in warning.message
+    assert warning.code == "torch-newer-than-tested"
+    assert "2.10, 2.15" in warning.message
 
 
 def test_below_the_floor_the_stable_wheel_says_so():
@@ -97,5 +100,6 @@ def test_below_the_floor_the_stable_wheel_says_so():
 
     stable = entry_from_dict(kernel_entry(12, "2.10", None), "stable")
     selection = select([stable], env_from_json(_h100("2.9.1+cu128")))
-    assert selection.verdict == "no-wheel" and selection.codes == ("torch-below-floor",)
+    assert selection.verdict == "no-wheel"
+    assert selection.codes == ("torch-below-floor",)
     assert "fa install --build" in selection.deciding[0].fix

@@ -13,15 +13,15 @@ from fa_attn.decision import Call, Device
 from fa_attn.dispatch import CallFacts
 
 from buildtool.compat.choose import Request, select
-from buildtool.compat.env import Env, Gpu
+from buildtool.compat.env import Env
 from buildtool.compat.wheel_index import entry_from_dict
 from buildtool.core import kernels_src
-from buildtool.core.installed import TorchInfo
+from tests.select.conftest import env
 from tests.select.fixture_index import kernel_entry, kernel_manifest
 
 SMEM = kernels_src.tiles().SMEM_LIMIT
 
-# (a name, the wheel's SASS archs and PTX): a release wheel, and the issue's sm80-only build.
+# (a name, the wheel's SASS archs and PTX): a release wheel, and a build for sm 8.0 only.
 WHEELS = {"cu12": {}, "sm80-only": {"sass": ("8.0",), "ptx": None}}
 GPUS = ("7.5", "8.0", "8.6", "8.9", "9.0", "12.0", "13.0")
 CALLS = [
@@ -32,12 +32,11 @@ CALLS = [
 ]
 
 
-def env_with(sm: str, driver: str = "580.65.06") -> Env:
-    torch = TorchInfo(version="2.8.0+cu128", cuda="12.8", hip=None, cxx11abi=True)
-    gpu = Gpu(name=f"sm {sm}", sm=sm, memory_mib=None)
-    return Env(
-        os="linux", arch="x86_64", glibc="2.35", python="3.11", torch=torch, driver=driver, gpus=(gpu,)
-    )
+def env_with(sm: str) -> Env:
+    """The shared test machine with torch 2.8 (the wheels' minor), a 580 driver and one GPU of `sm`."""
+    torch = {"version": "2.8.0+cu128", "cuda": "12.8", "hip": None, "cxx11abi": True}
+    gpus = [{"name": f"sm {sm}", "sm": sm, "memory_mib": None}]
+    return env(torch=torch, driver={"version": "580.65.06"}, gpus=gpus)
 
 
 def doctor_answer(wheel: str, sm: str, request: Request) -> tuple:
@@ -70,5 +69,6 @@ def test_head_dim_256_on_sm86_with_an_sm80_only_wheel_falls_back_in_both() -> No
     request = Request("bf16", 256, False)
     doctor = doctor_answer("sm80-only", "8.6", request)
     assert doctor == runtime_answer("sm80-only", "8.6", request)
-    assert doctor[0] == "fallback" and doctor[3] == ["arch-unsupported"]
+    assert doctor[0] == "fallback"
+    assert doctor[3] == ["arch-unsupported"]
     assert doctor_answer("sm80-only", "8.6", Request("bf16", 128, False))[:2] == ("sass", "8.0")

@@ -34,7 +34,8 @@ def test_an_entry_that_contradicts_its_file_is_refused(change, field):
     entry = {**kernel_entry(12, "2.13", True), **change}
     with pytest.raises(WheelIndexError) as err:
         entry_from_dict(entry, "index.json: wheels[0]")
-    assert f"wheels[0].{field}:" in str(err.value) and "fa index" in str(err.value)
+    assert f"wheels[0].{field}:" in str(err.value)
+    assert "fa index" in str(err.value)
 
 
 def test_the_universal_wheel_names_no_torch():
@@ -65,7 +66,8 @@ def test_a_downgrade_to_the_universal_wheel_is_said(tmp_path):
     result = CliRunner().invoke(app, ["install", "--wheels", str(tmp_path), "--dry-run", "--json"])
     out = json.loads(result.stdout)
     assert out["selected"] == universal_entry()["file"]
-    assert "a downgrade" in out["downgrade"] and "torch-version-mismatch" in out["downgrade"]
+    assert "a downgrade" in out["downgrade"]
+    assert "torch-version-mismatch" in out["downgrade"]
     text = CliRunner().invoke(app, ["install", "--wheels", str(tmp_path), "--dry-run"]).output
     assert "note:    a downgrade" in text
 

@@ -82,6 +82,21 @@ def installed(python: Path) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
+def broken_once_installed(out_dir: Path) -> Path:
+    """0.2.0 wheels for this machine's torch in out_dir: this machine's imports in pip's trial directory
+    but not once installed."""
+    torch = probe().torch
+    assert torch is not None
+    return build_wheelhouse(
+        out_dir,
+        torch.minor,
+        bool(torch.cxx11abi),
+        broken=expected_variant(),
+        init_py=BROKEN_WHEN_INSTALLED,
+        version="0.2.0",
+    )
+
+
 def expected_variant() -> str:
     # No GPU and no driver here: every wheel for this torch fits; the highest CUDA major wins.
     torch = probe().torch
@@ -94,7 +109,8 @@ def test_install_from_local_dir(venv: Path, wheelhouse: Path, tmp_path: Path):
     rc, out = fa(venv, "install", "--wheels", str(wheelhouse), cwd=tmp_path)
     assert rc == 0, out["message"]
     assert out["variant"] == expected_variant()
-    assert out["verdict"] == "fallback" and out["ok"]
+    assert out["verdict"] == "fallback"
+    assert out["ok"]
     assert installed(venv) == out["installed"] == f"0.1.0+{expected_variant()}"
     after = freeze(venv)
     assert changed(before, after) == {"fa-attn"}
@@ -102,7 +118,8 @@ def test_install_from_local_dir(venv: Path, wheelhouse: Path, tmp_path: Path):
 
 def test_dry_run_changes_nothing(venv: Path, wheelhouse: Path, tmp_path: Path):
     rc, out = fa(venv, "install", "--wheels", str(wheelhouse), "--dry-run", cwd=tmp_path)
-    assert rc == 0 and out["dry_run"]
+    assert rc == 0
+    assert out["dry_run"]
     assert out["command"][-1] == str(wheelhouse / out["selected"])
     assert "--no-deps" in out["command"]
     assert installed(venv) is None
@@ -131,7 +148,8 @@ def test_install_from_http_index(venv: Path, http_index: str, tmp_path: Path):
     before = freeze(venv)
     rc, out = fa(venv, "install", "--index", http_index, cwd=tmp_path)
     assert rc == 0, out["message"]
-    assert out["source"].startswith(http_index) and out["variant"] == expected_variant()
+    assert out["source"].startswith(http_index)
+    assert out["variant"] == expected_variant()
     assert installed(venv) == f"0.1.0+{expected_variant()}"
     assert changed(before, freeze(venv)) == {"fa-attn"}
 
@@ -143,9 +161,12 @@ def test_tampered_wheel_is_refused(venv: Path, wheelhouse: Path, tmp_path: Path)
         f.write(b"tampered")
     before = freeze(venv)
     rc, out = fa(venv, "install", "--wheels", str(wheelhouse), cwd=tmp_path)
-    assert rc == 1 and not out["ok"]
-    assert "sha256" in out["message"] and "nothing installed" in out["message"]
-    assert installed(venv) is None and freeze(venv) == before
+    assert rc == 1
+    assert not out["ok"]
+    assert "sha256" in out["message"]
+    assert "nothing installed" in out["message"]
+    assert installed(venv) is None
+    assert freeze(venv) == before
 
 
 def test_broken_wheel_is_refused_before_installing(venv: Path, tmp_path: Path):
@@ -156,8 +177,11 @@ def test_broken_wheel_is_refused_before_installing(venv: Path, tmp_path: Path):
     )
     before = freeze(venv)
     rc, out = fa(venv, "install", "--wheels", str(broken), cwd=tmp_path)
-    assert rc == 1 and "deliberately broken" in out["message"] and "nothing installed" in out["message"]
-    assert installed(venv) is None and freeze(venv) == before
+    assert rc == 1
+    assert "deliberately broken" in out["message"]
+    assert "nothing installed" in out["message"]
+    assert installed(venv) is None
+    assert freeze(venv) == before
 
 
 def test_no_wheel_exits_1(venv: Path, tmp_path: Path):
@@ -168,7 +192,9 @@ def test_no_wheel_exits_1(venv: Path, tmp_path: Path):
     index["wheels"] = [w for w in index["wheels"] if w["torch"] == "2.4"]
     (house / "index.json").write_text(json.dumps(index))
     rc, out = fa(venv, "install", "--wheels", str(house), cwd=tmp_path)
-    assert rc == 1 and out["verdict"] == "no-wheel" and out["selected"] is None
+    assert rc == 1
+    assert out["verdict"] == "no-wheel"
+    assert out["selected"] is None
     assert "torch-version-mismatch" in out["codes"]
     assert "fa install --build" in out["message"]  # never silently: the fix is named, nothing is built
     assert installed(venv) is None
@@ -184,28 +210,24 @@ def test_build_needs_a_cuda_major_and_an_arch_it_cannot_guess(venv: Path, tmp_pa
             capture_output=True,
             text=True,
         )
-        assert done.returncode == 2 and missing in done.stderr and "fix:" in done.stderr, done.stderr
+        assert done.returncode == 2, done.stderr
+        assert missing in done.stderr, done.stderr
+        assert "fix:" in done.stderr, done.stderr
     assert installed(venv) is None
 
 
 def test_failed_final_check_rolls_back_to_the_previous_version(venv: Path, wheelhouse: Path, tmp_path: Path):
     rc, out = fa(venv, "install", "--wheels", str(wheelhouse), cwd=tmp_path)
-    assert rc == 0 and installed(venv) == f"0.1.0+{expected_variant()}"
+    assert rc == 0
+    assert installed(venv) == f"0.1.0+{expected_variant()}"
     before = freeze(venv)
     # 0.2.0 imports in the trial directory but not once installed; 0.1.0 is still in the same index.
-    torch = probe().torch
-    assert torch is not None
-    build_wheelhouse(
-        wheelhouse,
-        torch.minor,
-        bool(torch.cxx11abi),
-        broken=expected_variant(),
-        init_py=BROKEN_WHEN_INSTALLED,
-        version="0.2.0",
-    )
+    broken_once_installed(wheelhouse)
     rc, out = fa(venv, "install", "--wheels", str(wheelhouse), cwd=tmp_path)
-    assert rc == 1 and out["selected"].startswith("fa_attn-0.2.0+")
-    assert "broken once installed" in out["message"] and "rolled back" in out["message"]
+    assert rc == 1
+    assert out["selected"].startswith("fa_attn-0.2.0+")
+    assert "broken once installed" in out["message"]
+    assert "rolled back" in out["message"]
     assert installed(venv) == f"0.1.0+{expected_variant()}"
     assert changed(before, freeze(venv)) <= {"fa-attn"}  # the same version, reinstalled from the index
 
@@ -217,7 +239,8 @@ def test_wheel_whose_metadata_disagrees_with_the_index_is_refused_before_anythin
     0.2.0, and the old fa install uninstalled the working fa-attn and then printed a fix that failed.
     Now it is refused before anything is touched."""
     rc, out = fa(venv, "install", "--wheels", str(wheelhouse), cwd=tmp_path)
-    assert rc == 0 and installed(venv) == f"0.1.0+{expected_variant()}"
+    assert rc == 0
+    assert installed(venv) == f"0.1.0+{expected_variant()}"
     before = freeze(venv)
     torch = probe().torch
     assert torch is not None
@@ -229,30 +252,27 @@ def test_wheel_whose_metadata_disagrees_with_the_index_is_refused_before_anythin
         entry["file"], entry["version"] = renamed, entry["version"].replace("0.2.0", "0.3.0", 1)
     (other / "index.json").write_text(json.dumps(index))
     rc, out = fa(venv, "install", "--wheels", str(other), cwd=tmp_path)
-    assert rc == 1 and not out["ok"]
-    assert "fa_attn-0.2.0" in out["message"] and "nothing installed" in out["message"]
-    assert installed(venv) == f"0.1.0+{expected_variant()}" and freeze(venv) == before
+    assert rc == 1
+    assert not out["ok"]
+    assert "fa_attn-0.2.0" in out["message"]
+    assert "nothing installed" in out["message"]
+    assert installed(venv) == f"0.1.0+{expected_variant()}"
+    assert freeze(venv) == before
 
 
 def test_failed_install_puts_back_a_previous_version_the_index_does_not_have(
     venv: Path, wheelhouse: Path, tmp_path: Path
 ):
     rc, out = fa(venv, "install", "--wheels", str(wheelhouse), cwd=tmp_path)
-    assert rc == 0 and installed(venv) == f"0.1.0+{expected_variant()}"
+    assert rc == 0
+    assert installed(venv) == f"0.1.0+{expected_variant()}"
     before = freeze(venv)
-    torch = probe().torch
-    assert torch is not None
-    newer = build_wheelhouse(  # holds only 0.2.0, which imports in the trial but not once installed
-        tmp_path / "newer",
-        torch.minor,
-        bool(torch.cxx11abi),
-        broken=expected_variant(),
-        init_py=BROKEN_WHEN_INSTALLED,
-        version="0.2.0",
-    )
+    newer = broken_once_installed(tmp_path / "newer")  # holds only 0.2.0
     rc, out = fa(venv, "install", "--wheels", str(newer), cwd=tmp_path)
-    assert rc == 1 and "broken once installed" in out["message"]
+    assert rc == 1
+    assert "broken once installed" in out["message"]
     assert f"the previous fa-attn 0.1.0+{expected_variant()} is back in place" in out["message"]
-    assert installed(venv) == f"0.1.0+{expected_variant()}" and freeze(venv) == before
+    assert installed(venv) == f"0.1.0+{expected_variant()}"
+    assert freeze(venv) == before
     check = subprocess.run([str(venv), "-c", "import fa_attn"], capture_output=True, text=True, check=False)
     assert check.returncode == 0, check.stderr

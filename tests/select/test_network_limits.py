@@ -8,7 +8,6 @@ import http.server
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -77,7 +76,8 @@ def test_an_endless_index_is_cut_off_by_size(server, monkeypatch):
     t0 = time.monotonic()
     with pytest.raises(WheelIndexError, match=r"more than 1048576 bytes") as err:
         load_index(url)
-    assert url in str(err.value) and time.monotonic() - t0 < 30
+    assert url in str(err.value)
+    assert time.monotonic() - t0 < 30
 
 
 def test_an_index_declaring_a_huge_size_is_refused_before_reading(server):
@@ -142,6 +142,6 @@ def test_a_special_file_named_like_the_wheel_is_refused(tmp_path):
         fetch_wheel(WheelIndex(location=str(house), entries=(entry,)), entry, dest_dir)
 
 
-def test_unsupported_url_schemes_are_named(tmp_path: Path):
+def test_unsupported_url_schemes_are_named():
     with pytest.raises(WheelIndexError, match=r"not ftp://"):
         load_index("ftp://example.org/wheels/")

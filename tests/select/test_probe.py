@@ -15,6 +15,7 @@ import pytest
 from buildtool.compat.env import EnvError, env_from_json, env_to_json
 from buildtool.compat.probe import ProbePaths, probe
 from buildtool.core.installed import TorchInfo
+from tests.select.conftest import MACHINE
 
 ENVS = Path(__file__).parent / "envs"
 PROC_CLOSED = (
@@ -52,7 +53,8 @@ def paths(
 
 def test_driver_from_sys_module(tmp_path: Path):
     env = probe(paths(tmp_path, sys_text="535.104.05\n", proc_text=PROC_OPEN))
-    assert env.driver == "535.104.05" and env.gpus == ()
+    assert env.driver == "535.104.05"
+    assert env.gpus == ()
     assert env.sources["driver"].endswith("sys_version")
 
 
@@ -64,7 +66,9 @@ def test_driver_from_proc_when_sys_is_missing(tmp_path: Path, text: str, version
 
 def test_no_driver_anywhere(tmp_path: Path):
     env = probe(paths(tmp_path))
-    assert env.driver is None and env.gpus == () and env.torch is None
+    assert env.driver is None
+    assert env.gpus == ()
+    assert env.torch is None
 
 
 def _fake_smi(tmp_path: Path, script: str) -> str:
@@ -100,7 +104,8 @@ def test_old_nvidia_smi_without_compute_cap(tmp_path: Path, monkeypatch: pytest.
     )
     monkeypatch.setenv("PATH", bin_dir + os.pathsep + os.environ["PATH"])
     env = probe(paths(tmp_path, smi="nvidia-smi"))
-    assert env.driver == "470.57.02" and env.gpus == ()
+    assert env.driver == "470.57.02"
+    assert env.gpus == ()
 
 
 def test_without_nvml_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -150,7 +155,8 @@ def test_torch_from_files_old_abi_via_cmake(tmp_path: Path):
 def test_torch_abi_from_libc10_symbols(tmp_path: Path, symbols: bytes, abi: bool):
     torch_dir = _fake_torch(tmp_path, VERSION_PY, cmake="# no flags here (torch >= 2.x)\n", libc10=symbols)
     env = probe(paths(tmp_path, torch_dir=torch_dir))
-    assert env.torch is not None and env.torch.cxx11abi is abi
+    assert env.torch is not None
+    assert env.torch.cxx11abi is abi
 
 
 def test_probe_never_imports_torch():
@@ -188,25 +194,14 @@ def test_corpus_envs_round_trip():
         assert env_to_json(env_from_json(raw)) == raw, path.name
 
 
-GOOD = {
-    "os": "linux",
-    "arch": "x86_64",
-    "glibc": "2.35",
-    "python": "3.11",
-    "torch": {"version": "2.5.1+cu124", "cuda": "12.4", "hip": None, "cxx11abi": False},
-    "driver": {"version": "550.54.15"},
-    "gpus": [{"name": "NVIDIA A100", "sm": "8.0", "memory_mib": 81920}],
-}
-
-
 @pytest.mark.parametrize(
     ("change", "field", "fix"),
     [
         ({"os": "freebsd"}, "os", "linux, windows, darwin"),
         ({"python": 3.11}, "python", '"3.11"'),
         ({"glibc": "2"}, "glibc", '"2.35"'),
-        ({"torch": {**GOOD["torch"], "version": "latest"}}, "torch.version", "torch.__version__"),
-        ({"torch": {**GOOD["torch"], "cxx11abi": "TRUE"}}, "torch.cxx11abi", "true or false"),
+        ({"torch": {**MACHINE["torch"], "version": "latest"}}, "torch.version", "torch.__version__"),
+        ({"torch": {**MACHINE["torch"], "cxx11abi": "TRUE"}}, "torch.cxx11abi", "true or false"),
         ({"driver": "535"}, "driver", '{"version"'),
         ({"driver": {"version": "r535"}}, "driver.version", "535.104.05"),
         ({"gpus": [{"name": "A100", "sm": "80"}]}, "gpus[0].sm", '"8.6"'),
@@ -215,12 +210,13 @@ GOOD = {
 )
 def test_bad_env_names_field_and_fix(change: dict, field: str, fix: str):
     with pytest.raises(EnvError) as err:
-        env_from_json({**GOOD, **change})
-    assert str(err.value).startswith(f"{field}:") and fix in str(err.value)
+        env_from_json({**MACHINE, **change})
+    assert str(err.value).startswith(f"{field}:")
+    assert fix in str(err.value)
 
 
 def test_missing_field_is_named():
-    data = {k: v for k, v in GOOD.items() if k != "arch"}
+    data = {k: v for k, v in MACHINE.items() if k != "arch"}
     with pytest.raises(EnvError, match=r"^arch: got None"):
         env_from_json(data)
 
@@ -237,11 +233,13 @@ def test_jetson_orin_from_device_tree_and_l4t_release(tmp_path: Path):
     )
     env = probe(p)
     assert [(g.name, g.sm) for g in env.gpus] == [("Orin (nvgpu)", "8.7")]
-    assert env.driver == "540.4.0" and "L4T R36.4.3" in env.sources["driver"]
+    assert env.driver == "540.4.0"
+    assert "L4T R36.4.3" in env.sources["driver"]
     # An L4T release without a known driver number: the GPU is still seen, the driver stays unknown.
     p.tegra_release.write_text("# R35 (release), REVISION: 6.0, GCID: 1, BOARD: t186ref, EABI: aarch64\n")
     env = probe(p)
-    assert env.gpus and env.driver is None
+    assert env.gpus
+    assert env.driver is None
     p.device_tree_compatible.write_bytes(b"raspberrypi,5-model-b\0brcm,bcm2712\0")
     assert probe(p).gpus == ()
 
