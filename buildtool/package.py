@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from buildtool import cache
+from buildtool import cache, kernels_src
 from buildtool.cuda_facts import TOOLKITS, arch_tuple, compute_name, sm_name
 from buildtool.platform_tag import platform_tag
 
@@ -55,8 +55,9 @@ def kernel_file(job: CompileJob) -> str:
     return f"kernels/{compute_name(job.arch)}/{job.unit}.ptx"
 
 
-def manifest(spec: WheelSpec, tiles: ModuleType) -> dict:
-    """The manifest of `spec` (contracts section 3); nulls and empty lists for the universal wheel."""
+def manifest(spec: WheelSpec, tiles: ModuleType, source_sha256: str | None = None) -> dict:
+    """The manifest of `spec` (contracts section 3); nulls and empty lists for the universal wheel.
+    `source_sha256`: kernels_src.source_hash of the tree the images were compiled from."""
     tk = TOOLKITS[spec.cuda_major] if spec.cuda_major is not None else None
     kernels = []
     units_by_arch: dict[str, dict[str, Any]] = {}  # tiles.units() builds the table; once per arch
@@ -107,6 +108,7 @@ def manifest(spec: WheelSpec, tiles: ModuleType) -> dict:
             for (a, i, d, r), hd in sorted(coverage.items(), key=lambda kv: (arch_tuple(kv[0][0]), kv[0][1:]))
         ],
         "features": _features(getattr(tiles, "FEATURES", ())),
+        "kernel_source_sha256": source_sha256 if spec.cuda_major is not None else None,
     }
 
 
@@ -165,7 +167,7 @@ def build_wheel(
     images: Mapping[CompileJob, Path],
     binding: Path | None,
 ) -> BuiltWheel:
-    man = manifest(spec, tiles)
+    man = manifest(spec, tiles, kernels_src.source_hash(kernels_root))
     files = runtime_files(kernels_root)
     if spec.cuda_major is None:
         platform, reason = "any", "universal wheel: pure Python, no binaries"
