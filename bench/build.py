@@ -32,12 +32,13 @@ from rich.table import Table
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from buildtool import cache, toolkits, torch_headers
-from buildtool.build import BuildSummary, execute
-from buildtool.compile import KernelTree, compile_all
-from buildtool.matrix import load_matrix
-from buildtool.plan import Plan, make_plan
-from buildtool.pypi import fetch_torch_catalog
+from buildtool.build import toolkits, torch_headers
+from buildtool.build.compile import KernelTree, compile_all
+from buildtool.build.matrix import load_matrix
+from buildtool.build.pipeline import BuildSummary, execute
+from buildtool.build.plan import Plan, make_plan
+from buildtool.build.pypi import fetch_torch_catalog
+from buildtool.core import atomic
 
 
 def _use_cache(root: Path, shared: Path) -> None:
@@ -138,7 +139,7 @@ def main() -> int:
             for w in cold.wheels
         ],
     }
-    cache.atomic_write_json(args.json.resolve(), result)
+    atomic.write_json(args.json.resolve(), result)
     _print(result)
     return 0
 

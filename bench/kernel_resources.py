@@ -27,9 +27,10 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from buildtool import kernels_src, toolkits
-from buildtool.cuda_facts import TOOLKITS
-from buildtool.nvrtc import NvrtcError, open_nvrtc, parse_resource_usage
+from buildtool.build import toolkits
+from buildtool.build.nvrtc import NvrtcError, open_nvrtc, parse_resource_usage
+from buildtool.core import kernels_src
+from buildtool.core.cuda_facts import TOOLKITS
 
 REGS_PER_SM = 64 * 1024
 

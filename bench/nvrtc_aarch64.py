@@ -1,7 +1,7 @@
 """Do NVIDIA's aarch64 NVRTC wheels compile our kernels to the same bytes as the x86_64 ones?
 
 The release workflow builds aarch64 wheels natively on Arm runners, where NVRTC's aarch64 wheel
-(pinned in buildtool/cuda_facts.py) compiles the kernels; a laptop's cross build reuses the x86_64
+(pinned in buildtool/core/cuda_facts.py) compiles the kernels; a laptop's cross build reuses the x86_64
 cubins. This script runs the pinned aarch64 libnvrtc under Debian's qemu-user (a small aarch64 C driver
 that calls the NVRTC API) on real kernel units with the exact sources, headers and options `fa build`
 uses, and compares each cubin with the x86_64 NVRTC's.
@@ -24,10 +24,11 @@ import zipfile
 from pathlib import Path
 from unittest import mock
 
-from buildtool import cuda_facts, fetch, platforms, toolkits
-from buildtool.compile import KernelTree, resolve
-from buildtool.nvrtc import open_nvrtc
-from buildtool.plan import CompileJob
+from buildtool.build import toolkits
+from buildtool.build.compile import KernelTree, resolve
+from buildtool.build.nvrtc import open_nvrtc
+from buildtool.build.plan import CompileJob
+from buildtool.core import cpus, cuda_facts, fetch
 
 DRIVER = r"""
 /* drv LIBNVRTC ARCH OUT SRC NAME [--hdr NAME FILE]... -- OPTIONS... : one NVRTC program to a cubin */
@@ -67,8 +68,8 @@ int main(int argc, char** argv) {
 def aarch64_nvrtc(major: int, dest: Path) -> Path:
     """The pinned aarch64 NVRTC wheel of `major`, hash-checked and unpacked; its lib directory."""
     tk = cuda_facts.TOOLKITS[major]
-    pin = tk.wheels[platforms.AARCH64]
-    with mock.patch.object(platforms.platform, "machine", lambda: platforms.AARCH64):
+    pin = tk.wheels[cpus.AARCH64]
+    with mock.patch.object(cpus.platform, "machine", lambda: cpus.AARCH64):
         url = toolkits.wheel_url(tk)
     wheel = fetch.download(url, dest / pin.file, pin.sha256, None)
     with zipfile.ZipFile(wheel) as zf:
@@ -82,7 +83,7 @@ def main() -> int:
     ap.add_argument("--arch", default="8.0")
     ap.add_argument("--units", nargs="+", default=["fwd_fp16_d128", "bwd_bf16_d128"])
     args = ap.parse_args()
-    target = platforms.TARGETS[platforms.AARCH64]
+    target = cpus.TARGETS[cpus.AARCH64]
     tree = KernelTree()
     results = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -9,9 +9,7 @@ from typing import Annotated
 
 import typer
 
-from buildtool.commands import build as build_cmd
-from buildtool.commands import ci as ci_cmd
-from buildtool.commands import doctor as doctor_cmd
+from buildtool.commands import build, ci, doctor, index, install, probe
 
 DISTRIBUTION = "fa-toolchain"
 
@@ -40,9 +38,12 @@ def main(
     """Build, choose and install fused attention kernels for PyTorch."""
 
 
-build_cmd.register(app)
-doctor_cmd.register(app)
-ci_cmd.register(app)
+build.register(app)
+index.register(app)
+app.command("probe")(probe.probe_cmd)
+app.command("doctor")(doctor.doctor_cmd)
+app.command("install")(install.install_cmd)
+ci.register(app)
 
 if __name__ == "__main__":
     app()

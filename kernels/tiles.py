@@ -1,23 +1,33 @@
 """The kernel table: which NVRTC programs exist per arch, with which -D defines, and how to launch them.
 
 The one place where per-arch and per-head-dim differences live (docs/contracts.md section 2). The
-build reads it to know what to compile; the packager copies the launches into the manifest. Pure
-Python, stdlib only: the build tool loads this file by path (buildtool/kernels_src.py).
+build reads it to know what to compile; the packager copies the launches into the manifest; the GPU
+autotuner (bench/autotune.py) reads its search space. Pure Python, stdlib only: the build tool loads
+this file by path (buildtool/core/kernels_src.py).
 
-Tile choices start from FlashAttention-2's published forward configs (csrc/flash_attn/src/
-flash_fwd_launch_template.h) and are fitted to each arch family's shared memory per block. Our warps
-own one 16-row mma tile each (BLOCK_M = 16 * WARPS), where FA2 often gives a 4-warp block 32 rows
-per warp: the same block shape with twice the warps, fewer registers per thread and no spills. The
-choices are not tuned on hardware yet (no GPU in the session that wrote them): bench/ measures.
+Three layers:
+  - a Tile per direction (FwdTile, BwdTile): the knobs a kernel's -D defines take, with a short
+    `label` and the shared memory the kernel lays out for it (`smem_bytes`);
+  - per arch family, every candidate tile per head-dim bucket (`candidates`), the default first: the
+    autotuner measures them on a GPU and a patch to the defaults records the winner;
+  - the compile units (`unit`, `units`): a tile turned into an NVRTC program's defines and launches.
+Register limits (no spills) are not modelled here: they are ptxas's, checked at compile time
+(bench/kernel_resources.py, the autotuner's pruning).
+
+Tile choices start from FlashAttention-2's published configs (csrc/flash_attn/src/
+flash_fwd_launch_template.h, flash_bwd_launch_template.h) fitted to each family's shared memory per
+block. Not tuned on hardware yet (no GPU in the sessions that wrote them): bench/ measures.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
 HEAD_DIM_BUCKETS: tuple[int, ...] = (32, 64, 96, 128, 160, 192, 224, 256)
 MIN_ARCH = "7.5"
+DIRECTIONS: tuple[str, ...] = ("fwd", "bwd")
 
 # What the forward kernel implements (fwd.cu's header states the exact semantics). Anything else the
 # runtime must refuse with reason `feature-unsupported` (dropout, alibi, ...).
@@ -52,15 +62,87 @@ class KernelUnit:
     entries: dict[str, Launch]  # extern "C" name -> launch; bwd runs them in dict order
 
 
+# ---- tiles: the knobs of each direction ------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class FwdTile:
+    """fwd.cu's knobs: FA_BLOCK_M query rows per block, FA_BLOCK_N keys per iteration, FA_WARPS."""
+
     block_m: int
     block_n: int
     warps: int
 
+    @property
+    def label(self) -> str:
+        return f"m{self.block_m}n{self.block_n}w{self.warps}"
+
     def smem_bytes(self, head_dim: int) -> int:
         """fwd.cu's kSmemBytes: Q (block_m rows) plus one K and one V tile (block_n rows each)."""
         return (self.block_m + 2 * self.block_n) * (head_dim + _ROW_PAD) * _ELEM_BYTES
+
+    def valid(self, head_dim: int) -> bool:
+        """fwd.cu's static_asserts: every warp owns whole 16-row mma tiles; k steps of 16."""
+        return self.block_m % (16 * self.warps) == 0 and self.block_n % 16 == 0
+
+    def defines(self) -> dict[str, int]:
+        return {"FA_BLOCK_M": self.block_m, "FA_BLOCK_N": self.block_n, "FA_WARPS": self.warps}
+
+
+@dataclass(frozen=True)
+class BwdTile:
+    """bwd.cu's knobs: FA_BLOCK_M query rows per step, FA_BLOCK_N keys per block, FA_WARPS, and
+    FA_STAGES shared-memory buffers for Q and dO (2 prefetches the next query block)."""
+
+    block_m: int
+    block_n: int
+    warps: int
+    stages: int
+
+    @property
+    def label(self) -> str:
+        return f"m{self.block_m}n{self.block_n}w{self.warps}s{self.stages}"
+
+    def smem_bytes(self, head_dim: int) -> int:
+        """bwd.cu's kSmemBytes: K, V; Q, dO per stage; P, dS; lse and D (fp32) per query row."""
+        pitch = head_dim + _ROW_PAD
+        kv = 2 * self.block_n * pitch * _ELEM_BYTES
+        q_do = 2 * self.stages * self.block_m * pitch * _ELEM_BYTES
+        p_ds = 2 * self.block_m * (self.block_n + _ROW_PAD) * _ELEM_BYTES
+        return kv + q_do + p_ds + 2 * self.block_m * 4
+
+    def valid(self, head_dim: int) -> bool:
+        """bwd.cu's static_asserts: WarpGrid splits S (block_m x block_n), dK/dV (block_n x d) and dQ
+        (block_m x d) into whole 16 x 8 mma tiles over the warps; tile widths multiples of 32."""
+        if self.block_n % 32 or self.block_m % 16 or self.stages not in (1, 2):
+            return False
+        return all(
+            _warp_grid_fits(m, n, self.warps)
+            for m, n in ((self.block_m, self.block_n), (self.block_n, head_dim), (self.block_m, head_dim))
+        )
+
+    def defines(self) -> dict[str, int]:
+        return {
+            "FA_BLOCK_M": self.block_m,
+            "FA_BLOCK_N": self.block_n,
+            "FA_WARPS": self.warps,
+            "FA_STAGES": self.stages,
+        }
+
+
+Tile = FwdTile | BwdTile
+
+
+def _warp_grid_fits(m: int, n: int, warps: int) -> bool:
+    """bwd.cu WarpGrid<M, N>: warps split rows first (at most M / 16 of them), the rest split columns."""
+    wm = min(m // 16, warps)
+    if wm == 0 or warps % wm:
+        return False
+    wn = warps // wm
+    return m % (16 * wm) == 0 and n % (8 * wn) == 0
+
+
+# ---- arch families and their tables -------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -70,10 +152,28 @@ class ArchFamily:
     name: str
     smem_limit: int  # max dynamic shared memory per block (opt-in), bytes
     dtypes: tuple[str, ...]
-    fwd: dict[int, FwdTile]  # head-dim bucket -> forward tile
+    fwd: dict[int, FwdTile]  # head-dim bucket -> the default forward tile
+    bwd: dict[int, BwdTile]  # head-dim bucket -> the default backward tile; absent: no backward
 
 
 _T = FwdTile
+_B = BwdTile
+
+# Backward defaults. Chosen so that shared memory fits the family's per-block limit and NVRTC 12.9
+# reports no register spills (bench/kernel_resources.py). Head dim 256 fits the 99 KB parts
+# (sm86/89/120) with 32x32 blocks (71 KB), where FA2 < 2.5.5 and torch SDPA refuse training. Turing
+# (64 KB) gets backward up to head dim 192; 224 and 256 do not fit 64 KB without blocks so small that
+# they spill, so they are left out and dispatch falls back for them (backward-unsupported).
+_BWD_SM80 = {
+    32: _B(64, 128, 8, 2),
+    64: _B(64, 128, 8, 2),
+    96: _B(64, 64, 8, 2),
+    128: _B(64, 32, 8, 2),
+    160: _B(64, 32, 8, 2),
+    192: _B(64, 32, 8, 2),
+    224: _B(64, 32, 8, 2),
+    256: _B(32, 32, 8, 2),
+}
 
 # Shared memory per block, opt-in maximum (CUDA C++ Programming Guide, "Technical Specifications per
 # Compute Capability"): sm75 64 KB; sm80/sm87 163 KB; sm86/sm89/sm12x 99 KB; sm90/sm10x/sm110 227 KB.
@@ -94,6 +194,14 @@ FAMILIES: dict[str, ArchFamily] = {
             224: _T(64, 32, 4),
             256: _T(64, 16, 4),
         },
+        bwd={
+            32: _B(64, 64, 8, 1),
+            64: _B(64, 64, 8, 1),
+            96: _B(64, 32, 8, 1),
+            128: _B(64, 32, 8, 1),
+            160: _B(32, 32, 8, 1),
+            192: _B(32, 32, 8, 1),
+        },
     ),
     "sm80": ArchFamily(
         name="sm80",
@@ -109,6 +217,7 @@ FAMILIES: dict[str, ArchFamily] = {
             224: _T(128, 64, 8),
             256: _T(128, 64, 8),
         },
+        bwd=_BWD_SM80,
     ),
     "sm86": ArchFamily(
         name="sm86",
@@ -125,6 +234,16 @@ FAMILIES: dict[str, ArchFamily] = {
             224: _T(64, 64, 4),
             256: _T(64, 64, 4),
         },
+        bwd={
+            32: _B(64, 128, 8, 2),
+            64: _B(64, 128, 8, 1),
+            96: _B(64, 64, 8, 2),
+            128: _B(64, 32, 8, 2),
+            160: _B(64, 32, 8, 1),
+            192: _B(64, 32, 8, 1),
+            224: _B(64, 32, 8, 1),
+            256: _B(32, 32, 8, 1),
+        },
     ),
     "sm90": ArchFamily(
         name="sm90",
@@ -140,10 +259,11 @@ FAMILIES: dict[str, ArchFamily] = {
             224: _T(128, 64, 8),
             256: _T(128, 64, 8),
         },
+        bwd=_BWD_SM80,  # more shared memory than sm80, but these tiles are register-bound
     ),
 }
 
-# Every arch some pinned NVRTC can target (buildtool/cuda_facts.py) maps to a family. sm88 (new in
+# Every arch some pinned NVRTC can target (buildtool/core/cuda_facts.py) maps to a family. sm88 (new in
 # CUDA 13.0, no published smem figure we could check) gets the smallest Ampere-class budget.
 _ARCH_FAMILY: dict[str, str] = {
     "7.5": "sm75",
@@ -170,162 +290,109 @@ def arch_family(arch: str) -> ArchFamily | None:
     return FAMILIES[fam] if fam else None
 
 
-def _fwd_units(family: ArchFamily) -> list[KernelUnit]:
-    out = []
-    for dtype in family.dtypes:
-        for d in HEAD_DIM_BUCKETS:
-            tile = family.fwd[d]
-            out.append(
-                KernelUnit(
-                    name=f"fwd_{dtype}_d{d}",
-                    direction="fwd",
-                    dtype=dtype,
-                    head_dim=d,
-                    source="csrc/fwd.cu",
-                    defines={
-                        "FA_HEAD_DIM": d,
-                        "FA_BLOCK_M": tile.block_m,
-                        "FA_BLOCK_N": tile.block_n,
-                        "FA_WARPS": tile.warps,
-                        "FA_SMEM_BYTES": tile.smem_bytes(d),  # static_asserted by fwd.cu
-                        "FA_DTYPE_BF16": int(dtype == "bf16"),
-                    },
-                    entries={
-                        "fa_fwd": Launch(
-                            threads=32 * tile.warps,
-                            block_m=tile.block_m,
-                            block_n=tile.block_n,
-                            smem_bytes=tile.smem_bytes(d),
-                            grid="q_blocks",
-                        )
-                    },
-                )
-            )
-    return out
+# ---- the search space ------------------------------------------------------------------------------
+# The knob values the autotuner may try, per direction. Every valid combination that fits the
+# family's shared memory is a candidate; the default tile comes first, whatever it is.
+_FWD_SPACE = {"block_m": (64, 128), "block_n": (32, 64, 128), "warps": (4, 8)}
+_BWD_SPACE = {"block_m": (32, 64, 128), "block_n": (32, 64, 128), "warps": (4, 8), "stages": (1, 2)}
 
 
-# --- backward ---
-# Units with direction "bwd", source "csrc/bwd.cu", entries fa_bwd_preprocess / fa_bwd /
-# fa_bwd_convert_dq (run in that order). bwd.cu's header describes the algorithm and its smem layout.
-#
-# Tiles are chosen per family so that (a) shared memory fits the family's per-block limit, checked
-# here and against bwd.cu itself (FA_SMEM_BYTES is static_asserted in the kernel), and (b) NVRTC 12.9
-# reports no register spills at -Xptxas=-v (bench/kernel_resources.py measures it). Head dim 256
-# fits the 99 KB parts (sm86/89/120) with 32x32 blocks (71 KB), where FA2 < 2.5.5 and torch SDPA
-# refuse training. Turing (64 KB) gets backward up to head dim 192; 224 and 256 do not fit 64 KB
-# without blocks so small that they spill, so they are left out and dispatch falls back for them
-# (backward-unsupported). Not tuned on hardware yet (no GPU in the session that chose them).
+def bucket_of(head_dim: int) -> int:
+    """The compiled head-dim bucket serving `head_dim` (the smallest bucket >= it)."""
+    for b in HEAD_DIM_BUCKETS:
+        if head_dim <= b:
+            return b
+    raise ValueError(f"head_dim: {head_dim} is above the largest bucket {HEAD_DIM_BUCKETS[-1]}")
 
 
-@dataclass(frozen=True)
-class BwdTile:
-    block_m: int  # query rows per step (and per block of the two q_blocks entries)
-    block_n: int  # key rows per fa_bwd block
-    warps: int
-    stages: int  # shared-memory buffers for Q and dO: 2 prefetches the next query block
-
-    def smem_bytes(self, head_dim: int) -> int:
-        """bwd.cu's kSmemBytes: K, V; Q, dO per stage; P, dS; lse and D (fp32) per query row."""
-        pitch = head_dim + _ROW_PAD
-        kv = 2 * self.block_n * pitch * _ELEM_BYTES
-        q_do = 2 * self.stages * self.block_m * pitch * _ELEM_BYTES
-        p_ds = 2 * self.block_m * (self.block_n + _ROW_PAD) * _ELEM_BYTES
-        return kv + q_do + p_ds + 2 * self.block_m * 4
+def _family_or_raise(arch: str) -> ArchFamily:
+    family = arch_family(arch)
+    if family is None:
+        raise ValueError(f"arch: {arch!r} has no kernels (known: {', '.join(_ARCH_FAMILY)})")
+    return family
 
 
-_B = BwdTile
-
-_BWD: dict[str, dict[int, BwdTile]] = {
-    "sm75": {
-        32: _B(64, 64, 8, 1),
-        64: _B(64, 64, 8, 1),
-        96: _B(64, 32, 8, 1),
-        128: _B(64, 32, 8, 1),
-        160: _B(32, 32, 8, 1),
-        192: _B(32, 32, 8, 1),
-    },
-    "sm80": {
-        32: _B(64, 128, 8, 2),
-        64: _B(64, 128, 8, 2),
-        96: _B(64, 64, 8, 2),
-        128: _B(64, 32, 8, 2),
-        160: _B(64, 32, 8, 2),
-        192: _B(64, 32, 8, 2),
-        224: _B(64, 32, 8, 2),
-        256: _B(32, 32, 8, 2),
-    },
-    "sm86": {
-        32: _B(64, 128, 8, 2),
-        64: _B(64, 128, 8, 1),
-        96: _B(64, 64, 8, 2),
-        128: _B(64, 32, 8, 2),
-        160: _B(64, 32, 8, 1),
-        192: _B(64, 32, 8, 1),
-        224: _B(64, 32, 8, 1),
-        256: _B(32, 32, 8, 1),
-    },
-}
-_BWD["sm90"] = _BWD["sm80"]  # more shared memory than sm80, but these tiles are register-bound
+def default_tile(arch: str, direction: str, head_dim: int) -> Tile | None:
+    """The tile `units(arch)` compiles for this direction and head dim (its bucket); None where the
+    family builds no kernel (Turing's backward above 192)."""
+    family = _family_or_raise(arch)
+    d = bucket_of(head_dim)
+    if direction == "fwd":
+        return family.fwd[d]
+    if direction == "bwd":
+        return family.bwd.get(d)
+    raise ValueError(f"direction: {direction!r} is not one of {', '.join(DIRECTIONS)}")
 
 
-def bwd_tile(family: ArchFamily, head_dim: int) -> BwdTile | None:
-    """The backward tile of a head-dim bucket on a family; None where no backward is built."""
-    return _BWD[family.name].get(head_dim)
+def candidates(arch: str, direction: str, head_dim: int) -> list[Tile]:
+    """Every tile of the search space that the kernel accepts and that fits the family's shared memory
+    for this head dim's bucket, the default first; [] where the family builds no such kernel."""
+    default = default_tile(arch, direction, head_dim)
+    if default is None:
+        return []
+    family = _family_or_raise(arch)
+    d = bucket_of(head_dim)
+    cls, space = (FwdTile, _FWD_SPACE) if direction == "fwd" else (BwdTile, _BWD_SPACE)
+    rows: list[Tile] = [default]
+    for values in itertools.product(*space.values()):
+        tile = cls(**dict(zip(space, values)))
+        if tile != default and tile.valid(d) and tile.smem_bytes(d) <= family.smem_limit:
+            rows.append(tile)
+    return rows
 
 
-def _bwd_units(family: ArchFamily) -> list[KernelUnit]:
-    out = []
-    for dtype in family.dtypes:
-        for d in HEAD_DIM_BUCKETS:
-            tile = bwd_tile(family, d)
-            if tile is None:
-                continue
-            smem = tile.smem_bytes(d)
-            rows = Launch(
-                threads=32 * tile.warps, block_m=tile.block_m, block_n=0, smem_bytes=0, grid="q_blocks"
-            )
-            out.append(
-                KernelUnit(
-                    name=f"bwd_{dtype}_d{d}",
-                    direction="bwd",
-                    dtype=dtype,
-                    head_dim=d,
-                    source="csrc/bwd.cu",
-                    defines={
-                        "FA_HEAD_DIM": d,
-                        "FA_BLOCK_M": tile.block_m,
-                        "FA_BLOCK_N": tile.block_n,
-                        "FA_WARPS": tile.warps,
-                        "FA_STAGES": tile.stages,
-                        "FA_SMEM_BYTES": smem,
-                        "FA_DTYPE_BF16": int(dtype == "bf16"),
-                    },
-                    entries={
-                        "fa_bwd_preprocess": rows,
-                        "fa_bwd": Launch(
-                            threads=32 * tile.warps,
-                            block_m=tile.block_m,
-                            block_n=tile.block_n,
-                            smem_bytes=smem,
-                            grid="k_blocks",
-                        ),
-                        "fa_bwd_convert_dq": rows,
-                    },
-                )
-            )
-    return out
-
-
-# --- end backward ---
+def unit(arch: str, direction: str, dtype: str, head_dim: int, tile: Tile) -> KernelUnit:
+    """The compile unit of one direction, dtype and head-dim bucket built with `tile` (the default's
+    name and entries, so a tuned unit drops in for the default)."""
+    family = _family_or_raise(arch)
+    if dtype not in family.dtypes:
+        raise ValueError(f"dtype: {dtype!r} has no kernels on {arch} (it builds {', '.join(family.dtypes)})")
+    d = bucket_of(head_dim)
+    if not tile.valid(d):
+        raise ValueError(f"tile: {tile.label} does not split into whole mma tiles at head dim {d}")
+    smem = tile.smem_bytes(d)
+    if smem > family.smem_limit:
+        raise ValueError(
+            f"tile: {tile.label} needs {smem} B of shared memory at head dim {d}; {arch} has {family.smem_limit}"
+        )
+    defines = {
+        "FA_HEAD_DIM": d,
+        **tile.defines(),
+        "FA_SMEM_BYTES": smem,
+        "FA_DTYPE_BF16": int(dtype == "bf16"),
+    }
+    threads = 32 * tile.warps
+    if direction == "fwd" and isinstance(tile, FwdTile):
+        entries = {"fa_fwd": Launch(threads, tile.block_m, tile.block_n, smem, "q_blocks")}
+        source = "csrc/fwd.cu"
+    elif direction == "bwd" and isinstance(tile, BwdTile):
+        rows = Launch(threads, tile.block_m, 0, 0, "q_blocks")
+        entries = {
+            "fa_bwd_preprocess": rows,
+            "fa_bwd": Launch(threads, tile.block_m, tile.block_n, smem, "k_blocks"),
+            "fa_bwd_convert_dq": rows,
+        }
+        source = "csrc/bwd.cu"
+    else:
+        raise ValueError(f"direction: {direction!r} with a {type(tile).__name__}")
+    return KernelUnit(f"{direction}_{dtype}_d{d}", direction, dtype, d, source, defines, entries)
 
 
 def units(arch: str) -> list[KernelUnit]:
-    """Every unit to compile for `arch` ("8.0"); [] for an arch we have no kernels for. Units whose
-    source file is not in this tree are left out, so a build never compiles a missing file."""
+    """Every unit to compile for `arch` ("8.0"), each with its default tile; [] for an arch we have no
+    kernels for. Units whose source file is not in this tree are left out, so a build never compiles a
+    missing file."""
     family = arch_family(arch)
     if family is None:
         return []
-    return [u for u in _fwd_units(family) + _bwd_units(family) if (_KERNELS_DIR / u.source).is_file()]
+    out = []
+    for direction in DIRECTIONS:
+        for dtype in family.dtypes:
+            for d in HEAD_DIM_BUCKETS:
+                tile = default_tile(arch, direction, d)
+                if tile is not None:
+                    out.append(unit(arch, direction, dtype, d, tile))
+    return [u for u in out if (_KERNELS_DIR / u.source).is_file()]
 
 
 def nvrtc_options(arch: str) -> list[str]:

@@ -1,6 +1,6 @@
-"""`fa build` (matrix -> plan -> wheels + index) and `fa index` (re-index a wheel directory).
+"""`fa build`: matrix -> plan -> compile -> package -> index.
 
-A thin shell: parse options, make the plan (buildtool.plan), run it (buildtool.build), print.
+A thin shell: parse options, make the plan (build/plan.py), run it (build/pipeline.py), print.
 Exit codes: 0 done, 1 the build failed (compiler, download, packaging), 2 bad input (matrix, options).
 """
 
@@ -15,19 +15,20 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from buildtool import index, plan_view, probe
-from buildtool.binding import BindingError
-from buildtool.build import execute, summary_table
-from buildtool.compile import CompileError, KernelTree, is_cached
-from buildtool.fetch import FetchError
-from buildtool.matrix import Matrix, MatrixError, load_matrix
-from buildtool.package import PackageError
-from buildtool.plan import Plan, local_plan, make_plan, parse_shard
-from buildtool.platform_tag import PlatformTagError
-from buildtool.platforms import cxx_for, cxx_install_hint, has_cxx
-from buildtool.pypi import CatalogError, fetch_torch_catalog
-from buildtool.toolkits import ToolkitError
-from buildtool.torch_headers import HeaderError, local_torch
+from buildtool.build import plan_view
+from buildtool.build.binding import BindingError
+from buildtool.build.compile import CompileError, KernelTree, is_cached
+from buildtool.build.matrix import Matrix, MatrixError, load_matrix
+from buildtool.build.package import PackageError
+from buildtool.build.pipeline import execute, summary_table
+from buildtool.build.plan import Plan, local_plan, make_plan, parse_shard
+from buildtool.build.platform_tag import PlatformTagError
+from buildtool.build.pypi import CatalogError, fetch_torch_catalog
+from buildtool.build.toolkits import ToolkitError
+from buildtool.build.torch_headers import HeaderError, local_torch
+from buildtool.core import installed
+from buildtool.core.cpus import cxx_for, cxx_install_hint, has_cxx
+from buildtool.core.fetch import FetchError
 
 # OSError last: a full disk or an unwritable --out is a failed build with the OS's own words.
 BUILD_FAILURES = (
@@ -56,12 +57,12 @@ def _plan(
     if local:
         matrix: Matrix | None = load_matrix(matrix_path) if matrix_path.is_file() else None
         version, _ = local_torch()
-        torch_dir = probe.find_torch()
-        info = probe.probe_torch(torch_dir) if torch_dir else None
+        torch_dir = installed.find_torch()
+        info = installed.probe_torch(torch_dir) if torch_dir else None
         if info is None or info.cxx11abi is None:
             raise HeaderError("cannot read the installed torch's version and C++ ABI from its files")
         majors = tuple(cuda) or (info.cuda_major or DEFAULT_LOCAL_CUDA,)
-        return local_plan(version, info.cxx11abi, probe.python_version(), majors, matrix)
+        return local_plan(version, info.cxx11abi, installed.python_version(), majors, matrix)
     matrix = load_matrix(matrix_path)
     return make_plan(
         matrix, fetch_torch_catalog(refresh), parse_shard(shard) if shard else None, platform=platform
@@ -130,16 +131,3 @@ def register(app: typer.Typer) -> None:
                 highlight=False,
                 markup=False,
             )
-
-    @app.command("index")
-    def index_cmd(
-        directory: Annotated[Path, typer.Argument(help="a directory of fa-attn wheels (e.g. merged shards)")],
-    ) -> None:
-        """Rewrite DIRECTORY/index.json and DIRECTORY/simple/ from the wheels in it."""
-        if not directory.is_dir():
-            raise _fail(2, f"{directory}: not a directory\n  fix: pass the folder holding the .whl files")
-        try:
-            data = index.write_index(directory)
-        except index.WheelDirError as e:
-            raise _fail(1, str(e)) from None
-        Console().print(f"indexed {len(data['wheels'])} wheels in {directory}")

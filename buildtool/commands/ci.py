@@ -13,8 +13,9 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from buildtool import cache, release_workflow
-from buildtool.matrix import MatrixError, load_matrix
+from buildtool.build.matrix import MatrixError, load_matrix
+from buildtool.core import atomic
+from buildtool.release import workflow
 
 ci_app = typer.Typer(no_args_is_help=True, help="CI files generated from matrix.yaml.")
 
@@ -32,7 +33,7 @@ def render_cmd(
         Path, typer.Option("--matrix", "-m", help="the build matrix, relative to the repository root")
     ] = Path("matrix.yaml"),
     out: Annotated[Path, typer.Option("--out", "-o", help="the workflow file to write")] = (
-        release_workflow.DEFAULT_OUT
+        workflow.DEFAULT_OUT
     ),
     check: Annotated[
         bool, typer.Option("--check", help="write nothing; exit 1 if OUT differs from what MATRIX renders")
@@ -40,18 +41,18 @@ def render_cmd(
 ) -> None:
     """Render the release workflow (cibuildwheel jobs per shard, then index and publish) from MATRIX."""
     try:
-        text = release_workflow.render(release_workflow.from_matrix(load_matrix(matrix), matrix))
+        text = workflow.render(workflow.from_matrix(load_matrix(matrix), matrix))
     except MatrixError as e:
         raise _fail(2, str(e)) from None
     if check:
-        problem = release_workflow.staleness(out, text)
+        problem = workflow.staleness(out, text)
         if problem is not None:
             command = "fa ci render" + (f" --matrix {matrix}" if matrix != Path("matrix.yaml") else "")
-            command += f" --out {out}" if out != release_workflow.DEFAULT_OUT else ""
+            command += f" --out {out}" if out != workflow.DEFAULT_OUT else ""
             raise _fail(1, f"{problem}\n  fix: run `{command}` and commit {out}")
         Console().print(f"{out} is up to date with {matrix}", highlight=False)
         return
-    cache.atomic_write_text(out, text)
+    atomic.write_text(out, text)
     Console().print(f"wrote {out} from {matrix}", highlight=False)
 
 

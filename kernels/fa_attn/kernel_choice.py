@@ -1,7 +1,7 @@
 """Which of a wheel's kernel images runs on a given GPU, or why none does (docs/contracts.md section 4).
 
 Pure and stdlib only: the runtime calls it with the live device, and `fa doctor` loads this same file by
-path (buildtool/kernels_src.py) for machines described in JSON, so the two can never disagree. It reads
+path (buildtool/core/kernels_src.py) for machines described in JSON, so the two can never disagree. It reads
 only the manifest's `coverage` (never `kernels`), so an index.json entry works as well as a manifest.
 
 Rules (compat-facts.md, "GPU architectures"): SASS built for X.Y runs on X.Z for Z >= Y, never across

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from range_server import serve
 
-from buildtool import cache
+from buildtool.core import cache
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).resolve().parent / "fixture_kernels"

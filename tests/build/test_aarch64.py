@@ -23,14 +23,15 @@ import pytest
 from elftools.elf.elffile import ELFFile
 from packaging.utils import parse_wheel_filename
 
-from buildtool import cache, torch_headers
-from buildtool.build import execute
-from buildtool.compile import KernelTree
-from buildtool.matrix import parse_matrix
-from buildtool.plan import make_plan
-from buildtool.platforms import AARCH64, TARGETS, has_cxx
-from buildtool.probe import probe_torch
-from buildtool.pypi import fetch_torch_catalog
+from buildtool.build import torch_headers
+from buildtool.build.compile import KernelTree
+from buildtool.build.matrix import parse_matrix
+from buildtool.build.pipeline import execute
+from buildtool.build.plan import make_plan
+from buildtool.build.pypi import fetch_torch_catalog
+from buildtool.core import cache
+from buildtool.core.cpus import AARCH64, TARGETS, has_cxx
+from buildtool.core.installed import probe_torch
 
 pytestmark = [
     pytest.mark.slow,

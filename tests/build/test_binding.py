@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from buildtool import binding, torch_headers
-from buildtool.platform_tag import elf_needs
-from buildtool.pypi import fetch_torch_catalog
+from buildtool.build import binding, torch_headers
+from buildtool.build.platform_tag import elf_needs
+from buildtool.build.pypi import fetch_torch_catalog
 
 pytestmark = pytest.mark.slow
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.compile import CompileError, KernelTree, compile_all, is_cached, resolve
-from buildtool.plan import CompileJob
+from buildtool.build.compile import CompileError, KernelTree, compile_all, is_cached, resolve
+from buildtool.build.plan import CompileJob
 
 pytestmark = [pytest.mark.slow, pytest.mark.network]  # the CUDA 12 NVRTC wheel, once per session
 

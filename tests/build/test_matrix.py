@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from buildtool import cuda_facts
-from buildtool.matrix import KernelFilter, MatrixError, load_matrix, parse_matrix
+from buildtool.build.matrix import KernelFilter, MatrixError, load_matrix, parse_matrix
+from buildtool.core import cuda_facts
 
 REPO = Path(__file__).resolve().parents[2]
 # The two facts of kernels/tiles.py that validation reads (docs/contracts.md section 2).

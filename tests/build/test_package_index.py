@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from buildtool import index, package
+from buildtool.build import index, package
+from buildtool.build.compile import KernelTree
+from buildtool.build.matrix import Matrix
+from buildtool.build.plan import BindingJob, Cell, CompileJob, WheelSpec, universal_wheel
 from buildtool.cli import app
-from buildtool.compile import KernelTree
-from buildtool.fetch import sha256_file
-from buildtool.matrix import Matrix
-from buildtool.plan import BindingJob, Cell, CompileJob, WheelSpec, universal_wheel
+from buildtool.core.fetch import sha256_file
 
 JOBS = (
     CompileJob(12, "8.0", "sass", "fwd_fp16_d64"),

@@ -15,9 +15,8 @@ import pytest
 from packaging.version import Version
 from rich.console import Console
 
-from buildtool import fetch, kernels_src
-from buildtool.matrix import Matrix, MatrixError, load_matrix, parse_matrix
-from buildtool.plan import (
+from buildtool.build.matrix import Matrix, MatrixError, load_matrix, parse_matrix
+from buildtool.build.plan import (
     SKIP_EXCLUDED,
     SKIP_NO_TORCH_BUILD,
     Cell,
@@ -26,8 +25,8 @@ from buildtool.plan import (
     parse_shard,
     shard_wheels,
 )
-from buildtool.plan_view import plan_json, plan_renderable, plan_table
-from buildtool.pypi import (
+from buildtool.build.plan_view import plan_json, plan_renderable, plan_table
+from buildtool.build.pypi import (
     SIMPLE_URL,
     CatalogError,
     TorchCatalog,
@@ -35,6 +34,7 @@ from buildtool.pypi import (
     fetch_torch_catalog,
     simple_json_from_response,
 )
+from buildtool.core import fetch, kernels_src
 
 DATA = Path(__file__).with_name("data")
 REPO = Path(__file__).resolve().parents[2]
@@ -377,20 +377,18 @@ def test_local_plan() -> None:
 
 def test_local_plan_builds_for_this_machines_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """On an Arm machine (a GH200, a DGX Spark) `fa build --local` makes an aarch64 wheel natively."""
-    from buildtool import platforms
+    from buildtool.core import cpus
 
-    monkeypatch.setattr(platforms.platform, "machine", lambda: "aarch64")
+    monkeypatch.setattr(cpus.platform, "machine", lambda: "aarch64")
     plan = local_plan("2.9.0+cu130", True, "3.12", (13,), units=units)
     (wheel,) = plan.wheels
     assert wheel.platform == "aarch64" and wheel.binding.platform == "aarch64"
     assert wheel.cells == (Cell("2.9", 13, "3.12", "aarch64"),)
     monkeypatch.delenv("CXX", raising=False)
     monkeypatch.delenv("FA_CXX_AARCH64", raising=False)
-    assert platforms.cxx_for("aarch64") == [
-        "g++"
-    ]  # native there; the x86_64 bindings would be the cross ones
-    assert platforms.cxx_for("x86_64") == ["x86_64-linux-gnu-g++"]
-    monkeypatch.setattr(platforms.platform, "machine", lambda: "riscv64")
+    assert cpus.cxx_for("aarch64") == ["g++"]  # native there; the x86_64 bindings would be the cross ones
+    assert cpus.cxx_for("x86_64") == ["x86_64-linux-gnu-g++"]
+    monkeypatch.setattr(cpus.platform, "machine", lambda: "riscv64")
     with pytest.raises(MatrixError) as info:
         local_plan("2.9.0", True, "3.12", (13,), units=units)
     assert info.value.field == "platform" and "x86_64 or aarch64" in info.value.fix

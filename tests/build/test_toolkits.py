@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from range_server import serve
 
-from buildtool import cuda_facts, platforms, toolkits
-from buildtool.nvrtc import open_nvrtc
+from buildtool.build import toolkits
+from buildtool.build.nvrtc import open_nvrtc
+from buildtool.core import cpus, cuda_facts
 
 FAKE_MAJOR = 99
 FAKE_FILE = "fake_nvrtc-1.0-py3-none-manylinux_2_17_x86_64.whl"
@@ -37,7 +38,7 @@ def fake_toolkit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[cuda_
         major=FAKE_MAJOR,
         package="fake-nvrtc",
         version="1.0",
-        wheels={platforms.host(): cuda_facts.PinnedWheel(FAKE_FILE, hashlib.sha256(data).hexdigest())},
+        wheels={cpus.host(): cuda_facts.PinnedWheel(FAKE_FILE, hashlib.sha256(data).hexdigest())},
         lib_subdir="nvidia/fake/lib",
     )
     monkeypatch.setitem(cuda_facts.TOOLKITS, FAKE_MAJOR, tk)
@@ -138,12 +139,12 @@ def test_real_cuda12_nvrtc_from_pypi(build_cache):
 
 
 def test_an_arm_host_gets_the_arm_nvrtc(monkeypatch):
-    monkeypatch.setattr(platforms.platform, "machine", lambda: "arm64")
+    monkeypatch.setattr(cpus.platform, "machine", lambda: "arm64")
     pin = toolkits.pinned_wheel(cuda_facts.TOOLKITS[12])
     assert pin.file.endswith("_aarch64.whl") and len(pin.sha256) == 64
 
 
 def test_a_host_without_an_nvrtc_wheel_is_refused_by_name(monkeypatch):
-    monkeypatch.setattr(platforms.platform, "machine", lambda: "riscv64")
+    monkeypatch.setattr(cpus.platform, "machine", lambda: "riscv64")
     with pytest.raises(toolkits.ToolkitError, match="no nvidia-cuda-nvrtc-cu12==12.9.86 wheel for riscv64"):
         toolkits.pinned_wheel(cuda_facts.TOOLKITS[12])

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from range_server import serve
 
-from buildtool import fetch, torch_headers
-from buildtool.pypi import TorchFile
+from buildtool.build import torch_headers
+from buildtool.build.pypi import TorchFile
+from buildtool.core import fetch
 
 MEMBERS = {
     "torch/__init__.py": b"# python side\n" * 500,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from buildtool import cache
+from buildtool.core import cache
 
 pytestmark = [pytest.mark.slow, pytest.mark.network]
 

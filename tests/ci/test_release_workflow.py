@@ -15,11 +15,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from buildtool import release_workflow
+from buildtool.build.matrix import load_matrix, parse_matrix
+from buildtool.build.platform_tag import TORCH_LIBS
 from buildtool.cli import app
-from buildtool.matrix import load_matrix, parse_matrix
-from buildtool.platform_tag import TORCH_LIBS
-from buildtool.release_workflow import majors_built_for
+from buildtool.release import workflow
+from buildtool.release.workflow import majors_built_for
 
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOW = REPO / ".github" / "workflows" / "release.yml"
@@ -36,7 +36,7 @@ python: ["3.12"]
 
 def render(matrix_text: str) -> dict:
     matrix = parse_matrix(matrix_text, "matrix.yaml")
-    return yaml.safe_load(release_workflow.render(release_workflow.from_matrix(matrix, Path("matrix.yaml"))))
+    return yaml.safe_load(workflow.render(workflow.from_matrix(matrix, Path("matrix.yaml"))))
 
 
 def repo_workflow() -> dict:

@@ -94,7 +94,7 @@ class CaseResult:
 
 # ---- which cases ------------------------------------------------------------------------------------------
 def _arch(text: str) -> tuple[int, int]:
-    from buildtool import kernels_src
+    from buildtool.core import kernels_src
 
     return kernels_src.kernel_choice().parse_arch(text)
 

@@ -20,9 +20,9 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from buildtool.kernels_src import source_hash  # after the repo root went on sys.path
+from buildtool.core.kernels_src import source_hash  # after the repo root went on sys.path
+from buildtool.core.schema import MANIFEST
 
-MANIFEST = "fa_attn/manifest.json"
 REBUILD = "rebuild .carry/ from this checkout: python tests/gpu/carry.py build"
 
 
@@ -57,7 +57,9 @@ def mismatch(manifest: dict, where: str, kernels_root: Path = REPO / "kernels") 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("wheels", nargs="+", type=Path, help="wheels (.whl) or unpacked wheels")
-    ap.add_argument("--kernels", type=Path, default=REPO / "kernels", help="the kernels/ tree to compare with")
+    ap.add_argument(
+        "--kernels", type=Path, default=REPO / "kernels", help="the kernels/ tree to compare with"
+    )
     args = ap.parse_args(argv)
     status = 0
     for wheel in args.wheels:

@@ -1,6 +1,6 @@
 """The kernel table's invariants, and real NVRTC compiles of a forward unit for each CUDA major.
 
-The compiles use the pinned NVRTC wheel of each major (buildtool.toolkits, fetched once into the
+The compiles use the pinned NVRTC wheel of each major (buildtool/build/toolkits.py, fetched once into the
 tool's cache; set FA_TOOLKIT_WHEELS to a folder with the wheels to skip the download) and check the
 cubin's ELF header names the requested arch. They say nothing about numerical correctness: that is
 for the GPU tests (tests/gpu), which need a device.
@@ -12,8 +12,8 @@ import struct
 
 import pytest
 
-from buildtool import kernels_src
-from buildtool.cuda_facts import TOOLKITS
+from buildtool.core import kernels_src
+from buildtool.core.cuda_facts import TOOLKITS
 
 tiles = kernels_src.tiles()
 
@@ -141,8 +141,8 @@ COMPILES = [
 def test_unit_compiles_to_a_cubin_for_its_arch(major, arch, unit_name):
     import locale
 
-    from buildtool import toolkits
-    from buildtool.nvrtc import open_nvrtc, parse_resource_usage
+    from buildtool.build import toolkits
+    from buildtool.build.nvrtc import open_nvrtc, parse_resource_usage
 
     unit = next(u for u in tiles.units(arch) if u.name == unit_name)
     kdir = kernels_src.kernels_dir()
@@ -156,7 +156,7 @@ def test_unit_compiles_to_a_cubin_for_its_arch(major, arch, unit_name):
         (kdir / unit.source).read_text(), unit.source, "sm_" + arch.replace(".", ""), options, headers
     )
 
-    # NVRTC 11.8 leaves its thread in the C locale; buildtool.nvrtc must put Python's encoding back.
+    # NVRTC 11.8 leaves its thread in the C locale; buildtool/build/nvrtc.py must put Python's encoding back.
     assert locale.getpreferredencoding(False) == encoding
     assert out.kind == "cubin"
     assert cubin_sm(out.image) == int(arch.replace(".", ""))
@@ -166,3 +166,45 @@ def test_unit_compiles_to_a_cubin_for_its_arch(major, arch, unit_name):
         usage = usages[entry]
         assert usage.spill_stores == 0 and usage.spill_loads == 0, out.log
         assert usage.static_smem + launch.smem_bytes <= tiles.SMEM_LIMIT[arch]
+
+
+# --- the autotuner's search space ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ["7.5", "8.0", "8.6", "9.0", "12.0"])
+def test_candidates_start_with_the_default_and_fit(arch):
+    family = tiles.arch_family(arch)
+    for direction in ("fwd", "bwd"):
+        for d in tiles.HEAD_DIM_BUCKETS:
+            rows = tiles.candidates(arch, direction, d)
+            default = tiles.default_tile(arch, direction, d)
+            if default is None:
+                assert rows == [], (arch, direction, d)
+                continue
+            assert rows[0] == default, (arch, direction, d)
+            assert len({t.label for t in rows}) == len(rows), "labels must be unique"
+            for tile in rows:
+                assert tile.valid(d) and tile.smem_bytes(d) <= family.smem_limit, (arch, tile.label)
+                u = tiles.unit(arch, direction, family.dtypes[0], d, tile)
+                assert u.defines["FA_SMEM_BYTES"] == tile.smem_bytes(d)
+                assert all(e.threads == 32 * tile.warps for e in u.entries.values())
+
+
+def test_units_are_built_from_the_default_tiles():
+    for u in tiles.units("8.0"):
+        assert u == tiles.unit(
+            "8.0", u.direction, u.dtype, u.head_dim, tiles.default_tile("8.0", u.direction, u.head_dim)
+        )
+
+
+def test_candidates_take_any_head_dim_and_refuse_bad_input():
+    assert tiles.candidates("8.0", "fwd", 72) == tiles.candidates("8.0", "fwd", 96)
+    with pytest.raises(ValueError, match="arch"):
+        tiles.candidates("6.1", "fwd", 64)
+    with pytest.raises(ValueError, match="direction"):
+        tiles.candidates("8.0", "sideways", 64)
+    with pytest.raises(ValueError, match="head_dim"):
+        tiles.candidates("8.0", "fwd", 512)
+    too_big = tiles.FwdTile(128, 128, 4)
+    with pytest.raises(ValueError, match="shared memory"):
+        tiles.unit("7.5", "fwd", "fp16", 256, too_big)

@@ -173,7 +173,7 @@ def test_kernel_entry_picks_smallest_bucket() -> None:
 
 
 def test_buildtool_loads_the_same_file() -> None:
-    from buildtool import kernels_src
+    from buildtool.core import kernels_src
 
     shared = kernels_src.kernel_choice()
     assert shared.choose(CU12, "8.9", "fp16", 64, False, None).arch == "8.6"

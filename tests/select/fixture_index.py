@@ -3,7 +3,7 @@
 
 Mirrors the build's rules: one wheel per (CPU, CUDA major, torch minor, C++ ABI); both ABIs below torch 2.7,
 the C++11 ABI only from 2.7; matrix.yaml's excludes; SASS/PTX archs and driver floors per major from
-buildtool/cuda_facts.py; plus the universal py3-none-any wheel. Coverage comes from the kernel table
+buildtool/core/cuda_facts.py; plus the universal py3-none-any wheel. Coverage comes from the kernel table
 (kernels/tiles.py) as the build derives it: sm 7.5 fp16 only (backward to head dim 192), fp16 and bf16
 from sm 8.0 with head dims to 256 forward and backward.
 """
@@ -16,9 +16,9 @@ from typing import Any
 import yaml
 from packaging.specifiers import SpecifierSet
 
-from buildtool import kernels_src
-from buildtool.cuda_facts import TOOLKITS
-from buildtool.package import REQUIRES_PYTHON
+from buildtool.core import kernels_src
+from buildtool.core.cuda_facts import TOOLKITS
+from buildtool.core.schema import REQUIRES_PYTHON
 
 REPO = Path(__file__).resolve().parents[2]
 VERSION = "0.1.0"

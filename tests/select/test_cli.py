@@ -11,10 +11,10 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from buildtool.cli import app
-from buildtool.doctor import build_report, render
-from buildtool.probe import env_from_json
-from buildtool.select import Request
-from buildtool.wheel_index import load_index
+from buildtool.compat.choose import Request
+from buildtool.compat.doctor import build_report, render
+from buildtool.compat.env import env_from_json
+from buildtool.compat.wheel_index import load_index
 from tests.select.fixture_index import fixture_index
 
 ENVS = Path(__file__).parent / "envs"
@@ -175,7 +175,7 @@ def test_doctor_reads_manifests_when_there_is_no_index(tmp_path: Path):
 
 
 def test_installer_commands_never_touch_dependencies():
-    from buildtool.install import Installer
+    from buildtool.compat.install import Installer
 
     pip = Installer(python="/venv/bin/python", uv=None).install("/tmp/x.whl")
     assert (

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.probe import env_from_json
-from buildtool.select import Request, select
-from buildtool.wheel_index import entry_from_dict
+from buildtool.compat.choose import Request, select
+from buildtool.compat.env import env_from_json
+from buildtool.compat.wheel_index import entry_from_dict
 from tests.select.fixture_index import fixture_index
 
 ENVS = Path(__file__).parent / "envs"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.probe import probe
+from buildtool.compat.probe import probe
 from tests.select.tiny_wheels import BROKEN_WHEN_INSTALLED, build_wheelhouse
 
 # Each test makes a venv and runs pip several times (about 10 s each): slow, but still run in CI.

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.probe import EnvError, ProbePaths, TorchInfo, env_from_json, env_to_json, probe
+from buildtool.compat.env import EnvError, env_from_json, env_to_json
+from buildtool.compat.probe import ProbePaths, probe
+from buildtool.core.installed import TorchInfo
 
 ENVS = Path(__file__).parent / "envs"
 PROC_CLOSED = (
@@ -153,7 +155,8 @@ def test_torch_abi_from_libc10_symbols(tmp_path: Path, symbols: bytes, abi: bool
 
 def test_probe_never_imports_torch():
     code = (
-        "import sys; from buildtool.probe import probe, env_to_json; import json; "
+        "import sys; from buildtool.compat.probe import probe; from buildtool.compat.env import env_to_json; "
+        "import json; "
         "env = probe(); assert 'torch' not in sys.modules, 'probe imported torch'; "
         "print(json.dumps(env_to_json(env)))"
     )

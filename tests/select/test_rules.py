@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from buildtool.probe import env_from_json
-from buildtool.rules import driver_at_least, stack_reasons, supported_tags, wheel_reasons
-from buildtool.wheel_index import entry_from_dict
+from buildtool.compat.env import env_from_json
+from buildtool.compat.fit import driver_at_least, stack_reasons, supported_tags, wheel_reasons
+from buildtool.compat.wheel_index import entry_from_dict
 from tests.select.fixture_index import kernel_entry, universal_entry
 
 

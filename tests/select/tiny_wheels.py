@@ -9,7 +9,7 @@ from typing import Any
 
 from wheel.wheelfile import WheelFile
 
-from buildtool.wheel_index import entry_from_wheel
+from buildtool.compat.wheel_index import entry_from_wheel
 from tests.select.fixture_index import kernel_entry, universal_entry
 
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
 
-from buildtool import fetch
-from buildtool.pypi import ACCEPT, SIMPLE_URL, linux_cpu, simple_json_from_response
+from buildtool.build.pypi import ACCEPT, SIMPLE_URL, simple_json_from_response
+from buildtool.core import fetch
+from buildtool.core.cpus import linux_cpu
 
 VERSIONS = {
     "2.3.1",

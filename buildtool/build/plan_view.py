@@ -11,7 +11,7 @@ from collections.abc import Callable
 from rich.console import Console, Group
 from rich.table import Table
 
-from buildtool.plan import SKIP_NO_TORCH_BUILD, BindingJob, Cell, CompileJob, Plan, WheelSpec
+from buildtool.build.plan import SKIP_NO_TORCH_BUILD, BindingJob, Cell, CompileJob, Plan, WheelSpec
 
 CacheStatus = Callable[[CompileJob], bool]
 SCHEMA = 1

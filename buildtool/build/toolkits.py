@@ -1,7 +1,7 @@
 """The CUDA toolkits of a build: NVRTC from NVIDIA's PyPI wheels, pinned by version and sha256.
 
 Our kernels include no CUDA header (docs/contracts.md section 1), so NVRTC's own wheel is the whole
-toolkit: no system CUDA, no nvcc. Each pinned wheel (buildtool/cuda_facts.py) is fetched once into
+toolkit: no system CUDA, no nvcc. Each pinned wheel (buildtool/core/cuda_facts.py) is fetched once into
 the cache, refused unless its sha256 matches the pin, and its lib directory unpacked once under a
 lock, so two builds sharing FA_CACHE wait for each other instead of unpacking over each other.
 
@@ -20,8 +20,8 @@ import zipfile
 from pathlib import Path
 from urllib.parse import urljoin
 
-from buildtool import cache, fetch, platforms
-from buildtool.cuda_facts import TOOLKITS, PinnedWheel, Toolkit
+from buildtool.core import atomic, cache, cpus, fetch
+from buildtool.core.cuda_facts import TOOLKITS, PinnedWheel, Toolkit
 
 DEFAULT_SIMPLE = "https://pypi.org/simple"
 
@@ -40,7 +40,7 @@ def toolkit(major: int) -> Toolkit:
 
 def pinned_wheel(tk: Toolkit) -> PinnedWheel:
     """The pinned NVRTC wheel for this machine's CPU (NVRTC runs here, whatever the wheels' platform)."""
-    host = platforms.host()
+    host = cpus.host()
     pin = tk.wheel_for(host)
     if pin is None:
         raise ToolkitError(
@@ -106,7 +106,7 @@ def nvrtc_lib_dir(major: int, progress: fetch.ProgressHook | None = None) -> Pat
             return lib
         wheel = fetch_wheel(major, progress)
         _sweep_partial(final.parent, final.name)
-        tmp = Path(tempfile.mkdtemp(prefix=final.name + cache.TMP_MARK, dir=final.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=final.name + atomic.TMP_MARK, dir=final.parent))
         try:
             with zipfile.ZipFile(wheel) as zf:
                 members = [m for m in zf.namelist() if m.startswith(tk.lib_subdir + "/")]
@@ -125,5 +125,5 @@ def nvrtc_lib_dir(major: int, progress: fetch.ProgressHook | None = None) -> Pat
 
 def _sweep_partial(parent: Path, name: str) -> None:
     """Remove half-unpacked trees left by a killed build (only ever called under the lock)."""
-    for p in parent.glob(name + cache.TMP_MARK + "*"):
+    for p in parent.glob(name + atomic.TMP_MARK + "*"):
         shutil.rmtree(p, ignore_errors=True)

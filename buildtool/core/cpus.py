@@ -4,7 +4,7 @@ A wheel's platform is the CPU its host binding runs on: the cubins are device co
 every CPU, so only the binding (and the torch headers it is compiled against) differ. A binding for
 the machine's own architecture is built with the host compiler; for the other one with a cross
 compiler from the distribution's packages (Debian: g++-aarch64-linux-gnu, g++-x86-64-linux-gnu).
-The wheel's platform tag is still read from the finished binary (buildtool/platform_tag.py).
+The wheel's platform tag is still read from the finished binary (buildtool/build/platform_tag.py).
 """
 
 from __future__ import annotations
@@ -76,3 +76,11 @@ def cxx_install_hint(target: str) -> str:
 def has_cxx(target: str) -> bool:
     cxx = cxx_for(target)
     return bool(cxx) and shutil.which(cxx[0]) is not None
+
+
+def linux_cpu(platform_tag: str) -> str | None:
+    """The CPU of a Linux wheel platform tag we build for: manylinux1_x86_64, manylinux2014_aarch64,
+    manylinux_2_28_x86_64, linux_aarch64 -> "x86_64" / "aarch64"; None for anything else."""
+    if "linux" not in platform_tag:
+        return None
+    return next((p for p in PLATFORMS if platform_tag.endswith("_" + p)), None)

@@ -20,17 +20,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from buildtool import cache, kernels_src
-from buildtool.cuda_facts import TOOLKITS, arch_tuple, compute_name, sm_name
-from buildtool.platform_tag import platform_tag
+from buildtool.build.platform_tag import platform_tag
+from buildtool.core import atomic, kernels_src
+from buildtool.core.cuda_facts import TOOLKITS, arch_tuple, compute_name, sm_name
+from buildtool.core.schema import DIST, MANIFEST, PROJECT, REQUIRES_PYTHON
 
 if TYPE_CHECKING:
-    from buildtool.plan import CompileJob, WheelSpec
+    from buildtool.build.plan import CompileJob, WheelSpec
 
-DIST = "fa_attn"
-PROJECT = "fa-attn"
-REQUIRES_PYTHON = ">=3.9"
-MANIFEST = f"{DIST}/manifest.json"  # inside every wheel
 BINDING_FILE = "libfa_attn_ops.so"
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # the zip format's earliest date: no build time leaks in
 SUMMARY = "Fused attention kernels for PyTorch, built per CUDA major and torch minor by fa"
@@ -198,7 +195,7 @@ def build_wheel(
     files[record_arc] = _record(files, record_arc)
     dest = out_dir / wheel_name(spec.version, platform)
     if not _same_wheel(dest, record_arc, files[record_arc]):
-        with cache.atomic_path(dest) as tmp, zipfile.ZipFile(tmp, "w") as zf:
+        with atomic.writing(dest) as tmp, zipfile.ZipFile(tmp, "w") as zf:
             # .dist-info last, RECORD last of all (PEP 427's recommended order)
             for arc in sorted(files, key=lambda a: (a.startswith(dist_info), a.endswith("/RECORD"), a)):
                 info = zipfile.ZipInfo(arc, date_time=_EPOCH)

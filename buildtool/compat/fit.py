@@ -14,11 +14,11 @@ from packaging.tags import Tag, compatible_tags, cpython_tags, mac_platforms
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
-from buildtool import kernels_src
-from buildtool.cuda_facts import TOOLKITS
-from buildtool.platforms import canonical
-from buildtool.probe import Env, version_tuple
-from buildtool.wheel_index import WheelEntry
+from buildtool.compat.env import Env, version_tuple
+from buildtool.compat.wheel_index import WheelEntry
+from buildtool.core import kernels_src
+from buildtool.core.cpus import canonical
+from buildtool.core.cuda_facts import TOOLKITS
 
 # The order codes are reported in: the platform first, then torch, the driver, the GPU, the call.
 CODES = (

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
-from buildtool import kernels_src
-from buildtool.platforms import canonical
-from buildtool.probe import Env, Gpu
-from buildtool.rules import Reason, code_order, stack_reasons, supported_tags, wheel_reasons
-from buildtool.wheel_index import WheelEntry
+from buildtool.compat.env import Env, Gpu
+from buildtool.compat.fit import Reason, code_order, stack_reasons, supported_tags, wheel_reasons
+from buildtool.compat.wheel_index import WheelEntry
+from buildtool.core import kernels_src
+from buildtool.core.cpus import canonical
 
 VERDICTS = ("ok", "ok-jit", "fallback", "no-wheel")
 DTYPES = ("fp16", "bf16", "fp32")

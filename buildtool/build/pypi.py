@@ -23,9 +23,9 @@ from pathlib import Path
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
-from buildtool import fetch
-from buildtool.cache import atomic_write_json, cache_dir
-from buildtool.platforms import PLATFORMS, X86_64
+from buildtool.core import atomic, fetch
+from buildtool.core.cache import cache_dir
+from buildtool.core.cpus import PLATFORMS, X86_64, linux_cpu
 
 SIMPLE_URL = "https://pypi.org/simple/torch/"
 # What pip sends: JSON preferred, the HTML page accepted.
@@ -112,7 +112,7 @@ def fetch_torch_catalog(
         log.warning("PyPI unreachable (%s); using the cached torch catalog from %.0f h ago", e, age_h)
         return catalog_from_simple_json(cached)
     data = simple_json_from_response(body, SIMPLE_URL)
-    atomic_write_json(path, data)
+    atomic.write_json(path, data)
     return catalog_from_simple_json(data)
 
 
@@ -175,14 +175,6 @@ class _LinkParser(html.parser.HTMLParser):
     def handle_endtag(self, tag: str) -> None:
         if tag == "a":
             self._attrs = None
-
-
-def linux_cpu(platform_tag: str) -> str | None:
-    """The CPU of a Linux wheel platform tag we build for: manylinux1_x86_64, manylinux2014_aarch64,
-    manylinux_2_28_x86_64, linux_aarch64 -> "x86_64" / "aarch64"; None for anything else."""
-    if "linux" not in platform_tag:
-        return None
-    return next((p for p in PLATFORMS if platform_tag.endswith("_" + p)), None)
 
 
 def python_of(interpreter: str, abi: str) -> str | None:

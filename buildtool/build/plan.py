@@ -20,9 +20,9 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from buildtool import cuda_facts, kernels_src, platforms
-from buildtool.matrix import CXX11ABI_ONLY_FROM, MIN_TORCH, Matrix, MatrixError, python_version
-from buildtool.pypi import TorchCatalog, TorchFile
+from buildtool.build.matrix import CXX11ABI_ONLY_FROM, MIN_TORCH, Matrix, MatrixError, python_version
+from buildtool.build.pypi import TorchCatalog, TorchFile
+from buildtool.core import cpus, cuda_facts, kernels_src
 
 # `units(arch)` from kernels/tiles.py: the kernel programs to compile for an arch.
 Units = Callable[[str], Sequence[Any]]
@@ -38,7 +38,7 @@ class Cell:
     torch: str  # minor
     cuda: int  # major
     python: str  # "3.12", "3.13t"
-    platform: str = platforms.X86_64  # the CPU: "x86_64" | "aarch64"
+    platform: str = cpus.X86_64  # the CPU: "x86_64" | "aarch64"
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class BindingJob:
     torch_version: str  # the patch whose headers are used: the oldest of the minor
     cxx11abi: bool
     header_source: TorchFile | None  # None: the torch installed here (fa build --local)
-    platform: str = platforms.X86_64  # the CPU the binding runs on (a cross compile if not this host's)
+    platform: str = cpus.X86_64  # the CPU the binding runs on (a cross compile if not this host's)
 
 
 @dataclass(frozen=True)
@@ -208,13 +208,13 @@ def local_plan(
             f"torch {torch_version} is older than fa supports",
             f"install torch >= {MIN_TORCH}",
         )
-    platform = platforms.host()
-    if platform not in platforms.PLATFORMS:
+    platform = cpus.host()
+    if platform not in cpus.PLATFORMS:
         raise MatrixError(
             source,
             "platform",
             f"fa builds no wheels for {platform} machines",
-            f"build on {' or '.join(platforms.PLATFORMS)}",
+            f"build on {' or '.join(cpus.PLATFORMS)}",
         )
     for m in cuda:
         if m not in cuda_facts.TOOLKITS:
@@ -434,7 +434,7 @@ def shard_wheels(wheels: Sequence[WheelSpec], shard: tuple[int, int]) -> tuple[W
 
 def _wheel_order(item: tuple[tuple[str, int, str], list[Cell]]) -> tuple:
     (platform, cuda, torch), _ = item
-    return platforms.PLATFORMS.index(platform), cuda, Version(torch)
+    return cpus.PLATFORMS.index(platform), cuda, Version(torch)
 
 
 def _by_version(minors: Sequence[str]) -> list[str]:

@@ -25,12 +25,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from buildtool import cache, kernels_src, toolkits
-from buildtool.cuda_facts import compute_name, sm_name
-from buildtool.nvrtc import NvrtcError, open_nvrtc
+from buildtool.build import toolkits
+from buildtool.build.nvrtc import NvrtcError, open_nvrtc
+from buildtool.core import atomic, cache, kernels_src
+from buildtool.core.cuda_facts import compute_name, sm_name
 
 if TYPE_CHECKING:
-    from buildtool.plan import CompileJob
+    from buildtool.build.plan import CompileJob
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
 
@@ -185,7 +186,7 @@ def _compile_task(task: CompileTask, lib_dir: str) -> _Outcome:
     except NvrtcError as e:
         fail = CompileFailure(task.unit, task.cuda_major, task.target, e.log or str(e))
         return _Outcome(time.perf_counter() - t0, fail)
-    cache.atomic_write_bytes(task.path, out.image)
+    atomic.write_bytes(task.path, out.image)
     return _Outcome(time.perf_counter() - t0, None)
 
 

@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildtool import cache, fetch
-from buildtool.probe import find_torch
-from buildtool.pypi import linux_cpu
+from buildtool.core import atomic, cache, fetch
+from buildtool.core.cpus import linux_cpu
+from buildtool.core.installed import find_torch
 
 if TYPE_CHECKING:
-    from buildtool.pypi import TorchFile
+    from buildtool.build.pypi import TorchFile
 
 PREFIX = "torch/include/"
 TAIL_BYTES = 1 << 16  # EOCD (22 bytes + comment <= 64 KiB) and, usually, the zip64 locator
@@ -88,9 +88,9 @@ def headers_for(torch_version: str, source: TorchFile, progress: fetch.ProgressH
         return Headers(torch_version, final, source.filename)
     with cache.locked(final):
         if not (final / "torch").is_dir():
-            for p in final.parent.glob(final.name + cache.TMP_MARK + "*"):
+            for p in final.parent.glob(final.name + atomic.TMP_MARK + "*"):
                 shutil.rmtree(p, ignore_errors=True)
-            tmp = Path(tempfile.mkdtemp(prefix=final.name + cache.TMP_MARK, dir=final.parent))
+            tmp = Path(tempfile.mkdtemp(prefix=final.name + atomic.TMP_MARK, dir=final.parent))
             try:
                 extract_include(source.url, source.size, tmp, progress)
                 os.replace(tmp / "torch" / "include", final)

@@ -2,7 +2,7 @@
 
 Validation here needs no network: it checks the shape, the spelling of every version and that each
 CUDA major can target the archs asked of it. Whether PyPI published a torch minor is checked by the
-plan (buildtool/plan.py), which has the torch catalog. Every error names the field as it is written
+plan (buildtool/build/plan.py), which has the torch catalog. Every error names the field as it is written
 in the file (`archs."12"[3]`, `exclude[0].torch`) and says how to fix it.
 """
 
@@ -19,8 +19,7 @@ import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from buildtool import cuda_facts, kernels_src
-from buildtool import platforms as cpus
+from buildtool.core import cpus, cuda_facts, kernels_src
 
 DEFAULT_VERSION = "0.1.0"
 # The binding reaches the CUDA stream through torch's C shim (aoti_torch/c/shim.h), present since 2.4.
@@ -293,7 +292,7 @@ class _Parser:
         if item not in cuda_facts.TOOLKITS:
             raise self.error(
                 field_,
-                f"CUDA {item} has no pinned toolkit in fa (buildtool/cuda_facts.py)",
+                f"CUDA {item} has no pinned toolkit in fa (buildtool/core/cuda_facts.py)",
                 f"use one of {known}",
             )
         return item

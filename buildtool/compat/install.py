@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from buildtool.select import Selection
-from buildtool.wheel_index import WheelEntry, WheelIndex, WheelIndexError, fetch_wheel, wheel_location
+from buildtool.compat.choose import Selection
+from buildtool.compat.wheel_index import WheelEntry, WheelIndex, WheelIndexError, fetch_wheel, wheel_location
 
 DIST_NAME = "fa-attn"
 _CHECK_IMPORT = "import fa_attn; print(fa_attn.__file__)"

@@ -10,10 +10,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from buildtool.probe import Env, env_to_json
-from buildtool.rules import Reason, code_order
-from buildtool.select import Request, Runtime, Selection, select
-from buildtool.wheel_index import WheelIndex
+from buildtool.compat.choose import Request, Runtime, Selection, select
+from buildtool.compat.env import Env, env_to_json
+from buildtool.compat.fit import Reason, code_order
+from buildtool.compat.wheel_index import WheelIndex
 
 # 0: our kernels run (SASS or PTX); 1: calls fall back, or nothing installs; 2: usage (typer's too).
 EXIT_CODES = {"ok": 0, "ok-jit": 0, "fallback": 1, "no-wheel": 1}

@@ -18,9 +18,9 @@ from typing import Any
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from buildtool import index
-from buildtool.fetch import sha256_file
-from buildtool.pypi import linux_cpu
+from buildtool.core.cpus import linux_cpu
+from buildtool.core.fetch import sha256_file
+from buildtool.core.schema import MANIFEST, WheelDirError, wheel_entry
 
 INDEX_FILE = "index.json"
 _TIMEOUT_S = 60
@@ -152,10 +152,10 @@ def entry_from_dict(raw: Any, where: str) -> WheelEntry:
 def entry_from_wheel(path: Path) -> WheelEntry:
     """An index entry computed from a wheel file and the manifest inside it, as `fa index` writes it."""
     try:
-        raw = index.wheel_entry(path)
-    except index.WheelDirError as exc:
+        raw = wheel_entry(path)
+    except WheelDirError as exc:
         raise WheelIndexError(str(exc)) from exc
-    return entry_from_dict(raw, f"{path}: {index.MANIFEST}")
+    return entry_from_dict(raw, f"{path}: {MANIFEST}")
 
 
 def wheel_location(index: WheelIndex, entry: WheelEntry) -> str:

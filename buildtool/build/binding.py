@@ -1,5 +1,5 @@
 """The host binding (libfa_attn_ops.so): kernels/binding/*.cpp built with a C++ compiler for the
-wheel's CPU (the host's g++, or a cross g++ for the other CPU: buildtool/platforms.py) against one
+wheel's CPU (the host's g++, or a cross g++ for the other CPU: buildtool/core/cpus.py) against one
 torch version's headers, once per (torch minor, C++ ABI, CPU).
 
 No torch library is downloaded: we link against generated stub libraries named libc10.so and
@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from buildtool import cache, platforms
-from buildtool.torch_headers import Headers
+from buildtool.build.torch_headers import Headers
+from buildtool.core import atomic, cache, cpus
 
 OUTPUT_NAME = "libfa_attn_ops.so"
 STUB_SONAMES = ("libc10.so", "libtorch_cpu.so")  # what torch's own libraries are called on Linux
@@ -47,13 +47,13 @@ class BindingBuild:
 def compiler(platform: str | None = None) -> list[str]:
     """The compiler for bindings that run on `platform`: for this machine's CPU `CXX` (may carry a
     launcher, e.g. "ccache g++") or g++; for the other CPU its cross g++ (FA_CXX_<CPU> overrides)."""
-    return platforms.cxx_for(platform or platforms.host())
+    return cpus.cxx_for(platform or cpus.host())
 
 
 def compiler_identity(platform: str | None = None) -> str:
     """The version and target triple of the compiler for `platform`'s bindings: part of the cache key
     and of the build log."""
-    platform = platform or platforms.host()
+    platform = platform or cpus.host()
     return _identity(tuple(compiler(platform)), platform)
 
 
@@ -67,7 +67,7 @@ def _identity(cxx: tuple[str, ...], platform: str) -> str:
         banner = subprocess.run([*cxx, "--version"], capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError) as e:
         raise BindingError(
-            f"C++ compiler {' '.join(cxx)!r} not usable: {e}\n  fix: {platforms.cxx_install_hint(platform)}"
+            f"C++ compiler {' '.join(cxx)!r} not usable: {e}\n  fix: {cpus.cxx_install_hint(platform)}"
         ) from e
     return f"{banner.stdout.splitlines()[0]} ({out[0]}, {out[1]})"
 
@@ -88,7 +88,7 @@ def flags(headers: Headers, cxx11abi: bool, kernels_root: Path) -> list[str]:
 
 def binding_key(headers: Headers, cxx11abi: bool, kernels_root: Path, platform: str | None = None) -> str:
     """The cache key; `platform` (the binding's CPU) defaults to this machine's, like every function here."""
-    platform = platform or platforms.host()
+    platform = platform or cpus.host()
     srcs = sources(kernels_root)
     parts: list[str | bytes] = [
         "fa-binding-v1",
@@ -115,13 +115,13 @@ def is_cached(headers: Headers, cxx11abi: bool, kernels_root: Path, platform: st
 
 def stub_dir(platform: str | None = None) -> Path:
     """Empty shared libraries with torch's sonames for `platform`, generated once (they hold no code)."""
-    platform = platform or platforms.host()
+    platform = platform or cpus.host()
     d = cache.cache_dir() / "binding-stubs" / platform
     with cache.locked(d):
         for soname in STUB_SONAMES:
             lib = d / soname
             if not lib.is_file():
-                with cache.atomic_path(lib) as tmp:
+                with atomic.writing(lib) as tmp:
                     _run(
                         [
                             *compiler(platform),
@@ -142,7 +142,7 @@ def stub_dir(platform: str | None = None) -> Path:
 def build_binding(
     headers: Headers, cxx11abi: bool, kernels_root: Path, platform: str | None = None
 ) -> BindingBuild:
-    platform = platform or platforms.host()
+    platform = platform or cpus.host()
     key = binding_key(headers, cxx11abi, kernels_root, platform)
     out = output_path(key)
     if out.is_file():
@@ -150,7 +150,7 @@ def build_binding(
     cpp = [str(p) for p in sources(kernels_root) if p.suffix in (".cpp", ".cc")]
     stubs = stub_dir(platform)
     t0 = time.perf_counter()
-    with cache.atomic_path(out) as tmp:
+    with atomic.writing(out) as tmp:
         cmd = [
             *compiler(platform),
             *flags(headers, cxx11abi, kernels_root),
@@ -176,7 +176,7 @@ def _run(cmd: list[str], what: str, platform: str) -> None:
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     except OSError as e:
         raise BindingError(
-            f"{what}: cannot run {cmd[0]}: {e}\n  fix: {platforms.cxx_install_hint(platform)}"
+            f"{what}: cannot run {cmd[0]}: {e}\n  fix: {cpus.cxx_install_hint(platform)}"
         ) from e
     if proc.returncode != 0:
         tail = "\n".join((proc.stderr or proc.stdout).splitlines()[-40:])

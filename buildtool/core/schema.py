@@ -1,8 +1,8 @@
-"""wheels/index.json (docs/contracts.md section 5) and a PEP 503 simple index, made from the wheels.
+"""The data every wheel carries and index.json repeats: the distribution's names, where the manifest
+sits in a wheel (docs/contracts.md section 3), and one index.json entry read back from a wheel (section 5).
 
-Everything is read back from the wheel files themselves (their names, bytes and fa_attn/manifest.json),
-never from the build that wrote them, so the wheels of several shards merge by re-indexing the
-directory they were copied into (`fa index wheels/`).
+The build writes both (build/package.py, build/index.py); the install side reads them
+(compat/wheel_index.py), so their one definition lives here.
 """
 
 from __future__ import annotations
@@ -11,13 +11,15 @@ import json
 import zipfile
 from pathlib import Path
 
-import jinja2
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from buildtool import cache
-from buildtool.fetch import sha256_file
-from buildtool.package import MANIFEST, PROJECT, REQUIRES_PYTHON
-from buildtool.pypi import linux_cpu
+from buildtool.core.cpus import linux_cpu
+from buildtool.core.fetch import sha256_file
+
+DIST = "fa_attn"
+PROJECT = "fa-attn"
+REQUIRES_PYTHON = ">=3.9"
+MANIFEST = f"{DIST}/manifest.json"  # inside every wheel
 
 _FROM_MANIFEST = (
     "version",
@@ -62,25 +64,3 @@ def wheel_entry(path: Path) -> dict:
     )
     entry["platform"] = entry["platform"] or linux_cpu(tag.platform)  # older manifests name no CPU
     return entry
-
-
-def _env() -> jinja2.Environment:
-    loader = jinja2.FileSystemLoader(Path(__file__).parent / "templates")
-    return jinja2.Environment(loader=loader, autoescape=True, keep_trailing_newline=True)
-
-
-def write_index(wheel_dir: Path) -> dict:
-    """(Re)write wheel_dir/index.json and wheel_dir/simple/ from the *.whl files there."""
-    wheels = sorted(wheel_dir.glob("fa_attn-*.whl"))  # temp files are named *.whl.tmp-*: not matched
-    index = {"schema": 1, "package": PROJECT, "wheels": [wheel_entry(p) for p in wheels]}
-    cache.atomic_write_json(wheel_dir / "index.json", index)
-    env = _env()
-    simple = wheel_dir / "simple"
-    cache.atomic_write_text(
-        simple / "index.html", env.get_template("root.html.j2").render(projects=[PROJECT])
-    )
-    page = env.get_template("project.html.j2").render(
-        project=PROJECT, wheels=index["wheels"], prefix="../../"
-    )
-    cache.atomic_write_text(simple / PROJECT / "index.html", page)
-    return index

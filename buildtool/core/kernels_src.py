@@ -19,8 +19,8 @@ def kernels_dir() -> Path:
     # FA_KERNELS_DIR: build another kernels/ tree (a fork's, or a tiny one in tests).
     if override := os.environ.get("FA_KERNELS_DIR"):
         return Path(override).resolve()
-    here = Path(__file__).resolve().parent
-    for cand in (here / "_kernels", here.parent / "kernels"):
+    package = Path(__file__).resolve().parents[1]  # buildtool/
+    for cand in (package / "_kernels", package.parent / "kernels"):
         if (cand / "csrc").is_dir():
             return cand
     raise FileNotFoundError("kernels/ sources not found next to buildtool (reinstall fa-toolchain)")

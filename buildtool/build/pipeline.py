@@ -28,11 +28,12 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from buildtool import binding as binding_mod
-from buildtool import cache, index, package, torch_headers
-from buildtool.compile import CompileTask, KernelTree, compile_all
-from buildtool.fetch import ProgressHook
-from buildtool.plan import BindingJob, Plan, WheelSpec
+from buildtool.build import binding as binding_mod
+from buildtool.build import index, package, torch_headers
+from buildtool.build.compile import CompileTask, KernelTree, compile_all
+from buildtool.build.plan import BindingJob, Plan, WheelSpec
+from buildtool.core import atomic, cache
+from buildtool.core.fetch import ProgressHook
 
 
 @dataclass
@@ -218,7 +219,7 @@ def _write_log(out_dir: Path, plan: Plan, wheels: list[dict]) -> None:
     cpu = f"-{plan.platform}" if plan.platform else ""
     name = f"build{cpu}-{plan.shard[0]}of{plan.shard[1]}.json" if plan.shard else f"build{cpu}.json"
     skipped = [{"cell": asdict(s.cell), "reason": s.reason} for s in plan.skipped]
-    cache.atomic_write_json(
+    atomic.write_json(
         out_dir / "logs" / name, {"wheels": wheels, "skipped": skipped, "python": sys.version.split()[0]}
     )
 

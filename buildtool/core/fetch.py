@@ -1,7 +1,7 @@
 """HTTP for the build: whole-file downloads checked against a pinned sha256, and byte-range reads.
 
 Plain urllib (honours the usual *_proxy variables); no session state. Every download lands through
-`cache.atomic_path`, so a killed build leaves at most a `*.tmp-*` file and never a truncated one
+`atomic.writing`, so a killed build leaves at most a `*.tmp-*` file and never a truncated one
 under the final name.
 """
 
@@ -13,7 +13,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from buildtool.cache import atomic_path
+from buildtool.core import atomic
 
 # Called with (bytes done, total bytes or None) as a download advances.
 ProgressHook = Callable[[int, "int | None"], None]
@@ -43,7 +43,7 @@ def download(url: str, dest: Path, sha256: str | None, progress: ProgressHook | 
     """Stream `url` to `dest`. With `sha256`, a mismatch is refused and nothing lands at `dest`."""
     h = hashlib.sha256()
     try:
-        with atomic_path(dest) as tmp, tmp.open("wb") as out:
+        with atomic.writing(dest) as tmp, tmp.open("wb") as out:
             with urllib.request.urlopen(_request(url), timeout=TIMEOUT_S) as resp:
                 total = int(resp.headers.get("Content-Length") or 0) or None
                 done = 0

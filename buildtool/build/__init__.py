@@ -1,0 +1,1 @@
+"""The build pipeline: matrix -> plan -> compile -> package -> index."""

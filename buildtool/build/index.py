@@ -1,0 +1,35 @@
+"""wheels/index.json (docs/contracts.md section 5) and a PEP 503 simple index, made from the wheels.
+
+Everything is read back from the wheel files themselves (their names, bytes and fa_attn/manifest.json),
+never from the build that wrote them, so the wheels of several shards merge by re-indexing the
+directory they were copied into (`fa index wheels/`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jinja2
+
+from buildtool.core import atomic
+from buildtool.core.schema import PROJECT, wheel_entry
+
+
+def _env() -> jinja2.Environment:
+    loader = jinja2.FileSystemLoader(Path(__file__).parent / "templates")
+    return jinja2.Environment(loader=loader, autoescape=True, keep_trailing_newline=True)
+
+
+def write_index(wheel_dir: Path) -> dict:
+    """(Re)write wheel_dir/index.json and wheel_dir/simple/ from the *.whl files there."""
+    wheels = sorted(wheel_dir.glob("fa_attn-*.whl"))  # temp files are named *.whl.tmp-*: not matched
+    index = {"schema": 1, "package": PROJECT, "wheels": [wheel_entry(p) for p in wheels]}
+    atomic.write_json(wheel_dir / "index.json", index)
+    env = _env()
+    simple = wheel_dir / "simple"
+    atomic.write_text(simple / "index.html", env.get_template("root.html.j2").render(projects=[PROJECT]))
+    page = env.get_template("project.html.j2").render(
+        project=PROJECT, wheels=index["wheels"], prefix="../../"
+    )
+    atomic.write_text(simple / PROJECT / "index.html", page)
+    return index

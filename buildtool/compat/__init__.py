@@ -1,0 +1,1 @@
+"""The install pipeline: probe -> fit -> choose -> install; doctor reports it."""

@@ -1,0 +1,184 @@
+"""The environment description (docs/contracts.md section 6): the typed `Env` that probe() makes of this
+machine and env_from_json() reads from a file written elsewhere (`fa doctor --env FILE`). Everything
+downstream (fit, choose, install) works on an `Env` and never looks at the machine itself.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from buildtool.core.installed import TorchInfo
+
+OS_NAMES = ("linux", "windows", "darwin")
+
+
+class EnvError(ValueError):
+    """An environment description that cannot be used; the message names the field and the fix."""
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    sm: str  # compute capability "8.6"
+    memory_mib: int | None
+
+
+@dataclass(frozen=True)
+class Env:
+    os: str  # linux | windows | darwin
+    arch: str  # x86_64, aarch64, arm64, ...
+    glibc: str | None  # "2.35"; None off glibc Linux
+    python: str  # "3.11", "3.13t" for free-threaded
+    torch: TorchInfo | None
+    driver: str | None  # NVIDIA driver version, "535.104.05"; None without a driver
+    gpus: tuple[Gpu, ...]
+    # Where each fact came from (probe only; not needed in --env files).
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def python_version(self) -> tuple[int, int]:
+        major, minor = self.python.rstrip("t").split(".")
+        return int(major), int(minor)
+
+    @property
+    def free_threaded(self) -> bool:
+        return self.python.endswith("t")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reading and writing the JSON shape
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    """Driver versions compare numerically: "525.60.13" < "535.104.05", and a plain "580" works too."""
+    return tuple(int(part) for part in text.split("."))
+
+
+def _need(cond: bool, path: str, got: Any, fix: str) -> None:
+    if not cond:
+        raise EnvError(f"{path}: got {got!r}; {fix}")
+
+
+def _str_field(data: Mapping[str, Any], key: str, path: str, fix: str, nullable: bool = False) -> str | None:
+    value = data.get(key)
+    if value is None and nullable:
+        return None
+    _need(isinstance(value, str) and bool(value), f"{path}{key}", value, fix)
+    return value
+
+
+def env_from_json(data: Any) -> Env:
+    """Validate a parsed environment description; every error names the field and how to fix it."""
+    _need(
+        isinstance(data, dict),
+        "environment",
+        type(data).__name__,
+        "write a JSON object like `fa probe --json`",
+    )
+    os_name = _str_field(data, "os", "", f"use one of {', '.join(OS_NAMES)}")
+    _need(os_name in OS_NAMES, "os", os_name, f"use one of {', '.join(OS_NAMES)}")
+    arch = _str_field(data, "arch", "", 'write the machine architecture, e.g. "x86_64" or "aarch64"')
+    glibc = _str_field(
+        data, "glibc", "", 'write the glibc version like "2.35", or null off glibc Linux', True
+    )
+    if glibc is not None:
+        _need(re.fullmatch(r"2\.\d+", glibc) is not None, "glibc", glibc, 'write it like "2.35"')
+    python = _str_field(data, "python", "", 'write major.minor like "3.11" ("3.13t" if free-threaded)')
+    _need(
+        re.fullmatch(r"3\.\d+t?", python or "") is not None,
+        "python",
+        python,
+        'write major.minor like "3.11" ("3.13t" if free-threaded)',
+    )
+
+    torch = None
+    raw_torch = data.get("torch")
+    if raw_torch is not None:
+        _need(isinstance(raw_torch, dict), "torch", raw_torch, "write an object or null when torch is absent")
+        version = _str_field(raw_torch, "version", "torch.", 'write torch.__version__, e.g. "2.5.1+cu124"')
+        try:
+            Version(version or "")
+        except InvalidVersion:
+            raise EnvError(f'torch.version: got {version!r}; write torch.__version__, e.g. "2.5.1+cu124"')
+        cuda = _str_field(raw_torch, "cuda", "torch.", 'write torch.version.cuda like "12.4", or null', True)
+        if cuda is not None:
+            _need(re.fullmatch(r"\d+\.\d+", cuda) is not None, "torch.cuda", cuda, 'write it like "12.4"')
+        hip = _str_field(raw_torch, "hip", "torch.", "write torch.version.hip, or null", True)
+        abi = raw_torch.get("cxx11abi")
+        _need(
+            abi is None or isinstance(abi, bool),
+            "torch.cxx11abi",
+            abi,
+            "write true or false (torch._C._GLIBCXX_USE_CXX11_ABI), or null if unknown",
+        )
+        torch = TorchInfo(version=version or "", cuda=cuda, hip=hip, cxx11abi=abi)
+
+    driver = None
+    raw_driver = data.get("driver")
+    if raw_driver is not None:
+        _need(isinstance(raw_driver, dict), "driver", raw_driver, 'write {"version": "535.104.05"} or null')
+        driver = _str_field(raw_driver, "version", "driver.", 'write the driver version like "535.104.05"')
+        _need(
+            re.fullmatch(r"\d+(\.\d+)*", driver or "") is not None,
+            "driver.version",
+            driver,
+            'write the driver version like "535.104.05" (nvidia-smi shows it)',
+        )
+
+    raw_gpus = data.get("gpus", [])
+    _need(isinstance(raw_gpus, list), "gpus", raw_gpus, "write a list (empty without NVIDIA GPUs)")
+    gpus = []
+    for i, raw in enumerate(raw_gpus):
+        _need(isinstance(raw, dict), f"gpus[{i}]", raw, 'write {"name": ..., "sm": "8.6", "memory_mib": ...}')
+        name = _str_field(raw, "name", f"gpus[{i}].", "write the GPU name as nvidia-smi shows it")
+        sm = _str_field(raw, "sm", f"gpus[{i}].", 'write the compute capability like "8.6"')
+        _need(
+            re.fullmatch(r"\d+\.\d+", sm or "") is not None,
+            f"gpus[{i}].sm",
+            sm,
+            'write the compute capability like "8.6" (nvidia-smi --query-gpu=compute_cap)',
+        )
+        mem = raw.get("memory_mib")
+        _need(
+            mem is None or (isinstance(mem, int) and not isinstance(mem, bool)),
+            f"gpus[{i}].memory_mib",
+            mem,
+            "write an integer number of MiB, or null",
+        )
+        gpus.append(Gpu(name=name or "", sm=sm or "", memory_mib=mem))
+    return Env(
+        os=os_name or "",
+        arch=arch or "",
+        glibc=glibc,
+        python=python or "",
+        torch=torch,
+        driver=driver,
+        gpus=tuple(gpus),
+    )
+
+
+def env_to_json(env: Env) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "os": env.os,
+        "arch": env.arch,
+        "glibc": env.glibc,
+        "python": env.python,
+        "torch": None
+        if env.torch is None
+        else {
+            "version": env.torch.version,
+            "cuda": env.torch.cuda,
+            "hip": env.torch.hip,
+            "cxx11abi": env.torch.cxx11abi,
+        },
+        "driver": None if env.driver is None else {"version": env.driver},
+        "gpus": [{"name": g.name, "sm": g.sm, "memory_mib": g.memory_mib} for g in env.gpus],
+    }
+    if env.sources:
+        out["sources"] = dict(env.sources)
+    return out

@@ -1,0 +1,204 @@
+"""Facts about this machine, as an `Env` (compat/env.py).
+
+Probing must be fast and side-effect free: no CUDA context and no `import torch` (importing torch takes
+seconds and initialises CUDA libraries). Torch is read from its version.py and its libraries
+(core/installed.py); the driver and GPUs from NVML, falling back to /sys, /proc and nvidia-smi.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from buildtool.compat.env import Env, Gpu
+from buildtool.core.installed import find_torch, os_name, probe_torch, python_version
+
+# ---------------------------------------------------------------------------------------------------
+# Probing this machine
+
+
+@dataclass(frozen=True)
+class ProbePaths:
+    """Everything the probe reads, injectable so tests can fake a machine."""
+
+    sys_driver_version: Path = Path("/sys/module/nvidia/version")
+    proc_driver_version: Path = Path("/proc/driver/nvidia/version")
+    nvidia_smi: str = "nvidia-smi"  # looked up on PATH
+    use_nvml: bool = True
+    # Jetson (Tegra): an integrated GPU without NVML, often without nvidia-smi; the SoC and the L4T
+    # release say what NVML would.
+    device_tree_compatible: Path = Path("/proc/device-tree/compatible")
+    tegra_release: Path = Path("/etc/nv_tegra_release")
+    torch_dir: Path | None = None  # None: find the installed torch package without importing it
+
+
+def probe(paths: ProbePaths = ProbePaths()) -> Env:
+    sources: dict[str, str] = {}
+    driver, gpus = _nvml(sources) if paths.use_nvml else (None, [])
+    if driver is None:
+        driver = _read_driver_file(paths, sources)
+    if not gpus:
+        smi_driver, gpus = _nvidia_smi(paths.nvidia_smi, sources)
+        driver = driver or smi_driver
+    if not gpus:
+        tegra_driver, gpus = _tegra(paths, sources)
+        driver = driver or tegra_driver
+    torch_dir = paths.torch_dir if paths.torch_dir is not None else find_torch()
+    torch = probe_torch(torch_dir, sources) if torch_dir else None
+    return Env(
+        os=os_name(),
+        arch=_arch(),
+        glibc=_glibc(),
+        python=python_version(),
+        torch=torch,
+        driver=driver,
+        gpus=tuple(gpus),
+        sources=sources,
+    )
+
+
+def _arch() -> str:
+    machine = platform.machine().lower()
+    return {"amd64": "x86_64", "x64": "x86_64"}.get(machine, machine)
+
+
+def _glibc() -> str | None:
+    try:
+        text = os.confstr("CS_GNU_LIBC_VERSION")  # "glibc 2.35"; absent on musl, macOS and Windows
+    except (AttributeError, ValueError, OSError):
+        return None
+    if not text or not text.startswith("glibc "):
+        return None
+    major_minor = re.match(r"(\d+\.\d+)", text.split()[1])
+    return major_minor.group(1) if major_minor else None
+
+
+def _nvml(sources: dict[str, str]) -> tuple[str | None, list[Gpu]]:
+    try:
+        import pynvml  # nvidia-ml-py; a thin ctypes wrapper, loads libnvidia-ml only in nvmlInit
+    except ImportError:
+        return None, []
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:  # LibraryNotFound, DriverNotLoaded, ...: no usable NVML here
+        return None, []
+    try:
+        driver = _text(pynvml.nvmlSystemGetDriverVersion())
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle).total // (1024 * 1024)
+            gpus.append(
+                Gpu(
+                    name=_text(pynvml.nvmlDeviceGetName(handle)),
+                    sm=f"{major}.{minor}",
+                    memory_mib=int(memory),
+                )
+            )
+        sources["driver"] = sources["gpus"] = "nvml"
+        return driver, gpus
+    except pynvml.NVMLError:
+        return None, []
+    finally:
+        with contextlib.suppress(pynvml.NVMLError):
+            pynvml.nvmlShutdown()
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+_PROC_VERSION = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")
+
+
+def _read_driver_file(paths: ProbePaths, sources: dict[str, str]) -> str | None:
+    try:
+        text = paths.sys_driver_version.read_text().strip()
+        if re.fullmatch(r"\d+(\.\d+)+", text):
+            sources["driver"] = str(paths.sys_driver_version)
+            return text
+    except OSError:
+        pass
+    try:
+        # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 ..." (open modules say
+        # "Open Kernel Module for x86_64  570.86.15")
+        match = _PROC_VERSION.search(paths.proc_driver_version.read_text())
+        if match:
+            sources["driver"] = str(paths.proc_driver_version)
+            return match.group(1)
+    except OSError:
+        pass
+    return None
+
+
+def _nvidia_smi(command: str, sources: dict[str, str]) -> tuple[str | None, list[Gpu]]:
+    exe = shutil.which(command)
+    if exe is None:
+        return None, []
+    # compute_cap needs nvidia-smi from driver 510 on; older ones give the driver only.
+    for fields in ("driver_version,name,compute_cap,memory.total", "driver_version,name,memory.total"):
+        try:
+            done = subprocess.run(
+                [exe, f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+                check=False,
+                capture_output=True,
+                text=True,
+                timeout=20,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None, []
+        if done.returncode == 0:
+            break
+    else:
+        return None, []
+    driver, gpus = None, []
+    for line in done.stdout.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) < 3:
+            continue
+        driver = cells[0]
+        if len(cells) == 4 and re.fullmatch(r"\d+\.\d+", cells[2]):
+            memory = int(cells[3]) if cells[3].isdigit() else None
+            gpus.append(Gpu(name=cells[1], sm=cells[2], memory_mib=memory))
+    if driver:
+        sources.setdefault("driver", "nvidia-smi")
+    if gpus:
+        sources["gpus"] = "nvidia-smi"
+    return driver, gpus
+
+
+# Tegra SoCs (device-tree compatible string) and their integrated GPU's compute capability.
+TEGRA_GPUS = {"nvidia,tegra234": ("Orin (nvgpu)", "8.7"), "nvidia,tegra194": ("Xavier (nvgpu)", "7.2")}
+# L4T R36 (JetPack 6) numbers its CUDA driver 540.<revision major>.0 (nvidia-smi on R36.4: 540.4.0).
+_TEGRA_RELEASE = re.compile(r"^# R(\d+) \(release\), REVISION: (\d+)\.(\d+)")
+
+
+def _tegra(paths: ProbePaths, sources: dict[str, str]) -> tuple[str | None, list[Gpu]]:
+    """A Jetson's GPU from its SoC, and its driver from the L4T release where its number is known."""
+    try:
+        compatible = paths.device_tree_compatible.read_bytes().split(b"\0")
+    except OSError:
+        return None, []
+    socs = [
+        TEGRA_GPUS[c.decode(errors="replace")] for c in compatible if c.decode(errors="replace") in TEGRA_GPUS
+    ]
+    if not socs:
+        return None, []
+    name, sm = socs[0]
+    sources["gpus"] = str(paths.device_tree_compatible)
+    driver = None
+    try:
+        match = _TEGRA_RELEASE.match(paths.tegra_release.read_text())
+    except OSError:
+        match = None
+    if match and match.group(1) == "36":
+        driver = f"540.{match.group(2)}.0"
+        sources["driver"] = f"{paths.tegra_release} (L4T R36.{match.group(2)}.{match.group(3)})"
+    return driver, [Gpu(name=name, sm=sm, memory_mib=None)]

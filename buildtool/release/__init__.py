@@ -1,0 +1,1 @@
+"""The release workflow (GitHub Actions + cibuildwheel), rendered from matrix.yaml."""
