@@ -27,18 +27,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import queue
 import re
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import zipfile
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -145,128 +141,15 @@ def make_cases(kernels: list[dict], only: str | None) -> list[SmokeCase]:
     return [c for c in cases if only is None or re.search(only, c.id)]
 
 
-# ---- one case, on any device ------------------------------------------------------------------------------
-class Backend:
-    """Runs a case's unit: the GPU through the driver API, or the CPU emulator."""
-
-    device: str  # where the case's tensors live ("cuda", "cpu")
-
-    def forward(self, case: SmokeCase, call: Any) -> tuple[Any, Any]:
-        raise NotImplementedError
-
-    def backward(self, case: SmokeCase, call: Any, out: Any, lse: Any, dout: Any) -> tuple[Any, Any, Any]:
-        raise NotImplementedError
-
-    def resources(self, case: SmokeCase) -> dict[str, dict[str, int]]:
-        return {}
-
-
-class GpuBackend(Backend):
-    device = "cuda"
-
-    def __init__(self, package_dir: Path) -> None:
-        import cuda_launch
-
-        self.cuda = cuda_launch
-        self.package_dir = package_dir
-        self.modules: dict[str, Any] = {}
-
-    def _dev(self, case: SmokeCase) -> Any:
-        file = case.kernel["file"]
-        if file not in self.modules:
-            self.modules[file] = self.cuda.load(self.package_dir / file)
-        return self.cuda.CudaDevice(self.modules[file])
-
-    def forward(self, case: SmokeCase, call: Any) -> tuple[Any, Any]:
-        from kernel_launch import UnitLaunch
-
-        return self.cuda.run_forward(self._dev(case), UnitLaunch.of(case.kernel), call)
-
-    def backward(self, case: SmokeCase, call: Any, out: Any, lse: Any, dout: Any) -> tuple[Any, Any, Any]:
-        from kernel_launch import UnitLaunch
-
-        return self.cuda.run_backward(self._dev(case), UnitLaunch.of(case.kernel), call, out, lse, dout)
-
-    def resources(self, case: SmokeCase) -> dict[str, dict[str, int]]:
-        module = self._dev(case).module
-        return {entry: module.attributes(entry) for entry in case.kernel["entries"]}
-
-
-class EmulatorBackend(Backend):
-    device = "cpu"
-
-    def __init__(self) -> None:
-        import emu_harness
-
-        self.emu = emu_harness
-        self.libs: dict[tuple[str, str], Any] = {}
-
-    def _lib(self, case: SmokeCase) -> Any:
-        import tiles
-
-        arch, name = case.kernel["arch"], case.kernel["unit"]
-        if (arch, name) not in self.libs:
-            unit = next((u for u in tiles.units(arch) if u.name == name), None)
-            if unit is None:
-                raise LookupError(f"kernels/tiles.py has no unit {name} for sm {arch}")
-            self.libs[arch, name] = self.emu.Emulated(unit, arch)
-        return self.libs[arch, name]
-
-    def forward(self, case: SmokeCase, call: Any) -> tuple[Any, Any]:
-        return self.emu.forward(self._lib(case), call)
-
-    def backward(self, case: SmokeCase, call: Any, out: Any, lse: Any, dout: Any) -> tuple[Any, Any, Any]:
-        return self.emu.backward(self._lib(case), call, out, lse, dout)
-
-
-def check_case(backend: Backend, case: SmokeCase) -> CaseResult:
-    """Run one case and measure every output against the fp32 reference (FA2's rule)."""
+# ---- one case, in a worker ------------------------------------------------------------------------------
+def case_problem(case: SmokeCase) -> Any:
     import torch
-    from attn_reference import attention_ref, fa2_error, lse_error, visible_rows
-    from kernel_launch import Call
+    from attn_reference import Case
 
     k = case.kernel
-    t0 = time.perf_counter()
     dtype = torch.bfloat16 if k["dtype"] == "bf16" else torch.float16
-    gen = torch.Generator(device=backend.device).manual_seed(k["head_dim"] * 2 + case.causal)
-
-    def rand(*shape: int) -> torch.Tensor:
-        return torch.randn(shape, generator=gen, device=backend.device, dtype=torch.float32).to(dtype)
-
-    d = k["head_dim"]
-    q, kk, v = (
-        rand(BATCH, SEQLEN_Q, HEADS, d),
-        rand(BATCH, SEQLEN_K, HEADS_K, d),
-        rand(BATCH, SEQLEN_K, HEADS_K, d),
-    )
-    call = Call(q, kk, v, causal=case.causal)
-    qr, kr, vr = (t.clone().requires_grad_() for t in (q, kk, v))
-    out_ref, lse_ref = attention_ref(qr, kr, vr, case.causal)
-    out_low, _ = attention_ref(qr, kr, vr, case.causal, upcast=False)
-    if k["direction"] == "fwd":
-        out, lse = backend.forward(case, call)
-        rows = visible_rows(SEQLEN_Q, SEQLEN_K, case.causal, q.device)
-        errors = [fa2_error("out", out, out_ref, out_low), lse_error(lse, lse_ref, rows)]
-    else:
-        dout = rand(BATCH, SEQLEN_Q, HEADS, d)
-        # The kernels' convention for a row that sees no key is lse = +inf (the reference gives -inf).
-        lse_in = torch.where(torch.isneginf(lse_ref), torch.inf, lse_ref).detach().contiguous()
-        grads = backend.backward(case, call, out_ref.detach().contiguous(), lse_in, dout)
-        refs = torch.autograd.grad(out_ref, (qr, kr, vr), dout, retain_graph=True)
-        lows = torch.autograd.grad(out_low, (qr, kr, vr), dout)
-        errors = [fa2_error(n, g, r, lo) for n, g, r, lo in zip(("dq", "dk", "dv"), grads, refs, lows)]
-    worst = max(errors, key=lambda e: e.ratio)
-    bad = [e for e in errors if not e.ok]
-    return CaseResult.of(
-        case,
-        "ok" if not bad else "wrong",
-        worst=worst.name,
-        ratio=worst.ratio,
-        max_err=worst.err,
-        seconds=round(time.perf_counter() - t0, 3),
-        message="; ".join(f"{e.name}: error {e.err:.3g} > bound {e.bound:.3g}" for e in bad),
-        resources=backend.resources(case),
-    )
+    seed = 2 * k["head_dim"] + case.causal
+    return Case(BATCH, SEQLEN_Q, SEQLEN_K, HEADS, HEADS_K, k["head_dim"], case.causal, dtype, seed=seed)
 
 
 def _injected_fault(case: SmokeCase) -> str | None:
@@ -278,191 +161,76 @@ def _injected_fault(case: SmokeCase) -> str | None:
     return None
 
 
-def run_in_worker(backend: Backend, case: SmokeCase) -> CaseResult:
-    """check_case, with every failure turned into a verdict."""
-    from kernel_launch import LaunchError
+class CaseRunner:
+    """The worker's side: one runner per unit image (GPU) or tiles unit (emulator), kept across cases."""
 
-    t0 = time.perf_counter()
-    fault = _injected_fault(case)
-    try:
-        if fault == "crash":
-            os._exit(9)
-        if fault == "hang":
-            time.sleep(3600)
-        if fault == "cuda-error":
-            import cuda_launch
+    def __init__(self, package: Path | None, dry_run: bool) -> None:
+        self.package = package
+        self.dry_run = dry_run
+        self.runners: dict[tuple[str, str], Any] = {}
 
-            raise cuda_launch.CudaError(
-                "launching fa_fwd (injected)", 700, "an illegal memory access was encountered"
-            )
-        return check_case(backend, case)
-    except Exception as e:  # noqa: BLE001 - every failure becomes this case's verdict
-        verdict = _verdict_of(e)
-        msg = f"{type(e).__name__}: {e}".strip().replace("\n", " ")[:500]
-        if isinstance(e, LaunchError):
-            verdict = "error"
-        return CaseResult.of(case, verdict, seconds=round(time.perf_counter() - t0, 3), message=msg)
+    def runner(self, case: SmokeCase) -> Any:
+        import unit_check
+        from kernel_launch import UnitLaunch
 
+        k = case.kernel
+        key = (k["arch"], k["file"] or k["unit"])
+        if key not in self.runners:
+            if self.dry_run:
+                import tiles
 
-def _verdict_of(e: Exception) -> str:
-    try:
-        import cuda_launch
-    except ImportError:  # no torch CUDA bits needed to classify
-        cuda_launch = None  # type: ignore[assignment]
-    if cuda_launch is not None and isinstance(e, cuda_launch.CudaError):
-        return "load-error" if str(e).startswith("loading ") else "cuda-error"
-    text = str(e)
-    if re.search(
-        r"CUDA error|cudaError|illegal memory access|misaligned address|unspecified launch failure", text
-    ):
-        return "cuda-error"
-    return "error"
+                unit = next((u for u in tiles.units(k["arch"]) if u.name == k["unit"]), None)
+                if unit is None:
+                    raise LookupError(f"kernels/tiles.py has no unit {k['unit']} for sm {k['arch']}")
+                self.runners[key] = unit_check.EmulatedUnit(unit, k["arch"])
+            else:
+                assert self.package is not None
+                self.runners[key] = unit_check.GpuUnit(self.package / k["file"], UnitLaunch.of(k))
+        return self.runners[key]
 
+    def run(self, case: SmokeCase) -> CaseResult:
+        """One case, every failure turned into its verdict."""
+        import unit_check
 
-# ---- the worker process -------------------------------------------------------------------------------------
-def worker_main(args: argparse.Namespace) -> int:
-    # The protocol goes to the original stdout; anything else printed (warnings, C libraries) to stderr.
-    proto = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    cases = [SmokeCase(c["kernel"], c["causal"]) for c in json.loads(Path(args.cases).read_text())]
-    backend: Backend = EmulatorBackend() if args.dry_run else GpuBackend(Path(args.package))
-
-    def send(**event: Any) -> None:
-        proto.write(json.dumps(event) + "\n")
-
-    send(event="ready")
-    for i in range(args.start, len(cases)):
-        send(event="start", index=i)
-        result = run_in_worker(backend, cases[i])
-        send(event="done", index=i, result=asdict(result))
-        if result.verdict == "cuda-error":
-            return 3  # the context is lost: the parent starts a new worker at the next case
-    send(event="end")
-    return 0
-
-
-# ---- the parent: workers, restarts, the table ------------------------------------------------------------------
-@dataclass
-class WorkerSpec:
-    argv: list[str]  # the worker's command line, without --start
-    env: dict[str, str]
-    case_timeout: float  # seconds a case may take
-    start_timeout: float  # seconds a worker may take to get ready (imports, CUDA init, emulator builds)
-
-
-def _reader(stream: IO[str], q: queue.Queue[str | None]) -> None:
-    for line in stream:
-        q.put(line)
-    q.put(None)
-
-
-def run_cases(
-    cases: list[SmokeCase], spec: WorkerSpec, report: Callable[[CaseResult], None]
-) -> list[CaseResult]:
-    """Every case gets exactly one result, in order, whatever the workers do."""
-    results: dict[int, CaseResult] = {}
-    start = 0
-    while start < len(cases):
-        with tempfile.TemporaryFile("w+") as err:
-            nxt, fatal = _one_worker(cases, spec, start, err, results, report)
-            err.seek(0)
-            tail = err.read()
-        if tail.strip():
-            sys.stderr.write(_indent(f"worker (from case {start}) stderr:", tail[-4000:]))
-        if fatal is not None:
-            for i in range(nxt, len(cases)):
-                results[i] = CaseResult.of(cases[i], "not-run", message=fatal)
-                report(results[i])
-            break
-        if nxt in results or nxt >= len(cases):
-            start = max(results, default=-1) + 1
-        else:
-            start = nxt
-    return [results[i] for i in range(len(cases))]
-
-
-def _one_worker(
-    cases: list[SmokeCase],
-    spec: WorkerSpec,
-    start: int,
-    err: IO[str],
-    results: dict[int, CaseResult],
-    report: Callable[[CaseResult], None],
-) -> tuple[int, str | None]:
-    """Run a worker from case `start` until it ends, fails or hangs. Returns (the next case to run,
-    a fatal message when no worker can run at all)."""
-    proc = subprocess.Popen(
-        [*spec.argv, "--start", str(start)],
-        stdout=subprocess.PIPE,
-        stderr=err,
-        env=spec.env,
-        text=True,
-        start_new_session=True,  # its own process group: a hung worker is killed with its children
-    )
-    assert proc.stdout is not None
-    lines: queue.Queue[str | None] = queue.Queue()
-    threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
-    current: int | None = None
-    ready = False
-    case_t0 = time.monotonic()
-    while True:
-        timeout = spec.case_timeout if ready else spec.start_timeout
+        t0 = time.perf_counter()
+        fault = _injected_fault(case)
         try:
-            line = lines.get(timeout=max(0.1, timeout - (time.monotonic() - case_t0)))
-        except queue.Empty:
-            _kill(proc)
-            if not ready:
-                return start, f"the worker did not get ready in {spec.start_timeout:.0f}s"
-            i = current if current is not None else start
-            results[i] = CaseResult.of(
-                cases[i],
-                "hang",
-                seconds=spec.case_timeout,
-                message=f"no answer in {spec.case_timeout:.0f}s: killed",
-            )
-            report(results[i])
-            return i + 1, None
-        if line is None:  # the worker exited
-            rc = proc.wait()
-            if current is not None:
-                err.seek(0)
-                last = [ln for ln in err.read().splitlines() if ln.strip()][-3:]
-                results[current] = CaseResult.of(
-                    cases[current], "crash", message=f"worker exited with {rc}: " + " | ".join(last)
+            if fault == "crash":
+                os._exit(9)
+            if fault == "hang":
+                time.sleep(3600)
+            if fault == "cuda-error":
+                import cuda_launch
+
+                raise cuda_launch.CudaError(
+                    "launching (injected)", 700, "an illegal memory access was encountered"
                 )
-                report(results[current])
-                return current + 1, None
-            if not ready:
-                err.seek(0)
-                return start, f"the worker exited with {rc} before its first case: {err.read()[-2000:]}"
-            return max(results, default=start - 1) + 1, None
-        event = json.loads(line)
-        case_t0 = time.monotonic()
-        if event["event"] == "ready":
-            ready = True
-        elif event["event"] == "start":
-            current = event["index"]
-        elif event["event"] == "done":
-            results[event["index"]] = CaseResult(**event["result"])
-            report(results[event["index"]])
-            current = None
-        elif event["event"] == "end":
-            proc.wait()
-            return len(cases), None
+            runner = self.runner(case)
+            errors = unit_check.measure(runner, case.kernel["direction"], case_problem(case))
+            return CaseResult.of(
+                case,
+                seconds=round(time.perf_counter() - t0, 3),
+                resources=runner.resources(),
+                **unit_check.summary(errors),
+            )
+        except Exception as e:  # noqa: BLE001 - every failure becomes this case's verdict
+            return CaseResult.of(
+                case,
+                unit_check.verdict_of(e),
+                seconds=round(time.perf_counter() - t0, 3),
+                message=unit_check.describe(e),
+            )
 
 
-def _kill(proc: subprocess.Popen[str]) -> None:
-    try:
-        os.killpg(proc.pid, 9)
-    except ProcessLookupError:
-        pass
-    proc.wait()
+def worker_main(args: argparse.Namespace) -> int:
+    import workers
+
+    cases = [SmokeCase(c["kernel"], c["causal"]) for c in json.loads(Path(args.cases).read_text())]
+    runner = CaseRunner(Path(args.package) if args.package else None, args.dry_run)
+    return workers.serve(len(cases), args.start, lambda i: asdict(runner.run(cases[i])))
 
 
-def _indent(title: str, text: str) -> str:
-    return title + "\n" + "".join(f"  | {ln}\n" for ln in text.rstrip().splitlines())
-
-
+# ---- the table ----------------------------------------------------------------------------------------------
 HEADER = (
     f"{'case':34} {'verdict':10} {'worst':5} {'err/bound':>9} {'max err':>9} {'regs':>9} {'local':>5} "
     f"{'s':>5}  message"
@@ -526,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         return worker_main(args)
 
     import wheel_check
+    import workers
 
     with tempfile.TemporaryDirectory(prefix="fa-smoke-") as tmp:
         scratch = Path(tmp)
@@ -569,15 +338,21 @@ def main(argv: list[str] | None = None) -> int:
         cases_file.write_text(json.dumps([asdict(c) for c in cases]))
         worker = [sys.executable, str(Path(__file__).resolve()), "--worker", "--cases", str(cases_file)]
         worker += ["--dry-run"] if args.dry_run else ["--package", str(package)]
-        spec = WorkerSpec(
+        spec = workers.WorkerSpec(
             argv=worker,
             env=dict(os.environ, CUDA_LAUNCH_BLOCKING="1", PYTHONUNBUFFERED="1"),
-            case_timeout=args.case_timeout or (300.0 if args.dry_run else 60.0),
+            item_timeout=args.case_timeout or (300.0 if args.dry_run else 60.0),
             start_timeout=args.start_timeout,
         )
         t0 = time.monotonic()
         print(HEADER, flush=True)
-        results = run_cases(cases, spec, lambda r: print(row(r), flush=True))
+        raw = workers.run_items(
+            len(cases),
+            spec,
+            lambda i, verdict, msg: asdict(CaseResult.of(cases[i], verdict, message=msg)),
+            lambda i, res: print(row(CaseResult(**res)), flush=True),
+        )
+        results = [CaseResult(**r) for r in raw]
         wall = time.monotonic() - t0
 
     counts = {v: n for v in VERDICTS if (n := sum(r.verdict == v for r in results))}
