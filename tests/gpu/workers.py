@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 RESTART = "cuda-error"  # the result verdict after which a worker must not go on
+RESTART_EXIT = 3  # the worker's exit status after such an item
 
 
 @dataclass
@@ -54,7 +55,7 @@ def serve(
         result = run_item(i)
         send(event="done", index=i, result=result)
         if result.get("verdict") == RESTART:
-            return 3  # the context is lost: the parent starts a new worker at the next item
+            return RESTART_EXIT  # the context is lost: the parent starts a new worker at the next item
     send(event="end")
     return 0
 
@@ -69,31 +70,33 @@ def run_items(
     failed: Failed,
     report: Callable[[int, dict], None],
     log: IO[str] | None = None,
+    deadline: float | None = None,
 ) -> list[dict]:
     """Every item's result, in order. `failed` builds the result of an item the worker could not
-    finish (crash, hang) or that never ran (not-run, when no worker can start at all); `report` sees
-    each result as it arrives; the workers' stderr goes to `log` (default: this process's stderr)."""
+    finish (crash, hang), that never ran (not-run, when no worker can start at all) or that the
+    `deadline` (time.monotonic()) left no time for (skipped); `report` sees each result as it arrives;
+    the workers' stderr goes to `log` (default: this process's stderr)."""
     results: dict[int, dict] = {}
     log = log or sys.stderr
     start = 0
     while start < n_items:
-        with tempfile.TemporaryFile("w+") as err:
-            nxt, fatal = _one_worker(n_items, spec, start, err, results, failed, report)
-            err.seek(0)
-            text = err.read()
-        if text.strip():
-            log.write(
-                f"worker from item {start}, its stderr:\n"
-                + "".join(f"  | {ln}\n" for ln in text.splitlines())
-            )
-            log.flush()
-        if fatal is not None:
-            for i in range(start, n_items):
+        stop: tuple[str, str] | None = None
+        if deadline is not None and time.monotonic() >= deadline:
+            stop = ("skipped", "no time left (budget)")
+        else:
+            with tempfile.TemporaryFile("w+") as err:
+                start, stop = _one_worker(n_items, spec, start, err, results, failed, report, deadline)
+                err.seek(0)
+                text = err.read()
+            if text.strip():
+                log.write("a worker's stderr:\n" + "".join(f"  | {ln}\n" for ln in text.splitlines()))
+                log.flush()
+        if stop is not None:
+            for i in range(n_items):
                 if i not in results:
-                    results[i] = failed(i, "not-run", fatal)
+                    results[i] = failed(i, *stop)
                     report(i, results[i])
             break
-        start = nxt
     return [results[i] for i in range(n_items)]
 
 
@@ -105,9 +108,10 @@ def _one_worker(
     results: dict[int, dict],
     failed: Failed,
     report: Callable[[int, dict], None],
-) -> tuple[int, str | None]:
-    """One worker from item `start` until it ends, fails or hangs: (the next item to run, a fatal
-    message when the worker could not even start)."""
+    deadline: float | None,
+) -> tuple[int, tuple[str, str] | None]:
+    """One worker from item `start` until it ends, fails, hangs or runs out of time: (the next item to
+    run, and (verdict, message) for every item left when no worker can go on: not-run, skipped)."""
     proc = subprocess.Popen(
         [*spec.argv, "--start", str(start)],
         stdout=subprocess.PIPE,
@@ -124,12 +128,17 @@ def _one_worker(
     since = time.monotonic()
     while True:
         limit = spec.item_timeout if ready else spec.start_timeout
+        wait = limit - (time.monotonic() - since)
+        if deadline is not None and deadline - time.monotonic() < wait:
+            wait = deadline - time.monotonic()
         try:
-            line = lines.get(timeout=max(0.1, limit - (time.monotonic() - since)))
+            line = lines.get(timeout=max(0.1, wait))
         except queue.Empty:
             _kill(proc)
+            if deadline is not None and time.monotonic() >= deadline:
+                return start, ("skipped", "no time left (budget): stopped")
             if not ready:
-                return start, f"the worker did not get ready in {spec.start_timeout:.0f}s"
+                return start, ("not-run", f"the worker did not get ready in {spec.start_timeout:.0f}s")
             i = current if current is not None else next(j for j in range(start, n_items) if j not in results)
             results[i] = failed(i, "hang", f"no answer in {spec.item_timeout:.0f}s: killed")
             report(i, results[i])
@@ -137,14 +146,18 @@ def _one_worker(
         if line is None:  # the worker exited
             rc = proc.wait()
             err.seek(0)
-            tail = [ln for ln in err.read().splitlines() if ln.strip()][-3:]
-            if current is not None:
-                results[current] = failed(current, "crash", f"worker exited with {rc}: " + " | ".join(tail))
-                report(current, results[current])
-                return current + 1, None
+            tail = " | ".join([ln for ln in err.read().splitlines() if ln.strip()][-3:])
             if not ready:
-                return start, f"the worker exited with {rc} before its first item: " + " | ".join(tail)
-            return max(results, default=start - 1) + 1, None
+                return start, ("not-run", f"the worker exited with {rc} before its first item: {tail}")
+            nxt = next((j for j in range(start, n_items) if j not in results), n_items)
+            if current is None and rc == RESTART_EXIT:
+                return nxt, None  # it stopped after a CUDA error, as it should
+            victim = current if current is not None else nxt  # dying between items counts for the next
+            if victim >= n_items:
+                return n_items, None
+            results[victim] = failed(victim, "crash", f"worker exited with {rc}: {tail}")
+            report(victim, results[victim])
+            return victim + 1, None
         event = json.loads(line)
         since = time.monotonic()
         kind = event["event"]
