@@ -189,29 +189,11 @@ class CandidateRunner:
             q, k, v, dout = (torch.randn(size, generator=gen, device=device).to(dtype) for _ in range(4))
             t = {"q": q, "k": k, "v": v, "dout": dout}
             if c.direction == "bwd":
-                t["out"], t["lse"] = reference_out_lse(q, k, v, shape.causal)
+                from attn_reference import out_lse_by_heads
+
+                t["out"], t["lse"] = out_lse_by_heads(q, k, v, shape.causal)
             self.inputs[key] = t
         return self.inputs[key]
-
-
-def reference_out_lse(q: Any, k: Any, v: Any, causal: bool) -> tuple[Any, Any]:
-    """out (like q) and lse (batch, heads, seqlen) in fp32 math, a few heads at a time (memory)."""
-    import torch
-
-    b, s, h, d = q.shape
-    out = torch.empty_like(q)
-    lse = torch.empty(b, h, s, dtype=torch.float32, device=q.device)
-    mask = torch.ones(s, s, dtype=torch.bool, device=q.device).tril() if causal else None
-    step = max(1, (1 << 28) // (s * s))
-    for bi in range(b):
-        for h0 in range(0, h, step):
-            qs, ks, vs = (t[bi, :, h0 : h0 + step].transpose(0, 1).float() for t in (q, k, v))
-            scores = qs @ ks.transpose(1, 2) / math.sqrt(d)
-            if mask is not None:
-                scores.masked_fill_(~mask, float("-inf"))
-            lse[bi, h0 : h0 + step] = torch.logsumexp(scores, dim=-1)
-            out[bi, :, h0 : h0 + step] = (torch.softmax(scores, dim=-1) @ vs).transpose(0, 1).to(q.dtype)
-    return out, lse
 
 
 def worker_main(args: argparse.Namespace) -> int:
@@ -315,7 +297,7 @@ def table_changes(results: list[dict], family_of: Any) -> tuple[dict, list[dict]
             "choice": chosen,
             "speedup": round(1 / mean[chosen], 3),
         }
-        per_dtype = {k: min(scores[k], key=lambda label, k=k: scores[k][label]) for k in timed}
+        per_dtype = {k: min(scores[k], key=scores[k].__getitem__) for k in timed}
         if len(set(per_dtype.values())) > 1:
             row["note"] = "dtypes disagree: " + ", ".join(f"{k} best {v}" for k, v in per_dtype.items())
         rows.append(row)

@@ -33,32 +33,34 @@ class PatchError(RuntimeError):
 Changes = dict[tuple[str, str], dict[int, Any]]
 
 
-def _family_call(tree: ast.Module, family: str) -> ast.Call:
+def _assigned(tree: ast.Module, name: str) -> ast.expr | None:
+    """The value a module-level `name = ...` or `name: T = ...` assigns, if any."""
     for node in tree.body:
-        target = node.target if isinstance(node, ast.AnnAssign) else None
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target = node.targets[0]
-        if isinstance(target, ast.Name) and target.id == "FAMILIES" and isinstance(node.value, ast.Dict):
-            for key, value in zip(node.value.keys, node.value.values):
-                if isinstance(key, ast.Constant) and key.value == family and isinstance(value, ast.Call):
-                    return value
+        if isinstance(node, ast.Assign):
+            targets: list[ast.expr] = node.targets
+        elif isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        else:
+            continue
+        if node.value is not None and any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            return node.value
+    return None
+
+
+def _family_call(tree: ast.Module, family: str) -> ast.Call:
+    families = _assigned(tree, "FAMILIES")
+    if isinstance(families, ast.Dict):
+        for key, value in zip(families.keys, families.values):
+            if isinstance(key, ast.Constant) and key.value == family and isinstance(value, ast.Call):
+                return value
     raise PatchError(f"tiles.py: no FAMILIES[{family!r}] = ArchFamily(...) literal to patch")
 
 
 def _module_dict(tree: ast.Module, name: str) -> ast.Dict:
-    for node in tree.body:
-        targets = (
-            node.targets
-            if isinstance(node, ast.Assign)
-            else [node.target]
-            if isinstance(node, ast.AnnAssign)
-            else []
-        )
-        if any(isinstance(t, ast.Name) and t.id == name for t in targets) and isinstance(
-            node.value, ast.Dict
-        ):
-            return node.value
-    raise PatchError(f"tiles.py: {name} is not a dict literal at module level")
+    value = _assigned(tree, name)
+    if not isinstance(value, ast.Dict):
+        raise PatchError(f"tiles.py: {name} is not a dict literal at module level")
+    return value
 
 
 def _alias(tree: ast.Module, cls_name: str) -> str:
@@ -99,7 +101,7 @@ def patch_text(source: str, changes: Changes, tiles_module: Any) -> str:
         alias = _alias(tree, type(next(iter(buckets.values()))).__name__)
         if isinstance(kw.value, ast.Dict):
             for key, value in zip(kw.value.keys, kw.value.values):
-                if isinstance(key, ast.Constant) and key.value in buckets:
+                if isinstance(key, ast.Constant) and isinstance(key.value, int) and key.value in buckets:
                     start = _offset(lines, value.lineno, value.col_offset)
                     end = _offset(lines, value.end_lineno or value.lineno, value.end_col_offset or 0)
                     edits.append((start, end, render(buckets[key.value], alias)))

@@ -105,6 +105,28 @@ def attention_ref(
     return out.to(dtype), lse
 
 
+def out_lse_by_heads(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The forward's out (q's dtype) and lse (batch, heads, seqlen_q; fp32) in fp32 math, a few heads
+    at a time, for benchmark-sized inputs where attention_ref's autograd graph would not fit: what the
+    autotuner and the profiler feed a backward kernel. Equal head counts only (no GQA)."""
+    b, sq, h, d = q.shape
+    sk = k.shape[1]
+    out = torch.empty_like(q)
+    lse = torch.empty(b, h, sq, dtype=torch.float32, device=q.device)
+    visible = visible_mask(sq, sk, causal, (-1, -1), q.device)
+    step = max(1, (1 << 28) // (sq * sk))  # at most 2^28 fp32 scores (1 GiB) at once
+    with torch.no_grad():
+        for bi in range(b):
+            for h0 in range(0, h, step):
+                qs, ks, vs = (t[bi, :, h0 : h0 + step].transpose(0, 1).float() for t in (q, k, v))
+                scores = (qs @ ks.transpose(1, 2) / math.sqrt(d)).masked_fill_(~visible, float("-inf"))
+                lse[bi, h0 : h0 + step] = torch.logsumexp(scores, dim=-1)
+                out[bi, :, h0 : h0 + step] = (torch.softmax(scores, dim=-1) @ vs).transpose(0, 1).to(q.dtype)
+    return out, lse
+
+
 def visible_rows(
     seqlen_q: int, seqlen_k: int, causal: bool, device: torch.device, window: tuple[int, int] = (-1, -1)
 ) -> torch.Tensor:

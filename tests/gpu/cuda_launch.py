@@ -54,6 +54,7 @@ class CudaDriver:
             ctypes.POINTER(ctypes.c_void_p),
             ctypes.POINTER(ctypes.c_void_p),
         ]
+        self._contexts: dict[int, ctypes.c_void_p] = {}
         self.check(self.lib.cuInit(0), "cuInit")
 
     def check(self, code: int, what: str) -> None:
@@ -63,10 +64,15 @@ class CudaDriver:
             raise CudaError(what, code, (text.value or b"unknown error").decode())
 
     def use_primary_context(self, device: int) -> None:
-        """Make the device's primary context (torch's) current on this thread, as the binding does."""
-        dev, ctx, current = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_void_p()
-        self.check(self.lib.cuDeviceGet(ctypes.byref(dev), device), "cuDeviceGet")
-        self.check(self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
+        """Make the device's primary context (torch's) current on this thread, as the binding does
+        (retained once per device and process)."""
+        ctx = self._contexts.get(device)
+        if ctx is None:
+            dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+            self.check(self.lib.cuDeviceGet(ctypes.byref(dev), device), "cuDeviceGet")
+            self.check(self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
+            self._contexts[device] = ctx
+        current = ctypes.c_void_p()
         self.check(self.lib.cuCtxGetCurrent(ctypes.byref(current)), "cuCtxGetCurrent")
         if current.value != ctx.value:
             self.check(self.lib.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
@@ -89,9 +95,10 @@ def driver() -> CudaDriver:
 class CudaModule:
     """One loaded image (cubin, or PTX the driver JIT-compiles) and its functions."""
 
-    def __init__(self, image: bytes, name: str, drv: CudaDriver | None = None) -> None:
+    def __init__(self, image: bytes, name: str, drv: CudaDriver | None = None, device: int = 0) -> None:
         self.drv = drv or driver()
         self.name = name
+        self.drv.use_primary_context(device)  # a module loads into the current context: torch's
         self.handle = ctypes.c_void_p()
         log = ctypes.create_string_buffer(8192)
         opts = (ctypes.c_int * 2)(_JIT_ERROR_LOG_BUFFER, _JIT_ERROR_LOG_BUFFER_SIZE_BYTES)
@@ -145,7 +152,6 @@ class CudaDevice:
         self.module = module
         self.device = device
         self.stream = stream or (lambda: torch.cuda.current_stream(device).cuda_stream)
-        self.module.drv.use_primary_context(device)
 
     def place(self, name: str, t: torch.Tensor) -> torch.Tensor:
         return t if t.is_cuda else t.to(f"cuda:{self.device}")
