@@ -303,12 +303,17 @@ def table_changes(results: list[dict], family_of: Any) -> tuple[dict, list[dict]
         rows.append(row)
         if chosen != default:
             cand = next(r for r in results if r["key"] == timed[0] and r["label"] == chosen)
-            tile = Candidate(**{f: cand[f] for f in _CANDIDATE_FIELDS}).tile()
+            tile = _candidate(cand).tile()
             changes.setdefault((family_of(arch), direction), {})[d] = tile
     return changes, rows
 
 
 _CANDIDATE_FIELDS = [f.name for f in dataclasses.fields(Candidate)]
+
+
+def _candidate(record: dict) -> Candidate:
+    """A Candidate back from a JSON record (index.json, autotune.json) that holds its fields."""
+    return Candidate(**{f: record[f] for f in _CANDIDATE_FIELDS})
 
 
 def write_outputs(payload: dict, out_dir: Path) -> None:
@@ -382,7 +387,7 @@ def prepare_images(
             )
         else:
             image_dir = args.images
-            compiled = {c["id"]: c["compiled"] for c in index["candidates"]}
+            compiled = {_candidate(c).id: c["compiled"] for c in index["candidates"]}
             how.append(f"{len(compiled)} candidates from --images {args.images} (NVRTC {index.get('nvrtc')})")
     todo = [c for c in cands if c.id not in compiled]
     if todo:

@@ -144,7 +144,7 @@ def check() -> int:
         else "\nnot ready: fix the lines above first"
     )
     if ok:
-        for command, timeout in (("verify", 540), ("tune", 540), ("bench", 540)):
+        for command, timeout in (("verify", 480), ("tune", 480), ("bench", 480)):
             print(
                 f'  run(command="python3 tests/gpu/kit.py {command}", carry=[".carry"], timeout_s={timeout})'
             )

@@ -195,6 +195,13 @@ def step_wheels(kit: Kit, which: tuple[str, ...]) -> None:
     for name in which:
         folder = CARRY / f"wheels-{name}"
         found = sorted(folder.glob(WHEEL_GLOB))
+        if len(found) != 1 and kit.dry_run:
+            kit.show(
+                f"wheel-{name}",
+                ["wheel_check.py", f"{folder.relative_to(REPO)}/{WHEEL_GLOB}"],
+                "no wheel here",
+            )
+            continue
         if len(found) != 1:
             kit.skip(
                 f"wheel-{name}",
@@ -205,7 +212,7 @@ def step_wheels(kit: Kit, which: tuple[str, ...]) -> None:
         rc = kit.run(
             f"wheel-{name}",
             60,
-            [kit.py, str(HERE / "wheel_check.py"), str(found[0])],
+            [kit.py, str(HERE / "wheel_check.py"), str(found[0].relative_to(REPO))],
             note=lambda t, rc: _last(t),
         )
         if rc == 0:
@@ -240,30 +247,31 @@ def cmd_verify(kit: Kit, steps: set[str] | None, resume: Path | None) -> None:
     want = lambda s: steps is None or s in steps
     if want("machine"):
         step_machine(kit)
-    if not kit.dry_run and (
-        steps is None or steps & {"wheels", "smoke", "smoke-turing", "explain", "sweep", "turing"}
-    ):
-        step_wheels(kit, ("h100", "turing"))
+    if steps is None or steps & {"wheels", "smoke", "smoke-turing", "explain", "sweep", "turing"}:
+        step_wheels(kit, ("h100", "turing"))  # the dry run checks and unpacks them too, when they exist
     smoke = [kit.py, str(HERE / "smoke.py")]
     if want("smoke"):
         json_out = kit.out / "smoke.json"
-        if kit.dry_run:
-            cmd = [*smoke, "--dry-run", "--only", DRY_SMOKE, "--json", str(json_out)]
+        wheel = ["--wheel", str(kit.wheels["h100"])] if "h100" in kit.wheels else []
+        if kit.dry_run:  # the carried wheel's cases when there is one, on the emulator
+            cmd = [*smoke, "--dry-run", *wheel, "--only", DRY_SMOKE, "--json", str(json_out)]
             kit.run("smoke", 300, cmd, note=_smoke_note(json_out))
-        elif "h100" in kit.wheels:
-            cmd = [*smoke, "--wheel", str(kit.wheels["h100"]), "--json", str(json_out)]
-            kit.run("smoke", 90, cmd, note=_smoke_note(json_out))
+        elif wheel:
+            kit.run("smoke", 90, [*smoke, *wheel, "--json", str(json_out)], note=_smoke_note(json_out))
         else:
             kit.skip("smoke", "needs wheel-h100")
     if want("smoke-turing"):
         json_out = kit.out / "smoke_turing.json"
+        # The 7.5-only wheel on a newer GPU: the driver JIT-compiles its compute_75 PTX, the Turing path.
+        wheel = ["--wheel", str(kit.wheels["turing"]), "--images", "ptx"] if "turing" in kit.wheels else []
         if kit.dry_run:
-            cmd = [*smoke, *["--dry-run", "--arch", "7.5", "--only", "fwd_fp16_d64"], "--json", str(json_out)]
+            arch = ["--arch", "9.0"] if wheel else ["--arch", "7.5"]
+            cmd = [*smoke, "--dry-run", *wheel, *arch, "--only", "fwd_fp16_d64", "--json", str(json_out)]
             kit.run("smoke-turing", 300, cmd, note=_smoke_note(json_out))
-        elif "turing" in kit.wheels:
-            # The 7.5-only wheel on a newer GPU: the driver JIT-compiles its compute_75 PTX, the Turing path.
-            cmd = [*smoke, "--wheel", str(kit.wheels["turing"]), "--images", "ptx", "--json", str(json_out)]
-            kit.run("smoke-turing", 120, cmd, note=_smoke_note(json_out))
+        elif wheel:
+            kit.run(
+                "smoke-turing", 120, [*smoke, *wheel, "--json", str(json_out)], note=_smoke_note(json_out)
+            )
         else:
             kit.skip("smoke-turing", "needs wheel-turing")
     if want("explain"):
@@ -381,8 +389,8 @@ def cmd_tune(kit: Kit, steps: set[str] | None, resume: Path | None) -> None:
     if steps is not None and "autotune" not in steps:
         return
     cmd = [kit.py, str(REPO / "bench" / "autotune.py"), "--out", str(kit.out)]
-    if resume:
-        cmd += ["--resume", str(resume)]
+    if resume and (resume / "autotune.json").is_file():
+        cmd += ["--resume", str(resume / "autotune.json")]
     if kit.dry_run:
         cmd += [
             "--dry-run",
@@ -395,7 +403,7 @@ def cmd_tune(kit: Kit, steps: set[str] | None, resume: Path | None) -> None:
             "--max-candidates",
             "2",
         ]
-    elif (CARRY / "autotune" / "index.json").is_file():
+    if (CARRY / "autotune" / "index.json").is_file():  # the dry run reads its spill verdicts too
         cmd += ["--images", str(CARRY / "autotune")]
     # autotune stops starting candidates at its budget; the step's limit leaves it a minute to write.
     limit = min(kit.left(), 600)

@@ -17,8 +17,9 @@ ok, wrong (an output over FA2's error bound), cuda-error, load-error (the driver
 crash, hang, error (anything else raised). Rows print as they finish; --json gets the whole table.
 Exit status 0 when every case is ok, 1 otherwise, 2 for bad arguments or a worker that cannot start.
 
---dry-run runs the same flow on this machine with the CPU emulator (tests/emu) as the device, the units
-taken from kernels/tiles.py for --arch. FA_SMOKE_FAULT="<substring of a case id>=crash|hang|cuda-error"
+--dry-run runs the same flow on this machine with the CPU emulator (tests/emu) as the device, --arch
+standing for the live GPU's: the cases come from --wheel's manifest (or kernels/tiles.py without one)
+and each unit is compiled for the emulator from kernels/ by name (the wheel check ties the two). FA_SMOKE_FAULT="<substring of a case id>=crash|hang|cuda-error"
 makes the worker fail that case so (the kit's CI tests check the restarts with it).
 """
 
@@ -299,13 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="fa-smoke-") as tmp:
         scratch = Path(tmp)
         package: Path | None = None
-        if args.dry_run:
-            arch, device = args.arch, f"CPU emulator (tests/emu) as sm {args.arch}"
-            manifest = tiles_manifest(arch)
-            source = "kernels/tiles.py (dry run)"
-        else:
-            if args.wheel is None:
-                ap.error("--wheel is required (or --dry-run)")
+        if args.wheel is not None:
             try:
                 package = open_package(args.wheel, scratch)
             except (OSError, zipfile.BadZipFile) as e:
@@ -317,11 +312,17 @@ def main(argv: list[str] | None = None) -> int:
             if mismatch and not args.no_source_check:
                 print(f"smoke: {mismatch}", file=sys.stderr)
                 return 2
+        elif args.dry_run:
+            manifest, source = tiles_manifest(args.arch), "kernels/tiles.py"
+        else:
+            ap.error("--wheel is required (or --dry-run)")
+        if args.dry_run:  # the wheel's units by name, compiled from kernels/ (the same sources, by hash)
+            arch, device = args.arch, "CPU emulator (tests/emu)"
+        else:
             live = live_device()
             if live is None:
                 print(
-                    "smoke: torch sees no CUDA GPU (run with --dry-run on a machine without one)",
-                    file=sys.stderr,
+                    "smoke: torch sees no CUDA GPU (use --dry-run on a machine without one)", file=sys.stderr
                 )
                 return 2
             arch, device = live
