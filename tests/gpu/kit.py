@@ -447,7 +447,7 @@ def cmd_bench(kit: Kit, steps: set[str] | None, resume: Path | None) -> None:
     want = lambda s: steps is None or s in steps
     if want("machine"):
         step_machine(kit)
-    if not kit.dry_run:
+    if steps is None or steps & {"attention", "sanitize", "ncu"}:
         step_wheels(kit, ("h100",))
     if want("attention"):
         cmd = [kit.py, str(REPO / "bench" / "attention.py"), "--out", str(kit.out), "--dtypes", "bf16"]
