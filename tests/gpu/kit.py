@@ -228,8 +228,9 @@ def _last(text: str) -> str:
     return lines[-1][:160] if lines else ""
 
 
-def _site_env(site: Path) -> dict[str, str]:
-    return {"PYTHONPATH": os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])}
+def _pythonpath(*dirs: Path) -> dict[str, str]:
+    """PYTHONPATH with `dirs` first (an unpacked wheel's site dir goes before anything else)."""
+    return {"PYTHONPATH": os.pathsep.join([*map(str, dirs), *filter(None, [os.environ.get("PYTHONPATH")])])}
 
 
 def _smoke_note(path: Path) -> Callable[[str, int], str]:
@@ -279,7 +280,7 @@ def cmd_verify(kit: Kit, steps: set[str] | None, resume: Path | None) -> None:
         if kit.dry_run:
             kit.show("explain", cmd, "needs a GPU and the H100 wheel")
         elif "h100" in kit.sites:
-            kit.run("explain", 60, cmd, env=_site_env(kit.sites["h100"]), note=lambda t, rc: _last(t))
+            kit.run("explain", 60, cmd, env=_pythonpath(kit.sites["h100"]), note=lambda t, rc: _last(t))
         else:
             kit.skip("explain", "needs wheel-h100")
     summary: list[str] = []
@@ -297,34 +298,38 @@ def step_pytest(
     kit: Kit, name: str, cap: float, paths: list[str], wheel: str, env: dict[str, str], resume: Path | None
 ) -> list[str]:
     """pytest over `paths` with the wheel first on PYTHONPATH, run again after a test that broke the
-    CUDA context (tests/gpu/conftest.py records progress and stops there) until every test ran or the
+    CUDA context (the gpu_progress plugin records progress and stops there) until every test ran or the
     time is up; `resume`/<name>.progress (an earlier call's) skips the tests it lists. Returns the
     lines of sweep.txt for this step."""
     progress = kit.logs / f"{name}.progress"
     earlier = resume / f"{name}.progress" if resume else None
     progress.write_text(earlier.read_text() if earlier and earlier.is_file() else "")
     timeout = ["--timeout", "150", "--timeout-method", "thread"] if _has("pytest_timeout") else []
-    base = [
-        kit.py,
-        "-m",
-        "pytest",
-        *paths,
+    opts = [
         "-q",
         "-o",
         "pythonpath=",
         "-p",
         "no:cacheprovider",
+        "-p",
+        "gpu_progress",
         "-rf",
-        *timeout,
-    ]
+    ]  # gpu_progress: HERE
+    base = [kit.py, "-m", "pytest", *paths, *opts, *timeout]
     env = {**env, "FA_STRICT": "1", "FA_GPU_PROGRESS": str(progress)}
     if kit.dry_run:
-        kit.run(name, cap, [*base, "--collect-only"], env=env, note=lambda t, rc: _last(t))
+        kit.run(
+            name,
+            cap,
+            [*base, "--collect-only"],
+            env={**env, **_pythonpath(HERE)},
+            note=lambda t, rc: _last(t),
+        )
         return [f"{name}: collected only (dry run): {_last((kit.logs / f'{name}.log').read_text())}"]
     if wheel not in kit.sites:
         kit.skip(name, f"needs wheel-{wheel}")
         return [f"{name}: skipped, needs wheel-{wheel}"]
-    env.update(_site_env(kit.sites[wheel]))
+    env.update(_pythonpath(kit.sites[wheel], HERE))  # the wheel first, never kernels/
     end = time.monotonic() + min(cap, kit.left())
     for attempt in range(1, 20):
         before = len(progress.read_text().splitlines())
@@ -361,18 +366,23 @@ def _progress_note(progress: Path) -> Callable[[str, int], str]:
 
 
 def _progress_summary(name: str, progress: Path) -> list[str]:
-    lines = progress.read_text().splitlines()
-    outcome = {
-        ln.split(" ", 1)[1]: ln.split(" ", 1)[0] for ln in lines if " " in ln and not ln.startswith("start ")
-    }
-    started = [ln.split(" ", 1)[1] for ln in lines if ln.startswith("start ")]
+    """sweep.txt's lines for one step: the counts, then every test that failed, broke the CUDA context
+    or died with its pytest (those get no outcome line)."""
+    records = [ln.split(" ", 1) for ln in progress.read_text().splitlines() if " " in ln]
+    started = list(dict.fromkeys(test for kind, test in records if kind == "start"))
+    outcome = {test: kind for kind, test in records if kind not in ("start", "poisoned")}
+    broke = {test for kind, test in records if kind == "poisoned"}
     counts: dict[str, int] = {}
-    for test in dict.fromkeys(started):
-        kind = outcome.get(test, "died")
-        counts[kind] = counts.get(kind, 0) + 1
+    for test in started:
+        counts[outcome.get(test, "died")] = counts.get(outcome.get(test, "died"), 0) + 1
     out = [f"{name}: " + (", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no test ran")]
-    out += [f"  {kind} {test}" for test, kind in outcome.items() if kind in ("failed", "error", "poisoned")]
-    out += [f"  died {test}" for test in dict.fromkeys(started) if test not in outcome]
+    for test in started:
+        kind = outcome.get(test, "died")
+        if kind in ("failed", "error", "died"):
+            out.append(
+                f"  {kind} {test}"
+                + (" (broke the CUDA context: the rest ran in a new pytest)" if test in broke else "")
+            )
     return out
 
 
@@ -481,7 +491,7 @@ def cmd_bench(kit: Kit, steps: set[str] | None, resume: Path | None) -> None:
                 "--budget-s",
                 "190",
             ]
-            kit.run("attention", 230, cmd, env=_site_env(kit.sites["h100"]), note=_bench_note)
+            kit.run("attention", 230, cmd, env=_pythonpath(kit.sites["h100"]), note=_bench_note)
         else:
             kit.skip("attention", "needs wheel-h100")
     if want("sanitize"):
@@ -493,7 +503,7 @@ def cmd_bench(kit: Kit, steps: set[str] | None, resume: Path | None) -> None:
                 "sanitize",
                 120,
                 cmd,
-                env={**_site_env(kit.sites["h100"]), **_sanitizer_env()},
+                env={**_pythonpath(kit.sites["h100"]), **_sanitizer_env()},
                 note=_sanitize_note,
             )
         else:

@@ -1,11 +1,12 @@
-"""Progress of a GPU test session, for the kit's runner (tests/gpu/kit.py), which restarts pytest after
-a test that breaks the CUDA context instead of letting every later test fail with it.
+"""A pytest plugin for the kit's runner (tests/gpu/kit.py loads it with `-p gpu_progress`): the progress
+of a GPU test session, so the runner can restart pytest after a test that breaks the CUDA context
+instead of letting every later test fail with it.
 
 With FA_GPU_PROGRESS=FILE, each test appends "start <nodeid>" when it begins and "<outcome> <nodeid>"
 when it ends (passed, failed, skipped, error). A test that leaves the context unusable (a sticky error:
 illegal address, launch failure, ...) also appends "poisoned <nodeid>" and stops the session. With
 FA_GPU_RESUME=1, the tests FILE already names are deselected, so the next pytest goes on after them.
-Without FA_GPU_PROGRESS nothing changes.
+Without FA_GPU_PROGRESS the plugin does nothing.
 """
 
 from __future__ import annotations
