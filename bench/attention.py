@@ -213,7 +213,10 @@ def measure_shape(
                 continue
             ts = time_ms(f[mode], warmup, reps, cuda)
             ms = statistics.median(ts)
-            cells[impl] = {"ms": round(ms, 4), "tflops": float(f"{counted.flops(mode) / (ms * 1e-3) / 1e12:.4g}")}
+            cells[impl] = {
+                "ms": round(ms, 4),
+                "tflops": float(f"{counted.flops(mode) / (ms * 1e-3) / 1e12:.4g}"),
+            }
             cells[impl]["timings_ms"] = [round(t, 4) for t in ts]
             if impl == "fa_attn" and ran:
                 cells[impl]["ran"] = ran

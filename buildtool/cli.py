@@ -1,19 +1,44 @@
 """The `fa` command: a thin shell over the library. Each command lives in its own module under
-buildtool/commands/ and is registered here; nothing else belongs in this file."""
+buildtool/commands/ and is registered here.
+
+Commands raise buildtool.errors.FaError (or a subclass) for anything that stops them, and return an
+exit status when their answer is a "no" (doctor's fallback, a failed install); `_Commands.invoke`
+below is the one place that prints an error and turns it into the exit code it carries.
+"""
 
 from __future__ import annotations
 
 import importlib.metadata
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+import typer.core
 
 from buildtool.commands import build, ci, doctor, index, install, probe
+from buildtool.errors import EXIT_FAILED, FaError
 
 DISTRIBUTION = "fa-toolchain"
 
-app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False)
+
+def print_error(error: FaError) -> None:
+    """`error: <message>` on stderr, the message as plain text (a path may hold `[/b]`)."""
+    typer.echo(typer.style("error:", fg="red", bold=True) + " " + error.text(), err=True)
+
+
+class _Commands(typer.core.TyperGroup):
+    def invoke(self, ctx: Any) -> Any:  # a click Context (typer vendors click from 0.29 on)
+        try:
+            status = super().invoke(ctx)
+        except FaError as error:
+            print_error(error)
+            raise typer.Exit(error.exit_code) from None
+        if isinstance(status, int) and not isinstance(status, bool) and status:
+            raise typer.Exit(status)
+        return status
+
+
+app = typer.Typer(cls=_Commands, no_args_is_help=True, pretty_exceptions_enable=False)
 
 
 def _print_version(value: bool) -> None:
@@ -24,7 +49,7 @@ def _print_version(value: bool) -> None:
         typer.echo(f"fa {importlib.metadata.version(DISTRIBUTION)} from {where}")
     except importlib.metadata.PackageNotFoundError:
         typer.echo(f"fa: {DISTRIBUTION} is not installed (running from {where}); `pip install .` installs it")
-        raise typer.Exit(1) from None
+        raise typer.Exit(EXIT_FAILED) from None
     raise typer.Exit()
 
 

@@ -1,6 +1,7 @@
-"""The host binding (libfa_attn_ops.so): kernels/binding/*.cpp built with a C++ compiler for the
-wheel's CPU (the host's g++, or a cross g++ for the other CPU: buildtool/core/cpus.py) against one
-torch version's headers, once per (torch minor, C++ ABI, CPU).
+"""The host binding (libfa_attn_ops.so): the shared launch logic (kernels/binding/*.cpp) and one form
+(kernels/binding/forms/<form>.cpp) built with a C++ compiler for the wheel's CPU (the host's g++, or a
+cross g++ for the other CPU: buildtool/core/cpus.py) against one torch version's headers. The ATen
+form is built once per (torch minor, C++ ABI, CPU).
 
 No torch library is downloaded: we link against generated stub libraries named libc10.so and
 libtorch_cpu.so, which exist only to put DT_NEEDED entries on those sonames into our binary. At run
@@ -20,8 +21,10 @@ from pathlib import Path
 
 from buildtool.build.torch_headers import Headers
 from buildtool.core import atomic, cache, cpus
+from buildtool.core.runtime import schema
+from buildtool.errors import FaError
 
-OUTPUT_NAME = "libfa_attn_ops.so"
+OUTPUT_NAME = schema.BINDING_FILE  # the name the wheel ships it under, too
 STUB_SONAMES = ("libc10.so", "libtorch_cpu.so")  # what torch's own libraries are called on Linux
 BASE_FLAGS = (
     "-std=c++20",  # torch >= 2.15 headers require C++20; 2.4..2.13 build with it too
@@ -32,7 +35,7 @@ BASE_FLAGS = (
 )
 
 
-class BindingError(RuntimeError):
+class BindingError(FaError):
     """The host compiler could not build the binding; the message carries its output."""
 
 
@@ -72,13 +75,19 @@ def _identity(cxx: tuple[str, ...], platform: str) -> str:
     return f"{banner.stdout.splitlines()[0]} ({out[0]}, {out[1]})"
 
 
-def sources(kernels_root: Path) -> list[Path]:
-    """What the binding is built from: its own .cpp/.h files and the shared params.h."""
+FORMS_DIR = "forms"  # kernels/binding/forms/<form>.cpp: the thin layer that registers the operators
+ATEN = "aten"
+
+
+def sources(kernels_root: Path, form: str = ATEN) -> list[Path]:
+    """What the binding of `form` is built from: the shared .cpp/.h files of kernels/binding, that
+    form's file, and the shared params.h."""
     bind = kernels_root / "binding"
-    files = sorted(p for p in bind.rglob("*") if p.suffix in (".cpp", ".cc", ".h", ".hpp"))
-    if not any(p.suffix in (".cpp", ".cc") for p in files):
-        raise BindingError(f"no binding sources (*.cpp) in {bind}")
-    return [*files, kernels_root / "csrc" / "params.h"]
+    layer = bind / FORMS_DIR / f"{form}.cpp"
+    if not layer.is_file():
+        raise BindingError(f"no {form} form of the binding ({layer} is missing)")
+    shared = sorted(p for p in bind.glob("*") if p.suffix in (".cpp", ".cc", ".h", ".hpp"))
+    return [*shared, layer, kernels_root / "csrc" / "params.h"]
 
 
 def flags(headers: Headers, cxx11abi: bool, kernels_root: Path) -> list[str]:

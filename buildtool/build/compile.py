@@ -29,6 +29,7 @@ from buildtool.build import toolkits
 from buildtool.build.nvrtc import NvrtcError, open_nvrtc
 from buildtool.core import atomic, cache, kernels_src
 from buildtool.core.cuda_facts import compute_name, sm_name
+from buildtool.errors import FaError
 
 if TYPE_CHECKING:
     from buildtool.build.plan import CompileJob
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
 
 
-class CompileError(RuntimeError):
+class CompileError(FaError):
     """Kernel compiles that failed; str() names each unit and arch and carries NVRTC's log."""
 
     def __init__(self, failures: list[CompileFailure]) -> None:

@@ -12,7 +12,8 @@ from pathlib import Path
 import jinja2
 
 from buildtool.core import atomic
-from buildtool.core.schema import PROJECT, wheel_entry
+from buildtool.core.runtime import schema
+from buildtool.core.wheel_file import wheel_entry
 
 
 def _env() -> jinja2.Environment:
@@ -23,13 +24,15 @@ def _env() -> jinja2.Environment:
 def write_index(wheel_dir: Path) -> dict:
     """(Re)write wheel_dir/index.json and wheel_dir/simple/ from the *.whl files there."""
     wheels = sorted(wheel_dir.glob("fa_attn-*.whl"))  # temp files are named *.whl.tmp-*: not matched
-    index = {"schema": 1, "package": PROJECT, "wheels": [wheel_entry(p) for p in wheels]}
+    index = schema.index_json([wheel_entry(p) for p in wheels])
     atomic.write_json(wheel_dir / "index.json", index)
     env = _env()
     simple = wheel_dir / "simple"
-    atomic.write_text(simple / "index.html", env.get_template("root.html.j2").render(projects=[PROJECT]))
-    page = env.get_template("project.html.j2").render(
-        project=PROJECT, wheels=index["wheels"], prefix="../../"
+    atomic.write_text(
+        simple / "index.html", env.get_template("root.html.j2").render(projects=[schema.PACKAGE])
     )
-    atomic.write_text(simple / PROJECT / "index.html", page)
+    page = env.get_template("project.html.j2").render(
+        project=schema.PACKAGE, wheels=index["wheels"], prefix="../../"
+    )
+    atomic.write_text(simple / schema.PACKAGE / "index.html", page)
     return index

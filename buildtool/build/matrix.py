@@ -20,10 +20,11 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from buildtool.core import cpus, cuda_facts, kernels_src
+from buildtool.core.runtime import versions
+from buildtool.errors import InputError
 
 DEFAULT_VERSION = "0.1.0"
-# The binding reaches the CUDA stream through torch's C shim (aoti_torch/c/shim.h), present since 2.4.
-MIN_TORCH = "2.4"
+MIN_TORCH = versions.version_text(versions.MIN_TORCH)  # "2.4": the runtime's floor, and the C shim's
 # From 2.7 every pip wheel of torch uses the C++11 ABI; before, PyPI used the old one while NGC and
 # some PyTorch-index builds (2.6.0+cu126) used the new one (see compat-facts.md, "C++ ABI").
 CXX11ABI_ONLY_FROM = "2.7"
@@ -50,15 +51,8 @@ _MINOR = re.compile(r"^(\d+)\.(\d+)$")
 _PYTHON = re.compile(r"^3\.(\d+)(t?)$")
 
 
-class MatrixError(Exception):
+class MatrixError(InputError):
     """A value in matrix.yaml (or on the command line) that fa cannot work with."""
-
-    def __init__(self, source: str, field: str, message: str, fix: str) -> None:
-        self.source = source
-        self.field = field
-        self.message = message
-        self.fix = fix
-        super().__init__(f"{source}: {field}: {message}\n  fix: {fix}")
 
 
 @dataclass(frozen=True)
@@ -370,7 +364,7 @@ class _Parser:
         if not isinstance(item, str):
             raise self.error(field_, f"{item!r} is not an arch", 'write a compute capability like "8.6"')
         try:
-            cap = cuda_facts.arch_tuple(item)
+            cap = versions.parse_arch(item)
         except ValueError:
             digits = re.sub(r"^sm_?", "", item)
             hint = f' (write "{digits[:-1]}.{digits[-1]}")' if digits.isdigit() and len(digits) > 1 else ""
@@ -378,7 +372,7 @@ class _Parser:
                 field_, f"{item!r} is not a compute capability{hint}", 'write it like "8.6" (sm_86 is "8.6")'
             ) from None
         min_arch = self.tiles().MIN_ARCH
-        if cap < cuda_facts.arch_tuple(min_arch):
+        if cap < versions.parse_arch(min_arch):
             raise self.error(
                 field_,
                 f"arch {item} is below what fa's kernels support ({min_arch})",
@@ -412,7 +406,7 @@ class _Parser:
                 )
             out = [self.arch(f"{field_}[{i}]", item, major) for i, item in enumerate(items)]
             self._no_duplicates(field_, out)
-            archs[major] = tuple(sorted(out, key=cuda_facts.arch_tuple))
+            archs[major] = tuple(sorted(out, key=versions.parse_arch))
         return archs
 
     def ptx(

@@ -14,8 +14,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from buildtool.errors import FaError
 
-class NvrtcError(RuntimeError):
+
+class NvrtcError(FaError):
     """A compile that NVRTC refused; `log` holds the compiler's own words."""
 
     def __init__(self, message: str, log: str = "") -> None:

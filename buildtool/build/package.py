@@ -15,25 +15,26 @@ import hashlib
 import json
 import zipfile
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from buildtool.build.platform_tag import platform_tag
 from buildtool.core import atomic, kernels_src
-from buildtool.core.cuda_facts import TOOLKITS, arch_tuple, compute_name, sm_name
-from buildtool.core.schema import DIST, MANIFEST, PROJECT, REQUIRES_PYTHON
+from buildtool.core.cuda_facts import TOOLKITS, compute_name, sm_name
+from buildtool.core.runtime import schema, versions
+from buildtool.core.wheel_file import REQUIRES_PYTHON
+from buildtool.errors import FaError
 
 if TYPE_CHECKING:
     from buildtool.build.plan import CompileJob, WheelSpec
 
-BINDING_FILE = "libfa_attn_ops.so"
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # the zip format's earliest date: no build time leaks in
 SUMMARY = "Fused attention kernels for PyTorch, built per CUDA major and torch minor by fa"
 
 
-class PackageError(RuntimeError):
+class PackageError(FaError):
     """A wheel that cannot be assembled (a missing artifact)."""
 
 
@@ -42,7 +43,7 @@ class BuiltWheel:
     path: Path
     platform: str  # the platform tag
     platform_reason: str  # why that tag (build log)
-    manifest: dict
+    manifest: schema.Manifest
 
 
 def kernel_file(job: CompileJob) -> str:
@@ -52,13 +53,16 @@ def kernel_file(job: CompileJob) -> str:
     return f"kernels/{compute_name(job.arch)}/{job.unit}.ptx"
 
 
-def manifest(spec: WheelSpec, tiles: ModuleType, source_sha256: str | None = None) -> dict:
-    """The manifest of `spec` (contracts section 3); nulls and empty lists for the universal wheel.
+def manifest(spec: WheelSpec, tiles: ModuleType, source_sha256: str | None = None) -> schema.Manifest:
+    """The manifest of `spec` (contracts section 3); the universal wheel's for a spec without CUDA.
     `source_sha256`: kernels_src.source_hash of the tree the images were compiled from."""
-    tk = TOOLKITS[spec.cuda_major] if spec.cuda_major is not None else None
-    kernels = []
+    if spec.cuda_major is None:
+        return schema.Manifest(info=schema.universal_info(spec.version), kernels=())
+    tk = TOOLKITS[spec.cuda_major]
     units_by_arch: dict[str, dict[str, Any]] = {}  # tiles.units() builds the table; once per arch
-    for job in sorted(spec.compile_jobs, key=lambda j: (arch_tuple(j.arch), j.image, j.unit)):
+    kernels: list[schema.KernelFile] = []
+    coverage: list[schema.Coverage] = []
+    for job in sorted(spec.compile_jobs, key=lambda j: (versions.parse_arch(j.arch), j.image, j.unit)):
         if job.arch not in units_by_arch:
             units_by_arch[job.arch] = {u.name: u for u in tiles.units(job.arch)}
         unit = units_by_arch[job.arch].get(job.unit)
@@ -66,63 +70,51 @@ def manifest(spec: WheelSpec, tiles: ModuleType, source_sha256: str | None = Non
             raise PackageError(
                 f"tiles.units({job.arch!r}) has no unit {job.unit!r} (plan and tiles.py disagree)"
             )
-        kernels.append(
-            {
-                "arch": job.arch,
-                "image": job.image,
-                "file": kernel_file(job),
-                "unit": unit.name,
-                "direction": unit.direction,
-                "dtype": unit.dtype,
-                "head_dim": unit.head_dim,
-                "entries": {name: asdict(launch) for name, launch in unit.entries.items()},
-                "_head_dims": tiles.head_dims(unit),
-            }
-        )
-    coverage: dict[tuple[str, str, str, str], set[int]] = {}
-    for k in kernels:
-        coverage.setdefault((k["arch"], k["image"], k["dtype"], k["direction"]), set()).update(
-            k.pop("_head_dims")
-        )
-    return {
-        "schema": 1,
-        "package": PROJECT,
-        "version": spec.version,
-        "variant": spec.variant,
-        "platform": spec.platform,
-        "cuda_major": spec.cuda_major,
-        "toolkit": tk.version if tk else None,
-        "min_driver": tk.min_driver if tk else None,
-        "ptx_min_driver": tk.ptx_min_driver if tk and spec.ptx else None,
-        "sass": list(spec.sass),
-        "ptx": spec.ptx,
-        "torch": spec.torch_minor,
-        "cxx11abi": spec.cxx11abi,
-        "binding": BINDING_FILE if spec.binding else None,
-        "kernels": kernels,
-        "coverage": [
-            {"arch": a, "image": i, "dtype": d, "direction": r, "head_dims": sorted(hd)}
-            for (a, i, d, r), hd in sorted(coverage.items(), key=lambda kv: (arch_tuple(kv[0][0]), kv[0][1:]))
-        ],
-        "features": _features(getattr(tiles, "FEATURES", ())),
-        "kernel_source_sha256": source_sha256 if spec.cuda_major is not None else None,
+        kernel = kernel_of(unit, job.arch, job.image, kernel_file(job))
+        kernels.append(kernel)
+        coverage.append(coverage_of(kernel, tiles.head_dims(unit)))
+    info = schema.WheelInfo(
+        version=spec.version,
+        variant=spec.variant,
+        platform=spec.platform,
+        cuda_major=spec.cuda_major,
+        toolkit=tk.version,
+        min_driver=tk.min_driver,
+        ptx_min_driver=tk.ptx_min_driver if spec.ptx else None,
+        sass=tuple(spec.sass),
+        ptx=spec.ptx,
+        torch=spec.torch_minor,
+        cxx11abi=spec.cxx11abi,
+        binding=schema.BINDING_FILE,
+        features=tuple(sorted(getattr(tiles, "FEATURES", ()))),
+        coverage=tuple(coverage),
+    )
+    return schema.Manifest(info=info, kernels=tuple(kernels), kernel_source_sha256=source_sha256)
+
+
+def kernel_of(unit: Any, arch: str, image: str, file: str) -> schema.KernelFile:
+    """The manifest's record of a tiles.KernelUnit compiled for `arch` into `file`."""
+    entries = {
+        name: schema.Launch(launch.threads, launch.block_m, launch.block_n, launch.smem_bytes, launch.grid)
+        for name, launch in unit.entries.items()
     }
+    return schema.KernelFile(arch, image, file, unit.name, unit.direction, unit.dtype, unit.head_dim, entries)
 
 
-def _features(features: object) -> object:
-    """tiles.FEATURES as JSON; a set is sorted so the manifest (and the wheel) is reproducible."""
-    if isinstance(features, (set, frozenset, list, tuple)):
-        return sorted(features)
-    return json.loads(json.dumps(features, sort_keys=True))
+def coverage_of(kernel: schema.KernelFile, head_dims: list[int]) -> schema.Coverage:
+    """What a kernel file serves: the head dims tiles.head_dims() gives its unit, and its shared memory."""
+    return schema.Coverage(
+        kernel.arch, kernel.image, kernel.dtype, kernel.direction, tuple(head_dims), kernel.smem_bytes
+    )
 
 
 def wheel_name(version: str, platform: str) -> str:
-    return f"{DIST}-{version}-py3-none-{platform}.whl"
+    return f"{schema.DIST}-{version}-py3-none-{platform}.whl"
 
 
 def _metadata(version: str) -> str:
     return (
-        f"Metadata-Version: 2.1\nName: {PROJECT}\nVersion: {version}\nSummary: {SUMMARY}\n"
+        f"Metadata-Version: 2.1\nName: {schema.PACKAGE}\nVersion: {version}\nSummary: {SUMMARY}\n"
         f"Requires-Python: {REQUIRES_PYTHON}\n"
     )
 
@@ -145,14 +137,14 @@ def _record(files: Mapping[str, bytes], record_path: str) -> bytes:
 
 def runtime_files(kernels_root: Path) -> dict[str, bytes]:
     """The runtime package as shipped: kernels/fa_attn/ minus caches and any dev manifest."""
-    src = kernels_root / DIST
+    src = kernels_root / schema.DIST
     if not (src / "__init__.py").is_file():
         raise PackageError(f"no runtime package at {src} (kernels/fa_attn/__init__.py missing)")
     out = {}
     for p in sorted(src.rglob("*")):
         rel = p.relative_to(src).as_posix()
         if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc" and rel != "manifest.json":
-            out[f"{DIST}/{rel}"] = p.read_bytes()
+            out[f"{schema.DIST}/{rel}"] = p.read_bytes()
     return out
 
 
@@ -178,16 +170,16 @@ def build_wheel(
                 f"(check CXX / FA_CXX_{str(spec.platform).upper()})"
             )
         platform, reason = tag.tag, tag.reason
-        files[f"{DIST}/{BINDING_FILE}"] = binding.read_bytes()
+        files[f"{schema.DIST}/{schema.BINDING_FILE}"] = binding.read_bytes()
         for job in spec.compile_jobs:
             if job not in images:
                 raise PackageError(f"wheel {spec.variant}: no image for {job.unit} on {job.arch}")
-            files[f"{DIST}/{kernel_file(job)}"] = images[job].read_bytes()
+            files[f"{schema.DIST}/{kernel_file(job)}"] = images[job].read_bytes()
     # Not sort_keys: a kernel's "entries" are in launch order (fa_bwd_preprocess, fa_bwd,
-    # fa_bwd_convert_dq), which sorting would turn into fa_bwd first. manifest() builds every dict in
-    # a fixed order, so the bytes stay reproducible.
-    files[MANIFEST] = (json.dumps(man, indent=2) + "\n").encode()
-    dist_info = f"{DIST}-{spec.version}.dist-info"
+    # fa_bwd_convert_dq), which sorting would turn into fa_bwd first. to_json() writes every object in
+    # a fixed order (the schema's fields), so the bytes stay reproducible.
+    files[schema.MANIFEST_PATH] = (json.dumps(man.to_json(), indent=2) + "\n").encode()
+    dist_info = f"{schema.DIST}-{spec.version}.dist-info"
     files[f"{dist_info}/METADATA"] = _metadata(spec.version).encode()
     files[f"{dist_info}/WHEEL"] = _wheel_file(platform).encode()
 
@@ -221,6 +213,6 @@ def _drop_stale(out_dir: Path, version: str, keep: str, cpu: str | None) -> None
     """An earlier build of the same version for the same CPU with another platform tag (say
     linux_x86_64 before manylinux_2_28_x86_64) would shadow this one. Other CPUs' wheels stay."""
     suffix = f"_{cpu}.whl" if cpu else "-any.whl"
-    for p in out_dir.glob(f"{DIST}-{version}-py3-none-*.whl"):
+    for p in out_dir.glob(f"{schema.DIST}-{version}-py3-none-*.whl"):
         if p.name != keep and p.name.endswith(suffix):
             p.unlink(missing_ok=True)

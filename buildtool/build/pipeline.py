@@ -33,6 +33,7 @@ from buildtool.build import index, package, torch_headers
 from buildtool.build.compile import CompileTask, KernelTree, compile_all
 from buildtool.build.plan import BindingJob, Plan, WheelSpec
 from buildtool.core import atomic, cache
+from buildtool.core.console import plain_console
 from buildtool.core.fetch import ProgressHook
 
 
@@ -121,7 +122,7 @@ def execute(
     ToolkitError, HeaderError, FetchError or PackageError (each with a message for a person)."""
     t0 = time.perf_counter()
     tree = tree or KernelTree()
-    console = console or Console(stderr=True)
+    console = console or plain_console(stderr=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     cache.sweep_tmp(out_dir)  # whole-wheel renames: only a killed build leaves these
     summary = BuildSummary(out_dir=str(out_dir), skipped_cells=len(plan.skipped))
@@ -209,7 +210,7 @@ def _log_entry(spec: WheelSpec, built: package.BuiltWheel, b: binding_mod.Bindin
         "platform_reason": built.platform_reason,
         "binding_key": b.key if b else None,
         "compiler": binding_mod.compiler_identity(spec.platform) if b else None,
-        "toolkit": built.manifest["toolkit"],
+        "toolkit": built.manifest.info.toolkit,
     }
 
 

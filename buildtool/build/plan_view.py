@@ -12,6 +12,7 @@ from rich.console import Console, Group
 from rich.table import Table
 
 from buildtool.build.plan import SKIP_NO_TORCH_BUILD, BindingJob, Cell, CompileJob, Plan, WheelSpec
+from buildtool.core.console import plain_console
 
 CacheStatus = Callable[[CompileJob], bool]
 SCHEMA = 1
@@ -172,4 +173,4 @@ def plan_renderable(plan: Plan, cache_status: CacheStatus) -> Group:
 
 
 def print_plan(plan: Plan, cache_status: CacheStatus, console: Console | None = None) -> None:
-    (console or Console()).print(plan_renderable(plan, cache_status))
+    (console or plain_console()).print(plan_renderable(plan, cache_status))

@@ -21,6 +21,8 @@ from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 from elftools.elf.gnuversions import GNUVerNeedSection
 
+from buildtool.errors import FaError
+
 # Provided by the user's torch at run time (loaded by `import torch` before our binding).
 TORCH_LIBS = frozenset(
     {
@@ -49,7 +51,7 @@ class PlatformTag:
     reason: str  # why this tag and not a more compatible one (for the build log)
 
 
-class PlatformTagError(RuntimeError):
+class PlatformTagError(FaError):
     """A binary that cannot be read as a host ELF file."""
 
 

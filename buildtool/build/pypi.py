@@ -26,6 +26,7 @@ from packaging.version import Version
 from buildtool.core import atomic, fetch
 from buildtool.core.cache import cache_dir
 from buildtool.core.cpus import PLATFORMS, X86_64, linux_cpu
+from buildtool.errors import FaError
 
 SIMPLE_URL = "https://pypi.org/simple/torch/"
 # What pip sends: JSON preferred, the HTML page accepted.
@@ -35,13 +36,13 @@ TTL_S = 24 * 3600
 log = logging.getLogger("fa.pypi")
 
 
-class CatalogError(Exception):
+class CatalogError(FaError):
     """The torch catalog could not be read (offline without a cache, or an unreadable response)."""
 
-    def __init__(self, message: str, fix: str) -> None:
-        self.message = message
+    def __init__(self, problem: str, fix: str) -> None:
+        super().__init__(f"{problem}\n  fix: {fix}")
+        self.problem = problem
         self.fix = fix
-        super().__init__(f"{message}\n  fix: {fix}")
 
 
 @dataclass(frozen=True)

@@ -22,11 +22,12 @@ from urllib.parse import urljoin
 
 from buildtool.core import atomic, cache, cpus, fetch
 from buildtool.core.cuda_facts import TOOLKITS, PinnedWheel, Toolkit
+from buildtool.errors import FaError
 
 DEFAULT_SIMPLE = "https://pypi.org/simple"
 
 
-class ToolkitError(RuntimeError):
+class ToolkitError(FaError):
     """A toolkit that could not be fetched or did not match its pin."""
 
 

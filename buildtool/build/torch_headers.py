@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from buildtool.core import atomic, cache, fetch
 from buildtool.core.cpus import linux_cpu
 from buildtool.core.installed import find_torch
+from buildtool.errors import FaError
 
 if TYPE_CHECKING:
     from buildtool.build.pypi import TorchFile
@@ -38,7 +39,7 @@ TAIL_BYTES = 1 << 16  # EOCD (22 bytes + comment <= 64 KiB) and, usually, the zi
 MAX_GAP = 1 << 20  # fetch across gaps up to this size rather than open another request
 
 
-class HeaderError(RuntimeError):
+class HeaderError(FaError):
     """torch headers that could not be fetched or failed their checks."""
 
 

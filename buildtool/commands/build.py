@@ -12,43 +12,21 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.text import Text
 
 from buildtool.build import plan_view
-from buildtool.build.binding import BindingError
-from buildtool.build.compile import CompileError, KernelTree, is_cached
-from buildtool.build.matrix import Matrix, MatrixError, load_matrix
-from buildtool.build.package import PackageError
+from buildtool.build.compile import KernelTree, is_cached
+from buildtool.build.matrix import Matrix, load_matrix
 from buildtool.build.pipeline import execute, summary_table
 from buildtool.build.plan import Plan, local_plan, make_plan, parse_shard
-from buildtool.build.platform_tag import PlatformTagError
-from buildtool.build.pypi import CatalogError, fetch_torch_catalog
-from buildtool.build.toolkits import ToolkitError
+from buildtool.build.pypi import fetch_torch_catalog
 from buildtool.build.torch_headers import HeaderError, local_torch
 from buildtool.core import installed
+from buildtool.core.console import plain_console
 from buildtool.core.cpus import cxx_for, cxx_install_hint, has_cxx
-from buildtool.core.fetch import FetchError
+from buildtool.errors import FaError, UsageError
 
-# OSError last: a full disk or an unwritable --out is a failed build with the OS's own words.
-BUILD_FAILURES = (
-    CompileError,
-    BindingError,
-    ToolkitError,
-    HeaderError,
-    FetchError,
-    PackageError,
-    PlatformTagError,
-    CatalogError,
-    OSError,
-)
+RESUME_NOTE = "(finished work is cached: re-run the same command to resume)"
 DEFAULT_LOCAL_CUDA = 12  # a CPU-only torch says nothing about CUDA; the newest widely driven major
-
-
-def _fail(code: int, message: str) -> typer.Exit:
-    # Text, not markup: compiler logs are full of [brackets].
-    Console(stderr=True).print(Text("fa build: ", style="bold red") + Text(message), highlight=False)
-    return typer.Exit(code)
 
 
 def _plan(
@@ -93,22 +71,16 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Build the wheels of a matrix (or of the installed torch with --local) and index them."""
         if jobs < 1:
-            raise _fail(2, f"--jobs: {jobs} is not a positive number\n  fix: pass --jobs 1 or more")
+            raise UsageError(f"--jobs: {jobs} is not a positive number\n  fix: pass --jobs 1 or more")
         if cuda and not local:
-            raise _fail(2, "--cuda: only used with --local\n  fix: list CUDA majors in matrix.yaml `cuda:`")
+            raise UsageError("--cuda: only used with --local\n  fix: list CUDA majors in matrix.yaml `cuda:`")
         if platform and local:
-            raise _fail(2, "--platform: --local builds for this machine's CPU\n  fix: drop one of them")
-        try:
-            plan = _plan(matrix, local, cuda, shard, platform, refresh)
-        except MatrixError as e:
-            raise _fail(2, str(e)) from None
-        except (CatalogError, HeaderError) as e:
-            raise _fail(1, str(e)) from None
+            raise UsageError("--platform: --local builds for this machine's CPU\n  fix: drop one of them")
+        plan = _plan(matrix, local, cuda, shard, platform, refresh)
         missing = [p for p in dict.fromkeys(w.platform for w in plan.wheels if w.platform) if not has_cxx(p)]
         if missing and not dry_run:
             hints = "\n  ".join(f"fix: {cxx_install_hint(p)}" for p in missing)
-            raise _fail(
-                2,
+            raise UsageError(
                 f"no C++ compiler for the {', '.join(missing)} bindings ({', '.join(' '.join(cxx_for(p)) for p in missing)})\n  {hints}",
             )
         if dry_run:
@@ -119,15 +91,13 @@ def register(app: typer.Typer) -> None:
             return
         try:
             summary = execute(plan, out, jobs, KernelTree(), show_progress=progress and not as_json)
-        except BUILD_FAILURES as e:
-            raise _fail(1, f"{e}\n(finished work is cached: re-run the same command to resume)") from None
+        except FaError as e:
+            raise e.with_note(RESUME_NOTE) from None
+        except OSError as e:  # a full disk or an unwritable --out: a failed build, in the OS's own words
+            raise FaError(str(e)).with_note(RESUME_NOTE) from None
         if as_json:
             print(json.dumps(summary.to_json(), indent=2))
         else:
-            console = Console()
+            console = plain_console()
             console.print(summary_table(summary))
-            console.print(
-                f"install: pip install --find-links {out} fa-attn   (index: {out / 'index.json'})",
-                highlight=False,
-                markup=False,
-            )
+            console.print(f"install: pip install --find-links {out} fa-attn   (index: {out / 'index.json'})")

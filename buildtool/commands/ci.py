@@ -1,6 +1,6 @@
 """`fa ci render`: write the release workflow from matrix.yaml, or (--check) say whether it is stale.
 
-A thin shell over buildtool.release_workflow. Exit codes: 0 written or up to date, 1 out of date
+A thin shell over buildtool/release/workflow.py. Exit codes: 0 written or up to date, 1 out of date
 (--check), 2 bad input (the matrix error names the field and the fix).
 """
 
@@ -10,21 +10,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.text import Text
 
-from buildtool.build.matrix import MatrixError, load_matrix
+from buildtool.build.matrix import load_matrix
 from buildtool.core import atomic
+from buildtool.core.console import plain_console
+from buildtool.errors import FaError
 from buildtool.release import workflow
 
 ci_app = typer.Typer(no_args_is_help=True, help="CI files generated from matrix.yaml.")
-
-
-def _fail(code: int, message: str) -> typer.Exit:
-    Console(stderr=True, soft_wrap=True).print(
-        Text("fa ci render: ", style="bold red") + Text(message), highlight=False
-    )
-    return typer.Exit(code)
 
 
 @ci_app.command("render")
@@ -40,20 +33,17 @@ def render_cmd(
     ] = False,
 ) -> None:
     """Render the release workflow (cibuildwheel jobs per shard, then index and publish) from MATRIX."""
-    try:
-        text = workflow.render(workflow.from_matrix(load_matrix(matrix), matrix))
-    except MatrixError as e:
-        raise _fail(2, str(e)) from None
+    text = workflow.render(workflow.from_matrix(load_matrix(matrix), matrix))
     if check:
         problem = workflow.staleness(out, text)
         if problem is not None:
             command = "fa ci render" + (f" --matrix {matrix}" if matrix != Path("matrix.yaml") else "")
             command += f" --out {out}" if out != workflow.DEFAULT_OUT else ""
-            raise _fail(1, f"{problem}\n  fix: run `{command}` and commit {out}")
-        Console().print(f"{out} is up to date with {matrix}", highlight=False)
+            raise FaError(f"{problem}\n  fix: run `{command}` and commit {out}")
+        plain_console().print(f"{out} is up to date with {matrix}")
         return
     atomic.write_text(out, text)
-    Console().print(f"wrote {out} from {matrix}", highlight=False)
+    plain_console().print(f"wrote {out} from {matrix}")
 
 
 def register(app: typer.Typer) -> None:

@@ -7,13 +7,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-from buildtool.commands._shared import IndexOpt, JsonOpt, WheelsOpt, load_wheel_index, print_json, usage
+from buildtool.commands._shared import IndexOpt, JsonOpt, WheelsOpt, load_wheel_index, print_json
 from buildtool.compat import doctor
 from buildtool.compat.choose import DTYPES, Request
 from buildtool.compat.env import Env, EnvError, env_from_json
 from buildtool.compat.probe import probe
+from buildtool.core.console import plain_console
+from buildtool.errors import UsageError
 
 
 def _load_env(path: Path | None) -> Env:
@@ -22,18 +23,18 @@ def _load_env(path: Path | None) -> Env:
     try:
         data = json.loads(path.read_text())
     except OSError as exc:
-        usage(f"--env {path}: cannot read it ({exc.strerror})")
+        raise UsageError(f"--env {path}: cannot read it ({exc.strerror})") from None
     except json.JSONDecodeError as exc:
-        usage(
+        raise UsageError(
             f"--env {path}: not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
             "write it like `fa probe --json` does"
-        )
+        ) from None
     if isinstance(data, dict) and "os" not in data and isinstance(data.get("env"), dict):
         data = data["env"]  # a case of the test corpus (tests/select/envs): the env plus its expectations
     try:
         return env_from_json(data)
     except EnvError as exc:
-        usage(f"--env {path}: {exc}")
+        raise UsageError(f"--env {path}: {exc}") from None
 
 
 def doctor_cmd(
@@ -51,18 +52,18 @@ def doctor_cmd(
     head_dim: Annotated[int, typer.Option("--head-dim", help="Head dimension of the call")] = 128,
     backward: Annotated[bool, typer.Option("--backward", help="The call also needs backward")] = False,
     as_json: JsonOpt = False,
-) -> None:
+) -> int:
     """Which wheel fits, why the others don't, and what the runtime will do on this GPU.
 
     Exit codes: 0 ok/ok-jit, 1 fallback or no wheel, 2 usage."""
     if dtype not in DTYPES:
-        usage(f"--dtype {dtype}: use one of {', '.join(DTYPES)}")
+        raise UsageError(f"--dtype {dtype}: use one of {', '.join(DTYPES)}")
     if head_dim <= 0:
-        usage(f"--head-dim {head_dim}: use a positive head dimension like 128")
+        raise UsageError(f"--head-dim {head_dim}: use a positive head dimension like 128")
     env = _load_env(env_file)
     report = doctor.build_report(env, load_wheel_index(wheels, index), Request(dtype, head_dim, backward))
     if as_json:
         print_json(doctor.report_json(report))
     else:
-        doctor.render(report, Console())
-    raise typer.Exit(doctor.EXIT_CODES[report.selection.verdict])
+        doctor.render(report, plain_console())
+    return doctor.EXIT_CODES[report.selection.verdict]

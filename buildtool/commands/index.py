@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from buildtool.build import index
-from buildtool.commands.build import _fail
-from buildtool.core.schema import WheelDirError
+from buildtool.core.console import plain_console
+from buildtool.errors import UsageError
 
 
 def register(app: typer.Typer) -> None:
@@ -24,9 +23,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Rewrite DIRECTORY/index.json and DIRECTORY/simple/ from the wheels in it."""
         if not directory.is_dir():
-            raise _fail(2, f"{directory}: not a directory\n  fix: pass the folder holding the .whl files")
-        try:
-            data = index.write_index(directory)
-        except WheelDirError as e:
-            raise _fail(1, str(e)) from None
-        Console().print(f"indexed {len(data['wheels'])} wheels in {directory}")
+            raise UsageError(f"{directory}: not a directory\n  fix: pass the folder holding the .whl files")
+        data = index.write_index(directory)  # WheelDirError (exit 1): a file there is not our wheel
+        plain_console().print(f"indexed {len(data['wheels'])} wheels in {directory}")

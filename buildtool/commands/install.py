@@ -9,10 +9,12 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from buildtool.commands._shared import IndexOpt, JsonOpt, WheelsOpt, load_wheel_index, print_json, usage
+from buildtool.commands._shared import IndexOpt, JsonOpt, WheelsOpt, load_wheel_index, print_json
 from buildtool.compat import install
 from buildtool.compat.choose import Request, select
 from buildtool.compat.probe import probe
+from buildtool.core.console import plain_console
+from buildtool.errors import EXIT_FAILED, EXIT_OK
 
 
 def install_cmd(
@@ -22,7 +24,7 @@ def install_cmd(
         bool, typer.Option("--dry-run", help="Show the choice and the command; change nothing")
     ] = False,
     as_json: JsonOpt = False,
-) -> None:
+) -> int:
     """Install the wheel fa doctor picks for this machine, checked against the index's sha256.
 
     Exit codes: 0 installed (or, with --dry-run, a wheel would be), 1 nothing fits or the install was
@@ -30,14 +32,11 @@ def install_cmd(
     idx = load_wheel_index(wheels, index)
     env = probe()
     selection = select(idx.entries, env, Request())
-    try:
-        plan = install.plan_install(idx, selection, install.default_installer(sys.executable))
-    except install.InstallError as exc:
-        usage(str(exc))
+    plan = install.plan_install(idx, selection, install.default_installer(sys.executable))
     out: dict[str, Any] = {
         "verdict": selection.verdict,
         "selected": plan.entry.file if plan.entry else None,
-        "variant": plan.entry.variant if plan.entry else None,
+        "variant": plan.entry.info.variant if plan.entry else None,
         "codes": list(selection.codes),
         "source": plan.source,
         "command": plan.command(),
@@ -47,7 +46,7 @@ def install_cmd(
         "previous": None,
         "message": "",
     }
-    console = Console(stderr=as_json)
+    console = plain_console(stderr=as_json)
     if plan.entry is None:
         out["message"] = "no wheel fits this machine; run fa doctor to see why"
     elif dry_run:
@@ -73,7 +72,7 @@ def install_cmd(
         print_json(out)
     else:
         _render_install(out, console)
-    raise typer.Exit(0 if out["ok"] else 1)
+    return EXIT_OK if out["ok"] else EXIT_FAILED
 
 
 def _render_install(out: dict[str, Any], console: Console) -> None:

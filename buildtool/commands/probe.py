@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 
-from rich.console import Console
-
 from buildtool.commands._shared import JsonOpt, print_json
 from buildtool.compat.env import env_to_json
 from buildtool.compat.probe import probe
+from buildtool.core.console import plain_console
 
 
 def probe_cmd(as_json: JsonOpt = False) -> None:
@@ -17,7 +16,7 @@ def probe_cmd(as_json: JsonOpt = False) -> None:
     if as_json:
         print_json(env_to_json(env))
         return
-    console = Console()
+    console = plain_console()
     data = env_to_json(env)
     for key in ("os", "arch", "glibc", "python"):
         console.print(f"{key:8} {data[key]}")

@@ -3,7 +3,7 @@
 Shared by `fa doctor` (explain) and `fa install` (act). Pure: an `Env`, the index entries and a `Request`
 in, a `Selection` out.
 
-Order of preference among the wheels that fit (issue 5, "Selection"):
+Order of preference among the wheels that fit:
 1. what GPU 0 would run: SASS, then PTX, then a kernel wheel whose calls fall back, then the universal
    wheel (no kernels). GPU 0 decides because it is torch's default device (cuda:0); further GPUs only
    break ties, and each one's answer is reported.
@@ -15,16 +15,20 @@ The verdict and the runtime answer are GPU 0's.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from packaging.version import Version
 
 from buildtool.compat.env import Env, Gpu
-from buildtool.compat.fit import Reason, code_order, stack_reasons, supported_tags, wheel_reasons
-from buildtool.compat.wheel_index import WheelEntry
+from buildtool.compat.fit import stack_reasons, supported_tags, wheel_reasons
 from buildtool.core import kernels_src
 from buildtool.core.cpus import canonical
+from buildtool.core.runtime import decision, reasons, schema
+
+Reason = reasons.Reason
+Dispatch = decision.Dispatch  # what a GPU would do with a wheel: the runtime's own answer
 
 VERDICTS = ("ok", "ok-jit", "fallback", "no-wheel")
 DTYPES = ("fp16", "bf16", "fp32")
@@ -41,16 +45,8 @@ class Request:
 
 
 @dataclass(frozen=True)
-class Runtime:
-    path: str  # "sass" | "ptx" | "fallback"
-    arch: str | None  # arch of the image that runs
-    head_dim: int | None
-    reasons: tuple[Reason, ...]  # why fallback
-
-
-@dataclass(frozen=True)
 class WheelFit:
-    entry: WheelEntry
+    entry: schema.IndexEntry
     reasons: tuple[Reason, ...]  # empty: fits
 
     @property
@@ -62,47 +58,47 @@ class WheelFit:
 class GpuAnswer:
     index: int
     gpu: Gpu
-    runtime: Runtime
+    runtime: Dispatch
 
 
 @dataclass(frozen=True)
 class Selection:
     verdict: str  # one of VERDICTS
-    selected: WheelEntry | None
+    selected: schema.IndexEntry | None
     codes: tuple[str, ...]  # the reason codes that decide the verdict
     deciding: tuple[Reason, ...]  # one reason per code, with its message and fix
     wheels: tuple[WheelFit, ...]
     stack: tuple[Reason, ...]  # no-gpu / torch-not-cuda / torch-driver-too-old
-    runtime: Runtime  # GPU 0 with the selected wheel
+    runtime: Dispatch  # GPU 0 with the selected wheel
     gpus: tuple[GpuAnswer, ...]  # every GPU with the selected wheel
 
 
+def device_of(gpu: Gpu | None, env: Env) -> decision.Device:
+    """A described GPU as the decision reads it; its shared memory per block is the kernel table's
+    figure for its arch (tiles.SMEM_LIMIT), which a live call reads from the GPU itself."""
+    if gpu is None:
+        return decision.Device("cuda", None, None, env.driver)
+    return decision.Device("cuda", gpu.sm, kernels_src.tiles().SMEM_LIMIT.get(gpu.sm), env.driver)
+
+
 def runtime_for(
-    entry: WheelEntry | None, env: Env, gpu: Gpu | None, request: Request, stack: Sequence[Reason]
-) -> Runtime:
-    """What a call does with `entry` installed: kernel_choice's answer, overruled by a broken stack."""
+    entry: schema.IndexEntry | None, env: Env, gpu: Gpu | None, request: Request, stack: Sequence[Reason]
+) -> Dispatch:
+    """What a call does with `entry` installed: the runtime's decision, overruled by a broken stack."""
     if entry is None:
-        return Runtime("fallback", None, None, tuple(stack))
-    choose = kernels_src.kernel_choice().choose
-    choice = choose(
-        dict(entry.raw),
-        gpu.sm if gpu else None,
-        request.dtype,
-        request.head_dim,
-        request.backward,
-        env.driver,
-    )
-    choice_reasons = tuple(Reason(r.code, r.message, r.fix) for r in choice.reasons)
-    # kernel_choice says no-gpu itself when there is no GPU; the stack says it already.
+        return decision.fallback(*stack)
+    call = decision.Call(request.dtype, request.head_dim, request.backward)
+    answer = decision.decide(entry.info, device_of(gpu, env), call)
+    # The decision says no-gpu itself when there is no GPU; the stack says it already.
     stack_codes = {r.code for r in stack}
-    choice_reasons = tuple(r for r in choice_reasons if r.code not in stack_codes)
+    own = tuple(r for r in answer.reasons if r.code not in stack_codes)
     if stack:
         # torch cannot reach the GPU at all, so whatever image exists, calls fall back.
-        return Runtime("fallback", None, None, tuple(stack) + choice_reasons)
-    return Runtime(choice.path, choice.arch, choice.head_dim, choice_reasons)
+        return decision.fallback(*stack, *own)
+    return dataclasses.replace(answer, reasons=own)
 
 
-def select(entries: Sequence[WheelEntry], env: Env, request: Request = Request()) -> Selection:
+def select(entries: Sequence[schema.IndexEntry], env: Env, request: Request = Request()) -> Selection:
     if request.dtype not in DTYPES:
         raise ValueError(f"dtype: {request.dtype!r}; use one of {', '.join(DTYPES)}")
     if request.head_dim <= 0:
@@ -114,12 +110,12 @@ def select(entries: Sequence[WheelEntry], env: Env, request: Request = Request()
 
     def rank(fit: WheelFit) -> tuple:
         paths = [runtime_for(fit.entry, env, gpu, request, stack).path for gpu in gpus]
-        kind = 3 if fit.entry.universal else _PATH_RANK[paths[0]]
+        kind = 3 if fit.entry.info.universal else _PATH_RANK[paths[0]]
         return (kind, [_PATH_RANK[p] for p in paths[1:]], _cuda_preference(fit.entry, env))
 
     # Equal ranks go to the newest fa-attn version (sort is stable), then the file name.
     fitting = sorted((w for w in wheels if w.fits), key=lambda w: w.entry.file)
-    fitting.sort(key=lambda w: Version(w.entry.version), reverse=True)
+    fitting.sort(key=lambda w: Version(w.entry.info.version), reverse=True)
     fitting.sort(key=rank)
     selected = fitting[0].entry if fitting else None
     answers = tuple(
@@ -144,16 +140,16 @@ def select(entries: Sequence[WheelEntry], env: Env, request: Request = Request()
     )
 
 
-def _cuda_preference(entry: WheelEntry, env: Env) -> tuple[int, int]:
+def _cuda_preference(entry: schema.IndexEntry, env: Env) -> tuple[int, int]:
     torch_major = env.torch.cuda_major if env.torch else None
-    major = entry.cuda_major or 0
+    major = entry.info.cuda_major or 0
     return (0 if major == torch_major else 1, -major)
 
 
 def _deciding_reasons(
     verdict: str,
-    selected: WheelEntry | None,
-    runtime: Runtime,
+    selected: schema.IndexEntry | None,
+    runtime: Dispatch,
     wheels: Sequence[WheelFit],
     env: Env,
     request: Request,
@@ -166,14 +162,14 @@ def _deciding_reasons(
     if verdict in ("ok", "ok-jit"):
         return ()
     found: list[Reason] = []
-    if selected is not None and not selected.universal:
+    if selected is not None and not selected.info.universal:
         found += runtime.reasons
     else:
         found += stack
-        misses = [w for w in wheels if not w.fits and (verdict == "no-wheel" or not w.entry.universal)]
+        misses = [w for w in wheels if not w.fits and (verdict == "no-wheel" or not w.entry.info.universal)]
         # The CPU and the torch installed are the user's given; the wheels built for them are the
         # nearest misses (an aarch64 wheel says nothing useful to an x86_64 machine).
-        for_this_cpu = [w for w in misses if w.entry.platform == canonical(env.arch)]
+        for_this_cpu = [w for w in misses if w.entry.info.platform == canonical(env.arch)]
         misses = for_this_cpu or misses
         for_this_torch = [w for w in misses if "torch-version-mismatch" not in {r.code for r in w.reasons}]
         misses = for_this_torch or misses
@@ -184,7 +180,7 @@ def _deciding_reasons(
                 key=lambda w: (_cuda_preference(w.entry, env), w.entry.file),
             )
             found += [r for w in nearest for r in w.reasons]
-            kernel_wheels = [w.entry for w in nearest if not w.entry.universal]
+            kernel_wheels = [w.entry for w in nearest if not w.entry.info.universal]
             gpu = env.gpus[0] if env.gpus else None
             if kernel_wheels and gpu is not None:
                 # With the wheel's own problems fixed, would the GPU run it? (a P100 still would not)
@@ -194,4 +190,4 @@ def _deciding_reasons(
     first: dict[str, Reason] = {}
     for reason in found:
         first.setdefault(reason.code, reason)
-    return tuple(sorted(first.values(), key=lambda r: code_order(r.code)))
+    return tuple(sorted(first.values(), key=lambda r: reasons.code_order(r.code)))

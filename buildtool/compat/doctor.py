@@ -10,14 +10,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from buildtool.compat.choose import Request, Runtime, Selection, select
+from buildtool.compat.choose import Dispatch, Reason, Request, Selection, select
 from buildtool.compat.env import Env, env_to_json
-from buildtool.compat.fit import Reason, code_order
 from buildtool.compat.wheel_index import WheelIndex
+from buildtool.core.runtime import reasons
+from buildtool.errors import EXIT_FAILED, EXIT_OK
 
-# 0: our kernels run (SASS or PTX); 1: calls fall back, or nothing installs; 2: usage (typer's too).
-EXIT_CODES = {"ok": 0, "ok-jit": 0, "fallback": 1, "no-wheel": 1}
-EXIT_USAGE = 2
+# Our kernels run (SASS or PTX): 0; calls fall back, or nothing installs: 1.
+EXIT_CODES = {"ok": EXIT_OK, "ok-jit": EXIT_OK, "fallback": EXIT_FAILED, "no-wheel": EXIT_FAILED}
 
 _VERDICT_STYLE = {
     "ok": "bold green",
@@ -51,7 +51,7 @@ def _reasons_json(reasons: Sequence[Reason]) -> list[dict[str, str]]:
     return [{"code": r.code, "message": r.message, "fix": r.fix} for r in reasons]
 
 
-def _runtime_json(runtime: Runtime) -> dict[str, Any]:
+def _runtime_json(runtime: Dispatch) -> dict[str, Any]:
     return {
         "path": runtime.path,
         "arch": runtime.arch,
@@ -65,7 +65,7 @@ def report_json(report: DoctorReport) -> dict[str, Any]:
     return {
         "verdict": sel.verdict,
         "selected": sel.selected.file if sel.selected else None,
-        "variant": sel.selected.variant if sel.selected else None,
+        "variant": sel.selected.info.variant if sel.selected else None,
         "codes": list(sel.codes),
         "because": _reasons_json(sel.deciding),
         "runtime": _runtime_json(sel.runtime),
@@ -77,8 +77,8 @@ def report_json(report: DoctorReport) -> dict[str, Any]:
         "wheels": [
             {
                 "file": w.entry.file,
-                "variant": w.entry.variant,
-                "platform": w.entry.platform,
+                "variant": w.entry.info.variant,
+                "platform": w.entry.info.platform,
                 "fits": w.fits,
                 "reasons": _reasons_json(w.reasons),
             }
@@ -123,7 +123,7 @@ def _env_line(env: Env) -> str:
     )
 
 
-def _runtime_line(runtime: Runtime) -> str:
+def _runtime_line(runtime: Dispatch) -> str:
     if runtime.path == "sass":
         return f"SASS for sm {runtime.arch}, head dim {runtime.head_dim}"
     if runtime.path == "ptx":
@@ -134,38 +134,41 @@ def _runtime_line(runtime: Runtime) -> str:
 def render(report: DoctorReport, console: Console) -> None:
     sel, req = report.selection, report.request
     console.print(Text("Machine", style="bold"))
-    console.print(_env_line(report.env))
+    console.print(Text(_env_line(report.env)))
     if sel.stack:
         console.print(Text("\nThe stack beneath fa", style="bold"))
         console.print(_reason_text(sel.stack))
 
-    table = Table(title=f"Wheels in {report.index_location}", title_justify="left", expand=True)
+    table = Table(title=Text(f"Wheels in {report.index_location}"), title_justify="left", expand=True)
     table.add_column("wheel", overflow="fold", ratio=2)
     table.add_column("fits", justify="center")
     table.add_column("why not", ratio=3)
     for w in sorted(sel.wheels, key=lambda w: (not w.fits, w.entry.file)):
         mark = Text("yes", style="green") if w.fits else Text("no", style="red")
-        table.add_row(w.entry.file, mark, _reason_text(w.reasons, fixes=False))
+        table.add_row(Text(w.entry.file), mark, _reason_text(w.reasons, fixes=False))
     console.print()
     console.print(table)
     fixes = sorted(
-        {(r.code, r.fix) for w in sel.wheels for r in w.reasons}, key=lambda f: (code_order(f[0]), f[1])
+        {(r.code, r.fix) for w in sel.wheels for r in w.reasons},
+        key=lambda f: (reasons.code_order(f[0]), f[1]),
     )
     for code, fix in fixes:
         console.print(Text.assemble((code, "bold red"), (f"  fix: {fix}", "cyan")))
 
     call = f"{req.dtype}, head dim {req.head_dim}, {'forward+backward' if req.backward else 'forward'}"
     console.print(Text("\nChoice", style="bold"))
-    console.print(f"fa install picks: {sel.selected.file if sel.selected else 'nothing'}")
+    console.print(Text(f"fa install picks: {sel.selected.file if sel.selected else 'nothing'}"))
     for answer in sel.gpus:
         console.print(
-            f"GPU {answer.index} ({answer.gpu.name}, sm {answer.gpu.sm}), {call}: "
-            f"{_runtime_line(answer.runtime)}"
+            Text(
+                f"GPU {answer.index} ({answer.gpu.name}, sm {answer.gpu.sm}), {call}: "
+                f"{_runtime_line(answer.runtime)}"
+            )
         )
         if answer.runtime.reasons:
             console.print(_reason_text(answer.runtime.reasons))
     if not sel.gpus and sel.selected is not None:
-        console.print(f"No GPU, {call}: {_runtime_line(sel.runtime)}")
+        console.print(Text(f"No GPU, {call}: {_runtime_line(sel.runtime)}"))
 
     verdict = Text(f"\nverdict: {sel.verdict}", style=_VERDICT_STYLE[sel.verdict])
     verdict.append(f" ({_VERDICT_TEXT[sel.verdict]})", style="default")

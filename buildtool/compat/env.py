@@ -6,18 +6,20 @@ downstream (fit, choose, install) works on an `Env` and never looks at the machi
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
 from buildtool.core.installed import TorchInfo
+from buildtool.core.runtime import versions
+from buildtool.errors import UsageError
 
 OS_NAMES = ("linux", "windows", "darwin")
 
 
-class EnvError(ValueError):
+class EnvError(UsageError):
     """An environment description that cannot be used; the message names the field and the fix."""
 
 
@@ -54,9 +56,12 @@ class Env:
 # Reading and writing the JSON shape
 
 
-def version_tuple(text: str) -> tuple[int, ...]:
-    """Driver versions compare numerically: "525.60.13" < "535.104.05", and a plain "580" works too."""
-    return tuple(int(part) for part in text.split("."))
+def _parses(parse: Callable[[str], object], text: str | None) -> bool:
+    try:
+        parse(text or "")
+    except ValueError:
+        return False
+    return True
 
 
 def _need(cond: bool, path: str, got: Any, fix: str) -> None:
@@ -124,7 +129,7 @@ def env_from_json(data: Any) -> Env:
         _need(isinstance(raw_driver, dict), "driver", raw_driver, 'write {"version": "535.104.05"} or null')
         driver = _str_field(raw_driver, "version", "driver.", 'write the driver version like "535.104.05"')
         _need(
-            re.fullmatch(r"\d+(\.\d+)*", driver or "") is not None,
+            _parses(versions.parse_driver, driver),
             "driver.version",
             driver,
             'write the driver version like "535.104.05" (nvidia-smi shows it)',
@@ -138,7 +143,7 @@ def env_from_json(data: Any) -> Env:
         name = _str_field(raw, "name", f"gpus[{i}].", "write the GPU name as nvidia-smi shows it")
         sm = _str_field(raw, "sm", f"gpus[{i}].", 'write the compute capability like "8.6"')
         _need(
-            re.fullmatch(r"\d+\.\d+", sm or "") is not None,
+            _parses(versions.parse_arch, sm),
             f"gpus[{i}].sm",
             sm,
             'write the compute capability like "8.6" (nvidia-smi --query-gpu=compute_cap)',

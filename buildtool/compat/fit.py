@@ -1,69 +1,23 @@
 """Reasons: why a wheel does not fit an environment, and what is wrong with the stack beneath us.
 
-Pure functions over `Env` (probe.py) and `WheelEntry` (wheel_index.py). Every "no" is a `Reason` with a
-stable code (docs/contracts.md section 7), a message with the numbers involved, and a one-line fix.
+Pure functions over `Env` (probe.py) and `schema.IndexEntry` (wheel_index.py). Every "no" is a `Reason` with a
+stable code (fa_attn/reasons.py), a message with the numbers involved, and a one-line fix.
 All reasons are collected, never only the first: a P100 with torch 1.13 hears about both.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.tags import Tag, compatible_tags, cpython_tags, mac_platforms
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
-from buildtool.compat.env import Env, version_tuple
-from buildtool.compat.wheel_index import WheelEntry
-from buildtool.core import kernels_src
+from buildtool.compat.env import Env
 from buildtool.core.cpus import canonical
 from buildtool.core.cuda_facts import TOOLKITS
+from buildtool.core.runtime import decision, reasons, schema, versions
 
-# The order codes are reported in: the platform first, then torch, the driver, the GPU, the call.
-CODES = (
-    "no-gpu",
-    "unsupported-platform",
-    "glibc-too-old",
-    "python-unsupported",
-    "torch-missing",
-    "torch-not-cuda",
-    "torch-version-mismatch",
-    "cxx11abi-mismatch",
-    "driver-too-old",
-    "torch-driver-too-old",
-    "arch-unsupported",
-    "ptx-driver-too-old",
-    "dtype-unsupported",
-    "head-dim-unsupported",
-    "backward-unsupported",
-    # runtime-only codes (call time), reported when kernel_choice or the runtime gives them
-    "feature-unsupported",
-    "binding-unavailable",
-    "device-not-cuda",
-)
-
-# Windows drivers are numbered differently from Linux ones (CUDA Compatibility guide, table 2).
-_WINDOWS_MIN_DRIVER = {11: "452.39", 12: "528.33", 13: "580"}
-
-
-@dataclass(frozen=True)
-class Reason:
-    code: str
-    message: str
-    fix: str
-
-
-def code_order(code: str) -> int:
-    return CODES.index(code) if code in CODES else len(CODES)
-
-
-def driver_at_least(driver: str, floor: str) -> bool:
-    def padded(v: str) -> tuple[int, ...]:
-        parts = version_tuple(v)
-        return parts + (0,) * (3 - len(parts))
-
-    return padded(driver) >= padded(floor)
+Reason = reasons.Reason  # the runtime's own: doctor's and a live call's reasons are one type
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -110,7 +64,7 @@ def _platforms(env: Env) -> list[str]:
 # Does a wheel fit?
 
 
-def wheel_reasons(entry: WheelEntry, env: Env, tags: list[Tag] | None = None) -> list[Reason]:
+def wheel_reasons(entry: schema.IndexEntry, env: Env, tags: list[Tag] | None = None) -> list[Reason]:
     """Every reason `entry` cannot be installed and used on `env`; [] when it fits."""
     tags = supported_tags(env) if tags is None else tags
     return (
@@ -121,7 +75,7 @@ def wheel_reasons(entry: WheelEntry, env: Env, tags: list[Tag] | None = None) ->
     )
 
 
-def _tag_reasons(entry: WheelEntry, env: Env, supported: list[Tag]) -> list[Reason]:
+def _tag_reasons(entry: schema.IndexEntry, env: Env, supported: list[Tag]) -> list[Reason]:
     try:
         _, _, _, wheel_tags = parse_wheel_filename(entry.file)
     except InvalidWheelFilename as exc:
@@ -169,9 +123,9 @@ def _tag_reasons(entry: WheelEntry, env: Env, supported: list[Tag]) -> list[Reas
     return reasons
 
 
-def _platform_fix(entry: WheelEntry, env: Env) -> str:
+def _platform_fix(entry: schema.IndexEntry, env: Env) -> str:
     cpu = canonical(env.arch)
-    if env.os == "linux" and cpu is not None and cpu != entry.platform:
+    if env.os == "linux" and cpu is not None and cpu != entry.info.platform:
         return (
             f'use a wheel built for {cpu} (add "{cpu}" to platforms in matrix.yaml and run fa build), '
             "or the universal wheel (fallback only)"
@@ -197,7 +151,7 @@ def _glibc_needed(wheel_platforms: set[str], env: Env) -> str | None:
     return ".".join(map(str, min(needs))) if needs else None
 
 
-def _python_requirement(entry: WheelEntry, env: Env) -> list[Reason]:
+def _python_requirement(entry: schema.IndexEntry, env: Env) -> list[Reason]:
     if not entry.requires_python:
         return []
     try:
@@ -231,7 +185,7 @@ def assumed_cxx11abi(env: Env) -> bool | None:
     return version.release[:2] >= (2, 7)
 
 
-def _torch_reasons(entry: WheelEntry, env: Env) -> list[Reason]:
+def _torch_reasons(entry: schema.IndexEntry, env: Env) -> list[Reason]:
     if env.torch is None:
         # fa_attn is a torch extension: without torch there is nothing to run, not even the fallback.
         return [
@@ -241,56 +195,29 @@ def _torch_reasons(entry: WheelEntry, env: Env) -> list[Reason]:
                 "install torch first (pip install torch), then fa install",
             )
         ]
-    if entry.torch is None:  # the universal wheel: pure Python, any torch the runtime can use
-        floor = kernels_src.kernel_choice().MIN_TORCH
-        if Version(env.torch.version).release[:2] < floor:
-            need = ".".join(map(str, floor))
-            return [
-                Reason(
-                    "torch-version-mismatch",
-                    f"fa-attn needs torch >= {need} (it registers its ops with torch.library APIs "
-                    f"from {need}); installed is {env.torch.version}",
-                    f"upgrade torch to {need} or newer",
-                )
-            ]
-        return []
-    reasons = []
-    if env.torch.minor != entry.torch:
-        reasons.append(
-            Reason(
-                "torch-version-mismatch",
-                f"the wheel is built for torch {entry.torch}; installed is {env.torch.version}",
-                f"install a torch minor that has a wheel (the table lists them), or build for "
-                f"torch {env.torch.minor} with fa build",
-            )
-        )
+    too_old = decision.torch_too_old(env.torch.version)
+    if entry.info.universal:  # pure Python: any torch the runtime can use
+        return [too_old] if too_old else []
     abi = assumed_cxx11abi(env)
-    if entry.cxx11abi is not None and abi is not None and abi != entry.cxx11abi:
-        assumed = "" if env.torch.cxx11abi is not None else " (assumed: the env does not say)"
-        reasons.append(
-            Reason(
-                "cxx11abi-mismatch",
-                f"the wheel uses cxx11abi={str(entry.cxx11abi).lower()}; torch uses "
-                f"cxx11abi={str(abi).lower()}{assumed}",
-                "pick the wheel with torch's ABI (fa install does), or rebuild with fa build",
-            )
-        )
-    return reasons
+    return decision.binding_problems(
+        entry.info, env.torch.version, abi, abi_assumed=env.torch.cxx11abi is None
+    )
 
 
-def _driver_reasons(entry: WheelEntry, env: Env) -> list[Reason]:
+def _driver_reasons(entry: schema.IndexEntry, env: Env) -> list[Reason]:
     # Without a driver there is nothing to compare; that is the stack's `no-gpu`, not a misfit.
-    if entry.min_driver is None or env.driver is None:
+    if entry.info.min_driver is None or env.driver is None:
         return []
-    floor = entry.min_driver
-    if env.os == "windows" and entry.cuda_major in _WINDOWS_MIN_DRIVER:
-        floor = _WINDOWS_MIN_DRIVER[entry.cuda_major]
-    if driver_at_least(env.driver, floor):
+    floor = entry.info.min_driver
+    toolkit = TOOLKITS.get(entry.info.cuda_major) if entry.info.cuda_major is not None else None
+    if env.os == "windows" and toolkit is not None:
+        floor = toolkit.windows_min_driver
+    if versions.driver_at_least(env.driver, floor):
         return []
     return [
         Reason(
             "driver-too-old",
-            f"the wheel's CUDA {entry.cuda_major} kernels need driver >= {floor}; this driver is "
+            f"the wheel's CUDA {entry.info.cuda_major} kernels need driver >= {floor}; this driver is "
             f"{env.driver}",
             f"update the NVIDIA driver to >= {floor}, or use a wheel for an older CUDA major",
         )
@@ -324,7 +251,7 @@ def stack_reasons(env: Env) -> list[Reason]:
         )
     if torch is not None and torch.cuda_major is not None and env.driver is not None:
         floor = _torch_driver_floor(torch.cuda_major, env.os)
-        if floor is not None and not driver_at_least(env.driver, floor):
+        if floor is not None and not versions.driver_at_least(env.driver, floor):
             reasons.append(
                 Reason(
                     "torch-driver-too-old",
@@ -338,7 +265,7 @@ def stack_reasons(env: Env) -> list[Reason]:
 
 def _torch_driver_floor(cuda_major: int, os_name: str) -> str | None:
     # Minor-version compatibility: a CUDA X.y runtime runs on any driver of major X's floor.
-    if os_name == "windows":
-        return _WINDOWS_MIN_DRIVER.get(cuda_major)
     toolkit = TOOLKITS.get(cuda_major)
-    return toolkit.min_driver if toolkit else None
+    if toolkit is None:
+        return None
+    return toolkit.windows_min_driver if os_name == "windows" else toolkit.min_driver

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from buildtool.compat.choose import Selection
-from buildtool.compat.wheel_index import WheelEntry, WheelIndex, WheelIndexError, fetch_wheel, wheel_location
+from buildtool.compat.wheel_index import WheelIndex, WheelIndexError, fetch_wheel, wheel_location
+from buildtool.core.runtime import schema
+from buildtool.errors import FaError
 
 DIST_NAME = "fa-attn"
 _CHECK_IMPORT = "import fa_attn; print(fa_attn.__file__)"
@@ -32,7 +34,7 @@ _VERSION_OF = (
 _TIMEOUT_S = 600
 
 
-class InstallError(Exception):
+class InstallError(FaError):
     """The install was refused or failed; the message says why and what state the environment is in."""
 
 
@@ -89,7 +91,7 @@ def default_installer(python: str, use_uv: bool | None = None) -> Installer:
 @dataclass(frozen=True)
 class InstallPlan:
     selection: Selection
-    entry: WheelEntry | None  # None: nothing fits
+    entry: schema.IndexEntry | None  # None: nothing fits
     source: str | None  # path or URL of the wheel
     installer: Installer
 
@@ -164,12 +166,17 @@ def run_install(
         # 3. Confirm in a fresh interpreter; undo if it does not hold.
         done = run([installer.python, "-c", _CHECK_IMPORT], "check import", env=_pythonpath(None), cwd=tmp)
         now = installed_version(installer.python)
-        if done.returncode != 0 or now != entry.version:
-            problem = _tail(done) if done.returncode != 0 else f"fa-attn is {now}, expected {entry.version}"
+        if done.returncode != 0 or now != entry.info.version:
+            problem = (
+                _tail(done) if done.returncode != 0 else f"fa-attn is {now}, expected {entry.info.version}"
+            )
             undo = _roll_back(installer, previous, index, tmp, run)
             raise InstallError(f"the installed {entry.file} does not work: {problem}\n{undo}")
         return InstallResult(
-            installed=entry.version, previous=previous, location=done.stdout.strip(), commands=tuple(commands)
+            installed=entry.info.version,
+            previous=previous,
+            location=done.stdout.strip(),
+            commands=tuple(commands),
         )
 
 
@@ -183,7 +190,7 @@ def _roll_back(
     run(installer.uninstall(), "roll back")
     if previous is None:
         return f"rolled back: {DIST_NAME} removed again; the environment is as it was"
-    match = next((e for e in index.entries if e.version == previous), None)
+    match = next((e for e in index.entries if e.info.version == previous), None)
     if match is not None:
         try:
             wheel = fetch_wheel(index, match, tmp)

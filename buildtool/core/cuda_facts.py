@@ -2,7 +2,8 @@
 
 Facts, with their sources:
 - Minimum drivers under minor-version compatibility (SASS only): CUDA 11.x 450.80.02, 12.x 525.60.13,
-  13.x 580 (CUDA Compatibility guide, "Minor Version Compatibility"; see shared compat-facts.md).
+  13.x 580 on Linux; 452.39, 528.33, 580 on Windows (CUDA Compatibility guide, "Minor Version
+  Compatibility", table 2; see compat-facts.md).
 - PTX is JIT-compiled only by a driver at least as new as the toolkit that wrote it
   (cudaErrorUnsupportedPtxVersion otherwise), so a wheel's PTX needs the toolkit's own GA driver:
   11.8 GA 520.61.05, 12.9 GA 575.51.03, 13.0 GA 580.65.06 (CUDA Toolkit release notes, table 3).
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from buildtool.core.runtime import versions
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,8 @@ class Toolkit:
         str, PinnedWheel
     ]  # per host CPU ("x86_64", "aarch64"): the manylinux file of that version
     lib_subdir: str  # where libnvrtc.so.* sits inside the wheel
-    min_driver: str  # to run SASS built by this toolkit
+    min_driver: str  # to run SASS built by this toolkit (Linux)
+    windows_min_driver: str  # the same on Windows, whose drivers are numbered differently
     ptx_min_driver: str  # to JIT PTX written by this toolkit
     archs: tuple[str, ...]  # real archs this NVRTC can target and fa has kernels for
     default_archs: tuple[str, ...]  # SASS built when matrix.yaml names none; PTX for the last
@@ -61,6 +65,7 @@ TOOLKITS: dict[int, Toolkit] = {
         },
         lib_subdir="nvidia/cuda_nvrtc/lib",
         min_driver="450.80.02",
+        windows_min_driver="452.39",
         ptx_min_driver="520.61.05",
         archs=("7.5", "8.0", "8.6", "8.7", "8.9", "9.0"),
         default_archs=("7.5", "8.0", "8.6", "9.0"),
@@ -81,6 +86,7 @@ TOOLKITS: dict[int, Toolkit] = {
         },
         lib_subdir="nvidia/cuda_nvrtc/lib",
         min_driver="525.60.13",
+        windows_min_driver="528.33",
         ptx_min_driver="575.51.03",
         archs=("7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "10.1", "10.3", "12.0", "12.1"),
         default_archs=("7.5", "8.0", "8.6", "9.0", "10.0", "12.0"),
@@ -101,6 +107,7 @@ TOOLKITS: dict[int, Toolkit] = {
         },
         lib_subdir="nvidia/cu13/lib",
         min_driver="580",
+        windows_min_driver="580",
         ptx_min_driver="580.65.06",
         archs=("7.5", "8.0", "8.6", "8.7", "8.8", "8.9", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1"),
         default_archs=("7.5", "8.0", "8.6", "9.0", "10.0", "12.0"),
@@ -108,20 +115,12 @@ TOOLKITS: dict[int, Toolkit] = {
 }
 
 
-def arch_tuple(arch: str) -> tuple[int, int]:
-    """ "8.6" -> (8, 6); raises ValueError on anything else."""
-    major, _, minor = arch.partition(".")
-    if not (major.isdigit() and minor.isdigit()):
-        raise ValueError(f"not a compute capability: {arch!r} (write it like '8.6')")
-    return int(major), int(minor)
-
-
 def sm_name(arch: str) -> str:
     """ "8.6" -> "sm_86" (the NVRTC real target); "10.0" -> "sm_100"."""
-    major, minor = arch_tuple(arch)
+    major, minor = versions.parse_arch(arch)
     return f"sm_{major}{minor}"
 
 
 def compute_name(arch: str) -> str:
-    major, minor = arch_tuple(arch)
+    major, minor = versions.parse_arch(arch)
     return f"compute_{major}{minor}"

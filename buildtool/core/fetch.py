@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from buildtool.core import atomic
+from buildtool.errors import FaError
 
 # Called with (bytes done, total bytes or None) as a download advances.
 ProgressHook = Callable[[int, "int | None"], None]
@@ -23,7 +24,7 @@ CHUNK = 1 << 20
 TIMEOUT_S = 60
 
 
-class FetchError(RuntimeError):
+class FetchError(FaError):
     """A download that failed or did not match its pinned hash."""
 
 

@@ -15,7 +15,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.version import Version
+from buildtool.core.runtime import versions
 
 
 @dataclass(frozen=True)
@@ -28,8 +28,7 @@ class TorchInfo:
     @property
     def minor(self) -> str:
         """ "2.5.0a0+e000cf0ad9.nv24.10" -> "2.5": local and pre-release parts don't change the minor."""
-        release = Version(self.version).release
-        return f"{release[0]}.{release[1] if len(release) > 1 else 0}"
+        return versions.torch_minor(self.version)
 
     @property
     def cuda_major(self) -> int | None:

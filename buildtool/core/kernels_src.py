@@ -1,29 +1,42 @@
 """Where the kernels/ tree is: the repo checkout (editable install) or the copy packed into the tool's
-own wheel (buildtool/_kernels). Also loads the two pure-Python modules that the build and doctor share
-with the runtime (kernels/tiles.py, kernels/fa_attn/kernel_choice.py) by path, so there is one copy,
-and hashes the sources the kernel images are compiled from (the manifest's kernel_source_sha256)."""
+own wheel (buildtool/_kernels). Also loads, by path, the pure-Python modules the build and doctor share
+with the runtime, so each exists once: kernels/tiles.py (the kernel table) and the stdlib-only modules
+of the runtime package (fa_attn/schema.py, ...), which are read without running fa_attn/__init__.py
+(that imports torch). Also hashes the sources the kernel images are compiled from (the manifest's
+kernel_source_sha256)."""
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import importlib.util
 import os
 import sys
+import types
 from pathlib import Path
 from types import ModuleType
 
+# The runtime's stdlib-only modules load as submodules of this stand-in package, so their relative
+# imports (`from .versions import ...`) resolve among themselves.
+RUNTIME_PACKAGE = "_fa_attn_pure"
 
-@functools.lru_cache(maxsize=1)
-def kernels_dir() -> Path:
-    # FA_KERNELS_DIR: build another kernels/ tree (a fork's, or a tiny one in tests).
-    if override := os.environ.get("FA_KERNELS_DIR"):
-        return Path(override).resolve()
+
+def _own_kernels_dir() -> Path:
     package = Path(__file__).resolve().parents[1]  # buildtool/
     for cand in (package / "_kernels", package.parent / "kernels"):
         if (cand / "csrc").is_dir():
             return cand
     raise FileNotFoundError("kernels/ sources not found next to buildtool (reinstall fa-toolchain)")
+
+
+@functools.lru_cache(maxsize=1)
+def kernels_dir() -> Path:
+    """The kernels/ tree to build."""
+    # FA_KERNELS_DIR: build another kernels/ tree (a fork's, or a tiny one in tests).
+    if override := os.environ.get("FA_KERNELS_DIR"):
+        return Path(override).resolve()
+    return _own_kernels_dir()
 
 
 def _load(name: str, path: Path) -> ModuleType:
@@ -41,8 +54,14 @@ def tiles() -> ModuleType:
     return _load("_fa_tiles", kernels_dir() / "tiles.py")
 
 
-def kernel_choice() -> ModuleType:
-    return _load("_fa_kernel_choice", kernels_dir() / "fa_attn" / "kernel_choice.py")
+def runtime_module(name: str) -> ModuleType:
+    """fa_attn/<name>.py of this tool's own runtime (never FA_KERNELS_DIR's: these are the contracts
+    this tool writes and reads), loaded without importing torch."""
+    if RUNTIME_PACKAGE not in sys.modules:
+        package = types.ModuleType(RUNTIME_PACKAGE)
+        package.__path__ = [str(_own_kernels_dir() / "fa_attn")]
+        sys.modules[RUNTIME_PACKAGE] = package
+    return importlib.import_module(f"{RUNTIME_PACKAGE}.{name}")
 
 
 def source_hash(root: Path | None = None) -> str:

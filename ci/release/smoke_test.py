@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import importlib.util
 import json
 import os
 import subprocess
@@ -48,7 +49,14 @@ def wheel_version(wheel: Path) -> str:
 
 
 def torch_minor(version: str) -> str:
-    return ".".join(version.split("+", 1)[0].split(".")[:2])
+    """fa's own reading of a torch version (kernels/fa_attn/versions.py, loaded from this checkout:
+    fa_attn itself is not installed yet when this runs)."""
+    path = Path(__file__).resolve().parents[2] / "kernels" / "fa_attn" / "versions.py"
+    spec = importlib.util.spec_from_file_location("_fa_versions", path)
+    assert spec is not None and spec.loader is not None
+    versions = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(versions)
+    return str(versions.torch_minor(version))
 
 
 def installed_torch() -> str | None:
@@ -85,8 +93,8 @@ def check(wheel: Path) -> str:
     if version != wheel_version(wheel):
         raise SmokeFailure(f"installed fa-attn is {version}, the wheel is {wheel_version(wheel)}")
     manifest = loader.manifest()
-    if manifest.get("variant") != wheel_manifest(wheel)["variant"]:
-        raise SmokeFailure(f"installed manifest has variant {manifest.get('variant')!r}, not the wheel's")
+    if manifest.info.variant != wheel_manifest(wheel)["variant"]:
+        raise SmokeFailure(f"installed manifest has variant {manifest.info.variant!r}, not the wheel's")
 
     problem = loader.static_binding_problem(manifest)
     if problem is None:
@@ -94,9 +102,9 @@ def check(wheel: Path) -> str:
         if failed is not None:
             raise SmokeFailure(f"the binding does not load: [{failed.code}] {failed.message}")
         binding = "binding loaded"
-    elif manifest.get("binding") and problem.code == "cxx11abi-mismatch":
+    elif manifest.info.binding and problem.code == "cxx11abi-mismatch":
         binding = f"binding not loaded: {problem.message}"  # the CPU torch of this minor has the other ABI
-    elif not manifest.get("binding") and problem.code == "binding-unavailable":
+    elif not manifest.info.binding and problem.code == "binding-unavailable":
         binding = "no binding (universal wheel)"
     else:
         raise SmokeFailure(f"the binding cannot serve this torch: [{problem.code}] {problem.message}")

@@ -3,7 +3,7 @@
 
 #include <dlfcn.h>
 
-#include <c10/util/Exception.h>
+#include "check.h"
 
 namespace fa_binding {
 namespace {
@@ -11,16 +11,15 @@ namespace {
 template <typename Fn>
 void resolve(void* lib, const char* name, Fn*& slot) {
   slot = reinterpret_cast<Fn*>(dlsym(lib, name));
-  TORCH_CHECK(slot != nullptr, "fa_attn: the CUDA driver (libcuda.so.1) lacks ", name,
-              "; update the NVIDIA driver");
+  FA_CHECK(slot != nullptr, "the CUDA driver (libcuda.so.1) lacks ", name, "; update the NVIDIA driver");
 }
 
 CudaDriver load() {
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
     const char* why = dlerror();
-    TORCH_CHECK(false, "fa_attn: cannot load the CUDA driver libcuda.so.1 (", why ? why : "unknown error",
-                "); install the NVIDIA driver or check LD_LIBRARY_PATH");
+    fail("cannot load the CUDA driver libcuda.so.1 (", why ? why : "unknown error",
+         "); install the NVIDIA driver or check LD_LIBRARY_PATH");
   }
   CudaDriver d{};
   resolve(lib, "cuInit", d.cuInit);
@@ -34,7 +33,7 @@ CudaDriver load() {
   resolve(lib, "cuLaunchKernel", d.cuLaunchKernel);
   resolve(lib, "cuGetErrorString", d.cuGetErrorString);
   const CUresult init = d.cuInit(0);
-  TORCH_CHECK(init == 0, "fa_attn: cuInit failed: CUDA error ", init);
+  FA_CHECK(init == 0, "cuInit failed: CUDA error ", init);
   return d;  // the library stays open for the life of the process, like torch's own handle
 }
 

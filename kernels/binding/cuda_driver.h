@@ -39,7 +39,7 @@ struct CudaDriver {
   CUresult (*cuGetErrorString)(CUresult error, const char** text);
 };
 
-// The driver, loaded and cuInit-ed once (thread-safe). Raises (TORCH_CHECK) with dlerror's text when
+// The driver, loaded and cuInit-ed once (thread-safe). Throws (check.h) with dlerror's text when
 // libcuda.so.1 or one of the entry points is missing.
 const CudaDriver& driver();
 

@@ -4,32 +4,56 @@ Importing is cheap and needs no GPU: it defines the `fa_attn::fwd/bwd` op schema
 the wheel's host binding (CUDA kernels) loads on the first CUDA call. Ask which path a call took with
 `last_dispatch()`, or which it would take with `explain(q, k, v, ...)`. Set FA_STRICT=1 to make any
 fallback an error instead of a one-time FaFallbackWarning.
+
+flash-attn's whole public API is here (the seven functions, and `fa_attn.bert_padding`);
+`install_as_flash_attn()` lets fa_attn stand in for `import flash_attn`; `fa_attn.hf.register()` makes
+it a transformers attention implementation.
 """
 
 from __future__ import annotations
 
 import torch as _torch
 
-from .kernel_choice import MIN_TORCH as _MIN_TORCH
+from .versions import MIN_TORCH as _MIN_TORCH
+from .versions import torch_version as _torch_version
+from .versions import version_text as _version_text
 
-if tuple(int(p) for p in _torch.__version__.split("+")[0].split(".")[:2]) < _MIN_TORCH:
+if _torch_version(_torch.__version__) < _MIN_TORCH:
     raise ImportError(
-        f"fa_attn needs torch >= {'.'.join(map(str, _MIN_TORCH))} (torch.library's fake and "
+        f"fa_attn needs torch >= {_version_text(_MIN_TORCH)} (torch.library's fake and "
         f"autograd registration); this is torch {_torch.__version__}: upgrade torch"
     )
 
+from . import bert_padding, hf
 from . import ops as _ops  # noqa: F401  (defines the fa_attn:: op schemas)
 from .dispatch import Dispatch, FaFallbackError, FaFallbackWarning, last_dispatch
+from .flash_attn_compat import flash_attn_status, install_as_flash_attn
 from .interface import explain, flash_attn_func, flash_attn_varlen_func
-from .kernel_choice import Reason
+from .kvcache import flash_attn_with_kvcache
+from .packed import (
+    flash_attn_kvpacked_func,
+    flash_attn_qkvpacked_func,
+    flash_attn_varlen_kvpacked_func,
+    flash_attn_varlen_qkvpacked_func,
+)
+from .reasons import Reason
 
 __all__ = [
     "Dispatch",
     "FaFallbackError",
     "FaFallbackWarning",
     "Reason",
+    "bert_padding",
     "explain",
     "flash_attn_func",
+    "flash_attn_kvpacked_func",
+    "flash_attn_qkvpacked_func",
+    "flash_attn_status",
     "flash_attn_varlen_func",
+    "flash_attn_varlen_kvpacked_func",
+    "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_with_kvcache",
+    "hf",
+    "install_as_flash_attn",
     "last_dispatch",
 ]

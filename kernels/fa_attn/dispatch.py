@@ -1,9 +1,9 @@
 """Which path a live call takes (our kernels from SASS or PTX, or the SDPA fallback) and why.
 
-`decide` is a pure function of the call's facts and the wheel's manifest (the binding loader and the
-driver probe are passed in), so every rule is testable on a CPU. `facts_of` reads the facts from the
-tensors. `report` is the only side effect: it records the last decision, warns once per reason code,
-and raises instead when FA_STRICT=1.
+The decision itself is decision.decide, the pure function `fa doctor` runs too; this module reads its
+facts from the tensors and the GPU (`facts_for`), hands it the installed manifest (`decide`), and is
+the only side effect: `report` records the last decision, warns once per reason code, and raises
+instead when FA_STRICT=1.
 """
 
 from __future__ import annotations
@@ -12,15 +12,18 @@ import os
 import threading
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
-from . import kernel_choice
+from . import decision
+from .decision import Call, Device, Dispatch
 from .inputs import AttnCall
-from .kernel_choice import Reason
-from .ops import KernelLaunch
+from .reasons import Reason
+from .schema import Manifest
+
+__all__ = ["CallFacts", "Dispatch", "FaFallbackError", "FaFallbackWarning", "decide", "facts_for", "report"]
 
 
 class FaFallbackWarning(UserWarning):
@@ -32,25 +35,11 @@ class FaFallbackError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class Dispatch:
-    path: str  # "sass" | "ptx" | "fallback"
-    arch: str | None  # arch of the image that runs; None on fallback
-    reasons: tuple[Reason, ...]  # why fallback (empty otherwise)
-    head_dim: int | None = None  # head dim the kernels run with (padded to a multiple of 8)
-    fwd: KernelLaunch | None = field(default=None, repr=False)  # what the ops launch
-    bwd: KernelLaunch | None = field(default=None, repr=False)  # None: no backward will run
-
-
-@dataclass(frozen=True)
 class CallFacts:
-    device_type: str  # "cuda", "cpu", "mps", ...
-    rocm: bool  # torch built for ROCm: "cuda" tensors live on an AMD GPU
-    sm: str | None  # compute capability of the tensors' GPU, "8.6"
-    dtype: str  # "fp16" | "bf16" | "fp32" | "fp64"
-    head_dim: int
-    backward: bool  # autograd will need the backward
-    features: frozenset[str]  # kernel features the call uses (names of tiles.FEATURES)
-    smem_per_block: int | None = None  # the GPU's opt-in shared memory per block, bytes (None: unknown)
+    """A live call, as the decision reads it."""
+
+    device: Device
+    call: Call
 
 
 def features_of(call: AttnCall, backward: bool) -> frozenset[str]:
@@ -72,6 +61,7 @@ def features_of(call: AttnCall, backward: bool) -> frozenset[str]:
         used.add("dropout")
     if call.deterministic and backward:
         used.add("deterministic")
+    used |= call.kv_features  # key/value layouts: paged_kv, seqused_k, leftpad_k, cache_batch_idx
     return frozenset(used)
 
 
@@ -84,14 +74,14 @@ def facts_for(
     features: frozenset[str],
 ) -> CallFacts:
     """The facts of a live call; the compute capability is read from its GPU (a range, compared later)."""
-    rocm = bool(torch.version.hip)
+    kind = "rocm" if device_type == "cuda" and torch.version.hip else device_type
     sm, smem = None, None
-    if device_type == "cuda" and not rocm:
+    if kind == "cuda":
         device = torch.device("cuda") if device_index is None else torch.device("cuda", device_index)
         major, minor = torch.cuda.get_device_capability(device)
         sm = f"{major}.{minor}"
         smem = getattr(torch.cuda.get_device_properties(device), "shared_memory_per_block_optin", None)
-    return CallFacts(device_type, rocm, sm, dtype, head_dim, backward, features, smem)
+    return CallFacts(Device(kind, sm, smem), Call(dtype, head_dim, backward, features))
 
 
 def driver_version() -> str | None:
@@ -107,88 +97,17 @@ def driver_version() -> str | None:
     return None
 
 
-def _fallback(*reasons: Reason) -> Dispatch:
-    return Dispatch("fallback", None, tuple(reasons))
-
-
 def decide(
     facts: CallFacts,
-    manifest: dict,
+    manifest: Manifest,
     load_binding: Callable[[], Reason | None],
     driver: Callable[[], str | None] = driver_version,
     package_dir: Path = Path("."),
 ) -> Dispatch:
-    """package_dir: where the manifest's kernel `file`s are (the installed fa_attn/ directory)."""
-    if facts.device_type != "cuda" or facts.rocm:
-        where = "ROCm (AMD GPU)" if facts.rocm else facts.device_type
-        return _fallback(
-            Reason(
-                "device-not-cuda",
-                f"the tensors are on {where}; fa's kernels are NVIDIA-only",
-                "move q, k, v to an NVIDIA GPU (.cuda()) to use fa's kernels",
-            )
-        )
-    reasons = []
-    if facts.dtype == "fp64":  # kernel_choice knows fp16/bf16/fp32; fp64 is a runtime-only case
-        reasons.append(
-            Reason(
-                "dtype-unsupported",
-                "fp64 attention has no kernel (fp16 and bf16 only)",
-                "cast q, k, v to torch.bfloat16 or torch.float16",
-            )
-        )
-    supported = frozenset(manifest.get("features") or ())
-    for feature in sorted(facts.features - supported):
-        reasons.append(
-            Reason(
-                "feature-unsupported",
-                f"{feature} is not supported by fa's kernels (they support: "
-                f"{', '.join(sorted(supported)) or 'none listed in the manifest'})",
-                f"call without {feature} to use the kernels",
-            )
-        )
-    dtype = "fp32" if facts.dtype == "fp64" else facts.dtype
-    choice = kernel_choice.choose(
-        manifest, facts.sm, dtype, facts.head_dim, facts.backward, driver() if manifest.get("ptx") else None
-    )
-    codes = {reason.code for reason in reasons}  # e.g. fp64 already has its dtype-unsupported
-    reasons.extend(reason for reason in choice.reasons if reason.code not in codes)
-    if reasons:
-        return _fallback(*reasons)
-    fwd = kernel_choice.kernel_entry(manifest, choice, dtype, "fwd")
-    bwd = kernel_choice.kernel_entry(manifest, choice, dtype, "bwd") if facts.backward else None
-    if fwd is None or (facts.backward and bwd is None):
-        return _fallback(
-            Reason(
-                "binding-unavailable",
-                f"the manifest covers {dtype} head dim {choice.head_dim} on {choice.arch} "
-                "but lists no kernel file for it",
-                "reinstall fa-attn (damaged manifest)",
-            )
-        )
-    # SASS of X.Y also runs on X.Z (Z > Y), but its tiles were sized for X.Y's shared memory: an 8.0
-    # cubin (up to 163 KB) on an 8.6 part (99 KB) would fail at launch. Fall back instead.
-    need = max(e["smem_bytes"] for entry in (fwd, bwd) if entry for e in entry["entries"].values())
-    if facts.smem_per_block is not None and need > facts.smem_per_block:
-        return _fallback(
-            Reason(
-                "arch-unsupported",
-                f"the {choice.arch} kernels for {dtype} head dim {choice.head_dim} need {need} bytes of shared "
-                f"memory per block; this GPU (sm {facts.sm}) offers {facts.smem_per_block}",
-                f"use a wheel with SASS for sm {facts.sm} (fa build with archs including {facts.sm})",
-            )
-        )
-    problem = load_binding()
-    if problem is not None:
-        return _fallback(problem)
-    return Dispatch(
-        choice.path,
-        choice.arch,
-        (),
-        choice.head_dim,
-        KernelLaunch.from_manifest(fwd, package_dir),
-        KernelLaunch.from_manifest(bwd, package_dir) if bwd else None,
-    )
+    """decision.decide for a live call with the installed manifest. The driver is read only when the
+    wheel has PTX (only a JIT needs it); package_dir: where the manifest's kernel files are."""
+    device = replace(facts.device, driver=driver() if manifest.info.ptx else None)
+    return decision.decide(manifest.info, device, facts.call, manifest.kernels, package_dir, load_binding)
 
 
 _report_lock = threading.Lock()

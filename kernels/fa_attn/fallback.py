@@ -9,8 +9,10 @@ Two paths, both differentiable by ordinary autograd:
   (batch, heads, seqlen_q, seqlen_k) scores, which is fine for a fallback and exact.
 
 Rows that see no key (causal with seqlen_q > seqlen_k, windows) give out 0 and lse +inf, as flash-attn.
-ALiBi uses flash-attn's reference bias -slope * |i + seqlen_k - seqlen_q - j| (its causal kernels add
-slope * j instead, which gives the same output and an LSE shifted by a per-row constant).
+ALiBi is flash-attn's kernels' bias, so the LSE matches theirs too: -slope * |i + seqlen_k - seqlen_q - j|,
+except under a purely causal mask (window (-1, 0)), where flash-attn adds slope * j. Over the visible
+keys (j <= i + seqlen_k - seqlen_q) the two differ by the row constant slope * (i + seqlen_k - seqlen_q):
+the same output, and an LSE larger by that constant than the textbook one.
 Varlen calls loop over the sequences.
 """
 
@@ -84,7 +86,10 @@ def _math(
         slopes = call.alibi_slopes.to(compute).reshape(-1, heads, 1, 1)  # (1|b, h, 1, 1)
         rows = torch.arange(sq, device=q.device).unsqueeze(1) + (sk - sq)
         cols = torch.arange(sk, device=q.device).unsqueeze(0)
-        scores = scores - slopes * (rows - cols).abs().to(compute)
+        if call.causal and call.window_left < 0:  # flash-attn's causal form (module docstring)
+            scores = scores + slopes * cols.to(compute)
+        else:
+            scores = scores - slopes * (rows - cols).abs().to(compute)
     allowed = _allowed(call, sq, sk, q.device)
     if allowed is None:
         allowed = torch.ones(sq, sk, dtype=torch.bool, device=q.device)

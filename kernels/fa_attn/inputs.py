@@ -3,13 +3,19 @@
 Everything after this (dispatch, kernels, fallback) works on an `AttnCall` whose shapes, dtypes and
 options are known to be consistent; bad input stops here with a ValueError that names the argument
 and the fix. Window and causal flags are normalised the way flash-attn 2.x does it in C++.
+
+Integer arguments take every integer-like that flash-attn's own code accepts, because real callers
+pass them: Python ints, numpy integers, and one-element integer tensors on any device (transformers
+passes `max_seqlen_q=cu_seqlens.diff().max()`, a 0-d int32 tensor; flash-attn's tests pass
+`window_size` as a 2-element tensor). Reading a CUDA tensor's value is a host sync, as in flash-attn.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+import operator
+from dataclasses import dataclass, field
 
 import torch
 
@@ -46,6 +52,9 @@ class AttnCall:
     alibi_slopes: torch.Tensor | None
     deterministic: bool
     varlen: Varlen | None
+    # Kernel features the key/value layout needs beyond the call's options (kvcache.py, paged varlen):
+    # "paged_kv", "seqused_k", "leftpad_k", "cache_batch_idx". dispatch.features_of adds them.
+    kv_features: frozenset[str] = field(default_factory=frozenset)
 
     @property
     def dtype_name(self) -> str:
@@ -56,7 +65,41 @@ class AttnCall:
         return self.window_left >= 0 or (self.window_right >= 0 and not self.causal)
 
 
-def _check_tensor(name: str, t: object, ndim: int, layout: str) -> torch.Tensor:
+def as_int(name: str, value: object) -> int:
+    """An integer argument as a Python int: int, numpy integer, or a one-element integer tensor."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name}: expected an integer, got the bool {value!r}; pass an int")  # noqa: TRY004
+    if isinstance(value, int):
+        return value
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1 or value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
+            raise ValueError(
+                f"{name}: expected an integer, got a {value.dtype} tensor of shape {tuple(value.shape)}; "
+                "pass an int or a one-element integer tensor"
+            )
+        return int(value.item())
+    try:
+        return operator.index(value)  # type: ignore[arg-type]  # numpy integers, 0-d integer arrays
+    except TypeError:
+        raise ValueError(f"{name}: expected an integer, got {type(value).__name__} {value!r}") from None
+
+
+def window_pair(window_size: object) -> tuple[int, int]:
+    """(left, right) from any pair flash-attn indexes as window_size[0], window_size[1]: a tuple or list
+    of integer-likes, a 2-element integer tensor or numpy array."""
+    try:
+        count = len(window_size)  # type: ignore[arg-type]
+    except TypeError:
+        count = -1
+    if count != 2 or isinstance(window_size, (str, bytes)):
+        raise ValueError(
+            f"window_size: expected a pair of ints (left, right), got {window_size!r}; use (-1, -1) for no window"
+        )
+    pair = window_size  # type: ignore[assignment]
+    return as_int("window_size[0]", pair[0]), as_int("window_size[1]", pair[1])  # type: ignore[index]
+
+
+def check_tensor(name: str, t: object, ndim: int, layout: str) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         # ValueError for every bad argument (not TypeError), so callers catch one documented type.
         raise ValueError(f"{name}: expected a torch.Tensor {layout}, got {type(t).__name__}")  # noqa: TRY004
@@ -74,43 +117,38 @@ def _check_tensor(name: str, t: object, ndim: int, layout: str) -> torch.Tensor:
     return t
 
 
-def _check_same(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    for name, t in (("k", k), ("v", v)):
+def check_same(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_name: str = "k", v_name: str = "v"
+) -> None:
+    """k and v against q: dtype, device, head dim and GQA head counts (k/v of any layout)."""
+    for name, t in ((k_name, k), (v_name, v)):
         if t.dtype != q.dtype:
-            raise ValueError(
-                f"{name}: dtype {t.dtype} differs from q's {q.dtype}; cast all three to one dtype"
-            )
+            raise ValueError(f"{name}: dtype {t.dtype} differs from q's {q.dtype}; cast q, k, v to one dtype")
         if t.device != q.device:
             raise ValueError(f"{name}: on {t.device} but q is on {q.device}; move q, k, v to one device")
     if k.shape != v.shape:
-        raise ValueError(f"v: shape {tuple(v.shape)} differs from k's {tuple(k.shape)}; k and v must match")
+        raise ValueError(
+            f"{v_name}: shape {tuple(v.shape)} differs from {k_name}'s {tuple(k.shape)}; they must match"
+        )
     if k.shape[-1] != q.shape[-1]:
         raise ValueError(
-            f"k: head dim {k.shape[-1]} differs from q's {q.shape[-1]}; q, k, v need one head dim"
+            f"{k_name}: head dim {k.shape[-1]} differs from q's {q.shape[-1]}; q, k, v need one head dim"
         )
     heads, heads_k = q.shape[-2], k.shape[-2]
     if heads_k == 0 or heads % heads_k != 0:
         raise ValueError(
-            f"k: {heads_k} kv heads must divide q's {heads} heads (GQA/MQA); use nheads_k that divides nheads"
+            f"{k_name}: {heads_k} kv heads must divide q's {heads} heads (GQA/MQA); "
+            "use nheads_k that divides nheads"
         )
     if q.shape[-1] == 0:
         raise ValueError("q: head dim is 0; use a head dim of at least 1")
 
 
-def _window(window_size: object, causal: bool, seqlen_k: int) -> tuple[bool, int, int]:
+def normalize_window(window_size: object, causal: bool, seqlen_k: int) -> tuple[bool, int, int]:
     """flash-attn's normalisation: causal == window (-1, 0); sizes >= seqlen_k mean unbounded."""
-    if (
-        not isinstance(window_size, (tuple, list))
-        or len(window_size) != 2
-        or not all(isinstance(w, int) and not isinstance(w, bool) for w in window_size)
-    ):
-        raise ValueError(
-            f"window_size: expected a pair of ints (left, right), got {window_size!r}; "
-            "use (-1, -1) for no window"
-        )
-    left, right = window_size
+    left, right = window_pair(window_size)
     if left < -1 or right < -1:
-        raise ValueError(f"window_size: {window_size!r} has a value below -1; use -1 for unbounded")
+        raise ValueError(f"window_size: ({left}, {right}) has a value below -1; use -1 for unbounded")
     left = -1 if left >= seqlen_k else left
     right = -1 if right >= seqlen_k else right
     if causal or (left < 0 and right == 0):
@@ -118,19 +156,38 @@ def _window(window_size: object, causal: bool, seqlen_k: int) -> tuple[bool, int
     return False, left, right
 
 
-def _options(
+@dataclass(frozen=True)
+class Options:
+    """The scalar options every function shares, validated."""
+
+    softmax_scale: float
+    softcap: float
+    dropout_p: float
+    alibi_slopes: torch.Tensor | None
+
+
+def _as_float(name: str, value: object) -> float:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError(f"{name}: expected a number, got {type(value).__name__} {value!r}") from None
+
+
+def check_options(
     q: torch.Tensor,
     batch: int,
     heads: int,
-    dropout_p: float,
-    softmax_scale: float | None,
-    softcap: float,
-    alibi_slopes: torch.Tensor | None,
-) -> float:
-    if not 0.0 <= float(dropout_p) < 1.0:
-        raise ValueError(f"dropout_p: {dropout_p} must be in [0, 1)")
-    if softcap < 0:
-        raise ValueError(f"softcap: {softcap} must be >= 0 (0 turns it off)")
+    dropout_p: object,
+    softmax_scale: object,
+    softcap: object,
+    alibi_slopes: object,
+) -> Options:
+    dropout = _as_float("dropout_p", dropout_p)
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout_p: {dropout} must be in [0, 1)")
+    cap = _as_float("softcap", softcap)
+    if not cap >= 0:
+        raise ValueError(f"softcap: {cap} must be >= 0 (0 turns it off)")
     if alibi_slopes is not None:
         if not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.shape not in ((heads,), (batch, heads)):
             shape = tuple(alibi_slopes.shape) if isinstance(alibi_slopes, torch.Tensor) else alibi_slopes
@@ -140,54 +197,84 @@ def _options(
         if not alibi_slopes.is_floating_point():
             raise ValueError("alibi_slopes: must be a float tensor (torch.float32)")
     if softmax_scale is None:
-        return 1.0 / math.sqrt(q.shape[-1])
-    if not math.isfinite(float(softmax_scale)):
-        raise ValueError(f"softmax_scale: {softmax_scale} is not finite; pass None for 1/sqrt(head_dim)")
-    return float(softmax_scale)
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    else:
+        scale = _as_float("softmax_scale", softmax_scale)
+        if not math.isfinite(scale):
+            raise ValueError(f"softmax_scale: {scale} is not finite; pass None for 1/sqrt(head_dim)")
+    return Options(scale, cap, dropout, alibi_slopes)
+
+
+def make_call(
+    q: torch.Tensor,
+    batch: int,
+    seqlen_q: int,
+    seqlen_k: int,
+    heads_k: int,
+    opts: Options,
+    causal: object,
+    window_size: object,
+    deterministic: object,
+    varlen: Varlen | None = None,
+    kv_features: frozenset[str] = frozenset(),
+) -> AttnCall:
+    """The AttnCall of validated pieces; the window is normalised against seqlen_k."""
+    is_causal, left, right = normalize_window(window_size, bool(causal), seqlen_k)
+    return AttnCall(
+        batch=batch,
+        seqlen_q=seqlen_q,
+        seqlen_k=seqlen_k,
+        heads=q.shape[-2],
+        heads_k=heads_k,
+        head_dim=q.shape[-1],
+        dtype=q.dtype,
+        device=q.device,
+        softmax_scale=opts.softmax_scale,
+        causal=is_causal,
+        window_left=left,
+        window_right=right,
+        softcap=opts.softcap,
+        dropout_p=opts.dropout_p,
+        alibi_slopes=opts.alibi_slopes,
+        deterministic=bool(deterministic),
+        varlen=varlen,
+        kv_features=kv_features,
+    )
 
 
 def check_padded(
     q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic
 ) -> AttnCall:
     layout = "(batch, seqlen, heads, head_dim)"
-    q = _check_tensor("q", q, 4, layout)
-    k = _check_tensor("k", k, 4, layout)
-    v = _check_tensor("v", v, 4, layout)
-    _check_same(q, k, v)
+    q = check_tensor("q", q, 4, layout)
+    k = check_tensor("k", k, 4, layout)
+    v = check_tensor("v", v, 4, layout)
+    check_same(q, k, v)
     if k.shape[0] != q.shape[0]:
         raise ValueError(f"k: batch {k.shape[0]} differs from q's {q.shape[0]}; q, k, v need one batch size")
-    batch, seqlen_q, heads, head_dim = q.shape
-    seqlen_k, heads_k = k.shape[1], k.shape[2]
-    scale = _options(q, batch, heads, dropout_p, softmax_scale, softcap, alibi_slopes)
-    causal, left, right = _window(window_size, bool(causal), seqlen_k)
-    return AttnCall(
-        batch,
-        seqlen_q,
-        seqlen_k,
-        heads,
-        heads_k,
-        head_dim,
-        q.dtype,
-        q.device,
-        scale,
-        causal,
-        left,
-        right,
-        float(softcap),
-        float(dropout_p),
-        alibi_slopes,
-        bool(deterministic),
-        None,
-    )
+    batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
+    opts = check_options(q, batch, heads, dropout_p, softmax_scale, softcap, alibi_slopes)
+    return make_call(q, batch, seqlen_q, k.shape[1], k.shape[2], opts, causal, window_size, deterministic)
 
 
-def _check_cu_seqlens(name: str, cu: object, total: int, device: torch.device) -> tuple[int, ...]:
+def check_index_tensor(name: str, t: object, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """An int32 index tensor (cu_seqlens, block_table, cache_seqlens, ...) of a known shape on q's device."""
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name}: expected a torch.int32 tensor of shape {shape}, got {type(t).__name__}")  # noqa: TRY004
+    if t.dtype != torch.int32:
+        raise ValueError(f"{name}: dtype {t.dtype}; pass {name}.to(torch.int32)")
+    if t.device != device:
+        raise ValueError(f"{name}: on {t.device} but q is on {device}; move it to q's device")
+    if tuple(t.shape) != shape:
+        raise ValueError(f"{name}: expected shape {shape}, got {tuple(t.shape)}")
+    return t
+
+
+def _check_cu_seqlens(name: str, cu: object, total: int | None, device: torch.device) -> tuple[int, ...]:
+    """Per-sequence lengths; `total`: rows of the packed tensor the offsets index (None: paged keys)."""
     if not isinstance(cu, torch.Tensor) or cu.dim() != 1:
         raise ValueError(f"{name}: expected a 1-D torch.int32 tensor of length batch + 1")
-    if cu.dtype != torch.int32:
-        raise ValueError(f"{name}: dtype {cu.dtype}; pass {name}.to(torch.int32)")
-    if cu.device != device:
-        raise ValueError(f"{name}: on {cu.device} but q is on {device}; move it to q's device")
+    check_index_tensor(name, cu, tuple(cu.shape), device)
     if cu.numel() < 1:
         raise ValueError(f"{name}: is empty; it needs batch + 1 offsets starting at 0")
     offsets = cu.tolist()  # one host sync; the kernels trust these offsets, so they are checked here
@@ -198,12 +285,53 @@ def _check_cu_seqlens(name: str, cu: object, total: int, device: torch.device) -
         raise ValueError(
             f"{name}: offsets {offsets} decrease; they must be non-decreasing (cumsum of lengths)"
         )
-    if offsets[-1] != total:
+    if total is not None and offsets[-1] != total:
         raise ValueError(
             f"{name}: last offset {offsets[-1]} != {total} rows in the packed tensor; "
             "it must equal the total number of tokens"
         )
     return lengths
+
+
+def _max_seqlen(name: str, value: object, lengths: tuple[int, ...], cu_name: str) -> int:
+    """flash-attn sizes its grid by max_seqlen: one below the longest sequence would drop rows silently.
+    A larger value is allowed (flash-attn allows it: it only costs idle blocks)."""
+    given = as_int(name, value)
+    longest = max(lengths, default=0)
+    if given < longest:
+        raise ValueError(
+            f"{name}: {given} is smaller than the longest sequence in {cu_name} ({longest}); "
+            f"pass {name} >= {longest} (the largest difference of consecutive {cu_name} offsets)"
+        )
+    return given
+
+
+def check_block_table(
+    block_table: object, batch: int, num_blocks: int, page_size: int, lengths: tuple[int, ...], device
+) -> torch.Tensor:
+    """A paged cache's (batch, max_blocks_per_seq) int32 page table: every page a sequence reads exists."""
+    if not isinstance(block_table, torch.Tensor) or block_table.dim() != 2:
+        raise ValueError("block_table: expected a 2-D torch.int32 tensor (batch, max_num_blocks_per_seq)")
+    table = check_index_tensor("block_table", block_table, (batch, block_table.shape[1]), device)
+    if page_size < 1:
+        raise ValueError("k_cache: a paged cache needs page_block_size >= 1 (its dim 1)")
+    capacity = table.shape[1] * page_size
+    for index, length in enumerate(lengths):
+        if length > capacity:
+            raise ValueError(
+                f"block_table: sequence {index} has {length} keys but its {table.shape[1]} pages of "
+                f"{page_size} hold {capacity}; add columns to block_table"
+            )
+    used = [-(-length // page_size) for length in lengths]
+    pages = table.tolist()  # host sync, like cu_seqlens: a bad page index would read out of bounds
+    for index, (row, count) in enumerate(zip(pages, used)):
+        bad = [p for p in row[:count] if not 0 <= p < num_blocks]
+        if bad:
+            raise ValueError(
+                f"block_table: sequence {index} uses page {bad[0]}, outside the {num_blocks} pages of the "
+                "cache; page indices must be in [0, num_blocks)"
+            )
+    return table
 
 
 def check_varlen(
@@ -221,46 +349,33 @@ def check_varlen(
     softcap,
     alibi_slopes,
     deterministic,
+    block_table=None,
 ) -> AttnCall:
-    layout = "(total_tokens, heads, head_dim)"
-    q = _check_tensor("q", q, 3, layout)
-    k = _check_tensor("k", k, 3, layout)
-    v = _check_tensor("v", v, 3, layout)
-    _check_same(q, k, v)
+    """Packed q/k/v; with block_table, k/v are a paged cache (num_blocks, page_block_size, heads_k, dim)
+    and sequence b's keys are the first cu_seqlens_k[b+1] - cu_seqlens_k[b] rows of its pages."""
+    q = check_tensor("q", q, 3, "(total_tokens, heads, head_dim)")
+    paged = block_table is not None
+    kv_layout = (
+        "(num_blocks, page_block_size, heads_k, head_dim)" if paged else "(total_tokens, heads, head_dim)"
+    )
+    k = check_tensor("k", k, 4 if paged else 3, kv_layout)
+    v = check_tensor("v", v, 4 if paged else 3, kv_layout)
+    check_same(q, k, v)
     lens_q = _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], q.device)
-    lens_k = _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], q.device)
+    lens_k = _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, None if paged else k.shape[0], q.device)
     if len(lens_q) != len(lens_k):
         raise ValueError(
             f"cu_seqlens_k: {len(lens_k)} sequences but cu_seqlens_q has {len(lens_q)}; "
             "both need batch + 1 offsets"
         )
-    for name, value, lens in (("max_seqlen_q", max_seqlen_q, lens_q), ("max_seqlen_k", max_seqlen_k, lens_k)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < max(lens, default=0):
-            raise ValueError(
-                f"{name}: {value!r} is smaller than the longest sequence "
-                f"({max(lens, default=0)}); pass the max of the sequence lengths"
-            )
+    max_q = _max_seqlen("max_seqlen_q", max_seqlen_q, lens_q, "cu_seqlens_q")
+    max_k = _max_seqlen("max_seqlen_k", max_seqlen_k, lens_k, "cu_seqlens_k")
     batch = len(lens_q)
-    heads, head_dim = q.shape[1], q.shape[2]
-    scale = _options(q, batch, heads, dropout_p, softmax_scale, softcap, alibi_slopes)
-    causal, left, right = _window(window_size, bool(causal), max_seqlen_k)
-    varlen = Varlen(cu_seqlens_q, cu_seqlens_k, lens_q, lens_k, max_seqlen_q, max_seqlen_k)
-    return AttnCall(
-        batch,
-        max_seqlen_q,
-        max_seqlen_k,
-        heads,
-        k.shape[1],
-        head_dim,
-        q.dtype,
-        q.device,
-        scale,
-        causal,
-        left,
-        right,
-        float(softcap),
-        float(dropout_p),
-        alibi_slopes,
-        bool(deterministic),
-        varlen,
+    if paged:
+        check_block_table(block_table, batch, k.shape[0], k.shape[1], lens_k, q.device)
+    opts = check_options(q, batch, q.shape[1], dropout_p, softmax_scale, softcap, alibi_slopes)
+    varlen = Varlen(cu_seqlens_q, cu_seqlens_k, lens_q, lens_k, max_q, max_k)
+    features = frozenset({"paged_kv"}) if paged else frozenset()
+    return make_call(
+        q, batch, max_q, max_k, k.shape[-2], opts, causal, window_size, deterministic, varlen, features
     )

@@ -3,7 +3,8 @@
 Each call: validate (inputs.py) -> decide the path (dispatch.py) -> run our ops (ops.py, CUDA kernels via
 the binding) or torch SDPA (fallback.py). `return_attn_probs=True` returns (out, softmax_lse, None)
 like flash-attn; the attention matrix S is never materialised, so the third item is always None.
-`return_lse=True` returns (out, softmax_lse).
+`return_lse=True` returns (out, softmax_lse). The packed variants are in packed.py, the KV cache in
+kvcache.py; both end in `decide` and `run_kernels` here.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ import torch
 import torch.nn.functional as F
 
 from . import dispatch as _dispatch
-from . import fallback, inputs, loader, ops
+from . import fallback, inputs, loader, ops, paged
 from .dispatch import Dispatch
 from .inputs import AttnCall
 
 
-def _decide(call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Dispatch:
+def decide(call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Dispatch:
+    """The path this call takes (memoised per device, dtype, head dim, direction and features)."""
     backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     return _decide_for(
         call.device.type,
@@ -68,9 +70,10 @@ def _decide_for(
 _decisions: dict[tuple, Dispatch] = {}
 
 
-def _run_kernels(
+def run_kernels(
     call: AttnCall, route: Dispatch, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Our forward op (and its autograd backward) on padded or packed q, k, v."""
     assert route.fwd is not None and route.head_dim is not None
     pad = route.head_dim - call.head_dim
     if pad:  # kernels need a multiple of 8; zero columns change neither q.k nor the kept outputs
@@ -119,10 +122,10 @@ def _finish(out: torch.Tensor, lse: torch.Tensor | None, return_lse: bool, retur
 
 
 def _attend(call, q, k, v, run_fallback, return_lse, return_attn_probs):
-    route = _decide(call, q, k, v)
+    route = decide(call, q, k, v)
     _dispatch.report(route)
     if route.path != "fallback":  # (a field, not a property: torch.compile reads it)
-        out, lse = _run_kernels(call, route, q, k, v)
+        out, lse = run_kernels(call, route, q, k, v)
     else:
         out, lse = run_fallback(call, q, k, v, return_lse or return_attn_probs)
     return _finish(out, lse, return_lse, return_attn_probs)
@@ -147,8 +150,11 @@ def flash_attn_func(
 
     With return_lse=True returns (out, softmax_lse); with return_attn_probs=True (out, softmax_lse, None)
     like flash-attn (the attention matrix S is never materialised). softmax_lse is (batch, heads,
-    seqlen_q), fp32, natural log, +inf for rows that see no key. Calls the kernels cannot serve run on
-    torch SDPA with the same semantics and warn once per reason (FA_STRICT=1 raises instead).
+    seqlen_q), fp32, natural log, +inf for rows that see no key; with ALiBi under a purely causal mask it
+    is flash-attn's (larger than the textbook LSE by slope * (i + seqlen_k - seqlen_q), fallback.py).
+    window_size: any pair of integer-likes (tuple, list, 2-element tensor or numpy array). Calls the
+    kernels cannot serve run on torch SDPA with the same semantics and warn once per reason (FA_STRICT=1
+    raises instead).
     """
     call = inputs.check_padded(
         q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic
@@ -172,11 +178,19 @@ def flash_attn_varlen_func(
     alibi_slopes=None,
     deterministic=False,
     return_attn_probs=False,
+    block_table=None,
     *,
     return_lse=False,
 ):
     """Packed q (total_q, heads, head_dim), k/v (total_k, heads_k, head_dim), int32 cu_seqlens of length
-    batch + 1 -> out like q; softmax_lse (heads, total_q) on request."""
+    batch + 1 -> out like q; softmax_lse (heads, total_q) on request.
+
+    max_seqlen_q/k: any integer-like (int, numpy integer, one-element integer tensor), at least the
+    longest sequence. block_table (batch, max_num_blocks_per_seq) int32: k/v are a paged cache
+    (num_blocks, page_block_size, heads_k, head_dim) and sequence b reads its
+    cu_seqlens_k[b+1] - cu_seqlens_k[b] keys from pages block_table[b] (any page size; falls back with
+    feature-unsupported "paged_kv" until the kernels read pages).
+    """
     call = inputs.check_varlen(
         q,
         k,
@@ -192,8 +206,12 @@ def flash_attn_varlen_func(
         softcap,
         alibi_slopes,
         deterministic,
+        block_table,
     )
-    return _attend(call, q, k, v, fallback.varlen_attention, return_lse, return_attn_probs)
+    run_fallback = fallback.varlen_attention
+    if block_table is not None:
+        run_fallback = paged.varlen_fallback(block_table)
+    return _attend(call, q, k, v, run_fallback, return_lse, return_attn_probs)
 
 
 def explain(
@@ -220,4 +238,4 @@ def explain(
         call = inputs.check_padded(q, k, v, **args)
     else:
         call = inputs.check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **args)
-    return _decide(call, q, k, v)
+    return decide(call, q, k, v)

@@ -14,86 +14,54 @@ from pathlib import Path
 
 import torch
 
-from .kernel_choice import Reason
+from ._version import __version__
+from .decision import binding_problems
+from .reasons import Reason
+from .schema import Manifest, universal_info
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 MANIFEST_FILE = PACKAGE_DIR / "manifest.json"
 
-# What a wheel without kernels says about itself (docs/contracts.md section 3, universal wheel).
-UNIVERSAL_MANIFEST: dict = {
-    "schema": 1,
-    "package": "fa-attn",
-    "version": None,
-    "variant": "",
-    "cuda_major": None,
-    "toolkit": None,
-    "min_driver": None,
-    "ptx_min_driver": None,
-    "sass": [],
-    "ptx": None,
-    "torch": None,
-    "cxx11abi": None,
-    "binding": None,
-    "kernels": [],
-    "coverage": [],
-    "features": [],
-}
+# What a wheel without kernels says about itself; a source checkout behaves as one.
+UNIVERSAL_MANIFEST = Manifest(info=universal_info(__version__), kernels=())
 
 _lock = threading.Lock()
 _binding_result: Reason | None | bool = False  # False: not tried yet; None: loaded; Reason: failed
 
 
-def manifest() -> dict:
+def manifest() -> Manifest:
     """The manifest shipped next to this file, or the universal one in a source checkout. Read once at
     import (a small file), so torch.compile never traces file I/O when it traces a call."""
     return _MANIFEST
 
 
-def _read_manifest() -> dict:
-    if not MANIFEST_FILE.is_file():
-        return dict(UNIVERSAL_MANIFEST)
+def read_manifest(path: Path) -> tuple[Manifest, str | None]:
+    """The manifest at `path`, or the universal one and why it could not be read (None: no problem)."""
+    if not path.is_file():
+        return UNIVERSAL_MANIFEST, None
     try:
-        data = json.loads(MANIFEST_FILE.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
+        return Manifest.from_json(json.loads(path.read_text(encoding="utf-8"))), None
+    except (OSError, ValueError) as err:  # SchemaError is a ValueError
         # A damaged install must not break `import fa_attn`; calls fall back and say why.
-        data = dict(UNIVERSAL_MANIFEST, _error=f"{MANIFEST_FILE}: {err}")
-    return data
+        return UNIVERSAL_MANIFEST, f"{path}: {err}"
 
 
-_MANIFEST = _read_manifest()
+_MANIFEST, _MANIFEST_PROBLEM = read_manifest(MANIFEST_FILE)
 
 
-def torch_minor(version: str) -> str:
-    """ "2.5.1+cu124" / "2.7.0a0+git..." -> "2.5"."""
-    parts = version.split("+", 1)[0].split(".")
-    return ".".join(parts[:2])
-
-
-def static_binding_problem(man: dict) -> Reason | None:
-    """Why the binding of this manifest cannot serve the running torch, decided without loading it."""
-    if man.get("_error"):
-        return Reason("binding-unavailable", f"manifest unreadable: {man['_error']}", "reinstall fa-attn")
-    if not man.get("binding") or man.get("cuda_major") is None:
+def static_binding_problem(man: Manifest, unreadable: str | None = None) -> Reason | None:
+    """Why the binding of this manifest cannot serve the running torch, decided without loading it.
+    unreadable: why the installed manifest could not be read (read_manifest's second value)."""
+    if unreadable:
+        return Reason("binding-unavailable", f"manifest unreadable: {unreadable}", "reinstall fa-attn")
+    if not man.info.binding or man.info.universal:
         return Reason(
             "binding-unavailable",
             "this fa-attn is the universal wheel (no kernels, no binding)",
             "install the fa-attn wheel for your torch and CUDA major (`fa install`)",
         )
-    running = torch_minor(torch.__version__)
-    if man.get("torch") != running:
-        return Reason(
-            "torch-version-mismatch",
-            f"the binding was built for torch {man.get('torch')}, this is torch {torch.__version__}",
-            f"install the fa-attn wheel built for torch {running} (`fa install`)",
-        )
-    abi = bool(torch._C._GLIBCXX_USE_CXX11_ABI)
-    if man.get("cxx11abi") is not None and bool(man["cxx11abi"]) != abi:
-        return Reason(
-            "cxx11abi-mismatch",
-            f"the binding uses cxx11abi={man['cxx11abi']}, this torch uses cxx11abi={abi}",
-            f"install the fa-attn wheel with cxx11abi{str(abi).lower()} (`fa install`)",
-        )
-    return None
+    problems = binding_problems(man.info, torch.__version__, bool(torch._C._GLIBCXX_USE_CXX11_ABI))
+    return problems[0] if problems else None
 
 
 def load_binding() -> Reason | None:
@@ -101,15 +69,16 @@ def load_binding() -> Reason | None:
     global _binding_result
     with _lock:
         if _binding_result is False:
-            _binding_result = _load(manifest())
+            _binding_result = _load(manifest(), _MANIFEST_PROBLEM)
         return _binding_result  # type: ignore[return-value]
 
 
-def _load(man: dict) -> Reason | None:
-    problem = static_binding_problem(man)
+def _load(man: Manifest, unreadable: str | None = None) -> Reason | None:
+    problem = static_binding_problem(man, unreadable)
     if problem is not None:
         return problem
-    path = PACKAGE_DIR / man["binding"]
+    assert man.info.binding is not None  # static_binding_problem said so
+    path = PACKAGE_DIR / man.info.binding
     try:
         torch.ops.load_library(str(path))
     except (OSError, RuntimeError) as err:

@@ -2,8 +2,8 @@
 
 Defining them here (not in C++) means the schemas and fake kernels exist on every machine, with or
 without the binding, so torch.compile can trace a call without graph breaks and CPU tests can trace the
-ops with fake CUDA tensors. The binding (kernels/binding/fa_ops.cpp) only adds the CUDA kernels with
-TORCH_LIBRARY_IMPL(fa_attn, CUDA, m); its C++ signatures must match these schemas exactly.
+ops with fake CUDA tensors. The binding (kernels/binding/attention.h, registered by forms/aten.cpp or
+forms/stable.cpp) only adds the CUDA kernels; its C++ signatures must match these schemas exactly.
 
 Only APIs present since torch 2.4 are used: torch.library.Library(..., "DEF").define,
 torch.library.register_fake and torch.library.register_autograd (which accept ops defined this way).
@@ -19,13 +19,11 @@ autograd formula needs nothing but the op's own inputs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-
 import torch
 
+from .decision import KernelLaunch
+
 NAMESPACE = "fa_attn"
-GRID_CODES = {"q_blocks": 0, "k_blocks": 1}
 
 _FWD_SCHEMA = (
     "fwd(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, "
@@ -44,28 +42,6 @@ _BWD_SCHEMA = (
 _lib = torch.library.Library(NAMESPACE, "DEF")
 _lib.define(_FWD_SCHEMA)
 _lib.define(_BWD_SCHEMA)
-
-
-@dataclass(frozen=True)
-class KernelLaunch:
-    """The (module, entries, launch) arguments of the ops for one manifest `kernels` item."""
-
-    module: str  # absolute path of the cubin/PTX file
-    entries: str  # comma-separated extern "C" names, in launch order
-    launch: tuple[int, ...]  # [head_dim_bucket, then 5 ints per entry] (module docstring)
-
-    @classmethod
-    def from_manifest(cls, entry: dict, package_dir: Path) -> KernelLaunch:
-        launch = [int(entry["head_dim"])]
-        for spec in entry["entries"].values():
-            launch += [
-                int(spec["threads"]),
-                int(spec["block_m"]),
-                int(spec["block_n"]),
-                int(spec["smem_bytes"]),
-                GRID_CODES[spec["grid"]],
-            ]
-        return cls(str(package_dir / entry["file"]), ",".join(entry["entries"]), tuple(launch))
 
 
 NO_LAUNCH = KernelLaunch("", "", ())  # the forward's backward arguments when no backward will run

@@ -41,7 +41,7 @@ def test_compiler_failure_is_reported(fixture_tree, tmp_path, fresh_cache):
 
     broken = tmp_path / "k"
     shutil.copytree(fixture_tree, broken)
-    (broken / "binding" / "ops.cpp").write_text("this is not C++\n")
+    (broken / "binding" / "forms" / "aten.cpp").write_text("this is not C++\n")
     _, headers = torch_headers.local_torch()
     with pytest.raises(binding.BindingError, match="failed"):
         binding.build_binding(headers, True, broken)

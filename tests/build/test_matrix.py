@@ -61,7 +61,7 @@ def test_repo_matrix_parses() -> None:
 
 def test_error_text_names_source_field_and_fix() -> None:
     e = error(BASE + "pyton: []\n")
-    assert str(e) == f"m.yaml: {e.field}: {e.message}\n  fix: {e.fix}"
+    assert str(e) == f"m.yaml: {e.field}: {e.problem}\n  fix: {e.fix}"
 
 
 @pytest.mark.parametrize(
@@ -115,7 +115,7 @@ def test_error_text_names_source_field_and_fix() -> None:
 def test_validation_errors(extra: str, field: str, in_message: str, in_fix: str) -> None:
     e = error(BASE + extra)
     assert e.field == field
-    assert in_message in e.message
+    assert in_message in e.problem
     assert in_fix in e.fix
 
 
@@ -143,7 +143,7 @@ def test_list_value_errors(text: str, field: str, in_message: str, in_fix: str) 
     lines[text.split(":")[0]] = text
     e = error("\n".join(lines.values()) + "\n")
     assert e.field == field
-    assert in_message in e.message
+    assert in_message in e.problem
     assert in_fix in e.fix
 
 
@@ -152,13 +152,13 @@ def test_shape_errors() -> None:
     missing = error('torch: ["2.5"]\npython: ["3.12"]\n')
     assert missing.field == "cuda" and "add cuda:" in missing.fix
     syntax = error('torch: ["2.5"\ncuda: [12]\n')
-    assert syntax.field == "(syntax)" and "line" in syntax.message
+    assert syntax.field == "(syntax)" and "line" in syntax.problem
 
 
 def test_unreadable_file(tmp_path: Path) -> None:
     with pytest.raises(MatrixError) as info:
         load_matrix(tmp_path / "nope.yaml", tiles=TILES)
-    assert info.value.field == "(file)" and "cannot read" in info.value.message
+    assert info.value.field == "(file)" and "cannot read" in info.value.problem
 
 
 def test_exclude_exact_and_specifier_values() -> None:

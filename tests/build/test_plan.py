@@ -176,7 +176,7 @@ def test_offline(tmp_path: Path, simple_json: dict) -> None:
     cache = tmp_path / "torch.json"
     with pytest.raises(CatalogError) as info:
         fetch_torch_catalog(read=offline, cache_file=cache)
-    assert "no cached copy" in info.value.message and "FA_CACHE" in info.value.fix
+    assert "no cached copy" in info.value.problem and "FA_CACHE" in info.value.fix
     cache.write_text(json.dumps(simple_json))
     old = time.time() - 30 * 24 * 3600
     os.utime(cache, (old, old))  # a stale cache beats no answer
@@ -296,7 +296,7 @@ def test_plan_errors(catalog: TorchCatalog) -> None:
     with pytest.raises(MatrixError) as info:
         plan_of('torch: ["2.5", "2.16"]\ncuda: [12]\npython: ["3.12"]\n', catalog)
     e = info.value
-    assert e.field == "torch[1]" and "never published on PyPI" in e.message and "2.15" in e.message
+    assert e.field == "torch[1]" and "never published on PyPI" in e.problem and "2.15" in e.problem
 
     def no_kernels_for_90(arch: str) -> list[Unit]:
         return [] if arch == "9.0" else units(arch)
@@ -304,7 +304,7 @@ def test_plan_errors(catalog: TorchCatalog) -> None:
     m = matrix('torch: ["2.9"]\ncuda: [12]\npython: ["3.12"]\narchs: {"12": ["8.0", "9.0"]}\n')
     with pytest.raises(MatrixError) as info:
         make_plan(m, catalog, units=no_kernels_for_90)
-    assert info.value.field == 'archs."12"[1]' and "no kernels for arch 9.0" in info.value.message
+    assert info.value.field == 'archs."12"[1]' and "no kernels for arch 9.0" in info.value.problem
 
     m = matrix(
         'torch: ["2.9"]\ncuda: [12]\npython: ["3.12"]\narchs: {"12": ["7.5"]}\nptx: {"12": null}\n'

@@ -1,8 +1,8 @@
 """Runs fa's kernels on the CPU emulator (tests/emu/emu.h): build, launch, and the binding's steps.
 
 `build(unit, arch)` compiles one kernels/tiles.py unit as host C++ with the emulator force-included
-(g++, about 2 s, cached by content). `forward` and `backward` then do what the binding
-(kernels/binding/fa_ops.cpp) does around the kernels, through the launch steps the GPU kit shares
+(g++, about 2 s, cached by content). `forward` and `backward` then do what the binding (kernels/binding/
+attention.h and launch.cpp) does around the kernels, through the launch steps the GPU kit shares
 (tests/gpu/kernel_launch.py): fill FaParams from torch CPU tensors, allocate the outputs and
 workspaces, launch every entry in the unit's order over its grid, and sum GQA groups of dk/dv. Every
 buffer a kernel can touch sits between canaries (the emulator does not see a kernel's plain C++
@@ -206,7 +206,7 @@ def _nan_like(shape: tuple[int, ...] | list[int], dtype: torch.dtype) -> torch.T
 
 
 def forward(em: Emulated, c: Call) -> tuple[torch.Tensor, torch.Tensor]:
-    """fa_ops.cpp fwd: (out like q, lse fp32 (batch, heads, seqlen_q) or (heads, total_q))."""
+    """attention.h fwd: (out like q, lse fp32 (batch, heads, seqlen_q) or (heads, total_q))."""
     with em.arena():
         out, lse = kernel_launch.forward(em, em.launches, c)
         return out.clone(), lse.clone()
@@ -215,7 +215,7 @@ def forward(em: Emulated, c: Call) -> tuple[torch.Tensor, torch.Tensor]:
 def backward(
     em: Emulated, c: Call, out: torch.Tensor, lse: torch.Tensor, dout: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """fa_ops.cpp bwd: (dq, dk, dv) with GQA groups summed."""
+    """attention.h bwd: (dq, dk, dv) with GQA groups summed."""
     with em.arena():
         dq, dk, dv = kernel_launch.backward(em, em.launches, c, out, lse, dout)
         dq, dk, dv = dq.clone(), dk.clone(), dv.clone()

@@ -1,6 +1,6 @@
 """One compiled unit on the GPU through the CUDA driver API, from Python: no binding, no wheel.
 
-The same driver calls as kernels/binding/cuda_driver.cpp and fa_ops.cpp (cuModuleLoadDataEx,
+The same driver calls as kernels/binding/cuda_driver.cpp and launch.cpp (cuModuleLoadDataEx,
 cuModuleGetFunction, cuFuncSetAttribute above 48 KiB of dynamic shared memory, cuLaunchKernel with one
 FaParams by value) on torch's current stream in the device's primary context, which is torch's own.
 Buffers are torch CUDA tensors; the launch steps around the kernels are tests/gpu/kernel_launch.py's,
@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from kernel_launch import Call, EntryLaunch, FaParams, UnitLaunch, backward, forward, sum_groups
 
-_DEFAULT_SMEM_LIMIT = 48 * 1024  # above this a kernel must opt in (fa_ops.cpp kDefaultSmemLimit)
+_DEFAULT_SMEM_LIMIT = 48 * 1024  # above this a kernel must opt in (launch.cpp kDefaultSmemLimit)
 _ATTR_MAX_DYNAMIC_SMEM = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 _ATTR_LOCAL_SIZE_BYTES = 3  # CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: per-thread local memory (spills, stack)
 _ATTR_NUM_REGS = 4  # CU_FUNC_ATTRIBUTE_NUM_REGS

@@ -2,7 +2,7 @@
 launches an entry: the CPU emulator (tests/emu/emu_harness.py) and the GPU kit's driver launcher
 (tests/gpu/cuda_launch.py) both launch through here, so the two cannot drift apart.
 
-What kernels/binding/fa_ops.cpp does around a launch: fill FaParams (strides in elements), allocate the
+What kernels/binding/launch.cpp (with attention.h) does around a launch: fill FaParams (strides in elements), allocate the
 outputs and workspaces, launch every entry of the unit in order over its grid, and sum GQA groups of
 dk/dv after the backward. FaParams is read from params.h itself, so the struct cannot drift from what
 the kernels compile. Outputs and workspaces start as NaN, so an element a kernel never writes shows.
@@ -22,7 +22,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[2]
 CSRC = REPO / "kernels" / "csrc"
-SEQ_ROUND = 128  # fa_ops.cpp kSeqRound: lse-shaped workspaces are rounded up to this many rows
+SEQ_ROUND = 128  # launch.h kSeqRound: lse-shaped workspaces are rounded up to this many rows
 
 
 class LaunchError(RuntimeError):
@@ -100,7 +100,7 @@ class UnitLaunch:
 
 
 def grid_of(entry: str, launch: EntryLaunch, p: FaParams) -> tuple[int, int, int] | None:
-    """fa_ops.cpp launch_all: (blocks over query or key rows, batch, heads); None when empty (a zero
+    """launch.cpp launch_all: (blocks over query or key rows, batch, heads); None when empty (a zero
     grid is a launch error, so the binding skips it)."""
     if launch.grid not in ("q_blocks", "k_blocks"):
         raise LaunchError(f"entry {entry}: grid {launch.grid!r} is not one the binding launches")
@@ -167,7 +167,7 @@ def _set_strides(p: FaParams, prefix: str, t: torch.Tensor, packed: bool) -> Non
 
 
 def _base_params(dev: Device, c: Call, keep: dict[str, torch.Tensor]) -> FaParams:
-    """fa_ops.cpp base_params, with the inputs placed on the device (kept alive in `keep`)."""
+    """launch.cpp input_params, with the inputs placed on the device (kept alive in `keep`)."""
     for name in ("q", "k", "v"):
         keep[name] = dev.place(name, getattr(c, name))
     p = FaParams()
@@ -208,7 +208,7 @@ class Prepared:
 
 
 def prepare_forward(dev: Device, c: Call) -> Prepared:
-    """fa_ops.cpp fwd up to the launch: out like q, lse fp32 (batch, heads, seqlen_q) or (heads, total_q)."""
+    """launch.cpp forward_params and attention.h fwd up to the launch: out like q, lse fp32 (batch, heads, seqlen_q) or (heads, total_q)."""
     keep: dict[str, torch.Tensor] = {}
     p = _base_params(dev, c, keep)
     total_q = c.q.shape[0]
@@ -223,7 +223,7 @@ def prepare_forward(dev: Device, c: Call) -> Prepared:
 def prepare_backward(
     dev: Device, unit: UnitLaunch, c: Call, out: torch.Tensor, lse: torch.Tensor, dout: torch.Tensor
 ) -> Prepared:
-    """fa_ops.cpp bwd up to the launch: the workspaces, and dq, dk, dv (dk/dv per query head with GQA)."""
+    """launch.cpp backward_params and attention.h bwd up to the launch: the workspaces, and dq, dk, dv (dk/dv per query head with GQA)."""
     keep: dict[str, torch.Tensor] = {}
     p = _base_params(dev, c, keep)
     heads = c.q.shape[-2]
@@ -249,7 +249,7 @@ def prepare_backward(
 
 
 def sum_groups(c: Call, dk: torch.Tensor, dv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """fa_ops.cpp bwd's last step: with GQA the kernels write dk/dv per query head; sum each group."""
+    """attention.h bwd's last step: with GQA the kernels write dk/dv per query head; sum each group."""
     heads, heads_k = c.q.shape[-2], c.k.shape[-2]
     if heads == heads_k:
         return dk, dv

@@ -104,7 +104,7 @@ def test_a_forward_launch_is_the_bindings() -> None:
         "cuCtxSetCurrent",  # the primary context was not current yet
         "cuModuleLoadDataEx",
         "cuModuleGetFunction",
-        "cuFuncSetAttribute",  # 96 KiB > 48 KiB: opt in, as fa_ops.cpp function_for does
+        "cuFuncSetAttribute",  # 96 KiB > 48 KiB: opt in, as launch.cpp function_for does
         "cuLaunchKernel",
     ]
     _, (dims, smem, stream, params) = lib.calls[-1]

@@ -36,7 +36,7 @@ def binding(tmp_path_factory) -> Path:
         run(["gcc", "-shared", f"-Wl,-soname,{soname}", "-o", str(stubs / soname), "-x", "c", "/dev/null"])
     includes = [f"-I{d}" for d in (*cpp.include_paths(), KERNELS / "csrc", KERNELS / "binding")]
     abi = f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"
-    sources = sorted((KERNELS / "binding").glob("*.cpp"))
+    sources = [*sorted((KERNELS / "binding").glob("*.cpp")), KERNELS / "binding" / "forms" / "aten.cpp"]
     # One compiler per source in parallel (CI has 2 cores), then link.
     jobs = [
         subprocess.Popen(
@@ -118,6 +118,7 @@ def test_installed_layout_loads_through_the_loader(binding: Path, tmp_path: Path
     minor = ".".join(torch.__version__.split("+")[0].split(".")[:2])
     manifest = {
         "schema": 1,
+        "version": "0.1.0+cu12",
         "cuda_major": 12,
         "torch": minor,
         "cxx11abi": torch._C._GLIBCXX_USE_CXX11_ABI,

@@ -12,8 +12,10 @@ from pathlib import Path
 import fa_attn
 import pytest
 import torch
-from fa_attn import dispatch, loader
+from fa_attn import dispatch, loader, versions
+from fa_attn.decision import Call, Device
 from fa_attn.dispatch import CallFacts, decide
+from fa_attn.schema import Manifest
 
 DIMS = list(range(8, 257, 8))
 
@@ -46,8 +48,9 @@ def kernels_for(arch: str, dtype: str, direction: str) -> list[dict]:
     ]
 
 
-MANIFEST = {
+MANIFEST_JSON = {
     "schema": 1,
+    "version": "0.1.0+cu12torch2.13",
     "cuda_major": 12,
     "torch": "2.13",
     "cxx11abi": True,
@@ -56,18 +59,31 @@ MANIFEST = {
     "ptx_min_driver": None,
     "features": ["causal", "gqa", "varlen", "window", "softcap"],
     "kernels": [k for d in ("fp16", "bf16") for r in ("fwd", "bwd") for k in kernels_for("8.0", d, r)],
-    "coverage": [
-        {"arch": "8.0", "image": "sass", "dtype": d, "direction": r, "head_dims": DIMS}
-        for d in ("fp16", "bf16")
-        for r in ("fwd", "bwd")
-    ],
 }
+BELOW = {64: 0, 128: 64, 256: 128}  # bucket -> the bucket below it: it serves the head dims between
+# What the build derives from those kernels (package.coverage_of): each bucket's head dims, its smem.
+MANIFEST_JSON["coverage"] = [
+    {
+        "arch": k["arch"],
+        "image": k["image"],
+        "dtype": k["dtype"],
+        "direction": k["direction"],
+        "head_dims": [d for d in DIMS if BELOW[k["head_dim"]] < d <= k["head_dim"]],
+        "smem_bytes": max(e["smem_bytes"] for e in k["entries"].values()),
+    }
+    for k in MANIFEST_JSON["kernels"]
+]
 
 
-def facts(
-    sm="8.6", dtype="bf16", head_dim=100, backward=True, features=(), device="cuda", rocm=False, smem=None
-):
-    return CallFacts(device, rocm, sm, dtype, head_dim, backward, frozenset(features), smem)
+def manifest(**changes) -> Manifest:
+    return Manifest.from_json({**MANIFEST_JSON, **changes})
+
+
+MANIFEST = manifest()
+
+
+def facts(sm="8.6", dtype="bf16", head_dim=100, backward=True, features=(), device="cuda", smem=None):
+    return CallFacts(Device(device, sm, smem), Call(dtype, head_dim, backward, frozenset(features)))
 
 
 def loaded() -> None:
@@ -89,7 +105,7 @@ def test_kernels_chosen_with_bucket_and_padding() -> None:
     [
         ({"device": "cpu"}, "device-not-cuda"),
         ({"device": "mps"}, "device-not-cuda"),
-        ({"rocm": True}, "device-not-cuda"),
+        ({"device": "rocm"}, "device-not-cuda"),
         ({"sm": "7.0"}, "arch-unsupported"),
         ({"sm": "9.0"}, "arch-unsupported"),  # only sm_80 SASS in this manifest, no PTX
         ({"dtype": "fp32"}, "dtype-unsupported"),
@@ -123,7 +139,7 @@ def test_feature_reason_names_the_feature() -> None:
 
 
 def test_manifest_without_features_supports_only_plain_calls() -> None:
-    bare = {k: v for k, v in MANIFEST.items() if k != "features"}
+    bare = Manifest.from_json({k: v for k, v in MANIFEST_JSON.items() if k != "features"})
     assert decide(facts(features=()), bare, loaded).path == "sass"
     assert decide(facts(features=("causal",)), bare, loaded).reasons[0].code == "feature-unsupported"
 
@@ -144,11 +160,10 @@ def test_binding_is_not_loaded_when_the_call_falls_back_anyway() -> None:
 
 
 def test_ptx_driver_read_only_when_ptx_exists() -> None:
-    with_ptx = dict(
-        MANIFEST,
+    with_ptx = manifest(
         ptx="8.0",
         ptx_min_driver="575.51.03",
-        coverage=MANIFEST["coverage"] + [dict(c, image="ptx") for c in MANIFEST["coverage"]],
+        coverage=MANIFEST_JSON["coverage"] + [dict(c, image="ptx") for c in MANIFEST_JSON["coverage"]],
     )
     d = decide(facts(sm="9.0"), with_ptx, loaded, driver=lambda: "550.54.15")
     assert d.reasons[0].code == "ptx-driver-too-old"
@@ -158,18 +173,17 @@ def test_ptx_driver_read_only_when_ptx_exists() -> None:
     ("man", "code"),
     [
         (loader.UNIVERSAL_MANIFEST, "binding-unavailable"),
-        (dict(MANIFEST, torch="2.5"), "torch-version-mismatch"),
+        (manifest(torch="2.5"), "torch-version-mismatch"),
         (
-            dict(
-                MANIFEST,
-                torch=loader.torch_minor(torch.__version__),
+            manifest(
+                torch=versions.torch_minor(torch.__version__),
                 cxx11abi=not torch._C._GLIBCXX_USE_CXX11_ABI,
             ),
             "cxx11abi-mismatch",
         ),
     ],
 )
-def test_loader_checks_before_loading(man: dict, code: str) -> None:
+def test_loader_checks_before_loading(man: Manifest, code: str) -> None:
     problem = loader.static_binding_problem(man)
     assert problem is not None and problem.code == code
 
@@ -177,27 +191,27 @@ def test_loader_checks_before_loading(man: dict, code: str) -> None:
 def test_loader_turns_a_broken_binding_into_a_reason(tmp_path, monkeypatch) -> None:
     (tmp_path / "libfa_attn_ops.so").write_bytes(b"not an ELF file")
     monkeypatch.setattr(loader, "PACKAGE_DIR", tmp_path)
-    man = dict(
-        MANIFEST, torch=loader.torch_minor(torch.__version__), cxx11abi=torch._C._GLIBCXX_USE_CXX11_ABI
-    )
+    man = manifest(torch=versions.torch_minor(torch.__version__), cxx11abi=torch._C._GLIBCXX_USE_CXX11_ABI)
     problem = loader._load(man)
     assert problem is not None and problem.code == "binding-unavailable"
     assert "libfa_attn_ops.so" in problem.message
 
 
 def test_manifest_next_to_the_package(tmp_path, monkeypatch) -> None:
-    (tmp_path / "manifest.json").write_text(json.dumps(MANIFEST))
-    monkeypatch.setattr(loader, "MANIFEST_FILE", tmp_path / "manifest.json")
-    assert loader._read_manifest()["torch"] == "2.13"
-    (tmp_path / "manifest.json").write_text("{broken")
-    assert loader.static_binding_problem(loader._read_manifest()).code == "binding-unavailable"
-    monkeypatch.setattr(loader, "MANIFEST_FILE", tmp_path / "absent.json")
-    assert loader._read_manifest()["cuda_major"] is None  # source checkout: behaves as the universal wheel
-
-
-def test_torch_minor() -> None:
-    assert loader.torch_minor("2.5.1+cu124") == "2.5"
-    assert loader.torch_minor("2.7.0a0+e000cf0ad9.nv24.10") == "2.7"
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps(MANIFEST_JSON))
+    assert loader.read_manifest(path) == (MANIFEST, None)
+    for damaged in (
+        "{broken",
+        json.dumps(dict(MANIFEST_JSON, schema=2)),
+        json.dumps(dict(MANIFEST_JSON, sass="8.0")),
+    ):
+        path.write_text(damaged)
+        man, problem = loader.read_manifest(path)
+        assert man == loader.UNIVERSAL_MANIFEST and problem is not None
+        assert loader.static_binding_problem(man, problem).code == "binding-unavailable"
+    # A source checkout has no manifest: it behaves as the universal wheel.
+    assert loader.read_manifest(tmp_path / "absent.json") == (loader.UNIVERSAL_MANIFEST, None)
 
 
 @pytest.fixture

@@ -59,7 +59,12 @@ QV, KV = t(6, 4, 16), t(7, 2, 16)
         (cu(0, 4, 2, 6), cu(0, 3, 5, 7), 4, r"^cu_seqlens_q: offsets .* decrease"),
         (cu(0, 2, 6), cu(0, 7), 4, r"^cu_seqlens_k: 1 sequences but cu_seqlens_q has 2"),
         (torch.zeros(2, 3, dtype=torch.int32), cu(0, 3, 7), 4, r"^cu_seqlens_q: expected a 1-D"),
-        (cu(0, 2, 6), cu(0, 3, 7), 3, r"^max_seqlen_q: 3 is smaller than the longest sequence \(4\)"),
+        (
+            cu(0, 2, 6),
+            cu(0, 3, 7),
+            3,
+            r"^max_seqlen_q: 3 is smaller than the longest sequence in cu_seqlens_q \(4\); pass max_seqlen_q >= 4",
+        ),
     ],
 )
 def test_varlen_bad_cu_seqlens(cu_q, cu_k, max_q, match) -> None:
@@ -74,10 +79,12 @@ def test_varlen_needs_packed_layout() -> None:
 
 def test_fp32_is_accepted_and_falls_back_with_dtype_reason(monkeypatch) -> None:
     # On CPU the first reason is device-not-cuda; the dtype reason shows for a (described) CUDA call.
+    from fa_attn.decision import Call, Device
     from fa_attn.dispatch import CallFacts, decide
+    from fa_attn.schema import Manifest
 
-    facts = CallFacts("cuda", False, "9.0", "fp32", 64, False, frozenset())
-    man = {"cuda_major": 12, "binding": "x.so", "coverage": [], "features": []}
+    facts = CallFacts(Device("cuda", "9.0"), Call("fp32", 64))
+    man = Manifest.from_json({"schema": 1, "version": "0.1.0", "cuda_major": 12, "binding": "x.so"})
     assert decide(facts, man, lambda: None).reasons[0].code == "dtype-unsupported"
     out = fa_attn.flash_attn_func(Q, K, V)
     assert out.dtype == torch.float32 and torch.isfinite(out).all()

@@ -202,7 +202,7 @@ def kernel_path_on_cpu(monkeypatch):
     lib.impl("fwd", _cpu_fwd, "CPU")
     lib.impl("bwd", _cpu_bwd, "CPU")
     route = Dispatch("sass", "8.0", (), 24, FWD, BWD)
-    monkeypatch.setattr(interface, "_decide", lambda call, q, k, v: route)
+    monkeypatch.setattr(interface, "decide", lambda call, q, k, v: route)
     seen.clear()
     yield
     lib._destroy()

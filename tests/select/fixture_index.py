@@ -2,100 +2,95 @@
 (docs/contracts.md section 5), built without compiling anything.
 
 Mirrors the build's rules: one wheel per (CPU, CUDA major, torch minor, C++ ABI); both ABIs below torch 2.7,
-the C++11 ABI only from 2.7; matrix.yaml's excludes; SASS/PTX archs and driver floors per major from
-buildtool/core/cuda_facts.py; plus the universal py3-none-any wheel. Coverage comes from the kernel table
-(kernels/tiles.py) as the build derives it: sm 7.5 fp16 only (backward to head dim 192), fp16 and bf16
-from sm 8.0 with head dims to 256 forward and backward.
+the C++11 ABI only from 2.7; matrix.yaml's excludes; SASS/PTX archs per major from
+buildtool/core/cuda_facts.py; plus the universal py3-none-any wheel. Each wheel's manifest is the one
+the build's packager writes (package.manifest) for the kernel table's units (kernels/tiles.py).
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
 import yaml
 from packaging.specifiers import SpecifierSet
 
+from buildtool.build import package
+from buildtool.build.plan import BindingJob, CompileJob, WheelSpec, variant_label
 from buildtool.core import kernels_src
 from buildtool.core.cuda_facts import TOOLKITS
-from buildtool.core.schema import REQUIRES_PYTHON
+from buildtool.core.runtime import schema
+from buildtool.core.wheel_file import REQUIRES_PYTHON
 
 REPO = Path(__file__).resolve().parents[2]
 VERSION = "0.1.0"
 PLATFORM = "manylinux_2_28_x86_64"  # what the release workflow's manylinux_2_28 containers give
 
 
-def _coverage(arch: str, image: str) -> list[dict[str, Any]]:
-    """What `fa build` derives from the kernel table: per (dtype, direction), every head dim served."""
+@functools.cache
+def kernel_manifest(
+    cuda: int,
+    torch: str,
+    abi: bool,
+    cpu: str = "x86_64",
+    sass: tuple[str, ...] | None = None,
+    ptx: str | None = "newest",
+) -> schema.Manifest:
+    """The manifest `fa build` writes for this wheel: SASS for `sass` (default: the toolkit's default
+    archs) and PTX of `ptx` ("newest": the last SASS arch; None: no PTX)."""
     tiles = kernels_src.tiles()
-    served: dict[tuple[str, str], set[int]] = {}
-    for unit in tiles.units(arch):
-        served.setdefault((unit.dtype, unit.direction), set()).update(tiles.head_dims(unit))
-    return [
-        {"arch": arch, "image": image, "dtype": d, "direction": r, "head_dims": sorted(dims)}
-        for (d, r), dims in sorted(served.items())
-    ]
+    sass = TOOLKITS[cuda].default_archs if sass is None else sass
+    ptx = sass[-1] if ptx == "newest" else ptx
+    images = [(arch, "sass") for arch in sass] + ([(ptx, "ptx")] if ptx else [])
+    jobs = tuple(
+        CompileJob(cuda, arch, image, unit.name) for arch, image in images for unit in tiles.units(arch)
+    )
+    variant = variant_label(cuda, torch, abi)
+    spec = WheelSpec(
+        cuda_major=cuda,
+        torch_minor=torch,
+        cxx11abi=abi,
+        sass=tuple(sass),
+        ptx=ptx,
+        cells=(),
+        compile_jobs=jobs,
+        binding=BindingJob(torch, f"{torch}.0", abi, None, cpu),
+        variant=variant,
+        version=f"{VERSION}+{variant}",
+    )
+    return package.manifest(spec, tiles)
 
 
-def _variant(cuda: int, torch: str, abi: bool) -> str:
-    label = f"cu{cuda}torch{torch}"
-    old_minor = tuple(int(p) for p in torch.split(".")) < (2, 7)
-    return label + (f"cxx11abi{str(abi).lower()}" if old_minor or not abi else "")
-
-
-def kernel_entry(cuda: int, torch: str, abi: bool, cpu: str = "x86_64") -> dict[str, Any]:
-    toolkit = TOOLKITS[cuda]
-    sass = list(toolkit.default_archs)
-    ptx = sass[-1]
-    variant = _variant(cuda, torch, abi)
-    version = f"{VERSION}+{variant}"
-    coverage = [c for arch in sass for c in _coverage(arch, "sass")] + _coverage(ptx, "ptx")
+def kernel_entry(cuda: int, torch: str, abi: bool, cpu: str = "x86_64", **images: Any) -> dict[str, Any]:
+    """The index.json entry of kernel_manifest(cuda, torch, abi, cpu, **images)."""
+    info = kernel_manifest(cuda, torch, abi, cpu, **images).info
     platform = PLATFORM.replace("x86_64", cpu)
-    return {
-        "file": f"fa_attn-{version}-py3-none-{platform}.whl",
-        "sha256": "0" * 64,
-        "size": 1,
-        "version": version,
-        "variant": variant,
-        "platform": cpu,
-        "cuda_major": cuda,
-        "toolkit": toolkit.version,
-        "torch": torch,
-        "cxx11abi": abi,
-        "min_driver": toolkit.min_driver,
-        "ptx_min_driver": toolkit.ptx_min_driver,
-        "sass": sass,
-        "ptx": ptx,
-        "python_tag": "py3",
-        "abi_tag": "none",
-        "platform_tag": platform,
-        "requires_python": REQUIRES_PYTHON,
-        "coverage": coverage,
-    }
+    entry = schema.IndexEntry(
+        file=f"fa_attn-{info.version}-py3-none-{platform}.whl",
+        sha256="0" * 64,
+        size=1,
+        info=info,
+        python_tag="py3",
+        abi_tag="none",
+        platform_tag=platform,
+        requires_python=REQUIRES_PYTHON,
+    )
+    return entry.to_json()
 
 
 def universal_entry() -> dict[str, Any]:
-    return {
-        "file": f"fa_attn-{VERSION}-py3-none-any.whl",
-        "sha256": "0" * 64,
-        "size": 1,
-        "version": VERSION,
-        "variant": "",
-        "platform": None,
-        "cuda_major": None,
-        "toolkit": None,
-        "torch": None,
-        "cxx11abi": None,
-        "min_driver": None,
-        "ptx_min_driver": None,
-        "sass": [],
-        "ptx": None,
-        "python_tag": "py3",
-        "abi_tag": "none",
-        "platform_tag": "any",
-        "requires_python": REQUIRES_PYTHON,
-        "coverage": [],
-    }
+    entry = schema.IndexEntry(
+        file=f"fa_attn-{VERSION}-py3-none-any.whl",
+        sha256="0" * 64,
+        size=1,
+        info=schema.universal_info(VERSION),
+        python_tag="py3",
+        abi_tag="none",
+        platform_tag="any",
+        requires_python=REQUIRES_PYTHON,
+    )
+    return entry.to_json()
 
 
 def fixture_index(matrix_path: Path = REPO / "matrix.yaml") -> dict[str, Any]:
@@ -119,4 +114,9 @@ def fixture_index(matrix_path: Path = REPO / "matrix.yaml") -> dict[str, Any]:
                 abis = [False, True] if tuple(int(p) for p in torch.split(".")) < (2, 7) else [True]
                 wheels += [kernel_entry(cuda, torch, abi, cpu) for abi in abis]
     wheels.append(universal_entry())
-    return {"schema": 1, "package": "fa-attn", "wheels": wheels}
+    return {
+        "schema": schema.SCHEMA_MAJOR,
+        "schema_minor": schema.SCHEMA_MINOR,
+        "package": schema.PACKAGE,
+        "wheels": wheels,
+    }

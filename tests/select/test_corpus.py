@@ -34,12 +34,12 @@ def test_case(path: Path, entries):
     env = env_from_json(case["env"])
     wanted = case.get("index", {}).get("cuda_major")
     cpus = case.get("index", {}).get("platform")
-    offered = [e for e in entries if wanted is None or e.cuda_major in wanted or e.universal]
-    offered = [e for e in offered if cpus is None or e.platform in cpus or e.universal]
+    offered = [e for e in entries if wanted is None or e.info.cuda_major in wanted or e.info.universal]
+    offered = [e for e in offered if cpus is None or e.info.platform in cpus or e.info.universal]
     selection = select(offered, env, Request(**case.get("request", {})))
     got = {
         "verdict": selection.verdict,
-        "selected_variant": None if selection.selected is None else selection.selected.variant,
+        "selected_variant": None if selection.selected is None else selection.selected.info.variant,
         "codes": list(selection.codes),
     }
     assert got == case["expect"]
@@ -57,4 +57,4 @@ def test_newest_version_wins_a_tie():
         new[key] = new[key].replace("0.1.0", "0.10.0")  # numerically newer, textually smaller
     env = env_from_json(json.loads((ENVS / "aws-a10g-pypi-torch.json").read_text())["env"])
     wheels = [entry_from_dict(old, "old"), entry_from_dict(new, "new")]
-    assert select(wheels, env).selected.version == "0.10.0+cu12torch2.5cxx11abifalse"
+    assert select(wheels, env).selected.info.version == "0.10.0+cu12torch2.5cxx11abifalse"

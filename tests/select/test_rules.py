@@ -4,9 +4,10 @@ does not fit (all of them, not the first)."""
 from __future__ import annotations
 
 import pytest
+from fa_attn.versions import driver_at_least
 
 from buildtool.compat.env import env_from_json
-from buildtool.compat.fit import driver_at_least, stack_reasons, supported_tags, wheel_reasons
+from buildtool.compat.fit import stack_reasons, supported_tags, wheel_reasons
 from buildtool.compat.wheel_index import entry_from_dict
 from tests.select.fixture_index import kernel_entry, universal_entry
 

@@ -10,6 +10,7 @@ from typing import Any
 from wheel.wheelfile import WheelFile
 
 from buildtool.compat.wheel_index import entry_from_wheel
+from buildtool.core.runtime import schema
 from tests.select.fixture_index import kernel_entry, universal_entry
 
 
@@ -18,9 +19,9 @@ def build_wheel(out_dir: Path, entry: dict[str, Any], init_py: str | None = None
     version = entry["version"]
     dist_info = f"fa_attn-{version}.dist-info"
     manifest = {
-        "schema": 1,
-        "package": "fa-attn",
-        "binding": None if entry["cuda_major"] is None else "libfa_attn_ops.so",
+        "schema": schema.SCHEMA_MAJOR,
+        "package": schema.PACKAGE,
+        "binding": None if entry["cuda_major"] is None else schema.BINDING_FILE,
         "kernels": [],
         **{
             k: v
@@ -73,10 +74,6 @@ def build_wheelhouse(
         for key in ("file", "version"):
             entry[key] = entry[key].replace("0.1.0", version, 1)
         build_wheel(out_dir, entry, init_py if entry["variant"] == broken else None)
-    index = {
-        "schema": 1,
-        "package": "fa-attn",
-        "wheels": [dict(entry_from_wheel(w).raw) for w in sorted(out_dir.glob("*.whl"))],
-    }
+    index = schema.index_json(entry_from_wheel(w) for w in sorted(out_dir.glob("*.whl")))
     (out_dir / "index.json").write_text(json.dumps(index, indent=1))
     return out_dir

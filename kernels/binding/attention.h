@@ -1,0 +1,92 @@
+// fa_attn::fwd and fa_attn::bwd, written once for both forms of the binding.
+//
+// A form (forms/aten.cpp: ATen, one build per torch minor and C++ ABI; forms/stable.cpp: torch's
+// stable C ABI, one build for every torch from its floor on) supplies its tensor type and the few
+// tensor operations the operators need; everything else (checks, FaParams, launching) is launch.h's.
+// A form is a struct with:
+//   using Tensor = ...;                                                       its tensor type
+//   static View view(const Tensor&);                                          what launch.h reads
+//   static Tensor empty(const std::vector<int64_t>& sizes, DType, const Tensor& like);  on like's device
+//   static Tensor contiguous_copy(const Tensor&);
+//   static Tensor sum_groups(const Tensor&, const std::vector<int64_t>& split, int64_t dim);
+//                                                                             view as split, sum dim
+//   class DeviceGuard { explicit DeviceGuard(int cuda_device_index); };
+#ifndef FA_BINDING_ATTENTION_H_
+#define FA_BINDING_ATTENTION_H_
+
+#include <optional>
+#include <tuple>
+
+#include "launch.h"
+
+namespace fa_binding {
+
+template <class Form>
+struct Attention {
+  using Tensor = typename Form::Tensor;
+  using MaybeTensor = std::optional<Tensor>;
+
+  static std::tuple<Tensor, Tensor> fwd(const Tensor& q_arg, const Tensor& k_arg, const Tensor& v_arg,
+                                        const MaybeTensor& cu_q, const MaybeTensor& cu_k, const Options& options,
+                                        const KernelArgs& kernel) {
+    const Tensor q = aligned(q_arg), k = aligned(k_arg), v = aligned(v_arg);
+    const View vq = Form::view(q), vk = Form::view(k), vv = Form::view(v);
+    const std::optional<View> vcu_q = maybe_view(cu_q), vcu_k = maybe_view(cu_k);
+    const Shape s = check_shapes(vq, vk, vv, ptr(vcu_q), ptr(vcu_k), options);
+    const Launch launch = parse_launch(kernel, s);
+    typename Form::DeviceGuard guard(vq.device);
+    Tensor out = Form::empty(vq.sizes, vq.dtype, q);
+    Tensor lse = Form::empty(lse_sizes(s, lse_rows(s)), DType::kFloat, q);
+    const FaParams p = forward_params(s, vq, vk, vv, ptr(vcu_q), ptr(vcu_k), options, Form::view(out),
+                                      Form::view(lse));
+    launch_all(p, launch, vq.device);
+    return {out, lse};
+  }
+
+  static std::tuple<Tensor, Tensor, Tensor> bwd(const Tensor& dout_arg, const Tensor& q_arg, const Tensor& k_arg,
+                                                const Tensor& v_arg, const Tensor& out_arg, const Tensor& lse,
+                                                const MaybeTensor& cu_q, const MaybeTensor& cu_k,
+                                                const Options& options, const KernelArgs& kernel) {
+    const Tensor q = aligned(q_arg), k = aligned(k_arg), v = aligned(v_arg);
+    const Tensor dout = aligned(dout_arg), out = aligned(out_arg);
+    const View vq = Form::view(q), vk = Form::view(k), vv = Form::view(v);
+    const View vdout = Form::view(dout), vout = Form::view(out), vlse = Form::view(lse);
+    const std::optional<View> vcu_q = maybe_view(cu_q), vcu_k = maybe_view(cu_k);
+    const Shape s = check_shapes(vq, vk, vv, ptr(vcu_q), ptr(vcu_k), options);
+    check_backward_inputs(vdout, vout, vq);
+    check_lse(vlse, s);
+    const Launch launch = parse_launch(kernel, s);
+    typename Form::DeviceGuard guard(vq.device);
+    Tensor dq_accum = Form::empty(dq_accum_sizes(s, launch), DType::kFloat, q);
+    Tensor dsoftmax_sum = Form::empty(dsoftmax_sum_sizes(s), DType::kFloat, q);
+    Tensor dq = Form::empty(vq.sizes, vq.dtype, q);
+    // With GQA the kernels write dk/dv per query head; the groups are summed below.
+    const bool grouped = s.heads != s.heads_k;
+    const std::vector<int64_t> dkv_sizes = grouped ? per_query_head_sizes(vk, s) : vk.sizes;
+    Tensor dk = Form::empty(dkv_sizes, vk.dtype, q);
+    Tensor dv = Form::empty(dkv_sizes, vv.dtype, q);
+    const BackwardOutputs outputs{Form::view(dq), Form::view(dk), Form::view(dv), Form::view(dq_accum),
+                                  Form::view(dsoftmax_sum)};
+    const FaParams p =
+        backward_params(s, vq, vk, vv, ptr(vcu_q), ptr(vcu_k), options, vdout, vout, vlse, outputs);
+    launch_all(p, launch, vq.device);
+    if (grouped) {
+      dk = Form::sum_groups(dk, grouped_sizes(vk, s), group_dim(vk));
+      dv = Form::sum_groups(dv, grouped_sizes(vk, s), group_dim(vk));
+    }
+    return {dq, dk, dv};
+  }
+
+ private:
+  static Tensor aligned(const Tensor& t) { return row_aligned(Form::view(t)) ? t : Form::contiguous_copy(t); }
+
+  static std::optional<View> maybe_view(const MaybeTensor& t) {
+    return t.has_value() ? std::optional<View>(Form::view(*t)) : std::nullopt;
+  }
+
+  static const View* ptr(const std::optional<View>& v) { return v.has_value() ? &*v : nullptr; }
+};
+
+}  // namespace fa_binding
+
+#endif  // FA_BINDING_ATTENTION_H_

@@ -1,0 +1,383 @@
+// The launch logic both forms share (see launch.h).
+#include "launch.h"
+
+#include <dlfcn.h>
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <tuple>
+#include <utility>
+
+#include "check.h"
+#include "cuda_driver.h"
+
+namespace fa_binding {
+namespace {
+
+constexpr double kLog2e = 1.4426950408889634;  // log2(e)
+constexpr size_t kLaunchInts = 5;   // per entry: threads, block_m, block_n, smem_bytes, grid
+constexpr int kGridKBlocks = 1;     // grid code 0: "q_blocks", 1: "k_blocks" (ops.py GRID_CODES)
+constexpr int kDefaultSmemLimit = 48 * 1024;  // above this a kernel must opt in (cuFuncSetAttribute)
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+void check_cuda(CUresult result, const std::string& what) {
+  FA_CHECK(result == 0, what, " failed: ", error_text(result));
+}
+
+std::string device_name(const View& t) {
+  return t.cuda ? "cuda:" + std::to_string(t.device) : std::string("cpu");
+}
+
+// ---- torch's current stream -------------------------------------------------------------------
+// torch's C shim (torch/csrc/inductor/aoti_torch/c/shim.h, since 2.4) exports this extern "C"
+// function from libtorch_cuda.so, which `import torch` has already loaded; resolving it at run time
+// keeps libtorch_cuda out of our DT_NEEDED list, so the binding also loads into a CPU-only torch.
+using GetStreamFn = int32_t (*)(int32_t device_index, void** ret_stream);
+
+GetStreamFn stream_getter() {
+  static const GetStreamFn fn = [] {
+    void* sym = nullptr;
+    if (void* lib = dlopen("libtorch_cuda.so", RTLD_LAZY | RTLD_NOLOAD)) {
+      sym = dlsym(lib, "aoti_torch_get_current_cuda_stream");
+    }
+    if (sym == nullptr) {
+      sym = dlsym(RTLD_DEFAULT, "aoti_torch_get_current_cuda_stream");
+    }
+    return reinterpret_cast<GetStreamFn>(sym);
+  }();
+  FA_CHECK(fn != nullptr, "torch's aoti_torch_get_current_cuda_stream was not found; "
+           "this torch build has no CUDA support (install a CUDA build of torch)");
+  return fn;
+}
+
+CUstream current_stream(int device) {
+  void* stream = nullptr;
+  FA_CHECK(stream_getter()(device, &stream) == 0, "could not get torch's current CUDA stream");
+  return static_cast<CUstream>(stream);
+}
+
+// ---- contexts, modules, functions -------------------------------------------------------------
+// torch works in each device's primary context; we make it current on this thread before launching.
+void use_primary_context(int device) {
+  static std::mutex mu;
+  static std::map<int, CUcontext> contexts;
+  const CudaDriver& d = driver();
+  CUcontext ctx = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = contexts.find(device);
+    if (it == contexts.end()) {
+      CUdevice dev = 0;
+      check_cuda(d.cuDeviceGet(&dev, device), "cuDeviceGet");
+      check_cuda(d.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+      contexts.emplace(device, ctx);
+    } else {
+      ctx = it->second;
+    }
+  }
+  CUcontext current = nullptr;
+  check_cuda(d.cuCtxGetCurrent(&current), "cuCtxGetCurrent");
+  if (current != ctx) {
+    check_cuda(d.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+  }
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  FA_CHECK(in.good(), "cannot read kernel image ", path, " (reinstall fa-attn)");
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  data.push_back('\0');  // PTX is loaded as a NUL-terminated string; a cubin ignores the extra byte
+  return data;
+}
+
+// Loaded modules live for the process (one per device and file), like torch's own kernels.
+CUmodule module_for(int device, const std::string& path) {
+  static std::mutex mu;
+  static std::map<std::pair<int, std::string>, CUmodule> modules;
+  std::lock_guard<std::mutex> lock(mu);
+  auto key = std::make_pair(device, path);
+  auto it = modules.find(key);
+  if (it != modules.end()) {
+    return it->second;
+  }
+  const std::string image = read_file(path);
+  char log[4096] = {0};
+  int options[] = {kJitErrorLogBuffer, kJitErrorLogBufferSizeBytes};
+  void* values[] = {log, reinterpret_cast<void*>(static_cast<uintptr_t>(sizeof(log)))};
+  CUmodule module = nullptr;
+  const CUresult result = driver().cuModuleLoadDataEx(&module, image.data(), 2, options, values);
+  FA_CHECK(result == 0, "loading ", path, " failed: ", error_text(result),
+           log[0] ? std::string("; JIT log: ") + log : std::string(),
+           " (a PTX image needs a driver at least as new as the toolkit that built it)");
+  modules.emplace(key, module);
+  return module;
+}
+
+CUfunction function_for(CUmodule module, const std::string& name, int smem_bytes) {
+  static std::mutex mu;
+  static std::map<std::pair<CUmodule, std::string>, CUfunction> functions;
+  std::lock_guard<std::mutex> lock(mu);
+  auto key = std::make_pair(module, name);
+  auto it = functions.find(key);
+  if (it != functions.end()) {
+    return it->second;
+  }
+  const CudaDriver& d = driver();
+  CUfunction fn = nullptr;
+  check_cuda(d.cuModuleGetFunction(&fn, module, name.c_str()), "cuModuleGetFunction(" + name + ")");
+  if (smem_bytes > kDefaultSmemLimit) {
+    check_cuda(d.cuFuncSetAttribute(fn, kFuncAttributeMaxDynamicSharedSizeBytes, smem_bytes),
+               "cuFuncSetAttribute(" + name + ", max dynamic smem " + std::to_string(smem_bytes) + ")");
+  }
+  functions.emplace(key, fn);
+  return fn;
+}
+
+// ---- checks and FaParams --------------------------------------------------------------------------
+void check_input(const char* name, const View& t, const View& q, int64_t dims) {
+  FA_CHECK(t.cuda, name, " must be a CUDA tensor");
+  FA_CHECK(t.device == q.device, name, " is on ", device_name(t), ", q on ", device_name(q));
+  FA_CHECK(t.dtype == q.dtype, name, " dtype differs from q's");
+  FA_CHECK(t.dim() == dims, name, " must have ", dims, " dims");
+  FA_CHECK(t.stride(-1) == 1, name, "'s last dim must be contiguous");
+  // The kernels load 16-byte vectors per row (fwd.cu): every row start must be 16-byte aligned. A
+  // size-1 dim's stride is only ever multiplied by index 0, and torch leaves it arbitrary (a contiguous
+  // (b, s, 1, d) can have head stride 1, and .contiguous() keeps it), so it is not checked.
+  for (int64_t i = 0; i < t.dim() - 1; ++i) {
+    FA_CHECK(t.size(i) == 1 || t.stride(i) % 8 == 0, name, "'s strides must be multiples of 8 elements");
+  }
+}
+
+// Row/head/batch strides of a (batch, seq, heads, dim) or packed (total, heads, dim) tensor; batch
+// strides are unused (0) when packed.
+struct Strides {
+  int64_t batch, row, head;
+};
+
+Strides strides_of(const View& t, bool packed) {
+  return packed ? Strides{0, t.stride(0), t.stride(1)} : Strides{t.stride(0), t.stride(1), t.stride(2)};
+}
+
+void set_strides(const View& t, bool packed, fa_i64& batch, fa_i64& row, fa_i64& head) {
+  const Strides s = strides_of(t, packed);
+  std::tie(batch, row, head) = std::make_tuple(s.batch, s.row, s.head);
+}
+
+FaParams input_params(const Shape& s, const View& q, const View& k, const View& v, const View* cu_q,
+                      const View* cu_k, const Options& o) {
+  FaParams p;
+  std::memset(&p, 0, sizeof(p));
+  p.q = q.data;
+  p.k = k.data;
+  p.v = v.data;
+  if (s.varlen) {
+    p.cu_seqlens_q = static_cast<const fa_i32*>(cu_q->data);
+    p.cu_seqlens_k = static_cast<const fa_i32*>(cu_k->data);
+  }
+  set_strides(q, s.varlen, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
+  set_strides(k, s.varlen, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+  set_strides(v, s.varlen, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
+  p.batch = static_cast<fa_i32>(s.batch);
+  p.heads = static_cast<fa_i32>(s.heads);
+  p.heads_k = static_cast<fa_i32>(s.heads_k);
+  p.head_dim = static_cast<fa_i32>(s.head_dim);
+  p.seqlen_q = static_cast<fa_i32>(s.seqlen_q);
+  p.seqlen_k = static_cast<fa_i32>(s.seqlen_k);
+  p.seqlen_q_rounded = static_cast<fa_i32>(round_up(s.seqlen_q, kSeqRound));
+  p.seqlen_k_rounded = static_cast<fa_i32>(round_up(s.seqlen_k, kSeqRound));
+  p.is_causal = o.causal ? 1 : 0;
+  p.window_left = static_cast<fa_i32>(o.window_left);
+  p.window_right = o.causal ? 0 : static_cast<fa_i32>(o.window_right);
+  // Passed as the user gave them; the kernels fold them (fwd.cu, "Softcap").
+  p.scale_softmax = static_cast<float>(o.softmax_scale);
+  p.scale_softmax_log2 = static_cast<float>(o.softmax_scale * kLog2e);
+  p.softcap = static_cast<float>(o.softcap);
+  return p;
+}
+
+// Rows of the backward's workspaces: varlen pads every sequence by up to 128 rows.
+int64_t workspace_rows(const Shape& s) {
+  return s.varlen ? s.total_q + kSeqRound * s.batch : round_up(s.seqlen_q, kSeqRound);
+}
+
+}  // namespace
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kHalf:
+      return "float16";
+    case DType::kBFloat16:
+      return "bfloat16";
+    case DType::kFloat:
+      return "float32";
+    case DType::kInt32:
+      return "int32";
+    default:
+      return "another dtype";
+  }
+}
+
+Launch parse_launch(const KernelArgs& kernel, const Shape& shape) {
+  std::vector<std::string> names;
+  std::stringstream stream{std::string(kernel.entries)};
+  for (std::string name; std::getline(stream, name, ',');) {
+    names.push_back(name);
+  }
+  FA_CHECK(!names.empty() && kernel.launch_size == 1 + kLaunchInts * names.size(),
+           "launch data does not match the entries '", kernel.entries, "' (reinstall fa-attn)");
+  Launch out{std::string(kernel.module), kernel.launch[0], {}};
+  for (size_t i = 0; i < names.size(); ++i) {
+    const int64_t* x = kernel.launch + 1 + kLaunchInts * i;
+    out.entries.push_back(Entry{names[i], static_cast<int>(x[0]), static_cast<int>(x[1]),
+                                static_cast<int>(x[2]), static_cast<int>(x[3]), static_cast<int>(x[4])});
+  }
+  FA_CHECK(shape.head_dim <= out.head_dim_bucket, "head dim ", shape.head_dim, " exceeds the kernel's ",
+           out.head_dim_bucket);
+  return out;
+}
+
+bool row_aligned(const View& t) { return reinterpret_cast<uintptr_t>(t.data) % 16 == 0; }
+
+Shape check_shapes(const View& q, const View& k, const View& v, const View* cu_q, const View* cu_k,
+                   const Options& o) {
+  const bool varlen = cu_q != nullptr;
+  FA_CHECK(varlen == (cu_k != nullptr), "pass both cu_seqlens_q and cu_seqlens_k, or neither");
+  FA_CHECK(q.dtype == DType::kHalf || q.dtype == DType::kBFloat16, "the kernels take fp16 or bf16, got ",
+           dtype_name(q.dtype));
+  const int64_t dims = varlen ? 3 : 4;
+  check_input("q", q, q, dims);
+  check_input("k", k, q, dims);
+  check_input("v", v, q, dims);
+  FA_CHECK(k.sizes == v.sizes, "k and v shapes differ");
+  Shape s{};
+  s.varlen = varlen;
+  s.heads = q.size(-2);
+  s.heads_k = k.size(-2);
+  s.head_dim = q.size(-1);
+  FA_CHECK(k.size(-1) == s.head_dim, "q and k head dims differ");
+  FA_CHECK(s.head_dim % 8 == 0 && s.head_dim > 0, "head dim must be a positive multiple of 8");
+  FA_CHECK(s.heads_k > 0 && s.heads % s.heads_k == 0, "heads_k must divide heads");
+  if (varlen) {
+    for (const View* cu : {cu_q, cu_k}) {
+      FA_CHECK(cu->cuda && cu->device == q.device && cu->dtype == DType::kInt32 && cu->dim() == 1 &&
+                   cu->contiguous,
+               "cu_seqlens must be contiguous int32 on q's device");
+    }
+    FA_CHECK(cu_q->size(0) == cu_k->size(0) && cu_q->size(0) >= 1, "cu_seqlens lengths differ");
+    s.batch = cu_q->size(0) - 1;
+    s.seqlen_q = o.max_seqlen_q;
+    s.seqlen_k = o.max_seqlen_k;
+    s.total_q = q.size(0);
+    s.total_k = k.size(0);
+  } else {
+    s.batch = q.size(0);
+    FA_CHECK(k.size(0) == s.batch, "q and k batch sizes differ");
+    s.seqlen_q = q.size(1);
+    s.seqlen_k = k.size(1);
+    s.total_q = s.batch * s.seqlen_q;
+    s.total_k = s.batch * s.seqlen_k;
+  }
+  return s;
+}
+
+void check_backward_inputs(const View& dout, const View& out, const View& q) {
+  check_input("dout", dout, q, q.dim());
+  check_input("out", out, q, q.dim());
+  FA_CHECK(dout.sizes == q.sizes && out.sizes == q.sizes, "dout/out must have q's shape");
+}
+
+void check_lse(const View& lse, const Shape& shape) {
+  FA_CHECK(lse.dtype == DType::kFloat && lse.contiguous && lse.sizes == lse_sizes(shape, lse_rows(shape)),
+           "softmax_lse must be the contiguous fp32 LSE of the forward");
+}
+
+std::vector<int64_t> lse_sizes(const Shape& s, int64_t seqlen) {
+  return s.varlen ? std::vector<int64_t>{s.heads, seqlen} : std::vector<int64_t>{s.batch, s.heads, seqlen};
+}
+
+int64_t lse_rows(const Shape& s) { return s.varlen ? s.total_q : s.seqlen_q; }
+
+std::vector<int64_t> dq_accum_sizes(const Shape& s, const Launch& launch) {
+  // fa_bwd_preprocess zeroes the dq_accum rows each block owns before fa_bwd adds into them (bwd.cu),
+  // so the forms allocate it without a memset.
+  const int64_t rows = workspace_rows(s);
+  return s.varlen ? std::vector<int64_t>{rows, s.heads, launch.head_dim_bucket}
+                  : std::vector<int64_t>{s.batch, rows, s.heads, launch.head_dim_bucket};
+}
+
+std::vector<int64_t> dsoftmax_sum_sizes(const Shape& s) { return lse_sizes(s, workspace_rows(s)); }
+
+std::vector<int64_t> per_query_head_sizes(const View& k, const Shape& s) {
+  std::vector<int64_t> sizes = k.sizes;
+  sizes[sizes.size() - 2] = s.heads;
+  return sizes;
+}
+
+std::vector<int64_t> grouped_sizes(const View& k, const Shape& s) {
+  std::vector<int64_t> split = k.sizes;
+  split.back() = s.heads / s.heads_k;  // (..., heads_k, group, dim)
+  split.push_back(s.head_dim);
+  return split;
+}
+
+int64_t group_dim(const View& k) { return k.dim() - 1; }
+
+FaParams forward_params(const Shape& s, const View& q, const View& k, const View& v, const View* cu_q,
+                        const View* cu_k, const Options& o, const View& out, const View& lse) {
+  FaParams p = input_params(s, q, k, v, cu_q, cu_k, o);
+  p.o = out.data;
+  p.lse = static_cast<float*>(lse.data);
+  set_strides(out, s.varlen, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
+  return p;
+}
+
+FaParams backward_params(const Shape& s, const View& q, const View& k, const View& v, const View* cu_q,
+                         const View* cu_k, const Options& o, const View& dout, const View& out,
+                         const View& lse, const BackwardOutputs& w) {
+  FaParams p = input_params(s, q, k, v, cu_q, cu_k, o);
+  p.o = out.data;
+  p.lse = static_cast<float*>(lse.data);
+  p.dout = dout.data;
+  p.dq = w.dq.data;
+  p.dk = w.dk.data;
+  p.dv = w.dv.data;
+  p.dq_accum = static_cast<float*>(w.dq_accum.data);
+  p.dsoftmax_sum = static_cast<float*>(w.dsoftmax_sum.data);
+  const bool packed = s.varlen;
+  set_strides(out, packed, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
+  set_strides(dout, packed, p.do_batch_stride, p.do_row_stride, p.do_head_stride);
+  set_strides(w.dq, packed, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
+  set_strides(w.dk, packed, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
+  set_strides(w.dv, packed, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
+  return p;
+}
+
+void launch_all(const FaParams& params, const Launch& launch, int device) {
+  use_primary_context(device);
+  CUmodule module = module_for(device, launch.module);
+  CUstream stream = current_stream(device);
+  for (const Entry& e : launch.entries) {
+    const bool by_keys = e.grid == kGridKBlocks;
+    const int64_t rows = by_keys ? params.seqlen_k : params.seqlen_q;
+    const int64_t block = by_keys ? e.block_n : e.block_m;
+    FA_CHECK(block > 0 && e.threads > 0, "entry ", e.name, " has no block size (reinstall fa-attn)");
+    const unsigned grid_x = static_cast<unsigned>((rows + block - 1) / block);
+    if (grid_x == 0 || params.batch == 0 || params.heads == 0) {
+      continue;  // nothing to do (empty sequence); a zero grid is a launch error
+    }
+    CUfunction fn = function_for(module, e.name, e.smem_bytes);
+    FaParams copy = params;  // cuLaunchKernel copies the argument bytes; keep a mutable lvalue
+    void* args[] = {&copy};
+    check_cuda(driver().cuLaunchKernel(fn, grid_x, static_cast<unsigned>(params.batch),
+                                       static_cast<unsigned>(params.heads), e.threads, 1, 1, e.smem_bytes,
+                                       stream, args, nullptr),
+               "launching " + e.name);
+  }
+}
+
+}  // namespace fa_binding

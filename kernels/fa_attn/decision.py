@@ -1,0 +1,368 @@
+"""Which path a call takes, and why: fa's kernels from SASS or PTX, or the fallback to torch SDPA.
+
+One pure function, `decide`, answers for the runtime (the live device, the installed manifest) and for
+`fa doctor` (a GPU described in JSON, an index.json entry), so the two cannot disagree: they run this
+code. Stdlib only: buildtool loads this same file (buildtool/core/runtime.py) without importing torch.
+
+The rules (compat-facts.md, "GPU architectures"): SASS built for X.Y runs on X.Z for Z >= Y, never
+across majors, so the best image is the SASS of the device's major with the highest minor <= the
+device's. Failing that, PTX whose arch <= the device's can be JIT-compiled by the driver, but only by a
+driver at least as new as the toolkit that wrote it (`ptx_min_driver`). Capability is always a range,
+never an equality test. An image runs a call when it covers the dtype, the padded head dim, the
+backward if needed, and the GPU offers the shared memory its kernels ask for (an sm_80 cubin of up to
+163 KB runs on an sm_86 part only within its 99 KB).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .reasons import Reason
+from .schema import Coverage, KernelFile, WheelInfo
+from .versions import MIN_TORCH, driver_at_least, parse_arch, torch_minor, torch_version, version_text
+
+MAX_HEAD_DIM = 256  # flash-attn 2.x's limit; no bucket of ours is larger
+HEAD_DIM_ALIGN = 8  # the wrapper pads other head dims up to a multiple of 8
+KERNEL_DTYPES = ("fp16", "bf16")
+
+_DTYPE_ALIASES = {
+    "fp16": "fp16",
+    "float16": "fp16",
+    "half": "fp16",
+    "torch.float16": "fp16",
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "torch.bfloat16": "bf16",
+    "fp32": "fp32",
+    "float32": "fp32",
+    "float": "fp32",
+    "torch.float32": "fp32",
+    "fp64": "fp64",
+    "float64": "fp64",
+    "double": "fp64",
+    "torch.float64": "fp64",
+}
+GRID_CODES = {"q_blocks": 0, "k_blocks": 1}  # how the ops receive a Launch's grid
+
+
+@dataclass(frozen=True)
+class Device:
+    """What the call runs on."""
+
+    kind: str  # the tensors' device: "cuda" (an NVIDIA GPU), "rocm" (torch's "cuda" on AMD), "cpu", ...
+    sm: str | None  # compute capability, "8.6"; None: no NVIDIA GPU visible
+    smem_per_block: int | None = None  # opt-in shared memory per block, bytes; None: unknown (not checked)
+    driver: str | None = None  # "575.51.03"; None: unknown (PTX is assumed JIT-able; loading would say)
+
+
+@dataclass(frozen=True)
+class Call:
+    """What the call asks for."""
+
+    dtype: str  # "fp16" | "bf16" | "fp32" | "fp64" (aliases such as "torch.bfloat16" accepted)
+    head_dim: int  # as the caller passes it (padded here)
+    backward: bool = False  # autograd will need the backward
+    features: frozenset[str] = frozenset()  # kernel features used (names of tiles.FEATURES)
+
+
+@dataclass(frozen=True)
+class KernelLaunch:
+    """How the ops launch one kernel file: its path, its entry points in order, and their launch data:
+    [head_dim_bucket, then per entry: threads, block_m, block_n, smem_bytes, grid code] (ops.py)."""
+
+    module: str  # absolute path of the cubin/PTX file
+    entries: str  # comma-separated extern "C" names, in launch order
+    launch: tuple[int, ...]
+
+    @classmethod
+    def of(cls, kernel: KernelFile, package_dir: Path) -> KernelLaunch:
+        launch = [kernel.head_dim]
+        for spec in kernel.entries.values():
+            launch += [spec.threads, spec.block_m, spec.block_n, spec.smem_bytes, GRID_CODES[spec.grid]]
+        return cls(str(package_dir / kernel.file), ",".join(kernel.entries), tuple(launch))
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """The decision: which path runs a call, and why the kernels don't when they don't."""
+
+    path: str  # "sass" | "ptx" | "fallback"
+    arch: str | None  # arch of the image that runs ("8.0"); None on fallback
+    reasons: tuple[Reason, ...]  # why fallback (empty otherwise)
+    head_dim: int | None = None  # head dim the kernels run with (padded to a multiple of 8)
+    fwd: KernelLaunch | None = field(default=None, repr=False)  # what the ops launch (runtime only)
+    bwd: KernelLaunch | None = field(default=None, repr=False)  # None: no backward will run
+
+
+def normalize_dtype(dtype: str) -> str:
+    """ "bf16"/"bfloat16"/"torch.bfloat16" -> "bf16". ValueError for anything that is not a float."""
+    canon = _DTYPE_ALIASES.get(str(dtype).lower())
+    if canon is None:
+        raise ValueError(f"dtype: {dtype!r} is not a floating-point attention dtype; use fp16, bf16 or fp32")
+    return canon
+
+
+def padded_head_dim(head_dim: int) -> int:
+    if head_dim <= 0:
+        raise ValueError(f"head_dim: {head_dim} must be positive")
+    return -(-head_dim // HEAD_DIM_ALIGN) * HEAD_DIM_ALIGN
+
+
+def fallback(*reasons: Reason) -> Dispatch:
+    return Dispatch("fallback", None, tuple(reasons))
+
+
+def decide(
+    wheel: WheelInfo,
+    device: Device,
+    call: Call,
+    kernels: Sequence[KernelFile] | None = None,
+    package_dir: Path = Path("."),
+    load_binding: Callable[[], Reason | None] | None = None,
+) -> Dispatch:
+    """The path a call takes with this wheel installed, or every reason it falls back.
+
+    wheel: what the manifest (or the wheel's index.json entry) says. kernels: the manifest's kernel
+    files, to fill the launches (the runtime); None to decide only (doctor). load_binding: called last,
+    only when the kernels would run (the runtime loads the binding there); None: assumed loadable.
+    """
+    if device.kind != "cuda":
+        where = "ROCm (AMD GPU)" if device.kind == "rocm" else device.kind
+        return fallback(
+            Reason(
+                "device-not-cuda",
+                f"the tensors are on {where}; fa's kernels are NVIDIA-only",
+                "move q, k, v to an NVIDIA GPU (.cuda()) to use fa's kernels",
+            )
+        )
+    dtype = normalize_dtype(call.dtype)
+    reasons = []
+    if dtype == "fp64":
+        reasons.append(_no_dtype_kernel(dtype))
+    supported = frozenset(wheel.features)
+    for feature in sorted(call.features - supported):
+        reasons.append(
+            Reason(
+                "feature-unsupported",
+                f"{feature} is not supported by fa's kernels (they support: "
+                f"{', '.join(sorted(supported)) or 'none listed in the manifest'})",
+                f"call without {feature} to use the kernels",
+            )
+        )
+    found = _image(wheel, device, dtype, call)
+    if isinstance(found, list):
+        codes = {r.code for r in reasons}  # an fp64 call has its dtype-unsupported already
+        reasons += [r for r in found if r.code not in codes]
+    if reasons or isinstance(found, list):
+        return fallback(*reasons)
+    image, head_dim = found
+    fwd = bwd = None
+    if kernels is not None:
+        fwd_file = _kernel_file(kernels, image, dtype, "fwd", head_dim)
+        bwd_file = _kernel_file(kernels, image, dtype, "bwd", head_dim) if call.backward else None
+        if fwd_file is None or (call.backward and bwd_file is None):
+            return fallback(
+                Reason(
+                    "binding-unavailable",
+                    f"the manifest covers {dtype} head dim {head_dim} on {image.arch} "
+                    "but lists no kernel file for it",
+                    "reinstall fa-attn (damaged manifest)",
+                )
+            )
+        fwd = KernelLaunch.of(fwd_file, package_dir)
+        bwd = KernelLaunch.of(bwd_file, package_dir) if bwd_file else None
+    problem = load_binding() if load_binding is not None else None
+    if problem is not None:
+        return fallback(problem)
+    return Dispatch(image.image, image.arch, (), head_dim, fwd, bwd)
+
+
+# ---- the image that runs ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Image:
+    arch: str
+    image: str  # "sass" | "ptx"
+
+
+def _no_dtype_kernel(dtype: str) -> Reason:
+    return Reason(
+        "dtype-unsupported",
+        f"{dtype} attention has no kernel (fp16 and bf16 only)",
+        "cast q, k, v to torch.bfloat16 or torch.float16",
+    )
+
+
+def _image(wheel: WheelInfo, device: Device, dtype: str, call: Call) -> tuple[_Image, int] | list[Reason]:
+    """The best image that runs the whole call and the head dim it runs with, or why none does."""
+    if device.sm is None:
+        no_gpu = "run on a machine with an NVIDIA GPU (check nvidia-smi and CUDA_VISIBLE_DEVICES)"
+        return [Reason("no-gpu", "no NVIDIA GPU is visible", no_gpu)]
+    sm = device.sm
+    if wheel.universal:
+        name = wheel.variant or wheel.version or "this wheel"
+        fix = "install the fa-attn wheel built for your torch and CUDA major (`fa install`)"
+        return [
+            Reason("binding-unavailable", f"{name} has no kernels or host binding (universal wheel)", fix)
+        ]
+    if dtype not in KERNEL_DTYPES:
+        return [_no_dtype_kernel(dtype)]
+    if call.head_dim > MAX_HEAD_DIM:
+        too_large = f"head dim {call.head_dim} is larger than {MAX_HEAD_DIM}"
+        return [Reason("head-dim-unsupported", too_large, f"use a head dim <= {MAX_HEAD_DIM}")]
+    padded = padded_head_dim(call.head_dim)
+
+    gpu = parse_arch(sm)
+    images = list(dict.fromkeys(_Image(row.arch, row.image) for row in wheel.coverage))
+    runnable = sorted(
+        (img for img in images if _runs_on(img, gpu)), key=lambda i: parse_arch(i.arch), reverse=True
+    )
+    sass = [img for img in runnable if img.image == "sass"]
+    ptx = [img for img in runnable if img.image == "ptx"]
+    reasons: list[Reason] = []
+    floor = wheel.ptx_min_driver
+    if ptx and device.driver is not None and floor and not driver_at_least(device.driver, floor):
+        reasons.append(
+            Reason(
+                "ptx-driver-too-old",
+                f"no SASS for sm {sm}; the PTX (compute {ptx[0].arch}) needs driver >= {floor}, "
+                f"found {device.driver}",
+                f"update the NVIDIA driver to >= {floor}, or install a wheel with SASS for sm {sm}",
+            )
+        )
+        ptx = []
+    if not sass and not ptx:
+        if not reasons:
+            archs = ", ".join(sorted({img.arch for img in images}, key=parse_arch)) or "none"
+            reasons.append(
+                Reason(
+                    "arch-unsupported",
+                    f"no kernel image runs on sm {sm} (SASS/PTX built for: {archs})",
+                    f"install a wheel built for sm {sm}, or a newer one with PTX <= {sm}",
+                )
+            )
+        return reasons
+
+    # Walk the images best-first; the first one that runs the whole call wins. Otherwise report the
+    # gap of the best image, which is the one a fix (a wheel with more coverage) would use.
+    gaps = [_gap(wheel, img, device, dtype, call, padded) for img in sass + ptx]
+    for img, gap in zip(sass + ptx, gaps):
+        if gap is None:
+            return img, padded
+    return [*reasons, next(gap for gap in gaps if gap is not None)]
+
+
+def _runs_on(img: _Image, gpu: tuple[int, int]) -> bool:
+    """SASS within the GPU's major up to its minor; PTX of any arch up to the GPU's."""
+    arch = parse_arch(img.arch)
+    return arch <= gpu and (img.image == "ptx" or arch[0] == gpu[0])
+
+
+def _rows(wheel: WheelInfo, img: _Image, dtype: str, direction: str) -> list[Coverage]:
+    return [
+        row
+        for row in wheel.coverage
+        if (row.arch, row.image, row.dtype, row.direction) == (img.arch, img.image, dtype, direction)
+    ]
+
+
+def _gap(wheel: WheelInfo, img: _Image, device: Device, dtype: str, call: Call, padded: int) -> Reason | None:
+    """Why `img` does not run the call (None: it does)."""
+    fwd = _rows(wheel, img, dtype, "fwd")
+    if not fwd:
+        return Reason(
+            "dtype-unsupported",
+            f"no {dtype} kernels for sm {img.arch} ({img.image})",
+            "use fp16 (sm 7.5 has no bf16 tensor cores) or a wheel with these kernels",
+        )
+    serving = [row for row in fwd if padded in row.head_dims]
+    if not serving:
+        return Reason(
+            "head-dim-unsupported",
+            f"head dim {call.head_dim} (padded {padded}) has no {dtype} kernel for sm {img.arch}",
+            "use a head dim this wheel covers (`fa doctor` lists them)",
+        )
+    if call.backward:
+        bwd = [row for row in _rows(wheel, img, dtype, "bwd") if padded in row.head_dims]
+        if not bwd:
+            return Reason(
+                "backward-unsupported",
+                f"forward is covered but backward for {dtype} head dim {padded} on sm {img.arch} is not",
+                "call without requires_grad, or use a head dim with backward kernels",
+            )
+        serving += bwd
+    needs = [row.smem_bytes for row in serving if row.smem_bytes is not None]
+    need = max(needs, default=None)
+    if need is not None and device.smem_per_block is not None and need > device.smem_per_block:
+        return Reason(
+            "arch-unsupported",
+            f"the {img.arch} kernels for {dtype} head dim {padded} need {need} bytes of shared memory "
+            f"per block; this GPU (sm {device.sm}) offers {device.smem_per_block}",
+            f"use a wheel with SASS for sm {device.sm} (fa build with archs including {device.sm})",
+        )
+    return None
+
+
+def _kernel_file(
+    kernels: Sequence[KernelFile], img: _Image, dtype: str, direction: str, head_dim: int
+) -> KernelFile | None:
+    """The kernel file that runs a chosen call: the smallest head-dim bucket >= the padded head dim."""
+    fits = [
+        k
+        for k in kernels
+        if (k.arch, k.image, k.dtype, k.direction) == (img.arch, img.image, dtype, direction)
+        and k.head_dim >= head_dim
+    ]
+    return min(fits, key=lambda k: k.head_dim) if fits else None
+
+
+# ---- the binding and the torch it runs with --------------------------------------------------------
+
+
+def torch_too_old(version: str) -> Reason | None:
+    """torch older than fa supports at all (MIN_TORCH), whichever wheel."""
+    if torch_version(version) >= MIN_TORCH:
+        return None
+    need = version_text(MIN_TORCH)
+    return Reason(
+        "torch-version-mismatch",
+        f"fa-attn needs torch >= {need} (it registers its ops with torch.library APIs from {need}); "
+        f"installed is {version}",
+        f"upgrade torch to {need} or newer",
+    )
+
+
+def binding_problems(
+    wheel: WheelInfo, torch: str, cxx11abi: bool | None, abi_assumed: bool = False
+) -> list[Reason]:
+    """Why the wheel's binding cannot load into this torch (its version, its C++ ABI), decided from the
+    manifest alone: loading a binding built for another torch can kill the process (`undefined symbol`).
+    cxx11abi: torch's, None if unknown (not compared); abi_assumed: it was inferred, not read."""
+    if wheel.universal:
+        return []
+    reasons = []
+    running = torch_minor(torch)
+    if wheel.torch != running:
+        reasons.append(
+            Reason(
+                "torch-version-mismatch",
+                f"the binding is built for torch {wheel.torch}; torch here is {torch}",
+                f"install the fa-attn wheel built for torch {running} (`fa install` picks it), "
+                "or build one with `fa build --local`",
+            )
+        )
+    if wheel.cxx11abi is not None and cxx11abi is not None and wheel.cxx11abi != cxx11abi:
+        assumed = " (assumed: the environment does not say)" if abi_assumed else ""
+        reasons.append(
+            Reason(
+                "cxx11abi-mismatch",
+                f"the binding uses cxx11abi={str(wheel.cxx11abi).lower()}; torch uses "
+                f"cxx11abi={str(cxx11abi).lower()}{assumed}",
+                "install the fa-attn wheel with torch's C++ ABI (`fa install` picks it), "
+                "or build one with `fa build --local`",
+            )
+        )
+    return reasons

@@ -1,0 +1,156 @@
+"""fa_attn as a Hugging Face transformers attention implementation, in one line:
+
+    fa_attn.hf.register()    # then: AutoModelForCausalLM.from_config(cfg, attn_implementation="fa_attn")
+
+`register` adds `attention_forward` to transformers' AttentionInterface and a mask function to its
+AttentionMaskInterface under one name. It needs no flash_attn package and works on any device (on the
+CPU every call takes fa_attn's fallback). Batches take flash-attention-2's routes: a padded batch is
+unpadded with its 2-D mask and run through flash_attn_varlen_func (left or right padding, prefill and
+decode); a padding-free batch (sequences packed in one row, positions restarting per sequence, or
+cu_seq_lens_q/k passed by the caller) runs varlen on the packed rows; anything else runs flash_attn_func.
+
+Transformers' own flash_attention_2 code path can run on fa_attn too, through the flash_attn stand-in
+(flash_attn_compat.py says what transformers checks for it); that path needs a CUDA device.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .bert_padding import pad_input, unpad_input
+from .interface import flash_attn_func, flash_attn_varlen_func
+
+NAME = "fa_attn"
+
+
+def _flash_mask(
+    batch_size,
+    q_length,
+    kv_length,
+    q_offset=0,
+    kv_offset=0,
+    mask_function=None,
+    attention_mask=None,
+    **kwargs,
+):
+    """The 2-D (batch, kv_length) padding mask, or None when every key is valid (flash-attention-2's rule).
+
+    One difference: transformers keeps the mask for flash_attention_2 under a static cache (whose last
+    rows are not written yet) and drops it for other names. Without a mask, the valid keys are the first
+    q_offset + q_length: the mask is then that many ones, as long as the mask transformers would have
+    kept (attention_forward reads only the keys the mask covers)."""
+    if attention_mask is not None:
+        attention_mask = attention_mask[:, -kv_length:]
+        if attention_mask.shape[1] == kv_length and bool(attention_mask.all()):
+            return None
+        return attention_mask
+    seen = int(q_offset + q_length)
+    if kv_offset == 0 and kv_length > seen:
+        device = q_offset.device if isinstance(q_offset, torch.Tensor) else None
+        return torch.ones(batch_size, seen, dtype=torch.bool, device=device)
+    return None
+
+
+def _packed_cu_seqlens(position_ids: torch.Tensor | None, batch: int) -> torch.Tensor | None:
+    """cu_seqlens of a padding-free row: sequences packed in one row, positions restarting at each."""
+    if position_ids is None or batch != 1 or position_ids.shape[-1] <= 1:
+        return None
+    flat = position_ids.reshape(-1)
+    starts = (flat == flat.min()).nonzero().reshape(-1)
+    if starts.numel() <= 1:
+        return None
+    total = torch.tensor([flat.numel()], device=flat.device)
+    return torch.cat((starts, total)).to(torch.int32)
+
+
+def attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """transformers' attention-function contract: query/key/value (batch, heads, seqlen, head_dim) ->
+    (out (batch, seqlen, heads, head_dim), None)."""
+    if attention_mask is not None and attention_mask.dim() != 2:
+        raise ValueError(
+            f"attention_mask: fa_attn takes transformers' 2-D padding mask, got shape {tuple(attention_mask.shape)}; "
+            'register with fa_attn.hf.register() so transformers builds that mask, or use attn_implementation="sdpa"'
+        )
+    q, k, v = (t.transpose(1, 2) for t in (query, key, value))
+    head_dim, v_head_dim = q.shape[-1], v.shape[-1]
+    if v_head_dim != head_dim:  # e.g. MLA: pad v to the query head dim, crop the output
+        v = F.pad(v, (0, head_dim - v_head_dim))
+    causal = bool(module.is_causal if is_causal is None else is_causal)
+    options: dict[str, object] = {
+        "dropout_p": dropout,
+        "softmax_scale": scaling,
+        "causal": causal,
+        "softcap": 0.0 if softcap is None else softcap,
+    }
+    if sliding_window is not None and k.shape[1] > sliding_window:
+        # transformers counts the current token in the window; flash-attn's bounds are inclusive
+        options["window_size"] = (sliding_window - 1, sliding_window - 1)
+    batch = q.shape[0]
+    if attention_mask is not None:
+        out = _padded(q, k, v, attention_mask.bool(), options)
+    else:
+        cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
+        max_q, max_k = kwargs.get("max_length_q"), kwargs.get("max_length_k")
+        if cu_q is None or cu_k is None or max_q is None or max_k is None:
+            cu_q = cu_k = _packed_cu_seqlens(kwargs.get("position_ids"), batch)
+            if cu_q is not None:
+                max_q = max_k = cu_q.diff().max()
+        if cu_q is not None:
+            flat = [t.reshape(-1, *t.shape[-2:]) for t in (q, k, v)]
+            out = flash_attn_varlen_func(flat[0], flat[1], flat[2], cu_q, cu_k, max_q, max_k, **options)
+            out = out.reshape(batch, -1, *out.shape[-2:])
+        else:
+            out = flash_attn_func(q, k, v, **options)
+    if v_head_dim != head_dim:
+        out = out[..., :v_head_dim]
+    return out, None
+
+
+def _padded(q, k, v, mask: torch.Tensor, options: dict[str, object]) -> torch.Tensor:
+    """Unpad with the (batch, kv_len) mask, varlen, pad back (flash-attention-2's padded route)."""
+    batch, q_len = q.shape[0], q.shape[1]
+    k, v = k[:, : mask.shape[1]], v[:, : mask.shape[1]]  # a static cache can hold more rows than the mask
+    k_rows, indices_k, cu_k, max_k, _ = unpad_input(k, mask)
+    v_rows = v.reshape(-1, *v.shape[2:])[indices_k]
+    if q_len == k.shape[1]:
+        q_rows, indices_q, cu_q, max_q = q.reshape(-1, *q.shape[2:])[indices_k], indices_k, cu_k, max_k
+    elif q_len == 1:  # decode: one query per sequence
+        cu_q = torch.arange(batch + 1, dtype=torch.int32, device=q.device)
+        q_rows, indices_q, max_q = q.squeeze(1), cu_q[:-1], 1
+    else:  # queries are the last q_len positions (left padding)
+        q_rows, indices_q, cu_q, max_q, _ = unpad_input(q, mask[:, -q_len:])
+    out = flash_attn_varlen_func(q_rows, k_rows, v_rows, cu_q, cu_k, max_q, max_k, **options)
+    return pad_input(out, indices_q, batch, q_len)
+
+
+def register(name: str = NAME) -> str:
+    """Register fa_attn with transformers under `name` (default "fa_attn"); returns the name to pass as
+    attn_implementation. Calling it again is harmless."""
+    try:
+        from transformers import AttentionInterface
+        from transformers.masking_utils import AttentionMaskInterface
+    except ImportError as error:
+        raise ImportError(
+            f"fa_attn.hf.register needs transformers (pip install transformers): {error}"
+        ) from None
+    if "flash" in name:
+        raise ValueError(
+            f"name: {name!r} contains 'flash', which makes transformers look for a flash_attn package or a "
+            "hub kernel under that name; pick another (the default is 'fa_attn')"
+        )
+    AttentionInterface.register(name, attention_forward)
+    AttentionMaskInterface.register(name, _flash_mask)
+    return name

@@ -1,0 +1,338 @@
+"""flash_attn_with_kvcache: attention over a KV cache for inference, with flash-attn 2.x's semantics.
+
+One call does, in order (flash-attn does all of it in one kernel; here the first two are torch ops):
+  1. rotary embedding of q and of the new k (`rotary_cos`/`rotary_sin`, rotary.py) at their positions
+  2. the new k/v written into the cache in place, at rows cache_seqlens[b] .. + seqlen_new of sequence b
+     (through `cache_batch_idx` or the pages of `block_table`)
+  3. attention of q over each sequence's keys [cache_leftpad[b], cache_seqlens[b] + seqlen_new),
+     bottom-right aligned (causal and windows as flash_attn_func's), GQA/MQA, softcap, ALiBi
+
+Step 3 is `_attend_cache`, the one place the kernels plug in. They serve a contiguous cache in which
+every sequence has the same number of keys and no left padding: that is ordinary attention over
+k_cache[:, :L] (L = cache_seqlens + seqlen_new). The other layouts need kernel features we do not have
+yet and run the fallback with reason `feature-unsupported`, naming the feature:
+  paged_kv         block_table: the kernels must read k/v rows through the page table
+  seqused_k        cache_seqlens differing between sequences: a per-sequence key count (flash-attn's seqused_k)
+  leftpad_k        cache_leftpad: a per-sequence first key (a start offset next to seqused_k)
+  cache_batch_idx  a per-sequence cache row (an indirection on the batch index of k/v)
+Reading cache_seqlens as a tensor is a host sync (the kernel path needs L as a number until the kernels
+take seqused_k); pass it as an int when every sequence has the same length to avoid it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from . import dispatch, fallback, interface, paged, rotary
+from .inputs import (
+    AttnCall,
+    Varlen,
+    as_int,
+    check_block_table,
+    check_index_tensor,
+    check_options,
+    check_same,
+    check_tensor,
+    make_call,
+)
+
+
+@dataclass(frozen=True)
+class Rotary:
+    cos: torch.Tensor  # (seqlen_rotary, rotary_dim / 2)
+    sin: torch.Tensor
+    interleaved: bool
+
+
+@dataclass(frozen=True)
+class CacheCall:
+    """A validated flash_attn_with_kvcache call."""
+
+    attn: AttnCall  # the attention over the cache; seqlen_k is L on the kernel-ready layout
+    capacity: int  # keys one sequence's cache can hold (seqlen_cache, or pages per sequence * page size)
+    seqlen_new: int  # rows of k/v appended (0: none)
+    cache_seqlens: tuple[int, ...] | None  # keys before the append; None: every sequence is full
+    leftpad: tuple[int, ...] | None  # first valid key per sequence
+    batch_rows: torch.Tensor | None  # cache_batch_idx as int64
+    block_table: torch.Tensor | None
+    rotary: Rotary | None
+    num_splits: int  # split-KV hint (0: heuristic); for the kernels' split-KV forward
+
+    @property
+    def key_starts(self) -> list[int]:
+        return list(self.leftpad) if self.leftpad is not None else [0] * self.attn.batch
+
+    @property
+    def key_ends(self) -> list[int]:
+        if self.cache_seqlens is None:
+            return [self.capacity] * self.attn.batch
+        return [n + self.seqlen_new for n in self.cache_seqlens]
+
+
+def _cache_seqlens(value: object, batch: int, device: torch.device) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor) and value.dim() == 1:
+        check_index_tensor("cache_seqlens", value, (batch,), device)
+        return tuple(value.tolist())
+    return (as_int("cache_seqlens", value),) * batch
+
+
+def _check(
+    q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
+    block_table, softmax_scale, causal, window_size, softcap, rotary_interleaved, alibi_slopes, num_splits,
+) -> CacheCall:  # fmt: skip
+    layout = "(batch, seqlen, heads, head_dim)"
+    q = check_tensor("q", q, 4, layout)
+    is_paged = block_table is not None
+    cache_layout = "(num_blocks, page_block_size, heads_k, head_dim)" if is_paged else (
+        "(batch_cache, seqlen_cache, heads_k, head_dim)"
+    )  # fmt: skip
+    k_cache = check_tensor("k_cache", k_cache, 4, cache_layout)
+    v_cache = check_tensor("v_cache", v_cache, 4, cache_layout)
+    check_same(q, k_cache, v_cache, "k_cache", "v_cache")
+    batch, seqlen_q = q.shape[0], q.shape[1]
+    device = q.device
+
+    rows = None
+    if is_paged:
+        if cache_batch_idx is not None:
+            raise ValueError(
+                "cache_batch_idx: not supported with a paged cache (block_table); pass one of them"
+            )
+        if cache_leftpad is not None:
+            raise ValueError(
+                "cache_leftpad: not supported with a paged cache (block_table); pass one of them"
+            )
+        if not isinstance(block_table, torch.Tensor) or block_table.dim() != 2:
+            raise ValueError("block_table: expected a 2-D torch.int32 tensor (batch, max_num_blocks_per_seq)")
+        table = check_index_tensor("block_table", block_table, (batch, block_table.shape[1]), device)
+        capacity = table.shape[1] * k_cache.shape[1]
+    else:
+        capacity = k_cache.shape[1]
+        if cache_batch_idx is not None:
+            index = check_index_tensor("cache_batch_idx", cache_batch_idx, (batch,), device)
+            rows = index.to(torch.long)
+            bad = [i for i in index.tolist() if not 0 <= i < k_cache.shape[0]]
+            if bad:
+                raise ValueError(
+                    f"cache_batch_idx: {bad[0]} is outside the cache's {k_cache.shape[0]} rows; "
+                    "indices must be in [0, batch_cache)"
+                )
+        elif k_cache.shape[0] != batch:
+            raise ValueError(
+                f"k_cache: batch {k_cache.shape[0]} differs from q's {batch}; pass cache_batch_idx to pick "
+                "cache rows, or a cache with q's batch"
+            )
+
+    seqlen_new = 0
+    if k is not None or v is not None:
+        if k is None or v is None:
+            raise ValueError("k, v: pass both new keys and new values, or neither")
+        k = check_tensor("k", k, 4, layout)
+        v = check_tensor("v", v, 4, layout)
+        check_same(q, k, v)
+        if k.shape[0] != batch or k.shape[2] != k_cache.shape[2]:
+            raise ValueError(
+                f"k: shape {tuple(k.shape)} must be (batch {batch}, seqlen_new, heads_k {k_cache.shape[2]}, "
+                f"head_dim {k_cache.shape[3]}) to be appended to the cache"
+            )
+        if cache_seqlens is None:
+            raise ValueError("cache_seqlens: required with new k/v (where in the cache they are written)")
+        seqlen_new = k.shape[1]
+    lengths = _cache_seqlens(cache_seqlens, batch, device)
+
+    leftpad = None
+    if cache_leftpad is not None:
+        pad = check_index_tensor("cache_leftpad", cache_leftpad, (batch,), device)
+        leftpad = tuple(pad.tolist())
+    for b in range(batch):
+        start = leftpad[b] if leftpad else 0
+        end = lengths[b] + seqlen_new if lengths is not None else capacity
+        if lengths is not None and lengths[b] < 0:
+            raise ValueError(f"cache_seqlens: {lengths[b]} for sequence {b} is negative")
+        if end > capacity:
+            raise ValueError(
+                f"cache_seqlens: sequence {b} holds {end - seqlen_new} keys + {seqlen_new} new = {end}, more "
+                f"than the cache's {capacity}; allocate a longer cache (or more block_table columns)"
+            )
+        if not 0 <= start <= end - seqlen_new:
+            raise ValueError(
+                f"cache_leftpad: {start} for sequence {b} must be in [0, cache_seqlens] ([0, {end - seqlen_new}])"
+            )
+    if is_paged:
+        ends = [lengths[b] + seqlen_new for b in range(batch)] if lengths is not None else [capacity] * batch
+        check_block_table(block_table, batch, k_cache.shape[0], k_cache.shape[1], tuple(ends), device)
+
+    rot = None
+    if rotary_cos is not None or rotary_sin is not None:
+        rot = _check_rotary(q, rotary_cos, rotary_sin, rotary_interleaved, seqlen_new, capacity)
+
+    splits = as_int("num_splits", num_splits)
+    if splits < 0:
+        raise ValueError(f"num_splits: {splits} must be >= 0 (0: choose automatically)")
+    opts = check_options(q, batch, q.shape[2], 0.0, softmax_scale, softcap, alibi_slopes)
+
+    features = set()
+    if is_paged:
+        features.add("paged_kv")
+    if rows is not None:
+        features.add("cache_batch_idx")
+    if leftpad is not None and any(leftpad):
+        features.add("leftpad_k")
+    if lengths is not None and len(set(lengths)) > 1:
+        features.add("seqused_k")
+    key_len = capacity if lengths is None else max((n + seqlen_new for n in lengths), default=0)
+    attn = make_call(q, batch, seqlen_q, capacity, k_cache.shape[2], opts, causal, window_size, False)
+    # flash-attn normalises the window against the cache's capacity; the attention then runs over key_len
+    attn = replace(attn, seqlen_k=key_len, kv_features=frozenset(features))
+    return CacheCall(attn, capacity, seqlen_new, lengths, leftpad, rows, block_table, rot, splits)
+
+
+def _check_rotary(q, cos, sin, interleaved, seqlen_new: int, capacity: int) -> Rotary:
+    if cos is None or sin is None:
+        raise ValueError("rotary_cos, rotary_sin: pass both, or neither")
+    if seqlen_new == 0:
+        raise ValueError("rotary_cos: rotary embedding needs the new k and v (it rotates q and the new keys)")
+    for name, t in (("rotary_cos", cos), ("rotary_sin", sin)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 2:
+            raise ValueError(f"{name}: expected a 2-D tensor (seqlen_rotary, rotary_dim / 2)")
+        if t.dtype != q.dtype or t.device != q.device:
+            raise ValueError(
+                f"{name}: must have q's dtype {q.dtype} and device {q.device}; pass {name}.to(q)"
+            )
+    if cos.shape != sin.shape:
+        raise ValueError(f"rotary_sin: shape {tuple(sin.shape)} differs from rotary_cos's {tuple(cos.shape)}")
+    if 2 * cos.shape[1] > q.shape[-1]:
+        raise ValueError(
+            f"rotary_cos: rotary_dim {2 * cos.shape[1]} (2 x its dim 1) is larger than head_dim {q.shape[-1]}"
+        )
+    if cos.shape[0] < capacity:
+        raise ValueError(
+            f"rotary_cos: {cos.shape[0]} positions, fewer than the cache's {capacity}; "
+            "cos/sin need a row for every cache position"
+        )
+    return Rotary(cos, sin, bool(interleaved))
+
+
+def _positions(req: CacheCall, seqlen: int, per_token: bool, device: torch.device) -> torch.Tensor:
+    """(batch, seqlen) rotary positions: cache_seqlens[b] + t, or cache_seqlens[b] for every token."""
+    assert req.cache_seqlens is not None
+    base = torch.tensor(req.cache_seqlens, dtype=torch.long, device=device).unsqueeze(1)
+    steps = torch.arange(seqlen, device=device).unsqueeze(0)
+    return base + steps if per_token else base.expand(-1, seqlen)
+
+
+def _append(req: CacheCall, k_cache, v_cache, k, v) -> None:
+    """Write the new rows into the cache in place."""
+    assert req.cache_seqlens is not None
+    device = k_cache.device
+    pos = _positions(req, req.seqlen_new, True, device)  # (batch, seqlen_new) cache rows
+    if req.block_table is not None:
+        page = k_cache.shape[1]
+        table = req.block_table.to(torch.long)
+        first = torch.gather(table, 1, pos // page)
+        second = pos % page
+    else:
+        rows = req.batch_rows if req.batch_rows is not None else torch.arange(req.attn.batch, device=device)
+        first = rows.unsqueeze(1).expand_as(pos)
+        second = pos
+    k_cache[first, second] = k
+    v_cache[first, second] = v
+
+
+def _attend_cache(req: CacheCall, q, k_cache, v_cache, want_lse: bool):
+    call = req.attn
+    route = interface.decide(call, q, k_cache, v_cache)
+    dispatch.report(route)
+    if route.path != "fallback":
+        # Only the kernel-ready layout gets here (no kv_features): ordinary attention over the first
+        # L = call.seqlen_k rows of each sequence's cache. New layouts plug in here with their features.
+        keys, values = k_cache[:, : call.seqlen_k], v_cache[:, : call.seqlen_k]
+        return interface.run_kernels(call, route, q, keys, values)
+    return _fallback(req, q, k_cache, v_cache, want_lse)
+
+
+def _fallback(req: CacheCall, q, k_cache, v_cache, want_lse: bool):
+    """Each sequence's keys gathered into the packed layout, then the varlen fallback."""
+    call = req.attn
+    batch, seqlen_q = q.shape[0], q.shape[1]
+    starts, ends = req.key_starts, req.key_ends
+    if req.block_table is not None:
+        keys = paged.gather(k_cache, req.block_table, starts, ends)
+        values = paged.gather(v_cache, req.block_table, starts, ends)
+    else:
+        rows = req.batch_rows.tolist() if req.batch_rows is not None else list(range(batch))
+        keys = torch.cat([k_cache[r, s:e] for r, s, e in zip(rows, starts, ends)]) if rows else k_cache[:0, 0]
+        values = (
+            torch.cat([v_cache[r, s:e] for r, s, e in zip(rows, starts, ends)]) if rows else v_cache[:0, 0]
+        )
+    lens_k = tuple(e - s for s, e in zip(starts, ends))
+    offsets = lambda lengths: torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+    varlen = Varlen(
+        offsets([seqlen_q] * batch).to(q.device),
+        offsets(list(lens_k)).to(q.device),
+        (seqlen_q,) * batch,
+        lens_k,
+        seqlen_q,
+        max(lens_k, default=0),
+    )
+    out, lse = fallback.varlen_attention(
+        replace(call, varlen=varlen), q.reshape(batch * seqlen_q, *q.shape[2:]), keys, values, want_lse
+    )
+    out = out.reshape(q.shape)
+    if lse is not None:
+        lse = lse.reshape(lse.shape[0], batch, seqlen_q).transpose(0, 1)
+    return out, lse
+
+
+def flash_attn_with_kvcache(
+    q,
+    k_cache,
+    v_cache,
+    k=None,
+    v=None,
+    rotary_cos=None,
+    rotary_sin=None,
+    cache_seqlens=None,
+    cache_batch_idx=None,
+    cache_leftpad=None,
+    block_table=None,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    rotary_interleaved=True,
+    alibi_slopes=None,
+    num_splits=0,
+    return_softmax_lse=False,
+):
+    """Attention of q (batch, seqlen_q, heads, head_dim) over a KV cache, after appending k/v to it.
+
+    k_cache/v_cache: (batch_cache, seqlen_cache, heads_k, head_dim), or with block_table
+    (num_blocks, page_block_size, heads_k, head_dim) and block_table (batch, max_num_blocks_per_seq) int32.
+    k/v (batch, seqlen_new, heads_k, head_dim): written into the cache in place at rows
+    cache_seqlens[b] .. + seqlen_new. cache_seqlens: an int (any integer-like) or a (batch,) int32 tensor;
+    None means every sequence's cache is full. cache_batch_idx (batch,) int32: the cache row of each
+    sequence. cache_leftpad (batch,) int32: the first valid key of each sequence.
+    rotary_cos/sin (seqlen_rotary, rotary_dim / 2): rotate the new k at positions cache_seqlens[b] + t and
+    q the same way when causal or windowed (else every query at cache_seqlens[b]); rotary_interleaved
+    pairs features 2i, 2i + 1 (GPT-J) instead of i, i + rotary_dim / 2 (GPT-NeoX).
+    Returns out like q, and softmax_lse (batch, heads, seqlen_q) fp32 with return_softmax_lse=True.
+    No backward (as flash-attn). Which layouts run on the kernels: the module docstring.
+    """
+    req = _check(
+        q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
+        block_table, softmax_scale, causal, window_size, softcap, rotary_interleaved, alibi_slopes, num_splits,
+    )  # fmt: skip
+    if req.rotary is not None:
+        cos, sin, interleaved = req.rotary.cos, req.rotary.sin, req.rotary.interleaved
+        per_token = req.attn.causal or req.attn.has_window
+        q = rotary.rotate(q, cos, sin, _positions(req, q.shape[1], per_token, q.device), interleaved)
+        k = rotary.rotate(k, cos, sin, _positions(req, req.seqlen_new, True, q.device), interleaved)
+    if req.seqlen_new:
+        _append(req, k_cache, v_cache, k, v)
+    out, lse = _attend_cache(req, q, k_cache, v_cache, return_softmax_lse)
+    return (out, lse) if return_softmax_lse else out

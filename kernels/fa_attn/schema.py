@@ -1,0 +1,330 @@
+"""What a wheel says about itself: fa_attn/manifest.json inside every wheel, and the entries of
+wheels/index.json that repeat it (docs/contracts.md sections 3 and 5). One typed definition, from which
+the build writes both (buildtool/build/package.py, buildtool/build/index.py) and the runtime
+(loader.py), `fa doctor` and `fa install` (buildtool/compat/wheel_index.py) read them.
+
+Stdlib only: it ships in every wheel, and buildtool loads this same file by path
+(buildtool/core/kernels_src.py) without importing torch.
+
+Versions: both documents carry `"schema": MAJOR` and `"schema_minor": MINOR`. A field added (to a
+dataclass below) is a new minor: raise SCHEMA_MINOR, give the field `since=` that minor and an
+`absent=` value (what a reader assumes for files written before it), and add it to the minor's list in
+tests/runtime/test_schema.py and to docs/contracts.md. Readers refuse another major (`SchemaError`)
+and read every minor: keys they do not know are ignored, keys a file lacks take their `absent` value
+(a field without one is required). Removing or retyping a field is a new major.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+SCHEMA_MAJOR = 1
+# 0: the first published shape. 1: coverage rows per compiled program with its `smem_bytes`; index
+# entries repeat the manifest's `binding` and `features`. 2: the manifest's `kernel_source_sha256`.
+SCHEMA_MINOR = 2
+
+PACKAGE = "fa-attn"  # the distribution
+DIST = "fa_attn"  # the import package and the wheel file name's prefix
+MANIFEST_PATH = f"{DIST}/manifest.json"  # inside every wheel
+BINDING_FILE = "libfa_attn_ops.so"  # the host binding, inside fa_attn/
+
+IMAGES = ("sass", "ptx")
+DIRECTIONS = ("fwd", "bwd")
+
+
+class SchemaError(ValueError):
+    """A manifest or index entry that does not have the shape below; the message names the field."""
+
+
+_REQUIRED: Any = object()
+T = TypeVar("T")
+
+
+def _field(read: Callable[[Any, str], Any], *, since: int = 0, absent: Any = _REQUIRED) -> Any:
+    """A key of the JSON: how to read it, the minor that added it, its value when a file lacks it."""
+    return dataclasses.field(metadata={"read": read, "since": since, "absent": absent})
+
+
+def _flat() -> Any:
+    """A WheelInfo whose keys sit in the enclosing JSON object (a manifest, an index entry)."""
+    return dataclasses.field(metadata={"flat": True})
+
+
+# ---- readers of one JSON value: (value, where) -> typed value, or SchemaError naming `where` ------------
+
+
+def _at(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _fail(where: str, value: Any, wanted: str) -> SchemaError:
+    return SchemaError(f"{where}: got {value!r}; expected {wanted}")
+
+
+def _str(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise _fail(where, value, "a string")
+    return value
+
+
+def _int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):  # a bool is an int to Python, not here
+        raise _fail(where, value, "an integer")
+    return value
+
+
+def _bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise _fail(where, value, "true or false")
+    return value
+
+
+def _optional(read: Callable[[Any, str], T]) -> Callable[[Any, str], T | None]:
+    def optional(value: Any, where: str) -> T | None:
+        return None if value is None else read(value, where)
+
+    return optional
+
+
+def _tuple_of(read: Callable[[Any, str], T]) -> Callable[[Any, str], tuple[T, ...]]:
+    def many(value: Any, where: str) -> tuple[T, ...]:
+        if not isinstance(value, (list, tuple)):
+            raise _fail(where, value, "a list")
+        return tuple(read(item, f"{where}[{i}]") for i, item in enumerate(value))
+
+    return many
+
+
+def _object(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise _fail(where or "the document", value, "an object")
+    return value
+
+
+def _wheel_file(value: Any, where: str) -> str:
+    # A bare file name: readers join it to the index's directory or URL and to a scratch directory.
+    name = _str(value, where)
+    if "/" in name or "\\" in name or not name.endswith(".whl") or name.startswith("."):
+        raise _fail(where, name, "a wheel file name next to index.json")
+    return name
+
+
+_opt_str = _optional(_str)
+_opt_int = _optional(_int)
+_opt_bool = _optional(_bool)
+_strs = _tuple_of(_str)
+
+D = TypeVar("D")
+
+
+def _read(cls: type[D], data: Any, where: str) -> D:
+    """An instance of dataclass `cls` from a JSON object: each field read, absent ones defaulted."""
+    data = _object(data, where)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if "flat" in f.metadata:
+            values[f.name] = _read(WheelInfo, data, where)
+        elif f.name in data:
+            values[f.name] = f.metadata["read"](data[f.name], _at(where, f.name))
+        elif f.metadata["absent"] is _REQUIRED:
+            raise SchemaError(f"{_at(where, f.name)}: missing")
+        else:
+            values[f.name] = f.metadata["absent"]
+    return cls(**values)
+
+
+def _rows(cls: type[T]) -> Callable[[Any, str], tuple[T, ...]]:
+    return _tuple_of(lambda value, where: _read(cls, value, where))
+
+
+def _json(value: Any) -> Any:
+    """A typed value back to JSON: dataclasses to objects in field order (flat ones merged), tuples to
+    lists, mappings kept in their order (a kernel's entries are in launch order)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(value):
+            item = _json(getattr(value, f.name))
+            if "flat" in f.metadata:
+                out.update(item)
+            else:
+                out[f.name] = item
+        return out
+    if isinstance(value, tuple):
+        return [_json(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _json(v) for k, v in value.items()}
+    return value
+
+
+def schema_minor(data: Mapping[str, Any]) -> int:
+    """The minor of a manifest or index.json; SchemaError for another major (another fa wrote it)."""
+    major = data.get("schema")
+    if isinstance(major, bool) or major != SCHEMA_MAJOR:
+        newer = isinstance(major, int) and not isinstance(major, bool) and major > SCHEMA_MAJOR
+        fix = "upgrade fa-toolchain (pip install -U fa-toolchain)" if newer else "rebuild it with fa build"
+        raise SchemaError(f"schema: got {major!r}; this fa reads schema {SCHEMA_MAJOR}: {fix}")
+    return _int(data.get("schema_minor", 0), "schema_minor")
+
+
+# ---- the parts ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One __global__ entry point of a kernel file (kernels/tiles.py's Launch, as shipped)."""
+
+    threads: int = _field(_int)
+    block_m: int = _field(_int)  # query rows per block (0 if unused)
+    block_n: int = _field(_int)  # key rows per block (0 if unused)
+    smem_bytes: int = _field(_int)  # dynamic shared memory per block
+    grid: str = _field(_str)  # "q_blocks" | "k_blocks"
+
+
+def _launches(value: Any, where: str) -> Mapping[str, Launch]:
+    # In launch order (the backward runs three entries in sequence): never sorted.
+    return {name: _read(Launch, spec, _at(where, name)) for name, spec in _object(value, where).items()}
+
+
+@dataclass(frozen=True)
+class KernelFile:
+    """One compiled program in the wheel: its file under fa_attn/ and how to launch it."""
+
+    arch: str = _field(_str)  # "8.0"
+    image: str = _field(_str)  # "sass" | "ptx"
+    file: str = _field(_str)  # "kernels/sm_80/fwd_bf16_d128.cubin", relative to fa_attn/
+    unit: str = _field(_str)  # "fwd_bf16_d128"
+    direction: str = _field(_str)  # "fwd" | "bwd"
+    dtype: str = _field(_str)  # "fp16" | "bf16"
+    head_dim: int = _field(_int)  # the compiled head-dim bucket
+    entries: Mapping[str, Launch] = _field(_launches)  # extern "C" name -> launch, in launch order
+
+    @property
+    def smem_bytes(self) -> int:
+        """The most dynamic shared memory any of its entries asks for."""
+        return max((launch.smem_bytes for launch in self.entries.values()), default=0)
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """What runs where: the head dims one compiled program serves, on one arch and image."""
+
+    arch: str = _field(_str)
+    image: str = _field(_str)
+    dtype: str = _field(_str)
+    direction: str = _field(_str)
+    head_dims: tuple[int, ...] = _field(_tuple_of(_int))  # every head dim (a multiple of 8) served
+    # The most shared memory per block the program needs; None in files older than 1.1 (unknown). An
+    # sm_80 cubin runs on an sm_86 GPU only if the GPU offers this much.
+    smem_bytes: int | None = _field(_opt_int, since=1, absent=None)
+
+
+# ---- the documents ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WheelInfo:
+    """What the manifest and the wheel's index.json entry both say."""
+
+    version: str = _field(_str)  # "1.0.0+cu12torch2.5cxx11abifalse"
+    variant: str = _field(_str, absent="")  # "cu12torch2.5cxx11abifalse"; "" for the universal wheel
+    platform: str | None = _field(_opt_str, absent=None)  # the binding's CPU (x86_64, aarch64)
+    cuda_major: int | None = _field(_opt_int, absent=None)  # None: the universal wheel (no kernels)
+    toolkit: str | None = _field(_opt_str, absent=None)  # the NVRTC that compiled the kernels
+    min_driver: str | None = _field(_opt_str, absent=None)  # runs the SASS from this driver on
+    ptx_min_driver: str | None = _field(_opt_str, absent=None)  # JIT of the PTX needs this driver
+    sass: tuple[str, ...] = _field(_strs, absent=())  # archs with SASS
+    ptx: str | None = _field(_opt_str, absent=None)  # the arch of the PTX shipped
+    torch: str | None = _field(_opt_str, absent=None)  # the torch minor the binding is built for
+    cxx11abi: bool | None = _field(_opt_bool, absent=None)  # the binding's C++ ABI
+    binding: str | None = _field(_opt_str, since=1, absent=None)  # its file in fa_attn/ (BINDING_FILE)
+    features: tuple[str, ...] = _field(_strs, since=1, absent=())  # what the kernels implement
+    coverage: tuple[Coverage, ...] = _field(_rows(Coverage), absent=())
+
+    @property
+    def universal(self) -> bool:
+        """The wheel without kernels or binding: every call falls back to torch SDPA."""
+        return self.cuda_major is None
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """fa_attn/manifest.json: the wheel's info and every kernel file in it."""
+
+    info: WheelInfo = _flat()  # noqa: RUF009 (a dataclasses.field, made by _flat)
+    kernels: tuple[KernelFile, ...] = _field(_rows(KernelFile), absent=())
+    # sha256 of the kernels/csrc/ files and kernels/tiles.py the images were compiled from (buildtool's
+    # kernels_src.source_hash); the GPU kit refuses a wheel whose value is not the checkout's. None for
+    # the universal wheel and files older than 1.2.
+    kernel_source_sha256: str | None = dataclasses.field(
+        default=None, metadata={"read": _opt_str, "since": 2, "absent": None}
+    )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": SCHEMA_MAJOR, "schema_minor": SCHEMA_MINOR, "package": PACKAGE, **_json(self)}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Manifest:
+        """SchemaError names the field (the caller names the file)."""
+        schema_minor(_object(data, ""))
+        return _read(cls, data, "")
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """One wheel of index.json: its file and tags, and what its manifest says (less the kernel list)."""
+
+    file: str = _field(_wheel_file)  # the wheel's file name, next to index.json
+    sha256: str = _field(_str)
+    size: int | None = _field(_opt_int, absent=None)
+    info: WheelInfo = _flat()  # noqa: RUF009 (a dataclasses.field, made by _flat)
+    python_tag: str | None = _field(_opt_str, absent=None)
+    abi_tag: str | None = _field(_opt_str, absent=None)
+    platform_tag: str | None = _field(_opt_str, absent=None)
+    requires_python: str | None = _field(_opt_str, absent=None)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = _json(self)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> IndexEntry:
+        return _read(cls, data, where)
+
+
+def index_json(entries: Iterable[IndexEntry]) -> dict[str, Any]:
+    """index.json's content."""
+    wheels = [e.to_json() for e in entries]
+    return {"schema": SCHEMA_MAJOR, "schema_minor": SCHEMA_MINOR, "package": PACKAGE, "wheels": wheels}
+
+
+def read_index(data: Any) -> tuple[IndexEntry, ...]:
+    """The entries of a parsed index.json; SchemaError names the entry and the field."""
+    data = _object(data, "")
+    schema_minor(data)
+    wheels = data.get("wheels")
+    if not isinstance(wheels, list):
+        raise _fail("wheels", wheels, "a list")
+    return tuple(IndexEntry.from_json(raw, f"wheels[{i}]") for i, raw in enumerate(wheels))
+
+
+def universal_info(version: str) -> WheelInfo:
+    """The info of the wheel without kernels (pure Python: every call falls back to torch SDPA)."""
+    return WheelInfo(
+        version=version,
+        variant="",
+        platform=None,
+        cuda_major=None,
+        toolkit=None,
+        min_driver=None,
+        ptx_min_driver=None,
+        sass=(),
+        ptx=None,
+        torch=None,
+        cxx11abi=None,
+        binding=None,
+        features=(),
+        coverage=(),
+    )

@@ -1,0 +1,61 @@
+"""How fa reads the version strings it meets, each in one place: compute capabilities ("8.6"), NVIDIA
+driver versions ("575.51.03") and torch versions ("2.5.1+cu124"), and the oldest torch fa supports.
+
+Stdlib only: the runtime uses it, and buildtool loads this same file (buildtool/core/runtime.py).
+"""
+
+from __future__ import annotations
+
+import re
+
+# The oldest torch fa runs with: ops.py registers its ops with torch.library.register_fake and
+# register_autograd, and the binding reaches the CUDA stream through torch's C shim
+# (aoti_torch/c/shim.h); both are new in torch 2.4.
+MIN_TORCH = (2, 4)
+
+_ARCH = re.compile(r"(\d+)\.(\d+)")
+_DRIVER = re.compile(r"\d+(\.\d+)*")
+_TORCH = re.compile(r"(\d+)(?:\.(\d+))?")
+
+
+def parse_arch(arch: str) -> tuple[int, int]:
+    """A compute capability as NVIDIA writes it: "8.6" -> (8, 6), "10.0" -> (10, 0). ValueError for
+    anything else ("sm_86", "86"): an arch is always written major.minor in fa's files."""
+    match = _ARCH.fullmatch(str(arch).strip())
+    if match is None:
+        raise ValueError(f"arch: {arch!r} is not a compute capability; write it like '8.6'")
+    return int(match[1]), int(match[2])
+
+
+def parse_driver(version: str) -> tuple[int, int, int]:
+    """ "575.51.03" -> (575, 51, 3); a plain "580" is (580, 0, 0), so it compares as NVIDIA means it."""
+    text = str(version).strip()
+    if _DRIVER.fullmatch(text) is None:
+        raise ValueError(f"driver: {version!r} is not a driver version; write it like '575.51.03'")
+    parts = [int(part) for part in text.split(".")] + [0, 0]
+    return parts[0], parts[1], parts[2]
+
+
+def driver_at_least(driver: str, floor: str) -> bool:
+    """Driver versions compare numerically: "525.105.17" is newer than "525.60.13"."""
+    return parse_driver(driver) >= parse_driver(floor)
+
+
+def torch_version(version: str) -> tuple[int, int]:
+    """torch's major and minor: "2.5.1+cu124", "2.7.0a0+e000cf0ad9.nv24.10" -> (2, 5), (2, 7): local
+    and pre-release parts never change the minor a binding is built for."""
+    match = _TORCH.match(str(version).strip())
+    if match is None:
+        raise ValueError(f"torch: {version!r} is not a torch version; write it like '2.5.1'")
+    return int(match[1]), int(match[2] or 0)
+
+
+def torch_minor(version: str) -> str:
+    """ "2.5.1+cu124" -> "2.5", the spelling of manifests, matrix.yaml and wheel variants."""
+    major, minor = torch_version(version)
+    return f"{major}.{minor}"
+
+
+def version_text(version: tuple[int, ...]) -> str:
+    """(2, 4) -> "2.4"."""
+    return ".".join(map(str, version))

@@ -1,0 +1,77 @@
+"""fa_attn's public API on the real kernels, run by tests/emu's CPU emulator.
+
+`kernels_on_cpu()` registers CPU implementations of the `fa_attn::fwd` / `fa_attn::bwd` ops that launch
+the kernels on the emulator (emu_harness.forward / backward: what the binding does around a launch), and
+answers fa_attn's path decision with the real `dispatch.decide` for an sm 8.0 GPU and a manifest built
+from kernels/tiles.py. So a call the kernels serve runs them (padding, strides, varlen offsets, GQA, the
+autograd backward), and a call they cannot serve falls back with the reason a GPU would give.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+
+import emu_harness as H
+import tiles
+import torch
+from fa_attn import dispatch, interface
+from fa_attn.decision import Call, Device
+
+from buildtool.core.runtime import schema
+from tests.select.fixture_index import kernel_manifest
+
+ARCH = "8.0"
+_EMULATED: dict[str, H.Emulated] = {}
+
+
+def manifest(arch: str = ARCH) -> schema.Manifest:
+    """The manifest `fa build` writes for a wheel with SASS for `arch` only (docs/contracts.md section 3)."""
+    return kernel_manifest(12, "2.8", True, sass=(arch,), ptx=None)
+
+
+def _emulated(module: str) -> H.Emulated:
+    name = Path(module).stem  # kernels/sm_80/<unit>.cubin
+    if name not in _EMULATED:
+        unit = next(u for u in tiles.units(ARCH) if u.name == name)
+        _EMULATED[name] = H.Emulated(unit, ARCH)
+    return _EMULATED[name]
+
+
+def _call(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap) -> H.Call:
+    return H.Call(q, k, v, causal=causal, window=(wl, wr), softcap=softcap, softmax_scale=scale,
+                  cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max_q, max_seqlen_k=max_k)  # fmt: skip
+
+
+def _fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap, module, entries, launch, *_bwd):
+    return H.forward(
+        _emulated(module), _call(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap)
+    )
+
+
+def _bwd(
+    dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap, module, entries, launch
+):
+    call = _call(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap)
+    return H.backward(_emulated(module), call, out, lse, dout)
+
+
+def _decide(call, q, k, v) -> dispatch.Dispatch:
+    backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    facts = dispatch.CallFacts(
+        Device("cuda", ARCH),
+        Call(call.dtype_name, call.head_dim, backward, dispatch.features_of(call, backward)),
+    )
+    return dispatch.decide(facts, manifest(), lambda: None, driver=lambda: None, package_dir=Path("/"))
+
+
+@contextmanager
+def kernels_on_cpu(monkeypatch):
+    lib = torch.library.Library("fa_attn", "IMPL")
+    lib.impl("fwd", _fwd, "CPU")
+    lib.impl("bwd", _bwd, "CPU")
+    monkeypatch.setattr(interface, "decide", _decide)
+    try:
+        yield
+    finally:
+        lib._destroy()

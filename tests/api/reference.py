@@ -1,0 +1,88 @@
+"""A float64 reference for flash-attn 2.x's semantics, written from its documented definitions and
+sharing no code with fa_attn: one sequence at a time, explicit masks and biases.
+
+Query i of sq sees key j of sk when j <= i + sk - sq + right and j >= i + sk - sq - left (bottom-right
+alignment; causal means right = 0; -1 is unbounded). A row that sees no key has out 0 and lse +inf.
+ALiBi adds -slope * |i + sk - sq - j|; `flash_attn_lse` gives the LSE flash-attn returns, which under a
+purely causal mask (window (-1, 0)) is larger by slope * (i + sk - sq) (flash-attn's kernels add slope * j).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def sequence_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    window: tuple[int, int] = (-1, -1),
+    scale: float | None = None,
+    softcap: float = 0.0,
+    slopes: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q (sq, h, d), k/v (sk, hk, d) -> out (sq, h, d) fp64, lse (h, sq) fp64, probs (h, sq, sk) fp64."""
+    sq, h, d = q.shape
+    sk, hk = k.shape[0], k.shape[1]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    left, right = window
+    if causal:
+        right = 0
+    i = torch.arange(sq, dtype=torch.float64).reshape(-1, 1) + (sk - sq)
+    j = torch.arange(sk, dtype=torch.float64).reshape(1, -1)
+    visible = torch.ones(sq, sk, dtype=torch.bool)
+    if right >= 0:
+        visible &= j <= i + right
+    if left >= 0:
+        visible &= j >= i - left
+    kv_head = torch.arange(h) // (h // hk)
+    qd, kd, vd = q.double(), k.double()[:, kv_head], v.double()[:, kv_head]
+    scores = torch.einsum("ihd,jhd->hij", qd, kd) * scale
+    if softcap > 0:
+        scores = softcap * torch.tanh(scores / softcap)
+    if slopes is not None:
+        scores = scores - slopes.double().reshape(h, 1, 1) * (i - j).abs()
+    scores = scores.masked_fill(~visible, -math.inf)
+    lse = torch.logsumexp(scores, dim=-1)
+    probs = torch.exp(scores - lse.unsqueeze(-1)).nan_to_num(0.0)
+    out = torch.einsum("hij,jhd->ihd", probs, vd)
+    return out, lse.masked_fill(~visible.any(-1), math.inf), probs
+
+
+def flash_attn_lse(
+    lse: torch.Tensor, slopes: torch.Tensor | None, causal_only: bool, sq: int, sk: int
+) -> torch.Tensor:
+    """The LSE flash-attn returns for (h, sq) reference LSEs (module docstring)."""
+    if slopes is None or not causal_only:
+        return lse
+    i = torch.arange(sq, dtype=torch.float64) + (sk - sq)
+    return lse + slopes.double().reshape(-1, 1) * i
+
+
+def padded_attention(q, k, v, slopes=None, **options) -> tuple[torch.Tensor, torch.Tensor]:
+    """q (b, sq, h, d), k/v (b, sk, hk, d); slopes (h,) or (b, h) -> out (b, sq, h, d), lse (b, h, sq)."""
+    outs, lses = [], []
+    for b in range(q.shape[0]):
+        per = None if slopes is None else (slopes if slopes.dim() == 1 else slopes[b])
+        out, lse, _ = sequence_attention(q[b], k[b], v[b], slopes=per, **options)
+        outs.append(out)
+        lses.append(lse)
+    return torch.stack(outs), torch.stack(lses)
+
+
+def assert_close(
+    name: str, ours: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, ulps: float = 16
+) -> None:
+    """|ours - ref| <= ulps * eps(dtype) * max(1, |ref|): the error one rounding per step in `dtype` leaves
+    (fp64 results are computed in fp64, fp32 in fp32, fp16/bf16 in fp32 and rounded once). inf must match."""
+    assert ours.shape == ref.shape, f"{name}: shape {tuple(ours.shape)} != reference {tuple(ref.shape)}"
+    ours, ref = ours.double(), ref.double()
+    inf = torch.isinf(ref)
+    assert torch.equal(torch.isinf(ours), inf), f"{name}: +inf where the reference has none, or the reverse"
+    if (~inf).any():
+        err = (ours[~inf] - ref[~inf]).abs().max().item()
+        tol = ulps * torch.finfo(dtype).eps * max(1.0, ref[~inf].abs().max().item())
+        assert err <= tol, f"{name}: max error {err:.3e} > {tol:.3e} ({ulps} eps of {dtype})"

@@ -1,0 +1,165 @@
+"""Hugging Face transformers on fa_attn: tiny models built from a config (no download), logits and greedy
+generation compared with attn_implementation="eager".
+
+Two ways in: `fa_attn.hf.register()` (an AttentionInterface entry, any device), and transformers' own
+flash_attention_2 code path with the flash_attn stand-in. transformers refuses flash_attention_2
+without a CUDA device, so that test answers transformers' one device question (is_torch_cuda_available)
+with yes; everything else (its availability checks, its unpad/varlen/packed routing) is transformers'.
+"""
+
+from __future__ import annotations
+
+import fa_attn
+import pytest
+import torch
+from fa_attn import flash_attn_compat, interface
+from reference import assert_close
+
+transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.filterwarnings("ignore::fa_attn.FaFallbackWarning", "ignore::UserWarning")
+
+CONFIGS = {
+    "llama": lambda: transformers.LlamaConfig(
+        vocab_size=101, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64,
+    ),
+    "qwen2": lambda: transformers.Qwen2Config(
+        vocab_size=101, hidden_size=48, intermediate_size=96, num_hidden_layers=2, num_attention_heads=6,
+        num_key_value_heads=1, max_position_embeddings=64,
+    ),
+}  # fmt: skip
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """These models are tiny: one intra-op thread is faster than two fighting over a busy CI machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def calls(monkeypatch) -> list[str]:
+    """The fa_attn attention calls made (proof the model ran on fa_attn, not on a fallback of transformers')."""
+    seen: list[str] = []
+    original = interface._attend
+
+    def spy(call, *args, **kwargs):
+        seen.append("varlen" if call.varlen is not None else "padded")
+        return original(call, *args, **kwargs)
+
+    monkeypatch.setattr(interface, "_attend", spy)
+    return seen
+
+
+@pytest.fixture
+def flash_attention_2(monkeypatch):
+    """transformers' flash_attention_2 on the fa_attn stand-in, with a CUDA device claimed."""
+    from transformers.utils import import_utils
+
+    fa_attn.install_as_flash_attn()
+    monkeypatch.setattr(import_utils, "is_torch_cuda_available", lambda: True)
+    import_utils.is_flash_attn_2_available.cache_clear()
+    assert import_utils.is_flash_attn_2_available()
+    yield "flash_attention_2"
+    monkeypatch.undo()
+    flash_attn_compat.uninstall_as_flash_attn()  # also clears transformers' cached answers
+
+
+def models(family: str, implementation: str):
+    torch.manual_seed(0)
+    eager = transformers.AutoModelForCausalLM.from_config(
+        CONFIGS[family](), attn_implementation="eager"
+    ).eval()
+    ours = transformers.AutoModelForCausalLM.from_config(
+        CONFIGS[family](), attn_implementation=implementation
+    )
+    ours.load_state_dict(eager.state_dict())
+    assert ours.config._attn_implementation == implementation and eager.config._attn_implementation == "eager"
+    return eager, ours.eval()
+
+
+def batch(pad: str):
+    ids = torch.randint(0, 101, (3, 10), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    if pad == "right":
+        mask[0, 7:], mask[2, 4:] = 0, 0
+    elif pad == "left":
+        mask[0, :3], mask[2, :6] = 0, 0
+    return ids, mask
+
+
+def check_scenarios(eager, ours, calls: list[str]) -> None:
+    with torch.no_grad():
+        for pad in ("none", "right", "left"):
+            ids, mask = batch(pad)
+            calls.clear()
+            got = ours(input_ids=ids, attention_mask=mask).logits
+            want = eager(input_ids=ids, attention_mask=mask).logits
+            keep = mask.bool()
+            assert_close(f"{pad}-padded logits", got[keep], want[keep], torch.float32, ulps=64)
+            assert calls and set(calls) == ({"padded"} if pad == "none" else {"varlen"}), calls
+
+        # padding-free: three sequences packed in one row, positions restarting at each
+        ids = torch.randint(0, 101, (1, 11), generator=torch.Generator().manual_seed(2))
+        positions = torch.tensor([[0, 1, 2, 3, 0, 1, 2, 0, 1, 2, 3]])
+        calls.clear()
+        got = ours(input_ids=ids, position_ids=positions).logits
+        want = torch.cat([eager(input_ids=ids[:, a:b]).logits for a, b in ((0, 4), (4, 7), (7, 11))], dim=1)
+        assert_close("packed logits", got, want, torch.float32, ulps=64)
+        assert calls and set(calls) == {"varlen"}
+
+        # greedy generation from a left-padded batch: prefill, then one query per step over the cache
+        ids, mask = batch("left")
+        options = {
+            "max_new_tokens": 5,
+            "do_sample": False,
+            "output_logits": True,
+            "return_dict_in_generate": True,
+        }
+        got = ours.generate(ids, attention_mask=mask, **options)
+        want = eager.generate(ids, attention_mask=mask, **options)
+        assert torch.equal(got.sequences, want.sequences)
+        for step, (a, b) in enumerate(zip(got.logits, want.logits)):
+            assert_close(f"generate step {step}", a, b, torch.float32, ulps=64)
+
+
+@pytest.mark.parametrize("family", list(CONFIGS))
+def test_registered_attention_matches_eager(family: str, calls: list[str]) -> None:
+    eager, ours = models(family, fa_attn.hf.register())
+    check_scenarios(eager, ours, calls)
+
+
+@pytest.mark.parametrize("family", list(CONFIGS))
+def test_transformers_flash_attention_2_path_on_fa_attn(
+    family: str, calls: list[str], flash_attention_2
+) -> None:
+    from transformers import modeling_flash_attention_utils as fa_utils
+
+    eager, ours = models(family, flash_attention_2)
+    assert fa_utils._flash_varlen_fn is fa_attn.flash_attn_varlen_func  # transformers imported the stand-in
+    check_scenarios(eager, ours, calls)
+
+
+def test_registered_attention_with_a_static_cache(calls: list[str]) -> None:
+    """A static cache's unwritten rows stay out of the attention (transformers drops the all-ones mask)."""
+    eager, ours = models("llama", fa_attn.hf.register())
+    ids, _ = batch("none")
+    options = {
+        "max_new_tokens": 4,
+        "do_sample": False,
+        "output_logits": True,
+        "return_dict_in_generate": True,
+    }
+    with torch.no_grad():
+        got = ours.generate(ids, cache_implementation="static", **options)
+        want = eager.generate(ids, **options)
+    assert torch.equal(got.sequences, want.sequences)
+    for a, b in zip(got.logits, want.logits):
+        assert_close("static cache logits", a, b, torch.float32, ulps=64)
+
+
+def test_register_refuses_a_flash_name() -> None:
+    with pytest.raises(ValueError, match=r"^name: 'my_flash' contains 'flash'"):
+        fa_attn.hf.register("my_flash")
