@@ -372,18 +372,18 @@ def prepare_images(
 ) -> tuple[Path | None, dict[str, dict], str]:
     """(the cubin dir, id -> compile outcome, how) for the candidates. Cubins from --images where its
     index matches this arch and checkout; the rest compiled here."""
-    from buildtool.core.kernels_src import source_hash
+    from buildtool.core.kernels_src import IMAGE_SOURCES, source_hash
 
     compiled: dict[str, dict] = {}
     image_dir: Path | None = None
     how = []
     if args.images and (args.images / tile_compile.INDEX).is_file():
         index = tile_compile.read_index(args.images)
-        ours = source_hash(REPO / "kernels")
-        if index.get("kernel_source_sha256") != ours or index.get("arch") != cands[0].arch:
+        ours = source_hash(REPO / "kernels", IMAGE_SOURCES)
+        if index.get("image_source_sha256") != ours or index.get("arch") != cands[0].arch:
             how.append(
                 f"--images {args.images} ignored: built for sm {index.get('arch')} from sources "
-                f"{str(index.get('kernel_source_sha256'))[:12]}, this is sm {cands[0].arch} at {ours[:12]}"
+                f"{str(index.get('image_source_sha256'))[:12]}, this is sm {cands[0].arch} at {ours[:12]}"
             )
         else:
             image_dir = args.images

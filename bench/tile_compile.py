@@ -7,9 +7,9 @@ register spills: the autotuner's first stage, run here (.carry/) or on the GPU m
 One NVRTC program per (dtype, head-dim bucket, direction, candidate tile) with `-Xptxas=-v`; a unit
 whose entries spill registers (ptxas's spill stores or loads) is pruned before anything runs, as is
 one NVRTC refuses. Shared memory was pruned by tiles.candidates() already. Writes one cubin per kept
-candidate and index.json: the arch, the NVRTC version, the source hash (buildtool's, the one the
-manifest records) and every candidate with its registers and its fate. Compiles run in worker
-processes, one NVRTC each.
+candidate and index.json: the arch, the NVRTC version, the hash of what the images are compiled from
+(buildtool's source_hash of csrc/ and tiles.py) and every candidate with its registers and its fate.
+Compiles run in worker processes, one NVRTC each.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ for _p in (REPO, REPO / "kernels"):
         sys.path.insert(0, str(_p))
 
 from buildtool.build.nvrtc import NvrtcError, open_nvrtc, parse_resource_usage
-from buildtool.core.kernels_src import source_hash
+from buildtool.core.kernels_src import IMAGE_SOURCES, source_hash
 
 INDEX = "index.json"
 
@@ -184,7 +184,7 @@ def compile_all(
         "arch": cands[0].arch if cands else None,
         "nvrtc": ".".join(map(str, nv.version)),
         "nvrtc_lib": str(lib_dir),
-        "kernel_source_sha256": source_hash(REPO / "kernels"),
+        "image_source_sha256": source_hash(REPO / "kernels", IMAGE_SOURCES),
         "wall_s": round(wall, 1),
         "candidates": [
             {**dataclasses.asdict(c), "compiled": dataclasses.asdict(results[c.id])}

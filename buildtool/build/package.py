@@ -55,7 +55,7 @@ def kernel_file(job: CompileJob) -> str:
 
 def manifest(spec: WheelSpec, tiles: ModuleType, source_sha256: str | None = None) -> schema.Manifest:
     """The manifest of `spec` (contracts section 3); the universal wheel's for a spec without CUDA.
-    `source_sha256`: kernels_src.source_hash of the tree the images were compiled from."""
+    `source_sha256`: kernels_src.source_hash of the kernels/ tree the wheel is built from."""
     if spec.cuda_major is None:
         return schema.Manifest(info=schema.universal_info(spec.version), kernels=())
     tk = TOOLKITS[spec.cuda_major]
@@ -89,7 +89,7 @@ def manifest(spec: WheelSpec, tiles: ModuleType, source_sha256: str | None = Non
         features=tuple(sorted(getattr(tiles, "FEATURES", ()))),
         coverage=tuple(coverage),
     )
-    return schema.Manifest(info=info, kernels=tuple(kernels), kernel_source_sha256=source_sha256)
+    return schema.Manifest(info=info, kernels=tuple(kernels), source_sha256=source_sha256)
 
 
 def kernel_of(unit: Any, arch: str, image: str, file: str) -> schema.KernelFile:

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 SCHEMA_MAJOR = 1
 # 0: the first published shape. 1: coverage rows per compiled program with its `smem_bytes`; index
-# entries repeat the manifest's `binding` and `features`. 2: the manifest's `kernel_source_sha256`.
+# entries repeat the manifest's `binding` and `features`. 2: the manifest's `source_sha256`.
 SCHEMA_MINOR = 2
 
 PACKAGE = "fa-attn"  # the distribution
@@ -255,10 +255,10 @@ class Manifest:
 
     info: WheelInfo = _flat()  # noqa: RUF009 (a dataclasses.field, made by _flat)
     kernels: tuple[KernelFile, ...] = _field(_rows(KernelFile), absent=())
-    # sha256 of the kernels/csrc/ files and kernels/tiles.py the images were compiled from (buildtool's
-    # kernels_src.source_hash); the GPU kit refuses a wheel whose value is not the checkout's. None for
-    # the universal wheel and files older than 1.2.
-    kernel_source_sha256: str | None = dataclasses.field(
+    # sha256 of the kernels/ sources the wheel was built from (csrc/, tiles.py, binding/, fa_attn/:
+    # buildtool's kernels_src.source_hash); the GPU kit refuses a wheel whose value is not the
+    # checkout's. None for the universal wheel and files older than 1.2.
+    source_sha256: str | None = dataclasses.field(
         default=None, metadata={"read": _opt_str, "since": 2, "absent": None}
     )
 

@@ -9,10 +9,11 @@ build makes, from this checkout:
   .carry/autotune       bench/tile_compile.py --arch 9.0: every candidate tile of every bucket, both dtypes,
                         compiled by the pinned CUDA 13 NVRTC; those that spill registers are left out
 The device machine cannot build or download, and runs what is in .carry/, not the source tree: run
-build again after any change under kernels/. check refuses wheels or cubins built from other sources
-(the manifest's kernel_source_sha256, the cubins' index.json) and a working tree plus .carry/ over the
-device tool's 64 MiB; it ends with the run(...) calls of the plan (tests/gpu/README.md). Exit status 0
-when everything is ready, 1 otherwise.
+build again after any change under kernels/ (the candidates are compiled again only when csrc/ or
+tiles.py changed). check refuses wheels or cubins built from other sources (the manifest's
+source_sha256; index.json's image_source_sha256 for the cubins, which depend on csrc/ and tiles.py
+alone) and a working tree plus .carry/ over the device tool's 64 MiB; it ends with the run(...) calls
+of the plan (tests/gpu/README.md). Exit status 0 when everything is ready, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -56,15 +57,11 @@ def build(autotune: bool) -> int:
             print(f"carry: building wheels-{name} failed (see above)", file=sys.stderr)
             return 1
         print(f"   wheels-{name}: {time.monotonic() - t0:.0f}s", flush=True)
-    if autotune:
-        cmd = [
-            sys.executable,
-            str(REPO / "bench" / "tile_compile.py"),
-            "--arch",
-            "9.0",
-            "--out",
-            str(CARRY / "autotune"),
-        ]
+    if autotune and _cubins_current():
+        print("   autotune: .carry/autotune was compiled from these csrc/ and tiles.py: kept", flush=True)
+    elif autotune:
+        cmd = [sys.executable, str(REPO / "bench" / "tile_compile.py"), "--arch", "9.0"]
+        cmd += ["--out", str(CARRY / "autotune")]
         print(f"$ {' '.join(cmd)}", flush=True)
         t0 = time.monotonic()
         _clear_cubins(CARRY / "autotune")
@@ -73,6 +70,18 @@ def build(autotune: bool) -> int:
             return 1
         print(f"   autotune: {time.monotonic() - t0:.0f}s", flush=True)
     return check()
+
+
+def _cubins_current() -> bool:
+    from buildtool.core.kernels_src import IMAGE_SOURCES, source_hash
+
+    index = CARRY / "autotune" / "index.json"
+    if not index.is_file():
+        return False
+    data = json.loads(index.read_text())
+    return data.get("arch") == "9.0" and data.get("image_source_sha256") == source_hash(
+        REPO / "kernels", IMAGE_SOURCES
+    )
 
 
 def _clear_cubins(folder: Path) -> None:
@@ -100,11 +109,11 @@ def check() -> int:
     import wheel_check
     from kit import WHEEL_GLOB
 
-    from buildtool.core.kernels_src import source_hash
+    from buildtool.core.kernels_src import IMAGE_SOURCES, source_hash
 
     ok = True
-    ours = source_hash(REPO / "kernels")
-    print(f"checkout kernels: kernel_source_sha256 {ours}")
+    ours, images = source_hash(REPO / "kernels"), source_hash(REPO / "kernels", IMAGE_SOURCES)
+    print(f"checkout: kernels/ source_sha256 {ours}, of the images alone {images}")
     for name in WHEELS:
         found = sorted((CARRY / f"wheels-{name}").glob(WHEEL_GLOB))
         if len(found) != 1:
@@ -120,8 +129,8 @@ def check() -> int:
     if index.is_file():
         data = json.loads(index.read_text())
         kept = sum(c["compiled"]["verdict"] == "kept" for c in data["candidates"])
-        if data.get("kernel_source_sha256") != ours or data.get("arch") != "9.0":
-            print(f"STALE .carry/autotune: sm {data.get('arch')}, sources {data.get('kernel_source_sha256')}")
+        if data.get("image_source_sha256") != images or data.get("arch") != "9.0":
+            print(f"STALE .carry/autotune: sm {data.get('arch')}, sources {data.get('image_source_sha256')}")
             ok = False
         else:
             print(

@@ -91,9 +91,9 @@ class CaseResult:
 
 # ---- which cases ------------------------------------------------------------------------------------------
 def _arch(text: str) -> tuple[int, int]:
-    from buildtool.core import kernels_src
+    from buildtool.core.runtime import versions
 
-    return kernels_src.kernel_choice().parse_arch(text)
+    return versions.parse_arch(text)
 
 
 def runnable_kernels(manifest: dict, arch: str, images: list[str]) -> list[dict]:

@@ -1,11 +1,12 @@
-"""Was this prebuilt wheel compiled from the kernels checked out here? The GPU runs what is in .carry/,
-not the source tree, so a wheel left over from before a kernel change would test old code.
+"""Was this prebuilt wheel built from the kernels/ checked out here? The GPU runs what is in .carry/,
+not the source tree, so a wheel left over from before a change would test old code.
 
     python tests/gpu/wheel_check.py .carry/wheels-h100/fa_attn-*.whl .carry/wheels-turing/fa_attn-*.whl
 
-The manifest's kernel_source_sha256 (docs/contracts.md section 3) is what the packager hashed; it must
-equal buildtool's kernels_src.source_hash of this checkout's kernels/ (csrc/ and tiles.py). Exit status
-0 when every wheel matches, 1 naming each one that does not (with both hashes), 2 for an unreadable one.
+The manifest's source_sha256 (docs/contracts.md section 3) is what the packager hashed; it must equal
+buildtool's kernels_src.source_hash of this checkout's kernels/ (csrc/, tiles.py, binding/ and the
+fa_attn/ runtime: what the wheel is built from). Exit status 0 when every wheel matches, 1 naming each
+one that does not (with both hashes), 2 for an unreadable one.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from buildtool.core.kernels_src import source_hash  # after the repo root went on sys.path
-from buildtool.core.schema import MANIFEST
+from buildtool.core.runtime import schema
+
+MANIFEST = schema.MANIFEST_PATH
 
 REBUILD = "rebuild .carry/ from this checkout: python tests/gpu/carry.py build"
 
@@ -40,16 +43,19 @@ def read_manifest(wheel: Path) -> dict:
 def mismatch(manifest: dict, where: str, kernels_root: Path = REPO / "kernels") -> str | None:
     """Why the wheel described by `manifest` was not built from `kernels_root`; None when it was."""
     ours = source_hash(kernels_root)
-    theirs = manifest.get("kernel_source_sha256")
+    try:
+        theirs = schema.Manifest.from_json(manifest).source_sha256
+    except schema.SchemaError as e:
+        return f"{where}: its manifest is not one this checkout reads ({e}): {REBUILD}"
     if theirs is None:
         return (
-            f"{where}: its manifest records no kernel_source_sha256 (built before the field existed, or "
-            f"the universal wheel); this checkout's kernels hash to {ours}: {REBUILD}"
+            f"{where}: its manifest records no source_sha256 (built before schema 1.2, or the "
+            f"universal wheel); this checkout's kernels hash to {ours}: {REBUILD}"
         )
     if theirs != ours:
         return (
-            f"{where}: built from other kernel sources: manifest kernel_source_sha256 {theirs}, this "
-            f"checkout's kernels/csrc + kernels/tiles.py {ours}: {REBUILD}"
+            f"{where}: built from other kernel sources: manifest source_sha256 {theirs}, this "
+            f"checkout's kernels/ (csrc, tiles.py, binding, fa_attn) {ours}: {REBUILD}"
         )
     return None
 
@@ -74,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             print(problem, file=sys.stderr)
             status = max(status, 1)
         else:
-            print(f"{wheel}: built from this checkout's kernels ({man['kernel_source_sha256'][:16]}...)")
+            print(f"{wheel}: built from this checkout's kernels ({man['source_sha256'][:16]}...)")
     return status
 
 

@@ -1,4 +1,4 @@
-"""The manifest's kernel_source_sha256 and the kit's refusal of a wheel built from other sources."""
+"""The manifest's source_sha256 and the kit's refusal of a wheel built from other sources."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import wheel_check
 from buildtool.build import package
 from buildtool.build.compile import KernelTree
 from buildtool.build.plan import BindingJob, Cell, CompileJob, WheelSpec
-from buildtool.core.kernels_src import source_hash
+from buildtool.core.kernels_src import IMAGE_SOURCES, source_hash
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "build" / "fixture_kernels"
@@ -57,16 +57,18 @@ def _wheel(tree: Path, tmp_path: Path) -> Path:
     return package.build_wheel(spec, out, tree, KernelTree(tree).tiles, {JOB: image}, lib).path
 
 
-def test_the_hash_covers_csrc_and_the_tile_table_only(tree: Path) -> None:
-    first = source_hash(tree)
+def test_the_hash_covers_what_the_wheel_is_built_from(tree: Path) -> None:
+    first, images = source_hash(tree), source_hash(tree, IMAGE_SOURCES)
     assert first == source_hash(tree)
-    (tree / "fa_attn" / "extra.py").write_text("# runtime code is not a kernel source\n")
+    (tree / "fa_attn" / "__pycache__").mkdir(exist_ok=True)
+    (tree / "fa_attn" / "__pycache__" / "x.cpython-312.pyc").write_bytes(b"cache")
+    (tree / "fa_attn" / "manifest.json").write_text("{}")  # a development manifest is not a source
     assert source_hash(tree) == first
-    (tree / "csrc" / "tiny.cu").write_text((tree / "csrc" / "tiny.cu").read_text() + "\n// changed\n")
+    (tree / "fa_attn" / "extra.py").write_text("# the runtime ships in the wheel\n")
     second = source_hash(tree)
-    assert second != first
-    (tree / "tiles.py").write_text((tree / "tiles.py").read_text() + "\n# changed\n")
-    assert source_hash(tree) not in (first, second)
+    assert second != first and source_hash(tree, IMAGE_SOURCES) == images  # cubins do not depend on it
+    (tree / "csrc" / "tiny.cu").write_text((tree / "csrc" / "tiny.cu").read_text() + "\n// changed\n")
+    assert source_hash(tree) != second and source_hash(tree, IMAGE_SOURCES) != images
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc for the wheel's stand-in binding")
@@ -75,7 +77,7 @@ def test_the_packager_records_it_and_the_kit_refuses_other_sources(
 ) -> None:
     wheel = _wheel(tree, tmp_path)
     with zipfile.ZipFile(wheel) as zf:
-        recorded = json.loads(zf.read("fa_attn/manifest.json"))["kernel_source_sha256"]
+        recorded = json.loads(zf.read("fa_attn/manifest.json"))["source_sha256"]
     assert recorded == source_hash(tree)
     assert wheel_check.main([str(wheel), "--kernels", str(tree)]) == 0
 
@@ -86,7 +88,5 @@ def test_the_packager_records_it_and_the_kit_refuses_other_sources(
 
 
 def test_a_manifest_without_the_field_is_refused(tree: Path) -> None:
-    problem = wheel_check.mismatch({"variant": "cu12torch2.5"}, "old.whl", tree)
-    assert (
-        problem is not None and "records no kernel_source_sha256" in problem and source_hash(tree) in problem
-    )
+    problem = wheel_check.mismatch({"schema": 1, "schema_minor": 1, "version": "0.1.0"}, "old.whl", tree)
+    assert problem is not None and "records no source_sha256" in problem and source_hash(tree) in problem
