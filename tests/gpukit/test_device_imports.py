@@ -33,7 +33,7 @@ DEVICE_MODULES = (
     "tile_patch",
     "attention",
     "buildtool.core.kernels_src",
-    "buildtool.core.schema",
+    "buildtool.core.runtime",
     "buildtool.build.nvrtc",
 )
 

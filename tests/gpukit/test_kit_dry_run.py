@@ -46,8 +46,11 @@ def _logs(out: Path) -> set[str]:
 def test_verify(tmp_path: Path) -> None:
     done, rcs = _kit("verify", tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert rcs["wheel-h100"] in ("0", "dry") and rcs["wheel-turing"] in ("0", "dry")
     assert rcs == {
         "nvidia-smi": rcs["nvidia-smi"],  # "dry" here, 0 where a driver is installed
+        "wheel-h100": rcs["wheel-h100"],  # "dry" without .carry/, 0 with wheels built from this checkout
+        "wheel-turing": rcs["wheel-turing"],
         "torch": "0",
         "smoke": "0",
         "smoke-turing": "0",
@@ -58,7 +61,11 @@ def test_verify(tmp_path: Path) -> None:
     assert _files(tmp_path) == {"kit.log", "logs.tar.gz", "smoke.json", "smoke_turing.json", "sweep.txt"}
     smoke = json.loads((tmp_path / "smoke.json").read_text())
     assert smoke["counts"] == {"ok": 4} and smoke["arch"] == "9.0"
-    assert json.loads((tmp_path / "smoke_turing.json").read_text())["arch"] == "7.5"
+    turing = json.loads((tmp_path / "smoke_turing.json").read_text())
+    assert {(c["image"], c["arch"]) for c in turing["cases"]} <= {
+        ("ptx", "7.5"),
+        ("sass", "7.5"),
+    }  # the 7.5 code
     assert "tests collected" in (tmp_path / "sweep.txt").read_text()
     assert {"logs/smoke.log", "logs/sweep.log", "logs/explain.log"} <= _logs(tmp_path)
     assert (tmp_path / "kit.log").read_text().endswith(done.stdout[done.stdout.index("\nstep ") + 1 :])
@@ -101,7 +108,11 @@ def test_bench(tmp_path: Path) -> None:
 def test_steps_and_a_stray_file(tmp_path: Path) -> None:
     (tmp_path / "left-over.bin").write_bytes(b"x")  # a file a step left in $OUT: into the tarball
     done, rcs = _kit("bench", tmp_path, "--steps", "sanitize")
-    assert done.returncode == 0 and list(rcs) == ["sanitize"]
+    assert done.returncode == 0 and rcs["sanitize"] == "dry"
+    assert set(rcs) <= {
+        "wheel-h100",
+        "sanitize",
+    }  # the wheel step runs (or is shown) for the steps needing it
     assert _files(tmp_path) == {"kit.log", "logs.tar.gz"}
     assert "logs/out-left-over.bin" in _logs(tmp_path)
 
