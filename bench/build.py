@@ -32,6 +32,8 @@ from rich.table import Table
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from figures import record  # bench/figures.py, beside this script
+
 from buildtool.build import toolkits, torch_headers
 from buildtool.build.compile import KernelTree, compile_all
 from buildtool.build.matrix import load_matrix
@@ -80,6 +82,7 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--json", type=Path, default=Path("bench-build.json"), help="where to write results")
     ap.add_argument("--keep", action="store_true", help="keep the temporary caches and wheels")
+    ap.add_argument("--record", action="store_true", help="write the figures into docs/figures.md")
     args = ap.parse_args()
 
     tree = KernelTree()
@@ -141,7 +144,27 @@ def main() -> int:
     }
     atomic.write_json(args.json.resolve(), result)
     _print(result)
+    if args.record:
+        record("build", _markdown(result))
     return 0
+
+
+def _markdown(r: dict) -> str:
+    """The figures as docs/figures.md shows them."""
+    n = r["naive_estimated"]
+    sizes = ", ".join(sorted({f"{w['size'] / 2**20:.1f} MiB" for w in r["wheels"]}))
+    return (
+        f"Matrix `{r['matrix']}`, `--jobs {r['machine']['jobs']}`.\n\n"
+        "| build | wall s | compute s | NVRTC compiles | C++ compiles |\n| --- | --- | --- | --- | --- |\n"
+        f"| cold (empty compile cache) | {r['cold']['wall_s']} | {r['cold']['compute_s']} | "
+        f"{r['cold']['nvrtc_compiles']} | {r['cold']['cxx_compiles']} |\n"
+        f"| warm (nothing changed) | {r['warm']['wall_s']} | - | {r['warm']['nvrtc_compiles']} | "
+        f"{r['warm']['cxx_compiles']} |\n"
+        f"| naive per-cell ({n['cells']} cells, estimated) | - | {n['compute_s']} | {n['nvrtc_compiles']} | "
+        f"{n['cxx_compiles']} |\n\n"
+        f"Naive/cold compute: {r['ratio_naive_over_cold_compute']}x; toolkit and header fetch (timed apart): "
+        f"{r['prep_fetch_s']} s; {len(r['wheels'])} wheels, sizes {sizes}."
+    )
 
 
 def _print(r: dict) -> None:

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import functools
 import shlex
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from buildtool.build.torch_headers import Headers
-from buildtool.core import atomic, cache, cpus
+from buildtool.core import atomic, cache, children, cpus
 from buildtool.core.runtime import schema
 from buildtool.errors import FaError
 
@@ -95,6 +96,17 @@ def flags(headers: Headers, cxx11abi: bool, kernels_root: Path) -> list[str]:
     return [*BASE_FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={int(cxx11abi)}", *inc]
 
 
+def path_maps(headers: Headers, kernels_root: Path) -> list[str]:
+    """Where the checkout and the cache are never reaches the binary: torch's headers put __FILE__
+    into their checks (TORCH_CHECK, intrusive_ptr.h) and the sources are compiled by absolute path, so
+    both are mapped to fixed names. With the build-id (a hash of the contents), the same sources,
+    headers and compiler then give the same bytes from any checkout path and any FA_CACHE."""
+    return [
+        f"-ffile-prefix-map={headers.include}=/torch/include",
+        f"-ffile-prefix-map={kernels_root}=/fa/kernels",
+    ]
+
+
 def binding_key(headers: Headers, cxx11abi: bool, kernels_root: Path, platform: str | None = None) -> str:
     """The cache key; `platform` (the binding's CPU) defaults to this machine's, like every function here."""
     platform = platform or cpus.host()
@@ -156,6 +168,16 @@ def build_binding(
     out = output_path(key)
     if out.is_file():
         return BindingBuild(out, key, True, 0.0)
+    # One compile per key across builds sharing the cache: a second build waits, then reuses it.
+    with cache.locked(cache.cache_dir() / "locks" / "bindings" / key):
+        if out.is_file():
+            return BindingBuild(out, key, True, 0.0)
+        return _compile(headers, cxx11abi, kernels_root, platform, key, out)
+
+
+def _compile(
+    headers: Headers, cxx11abi: bool, kernels_root: Path, platform: str, key: str, out: Path
+) -> BindingBuild:
     cpp = [str(p) for p in sources(kernels_root) if p.suffix in (".cpp", ".cc")]
     stubs = stub_dir(platform)
     t0 = time.perf_counter()
@@ -163,6 +185,7 @@ def build_binding(
         cmd = [
             *compiler(platform),
             *flags(headers, cxx11abi, kernels_root),
+            *path_maps(headers, kernels_root),  # not in the key: they name paths, not contents
             *cpp,
             "-o",
             str(tmp),
@@ -181,8 +204,13 @@ def build_binding(
 
 
 def _run(cmd: list[str], what: str, platform: str) -> None:
+    if shutil.which(cmd[0]) is None:
+        raise BindingError(
+            f"{what}: cannot run {cmd[0]}: not found\n  fix: {cpus.cxx_install_hint(platform)}"
+        )
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        # guarded: a killed build takes the compiler (and its cc1plus, as, ld) with it
+        proc = subprocess.run(children.guarded(cmd), capture_output=True, text=True, check=False)
     except OSError as e:
         raise BindingError(
             f"{what}: cannot run {cmd[0]}: {e}\n  fix: {cpus.cxx_install_hint(platform)}"

@@ -15,6 +15,7 @@ import concurrent.futures as cf
 import hashlib
 import importlib.util
 import multiprocessing
+import os
 import re
 import sys
 import time
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from buildtool.build import toolkits
 from buildtool.build.nvrtc import NvrtcError, open_nvrtc
-from buildtool.core import atomic, cache, kernels_src
+from buildtool.core import atomic, cache, children, kernels_src
 from buildtool.core.cuda_facts import compute_name, sm_name
 from buildtool.errors import FaError
 
@@ -175,20 +176,36 @@ class CompileStats:
 class _Outcome:
     seconds: float
     failure: CompileFailure | None
+    reused: bool = False  # another build compiled it while this one waited for the key's lock
 
 
 def _compile_task(task: CompileTask, lib_dir: str) -> _Outcome:
-    """Worker body: compile one task and write its image into the cache (atomically)."""
-    t0 = time.perf_counter()
+    """Worker body: compile one task and write its image into the cache (atomically). Under the key's
+    lock: a second build sharing the cache waits for the first one's compile and reuses its image
+    instead of compiling it again."""
+    with cache.locked(cache.cache_dir() / "locks" / "kernels" / task.key):
+        if task.path.is_file():
+            return _Outcome(0.0, None, reused=True)
+        t0 = time.perf_counter()
+        try:
+            out = open_nvrtc(lib_dir).compile(
+                task.source, task.source_name, task.target, list(task.options), dict(task.headers)
+            )
+        except NvrtcError as e:
+            fail = CompileFailure(task.unit, task.cuda_major, task.target, e.log or str(e))
+            return _Outcome(time.perf_counter() - t0, fail)
+        atomic.write_bytes(task.path, out.image)
+        return _Outcome(time.perf_counter() - t0, None)
+
+
+def usable_workers(requested: int) -> int:
+    """At most one worker per CPU this process may run on: each worker is a process with its own NVRTC
+    (about 110 MB), and more of them than CPUs only compete for the same cores."""
     try:
-        out = open_nvrtc(lib_dir).compile(
-            task.source, task.source_name, task.target, list(task.options), dict(task.headers)
-        )
-    except NvrtcError as e:
-        fail = CompileFailure(task.unit, task.cuda_major, task.target, e.log or str(e))
-        return _Outcome(time.perf_counter() - t0, fail)
-    atomic.write_bytes(task.path, out.image)
-    return _Outcome(time.perf_counter() - t0, None)
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(requested, cpus))
 
 
 def compile_all(
@@ -221,18 +238,27 @@ def compile_all(
     def record(job: CompileJob, outcome: _Outcome) -> None:
         if outcome.failure:
             failures.append(outcome.failure)
+        elif outcome.reused:
+            stats.cached.add(job)
         else:
             stats.seconds[job] = outcome.seconds
         if on_done:
-            on_done(tasks[job], False)
+            on_done(tasks[job], outcome.reused)
 
+    workers = usable_workers(workers)
     if workers <= 1 or len(todo) <= 1:
         for job, task in todo.items():
             record(job, _compile_task(task, lib_dirs[task.cuda_major]))
     else:
         # spawn, not fork: the parent runs progress threads, and each worker loads its own NVRTC.
+        # Workers die with this process (a killed build leaves none blocked on the task pipe).
         ctx = multiprocessing.get_context("spawn")
-        with cf.ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=ctx) as pool:
+        with cf.ProcessPoolExecutor(
+            max_workers=min(workers, len(todo)),
+            mp_context=ctx,
+            initializer=children.die_with_parent,
+            initargs=(os.getpid(),),
+        ) as pool:
             futs = {pool.submit(_compile_task, t, lib_dirs[t.cuda_major]): job for job, t in todo.items()}
             for fut in cf.as_completed(futs):
                 record(futs[fut], fut.result())

@@ -23,7 +23,7 @@ def _env() -> jinja2.Environment:
 
 def write_index(wheel_dir: Path) -> dict:
     """(Re)write wheel_dir/index.json and wheel_dir/simple/ from the *.whl files there."""
-    wheels = sorted(wheel_dir.glob("fa_attn-*.whl"))  # temp files are named *.whl.tmp-*: not matched
+    wheels = sorted(wheel_dir.glob("fa_attn-*.whl"))  # temporaries are named *.whl.fa-tmp-*: not matched
     index = schema.index_json([wheel_entry(p) for p in wheels])
     atomic.write_json(wheel_dir / "index.json", index)
     env = _env()

@@ -19,11 +19,12 @@ import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from buildtool.core import cpus, cuda_facts, kernels_src
+from buildtool.core import cpus, cuda_facts, kernels_src, textfile
 from buildtool.core.runtime import versions
+from buildtool.core.textfile import shown
 from buildtool.errors import InputError
 
-DEFAULT_VERSION = "0.1.0"
+DEFAULT_VERSION = kernels_src.runtime_module("_version").__version__  # fa's version, one source
 MIN_TORCH = versions.version_text(versions.MIN_TORCH)  # "2.4": the runtime's floor, and the C shim's
 # From 2.7 every pip wheel of torch uses the C++11 ABI; before, PyPI used the old one while NGC and
 # some PyTorch-index builds (2.6.0+cu126) used the new one (see compat-facts.md, "C++ ABI").
@@ -47,8 +48,12 @@ KNOWN_KEYS = (
 EXCLUDE_KEYS = ("torch", "cuda", "python", "platform")
 KERNEL_FILTER_KEYS = ("dtypes", "head_dims", "directions")
 
-_MINOR = re.compile(r"^(\d+)\.(\d+)$")
-_PYTHON = re.compile(r"^3\.(\d+)(t?)$")
+# ASCII digits only, and lengths far above any real value: str.isdigit() and \\d accept other
+# scripts' digits, which Version() and int() then refuse or misread.
+_MINOR = re.compile(r"([0-9]{1,3})\.([0-9]{1,3})", re.ASCII)
+_PYTHON = re.compile(r"3\.([0-9]{1,3})(t?)", re.ASCII)
+_MAJOR = re.compile(r"[0-9]{1,3}", re.ASCII)
+_MAX_VERSION = 64  # characters of a version or specifier
 
 
 class MatrixError(InputError):
@@ -116,26 +121,55 @@ def python_version(python: str) -> tuple[Version, bool]:
 
 def load_matrix(path: Path, tiles: ModuleType | None = None) -> Matrix:
     try:
-        text = path.read_text()
-    except OSError as e:
-        raise MatrixError(
-            str(path), "(file)", f"cannot read it: {e.strerror}", "pass the path of a matrix.yaml"
-        ) from None
+        text = textfile.read_text(path, fix="pass the path of a matrix.yaml")
+    except textfile.TextFileError as e:
+        raise MatrixError(str(path), "(file)", e.problem, e.fix) from None
     return parse_matrix(text, str(path), tiles=tiles)
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: object, first: int, second: int) -> None:
+        self.key, self.first, self.second = key, first, second
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[object, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                if key in seen:
+                    raise _DuplicateKey(key, seen[key] + 1, key_node.start_mark.line + 1)
+                seen[key] = key_node.start_mark.line
+            except TypeError:
+                pass  # an unhashable key: the base class says so with its line
+        return super().construct_mapping(node, deep=deep)
 
 
 def parse_matrix(text: str, source: str, tiles: ModuleType | None = None) -> Matrix:
     """Parse and validate matrix.yaml text. `tiles` (kernels/tiles.py) is loaded when needed; tests
     pass a small fake."""
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader: no Python objects
+    except _DuplicateKey as e:
+        raise MatrixError(
+            source,
+            _key_name(e.key),
+            f"given twice (lines {e.first} and {e.second}); YAML would keep the last silently",
+            "keep one of them",
+        ) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(e, "problem", None) or str(e)
         raise MatrixError(
-            source, "(syntax)", f"not valid YAML{where}: {problem}", "fix the YAML syntax"
+            source, "(syntax)", f"not valid YAML{where}: {shown(problem)}", "fix the YAML syntax"
         ) from None
+    except (ValueError, RecursionError) as e:  # an int past int()'s digit limit; nesting past the stack
+        problem = "nested too deeply" if isinstance(e, RecursionError) else "a number too long to read"
+        raise MatrixError(source, "(syntax)", f"not YAML fa can read ({problem})", "fix the YAML") from None
     return _Parser(source, tiles).matrix(data)
 
 
@@ -161,7 +195,7 @@ class _Parser:
             )
         for key in data:
             if key not in KNOWN_KEYS:
-                raise self.error(str(key), "unknown key", _unknown_key_fix(str(key), KNOWN_KEYS))
+                raise self.error(_key_name(key), "unknown key", _unknown_key_fix(str(key)[:40], KNOWN_KEYS))
         for key in ("torch", "cuda", "python"):
             if key not in data:
                 raise self.error(key, "missing", f"add {key}: {_EXAMPLES[key]}")
@@ -190,17 +224,19 @@ class _Parser:
 
     def version(self, value: object) -> str:
         if not isinstance(value, str):
-            raise self.error("version", f"{value!r} is not a string", 'quote it: version: "1.0.0"')
+            raise self.error("version", f"{shown(value)} is not a string", 'quote it: version: "1.0.0"')
         try:
+            if len(value) > _MAX_VERSION:
+                raise InvalidVersion(value)
             v = Version(value)
-        except InvalidVersion:
+        except (InvalidVersion, ValueError):  # ValueError: a number past int()'s digit limit
             raise self.error(
-                "version", f"{value!r} is not a PEP 440 version", 'write it like "1.0.0" or "1.0.0rc1"'
+                "version", f"{shown(value)} is not a PEP 440 version", 'write it like "1.0.0" or "1.0.0rc1"'
             ) from None
         if v.local is not None:
             raise self.error(
                 "version",
-                f"{value!r} has a local label (+{v.local})",
+                f"{shown(value)} has a local label (+{v.local})",
                 f'write "{v.public}": fa adds the variant label (+cu12torch2.5) itself',
             )
         return value
@@ -211,7 +247,7 @@ class _Parser:
         if text not in CXX11ABI_POLICIES:
             raise self.error(
                 "cxx11abi",
-                f"{value!r} is not a C++ ABI policy",
+                f"{shown(value)} is not a C++ ABI policy",
                 "write one of: auto (both ABIs below torch 2.7, the C++11 ABI from 2.7), true, false, both",
             )
         return text
@@ -231,7 +267,7 @@ class _Parser:
             if item in seen:
                 raise self.error(
                     f"{key}[{i}]",
-                    f"{item!r} is listed twice (also {key}[{seen[item]}])",
+                    f"{shown(item)} is listed twice (also {key}[{seen[item]}])",
                     "remove one of them",
                 )
             seen[item] = i
@@ -246,15 +282,15 @@ class _Parser:
         if isinstance(item, float | int) and not isinstance(item, bool):
             raise self.error(
                 field_,
-                f"{item!r} is a number, and YAML reads 2.10 as 2.1",
-                f'quote the minor: "{item}"',
+                f"{shown(item)} is a number, and YAML reads 2.10 as 2.1",
+                f'quote the minor: "{shown(item)}"',
             )
-        if not isinstance(item, str) or not _MINOR.match(item):
+        if not isinstance(item, str) or not _MINOR.fullmatch(item):
             hint = ""
             if isinstance(item, str) and re.match(r"^\d+\.\d+\.\d+", item):
                 hint = f' (the plan builds against the oldest patch of each minor itself: write "{".".join(item.split(".")[:2])}")'
             raise self.error(
-                field_, f"{item!r} is not a torch minor{hint}", 'write major.minor in quotes, like "2.5"'
+                field_, f"{shown(item)} is not a torch minor{hint}", 'write major.minor in quotes, like "2.5"'
             )
         if Version(item) < Version(MIN_TORCH):
             raise self.error(
@@ -276,13 +312,13 @@ class _Parser:
             major = str(item).split(".")[0]
             raise self.error(
                 field_,
-                f"{item!r} is a CUDA version; the matrix lists CUDA majors (one pinned toolkit each)",
+                f"{shown(item)} is a CUDA version; the matrix lists CUDA majors (one pinned toolkit each)",
                 f"write the major only: {major}",
             )
-        if isinstance(item, str) and item.isdigit():
+        if isinstance(item, str) and _MAJOR.fullmatch(item):
             item = int(item)
         if not isinstance(item, int) or isinstance(item, bool):
-            raise self.error(field_, f"{item!r} is not a CUDA major", f"write a number, one of {known}")
+            raise self.error(field_, f"{shown(item)} is not a CUDA major", f"write a number, one of {known}")
         if item not in cuda_facts.TOOLKITS:
             raise self.error(
                 field_,
@@ -300,22 +336,24 @@ class _Parser:
     def python_version(self, field_: str, item: object) -> str:
         if isinstance(item, float | int) and not isinstance(item, bool):
             raise self.error(
-                field_, f"{item!r} is a number, and YAML reads 3.10 as 3.1", f'quote the version: "{item}"'
+                field_,
+                f"{shown(item)} is a number, and YAML reads 3.10 as 3.1",
+                f'quote the version: "{shown(item)}"',
             )
-        m = _PYTHON.match(item) if isinstance(item, str) else None
+        m = _PYTHON.fullmatch(item) if isinstance(item, str) else None
         if m is None or not isinstance(item, str):  # (the second test narrows the type for checkers)
             hint = ""
             if isinstance(item, str) and re.match(r"^3\.\d+\.\d+", item):
                 hint = f'; write the minor only: "{".".join(item.split(".")[:2])}"'
             raise self.error(
                 field_,
-                f"{item!r} is not a Python minor",
+                f"{shown(item)} is not a Python minor",
                 f'write it like "3.12", or "3.13t" for free-threaded CPython{hint}',
             )
         if m.group(2) and int(m.group(1)) < 13:
             raise self.error(
                 field_,
-                f"{item!r}: free-threaded CPython exists from 3.13",
+                f"{shown(item)}: free-threaded CPython exists from 3.13",
                 f'write "3.{m.group(1)}", or a free-threaded 3.13t or newer',
             )
         return item
@@ -331,24 +369,30 @@ class _Parser:
     def platform(self, field_: str, item: object) -> str:
         known = ", ".join(cpus.PLATFORMS)
         if not isinstance(item, str):
-            raise self.error(field_, f"{item!r} is not a CPU architecture", f"write one of {known}")
+            raise self.error(field_, f"{shown(item)} is not a CPU architecture", f"write one of {known}")
         name = cpus.canonical(item)
         if name is None:
             raise self.error(
                 field_,
-                f"fa builds no wheels for {item!r} (Linux only, and torch's CUDA builds exist for {known})",
+                f"fa builds no wheels for {shown(item)} (Linux only, and torch's CUDA builds exist for {known})",
                 f"write one of {known}",
             )
         if name != item:
-            raise self.error(field_, f"{item!r} is spelled {name!r} in wheel tags", f'write "{name}"')
+            raise self.error(
+                field_, f"{shown(item)} is spelled {shown(name)} in wheel tags", f'write "{name}"'
+            )
         return name
 
     # -- per CUDA major ----------------------------------------------------------------------------
 
     def _major_key(self, field_: str, key: object, cuda: tuple[int, ...]) -> int:
-        major = int(key) if isinstance(key, int) or (isinstance(key, str) and key.isdigit()) else None
-        if major is None or isinstance(key, bool):
-            raise self.error(f"{field_}.{key!r}", "keys are CUDA majors", f'write {field_}: {{"12": [...]}}')
+        major = int(key) if isinstance(key, str) and _MAJOR.fullmatch(key) else None
+        if isinstance(key, int) and not isinstance(key, bool) and 0 <= key < 1000:
+            major = key
+        if major is None:
+            raise self.error(
+                f"{field_}.{shown(key)}", "keys are CUDA majors", f'write {field_}: {{"12": [...]}}'
+            )
         if major not in cuda:
             raise self.error(
                 f'{field_}."{major}"',
@@ -360,16 +404,22 @@ class _Parser:
     def arch(self, field_: str, item: object, major: int) -> str:
         tk = cuda_facts.TOOLKITS[major]
         if isinstance(item, float | int) and not isinstance(item, bool):
-            raise self.error(field_, f"{item!r} is a number", f'quote the arch: "{item}"')
+            raise self.error(field_, f"{shown(item)} is a number", f'quote the arch: "{shown(item)}"')
         if not isinstance(item, str):
-            raise self.error(field_, f"{item!r} is not an arch", 'write a compute capability like "8.6"')
+            raise self.error(field_, f"{shown(item)} is not an arch", 'write a compute capability like "8.6"')
         try:
             cap = versions.parse_arch(item)
         except ValueError:
             digits = re.sub(r"^sm_?", "", item)
-            hint = f' (write "{digits[:-1]}.{digits[-1]}")' if digits.isdigit() and len(digits) > 1 else ""
+            hint = (
+                f' (write "{digits[:-1]}.{digits[-1]}")'
+                if re.fullmatch(r"[0-9]{2,3}", digits, re.ASCII)
+                else ""
+            )
             raise self.error(
-                field_, f"{item!r} is not a compute capability{hint}", 'write it like "8.6" (sm_86 is "8.6")'
+                field_,
+                f"{shown(item)} is not a compute capability{hint}",
+                'write it like "8.6" (sm_86 is "8.6")',
             ) from None
         min_arch = self.tiles().MIN_ARCH
         if cap < versions.parse_arch(min_arch):
@@ -444,7 +494,9 @@ class _Parser:
             for key, item in entry.items():
                 if key not in EXCLUDE_KEYS:
                     raise self.error(
-                        f"{field_}.{key}", "unknown key", _unknown_key_fix(str(key), EXCLUDE_KEYS)
+                        f"{field_}.{_key_name(key)}",
+                        "unknown key",
+                        _unknown_key_fix(str(key)[:40], EXCLUDE_KEYS),
                     )
                 self.exclude_value(f"{field_}.{key}", key, item, listed[key])
             out.append(dict(entry))
@@ -454,14 +506,19 @@ class _Parser:
         """An exact value (validated like the list it filters) or a PEP 440 specifier string."""
         if key == "platform" and isinstance(item, str) and item[:1] in "<>=!~":
             raise self.error(
-                field_, f"{item!r}: a platform is a name, not a version", "write x86_64 or aarch64"
+                field_, f"{shown(item)}: a platform is a name, not a version", "write x86_64 or aarch64"
             )
         if isinstance(item, str) and item[:1] in "<>=!~":
             try:
-                SpecifierSet(item)
-            except InvalidSpecifier:
+                if len(item) > _MAX_VERSION:
+                    raise InvalidSpecifier(item)
+                # contains() parses the versions in it: one past int()'s digit limit raises ValueError
+                SpecifierSet(item).contains(Version("1.0"), prereleases=True)
+            except (InvalidSpecifier, ValueError):
                 raise self.error(
-                    field_, f"{item!r} is not a PEP 440 specifier", 'write it like ">=2.8" or ">=2.4,<2.7"'
+                    field_,
+                    f"{shown(item)} is not a PEP 440 specifier",
+                    'write it like ">=2.8" or ">=2.4,<2.7"',
                 ) from None
             return
         if key == "platform":
@@ -476,7 +533,7 @@ class _Parser:
         if exact not in listed:
             raise self.error(
                 field_,
-                f"{item!r} is not in {key} ({_join(listed)}), so this entry excludes nothing",
+                f"{shown(item)} is not in {key} ({_join(listed)}), so this entry excludes nothing",
                 "fix the value, or remove the entry",
             )
 
@@ -492,7 +549,9 @@ class _Parser:
         for key in value:
             if key not in KERNEL_FILTER_KEYS:
                 raise self.error(
-                    f"kernels.{key}", "unknown key", _unknown_key_fix(str(key), KERNEL_FILTER_KEYS)
+                    f"kernels.{_key_name(key)}",
+                    "unknown key",
+                    _unknown_key_fix(str(key)[:40], KERNEL_FILTER_KEYS),
                 )
         dtypes = self._choices("kernels.dtypes", value.get("dtypes"), DTYPES)
         directions = self._choices("kernels.directions", value.get("directions"), DIRECTIONS)
@@ -512,7 +571,7 @@ class _Parser:
         for i, item in enumerate(value):
             if item not in allowed:
                 raise self.error(
-                    f"{field_}[{i}]", f"{item!r} is not one of {_join(allowed)}", "use one of those"
+                    f"{field_}[{i}]", f"{shown(item)} is not one of {_join(allowed)}", "use one of those"
                 )
         self._no_duplicates(field_, value)
         return tuple(value)
@@ -561,4 +620,11 @@ def _kind(value: object) -> str:
         return "nothing"
     if isinstance(value, list) and not value:
         return "an empty list"
-    return f"{type(value).__name__} {value!r}"
+    return f"{type(value).__name__} {shown(value)}"
+
+
+def _key_name(key: object) -> str:
+    """A mapping key as a field name in a message: as written when it is a short name, else shown."""
+    if isinstance(key, str) and re.fullmatch(r"[A-Za-z0-9_.-]{1,40}", key, re.ASCII):
+        return key
+    return shown(key)

@@ -25,7 +25,7 @@ from buildtool.core import atomic, kernels_src
 from buildtool.core.cuda_facts import TOOLKITS, compute_name, sm_name
 from buildtool.core.runtime import schema, versions
 from buildtool.core.wheel_file import REQUIRES_PYTHON
-from buildtool.errors import FaError
+from buildtool.errors import FaError, UsageError
 
 if TYPE_CHECKING:
     from buildtool.build.plan import CompileJob, WheelSpec
@@ -36,6 +36,27 @@ SUMMARY = "Fused attention kernels for PyTorch, built per CUDA major and torch m
 
 class PackageError(FaError):
     """A wheel that cannot be assembled (a missing artifact)."""
+
+
+class OutDirError(UsageError):
+    """An output folder fa refuses to write wheels into; the message says why and what to pass instead."""
+
+
+def check_out_dir(out_dir: Path, kernels_root: Path) -> None:
+    """Refuse an output folder inside the kernels tree a wheel is packed from (its fa_attn/ package is
+    copied into every wheel, so wheels written there would be packed into the next ones) or inside fa's
+    own package. Symlinks are resolved first."""
+    out = out_dir.resolve()
+    sources = (
+        (kernels_root.resolve(), "the kernels source tree the wheels are built from"),
+        (Path(__file__).resolve().parents[1], "fa's own package"),
+    )
+    for root, what in sources:
+        if out == root or out.is_relative_to(root):
+            raise OutDirError(
+                f"--out {out_dir}: inside {what} ({root}); wheels written there would end up in the "
+                "next wheel built from it\n  fix: pass a folder outside it, e.g. --out wheels"
+            )
 
 
 @dataclass(frozen=True)
@@ -187,15 +208,23 @@ def build_wheel(
     files[record_arc] = _record(files, record_arc)
     dest = out_dir / wheel_name(spec.version, platform)
     if not _same_wheel(dest, record_arc, files[record_arc]):
-        with atomic.writing(dest) as tmp, zipfile.ZipFile(tmp, "w") as zf:
-            # .dist-info last, RECORD last of all (PEP 427's recommended order)
-            for arc in sorted(files, key=lambda a: (a.startswith(dist_info), a.endswith("/RECORD"), a)):
-                info = zipfile.ZipInfo(arc, date_time=_EPOCH)
-                info.external_attr = (0o755 if arc.endswith(".so") else 0o644) << 16
-                info.compress_type = zipfile.ZIP_DEFLATED
-                zf.writestr(info, files[arc])
+        with atomic.writing(dest) as tmp:
+            try:
+                _write_zip(tmp, files, dist_info)
+            except OSError as e:  # a full disk, a quota: name the wheel, not the temporary
+                raise atomic.WriteError(dest, e) from e
     _drop_stale(out_dir, spec.version, dest.name, spec.platform)
     return BuiltWheel(dest, platform, reason, man)
+
+
+def _write_zip(path: Path, files: Mapping[str, bytes], dist_info: str) -> None:
+    with zipfile.ZipFile(path, "w") as zf:
+        # .dist-info last, RECORD last of all (PEP 427's recommended order)
+        for arc in sorted(files, key=lambda a: (a.startswith(dist_info), a.endswith("/RECORD"), a)):
+            info = zipfile.ZipInfo(arc, date_time=_EPOCH)
+            info.external_attr = (0o755 if arc.endswith(".so") else 0o644) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, files[arc])
 
 
 def _same_wheel(dest: Path, record_arc: str, record: bytes) -> bool:

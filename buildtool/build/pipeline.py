@@ -27,12 +27,13 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from buildtool.build import binding as binding_mod
 from buildtool.build import index, package, torch_headers
 from buildtool.build.compile import CompileTask, KernelTree, compile_all
 from buildtool.build.plan import BindingJob, Plan, WheelSpec
-from buildtool.core import atomic, cache
+from buildtool.core import atomic
 from buildtool.core.console import plain_console
 from buildtool.core.fetch import ProgressHook
 
@@ -40,6 +41,8 @@ from buildtool.core.fetch import ProgressHook
 @dataclass
 class WheelReport:
     file: str
+    variant: str  # "" for the universal wheel
+    platform: str | None  # the binding's CPU; None for the universal wheel
     size: int
     platform_tag: str
     platform_reason: str
@@ -118,13 +121,17 @@ def execute(
     console: Console | None = None,
     show_progress: bool = True,
 ) -> BuildSummary:
-    """Build every wheel of `plan` into `out_dir` and re-index it. Raises CompileError, BindingError,
-    ToolkitError, HeaderError, FetchError or PackageError (each with a message for a person)."""
+    """Build every wheel of `plan` into `out_dir` and re-index it. Raises OutDirError for an `out_dir`
+    inside the sources, else CompileError, BindingError, ToolkitError, HeaderError, FetchError,
+    PackageError or WriteError (each with a message for a person)."""
     t0 = time.perf_counter()
     tree = tree or KernelTree()
     console = console or plain_console(stderr=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    cache.sweep_tmp(out_dir)  # whole-wheel renames: only a killed build leaves these
+    package.check_out_dir(out_dir, tree.root)
+    atomic.ensure_dir(out_dir)
+    # A killed build's half-written wheels; the index, simple/ and logs/ files sweep their own
+    # leftovers when they are rewritten (atomic.writing).
+    atomic.sweep_stale(out_dir)
     summary = BuildSummary(out_dir=str(out_dir), skipped_cells=len(plan.skipped))
     bars = _Bars(console, show_progress)
     with bars.running():
@@ -191,6 +198,8 @@ def _report(
     compiled = [j for j in spec.compile_jobs if j in seconds]
     return WheelReport(
         file=built.path.name,
+        variant=spec.variant,
+        platform=spec.platform,
         size=built.path.stat().st_size,
         platform_tag=built.platform,
         platform_reason=built.platform_reason,
@@ -226,15 +235,18 @@ def _write_log(out_dir: Path, plan: Plan, wheels: list[dict]) -> None:
 
 
 def summary_table(summary: BuildSummary) -> Table:
-    table = Table(title=f"fa build: {len(summary.wheels)} wheels in {summary.out_dir}")
-    for col in ("wheel", "size", "cells", "compile s", "compiled", "cache hits"):
-        if col == "wheel":
-            table.add_column(col, overflow="fold")  # a wheel name is only useful whole
-        else:
-            table.add_column(col, justify="right", no_wrap=True)
+    """One row per wheel, named by its variant and CPU (the file names are in --json and index.json)."""
+    title = Text(f"fa build: {len(summary.wheels)} wheels in {summary.out_dir}")
+    # No rules: the longest variant (cu12torch2.5cxx11abifalse) and every figure fit 80 columns.
+    table = Table(title=title, title_justify="left", box=None, pad_edge=False, caption_justify="left")
+    table.add_column("variant", no_wrap=True)
+    table.add_column("CPU", no_wrap=True)
+    for col in ("size", "cells", "NVRTC s", "compiled", "cached"):
+        table.add_column(col, justify="right", no_wrap=True)
     for w in summary.wheels:
         table.add_row(
-            w.file,
+            Text(w.variant or "universal"),
+            w.platform or "any",
             _size(w.size),
             str(w.cells),
             f"{w.compile_seconds:.1f}",

@@ -20,9 +20,17 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from buildtool.build.matrix import CXX11ABI_ONLY_FROM, MIN_TORCH, Matrix, MatrixError, python_version
+from buildtool.build.matrix import (
+    CXX11ABI_ONLY_FROM,
+    DEFAULT_VERSION,
+    MIN_TORCH,
+    Matrix,
+    MatrixError,
+    python_version,
+)
 from buildtool.build.pypi import TorchCatalog, TorchFile
 from buildtool.core import cpus, cuda_facts, kernels_src
+from buildtool.core.textfile import shown
 
 # `units(arch)` from kernels/tiles.py: the kernel programs to compile for an arch.
 Units = Callable[[str], Sequence[Any]]
@@ -227,7 +235,7 @@ def local_plan(
     }
     ptx = {m: matrix.ptx[m] if matrix and m in matrix.ptx else archs[m][-1] for m in cuda}
     local = Matrix(
-        version=matrix.version if matrix else "0.1.0",
+        version=matrix.version if matrix else DEFAULT_VERSION,
         torch=(minor,),
         cuda=tuple(cuda),
         python=(python,),
@@ -384,15 +392,15 @@ def _assemble(
 
 def parse_shard(text: str) -> tuple[int, int]:
     """ "2/3" -> (2, 3); 1-based."""
-    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    m = re.fullmatch(r"\s*([0-9]{1,4})\s*/\s*([0-9]{1,4})\s*", text, re.ASCII)
     if not m:
-        raise MatrixError("command line", "--shard", f"{text!r} is not K/N", "write it like --shard 1/3")
+        raise MatrixError("command line", "--shard", f"{shown(text)} is not K/N", "write it like --shard 1/3")
     k, n = int(m.group(1)), int(m.group(2))
     if n < 1 or not 1 <= k <= n:
         raise MatrixError(
             "command line",
             "--shard",
-            f"{text!r}: K must be between 1 and N",
+            f"{shown(text)}: K must be between 1 and N",
             f"use --shard 1/{max(n, 1)} .. {max(n, 1)}/{max(n, 1)}",
         )
     return k, n

@@ -26,6 +26,7 @@ from packaging.version import Version
 from buildtool.core import atomic, fetch
 from buildtool.core.cache import cache_dir
 from buildtool.core.cpus import PLATFORMS, X86_64, linux_cpu
+from buildtool.core.textfile import shown
 from buildtool.errors import FaError
 
 SIMPLE_URL = "https://pypi.org/simple/torch/"
@@ -88,6 +89,14 @@ class TorchCatalog:
         return list(self.minors)[-n:]
 
 
+SOURCE_KEY = "fa-source"  # in the cached copy: the page it was read from
+
+
+def torch_page_url() -> str:
+    """torch's page on the index fa reads (FA_PYPI_SIMPLE, else PyPI)."""
+    return f"{fetch.simple_index()}/torch/"
+
+
 def fetch_torch_catalog(
     refresh: bool = False,
     *,
@@ -95,34 +104,49 @@ def fetch_torch_catalog(
     cache_file: Path | None = None,
     ttl_s: float = TTL_S,
 ) -> TorchCatalog:
-    """The catalog from the cache when it is younger than `ttl_s`, else from PyPI."""
+    """The catalog from the cache when it is younger than `ttl_s` and came from the same index, else
+    from the index (FA_PYPI_SIMPLE, else PyPI)."""
     path = cache_file or cache_dir() / "pypi" / "torch.json"
-    cached = _read_cache(path)
+    url = torch_page_url()
+    cached, problem = _read_cache(path, url)
     if cached is not None and not refresh and time.time() - path.stat().st_mtime < ttl_s:
         return catalog_from_simple_json(cached)
     try:
-        body = read(SIMPLE_URL, {"Accept": ACCEPT})
+        body = read(url, {"Accept": ACCEPT})
     except fetch.FetchError as e:
         if cached is None:
             raise CatalogError(
-                f"cannot read the torch releases from PyPI ({e}) and there is no cached copy at {path}",
-                "connect to PyPI once (the answer is cached for a day), or point FA_CACHE at a cache "
-                "that holds pypi/torch.json",
+                f"cannot read the torch releases from {url} ({e}), and {problem}",
+                "connect to the index once (the answer is cached for a day; FA_PYPI_SIMPLE names a "
+                "mirror), or point FA_CACHE at a cache that holds pypi/torch.json",
             ) from None
         age_h = (time.time() - path.stat().st_mtime) / 3600
-        log.warning("PyPI unreachable (%s); using the cached torch catalog from %.0f h ago", e, age_h)
+        log.warning("%s unreachable (%s); using the cached torch catalog from %.0f h ago", url, e, age_h)
         return catalog_from_simple_json(cached)
-    data = simple_json_from_response(body, SIMPLE_URL)
-    atomic.write_json(path, data)
+    data = simple_json_from_response(body, url)
+    atomic.write_json(path, {**data, SOURCE_KEY: url})
     return catalog_from_simple_json(data)
 
 
-def _read_cache(path: Path) -> dict | None:
+def _read_cache(path: Path, url: str) -> tuple[dict | None, str]:
+    """The cached answer for `url`, or None and what is wrong with the cache (for the message): a
+    damaged copy is said to be damaged, not missing."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None  # absent or damaged: fetch again
-    return data if isinstance(data, dict) and isinstance(data.get("files"), list) else None
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None, f"there is no cached copy at {path}"
+    except (OSError, ValueError) as e:
+        return None, f"the cached copy at {path} cannot be read ({e})"
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return None, f"the cached copy at {path} is damaged (not JSON; delete it)"
+    if not isinstance(data, dict) or not isinstance(data.get("files"), list):
+        return None, f'the cached copy at {path} is damaged (no "files" list; delete it)'
+    source = data.get(SOURCE_KEY, SIMPLE_URL)
+    if source != url:
+        return None, f"the cached copy at {path} came from another index ({shown(source)})"
+    return data, ""
 
 
 def simple_json_from_response(body: bytes, url: str) -> dict:

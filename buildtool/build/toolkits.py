@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import tempfile
 import zipfile
 from pathlib import Path
 from urllib.parse import urljoin
@@ -23,8 +22,6 @@ from urllib.parse import urljoin
 from buildtool.core import atomic, cache, cpus, fetch
 from buildtool.core.cuda_facts import TOOLKITS, PinnedWheel, Toolkit
 from buildtool.errors import FaError
-
-DEFAULT_SIMPLE = "https://pypi.org/simple"
 
 
 class ToolkitError(FaError):
@@ -67,8 +64,7 @@ def is_unpacked(major: int) -> bool:
 def wheel_url(tk: Toolkit) -> str:
     """The pinned file's URL, read from the PEP 503 page of its project."""
     pin = pinned_wheel(tk)
-    base = os.environ.get("FA_PYPI_SIMPLE", DEFAULT_SIMPLE).rstrip("/")
-    page_url = f"{base}/{tk.package}/"
+    page_url = f"{fetch.simple_index()}/{tk.package}/"
     page = fetch.read_url(page_url).decode(errors="replace")
     for href in re.findall(r'href="([^"]+)"', page):
         url = href.split("#", 1)[0]
@@ -107,7 +103,7 @@ def nvrtc_lib_dir(major: int, progress: fetch.ProgressHook | None = None) -> Pat
             return lib
         wheel = fetch_wheel(major, progress)
         _sweep_partial(final.parent, final.name)
-        tmp = Path(tempfile.mkdtemp(prefix=final.name + atomic.TMP_MARK, dir=final.parent))
+        tmp = atomic.make_temp_dir(final)
         try:
             with zipfile.ZipFile(wheel) as zf:
                 members = [m for m in zf.namelist() if m.startswith(tk.lib_subdir + "/")]

@@ -91,7 +91,7 @@ def headers_for(torch_version: str, source: TorchFile, progress: fetch.ProgressH
         if not (final / "torch").is_dir():
             for p in final.parent.glob(final.name + atomic.TMP_MARK + "*"):
                 shutil.rmtree(p, ignore_errors=True)
-            tmp = Path(tempfile.mkdtemp(prefix=final.name + atomic.TMP_MARK, dir=final.parent))
+            tmp = atomic.make_temp_dir(final)
             try:
                 extract_include(source.url, source.size, tmp, progress)
                 os.replace(tmp / "torch" / "include", final)
@@ -123,7 +123,7 @@ def extract_members(
     tail_start = max(0, size - TAIL_BYTES)
     tail, ranged = fetch.read_range(url, tail_start, size)
     if not ranged:
-        return _extract_full(url, dest, wanted, progress)
+        return _extract_full(url, size, dest, wanted, progress)
     members = _central_directory(url, size, tail, tail_start)
     chosen = [m for m in members if wanted(m.name) and not m.name.endswith("/")]
     total = sum(m.end - m.offset for m in chosen)
@@ -234,11 +234,11 @@ def _safe_path(dest: Path, name: str) -> Path:
 
 
 def _extract_full(
-    url: str, dest: Path, wanted: Callable[[str], bool], progress: fetch.ProgressHook | None
+    url: str, size: int, dest: Path, wanted: Callable[[str], bool], progress: fetch.ProgressHook | None
 ) -> int:
     """The server ignored Range: download the whole wheel (once, temporarily) and extract."""
     with tempfile.TemporaryDirectory(dir=dest) as tmp:
-        whl = fetch.download(url, Path(tmp) / "torch.whl", None, progress)
+        whl = fetch.download(url, Path(tmp) / "torch.whl", None, progress, size=size)
         n = 0
         with zipfile.ZipFile(whl) as zf:
             for info in zf.infolist():

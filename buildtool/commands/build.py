@@ -14,8 +14,9 @@ from typing import Annotated
 import typer
 
 from buildtool.build import plan_view
-from buildtool.build.compile import KernelTree, is_cached
+from buildtool.build.compile import KernelTree, is_cached, usable_workers
 from buildtool.build.matrix import Matrix, load_matrix
+from buildtool.build.package import check_out_dir
 from buildtool.build.pipeline import execute, summary_table
 from buildtool.build.plan import Plan, local_plan, make_plan, parse_shard
 from buildtool.build.pypi import fetch_torch_catalog
@@ -56,7 +57,9 @@ def register(app: typer.Typer) -> None:
         out: Annotated[Path, typer.Option("--out", "-o", help="where wheels and the index go")] = Path(
             "wheels"
         ),
-        jobs: Annotated[int, typer.Option("--jobs", "-j", help="parallel compiles")] = os.cpu_count() or 1,
+        jobs: Annotated[
+            int, typer.Option("--jobs", "-j", help="parallel compiles (at most one per CPU)")
+        ] = os.cpu_count() or 1,
         shard: Annotated[str | None, typer.Option(help="build shard K of N, e.g. 2/4")] = None,
         platform: Annotated[
             str | None,
@@ -76,6 +79,14 @@ def register(app: typer.Typer) -> None:
             raise UsageError("--cuda: only used with --local\n  fix: list CUDA majors in matrix.yaml `cuda:`")
         if platform and local:
             raise UsageError("--platform: --local builds for this machine's CPU\n  fix: drop one of them")
+        if not dry_run:
+            check_out_dir(out, KernelTree().root)
+        if usable_workers(jobs) < jobs:  # one NVRTC process (~110 MB) per worker: no more than CPUs
+            typer.echo(
+                f"note: --jobs {jobs}: {usable_workers(jobs)} CPUs here, so {usable_workers(jobs)} at a time",
+                err=True,
+            )
+            jobs = usable_workers(jobs)
         plan = _plan(matrix, local, cuda, shard, platform, refresh)
         missing = [p for p in dict.fromkeys(w.platform for w in plan.wheels if w.platform) if not has_cxx(p)]
         if missing and not dry_run:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -11,30 +10,14 @@ import typer
 from buildtool.commands._shared import IndexOpt, JsonOpt, WheelsOpt, load_wheel_index, print_json
 from buildtool.compat import doctor
 from buildtool.compat.choose import DTYPES, Request
-from buildtool.compat.env import Env, EnvError, env_from_json
+from buildtool.compat.env import Env, env_from_file
 from buildtool.compat.probe import probe
 from buildtool.core.console import plain_console
 from buildtool.errors import UsageError
 
 
 def _load_env(path: Path | None) -> Env:
-    if path is None:
-        return probe()
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise UsageError(f"--env {path}: cannot read it ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(
-            f"--env {path}: not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
-            "write it like `fa probe --json` does"
-        ) from None
-    if isinstance(data, dict) and "os" not in data and isinstance(data.get("env"), dict):
-        data = data["env"]  # a case of the test corpus (tests/select/envs): the env plus its expectations
-    try:
-        return env_from_json(data)
-    except EnvError as exc:
-        raise UsageError(f"--env {path}: {exc}") from None
+    return probe() if path is None else env_from_file(path)
 
 
 def doctor_cmd(

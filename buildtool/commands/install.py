@@ -45,6 +45,7 @@ def install_cmd(
         "installed": None,
         "previous": None,
         "message": "",
+        "downgrade": plan.downgrade,
     }
     console = plain_console(stderr=as_json)
     if plan.entry is None:
@@ -83,5 +84,7 @@ def _render_install(out: dict[str, Any], console: Console) -> None:
     console.print(f"wheel:   {out['selected'] or 'none'}", highlight=False)
     if out["command"]:
         console.print("command: " + " ".join(out["command"]), highlight=False)
+    if out["downgrade"]:
+        console.print(f"note:    {out['downgrade']}", style="yellow", highlight=False)
     style = "green" if out["ok"] else "bold red"
     console.print(out["message"], style=style, highlight=False)

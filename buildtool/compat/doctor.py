@@ -10,10 +10,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from buildtool.compat.choose import Dispatch, Reason, Request, Selection, select
+from buildtool.compat.choose import Dispatch, Reason, Request, Selection, WheelFit, select
 from buildtool.compat.env import Env, env_to_json
 from buildtool.compat.wheel_index import WheelIndex
-from buildtool.core.runtime import reasons
+from buildtool.core.runtime import reasons, schema
 from buildtool.errors import EXIT_FAILED, EXIT_OK
 
 # Our kernels run (SASS or PTX): 0; calls fall back, or nothing installs: 1.
@@ -131,6 +131,44 @@ def _runtime_line(runtime: Dispatch) -> str:
     return "fallback to torch SDPA"
 
 
+def wheel_name(entry: schema.IndexEntry) -> str:
+    """A wheel as people tell them apart: its variant and CPU ("cu12torch2.8 x86_64", "universal");
+    the file name is in --json."""
+    if entry.info.universal:
+        return "universal"
+    return f"{entry.info.variant} {entry.info.platform}"
+
+
+def _groups(wheels: Sequence[WheelFit]) -> list[list[WheelFit]]:
+    """Wheels with the same reason codes share a row, the ones that fit first, then the fewest codes."""
+    groups: dict[tuple[str, ...], list[WheelFit]] = {}
+    for w in sorted(wheels, key=lambda w: (len(w.reasons), w.entry.file)):
+        groups.setdefault(tuple(r.code for r in w.reasons), []).append(w)
+    return list(groups.values())
+
+
+def _group_reasons(group: Sequence[WheelFit]) -> Text:
+    """Each code with its message where every wheel of the group says the same, else the code alone
+    (the numbers differ from wheel to wheel; --json has each)."""
+    text = Text()
+    for i, reason in enumerate(group[0].reasons):
+        same = all(w.reasons[i].message == reason.message for w in group)
+        text.append(("\n" if i else "") + reason.code, style="bold red")
+        if same:
+            text.append(f" {reason.message}")
+    return text
+
+
+def _group_label(entries: Sequence[schema.IndexEntry], total: int, shown: int = 3) -> str:
+    names = [wheel_name(e) for e in entries]
+    if len(names) == 1:
+        return names[0]
+    if len(names) == total:
+        return f"all {total} wheels"
+    more = f", and {len(names) - shown} more" if len(names) > shown else ""
+    return f"{len(names)} wheels: {', '.join(names[:shown])}{more}"
+
+
 def render(report: DoctorReport, console: Console) -> None:
     sel, req = report.selection, report.request
     console.print(Text("Machine", style="bold"))
@@ -140,12 +178,13 @@ def render(report: DoctorReport, console: Console) -> None:
         console.print(_reason_text(sel.stack))
 
     table = Table(title=Text(f"Wheels in {report.index_location}"), title_justify="left", expand=True)
-    table.add_column("wheel", overflow="fold", ratio=2)
+    table.add_column("wheels", ratio=2)
     table.add_column("fits", justify="center")
     table.add_column("why not", ratio=3)
-    for w in sorted(sel.wheels, key=lambda w: (not w.fits, w.entry.file)):
-        mark = Text("yes", style="green") if w.fits else Text("no", style="red")
-        table.add_row(Text(w.entry.file), mark, _reason_text(w.reasons, fixes=False))
+    for group in _groups(sel.wheels):
+        mark = Text("yes", style="green") if group[0].fits else Text("no", style="red")
+        label = _group_label([w.entry for w in group], len(sel.wheels))
+        table.add_row(Text(label), mark, _group_reasons(group))
     console.print()
     console.print(table)
     fixes = sorted(
@@ -157,7 +196,7 @@ def render(report: DoctorReport, console: Console) -> None:
 
     call = f"{req.dtype}, head dim {req.head_dim}, {'forward+backward' if req.backward else 'forward'}"
     console.print(Text("\nChoice", style="bold"))
-    console.print(Text(f"fa install picks: {sel.selected.file if sel.selected else 'nothing'}"))
+    console.print(Text(f"fa install picks: {wheel_name(sel.selected) if sel.selected else 'nothing'}"))
     for answer in sel.gpus:
         console.print(
             Text(

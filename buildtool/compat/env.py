@@ -5,15 +5,19 @@ downstream (fit, choose, install) works on an `Env` and never looks at the machi
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from buildtool.core import textfile
 from buildtool.core.installed import TorchInfo
 from buildtool.core.runtime import versions
+from buildtool.core.textfile import shown
 from buildtool.errors import UsageError
 
 OS_NAMES = ("linux", "windows", "darwin")
@@ -64,17 +68,44 @@ def _parses(parse: Callable[[str], object], text: str | None) -> bool:
     return True
 
 
+# Every pattern is ASCII-only (as versions.py's are): str.isdigit() and re's \d accept Arabic-Indic
+# digits and the like, which would pass here and break the comparisons downstream. The lengths are far
+# above any real value and keep work bounded (a glibc "2.99999999" would have fa list that many
+# manylinux tags).
+_GLIBC = re.compile(r"2\.[0-9]{1,3}", re.ASCII)
+_PYTHON = re.compile(r"3\.[0-9]{1,3}t?", re.ASCII)
+_CUDA = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}", re.ASCII)
+_ARCH = re.compile(r"[A-Za-z0-9_]{1,32}", re.ASCII)
+_MAX_TEXT = 200  # a GPU name, a torch version
+MAX_GPUS = 256
+MAX_MEMORY_MIB = 1 << 30  # a petabyte: no GPU is near
+
+
+def is_driver_version(text: str) -> bool:
+    """ "535.104.05": what env_from_json accepts as a driver version (the probe checks what it reads)."""
+    return _parses(versions.parse_driver, text)
+
+
 def _need(cond: bool, path: str, got: Any, fix: str) -> None:
     if not cond:
-        raise EnvError(f"{path}: got {got!r}; {fix}")
+        raise EnvError(f"{path}: got {shown(got)}; {fix}")
 
 
 def _str_field(data: Mapping[str, Any], key: str, path: str, fix: str, nullable: bool = False) -> str | None:
     value = data.get(key)
     if value is None and nullable:
         return None
-    _need(isinstance(value, str) and bool(value), f"{path}{key}", value, fix)
+    _need(
+        isinstance(value, str) and 0 < len(value) <= _MAX_TEXT and value.isprintable(),
+        f"{path}{key}",
+        value,
+        fix if isinstance(value, str) and value.isprintable() else f"{fix} (printable text)",
+    )
     return value
+
+
+def _matches(pattern: re.Pattern[str], value: str | None) -> bool:
+    return value is not None and pattern.fullmatch(value) is not None
 
 
 def env_from_json(data: Any) -> Env:
@@ -87,32 +118,34 @@ def env_from_json(data: Any) -> Env:
     )
     os_name = _str_field(data, "os", "", f"use one of {', '.join(OS_NAMES)}")
     _need(os_name in OS_NAMES, "os", os_name, f"use one of {', '.join(OS_NAMES)}")
-    arch = _str_field(data, "arch", "", 'write the machine architecture, e.g. "x86_64" or "aarch64"')
+    arch_fix = 'write the machine architecture, e.g. "x86_64" or "aarch64"'
+    arch = _str_field(data, "arch", "", arch_fix)
+    _need(_matches(_ARCH, arch), "arch", arch, arch_fix)
     glibc = _str_field(
         data, "glibc", "", 'write the glibc version like "2.35", or null off glibc Linux', True
     )
     if glibc is not None:
-        _need(re.fullmatch(r"2\.\d+", glibc) is not None, "glibc", glibc, 'write it like "2.35"')
-    python = _str_field(data, "python", "", 'write major.minor like "3.11" ("3.13t" if free-threaded)')
-    _need(
-        re.fullmatch(r"3\.\d+t?", python or "") is not None,
-        "python",
-        python,
-        'write major.minor like "3.11" ("3.13t" if free-threaded)',
-    )
+        _need(_matches(_GLIBC, glibc), "glibc", glibc, 'write it like "2.35"')
+    python_fix = 'write major.minor like "3.11" ("3.13t" if free-threaded)'
+    python = _str_field(data, "python", "", python_fix)
+    _need(_matches(_PYTHON, python), "python", python, python_fix)
 
     torch = None
     raw_torch = data.get("torch")
     if raw_torch is not None:
         _need(isinstance(raw_torch, dict), "torch", raw_torch, "write an object or null when torch is absent")
-        version = _str_field(raw_torch, "version", "torch.", 'write torch.__version__, e.g. "2.5.1+cu124"')
+        version_fix = 'write torch.__version__, e.g. "2.5.1+cu124"'
+        version = _str_field(raw_torch, "version", "torch.", version_fix)
         try:
-            Version(version or "")
-        except InvalidVersion:
-            raise EnvError(f'torch.version: got {version!r}; write torch.__version__, e.g. "2.5.1+cu124"')
+            release = Version(version or "").release
+        except (InvalidVersion, ValueError):
+            release = ()
+        _need(
+            len(release) >= 2 and all(part < 10**6 for part in release), "torch.version", version, version_fix
+        )
         cuda = _str_field(raw_torch, "cuda", "torch.", 'write torch.version.cuda like "12.4", or null', True)
         if cuda is not None:
-            _need(re.fullmatch(r"\d+\.\d+", cuda) is not None, "torch.cuda", cuda, 'write it like "12.4"')
+            _need(_matches(_CUDA, cuda), "torch.cuda", cuda, 'write it like "12.4"')
         hip = _str_field(raw_torch, "hip", "torch.", "write torch.version.hip, or null", True)
         abi = raw_torch.get("cxx11abi")
         _need(
@@ -136,7 +169,12 @@ def env_from_json(data: Any) -> Env:
         )
 
     raw_gpus = data.get("gpus", [])
-    _need(isinstance(raw_gpus, list), "gpus", raw_gpus, "write a list (empty without NVIDIA GPUs)")
+    _need(
+        isinstance(raw_gpus, list) and len(raw_gpus) <= MAX_GPUS,
+        "gpus",
+        raw_gpus,
+        "write a list (empty without NVIDIA GPUs)",
+    )
     gpus = []
     for i, raw in enumerate(raw_gpus):
         _need(isinstance(raw, dict), f"gpus[{i}]", raw, 'write {"name": ..., "sm": "8.6", "memory_mib": ...}')
@@ -150,10 +188,11 @@ def env_from_json(data: Any) -> Env:
         )
         mem = raw.get("memory_mib")
         _need(
-            mem is None or (isinstance(mem, int) and not isinstance(mem, bool)),
+            mem is None
+            or (isinstance(mem, int) and not isinstance(mem, bool) and 0 <= mem <= MAX_MEMORY_MIB),
             f"gpus[{i}].memory_mib",
             mem,
-            "write an integer number of MiB, or null",
+            "write the GPU's memory as a whole number of MiB (0 or more), or null",
         )
         gpus.append(Gpu(name=name or "", sm=sm or "", memory_mib=mem))
     return Env(
@@ -165,6 +204,30 @@ def env_from_json(data: Any) -> Env:
         driver=driver,
         gpus=tuple(gpus),
     )
+
+
+def env_from_file(path: Path) -> Env:
+    """The environment described in a JSON file (`fa doctor --env`); raises EnvError naming the file,
+    the field and the fix, whatever the file holds."""
+    where = f"--env {path}"
+    fix = "write it like `fa probe --json` does"
+    try:
+        text = textfile.read_text(path, fix=fix)
+    except textfile.TextFileError as e:
+        raise EnvError(f"{where}: {e.problem}\n  fix: {e.fix}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise EnvError(f"{where}: not JSON (line {e.lineno}, column {e.colno}: {e.msg}); {fix}") from None
+    except (ValueError, RecursionError) as e:  # a number past int()'s digit limit, nesting past the stack
+        problem = "nested too deeply" if isinstance(e, RecursionError) else "a number too long to read"
+        raise EnvError(f"{where}: not JSON fa can read ({problem}); {fix}") from None
+    if isinstance(data, dict) and "os" not in data and isinstance(data.get("env"), dict):
+        data = data["env"]  # a case of the test corpus (tests/select/envs): the env plus its expectations
+    try:
+        return env_from_json(data)
+    except EnvError as e:
+        raise EnvError(f"{where}: {e}") from None
 
 
 def env_to_json(env: Env) -> dict[str, Any]:

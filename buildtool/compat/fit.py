@@ -7,7 +7,7 @@ All reasons are collected, never only the first: a P100 with torch 1.13 hears ab
 
 from __future__ import annotations
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.specifiers import SpecifierSet
 from packaging.tags import Tag, compatible_tags, cpython_tags, mac_platforms
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
@@ -154,10 +154,7 @@ def _glibc_needed(wheel_platforms: set[str], env: Env) -> str | None:
 def _python_requirement(entry: schema.IndexEntry, env: Env) -> list[Reason]:
     if not entry.requires_python:
         return []
-    try:
-        spec = SpecifierSet(entry.requires_python)
-    except InvalidSpecifier:
-        return []
+    spec = SpecifierSet(entry.requires_python)  # checked when the index was read (wheel_index)
     version = ".".join(map(str, env.python_version))
     if spec.contains(Version(version)):
         return []

@@ -16,8 +16,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from buildtool.compat.env import Env, Gpu
+from buildtool.compat.env import Env, Gpu, is_driver_version
 from buildtool.core.installed import find_torch, os_name, probe_torch, python_version
+from buildtool.core.textfile import printable
 
 # ---------------------------------------------------------------------------------------------------
 # Probing this machine
@@ -89,7 +90,8 @@ def _nvml(sources: dict[str, str]) -> tuple[str | None, list[Gpu]]:
     except pynvml.NVMLError:  # LibraryNotFound, DriverNotLoaded, ...: no usable NVML here
         return None, []
     try:
-        driver = _text(pynvml.nvmlSystemGetDriverVersion())
+        reported = _text(pynvml.nvmlSystemGetDriverVersion())
+        driver = reported if is_driver_version(reported) else None
         gpus = []
         for i in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(i)
@@ -97,7 +99,7 @@ def _nvml(sources: dict[str, str]) -> tuple[str | None, list[Gpu]]:
             memory = pynvml.nvmlDeviceGetMemoryInfo(handle).total // (1024 * 1024)
             gpus.append(
                 Gpu(
-                    name=_text(pynvml.nvmlDeviceGetName(handle)),
+                    name=printable(_text(pynvml.nvmlDeviceGetName(handle))),
                     sm=f"{major}.{minor}",
                     memory_mib=int(memory),
                 )
@@ -115,13 +117,13 @@ def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-_PROC_VERSION = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")
+_PROC_VERSION = re.compile(r"Kernel Module(?: for \S+)?\s+([0-9]{1,4}(?:\.[0-9]{1,4}){1,3})\b", re.ASCII)
 
 
 def _read_driver_file(paths: ProbePaths, sources: dict[str, str]) -> str | None:
     try:
-        text = paths.sys_driver_version.read_text().strip()
-        if re.fullmatch(r"\d+(\.\d+)+", text):
+        text = paths.sys_driver_version.read_text(errors="replace").strip()
+        if is_driver_version(text):
             sources["driver"] = str(paths.sys_driver_version)
             return text
     except OSError:
@@ -129,7 +131,7 @@ def _read_driver_file(paths: ProbePaths, sources: dict[str, str]) -> str | None:
     try:
         # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 ..." (open modules say
         # "Open Kernel Module for x86_64  570.86.15")
-        match = _PROC_VERSION.search(paths.proc_driver_version.read_text())
+        match = _PROC_VERSION.search(paths.proc_driver_version.read_text(errors="replace"))
         if match:
             sources["driver"] = str(paths.proc_driver_version)
             return match.group(1)
@@ -163,10 +165,11 @@ def _nvidia_smi(command: str, sources: dict[str, str]) -> tuple[str | None, list
         cells = [c.strip() for c in line.split(",")]
         if len(cells) < 3:
             continue
-        driver = cells[0]
-        if len(cells) == 4 and re.fullmatch(r"\d+\.\d+", cells[2]):
-            memory = int(cells[3]) if cells[3].isdigit() else None
-            gpus.append(Gpu(name=cells[1], sm=cells[2], memory_mib=memory))
+        driver = cells[0] if is_driver_version(cells[0]) else None
+        if len(cells) == 4 and re.fullmatch(r"[0-9]{1,2}\.[0-9]{1,2}", cells[2], re.ASCII):
+            memory = int(cells[3]) if re.fullmatch(r"[0-9]{1,12}", cells[3], re.ASCII) else None
+            # A GPU name is shown to people: no control characters from a driver or a fake nvidia-smi.
+            gpus.append(Gpu(name=printable(cells[1]), sm=cells[2], memory_mib=memory))
     if driver:
         sources.setdefault("driver", "nvidia-smi")
     if gpus:
@@ -195,7 +198,7 @@ def _tegra(paths: ProbePaths, sources: dict[str, str]) -> tuple[str | None, list
     sources["gpus"] = str(paths.device_tree_compatible)
     driver = None
     try:
-        match = _TEGRA_RELEASE.match(paths.tegra_release.read_text())
+        match = _TEGRA_RELEASE.match(paths.tegra_release.read_text(errors="replace"))
     except OSError:
         match = None
     if match and match.group(1) == "36":

@@ -1,7 +1,13 @@
 """The wheels on offer: index.json (docs/contracts.md section 5) from a directory or an http(s)/file URL,
 or, for a directory without index.json, the manifests inside the wheels themselves (section 3).
 
-Also fetches one wheel and checks its sha256 against the index before anyone uses it.
+Also fetches one wheel and checks it before anyone uses it: its size and sha256 against the index,
+and its own name, metadata and manifest against the index's entry.
+
+Nothing read here is trusted: index.json is read with a size cap and, from a server, a deadline for
+the whole transfer; each entry is read by the runtime's schema (every field typed and bounded) and must
+describe its own file (wheel_file.check_agreement). A bad entry is refused, naming it and the field,
+never dropped.
 """
 
 from __future__ import annotations
@@ -9,23 +15,27 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import parse_wheel_filename
 
+from buildtool.core import fetch, textfile
 from buildtool.core.cpus import linux_cpu
 from buildtool.core.fetch import sha256_file
 from buildtool.core.runtime import schema
-from buildtool.core.wheel_file import WheelDirError, wheel_entry
+from buildtool.core.wheel_file import Disagreement, WheelDirError, check_agreement, wheel_entry
 from buildtool.errors import UsageError
 
 INDEX_FILE = "index.json"
-_TIMEOUT_S = 60
+URL_SCHEMES = ("http", "https", "file")
+MAX_INDEX_BYTES = 16 << 20  # index.json is a few KB per wheel; a release's is well under 1 MB
+INDEX_DEADLINE_S = 60.0  # to read index.json whole, however slowly the server sends it
+REWRITE = "  fix: re-run fa index on the wheels to rewrite index.json"
 
 
 class WheelIndexError(UsageError):
@@ -39,14 +49,20 @@ class WheelIndex:
 
 
 def is_url(location: str) -> bool:
-    return urllib.parse.urlsplit(location).scheme in ("http", "https", "file")
+    return "://" in location and bool(urllib.parse.urlsplit(location).scheme)
 
 
 def load_index(location: str) -> WheelIndex:
     """Read the index at a directory path or an http(s)/file URL of a directory holding index.json."""
     if is_url(location):
         url = location.rstrip("/") + "/"
-        if urllib.parse.urlsplit(url).scheme == "file":
+        scheme = urllib.parse.urlsplit(url).scheme
+        if scheme not in URL_SCHEMES:
+            raise WheelIndexError(
+                f"--index {location}: fa reads http://, https:// and file:// URLs, not {scheme}://; "
+                "serve the folder over http(s), or pass --wheels DIR for a local copy"
+            )
+        if scheme == "file":
             return _load_dir(Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path)), location)
         text = _read_url(url + INDEX_FILE)
         return WheelIndex(location=url, entries=_parse_index(text, url + INDEX_FILE))
@@ -59,8 +75,12 @@ def _load_dir(directory: Path, location: str) -> WheelIndex:
             f"{location}: no such directory (run fa build, or pass --wheels DIR / --index URL)"
         )
     index = directory / INDEX_FILE
-    if index.is_file():
-        return WheelIndex(location=str(directory), entries=_parse_index(index.read_text(), str(index)))
+    if index.exists():
+        try:
+            text = textfile.read_text(index, MAX_INDEX_BYTES)
+        except textfile.TextFileError as exc:
+            raise WheelIndexError(f"{exc}; re-run fa index {directory} to rewrite it") from None
+        return WheelIndex(location=str(directory), entries=_parse_index(text, str(index)))
     wheels = sorted(directory.glob("*.whl"))
     if not wheels:
         raise WheelIndexError(f"{location}: neither {INDEX_FILE} nor any .whl file here (run fa build)")
@@ -69,22 +89,32 @@ def _load_dir(directory: Path, location: str) -> WheelIndex:
 
 def _read_url(url: str) -> str:
     try:
-        with urllib.request.urlopen(url, timeout=_TIMEOUT_S) as response:
-            return response.read().decode()
-    except (urllib.error.URLError, OSError) as exc:
-        raise WheelIndexError(f"{url}: cannot read it ({exc}); check the --index URL") from exc
+        data = fetch.read_url(url, max_bytes=MAX_INDEX_BYTES, deadline_s=INDEX_DEADLINE_S)
+    except fetch.FetchError as exc:
+        raise WheelIndexError(f"{exc}; check the --index URL") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise WheelIndexError(
+            f"{url}: not UTF-8 text, so not an index.json fa wrote; check the --index URL"
+        ) from None
 
 
 def _parse_index(text: str, where: str) -> tuple[schema.IndexEntry, ...]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise WheelIndexError(f"{where}: not JSON ({exc}); re-run fa build to rewrite it") from exc
+        raise WheelIndexError(
+            f"{where}: not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})\n{REWRITE}"
+        ) from None
+    except (ValueError, RecursionError) as exc:  # a number past int()'s digit limit, nesting past the stack
+        problem = "nested too deeply" if isinstance(exc, RecursionError) else "a number too long to read"
+        raise WheelIndexError(f"{where}: not an index.json fa wrote ({problem})\n{REWRITE}") from None
     try:
         entries = schema.read_index(data)
     except schema.SchemaError as exc:
-        raise WheelIndexError(f"{where}: {exc}; re-run fa build (or fa index) to rewrite the index") from exc
-    return tuple(_with_platform(e, f"{where}: wheels[{i}]") for i, e in enumerate(entries))
+        raise WheelIndexError(f"{where}: {exc}\n{REWRITE}") from None
+    return tuple(_checked(e, f"{where}: wheels[{i}]") for i, e in enumerate(entries))
 
 
 def entry_from_dict(raw: Any, where: str) -> schema.IndexEntry:
@@ -92,18 +122,30 @@ def entry_from_dict(raw: Any, where: str) -> schema.IndexEntry:
     try:
         entry = schema.IndexEntry.from_json(raw, "")
     except schema.SchemaError as exc:
-        raise WheelIndexError(f"{where}: {exc}; re-run fa build to rewrite the index") from exc
-    return _with_platform(entry, where)
+        raise WheelIndexError(f"{where}.{exc}\n{REWRITE}") from None
+    return _checked(entry, where)
 
 
-def _with_platform(entry: schema.IndexEntry, where: str) -> schema.IndexEntry:
-    """An entry written before entries named the CPU takes it from the wheel's file name."""
+def _checked(entry: schema.IndexEntry, where: str) -> schema.IndexEntry:
+    """What the schema cannot check: the entry describes its own file, and its requires_python parses.
+    An entry written before entries named the CPU takes it from the wheel's file name."""
+    try:
+        check_agreement(entry.file, entry.info)
+    except Disagreement as exc:
+        raise WheelIndexError(
+            f"{where}.{exc.field}: {exc.problem}; the entry does not describe its own file\n{REWRITE}"
+        ) from None
+    if entry.requires_python is not None:
+        try:
+            SpecifierSet(entry.requires_python)
+        except InvalidSpecifier:
+            raise WheelIndexError(
+                f"{where}.requires_python: got {textfile.shown(entry.requires_python)}; expected a PEP 440 "
+                f'specifier like ">=3.9"\n{REWRITE}'
+            ) from None
     if entry.info.platform is not None:
         return entry
-    try:
-        platform = linux_cpu(next(iter(parse_wheel_filename(entry.file)[3])).platform)
-    except InvalidWheelFilename as exc:
-        raise WheelIndexError(f"{where}.file: {entry.file!r} is not a wheel file name ({exc})") from exc
+    platform = linux_cpu(next(iter(parse_wheel_filename(entry.file)[3])).platform)
     return dataclasses.replace(entry, info=dataclasses.replace(entry.info, platform=platform))
 
 
@@ -123,23 +165,54 @@ def wheel_location(index: WheelIndex, entry: schema.IndexEntry) -> str:
 
 
 def fetch_wheel(index: WheelIndex, entry: schema.IndexEntry, dest_dir: Path) -> Path:
-    """Copy or download the wheel into dest_dir and verify its sha256; a mismatch raises and leaves nothing."""
+    """Copy or download the wheel into dest_dir, then check it before anyone uses it: its size and sha256
+    against the index, and its own name, metadata and manifest against the entry (a wheel that says
+    another version, variant, torch or CUDA than the index is refused). Raises WheelIndexError and
+    leaves nothing behind."""
     source = wheel_location(index, entry)
     dest = dest_dir / entry.file
     try:
         if source.startswith(("http://", "https://")):
-            with urllib.request.urlopen(source, timeout=_TIMEOUT_S) as response, dest.open("wb") as out:
-                shutil.copyfileobj(response, out)
+            fetch.download(source, dest, None, size=entry.size)
         else:
-            shutil.copyfile(source, dest)
-    except (urllib.error.URLError, OSError) as exc:
+            _copy_regular_file(Path(source), dest, entry.size)
+        actual = sha256_file(dest)
+        if actual != entry.sha256:
+            raise WheelIndexError(
+                f"{entry.file}: sha256 is {actual} but the index says {entry.sha256}; refusing to install it "
+                "(the file was changed or corrupted: rebuild it with fa build, or fetch it again)"
+            )
+        _check_against_index(dest, entry)
+    except (fetch.FetchError, OSError) as exc:
         dest.unlink(missing_ok=True)
-        raise WheelIndexError(f"{source}: cannot fetch it ({exc})") from exc
-    actual = sha256_file(dest)
-    if actual != entry.sha256:
-        dest.unlink()
+        raise WheelIndexError(f"{source}: cannot fetch it ({exc})") from None
+    except WheelIndexError:
+        dest.unlink(missing_ok=True)
+        raise
+    return dest
+
+
+def _copy_regular_file(source: Path, dest: Path, size: int | None) -> None:
+    if not source.is_file():
+        raise OSError(f"{source} is not a regular file")
+    if size is not None and source.stat().st_size != size:
         raise WheelIndexError(
-            f"{entry.file}: sha256 is {actual} but the index says {entry.sha256}; refusing to install it "
+            f"{source.name}: {source.stat().st_size} bytes but the index says {size}; refusing to install it "
             "(the file was changed or corrupted: rebuild it with fa build, or fetch it again)"
         )
-    return dest
+    shutil.copyfile(source, dest)
+
+
+def _check_against_index(wheel: Path, entry: schema.IndexEntry) -> None:
+    """What the selection decided on must be what the wheel says of itself."""
+    try:
+        own = wheel_entry(wheel)
+    except WheelDirError as exc:
+        raise WheelIndexError(f"{exc}; nothing installed") from None
+    for field in dataclasses.fields(schema.WheelInfo):
+        said, actual = getattr(entry.info, field.name), getattr(own.info, field.name)
+        if said != actual:
+            raise WheelIndexError(
+                f"{entry.file}: the index says {field.name} {textfile.shown(said)}, the wheel itself says "
+                f"{textfile.shown(actual)}; refusing it (the index does not describe this wheel)\n{REWRITE}"
+            )

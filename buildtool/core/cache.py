@@ -14,13 +14,18 @@ from pathlib import Path
 from filelock import FileLock
 from platformdirs import user_cache_dir
 
-from buildtool.core.atomic import TMP_MARK
+from buildtool.core.atomic import WriteError, write_problem
+from buildtool.errors import UsageError
 
 
 def cache_dir() -> Path:
     """FA_CACHE if set, else the platform's cache dir (~/.cache/fa on Linux)."""
     root = Path(os.environ.get("FA_CACHE") or user_cache_dir("fa", appauthor=False))
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a file where the folder belongs, no permission: the user's to fix (exit 2)
+        where = "FA_CACHE" if os.environ.get("FA_CACHE") else "the default cache folder"
+        raise UsageError(write_problem(root, e, f"cannot use {where}")) from None
     return root
 
 
@@ -37,18 +42,18 @@ def content_key(*parts: bytes | str) -> str:
 @contextlib.contextmanager
 def locked(path: Path, timeout: float = -1) -> Iterator[None]:
     """An inter-process lock named after `path` (for work that must happen once, like unpacking a
-    toolkit, while other builds wait for it)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path) + ".lock", timeout=timeout):
+    toolkit or compiling one kernel, while other builds wait for it and then reuse the result)."""
+    lock = Path(str(path) + ".lock")
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise WriteError(lock, e) from e
+    flock = FileLock(str(lock), timeout=timeout)
+    try:
+        flock.acquire()
+    except OSError as e:
+        raise WriteError(lock, e, "cannot lock") from e
+    try:
         yield
-
-
-def sweep_tmp(directory: Path) -> int:
-    """Remove temporaries left by a killed writer; returns how many."""
-    n = 0
-    if directory.is_dir():
-        for p in directory.rglob(f"*{TMP_MARK}*"):
-            with contextlib.suppress(OSError):
-                p.unlink() if p.is_file() else None
-                n += 1
-    return n
+    finally:
+        flock.release()

@@ -77,8 +77,8 @@ def probe_torch(torch_dir: Path, sources: dict[str, str] | None = None) -> Torch
 def _read_version_py(path: Path) -> dict[str, object]:
     """The plain assignments of torch/version.py (`__version__ = '2.5.1+cu124'`, `cuda = '12.4'`)."""
     try:
-        tree = ast.parse(path.read_text())
-    except (OSError, SyntaxError):
+        tree = ast.parse(path.read_text(errors="replace"))
+    except (OSError, SyntaxError, ValueError):  # ValueError: NUL bytes in a damaged file
         return {}
     values: dict[str, object] = {}
     for node in tree.body:

@@ -1,16 +1,25 @@
 """A built fa-attn wheel read back from its file: the manifest inside it (fa_attn/manifest.json) and its
 index.json entry (its name, bytes and manifest). `fa index` writes these entries (build/index.py);
 doctor and install read a directory of wheels without index.json the same way (compat/wheel_index.py).
-The shapes are the runtime's schema (kernels/fa_attn/schema.py, via core/runtime.py)."""
+The shapes are the runtime's schema (kernels/fa_attn/schema.py, via core/runtime.py).
+
+Nothing in a wheel is trusted on its own: its file name, its .dist-info (what pip installs) and its
+manifest (what doctor and the runtime read) must tell one story (`check_agreement`), or the wheel is
+refused naming the field: a manifest saying torch 2.12 in a wheel named and installed as 2.13 would
+have doctor pick it for torch 2.12.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import email.parser
 import json
+import re
 import zipfile
 from pathlib import Path
 
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
 from buildtool.core.cpus import linux_cpu
 from buildtool.core.fetch import sha256_file
@@ -18,33 +27,183 @@ from buildtool.core.runtime import schema
 from buildtool.errors import FaError
 
 REQUIRES_PYTHON = ">=3.9"  # every fa-attn wheel's Requires-Python (METADATA and index.json)
+# A manifest lists a few hundred kernels (tens of KB); METADATA and WHEEL are a few lines. A member
+# claiming more is not one fa wrote, and reading it could exhaust memory (a zip bomb).
+MAX_MEMBER_BYTES = 16 << 20
 
 
 class WheelDirError(FaError):
-    """A file in the wheel directory that is not a readable fa-attn wheel."""
+    """A file in the wheel directory that is not a readable fa-attn wheel, or one whose name, metadata
+    and manifest disagree."""
+
+
+class Disagreement(ValueError):
+    """A wheel's file name, version, variant and the facts the variant names do not agree; `field` is
+    the key of index.json (or the manifest) that disagrees."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+
+
+# A kernel wheel's variant (the version's local label): cu<CUDA major>torch<torch minor>, plus
+# cxx11abi<true|false> where the C++ ABI is ambiguous (build/plan.py variant_label writes it).
+_VARIANT = re.compile(
+    r"cu(?P<cuda>[0-9]+)torch(?P<torch>[0-9]+\.[0-9]+)(?:cxx11abi(?P<abi>true|false))?", re.ASCII
+)
+# The platform tags fa's kernel wheels can carry (build/platform_tag.py computes them).
+_LINUX_TAG = re.compile(
+    r"(manylinux_[0-9]{1,2}_[0-9]{1,3}|manylinux1|manylinux2010|manylinux2014|linux)_(x86_64|aarch64)",
+    re.ASCII,
+)
+
+
+def check_agreement(file: str, info: schema.WheelInfo) -> None:
+    """Raise Disagreement unless the file name and the info's version, variant, platform, cuda_major,
+    torch and cxx11abi tell one story. fa build writes each from one plan, so any difference is a
+    renamed, hand-edited or foreign file, and trusting either side would pick a wheel for the wrong
+    torch or CUDA."""
+    try:
+        name, file_version, _, tags = parse_wheel_filename(file)
+    except InvalidWheelFilename as e:
+        raise Disagreement("file", f"{file!r} is not a wheel file name ({e})") from None
+    if canonicalize_name(name) != schema.PACKAGE:
+        raise Disagreement("file", f"{file!r} is a wheel of {name!r}, not of {schema.PACKAGE}")
+    if len(tags) != 1:
+        raise Disagreement(
+            "file", f"{file!r} carries {len(tags)} tags; fa's wheels carry one, py3-none-<platform>"
+        )
+    (tag,) = tags
+    if (tag.interpreter, tag.abi) != ("py3", "none"):
+        raise Disagreement("file", f"{file!r} is tagged {tag}; fa's wheels are py3-none-<platform>")
+    try:
+        version = Version(info.version)
+    except (InvalidVersion, ValueError):
+        raise Disagreement("version", f"{info.version!r} is not a PEP 440 version") from None
+    if version != file_version:
+        raise Disagreement("version", f"{info.version!r}, but the file name says {file_version}")
+    if info.variant != (version.local or ""):
+        raise Disagreement(
+            "variant", f"{info.variant!r}, but the version's label says {version.local or ''!r}"
+        )
+    cpu = linux_cpu(tag.platform)
+    if info.platform is not None and info.platform != cpu:
+        raise Disagreement("platform", f"{info.platform!r}, but the file is tagged {tag.platform}")
+    if info.variant == "":
+        for key in ("cuda_major", "torch", "cxx11abi"):
+            if getattr(info, key) is not None:
+                raise Disagreement(
+                    key, f"{getattr(info, key)!r} in the universal wheel (no variant), which has no kernels"
+                )
+        if tag.platform != "any":
+            raise Disagreement("file", f"the universal wheel (no variant) is tagged {tag.platform}, not any")
+        return
+    parts = _VARIANT.fullmatch(info.variant)
+    if parts is None:
+        raise Disagreement(
+            "variant",
+            f"{info.variant!r} is not a variant fa builds (cu12torch2.7, cu12torch2.5cxx11abifalse)",
+        )
+    if cpu is None or not _LINUX_TAG.fullmatch(tag.platform):
+        raise Disagreement(
+            "file", f"a kernel wheel tagged {tag.platform}; fa builds Linux x86_64 and aarch64 ones"
+        )
+    said = {"cuda_major": int(parts["cuda"]), "torch": parts["torch"]}
+    for key, value in said.items():
+        if getattr(info, key) != value:
+            raise Disagreement(key, f"{getattr(info, key)!r}, but the variant {info.variant} says {value!r}")
+    if parts["abi"] is not None and info.cxx11abi != (parts["abi"] == "true"):
+        raise Disagreement(
+            "cxx11abi", f"{info.cxx11abi!r}, but the variant {info.variant} says {parts['abi']}"
+        )
+    if parts["abi"] is None and info.cxx11abi is False:
+        raise Disagreement("cxx11abi", f"false, but the variant {info.variant} names no ABI (the C++11 one)")
+
+
+def _member(zf: zipfile.ZipFile, name: str) -> bytes:
+    info = zf.getinfo(name)
+    if info.file_size > MAX_MEMBER_BYTES:
+        raise ValueError(f"{name} is {info.file_size} bytes unpacked (fa writes under {MAX_MEMBER_BYTES})")
+    with zf.open(info) as f:
+        return f.read(MAX_MEMBER_BYTES + 1)[:MAX_MEMBER_BYTES]
+
+
+def _check_dist_info(zf: zipfile.ZipFile, path: Path, version: Version, tag: str) -> None:
+    """The wheel's own metadata must say what its file name says (pip installs what METADATA says)."""
+    folders = {n.split("/", 1)[0] for n in zf.namelist() if n.split("/", 1)[0].endswith(".dist-info")}
+    expected = f"{schema.DIST}-{version}.dist-info"
+    if folders != {expected}:
+        raise WheelDirError(
+            f"{path}: holds {', '.join(sorted(folders)) or 'no .dist-info folder'}, expected {expected} "
+            "(renamed or not an fa-attn wheel); remove it or rebuild it with fa build"
+        )
+    metadata = email.parser.HeaderParser().parsestr(
+        _member(zf, f"{expected}/METADATA").decode("utf-8", "replace")
+    )
+    wheel = email.parser.HeaderParser().parsestr(_member(zf, f"{expected}/WHEEL").decode("utf-8", "replace"))
+    found = {
+        "METADATA Name": (canonicalize_name(metadata.get("Name") or ""), schema.PACKAGE),
+        "METADATA Version": (metadata.get("Version"), str(version)),
+        "WHEEL Tag": (sorted(wheel.get_all("Tag") or []), [tag]),
+    }
+    for field, (got, want) in found.items():
+        if got != want:
+            member, key = field.split()
+            raise WheelDirError(
+                f"{path}: {expected}/{member}: {key} is {got!r}, but the file name says {want!r}; refusing "
+                "it (a renamed or altered wheel): rebuild it with fa build"
+            )
+
+
+def _open(path: Path) -> zipfile.ZipFile:
+    if not path.is_file():  # a FIFO would block the zip reader forever, a device never end
+        raise WheelDirError(f"{path}: not a regular file, so not a wheel; remove it")
+    return zipfile.ZipFile(path)
 
 
 def read_manifest(path: Path) -> schema.Manifest:
     """The manifest inside a wheel file."""
     try:
-        with zipfile.ZipFile(path) as zf:
-            return schema.Manifest.from_json(json.loads(zf.read(schema.MANIFEST_PATH)))
-    except (OSError, zipfile.BadZipFile, KeyError, ValueError) as e:  # SchemaError is a ValueError
+        with _open(path) as zf:
+            return schema.Manifest.from_json(json.loads(_member(zf, schema.MANIFEST_PATH)))
+    except (
+        OSError,
+        zipfile.BadZipFile,
+        KeyError,
+        ValueError,
+        RecursionError,
+    ) as e:  # SchemaError: ValueError
         raise WheelDirError(
             f"{path}: not an fa-attn wheel with a readable manifest ({e}); remove it or rebuild"
         ) from e
 
 
 def wheel_entry(path: Path) -> schema.IndexEntry:
-    """The index.json entry of a wheel file: from its name, its bytes and its manifest."""
+    """The index.json entry of a wheel file, from its name, its bytes and its manifest, once its file
+    name, .dist-info and manifest are found to agree."""
     try:
-        _, _, _, tags = parse_wheel_filename(path.name)
+        _, version, _, tags = parse_wheel_filename(path.name)
     except InvalidWheelFilename as e:
         raise WheelDirError(f"{path}: not an fa-attn wheel file name ({e}); remove it or rebuild") from e
     info = read_manifest(path).info
-    (tag,) = tags  # our wheels carry exactly one tag
+    tag = next(iter(tags))
+    if len(tags) == 1:
+        try:
+            with _open(path) as zf:
+                _check_dist_info(zf, path, version, str(tag))
+        except (OSError, zipfile.BadZipFile, KeyError, ValueError) as e:
+            raise WheelDirError(f"{path}: not an fa-attn wheel ({e}); remove it or rebuild") from e
     if info.platform is None and tag.platform != "any":  # written before manifests named the CPU
         info = dataclasses.replace(info, platform=linux_cpu(tag.platform))
+    try:
+        check_agreement(path.name, info)
+    except Disagreement as e:
+        where = "file name" if e.field == "file" else f"{schema.MANIFEST_PATH} {e.field}"
+        raise WheelDirError(
+            f"{path}: {where}: {e.problem}; refusing it (a renamed or altered wheel): rebuild it with "
+            "fa build, or remove it"
+        ) from None
     return schema.IndexEntry(
         file=path.name,
         sha256=sha256_file(path),

@@ -30,6 +30,7 @@ from .dispatch import Dispatch, FaFallbackError, FaFallbackWarning, last_dispatc
 from .flash_attn_compat import flash_attn_status, install_as_flash_attn
 from .interface import explain, flash_attn_func, flash_attn_varlen_func
 from .kvcache import flash_attn_with_kvcache
+from .loader import manifest as _manifest
 from .packed import (
     flash_attn_kvpacked_func,
     flash_attn_qkvpacked_func,
@@ -37,6 +38,10 @@ from .packed import (
     flash_attn_varlen_qkvpacked_func,
 )
 from .reasons import Reason
+
+# This wheel's version ("0.1.0+cu12torch2.8"), from its manifest; in a source checkout, fa's own
+# (_version.py, the one source every version starts from).
+__version__ = _manifest().info.version
 
 __all__ = [
     "Dispatch",

@@ -17,9 +17,13 @@ and read every minor: keys they do not know are ignored, keys a file lacks take 
 from __future__ import annotations
 
 import dataclasses
+import re
+import reprlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
+
+from .versions import parse_arch, parse_driver
 
 SCHEMA_MAJOR = 1
 # 0: the first published shape. 1: coverage rows per compiled program with its `smem_bytes`; index
@@ -33,6 +37,8 @@ BINDING_FILE = "libfa_attn_ops.so"  # the host binding, inside fa_attn/
 
 IMAGES = ("sass", "ptx")
 DIRECTIONS = ("fwd", "bwd")
+DTYPES = ("fp16", "bf16")  # the kernels' dtypes (fp32 calls fall back)
+MAX_HEAD_DIM = 1024  # far above any kernel's (256): a bound for readers, not a kernel limit
 
 
 class SchemaError(ValueError):
@@ -60,8 +66,28 @@ def _at(where: str, key: str) -> str:
     return f"{where}.{key}" if where else key
 
 
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 60
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 4
+_REPR.maxlevel = 2
+_REPR.maxlong = 40
+MAX_SHOWN = 80
+
+
+def shown(value: Any) -> str:
+    """What a message may quote of a value from a file: one short printable line, however large or
+    strange the value (a whole nested value, or a control character, never reaches a terminal)."""
+    try:
+        text = _REPR.repr(value)
+    except (ValueError, RecursionError):  # an int past Python's 4300-digit conversion limit
+        text = f"<{type(value).__name__} too large to show>"
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."
+
+
 def _fail(where: str, value: Any, wanted: str) -> SchemaError:
-    return SchemaError(f"{where}: got {value!r}; expected {wanted}")
+    return SchemaError(f"{where}: got {shown(value)}; expected {wanted}")
 
 
 def _str(value: Any, where: str) -> str:
@@ -96,6 +122,64 @@ def _tuple_of(read: Callable[[Any, str], T]) -> Callable[[Any, str], tuple[T, ..
         return tuple(read(item, f"{where}[{i}]") for i, item in enumerate(value))
 
     return many
+
+
+def _parsed_by(parse: Callable[[str], object], wanted: str) -> Callable[[Any, str], str]:
+    """A string that `parse` (versions.py) accepts, kept as written."""
+
+    def read(value: Any, where: str) -> str:
+        text = _str(value, where)
+        try:
+            parse(text)
+        except ValueError:
+            raise _fail(where, value, wanted) from None
+        return text
+
+    return read
+
+
+def _matching(pattern: str, wanted: str, normal: Callable[[str], str] = str) -> Callable[[Any, str], str]:
+    regex = re.compile(pattern, re.ASCII)
+
+    def read(value: Any, where: str) -> str:
+        if not isinstance(value, str) or regex.fullmatch(value) is None:
+            raise _fail(where, value, wanted)
+        return normal(value)
+
+    return read
+
+
+def _one_of(*choices: str) -> Callable[[Any, str], str]:
+    def read(value: Any, where: str) -> str:
+        if value not in choices:
+            raise _fail(where, value, " or ".join(choices))
+        return str(value)
+
+    return read
+
+
+def _int_in(low: int, high: int) -> Callable[[Any, str], int]:
+    def read(value: Any, where: str) -> int:
+        number = _int(value, where)
+        if not low <= number <= high:
+            raise _fail(where, value, f"an integer from {low} to {high}")
+        return number
+
+    return read
+
+
+# The values fa writes, and the readers that refuse any other: a value outside them is not one fa
+# wrote, and would break a comparison later (doctor's, or the runtime's).
+_arch = _parsed_by(parse_arch, 'a compute capability like "8.0"')
+_driver = _parsed_by(parse_driver, 'a driver version like "575.51.03"')
+_torch_minor = _matching(r"[0-9]{1,3}\.[0-9]{1,3}", 'a torch minor like "2.5"')
+_sha256 = _matching(r"[0-9a-fA-F]{64}", "64 hex digits", str.lower)  # either case: one hash
+_image = _one_of(*IMAGES)
+_direction = _one_of(*DIRECTIONS)
+_dtype = _one_of(*DTYPES)
+_head_dim = _int_in(1, MAX_HEAD_DIM)
+_size = _int_in(0, 1 << 40)
+_cuda_major = _int_in(1, 99)
 
 
 def _object(value: Any, where: str) -> Mapping[str, Any]:
@@ -192,13 +276,13 @@ def _launches(value: Any, where: str) -> Mapping[str, Launch]:
 class KernelFile:
     """One compiled program in the wheel: its file under fa_attn/ and how to launch it."""
 
-    arch: str = _field(_str)  # "8.0"
-    image: str = _field(_str)  # "sass" | "ptx"
+    arch: str = _field(_arch)  # "8.0"
+    image: str = _field(_image)  # "sass" | "ptx"
     file: str = _field(_str)  # "kernels/sm_80/fwd_bf16_d128.cubin", relative to fa_attn/
     unit: str = _field(_str)  # "fwd_bf16_d128"
-    direction: str = _field(_str)  # "fwd" | "bwd"
-    dtype: str = _field(_str)  # "fp16" | "bf16"
-    head_dim: int = _field(_int)  # the compiled head-dim bucket
+    direction: str = _field(_direction)  # "fwd" | "bwd"
+    dtype: str = _field(_dtype)  # "fp16" | "bf16"
+    head_dim: int = _field(_head_dim)  # the compiled head-dim bucket
     entries: Mapping[str, Launch] = _field(_launches)  # extern "C" name -> launch, in launch order
 
     @property
@@ -211,11 +295,11 @@ class KernelFile:
 class Coverage:
     """What runs where: the head dims one compiled program serves, on one arch and image."""
 
-    arch: str = _field(_str)
-    image: str = _field(_str)
-    dtype: str = _field(_str)
-    direction: str = _field(_str)
-    head_dims: tuple[int, ...] = _field(_tuple_of(_int))  # every head dim (a multiple of 8) served
+    arch: str = _field(_arch)
+    image: str = _field(_image)
+    dtype: str = _field(_dtype)
+    direction: str = _field(_direction)
+    head_dims: tuple[int, ...] = _field(_tuple_of(_head_dim))  # every head dim (a multiple of 8) served
     # The most shared memory per block the program needs; None in files older than 1.1 (unknown). An
     # sm_80 cubin runs on an sm_86 GPU only if the GPU offers this much.
     smem_bytes: int | None = _field(_opt_int, since=1, absent=None)
@@ -231,13 +315,13 @@ class WheelInfo:
     version: str = _field(_str)  # "1.0.0+cu12torch2.5cxx11abifalse"
     variant: str = _field(_str, absent="")  # "cu12torch2.5cxx11abifalse"; "" for the universal wheel
     platform: str | None = _field(_opt_str, absent=None)  # the binding's CPU (x86_64, aarch64)
-    cuda_major: int | None = _field(_opt_int, absent=None)  # None: the universal wheel (no kernels)
+    cuda_major: int | None = _field(_optional(_cuda_major), absent=None)  # None: universal (no kernels)
     toolkit: str | None = _field(_opt_str, absent=None)  # the NVRTC that compiled the kernels
-    min_driver: str | None = _field(_opt_str, absent=None)  # runs the SASS from this driver on
-    ptx_min_driver: str | None = _field(_opt_str, absent=None)  # JIT of the PTX needs this driver
-    sass: tuple[str, ...] = _field(_strs, absent=())  # archs with SASS
-    ptx: str | None = _field(_opt_str, absent=None)  # the arch of the PTX shipped
-    torch: str | None = _field(_opt_str, absent=None)  # the torch minor the binding is built for
+    min_driver: str | None = _field(_optional(_driver), absent=None)  # runs the SASS from this driver on
+    ptx_min_driver: str | None = _field(_optional(_driver), absent=None)  # JIT of the PTX needs this driver
+    sass: tuple[str, ...] = _field(_tuple_of(_arch), absent=())  # archs with SASS
+    ptx: str | None = _field(_optional(_arch), absent=None)  # the arch of the PTX shipped
+    torch: str | None = _field(_optional(_torch_minor), absent=None)  # the minor the binding is built for
     cxx11abi: bool | None = _field(_opt_bool, absent=None)  # the binding's C++ ABI
     binding: str | None = _field(_opt_str, since=1, absent=None)  # its file in fa_attn/ (BINDING_FILE)
     features: tuple[str, ...] = _field(_strs, since=1, absent=())  # what the kernels implement
@@ -277,8 +361,8 @@ class IndexEntry:
     """One wheel of index.json: its file and tags, and what its manifest says (less the kernel list)."""
 
     file: str = _field(_wheel_file)  # the wheel's file name, next to index.json
-    sha256: str = _field(_str)
-    size: int | None = _field(_opt_int, absent=None)
+    sha256: str = _field(_sha256)  # lower case
+    size: int | None = _field(_optional(_size), absent=None)
     info: WheelInfo = _flat()  # noqa: RUF009 (a dataclasses.field, made by _flat)
     python_tag: str | None = _field(_opt_str, absent=None)
     abi_tag: str | None = _field(_opt_str, absent=None)

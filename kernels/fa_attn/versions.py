@@ -13,9 +13,12 @@ import re
 # (aoti_torch/c/shim.h); both are new in torch 2.4.
 MIN_TORCH = (2, 4)
 
-_ARCH = re.compile(r"(\d+)\.(\d+)")
-_DRIVER = re.compile(r"\d+(\.\d+)*")
-_TORCH = re.compile(r"(\d+)(?:\.(\d+))?")
+# ASCII digits only (re's \d also takes Arabic-Indic and other digits, which int() then reads as
+# numbers no file of fa's means), and lengths far above any real version, so a hostile value is refused
+# here instead of reaching int() (4300 digits at most) or a comparison.
+_ARCH = re.compile(r"([0-9]{1,2})\.([0-9]{1,2})", re.ASCII)
+_DRIVER = re.compile(r"[0-9]{1,5}(\.[0-9]{1,5}){0,3}", re.ASCII)
+_TORCH = re.compile(r"([0-9]{1,3})(?:\.([0-9]{1,3}))?", re.ASCII)
 
 
 def parse_arch(arch: str) -> tuple[int, int]:

@@ -70,7 +70,7 @@ def test_local_build_real_kernels_installs_and_rebuilds_from_cache(tmp_path, fre
     assert second["nvrtc_compiles"] == 0 and second["cxx_compiles"] == 0
     assert second["nvrtc_cached"] == first["nvrtc_compiles"] and second["cxx_cached"] == 1
     assert second["wheels"][0]["cache_hits"] == first["nvrtc_compiles"] + 1
-    assert (out / "index.json").is_file() and not list(out.glob("*.tmp-*"))
+    assert (out / "index.json").is_file() and not list(out.glob("*.fa-tmp-*"))
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
@@ -117,6 +117,13 @@ def test_killed_build_resumes_and_leaves_no_partial_wheel(tmp_path, fixture_tree
     done_before = len(list(images.rglob("*.cubin")))
     assert done_before >= 3
     assert not list(out.glob("*.whl"))  # killed during compiles: no wheel, partial or whole
+    # What a later build may and may not sweep: a dead build's half-written wheel goes; the user's own
+    # look-alike names and anything below --out stay.
+    stale = out / f"fa_attn-0.0.9-py3-none-any.whl.fa-tmp-{proc.pid}-abcdefgh"
+    users = [out / "draft.tmp-v2", out / "docs" / f"x.whl.fa-tmp-{proc.pid}-abcdefgh"]
+    for p in [stale, *users]:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("x")
 
     resumed = _summary(
         _fa(
@@ -127,10 +134,36 @@ def test_killed_build_resumes_and_leaves_no_partial_wheel(tmp_path, fixture_tree
     )
     assert resumed["nvrtc_cached"] >= done_before
     assert resumed["nvrtc_cached"] + resumed["nvrtc_compiles"] == 7 * 2 + 2  # SASS x dtypes + PTX x dtypes
-    assert not list(out.rglob("*.tmp-*"))
+    assert not stale.exists() and all(p.read_text() == "x" for p in users)
+    assert not list(out.glob("*.fa-tmp-*"))
     for whl in out.glob("*.whl"):
         with zipfile.ZipFile(whl) as zf:
             assert zf.testzip() is None
+
+
+def test_out_inside_the_sources_is_refused_before_any_work(tmp_path, fixture_tree):
+    """Wheels written into the package they pack would be packed into the next ones (a wheel grew
+    132 KB -> 420 KB -> 1.1 MB over three runs): refused with exit 2, nothing written."""
+    link = tmp_path / "link"
+    link.symlink_to(fixture_tree / "fa_attn", target_is_directory=True)
+    for out in (fixture_tree / "fa_attn", fixture_tree / "fa_attn" / "wheels", fixture_tree, link):
+        proc = _fa(["build", "--local", "--out", str(out)], tmp_path, FA_KERNELS_DIR=str(fixture_tree))
+        assert proc.returncode == 2, proc.stderr
+        said = " ".join(proc.stderr.split())
+        assert "inside the kernels source tree" in said and "fix:" in said
+    proc = _fa(["build", "--local", "--out", "kernels/fa_attn"], REPO)
+    assert proc.returncode == 2 and "kernels/fa_attn" in proc.stderr
+    assert not (fixture_tree / "fa_attn" / "wheels").exists() and not list(fixture_tree.rglob("*.whl"))
+
+
+def test_out_that_is_a_file_names_the_path_and_the_fix(tmp_path, fixture_tree, fresh_cache):
+    (tmp_path / "matrix.yaml").write_text(TINY.format(archs='["8.0"]', dtypes="[fp16]"))
+    blocker = tmp_path / "wheels"
+    blocker.write_text("a file where the output folder goes")
+    proc = _fa(["build", "--local", "--out", str(blocker)], tmp_path, FA_KERNELS_DIR=str(fixture_tree))
+    said = " ".join(proc.stderr.split())
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert f"cannot create the folder {blocker}: File exists" in said and "fix: a file is in the way" in said
 
 
 def test_bad_matrix_exits_2_with_the_field(tmp_path):
@@ -167,7 +200,9 @@ def test_dry_run_json_reports_cache_status(tmp_path, fixture_tree, fresh_cache):
 
 
 def test_two_builds_sharing_a_cache(tmp_path, fixture_tree, fresh_cache):
-    """Two builds at once on one FA_CACHE (different output folders) both finish with whole wheels."""
+    """Two builds at once on one FA_CACHE (different output folders) both finish with whole wheels, and
+    share the work: each kernel and the binding is compiled once, by whichever build gets to it first;
+    the other waits for it and reuses it."""
     (tmp_path / "matrix.yaml").write_text(TINY.format(archs='["8.0", "9.0"]', dtypes="[fp16]"))
     env = {**os.environ, "FA_KERNELS_DIR": str(fixture_tree)}
     procs = [
@@ -197,7 +232,11 @@ def test_two_builds_sharing_a_cache(tmp_path, fixture_tree, fresh_cache):
     wheels = [next((tmp_path / f"w{i}").glob("*.whl")) for i in range(2)]
     assert wheels[0].name == wheels[1].name
     assert wheels[0].read_bytes() == wheels[1].read_bytes()  # same inputs, same bytes (reproducible)
-    assert not list(fresh_cache.rglob("*.tmp-*"))
+    assert not list(fresh_cache.rglob("*.fa-tmp-*"))
+    summaries = [json.loads(out) for out, _ in outs]
+    assert sum(s["nvrtc_compiles"] for s in summaries) == 3  # sm_80 and sm_90 SASS, sm_90 PTX: once each
+    assert all(s["nvrtc_compiles"] + s["nvrtc_cached"] == 3 for s in summaries)
+    assert sum(s["cxx_compiles"] for s in summaries) == 1
 
 
 def test_matrix_build_in_shards_merges_with_fa_index(tmp_path, fixture_tree, fresh_cache):

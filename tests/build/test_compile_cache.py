@@ -79,4 +79,4 @@ def test_unknown_unit_is_a_clear_error(fixture_tree):
 def test_worker_images_land_whole(fixture_tree, fresh_cache):
     """Images are written by the workers through atomic renames: no temporaries remain."""
     compile_all([SASS, PTX], workers=2, tree=KernelTree(fixture_tree))
-    assert list(Path(fresh_cache, "kernels").rglob("*.tmp-*")) == []
+    assert list(Path(fresh_cache, "kernels").rglob("*.fa-tmp-*")) == []

@@ -195,3 +195,85 @@ def test_fa_index_rejects_a_foreign_file(tmp_path):
     (tmp_path / "fa_attn-0.1.0-py3-none-any.whl").write_bytes(b"not a zip")
     result = CliRunner().invoke(app, ["index", str(tmp_path)])
     assert result.exit_code == 1 and "not an fa-attn wheel" in result.output
+
+
+def _rewrite(wheel: Path, dest: Path, change: dict[str, bytes | None]) -> Path:
+    """A copy of `wheel` named `dest` with members replaced (None: removed); everything else as is."""
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as out:
+        for info in src.infolist():
+            data = change.get(info.filename, src.read(info))
+            if data is not None:
+                out.writestr(info, data)
+    return dest
+
+
+def _manifest_with(wheel: Path, **fields: object) -> bytes:
+    with zipfile.ZipFile(wheel) as zf:
+        man = json.loads(zf.read("fa_attn/manifest.json"))
+    return json.dumps({**man, **fields}).encode()
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"torch": "2.7"}, "torch: '2.7', but the variant cu12torch2.8 says '2.8'"),
+        ({"cuda_major": 13}, "cuda_major: 13"),
+        ({"cxx11abi": False}, "cxx11abi: false"),
+        ({"version": "0.1.0+cu12torch2.7"}, "version"),
+        ({"variant": "cu12torch2.7"}, "variant"),
+        ({"platform": "aarch64"}, "platform"),
+    ],
+)
+def test_fa_index_refuses_a_wheel_whose_manifest_disagrees(
+    fixture_tree, images, host_lib, tmp_path, fields, named
+):
+    """A manifest that says torch 2.7 in a wheel whose name and metadata say 2.8 would be picked by
+    doctor for torch 2.7: refused, naming the field."""
+    built = _build(_spec("2.8"), tmp_path / "built", fixture_tree, images, host_lib).path
+    house = tmp_path / "house"
+    house.mkdir()
+    _rewrite(built, house / built.name, {"fa_attn/manifest.json": _manifest_with(built, **fields)})
+    result = CliRunner().invoke(app, ["index", str(house)])
+    assert result.exit_code == 1, result.output
+    said = " ".join(result.output.split())
+    assert "refusing it" in said and named in said
+    assert not (house / "index.json").exists()
+
+
+def test_fa_index_refuses_a_renamed_wheel(fixture_tree, images, host_lib, tmp_path):
+    built = _build(_spec("2.8"), tmp_path / "built", fixture_tree, images, host_lib).path
+    house = tmp_path / "house"
+    house.mkdir()
+    shutil.copy(built, house / built.name.replace("torch2.8", "torch2.7"))  # file name says 2.7
+    result = CliRunner().invoke(app, ["index", str(house)])
+    assert result.exit_code == 1
+    assert ".dist-info" in result.output and "renamed" in " ".join(result.output.split())
+
+
+def test_fa_index_refuses_metadata_that_disagrees(fixture_tree, images, host_lib, tmp_path):
+    built = _build(_spec("2.8"), tmp_path / "built", fixture_tree, images, host_lib).path
+    house = tmp_path / "house"
+    house.mkdir()
+    meta = "fa_attn-0.1.0+cu12torch2.8.dist-info/METADATA"
+    with zipfile.ZipFile(built) as zf:
+        text = zf.read(meta).decode().replace("Version: 0.1.0+cu12torch2.8", "Version: 0.2.0")
+    _rewrite(built, house / built.name, {meta: text.encode()})
+    result = CliRunner().invoke(app, ["index", str(house)])
+    assert result.exit_code == 1 and "METADATA: Version is '0.2.0'" in " ".join(result.output.split())
+
+
+def test_fa_index_refuses_other_tags(tmp_path, fixture_tree, images, host_lib):
+    built = _build(_spec("2.8"), tmp_path / "built", fixture_tree, images, host_lib).path
+    house = tmp_path / "house"
+    house.mkdir()
+    shutil.copy(built, house / built.name.replace("py3-none", "cp311-cp311"))
+    result = CliRunner().invoke(app, ["index", str(house)])
+    assert result.exit_code == 1 and "cp311" in result.output and "Traceback" not in result.output
+
+
+def test_fa_index_refuses_special_files_without_blocking(tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "fa_attn-0.1.0-py3-none-any.whl")  # opening it for reading would block
+    result = CliRunner().invoke(app, ["index", str(tmp_path)])
+    assert result.exit_code == 1 and "not a regular file" in result.output

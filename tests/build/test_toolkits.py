@@ -125,7 +125,7 @@ def test_concurrent_builds_unpack_once_without_corruption(fake_toolkit, tmp_path
     assert len(dirs) == 1
     lib = Path(dirs.pop())
     assert sorted(x.name for x in lib.iterdir()) == ["libnvrtc.so.99"]
-    leftovers = list((lib.parents[3]).glob("*.tmp-*"))
+    leftovers = list((lib.parents[3]).glob("*.fa-tmp-*"))
     assert leftovers == []
 
 

@@ -52,3 +52,13 @@ def test_shell_completion_is_on():
     result = runner.invoke(app, ["--show-completion", "bash"], prog_name="fa")
     assert result.exit_code == 0 and "_FA_COMPLETE" in result.output
     assert "--install-completion" in runner.invoke(app, ["--help"], prog_name="fa").output
+
+
+def test_the_version_has_one_source() -> None:
+    import importlib.metadata
+
+    import fa_attn
+    from fa_attn._version import __version__
+
+    assert fa_attn.__version__ == __version__  # a source checkout: the universal manifest's
+    assert importlib.metadata.version("fa-toolchain") == __version__  # pyproject reads the same file

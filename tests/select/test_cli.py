@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,16 @@ def test_installer_commands_never_touch_dependencies():
     uv = Installer(python="/venv/bin/python", uv="/usr/bin/uv").install("/tmp/x.whl", target=Path("/t"))
     assert uv[:5] == ["/usr/bin/uv", "pip", "install", "--python", "/venv/bin/python"]
     assert {"--no-deps", "--no-index", "--target"} <= set(uv) and uv[-1] == "/tmp/x.whl"
+
+
+def test_the_human_report_names_variants_and_groups_wheels_that_share_their_reasons(index_dir: Path):
+    env = env_from_json(json.loads((ENVS / "torch-missing.json").read_text())["env"])
+    console = Console(record=True, width=80)
+    render(build_report(env, load_index(str(index_dir)), Request()), console)
+    text = console.export_text()
+    assert ".whl" not in text  # variants at 80 columns; the file names are in --json
+    table = text.split("Wheels in")[1].split("Choice")[0]
+    assert "universal" in table
+    assert re.search(r"\b\d+ wheels:", table)
+    assert table.count("torch-missing") < len(fixture_index()["wheels"]) / 4
+    assert all(len(line) <= 80 for line in text.splitlines())

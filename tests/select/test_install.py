@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import http.server
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -39,10 +40,17 @@ def wheelhouse(tmp_path: Path) -> Path:
     return build_wheelhouse(tmp_path / "wheels", env.torch.minor, bool(env.torch.cxx11abi))
 
 
+REPO = Path(__file__).resolve().parents[2]
+
+
 def fa(python: Path, *args: str, cwd: Path) -> tuple[int, dict]:
+    # The venv sees the system site-packages, which may hold another checkout's fa (an editable
+    # install): run this checkout's.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run(
         [str(python), "-m", "buildtool.cli", *args, "--json"],
         check=False,
+        env=env,
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -130,7 +138,8 @@ def test_install_from_http_index(venv: Path, http_index: str, tmp_path: Path):
 
 def test_tampered_wheel_is_refused(venv: Path, wheelhouse: Path, tmp_path: Path):
     target = next(wheelhouse.glob(f"*{expected_variant()}-*.whl"))
-    with target.open("ab") as f:
+    with target.open("r+b") as f:  # same size, other bytes: only the hash can tell
+        f.seek(100)
         f.write(b"tampered")
     before = freeze(venv)
     rc, out = fa(venv, "install", "--wheels", str(wheelhouse), cwd=tmp_path)
@@ -184,3 +193,51 @@ def test_failed_final_check_rolls_back_to_the_previous_version(venv: Path, wheel
     assert "broken once installed" in out["message"] and "rolled back" in out["message"]
     assert installed(venv) == f"0.1.0+{expected_variant()}"
     assert changed(before, freeze(venv)) <= {"fa-attn"}  # the same version, reinstalled from the index
+
+
+def test_wheel_whose_metadata_disagrees_with_the_index_is_refused_before_anything_changes(
+    venv: Path, wheelhouse: Path, tmp_path: Path
+):
+    """index.json (and the file name) say 0.3.0, the wheel's own metadata 0.2.0: pip would install
+    0.2.0, and the old fa install uninstalled the working fa-attn and then printed a fix that failed.
+    Now it is refused before anything is touched."""
+    rc, out = fa(venv, "install", "--wheels", str(wheelhouse), cwd=tmp_path)
+    assert rc == 0 and installed(venv) == f"0.1.0+{expected_variant()}"
+    before = freeze(venv)
+    torch = probe().torch
+    assert torch is not None
+    other = build_wheelhouse(tmp_path / "other", torch.minor, bool(torch.cxx11abi), version="0.2.0")
+    index = json.loads((other / "index.json").read_text())
+    for entry in index["wheels"]:
+        renamed = entry["file"].replace("0.2.0", "0.3.0", 1)
+        (other / entry["file"]).rename(other / renamed)
+        entry["file"], entry["version"] = renamed, entry["version"].replace("0.2.0", "0.3.0", 1)
+    (other / "index.json").write_text(json.dumps(index))
+    rc, out = fa(venv, "install", "--wheels", str(other), cwd=tmp_path)
+    assert rc == 1 and not out["ok"]
+    assert "fa_attn-0.2.0" in out["message"] and "nothing installed" in out["message"]
+    assert installed(venv) == f"0.1.0+{expected_variant()}" and freeze(venv) == before
+
+
+def test_failed_install_puts_back_a_previous_version_the_index_does_not_have(
+    venv: Path, wheelhouse: Path, tmp_path: Path
+):
+    rc, out = fa(venv, "install", "--wheels", str(wheelhouse), cwd=tmp_path)
+    assert rc == 0 and installed(venv) == f"0.1.0+{expected_variant()}"
+    before = freeze(venv)
+    torch = probe().torch
+    assert torch is not None
+    newer = build_wheelhouse(  # holds only 0.2.0, which imports in the trial but not once installed
+        tmp_path / "newer",
+        torch.minor,
+        bool(torch.cxx11abi),
+        broken=expected_variant(),
+        init_py=BROKEN_WHEN_INSTALLED,
+        version="0.2.0",
+    )
+    rc, out = fa(venv, "install", "--wheels", str(newer), cwd=tmp_path)
+    assert rc == 1 and "broken once installed" in out["message"]
+    assert f"the previous fa-attn 0.1.0+{expected_variant()} is back in place" in out["message"]
+    assert installed(venv) == f"0.1.0+{expected_variant()}" and freeze(venv) == before
+    check = subprocess.run([str(venv), "-c", "import fa_attn"], capture_output=True, text=True, check=False)
+    assert check.returncode == 0, check.stderr

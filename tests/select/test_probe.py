@@ -244,3 +244,14 @@ def test_jetson_orin_from_device_tree_and_l4t_release(tmp_path: Path):
     assert env.gpus and env.driver is None
     p.device_tree_compatible.write_bytes(b"raspberrypi,5-model-b\0brcm,bcm2712\0")
     assert probe(p).gpus == ()
+
+
+def test_what_nvidia_smi_says_is_checked_before_it_is_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A GPU name is printed to people: control characters become escapes. A driver version that is
+    not one is dropped, so doctor never compares garbage."""
+    bin_dir = _fake_smi(tmp_path, r'printf "5x5.54, NVIDIA\033[2J A100, 8.0, 81920\n"' + "\n")
+    monkeypatch.setenv("PATH", bin_dir + os.pathsep + os.environ["PATH"])
+    env = probe(paths(tmp_path, smi="nvidia-smi"))
+    assert env.driver is None
+    assert [g.name for g in env.gpus] == ["NVIDIA\\x1b[2J A100"]
+    env_from_json(env_to_json(env))  # what the probe says is a valid env file
