@@ -343,7 +343,7 @@ class Manifest:
     # buildtool's kernels_src.source_hash); the GPU kit refuses a wheel whose value is not the
     # checkout's. None for the universal wheel and files older than 1.2.
     source_sha256: str | None = dataclasses.field(
-        default=None, metadata={"read": _opt_str, "since": 2, "absent": None}
+        default=None, metadata={"read": _optional(_sha256), "since": 2, "absent": None}
     )
 
     def to_json(self) -> dict[str, Any]:
