@@ -503,7 +503,11 @@ def cmd_bench(kit: Kit, steps: set[str] | None, resume: Path | None) -> None:
                 "sanitize",
                 120,
                 cmd,
-                env={**_pythonpath(kit.sites["h100"]), **_sanitizer_env(), "PYTHON": kit.py},  # sanitize.sh runs $PYTHON
+                env={
+                    **_pythonpath(kit.sites["h100"]),
+                    **_sanitizer_env(),
+                    "PYTHON": kit.py,
+                },  # sanitize.sh runs $PYTHON
                 note=_sanitize_note,
             )
         else:
