@@ -4,6 +4,7 @@ backward agrees with SDPA. The kit's first verdict on the binding and dispatch (
 kernels without them).
 
     PYTHONPATH=<unpacked wheel> python tests/gpu/explain_check.py [--arch 9.0]
+    PYTHONPATH=<unpacked wheel> python tests/gpu/explain_check.py --dry-run   # no GPU: up to explain()
 
 Exit status 0 when all holds, 1 otherwise (each line says what was found).
 """
@@ -21,6 +22,11 @@ REPO = Path(__file__).resolve().parents[2]
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arch", default="9.0", help="the SASS arch explain() must pick (default 9.0)")
+    ap.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="no GPU: the wheel's import, manifest and explain() on CPU tensors",
+    )
     args = ap.parse_args(argv)
 
     import fa_attn
@@ -36,11 +42,16 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     man = loader.manifest()
     print(
-        f"manifest: variant {man.get('variant')}, torch {man.get('torch')}, sass {man.get('sass')}, "
-        f"ptx {man.get('ptx')}, {len(man.get('kernels') or [])} kernels"
+        f"manifest: variant {man.info.variant}, torch {man.info.torch}, sass {list(man.info.sass)}, "
+        f"ptx {man.info.ptx}, {len(man.kernels)} kernels"
     )
-    problem = loader.static_binding_problem(man)
+    problem = loader.static_binding_problem(man, loader._MANIFEST_PROBLEM)
     print("binding: fits this torch" if problem is None else f"binding: {problem.code}: {problem.message}")
+    if args.dry_run:  # the runtime's API as the GPU run uses it; on CPU tensors every call falls back
+        q = torch.randn(1, 16, 2, 128, dtype=torch.bfloat16)
+        d = fa_attn.explain(q, q, q, causal=True)
+        print(f"explain on the CPU (dry run): path {d.path}, reasons {[r.code for r in d.reasons]}")
+        return 0 if d.path == "fallback" and d.reasons else 1
     if not torch.cuda.is_available():
         print("FAIL: torch sees no CUDA GPU: explain() not checked")
         return 1

@@ -47,6 +47,7 @@ def test_verify(tmp_path: Path) -> None:
     done, rcs = _kit("verify", tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert rcs["wheel-h100"] in ("0", "dry") and rcs["wheel-turing"] in ("0", "dry")
+    assert rcs["explain"] == ("0" if rcs["wheel-h100"] == "0" else "dry")
     assert rcs == {
         "nvidia-smi": rcs["nvidia-smi"],  # "dry" here, 0 where a driver is installed
         "wheel-h100": rcs["wheel-h100"],  # "dry" without .carry/, 0 with wheels built from this checkout
@@ -54,7 +55,7 @@ def test_verify(tmp_path: Path) -> None:
         "torch": "0",
         "smoke": "0",
         "smoke-turing": "0",
-        "explain": "dry",
+        "explain": rcs["explain"],  # "dry" without a carried wheel, 0: its runtime up to explain()
         "sweep": "0",
         "turing": "0",
     }
