@@ -11,6 +11,7 @@ the kernels compile. Outputs and workspaces start as NaN, so an element a kernel
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import math
 import re
 from collections.abc import Mapping
@@ -88,7 +89,10 @@ class UnitLaunch:
         """From a tiles.KernelUnit, or from a manifest kernel (a dict, docs/contracts.md section 3)."""
         if isinstance(unit, Mapping):
             name, head_dim, entries = unit["unit"], unit["head_dim"], unit["entries"]
-            return cls(name, head_dim, {e: EntryLaunch(**spec) for e, spec in entries.items()})
+            keys = [f.name for f in dataclasses.fields(EntryLaunch)]  # a later schema may add others
+            return cls(
+                name, head_dim, {e: EntryLaunch(**{k: spec[k] for k in keys}) for e, spec in entries.items()}
+            )
         return cls(
             unit.name,
             unit.head_dim,
