@@ -4,6 +4,8 @@
     python bench/kernel_resources.py --cuda 11 --arch 7.5 --arch 8.0 --json out.json
     python bench/kernel_resources.py --cuda 13 --direction fwd     # forward units only
     python bench/kernel_resources.py --lib-dir /path/to/nvrtc/lib   # an unpacked NVRTC, no download
+    python bench/kernel_resources.py --candidates --arch 9.0 --direction fwd --dtype bf16 --head-dim 128
+                                                        # every tile of the autotuner's search space
 
 Compiles each unit of kernels/tiles.py for each arch with `-Xptxas=-v` (in parallel, one NVRTC per
 worker process), prints one row per (unit, arch, entry) and writes the rows as JSON. No GPU needed.
@@ -64,6 +66,7 @@ SM_LIMITS: dict[str, SmLimits] = {
 @dataclass(frozen=True)
 class Row:
     unit: str
+    tile: str  # tiles.Tile.label
     arch: str
     entry: str
     threads: int
@@ -85,6 +88,7 @@ class Row:
 @dataclass(frozen=True)
 class Job:
     unit: str
+    tile: str
     arch: str
     source_name: str
     source: str
@@ -125,6 +129,7 @@ def _compile(job: Job, lib_dir: str, headers: dict[str, str]) -> list[Row] | str
         rows.append(
             Row(
                 unit=job.unit,
+                tile=job.tile,
                 arch=job.arch,
                 entry=entry,
                 threads=threads,
@@ -142,24 +147,46 @@ def _compile(job: Job, lib_dir: str, headers: dict[str, str]) -> list[Row] | str
     return rows
 
 
-def plan(archs: list[str], directions: tuple[str, ...] = ("fwd", "bwd")) -> list[Job]:
+def plan(
+    archs: list[str],
+    directions: tuple[str, ...] = ("fwd", "bwd", "splitkv"),
+    dtypes: tuple[str, ...] | None = None,
+    head_dims: tuple[int, ...] | None = None,
+    every_candidate: bool = False,
+) -> list[Job]:
+    """One job per unit of tiles.units(arch) (with every_candidate: per tile of tiles.candidates) that
+    passes the filters."""
     tiles = kernels_src.tiles()
     kdir = kernels_src.kernels_dir()
     jobs = []
     for arch in archs:
-        for u in (u for u in tiles.units(arch) if u.direction in directions):
-            defines = tuple(f"-D{k}={v}" for k, v in sorted(u.defines.items()))
-            jobs.append(
-                Job(
-                    unit=u.name,
-                    arch=arch,
-                    source_name=u.source,
-                    source=(kdir / u.source).read_text(),
-                    options=(*tiles.nvrtc_options(arch), *defines, "-Xptxas=-v"),
-                    launches=tuple((name, lc.threads, lc.smem_bytes) for name, lc in u.entries.items()),
-                    smem_limit=tiles.SMEM_LIMIT[arch],
+        for u in tiles.units(arch):
+            if u.direction not in directions or (dtypes and u.dtype not in dtypes):
+                continue
+            if head_dims and u.head_dim not in head_dims:
+                continue
+            rows = tiles.candidates(arch, u.direction, u.head_dim) if every_candidate else [None]
+            for tile in rows:
+                if tile is None:
+                    tile = tiles.default_tile(arch, u.direction, u.head_dim)
+                    unit = u
+                else:
+                    unit = tiles.unit(arch, u.direction, u.dtype, u.head_dim, tile)
+                defines = tuple(f"-D{k}={v}" for k, v in sorted(unit.defines.items()))
+                jobs.append(
+                    Job(
+                        unit=unit.name,
+                        tile=tile.label,
+                        arch=arch,
+                        source_name=unit.source,
+                        source=(kdir / unit.source).read_text(),
+                        options=(*tiles.nvrtc_options(arch), *defines, "-Xptxas=-v"),
+                        launches=tuple(
+                            (name, lc.threads, lc.smem_bytes) for name, lc in unit.entries.items()
+                        ),
+                        smem_limit=tiles.SMEM_LIMIT[arch],
+                    )
                 )
-            )
     return jobs
 
 
@@ -170,7 +197,12 @@ def main(argv: list[str] | None = None) -> int:
         "--arch", action="append", help="arch like 8.0 (repeatable; default: all the toolkit targets)"
     )
     ap.add_argument("--lib-dir", help="an unpacked NVRTC lib dir (default: the pinned wheel, fetched once)")
-    ap.add_argument("--direction", choices=("fwd", "bwd"), help="only the units of one direction")
+    ap.add_argument(
+        "--direction", choices=("fwd", "bwd", "splitkv"), action="append", help="only these directions"
+    )
+    ap.add_argument("--dtype", choices=("fp16", "bf16"), action="append", help="only these dtypes")
+    ap.add_argument("--head-dim", type=int, action="append", help="only these head-dim buckets")
+    ap.add_argument("--candidates", action="store_true", help="every candidate tile, not just the defaults")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--json", type=Path, help="where to write the rows (default bench/results/...)")
     args = ap.parse_args(argv)
@@ -180,7 +212,13 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"--arch {', '.join(unknown)}: no per-SM limits known (known: {', '.join(SM_LIMITS)})")
     lib_dir = args.lib_dir or str(toolkits.nvrtc_lib_dir(args.cuda))
-    jobs = plan(archs, (args.direction,) if args.direction else ("fwd", "bwd"))
+    jobs = plan(
+        archs,
+        tuple(args.direction or ("fwd", "bwd", "splitkv")),
+        tuple(args.dtype) if args.dtype else None,
+        tuple(args.head_dim) if args.head_dim else None,
+        args.candidates,
+    )
     headers = _headers(kernels_src.kernels_dir())
 
     rows: list[Row] = []
@@ -197,10 +235,10 @@ def main(argv: list[str] | None = None) -> int:
                 rows.extend(res)
     wall = time.perf_counter() - t0
     order = {a: i for i, a in enumerate(archs)}
-    rows.sort(key=lambda r: (order[r.arch], r.unit, r.entry))
+    rows.sort(key=lambda r: (order[r.arch], r.unit, r.tile, r.entry))
 
     head = (
-        f"{'unit':<16} {'arch':>5} {'entry':<18} {'thr':>4} {'regs':>4} {'spill st/ld':>11} "
+        f"{'unit':<18} {'tile':<13} {'arch':>5} {'entry':<18} {'thr':>4} {'regs':>4} {'spill st/ld':>11} "
         f"{'smem':>7} {'limit':>7} {'blk/SM':>6} {'compile':>7}"
     )
     print(head)
@@ -208,11 +246,11 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         flag = "" if r.smem_ok else "  OVER SMEM LIMIT"
         print(
-            f"{r.unit:<16} {r.arch:>5} {r.entry:<18} {r.threads:>4} {r.registers:>4} "
+            f"{r.unit:<18} {r.tile:<13} {r.arch:>5} {r.entry:<18} {r.threads:>4} {r.registers:>4} "
             f"{f'{r.spill_stores}/{r.spill_loads}':>11} {r.static_smem + r.dynamic_smem:>7} {r.smem_limit:>7} "
             f"{r.blocks_per_sm:>6} {r.compile_s:>6.1f}s{flag}"
         )
-    total = sum(r.compile_s for r in {(r.unit, r.arch): r for r in rows}.values())
+    total = sum(r.compile_s for r in {(r.unit, r.tile, r.arch): r for r in rows}.values())
     print(
         f"\n{len(jobs)} programs, CUDA {args.cuda} ({lib_dir}); NVRTC time {total:.1f}s summed, "
         f"{wall:.1f}s wall on {args.workers} workers"
@@ -243,7 +281,13 @@ def main(argv: list[str] | None = None) -> int:
             f"error: {r.unit} on {r.arch}: {r.static_smem + r.dynamic_smem} B smem > {r.smem_limit}",
             file=sys.stderr,
         )
-    return 1 if errors or over else 0
+    spilled = [r for r in rows if r.spill_stores or r.spill_loads]
+    for r in spilled:
+        print(
+            f"{'note' if args.candidates else 'error'}: {r.unit} {r.tile} on {r.arch} spills", file=sys.stderr
+        )
+    # A default unit must not spill; a spilling candidate is what the autotuner prunes.
+    return 1 if errors or over or (spilled and not args.candidates) else 0
 
 
 if __name__ == "__main__":

@@ -1,74 +1,67 @@
 """The `fa` command: a thin shell over the library. Each command lives in its own module under
-buildtool/commands/ and is registered here.
+buildtool/commands/ with a `register(app)`, named in COMMANDS below and imported only when it runs (or
+when help lists it), so a command loads what it needs and no more: `fa doctor` never imports the build
+pipeline. `fa probe` (what scripts, and `fa doctor --env` for another machine, start from) does not
+even load the CLI framework: `main` runs it straight (bench/probe_time.py measures it). The typer
+application itself is commands/_app.py; `app` here makes it on first use (for typer's CliRunner).
 
 Commands raise buildtool.errors.FaError (or a subclass) for anything that stops them, and return an
-exit status when their answer is a "no" (doctor's fallback, a failed install); `_Commands.invoke`
-below is the one place that prints an error and turns it into the exit code it carries.
+exit status when their answer is a "no" (doctor's fallback, a failed install); `print_error` is the one
+place that prints an error, and the error's exit code is the command's.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
-from pathlib import Path
-from typing import Annotated, Any
+import sys
+from typing import Any
 
-import typer
-import typer.core
-
-from buildtool.commands import build, ci, doctor, index, install, probe
-from buildtool.errors import EXIT_FAILED, FaError
+from buildtool.errors import FaError
 
 DISTRIBUTION = "fa-toolchain"
 
+# command -> its module under buildtool/commands/ (each has register(app)), in the order help lists them
+COMMANDS = {
+    "build": "build",
+    "index": "index",
+    "probe": "probe",
+    "doctor": "doctor",
+    "install": "install",
+    "ci": "ci",
+}
 
-def print_error(error: FaError) -> None:
-    """`error: <message>` on stderr, the message as plain text (a path may hold `[/b]`)."""
-    typer.echo(typer.style("error:", fg="red", bold=True) + " " + error.text(), err=True)
 
+def main() -> None:
+    """The `fa` console script."""
+    args = sys.argv[1:]
+    if args[:1] == ["probe"] and set(args[1:]) <= {"--json"}:
+        from buildtool.commands import probe
 
-class _Commands(typer.core.TyperGroup):
-    def invoke(self, ctx: Any) -> Any:  # a click Context (typer vendors click from 0.29 on)
         try:
-            status = super().invoke(ctx)
+            status = probe.run(as_json="--json" in args)
         except FaError as error:
             print_error(error)
-            raise typer.Exit(error.exit_code) from None
-        if isinstance(status, int) and not isinstance(status, bool) and status:
-            raise typer.Exit(status)
-        return status
+            status = error.exit_code
+        raise SystemExit(status)
+    from buildtool.commands._app import make_app
+
+    make_app()()
 
 
-app = typer.Typer(cls=_Commands, no_args_is_help=True, pretty_exceptions_enable=False)
+def print_error(error: FaError) -> None:
+    """`error: <message>` on stderr, the message as plain text (a path may hold `[/b]`); the prefix red
+    on a terminal."""
+    prefix = "\x1b[1;31merror:\x1b[0m" if sys.stderr.isatty() else "error:"
+    sys.stderr.write(f"{prefix} {error.text()}\n")
+    sys.stderr.flush()
 
 
-def _print_version(value: bool) -> None:
-    if not value:
-        return
-    where = Path(__file__).resolve().parent
-    try:
-        typer.echo(f"fa {importlib.metadata.version(DISTRIBUTION)} from {where}")
-    except importlib.metadata.PackageNotFoundError:
-        typer.echo(f"fa: {DISTRIBUTION} is not installed (running from {where}); `pip install .` installs it")
-        raise typer.Exit(EXIT_FAILED) from None
-    raise typer.Exit()
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        from buildtool.commands._app import make_app
 
+        return make_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-@app.callback()
-def main(
-    version: Annotated[
-        bool,
-        typer.Option("--version", callback=_print_version, is_eager=True, help="Show fa's version and exit."),
-    ] = False,
-) -> None:
-    """Build, choose and install fused attention kernels for PyTorch."""
-
-
-build.register(app)
-index.register(app)
-app.command("probe")(probe.probe_cmd)
-app.command("doctor")(doctor.doctor_cmd)
-app.command("install")(install.install_cmd)
-ci.register(app)
 
 if __name__ == "__main__":
-    app()
+    main()

@@ -21,13 +21,15 @@ block. Not tuned on hardware yet (no GPU in the sessions that wrote them): bench
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 HEAD_DIM_BUCKETS: tuple[int, ...] = (32, 64, 96, 128, 160, 192, 224, 256)
 MIN_ARCH = "7.5"
-DIRECTIONS: tuple[str, ...] = ("fwd", "bwd")
+DIRECTIONS: tuple[str, ...] = ("fwd", "bwd", "splitkv")
 
 # What the forward kernel implements (fwd.cu's header states the exact semantics). Anything else the
 # runtime must refuse with reason `feature-unsupported` (dropout, alibi, ...).
@@ -67,41 +69,63 @@ class KernelUnit:
 
 @dataclass(frozen=True)
 class FwdTile:
-    """fwd.cu's knobs: FA_BLOCK_M query rows per block, FA_BLOCK_N keys per iteration, FA_WARPS."""
+    """fwd.cu's knobs (the forward and its split-KV form): FA_BLOCK_M query rows per block, FA_BLOCK_N
+    keys per iteration, FA_WARPS (each owns 16 or 32 whole rows), FA_STAGES K/V buffers (2: the next
+    key block lands during this one's work) and FA_Q_IN_REGS (Q's fragments kept in registers across
+    the key loop instead of re-read from shared memory)."""
 
     block_m: int
     block_n: int
     warps: int
+    stages: int = 1
+    q_in_regs: bool = False
 
     @property
     def label(self) -> str:
-        return f"m{self.block_m}n{self.block_n}w{self.warps}"
+        regs = "q" if self.q_in_regs else ""
+        return f"m{self.block_m}n{self.block_n}w{self.warps}s{self.stages}{regs}"
 
     def smem_bytes(self, head_dim: int) -> int:
-        """fwd.cu's kSmemBytes: Q (block_m rows) plus one K and one V tile (block_n rows each)."""
-        return (self.block_m + 2 * self.block_n) * (head_dim + _ROW_PAD) * _ELEM_BYTES
+        """fwd.cu's kSmemBytes: Q (block_m rows) plus K and V tiles (block_n rows each) per stage."""
+        return (self.block_m + 2 * self.stages * self.block_n) * (head_dim + _ROW_PAD) * _ELEM_BYTES
 
     def valid(self, head_dim: int) -> bool:
-        """fwd.cu's static_asserts: every warp owns whole 16-row mma tiles; k steps of 16."""
-        return self.block_m % (16 * self.warps) == 0 and self.block_n % 16 == 0
+        """fwd.cu's static_asserts: 16 or 32 whole rows per warp; k steps of 16; 1 or 2 stages."""
+        rows = self.block_m // self.warps
+        return (
+            self.block_m % self.warps == 0
+            and rows in (16, 32)
+            and self.block_n % 16 == 0
+            and self.stages in (1, 2)
+        )
 
     def defines(self) -> dict[str, int]:
-        return {"FA_BLOCK_M": self.block_m, "FA_BLOCK_N": self.block_n, "FA_WARPS": self.warps}
+        return {
+            "FA_BLOCK_M": self.block_m,
+            "FA_BLOCK_N": self.block_n,
+            "FA_WARPS": self.warps,
+            "FA_STAGES": self.stages,
+            "FA_Q_IN_REGS": int(self.q_in_regs),
+        }
 
 
 @dataclass(frozen=True)
 class BwdTile:
-    """bwd.cu's knobs: FA_BLOCK_M query rows per step, FA_BLOCK_N keys per block, FA_WARPS, and
-    FA_STAGES shared-memory buffers for Q and dO (2 prefetches the next query block)."""
+    """bwd.cu's knobs: FA_BLOCK_M query rows per step, FA_BLOCK_N keys per block, FA_WARPS, FA_STAGES
+    shared-memory buffers for Q and dO (2 prefetches the next query block) and FA_DQ_SMEM (dQ staged
+    through shared memory so every warp's atomic adds cover whole 32-byte sectors, instead of adding
+    straight from the mma fragments: a vector red per lane pair on sm90+, two scalar adds before)."""
 
     block_m: int
     block_n: int
     warps: int
     stages: int
+    dq_smem: bool = False
 
     @property
     def label(self) -> str:
-        return f"m{self.block_m}n{self.block_n}w{self.warps}s{self.stages}"
+        staged = "d" if self.dq_smem else ""
+        return f"m{self.block_m}n{self.block_n}w{self.warps}s{self.stages}{staged}"
 
     def smem_bytes(self, head_dim: int) -> int:
         """bwd.cu's kSmemBytes: K, V; Q, dO per stage; P, dS; lse and D (fp32) per query row."""
@@ -127,6 +151,7 @@ class BwdTile:
             "FA_BLOCK_N": self.block_n,
             "FA_WARPS": self.warps,
             "FA_STAGES": self.stages,
+            "FA_DQ_SMEM": int(self.dq_smem),
         }
 
 
@@ -134,12 +159,11 @@ Tile = FwdTile | BwdTile
 
 
 def _warp_grid_fits(m: int, n: int, warps: int) -> bool:
-    """bwd.cu WarpGrid<M, N>: warps split rows first (at most M / 16 of them), the rest split columns."""
-    wm = min(m // 16, warps)
-    if wm == 0 or warps % wm:
-        return False
-    wn = warps // wm
-    return m % (16 * wm) == 0 and n % (8 * wn) == 0
+    """attention.cuh FewestBytesGrid<M, N, WARPS>: some rows x columns split of the warps gives every
+    warp whole 16 x 8 mma tiles."""
+    return any(
+        warps % wm == 0 and m % (16 * wm) == 0 and n % (8 * (warps // wm)) == 0 for wm in range(1, warps + 1)
+    )
 
 
 # ---- arch families and their tables -------------------------------------------------------------------
@@ -154,17 +178,34 @@ class ArchFamily:
     dtypes: tuple[str, ...]
     fwd: dict[int, FwdTile]  # head-dim bucket -> the default forward tile
     bwd: dict[int, BwdTile]  # head-dim bucket -> the default backward tile; absent: no backward
+    splitkv: dict[int, FwdTile]  # head-dim bucket -> the split-KV forward's tile
+    # Earlier defaults, kept as candidates so that measurements decide between old and new.
+    previous: Mapping[str, Mapping[int, Tile]]
 
 
 _T = FwdTile
 _B = BwdTile
 
-# Backward defaults. Chosen so that shared memory fits the family's per-block limit and NVRTC 12.9
-# reports no register spills (bench/kernel_resources.py). Head dim 256 fits the 99 KB parts
-# (sm86/89/120) with 32x32 blocks (71 KB), where FA2 < 2.5.5 and torch SDPA refuse training. Turing
-# (64 KB) gets backward up to head dim 192; 224 and 256 do not fit 64 KB without blocks so small that
-# they spill, so they are left out and dispatch falls back for them (backward-unsupported).
-_BWD_SM80 = {
+# The forward tiles of the first kernels (8 warps x 16 rows, K and V single-buffered).
+_FWD_V1_SM80 = {d: _T(128, 128 if d <= 64 else 64, 8) for d in HEAD_DIM_BUCKETS}
+_FWD_V1 = {
+    "sm75": {
+        32: _T(64, 128, 4),
+        64: _T(64, 64, 4),
+        96: _T(64, 32, 4),
+        128: _T(64, 64, 4),
+        160: _T(64, 32, 4),
+        192: _T(64, 32, 4),
+        224: _T(64, 32, 4),
+        256: _T(64, 16, 4),
+    },
+    "sm80": _FWD_V1_SM80,
+    "sm86": {**_FWD_V1_SM80, 192: _T(64, 64, 4), 224: _T(64, 64, 4), 256: _T(64, 64, 4)},
+    "sm90": {d: _T(128, 128 if d <= 128 else 64, 8) for d in HEAD_DIM_BUCKETS},
+}
+
+# The backward tiles of the first kernels (mostly 64 x 32 key-query blocks, dQ atomics per element).
+_BWD_V1_SM80 = {
     32: _B(64, 128, 8, 2),
     64: _B(64, 128, 8, 2),
     96: _B(64, 64, 8, 2),
@@ -174,6 +215,93 @@ _BWD_SM80 = {
     224: _B(64, 32, 8, 2),
     256: _B(32, 32, 8, 2),
 }
+_BWD_V1 = {
+    "sm75": {
+        32: _B(64, 64, 8, 1),
+        64: _B(64, 64, 8, 1),
+        96: _B(64, 32, 8, 1),
+        128: _B(64, 32, 8, 1),
+        160: _B(32, 32, 8, 1),
+        192: _B(32, 32, 8, 1),
+    },
+    "sm80": _BWD_V1_SM80,
+    "sm86": {
+        32: _B(64, 128, 8, 2),
+        64: _B(64, 128, 8, 1),
+        96: _B(64, 64, 8, 2),
+        128: _B(64, 32, 8, 2),
+        160: _B(64, 32, 8, 1),
+        192: _B(64, 32, 8, 1),
+        224: _B(64, 32, 8, 1),
+        256: _B(32, 32, 8, 1),
+    },
+    "sm90": _BWD_V1_SM80,
+}
+
+# Forward defaults: 4 warps x 32 rows (two m-tiles per warp halve the K and V fragment reads per mma)
+# up to head dim 128, 4 warps x 16 rows with Q kept in registers at 160, FA2's 8-warp 128 x 64 blocks
+# at 192 and above (64 x 64 x 4 where shared memory is short, and FA2's H100 choice at 256 on sm90),
+# and two K/V stages wherever shared memory allows. Each is spill-free with NVRTC 11.8, 12.9 and 13.0
+# on every arch of its family (bench/kernel_resources.py); FA2's own d128 tile (128 x 64 x 4) misses
+# by a few bytes of spill here and stays a candidate.
+_FWD_SM80 = {
+    32: _T(128, 64, 4, 2, True),  # 128 x 128 spills on sm100/sm120 with NVRTC 13.0
+    64: _T(128, 64, 4, 2),
+    96: _T(128, 32, 4, 2),
+    128: _T(128, 32, 4, 2),
+    160: _T(64, 64, 4, 1, True),
+    192: _T(128, 64, 8, 2),
+    224: _T(128, 64, 8, 1),
+    256: _T(128, 64, 8, 1),
+}
+_FWD_SM90 = {**_FWD_SM80, 224: _T(128, 64, 8, 2), 256: _T(64, 64, 4, 1)}  # d256: FA2's H100 choice
+_FWD_SM86 = {**_FWD_SM80, 192: _T(64, 64, 4, 1), 224: _T(64, 64, 4, 1), 256: _T(64, 64, 4, 1)}
+# Turing: the first kernels' tiles, with 32 rows per warp at d32 and 16-key blocks at d224 (the
+# m16n8k8 path needs more registers per row than sm80's).
+_FWD_SM75 = {**_FWD_V1["sm75"], 32: _T(128, 64, 4), 224: _T(64, 16, 4)}
+
+# Backward defaults: 8 warps and key blocks of 64 to 128 (FA2's are 128 at d <= 128 and 64 above),
+# the largest that leave ptxas room for the five accumulators without spilling (bench/
+# kernel_resources.py --candidates), two Q/dO stages where shared memory allows; dQ staged through
+# shared memory before sm90, vector reds from sm90 on. Head dim 256 fits the 99 KB parts (sm86/89/120)
+# with 32 x 32 blocks, where FA2 < 2.5.5 and torch SDPA refuse training. Turing (64 KB) gets backward
+# up to head dim 192; 224 and 256 do not fit 64 KB without blocks so small that they spill, so
+# dispatch falls back for them (backward-unsupported).
+_BWD_SM80 = {
+    32: _B(64, 128, 8, 2, True),
+    64: _B(64, 128, 8, 2, True),
+    96: _B(64, 64, 8, 2, True),  # 64 x 128 spills on sm87
+    128: _B(64, 64, 8, 2, True),
+    160: _B(32, 64, 8, 2, True),
+    192: _B(32, 64, 8, 2, True),
+    224: _B(32, 64, 8, 1, True),
+    256: _B(64, 32, 8, 1, True),
+}
+_BWD_SM90 = {
+    32: _B(64, 128, 8, 2),
+    64: _B(64, 128, 8, 2),
+    96: _B(64, 64, 8, 2),
+    128: _B(64, 64, 8, 2),
+    160: _B(32, 64, 8, 2),
+    192: _B(32, 64, 8, 2),
+    224: _B(32, 64, 8, 2),
+    256: _B(64, 32, 8, 2),
+}
+_BWD_SM86 = {
+    32: _B(64, 128, 8, 2, True),
+    64: _B(64, 128, 8, 1, True),
+    96: _B(64, 64, 8, 2, True),
+    128: _B(64, 64, 8, 1, True),
+    160: _B(32, 64, 8, 2, True),
+    192: _B(32, 64, 8, 1, True),
+    224: _B(32, 64, 8, 1, True),
+    256: _B(32, 32, 8, 1, True),
+}
+_BWD_SM75 = {d: dataclasses.replace(t, dq_smem=True) for d, t in _BWD_V1["sm75"].items()}
+
+# Split-KV (decode: few query rows, long keys): FA2's 64-row blocks of 4 warps with long key blocks,
+# double-buffered where shared memory allows.
+_SPLITKV_SM80 = {d: _T(64, 128 if d <= 128 else 64, 4, 2 if d <= 224 else 1) for d in HEAD_DIM_BUCKETS}
 
 # Shared memory per block, opt-in maximum (CUDA C++ Programming Guide, "Technical Specifications per
 # Compute Capability"): sm75 64 KB; sm80/sm87 163 KB; sm86/sm89/sm12x 99 KB; sm90/sm10x/sm110 227 KB.
@@ -184,82 +312,38 @@ FAMILIES: dict[str, ArchFamily] = {
         dtypes=("fp16",),  # Turing has no bf16 mma
         # 64 KB per SM in all, and no cp.async: a second resident block is what hides the load
         # latency, so d <= 96 use tiles under 32 KB (2 blocks/SM); larger head dims get 1.
-        fwd={
-            32: _T(64, 128, 4),
-            64: _T(64, 64, 4),
-            96: _T(64, 32, 4),
-            128: _T(64, 64, 4),
-            160: _T(64, 32, 4),
-            192: _T(64, 32, 4),
-            224: _T(64, 32, 4),
-            256: _T(64, 16, 4),
-        },
-        bwd={
-            32: _B(64, 64, 8, 1),
-            64: _B(64, 64, 8, 1),
-            96: _B(64, 32, 8, 1),
-            128: _B(64, 32, 8, 1),
-            160: _B(32, 32, 8, 1),
-            192: _B(32, 32, 8, 1),
-        },
+        fwd=_FWD_SM75,
+        bwd=_BWD_SM75,
+        # No split-KV at d256: its 16-key blocks spill there; such calls run the plain forward.
+        splitkv={d: _T(64, 64 if d <= 96 else 32, 4) for d in HEAD_DIM_BUCKETS if d <= 224},
+        previous={"fwd": _FWD_V1["sm75"], "bwd": _BWD_V1["sm75"]},
     ),
     "sm80": ArchFamily(
         name="sm80",
         smem_limit=163 * 1024,
         dtypes=("fp16", "bf16"),
-        fwd={
-            32: _T(128, 128, 8),
-            64: _T(128, 128, 8),
-            96: _T(128, 64, 8),
-            128: _T(128, 64, 8),
-            160: _T(128, 64, 8),
-            192: _T(128, 64, 8),
-            224: _T(128, 64, 8),
-            256: _T(128, 64, 8),
-        },
+        fwd=_FWD_SM80,
         bwd=_BWD_SM80,
+        splitkv=_SPLITKV_SM80,
+        previous={"fwd": _FWD_V1["sm80"], "bwd": _BWD_V1["sm80"]},
     ),
     "sm86": ArchFamily(
         name="sm86",
         smem_limit=99 * 1024,
         dtypes=("fp16", "bf16"),
-        # FA2 drops to 64-row blocks for d >= 192 on these parts; d256 then fills 99 KB exactly.
-        fwd={
-            32: _T(128, 128, 8),
-            64: _T(128, 128, 8),
-            96: _T(128, 64, 8),
-            128: _T(128, 64, 8),
-            160: _T(128, 64, 8),
-            192: _T(64, 64, 4),
-            224: _T(64, 64, 4),
-            256: _T(64, 64, 4),
-        },
-        bwd={
-            32: _B(64, 128, 8, 2),
-            64: _B(64, 128, 8, 1),
-            96: _B(64, 64, 8, 2),
-            128: _B(64, 32, 8, 2),
-            160: _B(64, 32, 8, 1),
-            192: _B(64, 32, 8, 1),
-            224: _B(64, 32, 8, 1),
-            256: _B(32, 32, 8, 1),
-        },
+        fwd=_FWD_SM86,
+        bwd=_BWD_SM86,
+        splitkv={d: _T(64, 128 if d <= 64 else 64, 4, 2 if d <= 128 else 1) for d in HEAD_DIM_BUCKETS},
+        previous={"fwd": _FWD_V1["sm86"], "bwd": _BWD_V1["sm86"]},
     ),
     "sm90": ArchFamily(
         name="sm90",
         smem_limit=227 * 1024,
         dtypes=("fp16", "bf16"),
-        fwd={
-            32: _T(128, 128, 8),
-            64: _T(128, 128, 8),
-            96: _T(128, 128, 8),
-            128: _T(128, 128, 8),
-            160: _T(128, 64, 8),
-            192: _T(128, 64, 8),
-            224: _T(128, 64, 8),
-            256: _T(128, 64, 8),
-        },
-        bwd=_BWD_SM80,  # more shared memory than sm80, but these tiles are register-bound
+        fwd=_FWD_SM90,
+        bwd=_BWD_SM90,
+        splitkv=_SPLITKV_SM80,
+        previous={"fwd": _FWD_V1["sm90"], "bwd": _BWD_V1["sm90"]},
     ),
 }
 
@@ -292,9 +376,42 @@ def arch_family(arch: str) -> ArchFamily | None:
 
 # ---- the search space ------------------------------------------------------------------------------
 # The knob values the autotuner may try, per direction. Every valid combination that fits the
-# family's shared memory is a candidate; the default tile comes first, whatever it is.
-_FWD_SPACE = {"block_m": (64, 128), "block_n": (32, 64, 128), "warps": (4, 8)}
-_BWD_SPACE = {"block_m": (32, 64, 128), "block_n": (32, 64, 128), "warps": (4, 8), "stages": (1, 2)}
+# family's shared memory is a candidate, after the default and the earlier defaults.
+_SPACE: dict[str, tuple[type, dict[str, tuple]]] = {
+    "fwd": (
+        FwdTile,
+        {
+            "block_m": (64, 128),
+            "block_n": (32, 64, 128),
+            "warps": (4, 8),
+            "stages": (1, 2),
+            "q_in_regs": (False, True),
+        },
+    ),
+    "bwd": (
+        BwdTile,
+        {
+            "block_m": (32, 64, 128),
+            "block_n": (32, 64, 128),
+            "warps": (4, 8),
+            "stages": (1, 2),
+            "dq_smem": (False, True),
+        },
+    ),
+    # Decode has a handful of query rows: smaller query blocks are worth a try.
+    "splitkv": (
+        FwdTile,
+        {
+            "block_m": (16, 32, 64),
+            "block_n": (32, 64, 128),
+            "warps": (1, 2, 4),
+            "stages": (1, 2),
+            "q_in_regs": (False, True),
+        },
+    ),
+}
+_SOURCES = {"fwd": "csrc/fwd.cu", "bwd": "csrc/bwd.cu", "splitkv": "csrc/fwd.cu"}
+COMBINE_ROWS = 4  # fwd.cu kCombineWarps: fa_fwd_combine runs one warp per query row
 
 
 def bucket_of(head_dim: int) -> int:
@@ -312,41 +429,66 @@ def _family_or_raise(arch: str) -> ArchFamily:
     return family
 
 
+def _check_direction(direction: str) -> None:
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction: {direction!r} is not one of {', '.join(DIRECTIONS)}")
+
+
 def default_tile(arch: str, direction: str, head_dim: int) -> Tile | None:
     """The tile `units(arch)` compiles for this direction and head dim (its bucket); None where the
     family builds no kernel (Turing's backward above 192)."""
     family = _family_or_raise(arch)
-    d = bucket_of(head_dim)
-    if direction == "fwd":
-        return family.fwd[d]
-    if direction == "bwd":
-        return family.bwd.get(d)
-    raise ValueError(f"direction: {direction!r} is not one of {', '.join(DIRECTIONS)}")
+    _check_direction(direction)
+    table: dict[int, Tile] = getattr(family, direction)
+    return table.get(bucket_of(head_dim))
 
 
 def candidates(arch: str, direction: str, head_dim: int) -> list[Tile]:
-    """Every tile of the search space that the kernel accepts and that fits the family's shared memory
-    for this head dim's bucket, the default first; [] where the family builds no such kernel."""
+    """Every tile the autotuner may try for this direction and head dim's bucket: the default first,
+    then the earlier defaults, then every valid combination of the search space; all fit the family's
+    shared memory. [] where the family builds no such kernel."""
     default = default_tile(arch, direction, head_dim)
     if default is None:
         return []
     family = _family_or_raise(arch)
     d = bucket_of(head_dim)
-    cls, space = (FwdTile, _FWD_SPACE) if direction == "fwd" else (BwdTile, _BWD_SPACE)
-    rows: list[Tile] = [default]
-    for values in itertools.product(*space.values()):
-        tile = cls(**dict(zip(space, values)))
-        if tile != default and tile.valid(d) and tile.smem_bytes(d) <= family.smem_limit:
+    cls, space = _SPACE[direction]
+    previous = family.previous.get(direction, {}).get(d)
+    grid = (cls(**dict(zip(space, values))) for values in itertools.product(*space.values()))
+    rows: list[Tile] = []
+    for tile in itertools.chain([default], [previous] if previous else [], grid):
+        if tile not in rows and tile.valid(d) and tile.smem_bytes(d) <= family.smem_limit:
             rows.append(tile)
     return rows
+
+
+def _entries(direction: str, tile: Tile, smem: int) -> dict[str, Launch]:
+    threads = 32 * tile.warps
+    if direction == "fwd":
+        return {"fa_fwd": Launch(threads, tile.block_m, tile.block_n, smem, "q_blocks")}
+    if direction == "splitkv":
+        # fa_fwd_splitkv's grid is (ceil(seqlen_q / block_m) * num_splits, batch, heads).
+        return {
+            "fa_fwd_splitkv": Launch(threads, tile.block_m, tile.block_n, smem, "q_blocks_splits"),
+            "fa_fwd_combine": Launch(32 * COMBINE_ROWS, COMBINE_ROWS, 0, 0, "q_blocks"),
+        }
+    rows = Launch(threads, tile.block_m, 0, 0, "q_blocks")
+    return {
+        "fa_bwd_preprocess": rows,
+        "fa_bwd": Launch(threads, tile.block_m, tile.block_n, smem, "k_blocks"),
+        "fa_bwd_convert_dq": rows,
+    }
 
 
 def unit(arch: str, direction: str, dtype: str, head_dim: int, tile: Tile) -> KernelUnit:
     """The compile unit of one direction, dtype and head-dim bucket built with `tile` (the default's
     name and entries, so a tuned unit drops in for the default)."""
     family = _family_or_raise(arch)
+    _check_direction(direction)
     if dtype not in family.dtypes:
         raise ValueError(f"dtype: {dtype!r} has no kernels on {arch} (it builds {', '.join(family.dtypes)})")
+    if not isinstance(tile, _SPACE[direction][0]):
+        raise TypeError(f"tile: a {type(tile).__name__} cannot build a {direction} unit")
     d = bucket_of(head_dim)
     if not tile.valid(d):
         raise ValueError(f"tile: {tile.label} does not split into whole mma tiles at head dim {d}")
@@ -361,21 +503,10 @@ def unit(arch: str, direction: str, dtype: str, head_dim: int, tile: Tile) -> Ke
         "FA_SMEM_BYTES": smem,
         "FA_DTYPE_BF16": int(dtype == "bf16"),
     }
-    threads = 32 * tile.warps
-    if direction == "fwd" and isinstance(tile, FwdTile):
-        entries = {"fa_fwd": Launch(threads, tile.block_m, tile.block_n, smem, "q_blocks")}
-        source = "csrc/fwd.cu"
-    elif direction == "bwd" and isinstance(tile, BwdTile):
-        rows = Launch(threads, tile.block_m, 0, 0, "q_blocks")
-        entries = {
-            "fa_bwd_preprocess": rows,
-            "fa_bwd": Launch(threads, tile.block_m, tile.block_n, smem, "k_blocks"),
-            "fa_bwd_convert_dq": rows,
-        }
-        source = "csrc/bwd.cu"
-    else:
-        raise ValueError(f"direction: {direction!r} with a {type(tile).__name__}")
-    return KernelUnit(f"{direction}_{dtype}_d{d}", direction, dtype, d, source, defines, entries)
+    if direction == "splitkv":
+        defines["FA_SPLITKV"] = 1
+    entries = _entries(direction, tile, smem)
+    return KernelUnit(f"{direction}_{dtype}_d{d}", direction, dtype, d, _SOURCES[direction], defines, entries)
 
 
 def units(arch: str) -> list[KernelUnit]:

@@ -1,13 +1,15 @@
 """The host binding (libfa_attn_ops.so): the shared launch logic (kernels/binding/*.cpp) and one form
 (kernels/binding/forms/<form>.cpp) built with a C++ compiler for the wheel's CPU (the host's g++, or a
 cross g++ for the other CPU: buildtool/core/cpus.py) against one torch version's headers. The ATen
-form is built once per (torch minor, C++ ABI, CPU).
+form is built once per (torch minor, C++ ABI, CPU); the stable form once per CPU, against its floor's
+headers with TORCH_TARGET_VERSION set to the floor (buildtool/core/binding_forms.py).
 
 No torch library is downloaded: we link against generated stub libraries named libc10.so and
-libtorch_cpu.so, which exist only to put DT_NEEDED entries on those sonames into our binary. At run
-time `import torch` has already loaded the real ones, so the loader resolves our undefined symbols
-from them. The output is cached by content: binding sources, headers (torch version and origin),
-ABI, the compiler's identity and the flags.
+libtorch_cpu.so (the stable form: libtorch_cpu.so only, where the C shim lives), which exist only to
+put DT_NEEDED entries on those sonames into our binary. At run time `import torch` has already loaded
+the real ones, so the loader resolves our undefined symbols from them. The output is cached by
+content: binding sources, headers (torch version and origin), form, ABI, the compiler's identity and
+the flags.
 """
 
 from __future__ import annotations
@@ -21,12 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from buildtool.build.torch_headers import Headers
-from buildtool.core import atomic, cache, children, cpus
+from buildtool.core import atomic, binding_forms, cache, children, cpus
 from buildtool.core.runtime import schema
 from buildtool.errors import FaError
 
 OUTPUT_NAME = schema.BINDING_FILE  # the name the wheel ships it under, too
 STUB_SONAMES = ("libc10.so", "libtorch_cpu.so")  # what torch's own libraries are called on Linux
+# What each form's binary needs by name: the C shim (aoti_torch_*, torch_*) is libtorch_cpu's.
+NEEDED = {binding_forms.ATEN: STUB_SONAMES, binding_forms.STABLE: ("libtorch_cpu.so",)}
 BASE_FLAGS = (
     "-std=c++20",  # torch >= 2.15 headers require C++20; 2.4..2.13 build with it too
     "-O2",
@@ -77,10 +81,13 @@ def _identity(cxx: tuple[str, ...], platform: str) -> str:
 
 
 FORMS_DIR = "forms"  # kernels/binding/forms/<form>.cpp: the thin layer that registers the operators
-ATEN = "aten"
 
 
-def sources(kernels_root: Path, form: str = ATEN) -> list[Path]:
+def form_of(stable_floor: str | None) -> str:
+    return binding_forms.ATEN if stable_floor is None else binding_forms.STABLE
+
+
+def sources(kernels_root: Path, form: str = binding_forms.ATEN) -> list[Path]:
     """What the binding of `form` is built from: the shared .cpp/.h files of kernels/binding, that
     form's file, and the shared params.h."""
     bind = kernels_root / "binding"
@@ -91,9 +98,11 @@ def sources(kernels_root: Path, form: str = ATEN) -> list[Path]:
     return [*shared, layer, kernels_root / "csrc" / "params.h"]
 
 
-def flags(headers: Headers, cxx11abi: bool, kernels_root: Path) -> list[str]:
+def flags(headers: Headers, cxx11abi: bool, kernels_root: Path, stable_floor: str | None = None) -> list[str]:
+    """Compiler flags; `stable_floor` set: the stable form, restricted to that torch's stable ABI."""
     inc = [f"-I{d}" for d in (*headers.include_dirs, kernels_root / "csrc", kernels_root / "binding")]
-    return [*BASE_FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={int(cxx11abi)}", *inc]
+    target = [f"-DTORCH_TARGET_VERSION={binding_forms.target_version(stable_floor)}"] if stable_floor else []
+    return [*BASE_FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={int(cxx11abi)}", *target, *inc]
 
 
 def path_maps(headers: Headers, kernels_root: Path) -> list[str]:
@@ -107,31 +116,35 @@ def path_maps(headers: Headers, kernels_root: Path) -> list[str]:
     ]
 
 
-def binding_key(headers: Headers, cxx11abi: bool, kernels_root: Path, platform: str | None = None) -> str:
+def binding_key(
+    headers: Headers,
+    cxx11abi: bool,
+    kernels_root: Path,
+    platform: str | None = None,
+    stable_floor: str | None = None,
+) -> str:
     """The cache key; `platform` (the binding's CPU) defaults to this machine's, like every function here."""
     platform = platform or cpus.host()
-    srcs = sources(kernels_root)
+    form = form_of(stable_floor)
+    srcs = sources(kernels_root, form)
     parts: list[str | bytes] = [
         "fa-binding-v1",
         headers.torch_version,
         headers.origin,
         str(cxx11abi),
         platform,
+        form,
     ]
     for p in srcs:
         parts += [p.relative_to(kernels_root).as_posix(), p.read_bytes()]
     # include dirs are paths into the cache: key on what they hold (version), not where they are
-    portable = [f for f in flags(headers, cxx11abi, kernels_root) if not f.startswith("-I")]
-    parts += [compiler_identity(platform), *portable]
+    portable = [f for f in flags(headers, cxx11abi, kernels_root, stable_floor) if not f.startswith("-I")]
+    parts += [compiler_identity(platform), *portable, *NEEDED[form]]
     return cache.content_key(*parts)
 
 
 def output_path(key: str) -> Path:
     return cache.cache_dir() / "bindings" / key[:2] / key / OUTPUT_NAME
-
-
-def is_cached(headers: Headers, cxx11abi: bool, kernels_root: Path, platform: str | None = None) -> bool:
-    return output_path(binding_key(headers, cxx11abi, kernels_root, platform)).is_file()
 
 
 def stub_dir(platform: str | None = None) -> Path:
@@ -161,10 +174,15 @@ def stub_dir(platform: str | None = None) -> Path:
 
 
 def build_binding(
-    headers: Headers, cxx11abi: bool, kernels_root: Path, platform: str | None = None
+    headers: Headers,
+    cxx11abi: bool,
+    kernels_root: Path,
+    platform: str | None = None,
+    stable_floor: str | None = None,
 ) -> BindingBuild:
+    """Build (or find in the cache) the binding; `stable_floor` set: the stable form for that floor."""
     platform = platform or cpus.host()
-    key = binding_key(headers, cxx11abi, kernels_root, platform)
+    key = binding_key(headers, cxx11abi, kernels_root, platform, stable_floor)
     out = output_path(key)
     if out.is_file():
         return BindingBuild(out, key, True, 0.0)
@@ -172,34 +190,42 @@ def build_binding(
     with cache.locked(cache.cache_dir() / "locks" / "bindings" / key):
         if out.is_file():
             return BindingBuild(out, key, True, 0.0)
-        return _compile(headers, cxx11abi, kernels_root, platform, key, out)
+        return _compile(headers, cxx11abi, kernels_root, platform, stable_floor, key, out)
 
 
 def _compile(
-    headers: Headers, cxx11abi: bool, kernels_root: Path, platform: str, key: str, out: Path
+    headers: Headers,
+    cxx11abi: bool,
+    kernels_root: Path,
+    platform: str,
+    stable_floor: str | None,
+    key: str,
+    out: Path,
 ) -> BindingBuild:
-    cpp = [str(p) for p in sources(kernels_root) if p.suffix in (".cpp", ".cc")]
+    form = form_of(stable_floor)
+    cpp = [str(p) for p in sources(kernels_root, form) if p.suffix in (".cpp", ".cc")]
     stubs = stub_dir(platform)
     t0 = time.perf_counter()
     with atomic.writing(out) as tmp:
         cmd = [
             *compiler(platform),
-            *flags(headers, cxx11abi, kernels_root),
+            *flags(headers, cxx11abi, kernels_root, stable_floor),
             *path_maps(headers, kernels_root),  # not in the key: they name paths, not contents
             *cpp,
             "-o",
             str(tmp),
             f"-L{stubs}",
             "-Wl,--no-as-needed",
-            *(f"-l:{s}" for s in STUB_SONAMES),
+            *(f"-l:{s}" for s in NEEDED[form]),
             "-Wl,--as-needed",
             "-ldl",  # dlopen lives in libdl before glibc 2.34 (manylinux_2_28); as-needed drops it after
         ]
-        _run(
-            cmd,
-            f"building the {platform} binding for torch {headers.torch_version} (cxx11abi={cxx11abi})",
-            platform,
+        what = (
+            f"stable-ABI binding for torch >= {stable_floor} (headers {headers.torch_version})"
+            if stable_floor
+            else f"binding for torch {headers.torch_version} (cxx11abi={cxx11abi})"
         )
+        _run(cmd, f"building the {platform} {what}", platform)
     return BindingBuild(out, key, False, time.perf_counter() - t0)
 
 

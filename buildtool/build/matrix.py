@@ -19,7 +19,7 @@ import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from buildtool.core import cpus, cuda_facts, kernels_src, textfile
+from buildtool.core import binding_forms, cpus, cuda_facts, kernels_src, textfile
 from buildtool.core.runtime import versions
 from buildtool.core.textfile import shown
 from buildtool.errors import InputError
@@ -43,6 +43,7 @@ KNOWN_KEYS = (
     "ptx",
     "exclude",
     "cxx11abi",
+    "stable_abi",
     "kernels",
 )
 EXCLUDE_KEYS = ("torch", "cuda", "python", "platform")
@@ -90,7 +91,14 @@ class Matrix:
     cxx11abi: str = "auto"  # one of CXX11ABI_POLICIES
     kernels: KernelFilter | None = None
     platforms: tuple[str, ...] = cpus.DEFAULT_PLATFORMS  # CPUs to build bindings for
+    # The floor of the stable-ABI binding: the minors from it on share one wheel per (CPU, CUDA major)
+    # whose binding is built against the floor's headers; None: a binding per minor throughout.
+    stable_abi: str | None = None
     source: str = field(default="matrix.yaml", compare=False)
+
+    def stable(self, torch_minor: str) -> bool:
+        """True when the stable-ABI wheel serves this torch minor (it is at or above the floor)."""
+        return self.stable_abi is not None and Version(torch_minor) >= Version(self.stable_abi)
 
     def abis(self, torch_minor: str) -> tuple[bool, ...]:
         """The C++ ABIs to build a binding for, for this torch minor (False first)."""
@@ -217,6 +225,7 @@ class _Parser:
             cxx11abi=self.cxx11abi(data.get("cxx11abi", "auto")),
             kernels=self.kernels(data.get("kernels")),
             platforms=plats,
+            stable_abi=self.stable_abi(data.get("stable_abi"), torch),
             source=self.source,
         )
 
@@ -251,6 +260,26 @@ class _Parser:
                 "write one of: auto (both ABIs below torch 2.7, the C++11 ABI from 2.7), true, false, both",
             )
         return text
+
+    def stable_abi(self, value: object, torch: tuple[str, ...]) -> str | None:
+        if value is None:
+            return None
+        floor = self.torch_minor("stable_abi", value)
+        if Version(floor) < Version(binding_forms.STABLE_ABI_MIN):
+            raise self.error(
+                "stable_abi",
+                f"the stable-ABI binding needs torch {binding_forms.STABLE_ABI_MIN} or newer (its op "
+                f"arguments str and int[] exist in torch's stable ABI from {binding_forms.STABLE_ABI_MIN})",
+                f'write stable_abi: "{binding_forms.STABLE_ABI_MIN}" or a later listed minor, or remove the key',
+            )
+        if floor not in torch:
+            raise self.error(
+                "stable_abi",
+                f"torch {floor} is not in torch ({_join(torch)}); the floor is the oldest minor the "
+                "stable-ABI wheel serves, and it is tested with it",
+                f'add "{floor}" to torch, or name a listed minor',
+            )
+        return floor
 
     # -- lists -----------------------------------------------------------------------------------
 

@@ -107,6 +107,8 @@ def manifest(spec: WheelSpec, tiles: ModuleType, source_sha256: str | None = Non
         torch=spec.torch_minor,
         cxx11abi=spec.cxx11abi,
         binding=schema.BINDING_FILE,
+        binding_form=spec.form,
+        torch_tested=spec.torch_tested,
         features=tuple(sorted(getattr(tiles, "FEATURES", ()))),
         coverage=tuple(coverage),
     )

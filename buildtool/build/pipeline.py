@@ -33,7 +33,7 @@ from buildtool.build import binding as binding_mod
 from buildtool.build import index, package, torch_headers
 from buildtool.build.compile import CompileTask, KernelTree, compile_all
 from buildtool.build.plan import BindingJob, Plan, WheelSpec
-from buildtool.core import atomic
+from buildtool.core import atomic, binding_forms
 from buildtool.core.console import plain_console
 from buildtool.core.fetch import ProgressHook
 
@@ -184,7 +184,8 @@ def _build_bindings(
                 job.header_source,
                 bars.download(f"torch {job.torch_version} headers ({job.platform})"),
             )
-        built = binding_mod.build_binding(headers, job.cxx11abi, tree.root, job.platform)
+        floor = job.torch_minor if job.form == binding_forms.STABLE else None
+        built = binding_mod.build_binding(headers, job.cxx11abi, tree.root, job.platform, floor)
         bars.advance(bar)
         return built
 

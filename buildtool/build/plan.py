@@ -3,7 +3,8 @@
 One wheel per distinct binary. Kernels depend only on the CUDA major (toolkit) and arch, never on
 torch, so every wheel of one CUDA major shares one set of compile jobs; the binding depends on the
 torch minor and C++ ABI, never on CUDA or Python (no Python C API: wheels are py3-none), so one
-binding serves every CUDA major. A Python version only decides coverage: a cell is covered when
+binding serves every CUDA major. With `stable_abi` the minors from that floor on share one
+stable-ABI binding (buildtool/core/binding_forms.py), so they share one wheel per (CPU, CUDA major). A Python version only decides coverage: a cell is covered when
 PyPI has a torch build of that minor for that Python on Linux for the cell's CPU. Each CPU in
 `platforms` (x86_64, aarch64) gets its own bindings and wheels; the kernel compile jobs are the same.
 
@@ -29,7 +30,8 @@ from buildtool.build.matrix import (
     python_version,
 )
 from buildtool.build.pypi import TorchCatalog, TorchFile
-from buildtool.core import cpus, cuda_facts, kernels_src
+from buildtool.core import binding_forms, cpus, cuda_facts, kernels_src
+from buildtool.core.runtime import versions
 from buildtool.core.textfile import shown
 
 # `units(arch)` from kernels/tiles.py: the kernel programs to compile for an arch.
@@ -72,25 +74,36 @@ class CompileJob:
 
 @dataclass(frozen=True)
 class BindingJob:
-    torch_minor: str
+    torch_minor: str  # the stable form's floor
     torch_version: str  # the patch whose headers are used: the oldest of the minor
-    cxx11abi: bool
+    cxx11abi: bool  # the flag it is compiled with (the stable form's binary does not depend on it)
     header_source: TorchFile | None  # None: the torch installed here (fa build --local)
     platform: str = cpus.X86_64  # the CPU the binding runs on (a cross compile if not this host's)
+    form: str = binding_forms.ATEN  # binding_forms.ATEN | STABLE
 
 
 @dataclass(frozen=True)
 class WheelSpec:
     cuda_major: int | None  # None: the universal py3-none-any wheel (no kernels, no binding)
-    torch_minor: str | None
-    cxx11abi: bool | None
+    torch_minor: str | None  # the minor its binding is built for; the floor of a stable-ABI wheel
+    cxx11abi: bool | None  # None: any (the universal and the stable-ABI wheels)
     sass: tuple[str, ...]
     ptx: str | None
     cells: tuple[Cell, ...]  # matrix cells this wheel covers
     compile_jobs: tuple[CompileJob, ...]
     binding: BindingJob | None
-    variant: str  # "cu12torch2.5cxx11abifalse", "cu12torch2.7", "" for universal
+    variant: str  # "cu12torch2.5cxx11abifalse", "cu12torch2.7", "cu12torch2.10plus", "" for universal
     version: str  # "0.1.0+cu12torch2.5cxx11abifalse"
+
+    @property
+    def form(self) -> str | None:
+        """Its binding's form (binding_forms.ATEN | STABLE); None for the universal wheel."""
+        return self.binding.form if self.binding else None
+
+    @property
+    def torch_tested(self) -> tuple[str, ...]:
+        """The torch minors of its cells, oldest first: what the release workflow tests it with."""
+        return tuple(sorted({c.torch for c in self.cells}, key=Version))
 
     @property
     def platform(self) -> str | None:
@@ -120,7 +133,10 @@ def cxx11abi_in_label(torch_minor: str, cxx11abi: bool) -> bool:
     return Version(torch_minor) < Version(CXX11ABI_ONLY_FROM) or not cxx11abi
 
 
-def variant_label(cuda_major: int, torch_minor: str, cxx11abi: bool) -> str:
+def variant_label(cuda_major: int, torch_minor: str, cxx11abi: bool | None) -> str:
+    """The per-minor label; `cxx11abi` None is the stable-ABI wheel of the floor `torch_minor`."""
+    if cxx11abi is None:
+        return binding_forms.stable_label(cuda_major, torch_minor)
     label = f"cu{cuda_major}torch{torch_minor}"
     if cxx11abi_in_label(torch_minor, cxx11abi):
         label += f"cxx11abi{str(cxx11abi).lower()}"
@@ -163,11 +179,21 @@ def make_plan(
             covered.setdefault((cpu, cuda, torch), []).append(cell)
 
     wheels = [universal_wheel(matrix)]
+    stable_cells: dict[tuple[str, int], list[Cell]] = {}
     for (cpu, cuda, torch), cells in sorted(covered.items(), key=_wheel_order):
+        if matrix.stable(torch):
+            stable_cells.setdefault((cpu, cuda), []).extend(cells)
+            continue
         release = catalog.minors[torch].builds[cpu]
         for abi in matrix.abis(torch):
             binding = BindingJob(torch, release.oldest, abi, release.header_source, cpu)
             wheels.append(_kernel_wheel(matrix, cuda, torch, abi, tuple(cells), kernels[cuda], binding))
+    for (cpu, cuda), cells in stable_cells.items():
+        binding = _stable_binding(matrix, catalog, cpu)
+        wheels.append(
+            _kernel_wheel(matrix, cuda, binding.torch_minor, None, tuple(cells), kernels[cuda], binding)
+        )
+    wheels.sort(key=_wheel_sort_key)
 
     if platform is not None:
         if platform not in matrix.platforms:
@@ -198,9 +224,14 @@ def local_plan(
     matrix: Matrix | None = None,
     *,
     units: Units | None = None,
+    stable_floor: str | None = None,
+    sass: str | None = None,
 ) -> Plan:
-    """`fa build --local`: wheels for the torch installed here only, its headers from its own install
-    (BindingJob.header_source is None). `matrix` supplies version, archs, PTX and the kernel filter."""
+    """`fa build --local` and `fa install --build`: wheels for the torch installed here only, its
+    headers from its own install (BindingJob.header_source is None). `matrix` supplies version, archs,
+    PTX and the kernel filter. With `stable_floor` (a torch at or above it) the binding is the stable-ABI
+    form targeting that floor, so the wheel outlives a torch upgrade; `sass` ships that one arch's SASS
+    and no PTX (the wheel for this machine's GPU)."""
     source = "fa build --local"
     try:
         release = Version(torch_version).release
@@ -230,10 +261,15 @@ def local_plan(
             raise MatrixError(
                 source, "--cuda", f"CUDA {m} has no pinned toolkit in fa", f"use one of {known}"
             )
-    archs = {
-        m: (matrix.archs.get(m) if matrix else None) or cuda_facts.TOOLKITS[m].default_archs for m in cuda
-    }
-    ptx = {m: matrix.ptx[m] if matrix and m in matrix.ptx else archs[m][-1] for m in cuda}
+    if sass is not None:
+        archs: dict[int, tuple[str, ...]] = {m: (_sass_for(sass, m, source),) for m in cuda}
+        ptx: dict[int, str | None] = {m: None for m in cuda}
+    else:
+        archs = {
+            m: (matrix.archs.get(m) if matrix else None) or cuda_facts.TOOLKITS[m].default_archs for m in cuda
+        }
+        ptx = {m: matrix.ptx[m] if matrix and m in matrix.ptx else archs[m][-1] for m in cuda}
+    stable = stable_floor is not None and Version(minor) >= Version(stable_floor)
     local = Matrix(
         version=matrix.version if matrix else DEFAULT_VERSION,
         torch=(minor,),
@@ -244,16 +280,20 @@ def local_plan(
         cxx11abi=str(cxx11abi).lower(),
         kernels=matrix.kernels if matrix else None,
         platforms=(platform,),
+        stable_abi=stable_floor if stable else None,
         source=source,
     )
     units = units or kernels_src.tiles().units
-    binding = BindingJob(minor, torch_version, cxx11abi, None, platform)
+    if stable:
+        binding = BindingJob(str(stable_floor), torch_version, True, None, platform, binding_forms.STABLE)
+    else:
+        binding = BindingJob(minor, torch_version, cxx11abi, None, platform)
     wheels = [
         _kernel_wheel(
             local,
             m,
-            minor,
-            cxx11abi,
+            binding.torch_minor,
+            None if stable else cxx11abi,
             (Cell(minor, m, python, platform),),
             _kernels_for_major(local, m, units),
             binding,
@@ -261,6 +301,46 @@ def local_plan(
         for m in cuda
     ]
     return _assemble(local, wheels, [])
+
+
+def _sass_for(gpu_sm: str, major: int, source: str) -> str:
+    """The arch to compile SASS for a GPU of compute capability `gpu_sm` with CUDA `major`: the GPU's
+    own, or the highest one of its major the toolkit targets below it (SASS runs on a higher minor)."""
+    toolkit = cuda_facts.TOOLKITS[major]
+    try:
+        gpu = versions.parse_arch(gpu_sm)
+    except ValueError:
+        raise MatrixError(
+            source, "--arch", f"{gpu_sm!r} is not a compute capability", 'write it like "8.6"'
+        ) from None
+    fitting = [
+        a for a in toolkit.archs if versions.parse_arch(a)[0] == gpu[0] and versions.parse_arch(a) <= gpu
+    ]
+    if not fitting:
+        raise MatrixError(
+            source,
+            "--arch",
+            f"CUDA {major} (NVRTC {toolkit.version}) cannot target sm {gpu_sm} (it targets {', '.join(toolkit.archs)})",
+            "build with a newer CUDA major (--cuda), or on a machine with a supported GPU",
+        )
+    return max(fitting, key=versions.parse_arch)
+
+
+def _stable_binding(matrix: Matrix, catalog: TorchCatalog, cpu: str) -> BindingJob:
+    """The stable-ABI binding of `cpu`: built against the floor's oldest patch, with its headers."""
+    floor = str(matrix.stable_abi)
+    builds = catalog.minors[floor].builds
+    if cpu not in builds:
+        raise MatrixError(
+            matrix.source,
+            "stable_abi",
+            f"torch {floor} has no Linux {cpu} wheel on PyPI to take the stable-ABI headers from",
+            f"raise stable_abi to a minor with {cpu} wheels, or drop {cpu} from platforms",
+        )
+    release = builds[cpu]
+    # The C++ ABI flag only concerns the binding's own use of the C++ library: nothing of it crosses
+    # into torch, so one build serves both ABIs. The C++11 ABI is every pip torch's since 2.7.
+    return BindingJob(floor, release.oldest, True, release.header_source, cpu, binding_forms.STABLE)
 
 
 def universal_wheel(matrix: Matrix) -> WheelSpec:
@@ -328,7 +408,7 @@ def _kernel_wheel(
     matrix: Matrix,
     cuda: int,
     torch: str,
-    abi: bool,
+    abi: bool | None,
     cells: tuple[Cell, ...],
     kernels: _MajorKernels,
     binding: BindingJob,
@@ -443,6 +523,19 @@ def shard_wheels(wheels: Sequence[WheelSpec], shard: tuple[int, int]) -> tuple[W
 def _wheel_order(item: tuple[tuple[str, int, str], list[Cell]]) -> tuple:
     (platform, cuda, torch), _ = item
     return cpus.PLATFORMS.index(platform), cuda, Version(torch)
+
+
+def _wheel_sort_key(wheel: WheelSpec) -> tuple:
+    """The universal wheel first, then by CPU, CUDA major and torch (a stable-ABI wheel after the
+    per-minor ones of its CPU and major: it serves the newest minors)."""
+    if wheel.binding is None:
+        return (-1,)
+    return (
+        cpus.PLATFORMS.index(wheel.binding.platform),
+        wheel.cuda_major,
+        wheel.form == binding_forms.STABLE,
+        Version(wheel.binding.torch_minor),
+    )
 
 
 def _by_version(minors: Sequence[str]) -> list[str]:

@@ -12,6 +12,7 @@ from rich.console import Console, Group
 from rich.table import Table
 
 from buildtool.build.plan import SKIP_NO_TORCH_BUILD, BindingJob, Cell, CompileJob, Plan, WheelSpec
+from buildtool.core.binding_forms import STABLE
 from buildtool.core.console import plain_console
 
 CacheStatus = Callable[[CompileJob], bool]
@@ -62,6 +63,8 @@ def _wheel_json(wheel: WheelSpec, cached: dict[CompileJob, bool]) -> dict:
         "cuda_major": wheel.cuda_major,
         "torch": wheel.torch_minor,
         "cxx11abi": wheel.cxx11abi,
+        "form": wheel.form,
+        "torch_tested": list(wheel.torch_tested),
         "sass": list(wheel.sass),
         "ptx": wheel.ptx,
         "cells": [_cell_json(c) for c in wheel.cells],
@@ -84,6 +87,7 @@ def _binding_json(job: BindingJob) -> dict:
         "torch_minor": job.torch_minor,
         "torch_version": job.torch_version,
         "cxx11abi": job.cxx11abi,
+        "form": job.form,
         "platform": job.platform,
         "header_source": job.header_source.filename if job.header_source else None,
     }
@@ -99,6 +103,7 @@ def _wheels_table(data: dict) -> Table:
     table = Table(title=f"fa-attn {data['version']}: wheels{shard}", title_justify="left")
     table.add_column("variant", no_wrap=True)
     table.add_column("CPU", no_wrap=True)
+    table.add_column("torch covered")
     table.add_column("Pythons covered")
     table.add_column("SASS")
     table.add_column("PTX")
@@ -106,18 +111,22 @@ def _wheels_table(data: dict) -> Table:
     table.add_column("binding (torch, ABI)")
     for w in data["wheels"]:
         if w["cuda_major"] is None:
-            table.add_row("(universal)", "any", "any", "-", "-", "-", "-")
+            table.add_row("(universal)", "any", "any", "any", "-", "-", "-", "-")
             continue
         k = w["kernels"]
         b = w["binding"]
+        stable = b["form"] == STABLE
         table.add_row(
             w["variant"],
             w["platform"],
+            " ".join(w["torch_tested"]),
             " ".join(w["pythons"]),
             " ".join(w["sass"]),
             w["ptx"] or "-",
             f"{k['to_compile']}/{k['cached']}",
-            f"{b['torch_version']}, {'cxx11' if b['cxx11abi'] else 'old'}",
+            f"stable ABI >= {b['torch_minor']} ({b['torch_version']} headers)"
+            if stable
+            else f"{b['torch_version']}, {'cxx11' if b['cxx11abi'] else 'old'}",
         )
     return table
 

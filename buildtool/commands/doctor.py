@@ -50,3 +50,7 @@ def doctor_cmd(
     else:
         doctor.render(report, plain_console())
     return doctor.EXIT_CODES[report.selection.verdict]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("doctor")(doctor_cmd)

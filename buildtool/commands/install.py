@@ -1,20 +1,60 @@
 """`fa install`: the wheel fa doctor picks, hash-checked, installed without touching torch
-(compat/install.py does the side effects)."""
+(compat/install.py does the side effects); with --build, when no wheel fits this machine's torch, the
+one wheel it needs is built first (compat/build_here.py)."""
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
 from buildtool.commands._shared import IndexOpt, JsonOpt, WheelsOpt, load_wheel_index, print_json
-from buildtool.compat import install
-from buildtool.compat.choose import Request, select
+from buildtool.compat import build_here, install
+from buildtool.compat.choose import Request, Selection, select
+from buildtool.compat.env import Env
 from buildtool.compat.probe import probe
+from buildtool.compat.wheel_index import WheelIndex, load_index
 from buildtool.core.console import plain_console
-from buildtool.errors import EXIT_FAILED, EXIT_OK
+from buildtool.errors import EXIT_FAILED, EXIT_OK, FaError, UsageError
+
+BUILD_HINT = (
+    "fa install --build builds the one wheel this machine needs (this torch, CPU, CUDA major and GPU arch)"
+)
+
+
+def _kernel_wheel_fits(selection: Selection) -> bool:
+    return selection.selected is not None and not selection.selected.info.universal
+
+
+def _index_or_none(wheels: Path | None, index: str | None) -> WheelIndex | None:
+    """With --build the index may be absent (nothing built yet): that is "no wheel fits"."""
+    if wheels is None and index is None and not Path("wheels").is_dir():
+        return None
+    return load_wheel_index(wheels, index)
+
+
+def _build_here(
+    env: Env, arch: str | None, cuda: int | None, jobs: int, console: Console, progress: bool
+) -> tuple[WheelIndex, Selection]:
+    """Raises InputError (exit 2) when the probe and options cannot say what to build, FaError (exit 1)
+    when the build fails."""
+    matrix = build_here.release_matrix()
+    target = build_here.target(env, arch, cuda, matrix)
+    console.print(
+        f"building the wheel for torch {target.torch_version}, CUDA {target.cuda_major}, sm {target.arch} "
+        f"into {build_here.out_dir()}",
+        highlight=False,
+    )
+    try:
+        build_here.build(target, matrix, jobs, show_progress=progress)
+    except FaError as exc:
+        raise exc.with_note("fa install --build: nothing installed (finished work is cached: run it again)")
+    built = load_index(str(build_here.out_dir()))
+    return built, select(built.entries, env, Request())
 
 
 def install_cmd(
@@ -24,14 +64,42 @@ def install_cmd(
         bool, typer.Option("--dry-run", help="Show the choice and the command; change nothing")
     ] = False,
     as_json: JsonOpt = False,
+    build: Annotated[
+        bool,
+        typer.Option(
+            "--build", help="When no wheel fits this machine's torch, build the one it needs, then install it"
+        ),
+    ] = False,
+    arch: Annotated[
+        str | None, typer.Option(help="With --build: the GPU's compute capability (default: GPU 0's)")
+    ] = None,
+    cuda: Annotated[
+        int | None, typer.Option(help="With --build: the CUDA major (default: the installed torch's)")
+    ] = None,
+    jobs: Annotated[
+        int, typer.Option("--jobs", "-j", help="With --build: parallel compiles")
+    ] = os.cpu_count() or 1,
 ) -> int:
     """Install the wheel fa doctor picks for this machine, checked against the index's sha256.
 
-    Exit codes: 0 installed (or, with --dry-run, a wheel would be), 1 nothing fits or the install was
-    refused or failed (the environment is left as it was, or the message says what changed), 2 usage."""
-    idx = load_wheel_index(wheels, index)
+    With --build, when no wheel in the index fits this machine's torch (a minor nobody built, a local
+    torch build), build the one wheel it needs first: this torch, CPU, CUDA major and GPU arch only.
+
+    Exit codes: 0 installed (or, with --dry-run, a wheel would be), 1 nothing fits or the install, or the
+    build, was refused or failed (the environment is left as it was, or the message says what changed),
+    2 usage."""
+    if (arch or cuda) and not build:
+        raise UsageError("--arch and --cuda only go with --build")
+    idx = _index_or_none(wheels, index) if build else load_wheel_index(wheels, index)
     env = probe()
-    selection = select(idx.entries, env, Request())
+    selection = select(idx.entries if idx else (), env, Request())
+    console = plain_console(stderr=as_json)
+    built = False
+    if build and not _kernel_wheel_fits(selection) and not dry_run:
+        idx, selection = _build_here(env, arch, cuda, jobs, console, progress=not as_json)
+        built = True
+    if idx is None:  # --build --dry-run with no index yet: nothing to install from
+        idx = WheelIndex(location="(none)", entries=())
     plan = install.plan_install(idx, selection, install.default_installer(sys.executable))
     out: dict[str, Any] = {
         "verdict": selection.verdict,
@@ -46,10 +114,16 @@ def install_cmd(
         "previous": None,
         "message": "",
         "downgrade": plan.downgrade,
+        "built": built,
+        "why": selection.why,
+        "warnings": [{"code": w.code, "message": w.message, "fix": w.fix} for w in selection.warnings],
     }
-    console = plain_console(stderr=as_json)
     if plan.entry is None:
         out["message"] = "no wheel fits this machine; run fa doctor to see why"
+        if not build and env.torch is not None:
+            out["message"] += f"\n  fix: {BUILD_HINT}"
+        elif build and dry_run:
+            out["message"] += "\n  (without --dry-run, --build builds the wheel this machine needs)"
     elif dry_run:
         out["ok"] = True
         out["message"] = (
@@ -81,10 +155,20 @@ def _render_install(out: dict[str, Any], console: Console) -> None:
         f"verdict: {out['verdict']}" + (f" ({', '.join(out['codes'])})" if out["codes"] else ""),
         highlight=False,
     )
-    console.print(f"wheel:   {out['selected'] or 'none'}", highlight=False)
+    console.print(
+        f"wheel:   {out['selected'] or 'none'}" + (" (built here)" if out["built"] else ""), highlight=False
+    )
+    if out["why"]:
+        console.print(f"why:     {out['why']}", highlight=False)
+    for warning in out["warnings"]:
+        console.print(f"warning: {warning['code']}: {warning['message']}", style="yellow", highlight=False)
     if out["command"]:
         console.print("command: " + " ".join(out["command"]), highlight=False)
     if out["downgrade"]:
         console.print(f"note:    {out['downgrade']}", style="yellow", highlight=False)
     style = "green" if out["ok"] else "bold red"
     console.print(out["message"], style=style, highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("install")(install_cmd)

@@ -9,8 +9,13 @@ Order of preference among the wheels that fit:
    break ties, and each one's answer is reported.
 2. the CUDA major of the installed torch (the driver supports it, or the wheel would not fit),
    else the highest major.
-3. the newest fa-attn version.
-The verdict and the runtime answer are GPU 0's.
+3. a wheel tested with the installed torch minor over a stable-ABI wheel that was not (it would
+   still load: the stable ABI promises it; a per-minor wheel built for that very torch is the better fit).
+4. the newest fa-attn version.
+5. the stable-ABI wheel over a per-minor one that is equal in all of the above: it keeps working when
+   torch is upgraded.
+The verdict and the runtime answer are GPU 0's; `why` says in a sentence what decided between the
+chosen wheel and the next best.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from dataclasses import dataclass
 from packaging.version import Version
 
 from buildtool.compat.env import Env, Gpu
-from buildtool.compat.fit import stack_reasons, supported_tags, wheel_reasons
+from buildtool.compat.fit import stack_reasons, supported_tags, untested_torch, wheel_reasons
 from buildtool.core import kernels_src
 from buildtool.core.cpus import canonical
 from buildtool.core.runtime import decision, reasons, schema
@@ -71,6 +76,8 @@ class Selection:
     stack: tuple[Reason, ...]  # no-gpu / torch-not-cuda / torch-driver-too-old
     runtime: Dispatch  # GPU 0 with the selected wheel
     gpus: tuple[GpuAnswer, ...]  # every GPU with the selected wheel
+    why: str = ""  # what decided between the selected wheel and the next best one ("" if none)
+    warnings: tuple[Reason, ...] = ()  # about the selected wheel, not refusals (torch-newer-than-tested)
 
 
 def device_of(gpu: Gpu | None, env: Env) -> decision.Device:
@@ -111,13 +118,22 @@ def select(entries: Sequence[schema.IndexEntry], env: Env, request: Request = Re
     def rank(fit: WheelFit) -> tuple:
         paths = [runtime_for(fit.entry, env, gpu, request, stack).path for gpu in gpus]
         kind = 3 if fit.entry.info.universal else _PATH_RANK[paths[0]]
-        return (kind, [_PATH_RANK[p] for p in paths[1:]], _cuda_preference(fit.entry, env))
+        untested = untested_torch(fit.entry, env) is not None
+        return (kind, [_PATH_RANK[p] for p in paths[1:]], _cuda_preference(fit.entry, env), untested)
 
-    # Equal ranks go to the newest fa-attn version (sort is stable), then the file name.
+    # Equal ranks go to the newest fa-attn version (sort is stable), then the stable-ABI form, then
+    # the file name.
     fitting = sorted((w for w in wheels if w.fits), key=lambda w: w.entry.file)
-    fitting.sort(key=lambda w: Version(w.entry.info.version), reverse=True)
+    fitting.sort(key=lambda w: not _stable(w.entry))
+    fitting.sort(key=lambda w: _release(w.entry), reverse=True)
     fitting.sort(key=rank)
     selected = fitting[0].entry if fitting else None
+    why = (
+        _why(fitting[0].entry, fitting[1].entry, rank(fitting[0]), rank(fitting[1]), env)
+        if len(fitting) > 1
+        else ""
+    )
+    warning = untested_torch(selected, env) if selected is not None else None
     answers = tuple(
         GpuAnswer(i, gpu, runtime_for(selected, env, gpu, request, stack)) for i, gpu in enumerate(env.gpus)
     )
@@ -137,7 +153,51 @@ def select(entries: Sequence[schema.IndexEntry], env: Env, request: Request = Re
         stack=stack,
         runtime=runtime,
         gpus=answers,
+        why=why,
+        warnings=(warning,) if warning else (),
     )
+
+
+def _release(entry: schema.IndexEntry) -> Version:
+    """The fa-attn release, without the variant: "0.1.0+cu12torch2.7" and "0.1.0+cu12torch2.10plus" are
+    the same release (PEP 440 would order their local labels, which say nothing about newness)."""
+    return Version(Version(entry.info.version).public)
+
+
+def _stable(entry: schema.IndexEntry) -> bool:
+    return bool(entry.info.binding_form == decision.STABLE)
+
+
+def _why(
+    chosen: schema.IndexEntry, other: schema.IndexEntry, chosen_rank: tuple, other_rank: tuple, env: Env
+) -> str:
+    """One sentence: the first preference (module docstring) on which `chosen` beat `other`."""
+    over = f"{chosen.file} over {other.file}: "
+    kind, gpus, cuda, untested = (a != b for a, b in zip(chosen_rank, other_rank))
+    if kind:
+        return over + "what GPU 0 runs with it (SASS, then PTX, then the fallback; the universal wheel last)"
+    if gpus:
+        return over + "what the other GPUs run with it"
+    if cuda:
+        torch_major = env.torch.cuda_major if env.torch else None
+        if chosen.info.cuda_major == torch_major:
+            return over + f"its CUDA major ({chosen.info.cuda_major}) is the installed torch's"
+        return over + f"the higher CUDA major ({chosen.info.cuda_major})"
+    if untested:
+        tested = (other.info.torch_tested or ("?",))[-1]
+        running = env.torch.version if env.torch else "?"
+        return (
+            over
+            + f"it was tested with torch {running}'s minor; {other.info.variant} only up to torch {tested}"
+        )
+    if _release(chosen) != _release(other):
+        return over + f"the newer fa-attn ({_release(chosen)})"
+    if _stable(chosen) != _stable(other):
+        return over + (
+            f"the same kernels; its stable-ABI binding (torch {chosen.info.torch} and newer) keeps working "
+            f"when torch is upgraded, {other.info.variant}'s serves torch {other.info.torch} only"
+        )
+    return over + "equal in every preference; the first by file name"
 
 
 def _cuda_preference(entry: schema.IndexEntry, env: Env) -> tuple[int, int]:
@@ -171,7 +231,8 @@ def _deciding_reasons(
         # nearest misses (an aarch64 wheel says nothing useful to an x86_64 machine).
         for_this_cpu = [w for w in misses if w.entry.info.platform == canonical(env.arch)]
         misses = for_this_cpu or misses
-        for_this_torch = [w for w in misses if "torch-version-mismatch" not in {r.code for r in w.reasons}]
+        other_torch = {"torch-version-mismatch", "torch-below-floor"}
+        for_this_torch = [w for w in misses if not other_torch & {r.code for r in w.reasons}]
         misses = for_this_torch or misses
         if misses:
             fewest = min(len(w.reasons) for w in misses)

@@ -68,6 +68,8 @@ def report_json(report: DoctorReport) -> dict[str, Any]:
         "variant": sel.selected.info.variant if sel.selected else None,
         "codes": list(sel.codes),
         "because": _reasons_json(sel.deciding),
+        "why": sel.why,
+        "warnings": _reasons_json(sel.warnings),
         "runtime": _runtime_json(sel.runtime),
         "gpus": [
             {"index": a.index, "name": a.gpu.name, "sm": a.gpu.sm, "runtime": _runtime_json(a.runtime)}
@@ -197,6 +199,12 @@ def render(report: DoctorReport, console: Console) -> None:
     call = f"{req.dtype}, head dim {req.head_dim}, {'forward+backward' if req.backward else 'forward'}"
     console.print(Text("\nChoice", style="bold"))
     console.print(Text(f"fa install picks: {wheel_name(sel.selected) if sel.selected else 'nothing'}"))
+    if sel.why:
+        console.print(Text(f"why: {sel.why}"))
+    for warning in sel.warnings:
+        console.print(
+            Text.assemble(("warning ", "bold yellow"), (warning.code, "bold yellow"), f" {warning.message}")
+        )
     for answer in sel.gpus:
         console.print(
             Text(

@@ -201,6 +201,11 @@ def _torch_reasons(entry: schema.IndexEntry, env: Env) -> list[Reason]:
     )
 
 
+def untested_torch(entry: schema.IndexEntry, env: Env) -> Reason | None:
+    """The warning for a stable-ABI wheel on a torch newer than the newest it was tested with."""
+    return decision.untested_torch(entry.info, env.torch.version) if env.torch is not None else None
+
+
 def _driver_reasons(entry: schema.IndexEntry, env: Env) -> list[Reason]:
     # Without a driver there is nothing to compare; that is the stack's `no-gpu`, not a misfit.
     if entry.info.min_driver is None or env.driver is None:

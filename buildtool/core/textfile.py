@@ -15,8 +15,6 @@ import os
 import stat
 from pathlib import Path
 
-from buildtool.core.runtime import schema
-
 MAX_INPUT_BYTES = 4 << 20  # matrix.yaml and env files are a few KB; a big index.json about 1 MB
 
 
@@ -62,9 +60,12 @@ def read_text(path: Path, max_bytes: int = MAX_INPUT_BYTES, fix: str = "pass the
     return text.removeprefix("\ufeff")  # a UTF-8 byte order mark, as some editors write
 
 
-# A short, single-line, printable repr of a value for a message: the runtime schema's, which its own
-# errors use.
-shown = schema.shown
+def shown(value: object) -> str:
+    """A short, single-line, printable repr of `value` for a message: the runtime schema's, which its
+    own errors use (loaded when a message needs it, not by every command that reads a file)."""
+    from buildtool.core.runtime import schema
+
+    return schema.shown(value)
 
 
 def printable(text: str) -> str:

@@ -50,7 +50,8 @@ class Disagreement(ValueError):
 # A kernel wheel's variant (the version's local label): cu<CUDA major>torch<torch minor>, plus
 # cxx11abi<true|false> where the C++ ABI is ambiguous (build/plan.py variant_label writes it).
 _VARIANT = re.compile(
-    r"cu(?P<cuda>[0-9]+)torch(?P<torch>[0-9]+\.[0-9]+)(?:cxx11abi(?P<abi>true|false))?", re.ASCII
+    r"cu(?P<cuda>[0-9]+)torch(?P<torch>[0-9]+\.[0-9]+)(?:cxx11abi(?P<abi>true|false)|(?P<plus>plus))?",
+    re.ASCII,
 )
 # The platform tags fa's kernel wheels can carry (build/platform_tag.py computes them).
 _LINUX_TAG = re.compile(
@@ -103,7 +104,8 @@ def check_agreement(file: str, info: schema.WheelInfo) -> None:
     if parts is None:
         raise Disagreement(
             "variant",
-            f"{info.variant!r} is not a variant fa builds (cu12torch2.7, cu12torch2.5cxx11abifalse)",
+            f"{info.variant!r} is not a variant fa builds (cu12torch2.7, cu12torch2.5cxx11abifalse, "
+            "cu12torch2.10plus)",
         )
     if cpu is None or not _LINUX_TAG.fullmatch(tag.platform):
         raise Disagreement(
@@ -117,7 +119,18 @@ def check_agreement(file: str, info: schema.WheelInfo) -> None:
         raise Disagreement(
             "cxx11abi", f"{info.cxx11abi!r}, but the variant {info.variant} says {parts['abi']}"
         )
-    if parts["abi"] is None and info.cxx11abi is False:
+    # "plus": the stable-ABI binding of that floor, which serves any C++ ABI (build/plan.py)
+    stable = parts["plus"] is not None
+    if stable != (info.binding_form == "stable"):
+        raise Disagreement(
+            "binding_form",
+            f"{info.binding_form!r}, but the variant {info.variant} says {'stable' if stable else 'aten'}",
+        )
+    if stable and info.cxx11abi is not None:
+        raise Disagreement(
+            "cxx11abi", f"{info.cxx11abi!r}, but the stable-ABI variant {info.variant} has none"
+        )
+    if not stable and parts["abi"] is None and info.cxx11abi is False:
         raise Disagreement("cxx11abi", f"false, but the variant {info.variant} names no ABI (the C++11 one)")
 
 

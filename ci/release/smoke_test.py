@@ -5,7 +5,7 @@
 In the running interpreter's environment (cibuildwheel's test venv): installs the CPU build of the
 wheel's torch minor (or --torch) from PyTorch's CPU index unless that minor is already installed (an
 explicit install: fa-attn itself requires nothing), installs the wheel with --no-deps, then in a fresh
-interpreter checks that
+interpreter checks that (a stable-ABI wheel: with each minor of its manifest's `torch_tested` in turn)
   - fa_attn imports from the installed wheel (not a source tree), with the wheel's version and variant;
   - the binding loads and registers its CUDA kernels wherever the running torch is the one it was built
     for (its torch minor and C++ ABI: a CPU torch of an older minor may have the other ABI, said so);
@@ -57,6 +57,14 @@ def torch_minor(version: str) -> str:
     versions = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(versions)
     return str(versions.torch_minor(version))
+
+
+def torch_minors(manifest: dict) -> list[str]:
+    """The torch minors to test a wheel with: every one a stable-ABI wheel was built to serve (its
+    `torch_tested`, which the manifest promises were tested), else the one its binding is built for."""
+    if manifest.get("binding_form") == "stable" and manifest.get("torch_tested"):
+        return list(manifest["torch_tested"])
+    return [manifest["torch"]] if manifest.get("torch") else []
 
 
 def installed_torch() -> str | None:
@@ -146,18 +154,22 @@ def main(argv: list[str] | None = None) -> int:
         if args.check_installed:
             print(check(wheel))
             return 0
-        minor = args.torch or wheel_manifest(wheel).get("torch")
-        if not minor:
+        minors = [args.torch] if args.torch else torch_minors(wheel_manifest(wheel))
+        if not minors:
             raise SmokeFailure(
                 f"{wheel.name} is built for no torch minor\n  fix: pass --torch M.m (e.g. 2.8)"
             )
-        ensure_torch(minor, args.torch_index)
         pip("--no-deps", str(wheel))
         env = {key: value for key, value in os.environ.items() if key != "FA_STRICT"}
-        # A fresh interpreter, started outside any source tree, sees only what is installed.
-        with tempfile.TemporaryDirectory() as cwd:
-            command = [sys.executable, str(Path(__file__).resolve()), "--check-installed", str(wheel)]
-            return subprocess.run(command, cwd=cwd, env=env, check=False).returncode
+        for minor in minors:
+            ensure_torch(minor, args.torch_index)
+            # A fresh interpreter, started outside any source tree, sees only what is installed.
+            with tempfile.TemporaryDirectory() as cwd:
+                command = [sys.executable, str(Path(__file__).resolve()), "--check-installed", str(wheel)]
+                failed = subprocess.run(command, cwd=cwd, env=env, check=False).returncode
+            if failed:
+                return failed
+        return 0
     except (SmokeFailure, subprocess.CalledProcessError, OSError, KeyError, zipfile.BadZipFile) as e:
         print(f"smoke FAILED: {wheel.name}: {e}", file=sys.stderr)
         return 1

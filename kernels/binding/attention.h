@@ -1,4 +1,4 @@
-// fa_attn::fwd and fa_attn::bwd, written once for both forms of the binding.
+// fa_attn::fwd, fa_attn::fwd_splitkv and fa_attn::bwd, written once for both forms of the binding.
 //
 // A form (forms/aten.cpp: ATen, one build per torch minor and C++ ABI; forms/stable.cpp: torch's
 // stable C ABI, one build for every torch from its floor on) supplies its tensor type and the few
@@ -39,6 +39,28 @@ struct Attention {
     Tensor lse = Form::empty(lse_sizes(s, lse_rows(s)), DType::kFloat, q);
     const FaParams p = forward_params(s, vq, vk, vv, ptr(vcu_q), ptr(vcu_k), options, Form::view(out),
                                       Form::view(lse));
+    launch_all(p, launch, vq.device);
+    return {out, lse};
+  }
+
+  // The split-KV forward (decode): partials of num_splits shares of the keys, then the LSE-weighted
+  // combine; the outputs of fwd.
+  static std::tuple<Tensor, Tensor> fwd_splitkv(const Tensor& q_arg, const Tensor& k_arg, const Tensor& v_arg,
+                                                const MaybeTensor& cu_q, const MaybeTensor& cu_k,
+                                                const Options& options, int64_t num_splits,
+                                                const KernelArgs& kernel) {
+    const Tensor q = aligned(q_arg), k = aligned(k_arg), v = aligned(v_arg);
+    const View vq = Form::view(q), vk = Form::view(k), vv = Form::view(v);
+    const std::optional<View> vcu_q = maybe_view(cu_q), vcu_k = maybe_view(cu_k);
+    const Shape s = check_shapes(vq, vk, vv, ptr(vcu_q), ptr(vcu_k), options);
+    const Launch launch = parse_launch(kernel, s);
+    typename Form::DeviceGuard guard(vq.device);
+    Tensor out = Form::empty(vq.sizes, vq.dtype, q);
+    Tensor lse = Form::empty(lse_sizes(s, lse_rows(s)), DType::kFloat, q);
+    Tensor o_accum = Form::empty(split_accum_sizes(s, num_splits, launch.head_dim_bucket), DType::kFloat, q);
+    Tensor lse_accum = Form::empty(split_accum_sizes(s, num_splits, 0), DType::kFloat, q);
+    const FaParams p = split_kv_params(s, vq, vk, vv, ptr(vcu_q), ptr(vcu_k), options, Form::view(out),
+                                       Form::view(lse), num_splits, Form::view(o_accum), Form::view(lse_accum));
     launch_all(p, launch, vq.device);
     return {out, lse};
   }

@@ -21,6 +21,7 @@ namespace {
 constexpr double kLog2e = 1.4426950408889634;  // log2(e)
 constexpr size_t kLaunchInts = 5;   // per entry: threads, block_m, block_n, smem_bytes, grid
 constexpr int kGridKBlocks = 1;     // grid code 0: "q_blocks", 1: "k_blocks" (ops.py GRID_CODES)
+constexpr int kGridQBlocksSplits = 2;  // 2: "q_blocks_splits", q blocks times params.num_splits
 constexpr int kDefaultSmemLimit = 48 * 1024;  // above this a kernel must opt in (cuFuncSetAttribute)
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -336,6 +337,25 @@ FaParams forward_params(const Shape& s, const View& q, const View& k, const View
   return p;
 }
 
+std::vector<int64_t> split_accum_sizes(const Shape& s, int64_t num_splits, int64_t head_dim_bucket) {
+  std::vector<int64_t> sizes{num_splits};
+  const std::vector<int64_t> lse = lse_sizes(s, lse_rows(s));
+  sizes.insert(sizes.end(), lse.begin(), lse.end());
+  if (head_dim_bucket > 0) sizes.push_back(head_dim_bucket);
+  return sizes;
+}
+
+FaParams split_kv_params(const Shape& s, const View& q, const View& k, const View& v, const View* cu_q,
+                         const View* cu_k, const Options& o, const View& out, const View& lse, int64_t num_splits,
+                         const View& o_accum, const View& lse_accum) {
+  FA_CHECK(num_splits >= 1, "num_splits must be >= 1, got ", num_splits);
+  FaParams p = forward_params(s, q, k, v, cu_q, cu_k, o, out, lse);
+  p.num_splits = static_cast<fa_i32>(num_splits);
+  p.o_accum = static_cast<float*>(o_accum.data);
+  p.lse_accum = static_cast<float*>(lse_accum.data);
+  return p;
+}
+
 FaParams backward_params(const Shape& s, const View& q, const View& k, const View& v, const View* cu_q,
                          const View* cu_k, const Options& o, const View& dout, const View& out,
                          const View& lse, const BackwardOutputs& w) {
@@ -366,7 +386,8 @@ void launch_all(const FaParams& params, const Launch& launch, int device) {
     const int64_t rows = by_keys ? params.seqlen_k : params.seqlen_q;
     const int64_t block = by_keys ? e.block_n : e.block_m;
     FA_CHECK(block > 0 && e.threads > 0, "entry ", e.name, " has no block size (reinstall fa-attn)");
-    const unsigned grid_x = static_cast<unsigned>((rows + block - 1) / block);
+    const int64_t splits = e.grid == kGridQBlocksSplits ? params.num_splits : 1;
+    const unsigned grid_x = static_cast<unsigned>((rows + block - 1) / block * splits);
     if (grid_x == 0 || params.batch == 0 || params.heads == 0) {
       continue;  // nothing to do (empty sequence); a zero grid is a launch error
     }

@@ -115,6 +115,15 @@ int64_t group_dim(const View& k);
 FaParams forward_params(const Shape& shape, const View& q, const View& k, const View& v, const View* cu_q,
                         const View* cu_k, const Options& options, const View& out, const View& lse);
 
+// The split-KV forward's fp32 partials (params.h): (num_splits, <lse's sizes>[, head_dim_bucket]) for
+// o_accum (with the bucket) and lse_accum (head_dim_bucket 0).
+std::vector<int64_t> split_accum_sizes(const Shape& shape, int64_t num_splits, int64_t head_dim_bucket);
+
+// FaParams of the split-KV forward: the forward's, with num_splits and the partials' workspaces.
+FaParams split_kv_params(const Shape& shape, const View& q, const View& k, const View& v, const View* cu_q,
+                         const View* cu_k, const Options& options, const View& out, const View& lse,
+                         int64_t num_splits, const View& o_accum, const View& lse_accum);
+
 // The workspaces and gradients the backward writes, beside its inputs.
 struct BackwardOutputs {
   View dq, dk, dv, dq_accum, dsoftmax_sum;

@@ -1,20 +1,31 @@
 // Attention forward, FlashAttention-2 style: O = softmax(Q K^T * scale) V and the row log-sum-exp.
 //
-// One source for every arch and head dim; kernels/tiles.py picks the tile sizes per arch family and
-// passes them as -D defines:
+// One source for every arch and head dim; kernels/tiles.py picks the tile per arch family and passes
+// it as -D defines:
 //   FA_HEAD_DIM   compiled head dim (bucket); the actual params.head_dim is any multiple of 8 <= it
 //   FA_BLOCK_M    query rows per block      FA_BLOCK_N  key rows per iteration
-//   FA_WARPS      warps per block; warp w owns query rows [w * BLOCK_M / WARPS, (w + 1) * ...)
+//   FA_WARPS      warps per block; warp w owns query rows [w * BLOCK_M / WARPS, (w + 1) * ...), so
+//                 BLOCK_M / WARPS is 16 or 32 rows (one or two mma m-tiles) per warp
+//   FA_STAGES     K/V buffers: 1 loads V(n) while S = Q K(n)^T runs and K(n-1) while softmax and
+//                 P V(n) run (two barriers per key block); 2 double-buffers K and V, so block n-1
+//                 lands during all of block n's work (one barrier per key block)
+//   FA_Q_IN_REGS  1 keeps Q's A fragments in registers across the key loop; 0 reads them from shared
+//                 memory at every k step (FA2's default: the registers go to the accumulators)
+//   FA_SPLITKV    1 builds the split-KV program instead of fa_fwd: fa_fwd_splitkv (each block takes
+//                 one share of the key blocks of its query block and writes a partial output and
+//                 log-sum-exp) and fa_fwd_combine (the LSE-weighted sum of the partials)
 //   FA_DTYPE_BF16 1 for bf16, else fp16 (sm75 builds fp16 only)
 // Arch differences (mma shape, cp.async or register-staged loads) are inside primitives.cuh.
 //
-// Algorithm per block (blockIdx = (query block, batch, head)):
-//   shared memory holds Q (BLOCK_M x D), one K tile and one V tile (BLOCK_N x D each), rows padded
-//   (tiles.cuh). Key blocks are visited from the last visible one down (FA2 order: the masked
-//   diagonal block comes first). Loads overlap compute as in FA2: V(n) is fetched while S = Q K(n)^T
-//   runs, K(n-1) while softmax and O += P V(n) run. Softmax is online in fp32, in the log2 domain
-//   (exp2 with scale_softmax_log2 folded into one FFMA); P stays in registers as the A operand of
-//   P V; every warp owns whole rows, so no inter-warp reduction is needed.
+// Per block (blockIdx = (query block [x num_splits], batch, head)), for every key block n the rows
+// of the block can see, last to first (the block with the diagonal first, as in FA2):
+//   S = Q K(n)^T               compute_scores      warp_gemm from shared Q (or registers) and K
+//   S = softcap(S), masked     apply_softcap, apply_mask (only blocks that cross a mask edge)
+//   m, l, O rescaled, P        online_softmax      fp32, log2 domain: exp2 with the scale folded in
+//   O += P V(n)                accumulate_pv       P straight from the S accumulators, in registers
+// then O / l and lse = m + log(l) (store_output), or, split-KV, the partials (store_partials). Every
+// warp owns whole rows, so the softmax needs no inter-warp reduction. Causal grids run the query
+// blocks with the most keys first.
 //
 // Semantics (flash-attn 2.x):
 //   - q (batch, seqlen_q, heads, dim), k/v (batch, seqlen_k, heads_k, dim), strides in elements from
@@ -24,25 +35,34 @@
 //   - Varlen: cu_seqlens_q (resp. cu_seqlens_k) non-null means q (resp. k/v) is packed
 //     (total, heads, dim) and sequence b spans rows [cu[b], cu[b+1]); batch strides are then unused.
 //     lse is (heads, total_q) with total_q = cu_seqlens_q[batch]; otherwise (batch, heads, seqlen_q).
-//   - Masks: query row i sees key j iff j < seqlen_k and, with diag = seqlen_k - seqlen_q (per
-//     sequence; bottom-right alignment), j <= i + diag + right and j >= i + diag - window_left,
-//     where right = 0 when is_causal, else window_right; a negative window side is unbounded.
+//   - Masks: attention.cuh's Band (bottom-right causal alignment, sliding window, sequence ends).
 //   - Softcap (params.softcap > 0): the logit is softcap * tanh(scale_softmax * q.k / softcap), with
 //     softcap the user's value (flash-attn's `softcap` argument) and scale_softmax the user's scale;
 //     the binding passes them as given, not pre-divided as flash-attn's own C++ does.
 //   - A row that sees no key gets O = 0 and lse = +inf (flash-attn's convention).
 //   - lse is the natural log of the row's sum of exp(logit), fp32.
-//   - A head dim below the bucket is zero-filled up to FA_HEAD_DIM in shared memory and computed
-//     over in full (exact, not free: d = 72 in the 96 bucket costs what d = 96 costs).
+//   - A head dim below the bucket is zero-filled up to FA_HEAD_DIM in shared memory; Q K^T skips
+//     the all-zero k steps, P V computes the zero columns.
+//   - Split-KV: split s of num_splits takes key blocks [s * per, (s + 1) * per) of the sequence's
+//     ceil(seqlen_k / BLOCK_N), per = ceil(that / num_splits), and writes row r's output normalised
+//     by its own sum (fp32) to o_accum[s][lse_row0 + r][:] and its log-sum-exp (-inf: no key) to
+//     lse_accum[s][lse_row0 + r]; fa_fwd_combine then writes O and lse as fa_fwd would.
 //
 // Correctness of this file is not verified on a GPU here; the GPU tests under tests/gpu check it.
 
-#include "params.h"
-#include "primitives.cuh"
-#include "tiles.cuh"
+#include "attention.cuh"
 
 #if !defined(FA_HEAD_DIM) || !defined(FA_BLOCK_M) || !defined(FA_BLOCK_N) || !defined(FA_WARPS)
 #error "compile with -DFA_HEAD_DIM -DFA_BLOCK_M -DFA_BLOCK_N -DFA_WARPS (kernels/tiles.py)"
+#endif
+#ifndef FA_STAGES
+#define FA_STAGES 1
+#endif
+#ifndef FA_Q_IN_REGS
+#define FA_Q_IN_REGS 0
+#endif
+#ifndef FA_SPLITKV
+#define FA_SPLITKV 0
 #endif
 
 namespace fa {
@@ -53,76 +73,306 @@ constexpr int kBlockM = FA_BLOCK_M;
 constexpr int kBlockN = FA_BLOCK_N;
 constexpr int kWarps = FA_WARPS;
 constexpr int kThreads = kWarps * 32;
-constexpr int kRowsPerWarp = kBlockM / kWarps;
-constexpr int kMTiles = kRowsPerWarp / 16;  // 16-row mma tiles per warp
-constexpr int kSTiles = kBlockN / 8;        // 8-key n-tiles of S per row tile
-constexpr int kOTiles = kHeadDim / 8;       // 8-column n-tiles of O per row tile
+constexpr int kStages = FA_STAGES;
+constexpr bool kQInRegs = FA_Q_IN_REGS != 0;
 
-static_assert(kBlockM % (16 * kWarps) == 0, "each warp needs whole 16-row mma tiles");
+static_assert(kStages == 1 || kStages == 2, "FA_STAGES is 1 or 2");
 static_assert(kBlockN % 16 == 0 && kHeadDim % 32 == 0, "tile sizes must be multiples of 16 / 32");
+
+// Every warp owns whole rows (the softmax reduces within a warp): the rows are split over all warps.
+using GridS = WarpGrid<kBlockM, kBlockN, kWarps, kWarps>;   // S and P: [query][key]
+using GridO = WarpGrid<kBlockM, kHeadDim, kWarps, kWarps>;  // O: [query][dim]
+constexpr int kMT = GridS::kMT;     // 16-row m-tiles per warp
+constexpr int kSTiles = GridS::kNT;  // 8-key n-tiles of S
+constexpr int kOTiles = GridO::kNT;  // 8-column n-tiles of O
+constexpr int kDSteps = kHeadDim / 16;
+constexpr int kNSteps = kBlockN / 16;
 
 using QTile = SmemTile<kBlockM, kHeadDim>;
 using KVTile = SmemTile<kBlockN, kHeadDim>;
-// tiles.py computes the same number for the launch: (BLOCK_M + 2 * BLOCK_N) * (D + 8) * 2.
-constexpr int kSmemBytes = QTile::kBytes + 2 * KVTile::kBytes;
+// tiles.py computes the same number for the launch: (BLOCK_M + 2 * STAGES * BLOCK_N) * (D + 8) * 2.
+constexpr int kSmemBytes = QTile::kBytes + 2 * kStages * KVTile::kBytes;
 #ifdef FA_SMEM_BYTES
 static_assert(kSmemBytes == FA_SMEM_BYTES, "tiles.py's smem_bytes disagrees with this kernel's layout");
 #endif
 
-// Where one (batch, head) lives: its extents and first elements.
-struct Problem {
-  int seqlen_q, seqlen_k;
-  const u16* q;
-  const u16* k;
-  const u16* v;
-  u16* o;
-  float* lse;  // this head's lse for row 0 of the sequence; rows are contiguous
+using ScoreAcc = float[kMT][kSTiles][4];
+using OutAcc = float[kMT][kOTiles][4];
+
+// The running softmax of this warp's rows g and g + 8 of each m-tile: the raw-logit max so far and
+// this thread's partial sum of exp (reduced over the quad only at the end).
+struct RowStats {
+  float max[kMT][2];
+  float sum[kMT][2];
 };
 
-FA_DEVICE Problem locate(const FaParams& p, int b, int h) {
-  Problem pr;
-  fa_i64 q_off, k_off, v_off, o_off, lse_off;
-  const int kv_head = h / (p.heads / p.heads_k);
-  if (p.cu_seqlens_q != nullptr) {
-    const int start = p.cu_seqlens_q[b];
-    pr.seqlen_q = p.cu_seqlens_q[b + 1] - start;
-    q_off = start * p.q_row_stride;
-    o_off = start * p.o_row_stride;
-    lse_off = static_cast<fa_i64>(h) * p.cu_seqlens_q[p.batch] + start;
-  } else {
-    pr.seqlen_q = p.seqlen_q;
-    q_off = b * p.q_batch_stride;
-    o_off = b * p.o_batch_stride;
-    lse_off = (static_cast<fa_i64>(b) * p.heads + h) * p.seqlen_q;
-  }
-  if (p.cu_seqlens_k != nullptr) {
-    const int start = p.cu_seqlens_k[b];
-    pr.seqlen_k = p.cu_seqlens_k[b + 1] - start;
-    k_off = start * p.k_row_stride;
-    v_off = start * p.v_row_stride;
-  } else {
-    pr.seqlen_k = p.seqlen_k;
-    k_off = b * p.k_batch_stride;
-    v_off = b * p.v_batch_stride;
-  }
-  pr.q = static_cast<const u16*>(p.q) + q_off + h * p.q_head_stride;
-  pr.o = static_cast<u16*>(p.o) + o_off + h * p.o_head_stride;
-  pr.k = static_cast<const u16*>(p.k) + k_off + kv_head * p.k_head_stride;
-  pr.v = static_cast<const u16*>(p.v) + v_off + kv_head * p.v_head_stride;
-  pr.lse = p.lse + lse_off;
-  return pr;
+// K and V tiles of one pipeline stage.
+struct KvStage {
+  KVTile k, v;
+};
+
+FA_DEVICE KvStage kv_stage(u32 base, int stage) {
+  const u32 k = base + static_cast<u32>(stage * 2 * KVTile::kBytes);
+  return KvStage{KVTile{k}, KVTile{k + KVTile::kBytes}};
 }
 
-// The visible-key band of query row i is [i + diag - left, i + diag + right] (a side < 0: unbounded).
-struct Band {
-  int diag, left, right;
+// Global -> shared copy of one key block (rows past the sequence end are zero-filled).
+FA_DEVICE void load_keys(KVTile tile, const KvRows& src, int key0, int seqlen_k, int head_dim, int tid) {
+  load_tile_async<kThreads>(tile, src.rows(key0), src.row_stride, seqlen_k - key0, head_dim, tid);
+}
 
-  // Visible keys of `row`: [first, last], as two compares per element.
-  FA_DEVICE int first(int row) const { return left < 0 ? 0 : row + diag - left; }
-  FA_DEVICE int last(int row, int seqlen_k) const {
-    return right < 0 ? seqlen_k - 1 : min(seqlen_k - 1, row + diag + right);
+// S = Q K^T for this warp's rows of one key block.
+template <class QOperand>
+FA_DEVICE void compute_scores(ScoreAcc& s, const QOperand& q, KVTile k, int warp_row, int head_dim, int lane) {
+  zero<GridS>(s);
+  warp_gemm<GridS, kHeadDim>(s, q, SmemB<KVTile, false>{k}, warp_row, 0, head_dim, lane);
+}
+
+// logit = softcap * tanh(S * scale / softcap); the outer softcap is folded into the exponent's scale.
+FA_DEVICE void apply_softcap(ScoreAcc& s, float tanh_scale) {
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int j = 0; j < kSTiles; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[mt][j][e] = tanh_approx(s[mt][j][e] * tanh_scale);
+    }
   }
+}
+
+// S = -inf where the band hides the key. `row` is this warp's first row in the sequence. Element
+// (mt, j, 2 hh + e) of this thread is key key0 + 2t + 8j + e of row row + g + 16 mt + 8 hh, visible
+// iff the key is < seqlen_k and -left <= key - row - diag <= right: two thread constants and
+// compile-time offsets, so the mask costs few registers. Selects, not branches: a branch per element
+// would split the unrolled body into hundreds of basic blocks.
+FA_DEVICE void apply_mask(ScoreAcc& s, const Band& band, int row, int key0, int seqlen_k, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  constexpr int kFar = 1 << 30;  // an unbounded side (Band::of keeps |key - row - diag| below it)
+  const int keys_left = seqlen_k - key0 - 2 * t;  // visible iff 8j + e < keys_left
+  const int offset = key0 + 2 * t - (row + g) - band.diag;
+  const int lo = band.left < 0 ? -kFar : -band.left;
+  const int hi = band.right < 0 ? kFar : band.right;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int j = 0; j < kSTiles; ++j) {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int rel = offset + 8 * j + e - 16 * mt - 8 * hh;
+          float& x = s[mt][j][2 * hh + e];
+          x = (8 * j + e < keys_left) & (rel >= lo) & (rel <= hi) ? x : -pos_inf();
+        }
+      }
+    }
+  }
+}
+
+// The online softmax step: new row max, O and the running sum rescaled by exp2(old - new), and
+// S replaced by P = exp2(logit2 - max2) with logit2 = S * logit_scale.
+FA_DEVICE void online_softmax(ScoreAcc& s, OutAcc& o, RowStats& st, float logit_scale) {
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float mx = st.max[mt][hh];
+#pragma unroll
+      for (int j = 0; j < kSTiles; ++j) mx = fmax2(mx, fmax2(s[mt][j][2 * hh], s[mt][j][2 * hh + 1]));
+      mx = quad_max(mx);
+      // A row with nothing visible so far keeps max -inf; subtracting 0 instead keeps exp2 at 0 rather
+      // than NaN (-inf - -inf).
+      const float max2 = mx == -pos_inf() ? 0.f : mx * logit_scale;
+      const float correction = exp2_approx(st.max[mt][hh] * logit_scale - max2);
+      st.max[mt][hh] = mx;
+      float sum = st.sum[mt][hh] * correction;
+#pragma unroll
+      for (int n = 0; n < kOTiles; ++n) {
+        o[mt][n][2 * hh] *= correction;
+        o[mt][n][2 * hh + 1] *= correction;
+      }
+#pragma unroll
+      for (int j = 0; j < kSTiles; ++j) {
+#pragma unroll
+        for (int e = 2 * hh; e < 2 * hh + 2; ++e) {
+          const float p = exp2_approx(s[mt][j][e] * logit_scale - max2);
+          s[mt][j][e] = p;
+          sum += p;
+        }
+      }
+      st.sum[mt][hh] = sum;
+    }
+  }
+}
+
+// O += P V: P packed from the S accumulators (the C layout of n-tiles 2k, 2k + 1 is the A layout).
+FA_DEVICE void accumulate_pv(OutAcc& o, const ScoreAcc& p, KVTile v, int warp_row, int lane) {
+  u32 frag[kMT][kNSteps][4];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int kk = 0; kk < kNSteps; ++kk) acc_to_a_frag(frag[mt][kk], p[mt][2 * kk], p[mt][2 * kk + 1]);
+  }
+  warp_gemm<GridO, kBlockN>(o, RegA<kMT, kNSteps>{frag}, SmemB<KVTile, true>{v}, warp_row, 0, kBlockN, lane);
+}
+
+// This block's query rows, the key blocks they see, and the arithmetic every step shares. (The
+// epilogues locate() the sequence again rather than keep its offsets live across the key loop: the
+// registers go to the accumulators.)
+struct Block {
+  int seqlen_q, seqlen_k;
+  Band band;
+  int m_block, row0;   // query block and its first row in the sequence
+  Range keys;          // key blocks to visit (a split's share of them, split-KV)
+  KvRows k, v;
+  float logit_scale;  // logit2 = raw * logit_scale, raw = q.k or tanh(q.k * tanh_scale)
+  float tanh_scale;
+  bool softcap;
 };
+
+// The query block of blockIdx.x (causal and right-bounded grids run the blocks with most keys first)
+// and, split-KV, its split.
+FA_DEVICE Block block_of(const FaParams& p, int m_block_index, int m_blocks, int split, int num_splits) {
+  Block blk;
+  const Seq s = locate(p, blockIdx.y, blockIdx.z);
+  blk.seqlen_q = s.seqlen_q;
+  blk.seqlen_k = s.seqlen_k;
+  blk.band = Band::of(p, s.seqlen_q, s.seqlen_k);
+  blk.m_block = blk.band.right >= 0 ? m_blocks - 1 - m_block_index : m_block_index;
+  blk.row0 = blk.m_block * kBlockM;
+  blk.keys = blk.band.key_blocks(blk.row0, kBlockM, kBlockN, s.seqlen_q, s.seqlen_k);
+  if (num_splits > 1) {
+    const int all = (s.seqlen_k + kBlockN - 1) / kBlockN;
+    const int per = (all + num_splits - 1) / num_splits;
+    blk.keys.begin = max(blk.keys.begin, split * per);
+    blk.keys.end = min(blk.keys.end, (split + 1) * per);
+  }
+  blk.k = KvRows{k_rows(static_cast<const u16*>(p.k), p.k_batch_stride, p.k_row_stride, p.k_head_stride, s, s.kv_head),
+                 p.k_row_stride};
+  blk.v = KvRows{k_rows(static_cast<const u16*>(p.v), p.v_batch_stride, p.v_row_stride, p.v_head_stride, s, s.kv_head),
+                 p.v_row_stride};
+  blk.softcap = p.softcap > 0.f;
+  blk.logit_scale = blk.softcap ? p.softcap * kLog2e : p.scale_softmax_log2;
+  blk.tanh_scale = blk.softcap ? p.scale_softmax / p.softcap : 0.f;
+  return blk;
+}
+
+// The whole key loop of one block: O (unnormalised) and the row statistics, in registers. Leaves Q
+// in shared memory and every copy retired.
+FA_DEVICE void attend(const FaParams& p, const Block& blk, QTile sQ, u32 kv_base, OutAcc& o, RowStats& st) {
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int warp_row = GridS::row0(warp);
+  const int head_dim = p.head_dim;
+  const int seqlen_k = blk.seqlen_k;
+
+  zero<GridO>(o);
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      st.max[mt][hh] = -pos_inf();
+      st.sum[mt][hh] = 0.f;
+    }
+  }
+
+  // Prologue: Q, and the first key block (K and V with two stages, K alone with one).
+  const Seq s = locate(p, blockIdx.y, blockIdx.z);
+  const u16* q = q_rows(static_cast<const u16*>(p.q), p.q_batch_stride, p.q_row_stride, p.q_head_stride, s);
+  load_tile_async<kThreads>(sQ, q + blk.row0 * p.q_row_stride, p.q_row_stride, blk.seqlen_q - blk.row0, head_dim,
+                            tid);
+  copy_commit();
+  if (blk.keys.end > blk.keys.begin) {
+    const int key0 = (blk.keys.end - 1) * kBlockN;
+    const KvStage first = kv_stage(kv_base, 0);
+    load_keys(first.k, blk.k, key0, seqlen_k, head_dim, tid);
+    if (kStages == 2) load_keys(first.v, blk.v, key0, seqlen_k, head_dim, tid);
+  }
+  copy_commit();
+
+  u32 q_frag[kMT][kDSteps][4];  // used with FA_Q_IN_REGS only (and then optimised away otherwise)
+  int stage = 0;
+  for (int n_block = blk.keys.end - 1; n_block >= blk.keys.begin; --n_block, stage ^= (kStages - 1)) {
+    const int key0 = n_block * kBlockN;
+    const KvStage kv = kv_stage(kv_base, stage);
+    const bool more = n_block > blk.keys.begin;
+
+    // This block's K (and V with two stages) has landed, Q too on the first pass; every warp is done
+    // with the previous block, whose buffers the next loads reuse.
+    copy_wait<0>();
+    __syncthreads();
+    if (kStages == 2) {
+      if (more) {
+        const KvStage next = kv_stage(kv_base, stage ^ 1);
+        load_keys(next.k, blk.k, key0 - kBlockN, seqlen_k, head_dim, tid);
+        load_keys(next.v, blk.v, key0 - kBlockN, seqlen_k, head_dim, tid);
+      }
+    } else {
+      load_keys(kv.v, blk.v, key0, seqlen_k, head_dim, tid);
+    }
+    copy_commit();
+
+    float sc[kMT][kSTiles][4];
+    if constexpr (kQInRegs) {
+      if (n_block == blk.keys.end - 1) load_a_frags<GridS, kHeadDim>(q_frag, sQ, warp_row, lane);
+      compute_scores(sc, RegA<kMT, kDSteps>{q_frag}, kv.k, warp_row, head_dim, lane);
+    } else {
+      compute_scores(sc, SmemA<QTile, false>{sQ}, kv.k, warp_row, head_dim, lane);
+    }
+
+    if (kStages == 1) {
+      // V has landed; every warp is done with K, so the next K may overwrite it.
+      copy_wait<0>();
+      __syncthreads();
+      if (more) load_keys(kv.k, blk.k, key0 - kBlockN, seqlen_k, head_dim, tid);
+      copy_commit();
+    }
+
+    if (blk.softcap) apply_softcap(sc, blk.tanh_scale);
+    if (blk.band.crosses(blk.row0, kBlockM, key0, kBlockN, seqlen_k)) {
+      apply_mask(sc, blk.band, blk.row0 + warp_row, key0, seqlen_k, lane);
+    }
+    online_softmax(sc, o, st, blk.logit_scale);
+    accumulate_pv(o, sc, kv.v, warp_row, lane);
+  }
+  // With no key block at all the Q copy (issued by all threads) may still be in flight.
+  copy_wait<0>();
+}
+
+// Row sums reduced over the quad; returns this thread's rows' sums (g and g + 8 of each m-tile).
+FA_DEVICE void reduce_sums(RowStats& st) {
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) st.sum[mt][hh] = quad_sum(st.sum[mt][hh]);
+  }
+}
+
+// O / l staged through this warp's own rows of sQ, then 16-byte stores; lse = m + log(l), +inf for a
+// row that sees nothing.
+FA_DEVICE void store_output(const FaParams& p, const Block& blk, QTile sQ, const OutAcc& o, RowStats& st) {
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int warp_row = GridS::row0(warp);
+  const Seq s = locate(p, blockIdx.y, blockIdx.z);
+  reduce_sums(st);
+  __syncthreads();  // every warp is done reading sQ
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+    float inv[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const float sum = st.sum[mt][hh];
+      inv[hh] = sum > 0.f ? rcp_approx(sum) : 0.f;
+      const float lse = sum > 0.f ? (st.max[mt][hh] * blk.logit_scale + log2_approx(sum)) * kLn2 : pos_inf();
+      const int row = blk.row0 + warp_row + mt * 16 + g + hh * 8;
+      if (t == 0 && row < s.seqlen_q) p.lse[s.lse_row0 + row] = lse;
+    }
+#pragma unroll
+    for (int n = 0; n < kOTiles; ++n) store_acc_frag(sQ, o[mt][n], warp_row + mt * 16, n * 8, inv[0], inv[1], lane);
+  }
+  __syncthreads();
+  u16* out = q_rows(static_cast<u16*>(p.o), p.o_batch_stride, p.o_row_stride, p.o_head_stride, s);
+  store_tile<kThreads>(out + blk.row0 * p.o_row_stride, p.o_row_stride, sQ, s.seqlen_q - blk.row0, p.head_dim, tid);
+}
 
 }  // namespace fwd
 }  // namespace fa
@@ -130,230 +380,120 @@ struct Band {
 using namespace fa;
 using namespace fa::fwd;
 
+#if !FA_SPLITKV
+
 extern "C" __global__ void __launch_bounds__(kThreads) fa_fwd(const __grid_constant__ FaParams params) {
   extern __shared__ __align__(16) unsigned char smem[];
-  const int m_block = blockIdx.x;
-  const int tid = threadIdx.x;
-  const int warp = tid >> 5;
-  const int lane = tid & 31;
-
-  const Problem pr = locate(params, blockIdx.y, blockIdx.z);
-  const int row0 = m_block * kBlockM;  // first query row of this block, in its sequence
-  if (row0 >= pr.seqlen_q) return;     // varlen: this sequence is shorter than the grid
-  const int head_dim = params.head_dim;
-
-  // A window side wider than both sequences is the same as unbounded; folding it to -1 keeps the
-  // index arithmetic below far from int overflow.
-  const int no_limit = pr.seqlen_q + pr.seqlen_k;
-  const int right = params.is_causal ? 0 : params.window_right;
-  const Band band{pr.seqlen_k - pr.seqlen_q, params.window_left >= no_limit ? -1 : params.window_left,
-                  right >= no_limit ? -1 : right};
-
-  // Key blocks [n_begin, n_end) hold every key some row of this block can see.
-  int n_end = (pr.seqlen_k + kBlockN - 1) / kBlockN;
-  if (band.right >= 0) {
-    const int last_key = min(row0 + kBlockM, pr.seqlen_q) - 1 + band.diag + band.right;
-    n_end = min(n_end, last_key < 0 ? 0 : last_key / kBlockN + 1);
-  }
-  int n_begin = 0;
-  if (band.left >= 0) {
-    const int first_key = row0 + band.diag - band.left;
-    n_begin = first_key <= 0 ? 0 : first_key / kBlockN;
-  }
-
+  const Block blk = block_of(params, blockIdx.x, gridDim.x, 0, 1);
+  if (blk.row0 >= blk.seqlen_q) return;  // varlen: this sequence is shorter than the grid
   const QTile sQ{smem_addr(smem)};
-  const KVTile sK{sQ.base + QTile::kBytes};
-  const KVTile sV{sK.base + KVTile::kBytes};
-
-  // Softcap folds its outer multiply into the exponent's scale: logit2 = raw * logit_scale, where raw
-  // is q.k (no softcap) or tanh(q.k * scale / softcap) (softcap).
-  const bool softcap = params.softcap > 0.f;
-  const float logit_scale = softcap ? params.softcap * kLog2e : params.scale_softmax_log2;
-  const float tanh_scale = softcap ? params.scale_softmax / params.softcap : 0.f;
-
-  load_tile_async<kThreads>(sQ, pr.q + row0 * params.q_row_stride, params.q_row_stride, pr.seqlen_q - row0,
-                            head_dim, tid);
-  copy_commit();
-  if (n_end > n_begin) {
-    const int key0 = (n_end - 1) * kBlockN;
-    load_tile_async<kThreads>(sK, pr.k + key0 * params.k_row_stride, params.k_row_stride, pr.seqlen_k - key0,
-                              head_dim, tid);
-  }
-  copy_commit();
-
-  float acc_o[kMTiles][kOTiles][4];
-  float row_max[kMTiles][2];  // raw-logit max of rows g and g + 8 of each row tile
-  float row_sum[kMTiles][2];  // this thread's partial sum of exp; reduced over the quad at the end
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-    for (int n = 0; n < kOTiles; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc_o[mt][n][e] = 0.f;
-    }
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      row_max[mt][hh] = -pos_inf();
-      row_sum[mt][hh] = 0.f;
-    }
-  }
-
-  const int warp_row = warp * kRowsPerWarp;  // first row of this warp, in the block
-  const int g = lane >> 2;
-  const int t = lane & 3;
-
-  for (int n_block = n_end - 1; n_block >= n_begin; --n_block) {
-    const int key0 = n_block * kBlockN;
-
-    // K(n) (and Q on the first pass) has landed; every warp is done with V(n+1).
-    copy_wait<0>();
-    __syncthreads();
-    load_tile_async<kThreads>(sV, pr.v + key0 * params.v_row_stride, params.v_row_stride, pr.seqlen_k - key0,
-                              head_dim, tid);
-    copy_commit();
-
-    // S = Q K^T for this warp's rows.
-    float acc_s[kMTiles][kSTiles][4];
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-      for (int j = 0; j < kSTiles; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_s[mt][j][e] = 0.f;
-      }
-    }
-#pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-      u32 a[kMTiles][4];
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) load_a_frag(a[mt], sQ, warp_row + mt * 16, kk * 16, lane);
-#pragma unroll
-      for (int jp = 0; jp < kSTiles / 2; ++jp) {
-        u32 b[4];
-        load_b_frag_pair(b, sK, jp * 16, kk * 16, lane);
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          mma_16816(acc_s[mt][2 * jp], a[mt], b[0], b[1]);
-          mma_16816(acc_s[mt][2 * jp + 1], a[mt], b[2], b[3]);
-        }
-      }
-    }
-
-    // V(n) has landed; every warp is done with K(n), so K(n-1) may overwrite it.
-    copy_wait<0>();
-    __syncthreads();
-    if (n_block > n_begin) {
-      const int next0 = key0 - kBlockN;
-      load_tile_async<kThreads>(sK, pr.k + next0 * params.k_row_stride, params.k_row_stride,
-                                pr.seqlen_k - next0, head_dim, tid);
-    }
-    copy_commit();
-
-    // Masks are needed only where the block crosses the sequence end or a band edge.
-    const bool need_mask = key0 + kBlockN > pr.seqlen_k ||
-                           (band.right >= 0 && key0 + kBlockN - 1 > row0 + band.diag + band.right) ||
-                           (band.left >= 0 && key0 < row0 + kBlockM - 1 + band.diag - band.left);
-
-    // Online softmax: new row max, rescale of the running output and sum, P = exp2(logit2 - max2).
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) {
-      // Uniform branches around whole loops, selects inside: per-element branches would split the
-      // unrolled body into hundreds of basic blocks and defeat ptxas's scheduling.
-      if (softcap) {
-#pragma unroll
-        for (int j = 0; j < kSTiles; ++j) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc_s[mt][j][e] = tanh_approx(acc_s[mt][j][e] * tanh_scale);
-        }
-      }
-      if (need_mask) {
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int row = row0 + warp_row + mt * 16 + g + hh * 8;
-          const int first = band.first(row) - key0 - 2 * t;  // relative to this thread's column 0
-          const int last = band.last(row, pr.seqlen_k) - key0 - 2 * t;
-#pragma unroll
-          for (int j = 0; j < kSTiles; ++j) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int col = j * 8 + e;
-              float& s = acc_s[mt][j][2 * hh + e];
-              s = (col >= first) & (col <= last) ? s : -pos_inf();
-            }
-          }
-        }
-      }
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        float mx = row_max[mt][hh];
-#pragma unroll
-        for (int j = 0; j < kSTiles; ++j) mx = fmax2(mx, fmax2(acc_s[mt][j][2 * hh], acc_s[mt][j][2 * hh + 1]));
-        mx = quad_max(mx);
-        // A row with nothing visible so far keeps max -inf; subtracting 0 instead keeps exp2 at 0
-        // rather than NaN (-inf - -inf).
-        const float max2 = mx == -pos_inf() ? 0.f : mx * logit_scale;
-        const float correction = exp2_approx(row_max[mt][hh] * logit_scale - max2);
-        row_max[mt][hh] = mx;
-        float sum = row_sum[mt][hh] * correction;
-#pragma unroll
-        for (int n = 0; n < kOTiles; ++n) {
-          acc_o[mt][n][2 * hh] *= correction;
-          acc_o[mt][n][2 * hh + 1] *= correction;
-        }
-#pragma unroll
-        for (int j = 0; j < kSTiles; ++j) {
-#pragma unroll
-          for (int e = 2 * hh; e < 2 * hh + 2; ++e) {
-            const float p = exp2_approx(acc_s[mt][j][e] * logit_scale - max2);
-            acc_s[mt][j][e] = p;
-            sum += p;
-          }
-        }
-        row_sum[mt][hh] = sum;
-      }
-    }
-
-    // O += P V, P straight from the S accumulators (packed once: half the registers of fp32).
-    u32 p_frag[kMTiles][kBlockN / 16][4];
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk) acc_to_a_frag(p_frag[mt][kk], acc_s[mt][2 * kk], acc_s[mt][2 * kk + 1]);
-    }
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-#pragma unroll
-      for (int np = 0; np < kOTiles / 2; ++np) {
-        u32 b[4];
-        load_b_frag_pair_trans(b, sV, np * 16, kk * 16, lane);
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          mma_16816(acc_o[mt][2 * np], p_frag[mt][kk], b[0], b[1]);
-          mma_16816(acc_o[mt][2 * np + 1], p_frag[mt][kk], b[2], b[3]);
-        }
-      }
-    }
-  }
-
-  // Epilogue: O / rowsum staged through this warp's own rows of sQ, then 16-byte stores. With no key
-  // block at all the Q copy (issued by all threads) may still be in flight: drain it block-wide.
-  copy_wait<0>();
-  __syncthreads();
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt) {
-    float inv[2];
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const float sum = quad_sum(row_sum[mt][hh]);
-      inv[hh] = sum > 0.f ? rcp_approx(sum) : 0.f;
-      const float lse = sum > 0.f ? (row_max[mt][hh] * logit_scale + log2_approx(sum)) * kLn2 : pos_inf();
-      const int row = row0 + warp_row + mt * 16 + g + hh * 8;
-      if (t == 0 && row < pr.seqlen_q) pr.lse[row] = lse;
-    }
-#pragma unroll
-    for (int n = 0; n < kOTiles; ++n) store_acc_frag(sQ, acc_o[mt][n], warp_row + mt * 16, n * 8, inv[0], inv[1], lane);
-  }
-  __syncthreads();
-  store_tile<kThreads>(pr.o + row0 * params.o_row_stride, params.o_row_stride, sQ, pr.seqlen_q - row0, head_dim,
-                       tid);
+  float o[kMT][kOTiles][4];
+  RowStats st;
+  attend(params, blk, sQ, sQ.base + QTile::kBytes, o, st);
+  store_output(params, blk, sQ, o, st);
 }
+
+#else  // FA_SPLITKV
+
+namespace fa {
+namespace fwd {
+
+// Split-KV partials straight from the accumulators: O / l (fp32, 8 bytes per store) and the split's
+// log-sum-exp, -inf where the split holds no key the row sees (its weight in the combine is 0).
+FA_DEVICE void store_partials(const FaParams& p, const Block& blk, int split, const OutAcc& o, RowStats& st) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const Seq s = locate(p, blockIdx.y, blockIdx.z);
+  reduce_sums(st);
+  const fa_i64 split_row0 = split * s.lse_rows + s.lse_row0;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const float sum = st.sum[mt][hh];
+      const float inv = sum > 0.f ? rcp_approx(sum) : 0.f;
+      const int row = blk.row0 + GridS::row0(warp) + mt * 16 + g + hh * 8;
+      if (row >= s.seqlen_q) continue;
+      if (t == 0) {
+        p.lse_accum[split_row0 + row] =
+            sum > 0.f ? (st.max[mt][hh] * blk.logit_scale + log2_approx(sum)) * kLn2 : -pos_inf();
+      }
+      float* out = p.o_accum + (split_row0 + row) * kHeadDim;
+#pragma unroll
+      for (int n = 0; n < kOTiles; ++n) {
+        const int col = n * 8 + 2 * t;
+        if (col < p.head_dim) {
+          out[col] = o[mt][n][2 * hh] * inv;
+          out[col + 1] = o[mt][n][2 * hh + 1] * inv;
+        }
+      }
+    }
+  }
+}
+
+constexpr int kCombineWarps = 4;  // tiles.py: the combine launches 128 threads, one warp per row
+
+// exp2 of (a - b) * log2(e): the natural exp of a difference of log-sum-exps.
+FA_DEVICE float exp_diff(float a, float b) { return exp2_approx((a - b) * kLog2e); }
+
+}  // namespace fwd
+}  // namespace fa
+
+extern "C" __global__ void __launch_bounds__(kThreads) fa_fwd_splitkv(const __grid_constant__ FaParams params) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int splits = params.num_splits;
+  const int split = blockIdx.x % splits;
+  const Block blk = block_of(params, blockIdx.x / splits, gridDim.x / splits, split, splits);
+  if (blk.row0 >= blk.seqlen_q) return;  // varlen: this sequence is shorter than the grid
+  const QTile sQ{smem_addr(smem)};
+  float o[kMT][kOTiles][4];
+  RowStats st;
+  attend(params, blk, sQ, sQ.base + QTile::kBytes, o, st);
+  store_partials(params, blk, split, o, st);
+}
+
+// One warp per query row: lse = log(sum_s exp(lse_s)) and O = sum_s exp(lse_s - lse) O_s, each lane
+// over 8 columns per pass. A row no split saw gets O = 0 and lse = +inf.
+extern "C" __global__ void __launch_bounds__(kCombineWarps * 32)
+    fa_fwd_combine(const __grid_constant__ FaParams params) {
+  const Seq s = locate(params, blockIdx.y, blockIdx.z);
+  const int row0 = blockIdx.x * kCombineWarps;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int row = row0 + warp;
+  if (row >= s.seqlen_q) return;
+  const int splits = params.num_splits;
+  const fa_i64 r = s.lse_row0 + row;
+  const float* lse_s = params.lse_accum + r;  // split i at lse_s[i * lse_rows]
+
+  float mx = -pos_inf();
+  for (int i = lane; i < splits; i += 32) mx = fmax2(mx, lse_s[i * s.lse_rows]);
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) mx = fmax2(mx, shfl_xor(mx, m));
+  float sum = 0.f;
+  if (mx != -pos_inf()) {
+    for (int i = lane; i < splits; i += 32) sum += exp_diff(lse_s[i * s.lse_rows], mx);
+  }
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) sum += shfl_xor(sum, m);
+  const bool seen = sum > 0.f;
+  const float lse = seen ? mx + log2_approx(sum) * kLn2 : pos_inf();
+  if (lane == 0) params.lse[r] = lse;
+
+  u16* out = q_rows(static_cast<u16*>(params.o), params.o_batch_stride, params.o_row_stride, params.o_head_stride, s) +
+             row * params.o_row_stride;
+  for (int c = lane * 8; c < params.head_dim; c += 32 * 8) {
+    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    for (int i = 0; seen && i < splits; ++i) {
+      const float w = exp_diff(lse_s[i * s.lse_rows], lse);
+      const float* part = params.o_accum + (i * s.lse_rows + r) * kHeadDim + c;
+      const Chunk16 lo = ld_global16(part);
+      const Chunk16 hi = ld_global16(part + 4);
+      const u32 v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[e] += w * bits_to_float(v[e]);
+    }
+    st_global16(out + c, Chunk16{pack_float2(acc[0], acc[1]), pack_float2(acc[2], acc[3]), pack_float2(acc[4], acc[5]),
+                                 pack_float2(acc[6], acc[7])});
+  }
+}
+
+#endif  // FA_SPLITKV

@@ -45,6 +45,22 @@ typedef struct FaParams {
   const fa_i32* cu_seqlens_q;
   const fa_i32* cu_seqlens_k;
 
+  // Split-KV forward only (fa_fwd_splitkv / fa_fwd_combine; null otherwise): fp32 partials of each
+  // of num_splits shares of the keys. Split s keeps query row r's output, normalised by the split's
+  // own sum, at o_accum[(s * lse_rows + i) * FA_HEAD_DIM ...] and its log-sum-exp (-inf: no key) at
+  // lse_accum[s * lse_rows + i], where i is r's index in lse and lse_rows = batch * heads * seqlen_q
+  // (varlen: heads * total_q): (num_splits, <lse's shape>, FA_HEAD_DIM) and (num_splits, <lse's
+  // shape>), contiguous.
+  float* o_accum;
+  float* lse_accum;
+
+  // Room to grow, each slotting into attention.cuh without moving a field (not implemented): a
+  // per-batch key count `const fa_i32* seqused_k` (locate() takes seqlen_k from it), a batch-index
+  // indirection `const fa_i32* kv_batch_idx` (locate()'s k_batch), and a page table `const fa_i32*
+  // block_table` with `fa_i64 block_table_batch_stride` and `fa_i32 page_block_size`, a multiple of
+  // the key block (KvRows maps a key block to its page). Pointers go after o_accum/lse_accum, the
+  // 64-bit stride after the others, the int with the ints.
+
   fa_i64 q_batch_stride, q_row_stride, q_head_stride;
   fa_i64 k_batch_stride, k_row_stride, k_head_stride;
   fa_i64 v_batch_stride, v_row_stride, v_head_stride;
@@ -65,7 +81,7 @@ typedef struct FaParams {
   fa_i32 is_causal;         // bottom-right aligned when seqlen_q != seqlen_k
   fa_i32 window_left;       // -1: unbounded (sliding window; -1/-1 when off)
   fa_i32 window_right;
-  fa_i32 reserved0;
+  fa_i32 num_splits;        // split-KV forward: shares of the key blocks (>= 1); unused elsewhere
 
   float scale_softmax;       // usually 1/sqrt(head_dim)
   float scale_softmax_log2;  // scale_softmax * log2(e)

@@ -280,6 +280,11 @@ FA_DEVICE void st_shared32(u32 addr, u32 v) {
   asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
 }
 
+// Two 32-bit words at an 8-byte aligned address (an fp32 pair of an mma fragment).
+FA_DEVICE void st_shared64(u32 addr, u32 lo, u32 hi) {
+  asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(addr), "r"(lo), "r"(hi) : "memory");
+}
+
 FA_DEVICE u32 ld_shared32(u32 addr) {
   u32 v;
   asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr));
@@ -302,6 +307,24 @@ FA_DEVICE void st_global16(void* p, const Chunk16& c) {
 
 FA_DEVICE void red_add_f32(float* p, float v) {
   asm volatile("red.global.add.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
+}
+
+// p[0] += a, p[1] += b (p 8-byte aligned). sm90 with PTX ISA 8.1 (CUDA 12.1) or newer has a vector
+// red for it: one instruction, and a warp's 8-byte pairs of one row fill whole 32-byte sectors.
+// Before that, two scalar adds.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDACC_VER_MAJOR__) && __CUDACC_VER_MAJOR__ >= 12
+#define FA_HAS_RED_V2 1
+#else
+#define FA_HAS_RED_V2 0
+#endif
+
+FA_DEVICE void red_add_f32x2(float* p, float a, float b) {
+#if FA_HAS_RED_V2
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(a), "f"(b) : "memory");
+#else
+  red_add_f32(p, a);
+  red_add_f32(p + 1, b);
+#endif
 }
 
 }  // namespace fa

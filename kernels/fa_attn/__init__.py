@@ -30,6 +30,7 @@ from .dispatch import Dispatch, FaFallbackError, FaFallbackWarning, last_dispatc
 from .flash_attn_compat import flash_attn_status, install_as_flash_attn
 from .interface import explain, flash_attn_func, flash_attn_varlen_func
 from .kvcache import flash_attn_with_kvcache
+from .loader import FaUntestedTorchWarning
 from .loader import manifest as _manifest
 from .packed import (
     flash_attn_kvpacked_func,
@@ -47,6 +48,7 @@ __all__ = [
     "Dispatch",
     "FaFallbackError",
     "FaFallbackWarning",
+    "FaUntestedTorchWarning",
     "Reason",
     "bert_padding",
     "explain",

@@ -15,6 +15,7 @@ backward if needed, and the GPU offers the shared memory its kernels ask for (an
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +45,7 @@ _DTYPE_ALIASES = {
     "double": "fp64",
     "torch.float64": "fp64",
 }
-GRID_CODES = {"q_blocks": 0, "k_blocks": 1}  # how the ops receive a Launch's grid
+GRID_CODES = {"q_blocks": 0, "k_blocks": 1, "q_blocks_splits": 2}  # how the ops receive a Launch's grid
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,8 @@ class Dispatch:
     head_dim: int | None = None  # head dim the kernels run with (padded to a multiple of 8)
     fwd: KernelLaunch | None = field(default=None, repr=False)  # what the ops launch (runtime only)
     bwd: KernelLaunch | None = field(default=None, repr=False)  # None: no backward will run
+    # The split-KV forward (decode shapes), for calls without a backward; None where the wheel has none.
+    splitkv: KernelLaunch | None = field(default=None, repr=False)
 
 
 def normalize_dtype(dtype: str) -> str:
@@ -158,7 +161,7 @@ def decide(
     if reasons or isinstance(found, list):
         return fallback(*reasons)
     image, head_dim = found
-    fwd = bwd = None
+    fwd = bwd = split = None
     if kernels is not None:
         fwd_file = _kernel_file(kernels, image, dtype, "fwd", head_dim)
         bwd_file = _kernel_file(kernels, image, dtype, "bwd", head_dim) if call.backward else None
@@ -173,10 +176,13 @@ def decide(
             )
         fwd = KernelLaunch.of(fwd_file, package_dir)
         bwd = KernelLaunch.of(bwd_file, package_dir) if bwd_file else None
+        split_file = None if call.backward else _kernel_file(kernels, image, dtype, "splitkv", head_dim)
+        if split_file is not None and _fits_smem(split_file, device):
+            split = KernelLaunch.of(split_file, package_dir)
     problem = load_binding() if load_binding is not None else None
     if problem is not None:
         return fallback(problem)
-    return Dispatch(image.image, image.arch, (), head_dim, fwd, bwd)
+    return Dispatch(image.image, image.arch, (), head_dim, fwd, bwd, split)
 
 
 # ---- the image that runs ---------------------------------------------------------------------------
@@ -319,6 +325,58 @@ def _kernel_file(
     return min(fits, key=lambda k: k.head_dim) if fits else None
 
 
+def _fits_smem(kernel: KernelFile, device: Device) -> bool:
+    return device.smem_per_block is None or kernel.smem_bytes <= device.smem_per_block
+
+
+# ---- split-KV: how many shares of the keys -------------------------------------------------------------
+MAX_SPLITS = 128  # flash-attn's cap too; fa_fwd_combine loops over any number
+
+
+def num_splits(
+    batch: int,
+    heads: int,
+    seqlen_q: int,
+    seqlen_k: int,
+    block_m: int,
+    block_n: int,
+    sm_count: int,
+    blocks_per_sm: int = 2,
+    requested: int = 0,
+) -> int:
+    """How many shares of the key blocks the split-KV forward (fa_fwd_splitkv) splits each (batch, head,
+    query block) into; 1 means the plain forward.
+
+    `requested` is flash-attn's `num_splits`: 0 asks this heuristic, n > 0 is taken as given (capped
+    at the number of key blocks and MAX_SPLITS). The heuristic is FlashAttention-2's
+    (num_splits_heuristic): with enough blocks to nearly fill the GPU (80% of sm_count *
+    blocks_per_sm), no split; otherwise the smallest split count whose last wave is at least 85% as
+    full as the best one's, among counts that change the key blocks per split. block_m and block_n are
+    the split-KV unit's (its manifest entry).
+    """
+    if requested < 0:
+        raise ValueError(f"num_splits: {requested} is negative; 0 picks a split count, 1 disables splitting")
+    key_blocks = max(1, -(-seqlen_k // block_n))
+    if requested > 0:
+        return min(requested, key_blocks, MAX_SPLITS)
+    work = batch * heads * -(-seqlen_q // block_m)
+    slots = max(1, sm_count * blocks_per_sm)
+    if work >= 0.8 * slots:
+        return 1
+    most = min(MAX_SPLITS, slots, key_blocks)
+
+    def changes_blocks_per_split(n: int) -> bool:
+        return n == 1 or -(-key_blocks // n) != -(-key_blocks // (n - 1))
+
+    def last_wave_fill(n: int) -> float:
+        waves = work * n / slots
+        return waves / math.ceil(waves)
+
+    eligible = [n for n in range(1, most + 1) if changes_blocks_per_split(n)]
+    best = max(last_wave_fill(n) for n in eligible)
+    return next(n for n in eligible if last_wave_fill(n) >= 0.85 * best)
+
+
 # ---- the binding and the torch it runs with --------------------------------------------------------
 
 
@@ -335,13 +393,31 @@ def torch_too_old(version: str) -> Reason | None:
     )
 
 
+STABLE = "stable"  # WheelInfo.binding_form of a binding on torch's stable C ABI (else "aten", or None)
+
+
 def binding_problems(
     wheel: WheelInfo, torch: str, cxx11abi: bool | None, abi_assumed: bool = False
 ) -> list[Reason]:
     """Why the wheel's binding cannot load into this torch (its version, its C++ ABI), decided from the
     manifest alone: loading a binding built for another torch can kill the process (`undefined symbol`).
-    cxx11abi: torch's, None if unknown (not compared); abi_assumed: it was inferred, not read."""
+    cxx11abi: torch's, None if unknown (not compared); abi_assumed: it was inferred, not read.
+
+    A binding of the stable form (`binding_form` "stable") uses torch's stable C ABI only: it serves its
+    floor (`torch`) and every later torch, nightlies, NGC and local builds included, whatever their C++
+    ABI; only a torch older than the floor is refused."""
     if wheel.universal:
+        return []
+    if wheel.binding_form == STABLE:
+        if wheel.torch is not None and torch_version(torch) < torch_version(wheel.torch):
+            return [
+                Reason(
+                    "torch-below-floor",
+                    f"the binding uses torch's stable ABI from torch {wheel.torch} on; torch here is {torch}",
+                    f"upgrade torch to {wheel.torch} or newer, or install a wheel built for torch "
+                    f"{torch_minor(torch)} (`fa install` picks it; `fa install --build` builds it)",
+                )
+            ]
         return []
     reasons = []
     running = torch_minor(torch)
@@ -351,7 +427,7 @@ def binding_problems(
                 "torch-version-mismatch",
                 f"the binding is built for torch {wheel.torch}; torch here is {torch}",
                 f"install the fa-attn wheel built for torch {running} (`fa install` picks it), "
-                "or build one with `fa build --local`",
+                "or build one with `fa install --build`",
             )
         )
     if wheel.cxx11abi is not None and cxx11abi is not None and wheel.cxx11abi != cxx11abi:
@@ -366,3 +442,19 @@ def binding_problems(
             )
         )
     return reasons
+
+
+def untested_torch(wheel: WheelInfo, torch: str) -> Reason | None:
+    """A warning, never a refusal: a stable-ABI binding on a torch minor newer than every one it was
+    tested with (`torch_tested`). torch's stable ABI promises it loads and runs; fa has not checked."""
+    if wheel.binding_form != STABLE or not wheel.torch_tested:
+        return None
+    newest = max(torch_version(t) for t in wheel.torch_tested)
+    if torch_version(torch) <= newest:
+        return None
+    return Reason(
+        "torch-newer-than-tested",
+        f"torch {torch} is newer than every torch this stable-ABI binding was tested with "
+        f"({', '.join(wheel.torch_tested)}); torch's stable ABI promises it loads and runs, fa has not checked",
+        "nothing to do if it works; a newer fa-attn release tests this torch",
+    )

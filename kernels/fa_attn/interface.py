@@ -9,13 +9,14 @@ kvcache.py; both end in `decide` and `run_kernels` here.
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import torch
 import torch.nn.functional as F
 
+from . import decision, fallback, inputs, loader, ops, paged
 from . import dispatch as _dispatch
-from . import fallback, inputs, loader, ops, paged
 from .dispatch import Dispatch
 from .inputs import AttnCall
 
@@ -70,10 +71,36 @@ def _decide_for(
 _decisions: dict[tuple, Dispatch] = {}
 
 
+def _split_count(call: AttnCall, route: Dispatch, q: torch.Tensor, requested: int) -> int:
+    """How many shares of the keys the split-KV forward takes (decision.num_splits: flash-attn's
+    `num_splits`, 0 = its heuristic, 1 = no split); 1 where the wheel has no split-KV kernel or a
+    backward will run."""
+    split = route.splitkv
+    if split is None or requested == 1:
+        return 1
+    block_m, block_n = split.launch[2], split.launch[3]  # the first entry, fa_fwd_splitkv
+    return decision.num_splits(
+        call.batch,
+        call.heads,
+        call.seqlen_q,
+        call.seqlen_k,
+        block_m,
+        block_n,
+        _sm_count(q.device),
+        requested=requested,
+    )
+
+
+@functools.cache
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def run_kernels(
-    call: AttnCall, route: Dispatch, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    call: AttnCall, route: Dispatch, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_splits: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Our forward op (and its autograd backward) on padded or packed q, k, v."""
+    """Our forward op (and its autograd backward) on padded or packed q, k, v; for calls without a
+    backward, the split-KV forward when `num_splits` (flash-attn's: 0 = heuristic) says so."""
     assert route.fwd is not None and route.head_dim is not None
     pad = route.head_dim - call.head_dim
     if pad:  # kernels need a multiple of 8; zero columns change neither q.k nor the kept outputs
@@ -81,6 +108,28 @@ def run_kernels(
     q, k, v = (_row_aligned(t) for t in (q, k, v))
     fwd, bwd = route.fwd, route.bwd or ops.NO_LAUNCH
     varlen = call.varlen
+    splits = _split_count(call, route, q, num_splits)
+    if splits > 1 and route.splitkv is not None:
+        split = route.splitkv
+        out, lse = torch.ops.fa_attn.fwd_splitkv(
+            q,
+            k,
+            v,
+            varlen.cu_seqlens_q if varlen else None,
+            varlen.cu_seqlens_k if varlen else None,
+            call.seqlen_q,
+            call.seqlen_k,
+            call.softmax_scale,
+            call.causal,
+            call.window_left,
+            call.window_right,
+            call.softcap,
+            splits,
+            split.module,
+            split.entries,
+            list(split.launch),
+        )
+        return (out[..., : call.head_dim] if pad else out), lse
     out, lse = torch.ops.fa_attn.fwd(
         q,
         k,

@@ -251,7 +251,7 @@ def _attend_cache(req: CacheCall, q, k_cache, v_cache, want_lse: bool):
         # Only the kernel-ready layout gets here (no kv_features): ordinary attention over the first
         # L = call.seqlen_k rows of each sequence's cache. New layouts plug in here with their features.
         keys, values = k_cache[:, : call.seqlen_k], v_cache[:, : call.seqlen_k]
-        return interface.run_kernels(call, route, q, keys, values)
+        return interface.run_kernels(call, route, q, keys, values, num_splits=req.num_splits)
     return _fallback(req, q, k_cache, v_cache, want_lse)
 
 

@@ -1,23 +1,32 @@
 """The wheel's manifest and its host binding (libfa_attn_ops.so), loaded lazily on the first CUDA call.
 
 A source checkout has no manifest.json: it then behaves as the universal wheel (no kernels, every call
-goes to the SDPA fallback). The binding is C++ compiled against one torch minor and C++ ABI; loading it
-into another torch can die with `undefined symbol`, so both are checked against the manifest *before*
-`torch.ops.load_library`, and any failure becomes a Reason instead of an exception.
+goes to the SDPA fallback). A binding of the ATen form is C++ compiled against one torch minor and C++
+ABI; loading it into another torch can die with `undefined symbol`. One of the stable form serves every
+torch from its floor on. Either way the running torch is checked against the manifest
+(decision.binding_problems)
+*before* `torch.ops.load_library`, and any failure becomes a Reason instead of an exception; a torch
+newer than any the stable binding was tested with loads, with a one-time FaUntestedTorchWarning.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import warnings
 from pathlib import Path
 
 import torch
 
 from ._version import __version__
-from .decision import binding_problems
+from .decision import binding_problems, untested_torch
 from .reasons import Reason
 from .schema import Manifest, universal_info
+
+
+class FaUntestedTorchWarning(UserWarning):
+    """The stable-ABI binding loaded into a torch minor newer than any it was tested with."""
+
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 MANIFEST_FILE = PACKAGE_DIR / "manifest.json"
@@ -93,4 +102,7 @@ def _load(man: Manifest, unreadable: str | None = None) -> Reason | None:
             f"{path.name} loaded but registered no CUDA kernel for fa_attn::fwd",
             "reinstall fa-attn (the binding does not match this runtime)",
         )
+    untested = untested_torch(man.info, torch.__version__)
+    if untested is not None:
+        warnings.warn(f"[{untested.code}] {untested.message}", FaUntestedTorchWarning, stacklevel=2)
     return None

@@ -38,10 +38,19 @@ _BWD_SCHEMA = (
     "-> (Tensor dq, Tensor dk, Tensor dv)"
 )
 
+# The split-KV forward (decode): the keys of each (batch, head, query block) in num_splits shares, then
+# an LSE-weighted combine; the outputs of fwd. No autograd: the runtime uses it for inference calls.
+_FWD_SPLITKV_SCHEMA = (
+    "fwd_splitkv(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, "
+    "int max_seqlen_k, float softmax_scale, bool causal, int window_left, int window_right, float softcap, "
+    "int num_splits, str module, str entries, int[] launch) -> (Tensor out, Tensor softmax_lse)"
+)
+
 # Kept alive for the life of the process: dropping a Library object unregisters its ops.
 _lib = torch.library.Library(NAMESPACE, "DEF")
 _lib.define(_FWD_SCHEMA)
 _lib.define(_BWD_SCHEMA)
+_lib.define(_FWD_SPLITKV_SCHEMA)
 
 
 NO_LAUNCH = KernelLaunch("", "", ())  # the forward's backward arguments when no backward will run
@@ -74,6 +83,30 @@ def _fwd_fake(
     bwd_module,
     bwd_entries,
     bwd_launch,
+):
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = q.new_empty(lse_shape(q, cu_seqlens_q), dtype=torch.float32)
+    return out, lse
+
+
+@torch.library.register_fake(f"{NAMESPACE}::fwd_splitkv")
+def _fwd_splitkv_fake(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    softmax_scale,
+    causal,
+    window_left,
+    window_right,
+    softcap,
+    num_splits,
+    module,
+    entries,
+    launch,
 ):
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = q.new_empty(lse_shape(q, cu_seqlens_q), dtype=torch.float32)

@@ -26,6 +26,8 @@ CODES: dict[str, tuple[str, str]] = {
     "torch-missing": (WHEEL, "torch is not installed (fa-attn is a torch extension)"),
     "torch-not-cuda": (STACK, "torch is a CPU-only or ROCm build"),
     "torch-version-mismatch": (WHEEL, "the binding is built for another torch minor, or torch is older than fa supports"),
+    "torch-below-floor": (WHEEL, "the binding is the stable-ABI form for torch >= its floor, and torch is older"),
+    "torch-newer-than-tested": (WHEEL, "a warning, not a refusal: a stable-ABI wheel on a torch newer than any it was tested with"),
     "cxx11abi-mismatch": (WHEEL, "the binding's C++ ABI is not torch's"),
     "driver-too-old": (WHEEL, "the driver is older than the wheel's CUDA major needs"),
     "torch-driver-too-old": (STACK, "the driver is older than torch's own CUDA needs: torch cannot use the GPU"),

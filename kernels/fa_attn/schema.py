@@ -27,7 +27,9 @@ from .versions import parse_arch, parse_driver
 
 SCHEMA_MAJOR = 1
 # 0: the first published shape. 1: coverage rows per compiled program with its `smem_bytes`; index
-# entries repeat the manifest's `binding` and `features`. 2: the manifest's `source_sha256`.
+# entries repeat the manifest's `binding` and `features`. 2: `binding_form` (aten | stable) and
+# `torch_tested`, for the stable-ABI wheels that serve every torch from their floor on; the manifest's
+# `source_sha256`.
 SCHEMA_MINOR = 2
 
 PACKAGE = "fa-attn"  # the distribution
@@ -36,7 +38,7 @@ MANIFEST_PATH = f"{DIST}/manifest.json"  # inside every wheel
 BINDING_FILE = "libfa_attn_ops.so"  # the host binding, inside fa_attn/
 
 IMAGES = ("sass", "ptx")
-DIRECTIONS = ("fwd", "bwd")
+DIRECTIONS = ("fwd", "bwd", "splitkv")  # kernels/tiles.py DIRECTIONS
 DTYPES = ("fp16", "bf16")  # the kernels' dtypes (fp32 calls fall back)
 MAX_HEAD_DIM = 1024  # far above any kernel's (256): a bound for readers, not a kernel limit
 
@@ -264,7 +266,7 @@ class Launch:
     block_m: int = _field(_int)  # query rows per block (0 if unused)
     block_n: int = _field(_int)  # key rows per block (0 if unused)
     smem_bytes: int = _field(_int)  # dynamic shared memory per block
-    grid: str = _field(_str)  # "q_blocks" | "k_blocks"
+    grid: str = _field(_str)  # "q_blocks" | "k_blocks" | "q_blocks_splits"
 
 
 def _launches(value: Any, where: str) -> Mapping[str, Launch]:
@@ -280,7 +282,7 @@ class KernelFile:
     image: str = _field(_image)  # "sass" | "ptx"
     file: str = _field(_str)  # "kernels/sm_80/fwd_bf16_d128.cubin", relative to fa_attn/
     unit: str = _field(_str)  # "fwd_bf16_d128"
-    direction: str = _field(_direction)  # "fwd" | "bwd"
+    direction: str = _field(_direction)  # "fwd" | "bwd" | "splitkv"
     dtype: str = _field(_dtype)  # "fp16" | "bf16"
     head_dim: int = _field(_head_dim)  # the compiled head-dim bucket
     entries: Mapping[str, Launch] = _field(_launches)  # extern "C" name -> launch, in launch order
@@ -324,6 +326,13 @@ class WheelInfo:
     torch: str | None = _field(_optional(_torch_minor), absent=None)  # the minor the binding is built for
     cxx11abi: bool | None = _field(_opt_bool, absent=None)  # the binding's C++ ABI
     binding: str | None = _field(_opt_str, since=1, absent=None)  # its file in fa_attn/ (BINDING_FILE)
+    # "aten": built against one torch minor's C++ API (serves that minor and C++ ABI); "stable": torch's
+    # stable C ABI, serves `torch` (its floor) and every later torch, any C++ ABI (binding_fit.py). Absent
+    # in files before 2.2, whose bindings were all the aten form; None for the universal wheel.
+    binding_form: str | None = _field(_opt_str, since=2, absent=None)
+    # The torch minors the release smoke-tests the wheel with, oldest first (a stable-ABI wheel: every
+    # listed minor from its floor on); a newer torch gets the torch-newer-than-tested warning.
+    torch_tested: tuple[str, ...] = _field(_strs, since=2, absent=())
     features: tuple[str, ...] = _field(_strs, since=1, absent=())  # what the kernels implement
     coverage: tuple[Coverage, ...] = _field(_rows(Coverage), absent=())
 
@@ -409,6 +418,8 @@ def universal_info(version: str) -> WheelInfo:
         torch=None,
         cxx11abi=None,
         binding=None,
+        binding_form=None,
+        torch_tested=(),
         features=(),
         coverage=(),
     )

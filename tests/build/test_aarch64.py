@@ -217,3 +217,22 @@ def test_binding_loads_into_aarch64_torch_under_qemu(built, tmp_path):
     good, bad = results[info.cxx11abi], results[not info.cxx11abi]
     assert good.returncode == 0 and "loaded" in good.stdout.splitlines()[-1], good.stdout + good.stderr
     assert bad.returncode == 1 and "undefined symbol" in bad.stdout, bad.stdout + bad.stderr
+
+
+def test_stable_abi_binding_needs_only_the_c_shim_of_a_later_aarch64_torch(build_cache, tmp_path):
+    """The aarch64 stable-ABI binding, cross-built once against torch 2.10's aarch64 headers: every
+    symbol it needs from torch is a C shim function, and torch 2.13's aarch64 libtorch_cpu.so exports
+    each of them (bench/stable_abi_proof.py also loads it there under qemu-user)."""
+    from buildtool.build import binding
+    from buildtool.core import binding_forms
+
+    floor = binding_forms.STABLE_ABI_MIN
+    build = fetch_torch_catalog().minors[floor].builds[AARCH64]
+    headers = torch_headers.headers_for(build.oldest, build.header_source)
+    lib = binding.build_binding(headers, True, KernelTree().root, AARCH64, stable_floor=floor).path
+    with open(lib, "rb") as f:
+        assert ELFFile(f)["e_machine"] == "EM_AARCH64"
+    needed = _dynsyms(lib)[1]
+    assert needed and all(s.startswith(("aoti_torch_", "torch_")) for s in needed), sorted(needed)[:5]
+    later = arm_torch("2.13", everything=False) / "torch" / "lib" / "libtorch_cpu.so"
+    assert not needed - _dynsyms(later)[0]

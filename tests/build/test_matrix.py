@@ -49,8 +49,16 @@ def test_additions_parse() -> None:
     assert m.kernels == KernelFilter(dtypes=("bf16",), head_dims=(128,), directions=("fwd",))
 
 
+def test_stable_abi_floor() -> None:
+    assert parse(BASE).stable_abi is None and not parse(BASE).stable("2.15")
+    m = parse('torch: ["2.9", "2.10", "2.13"]\ncuda: [12]\npython: ["3.12"]\nstable_abi: "2.10"\n')
+    assert m.stable_abi == "2.10"
+    assert [m.stable(t) for t in ("2.9", "2.10", "2.13", "2.16")] == [False, True, True, True]
+
+
 def test_repo_matrix_parses() -> None:
     m = load_matrix(REPO / "matrix.yaml", tiles=TILES)
+    assert m.stable_abi == "2.10"
     assert m.torch[0] == "2.4" and set(m.cuda) == {11, 12, 13}
     assert "3.13t" in m.python
     # the reasons written in matrix.yaml: no cu11 torch from 2.8, no cu13 torch before 2.9
@@ -110,6 +118,10 @@ def test_error_text_names_source_field_and_fix() -> None:
         ("kernels: {dtypes: [fp32]}\n", "kernels.dtypes[0]", "not one of fp16, bf16", "use one of"),
         ("kernels: {head_dims: [100]}\n", "kernels.head_dims[0]", "not one of 64, 128, 256", "use one of"),
         ("kernels: {directions: []}\n", "kernels.directions", "non-empty list", "fwd, bwd"),
+        ('stable_abi: "2.7"\n', "stable_abi", "needs torch 2.10 or newer", 'stable_abi: "2.10"'),
+        ('stable_abi: "2.12"\n', "stable_abi", "torch 2.12 is not in torch (2.5, 2.7)", 'add "2.12"'),
+        ("stable_abi: 2.10\n", "stable_abi", "YAML reads 2.10 as 2.1", 'quote the minor: "2.1"'),
+        ('stable_abi: ">=2.10"\n', "stable_abi", "not a torch minor", 'like "2.5"'),
     ],
 )
 def test_validation_errors(extra: str, field: str, in_message: str, in_fix: str) -> None:

@@ -394,6 +394,78 @@ def test_local_plan_builds_for_this_machines_cpu(monkeypatch: pytest.MonkeyPatch
     assert info.value.field == "platform" and "x86_64 or aarch64" in info.value.fix
 
 
+def test_local_plan_stable_form_for_one_gpu() -> None:
+    """`fa install --build`: at or above the floor the stable form (it outlives a torch upgrade),
+    below it the ATen form; SASS for this GPU's arch only (the toolkit's nearest lower one), no PTX."""
+    plan = local_plan("2.13.0+cpu", True, "3.11", (12,), units=units, stable_floor="2.10", sass="8.9")
+    (wheel,) = plan.wheels
+    assert wheel.form == "stable" and wheel.variant == "cu12torch2.10plus" and wheel.cxx11abi is None
+    assert wheel.sass == ("8.9",) and wheel.ptx is None and wheel.torch_tested == ("2.13",)
+    assert wheel.binding.torch_minor == "2.10" and wheel.binding.torch_version == "2.13.0+cpu"
+    assert wheel.binding.header_source is None
+    below = local_plan("2.9.0", True, "3.11", (13,), units=units, stable_floor="2.10", sass="10.1")
+    assert below.wheels[0].form == "aten" and below.wheels[0].variant == "cu13torch2.9"
+    assert below.wheels[0].sass == ("10.0",)  # NVRTC 13 has no sm 10.1; 10.0's SASS runs there
+    with pytest.raises(MatrixError) as info:
+        local_plan("2.9.0", True, "3.11", (11,), units=units, sass="10.0")
+    assert info.value.field == "--arch" and "newer CUDA major" in info.value.fix
+
+
+# -- stable ABI -------------------------------------------------------------------------------------
+
+STABLE = 'torch: ["2.9", "2.10", "2.13", "2.15"]\ncuda: [12, 13]\npython: ["3.12", "3.13t"]\nplatforms: [x86_64, aarch64]\n'
+
+
+def test_stable_abi_wheel_serves_every_minor_from_its_floor(catalog: TorchCatalog) -> None:
+    per_minor = plan_of(STABLE, catalog)
+    plan = plan_of(STABLE + 'stable_abi: "2.10"\n', catalog)
+    stable = [w for w in plan.wheels if w.form == "stable"]
+    assert [(w.platform, w.variant) for w in stable] == [
+        ("x86_64", "cu12torch2.10plus"),
+        ("x86_64", "cu13torch2.10plus"),
+        ("aarch64", "cu12torch2.10plus"),
+        ("aarch64", "cu13torch2.10plus"),
+    ]
+    for w in stable:
+        assert Version(w.version).local == w.variant  # a PEP 440 local label pip accepts
+        assert w.torch_minor == "2.10" and w.cxx11abi is None and w.torch_tested == ("2.10", "2.13", "2.15")
+        b = w.binding
+        assert b.torch_version == "2.10.0" and b.header_source.filename.startswith("torch-2.10.0")
+        assert b.header_source.platform_tag.endswith("_" + w.platform)
+        # exactly the cells the per-minor wheels of 2.10 and newer covered
+        before = {
+            c
+            for p in per_minor.wheels
+            if p.platform == w.platform and p.cuda_major == w.cuda_major and p.torch_minor != "2.9"
+            for c in p.cells
+        }
+        assert set(w.cells) == before
+    assert not any(w.form == "aten" and w.torch_minor != "2.9" for w in plan.wheels[1:])
+    assert {c for w in plan.wheels for c in w.cells} == {c for w in per_minor.wheels for c in w.cells}
+    assert (len(per_minor.wheels), len(plan.wheels)) == (1 + 2 * 2 * 4, 1 + 2 * 2 * 2)
+    assert (len(per_minor.binding_jobs), len(plan.binding_jobs)) == (2 * 4, 2 * 2)
+    assert plan.compile_jobs == per_minor.compile_jobs  # the kernels do not depend on the binding
+    data = plan_json(plan, lambda j: False)
+    w = next(w for w in data["wheels"] if w["variant"] == "cu13torch2.10plus")
+    assert w["form"] == "stable" and w["torch_tested"] == ["2.10", "2.13", "2.15"]
+    assert w["binding"]["form"] == "stable" and w["binding"]["torch_minor"] == "2.10"
+    console = Console(record=True, width=240)
+    console.print(plan_table(plan, lambda j: False))
+    assert "stable ABI >= 2.10 (2.10.0 headers)" in console.export_text()
+
+
+def test_stable_abi_floor_without_a_cpus_wheel(catalog: TorchCatalog) -> None:
+    """A floor PyPI has no wheel of for a CPU gives no headers to build against: said, with the fix."""
+    from buildtool.build.pypi import TorchMinor
+
+    minor = catalog.minors["2.10"]
+    x86_only = TorchMinor(minor.minor, minor.patches, {"x86_64": minor.builds["x86_64"]})
+    trimmed = replace(catalog, minors={**catalog.minors, "2.10": x86_only})
+    with pytest.raises(MatrixError) as info:
+        plan_of(STABLE + 'stable_abi: "2.10"\n', trimmed)
+    assert info.value.field == "stable_abi" and "no Linux aarch64 wheel" in info.value.problem
+
+
 # -- view -------------------------------------------------------------------------------------------
 
 

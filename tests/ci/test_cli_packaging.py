@@ -16,12 +16,14 @@ runner = CliRunner()
 
 
 def commands(group: Any, prefix: str = "fa") -> list[tuple[str, Any]]:
-    """Every command under a group, as (its command line, the command); typer's click is its own."""
+    """Every command under a group, as (its command line, the command); typer's click is its own. Asked
+    through click's list_commands/get_command: fa's group loads each command's module on demand."""
     found: list[tuple[str, Any]] = []
-    for name, command in group.commands.items():
+    for name in group.list_commands(None):
+        command = group.get_command(None, name)
         path = f"{prefix} {name}"
         found.append((path, command))
-        found += commands(command, path) if hasattr(command, "commands") else []
+        found += commands(command, path) if hasattr(command, "list_commands") else []
     return found
 
 

@@ -566,6 +566,11 @@ EMU_SITE void st_shared32(u32 addr, u32 v) {
   emu::record_access(emu::kAccSt, addr, 4, __builtin_return_address(0));
   emu::smem_write(addr, &v, 4, 4, "st.shared.u32");
 }
+EMU_SITE void st_shared64(u32 addr, u32 lo, u32 hi) {
+  emu::record_access(emu::kAccSt, addr, 8, __builtin_return_address(0));
+  const u32 v[2] = {lo, hi};
+  emu::smem_write(addr, v, 8, 8, "st.shared.v2");
+}
 EMU_SITE u32 ld_shared32(u32 addr) {
   emu::record_access(emu::kAccLd, addr, 4, __builtin_return_address(0));
   u32 v;
@@ -585,6 +590,11 @@ inline void st_global16(void* p, const Chunk16& c) {
 inline void red_add_f32(float* p, float v) {
   emu::check_global(p, 4, 4, "red.global.add.f32");
   *p += v;  // blocks run one at a time, so the add is atomic here
+}
+inline void red_add_f32x2(float* p, float a, float b) {  // sm90's red.global.add.v2.f32, or two adds
+  emu::check_global(p, 8, EMU_ARCH >= 900 ? 8 : 4, "red.global.add.v2.f32");
+  p[0] += a;
+  p[1] += b;
 }
 
 }  // namespace fa

@@ -212,6 +212,14 @@ def forward(em: Emulated, c: Call) -> tuple[torch.Tensor, torch.Tensor]:
         return out.clone(), lse.clone()
 
 
+def forward_splitkv(em: Emulated, c: Call, num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The split-KV forward as the binding runs it: partials of num_splits shares of the keys, then the
+    combine. Same outputs as `forward`."""
+    with em.arena():
+        out, lse = kernel_launch.forward_splitkv(em, em.launches, c, num_splits)
+        return out.clone(), lse.clone()
+
+
 def backward(
     em: Emulated, c: Call, out: torch.Tensor, lse: torch.Tensor, dout: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -1,8 +1,9 @@
 """fa's forward and backward kernels, run on the CPU emulator, against the fp32 reference.
 
 Every tile configuration that kernels/tiles.py builds for one arch of each family (sm75, sm80, sm86,
-sm90) runs here, with the tile choices, the sm75 register-staged loads or the sm80+ cp.async pipeline,
-and the launch steps of the binding, on random shapes that cross block edges (odd lengths, seqlen_q !=
+sm90) runs here, forward, backward and split-KV forward (partials and combine), with the tile
+choices, the sm75 register-staged loads or the sm80+ cp.async pipeline, and the launch steps of the
+binding, on random shapes that cross block edges (odd lengths, seqlen_q !=
 seqlen_k, GQA, head dims below their bucket). The features (causal, sliding window, softcap, varlen,
 strided inputs, rows that see no key) run on one head dim per family. Results must meet FA2's error rule
 against the fp32 reference, the same rule as the GPU tests (tests/gpu), and the emulator fails a launch
@@ -47,6 +48,12 @@ class Config:
     def id(self) -> str:
         return f"{self.family}-{self.dtype}-d{self.bucket}"
 
+    @property
+    def runs_split_kv(self) -> bool:
+        """sm90's split-KV units are sm80's (same tiles, and the forward uses nothing sm90 adds), so the
+        emulator runs them once, on sm80."""
+        return self.family != "sm90"
+
     def unit(self, direction: str) -> tiles.KernelUnit | None:
         for u in tiles.units(self.arch):
             if u.direction == direction and u.dtype == self.dtype and u.head_dim == self.bucket:
@@ -76,7 +83,9 @@ def compiled() -> None:
     """Compile every library this module uses at once, in parallel (about 1.5 s each)."""
     pairs = []
     for cfg in dict.fromkeys(CONFIGS + [c for c, _ in SWEEP]):
-        for direction in ("fwd", "bwd"):
+        for direction in tiles.DIRECTIONS:
+            if direction == "splitkv" and not cfg.runs_split_kv:
+                continue
             unit = cfg.unit(direction)
             if unit is not None:
                 pairs.append((unit, cfg.arch))
@@ -113,22 +122,32 @@ def check_padded(
     window: tuple[int, int] = (-1, -1),
     softcap: float = 0.0,
     softmax_scale: float | None = None,
+    num_splits: int = 3,
 ) -> None:
-    """Forward (and backward where the family builds one) against the fp32 reference."""
+    """Forward, the split-KV forward with `num_splits` (more than the key blocks is allowed: the empty
+    splits must weigh nothing) and the backward where the family builds one, against the fp32
+    reference."""
     call = H.Call(q, k, v, causal=causal, window=window, softcap=softcap, softmax_scale=softmax_scale)
     fwd = emulated(cfg, "fwd")
     assert fwd is not None
     out, lse = H.forward(fwd, call)
+    outs = [("out", out, lse)]
+    split = emulated(cfg, "splitkv") if cfg.runs_split_kv else None
+    if split is not None:
+        outs.append(("split-KV out", *H.forward_splitkv(split, call, num_splits)))
 
     qr, kr, vr = (t.clone().requires_grad_() for t in (q, k, v))
     kw = {"window": window, "softcap": softcap, "softmax_scale": softmax_scale}
     out_ref, lse_ref = attention_ref(qr, kr, vr, causal, **kw)
     out_low, _ = attention_ref(qr, kr, vr, causal, upcast=False, **kw)
     rows = visible_rows(q.shape[1], k.shape[1], causal, q.device, window)
-    assert (out[:, ~rows] == 0).all(), "rows that see no key must give 0"
-    assert torch.isinf(lse[..., ~rows]).all() and (lse[..., ~rows] > 0).all(), "their lse must be +inf"
-    assert_fa2_close("out", out, out_ref, out_low)
-    check_lse(lse, lse_ref, rows)
+    for name, o, lse_o in outs:
+        assert (o[:, ~rows] == 0).all(), f"{name}: rows that see no key must give 0"
+        assert torch.isinf(lse_o[..., ~rows]).all() and (lse_o[..., ~rows] > 0).all(), (
+            "their lse must be +inf"
+        )
+        assert_fa2_close(name, o, out_ref, out_low)
+        check_lse(lse_o, lse_ref, rows)
 
     bwd = emulated(cfg, "bwd")
     if bwd is None:
@@ -161,13 +180,14 @@ def random_problem(cfg: Config, head_dim: int | None = None) -> None:
     heads = heads_k * rng.choice([1, 2, 4, 8])
     batch = rng.choice([1, 2, 3])
     causal = rng.random() < 0.5
+    num_splits = rng.choice([2, 3, 5])
     gen = torch.Generator().manual_seed(rng.randrange(1 << 30))
     dtype = DTYPES[cfg.dtype]
     q = _rand((batch, seqlen_q, heads, head_dim), dtype, gen)
     k = _rand((batch, seqlen_k, heads_k, head_dim), dtype, gen)
     v = _rand((batch, seqlen_k, heads_k, head_dim), dtype, gen)
     dout = _rand((batch, seqlen_q, heads, head_dim), dtype, gen)
-    check_padded(cfg, q, k, v, dout, causal)
+    check_padded(cfg, q, k, v, dout, causal, num_splits=num_splits)
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=[c.id for c in CONFIGS])
@@ -289,8 +309,10 @@ def test_varlen(cfg: Config, causal: bool) -> None:
         max_seqlen_k=max(lens_k),
     )
     fwd, bwd = emulated(cfg, "fwd"), emulated(cfg, "bwd")
-    assert fwd is not None and bwd is not None
+    split = emulated(cfg, "splitkv" if cfg.runs_split_kv else "fwd")
+    assert fwd is not None and bwd is not None and split is not None
     out, lse = H.forward(fwd, call)
+    split_out, split_lse = H.forward_splitkv(split, call, 4) if cfg.runs_split_kv else (out, lse)
     dq, dk, dv = H.backward(bwd, call, out, lse, dout)
 
     names = ("out", "dq", "dk", "dv")
@@ -310,5 +332,26 @@ def test_varlen(cfg: Config, causal: bool) -> None:
             lows[name].append(lo[0])
         rows = visible_rows(sq.stop - sq.start, sk.stop - sk.start, causal, q.device)
         check_lse(lse[:, sq], lse_ref[0], rows)
+        check_lse(split_lse[:, sq], lse_ref[0], rows)
     for name, ours in zip(names, (out, dq, dk, dv)):
         assert_fa2_close(name, ours, torch.cat(refs[name]), torch.cat(lows[name]))
+    assert_fa2_close("split-KV out", split_out, torch.cat(refs["out"]), torch.cat(lows["out"]))
+
+
+DECODE_CONFIGS = [c for c in FEATURE_CONFIGS if c.family in ("sm75", "sm80")]  # sm86/sm90: sm80's tile at d64
+
+
+@pytest.mark.parametrize("cfg", DECODE_CONFIGS, ids=[c.id for c in DECODE_CONFIGS])
+@pytest.mark.parametrize("num_splits", [1, 5, 40], ids=["one", "five", "more-than-key-blocks"])
+def test_decode_split_kv(cfg: Config, num_splits: int) -> None:
+    """Decode's shape: one query row per sequence against a long GQA cache, split many ways (40 leaves
+    some splits without a key block; their partials must weigh nothing)."""
+    q, k, v, _ = _inputs(cfg, 2, 1, 600, 4, 2, 64, seed=9)
+    split = emulated(cfg, "splitkv")
+    assert split is not None
+    for causal in (False, True):
+        out, lse = H.forward_splitkv(split, H.Call(q, k, v, causal=causal), num_splits)
+        ref, lse_ref = attention_ref(q, k, v, causal)
+        low, _ = attention_ref(q, k, v, causal, upcast=False)
+        assert_fa2_close("split-KV out", out, ref, low)
+        check_lse(lse, lse_ref, visible_rows(1, 600, causal, q.device))

@@ -35,14 +35,20 @@ def _case(d: int = 64, sq: int = 150, sk: int = 170) -> tuple[torch.Tensor, ...]
 def run(
     tmp_path: Path, arch: str, direction: str, file: str, old: str, new: str, causal: bool = True
 ) -> None:
-    """Forward (and backward for direction "bwd") of the altered kernels, checked like the real ones."""
+    """Forward (and backward for direction "bwd", or the split-KV forward for "splitkv") of the altered
+    kernels, checked like the real ones."""
     csrc = altered(tmp_path, file, old, new)
-    fwd = H.Emulated(H.unit_for(arch, "fwd", "fp16", 64), arch, csrc)
     q, k, v, dout = _case()
     call = H.Call(q, k, v, causal=causal)
-    out, lse = H.forward(fwd, call)
     ref, _ = attention_ref(q, k, v, causal)
     low, _ = attention_ref(q, k, v, causal, upcast=False)
+    if direction == "splitkv":
+        split = H.Emulated(H.unit_for(arch, "splitkv", "fp16", 64), arch, csrc)
+        out, _ = H.forward_splitkv(split, call, 3)
+        assert_fa2_close("out", out, ref, low)
+        return
+    fwd = H.Emulated(H.unit_for(arch, "fwd", "fp16", 64), arch, csrc)
+    out, lse = H.forward(fwd, call)
     assert_fa2_close("out", out, ref, low)
     if direction == "bwd":
         bwd = H.Emulated(H.unit_for(arch, "bwd", "fp16", 64), arch, csrc)
@@ -52,20 +58,57 @@ def run(
 def test_unaltered_sources_pass(tmp_path: Path) -> None:
     """The baseline of every case below: the same calls on the real sources raise nothing."""
     for arch in ("8.0", "7.5"):
-        run(tmp_path / arch, arch, "bwd", "fwd.cu", "fa_fwd", "fa_fwd")
+        run(tmp_path / arch, arch, "bwd", "fwd.cu", "fa_fwd(", "fa_fwd(")
+        run(tmp_path / f"{arch}-split", arch, "splitkv", "fwd.cu", "fa_fwd(", "fa_fwd(")
 
 
-# fwd.cu's first barrier in the key loop: without it, V(n) is fetched over V(n+1) while other warps may
-# still be reading it, and K(n) is read by warps whose copy of it another thread has not finished.
+# fwd.cu's first barrier in the key loop: without it, the next key block's K and V (two stages, sm80's
+# d64 default) or this block's V (one stage, sm75's) are fetched over a buffer other warps may still be
+# reading, and this block's K is read by warps whose copy of it another thread has not finished.
 LOOP_BARRIER = """    copy_wait<0>();
     __syncthreads();
-    load_tile_async<kThreads>(sV"""
+    if (kStages == 2) {"""
 
 
 @pytest.mark.parametrize("arch", ["8.0", "7.5"])
 def test_missing_barrier_is_a_race(tmp_path: Path, arch: str) -> None:
     with pytest.raises(H.EmulatorError, match="race|before the cp.async"):
         run(tmp_path, arch, "fwd", "fwd.cu", LOOP_BARRIER, LOOP_BARRIER.replace("__syncthreads();", ""))
+
+
+def test_split_kv_missing_pipeline_barrier(tmp_path: Path) -> None:
+    """The split-KV program shares the key loop: its two-stage pipeline needs the same barrier."""
+    with pytest.raises(H.EmulatorError, match="race|before the cp.async"):
+        run(tmp_path, "8.0", "splitkv", "fwd.cu", LOOP_BARRIER, LOOP_BARRIER.replace("__syncthreads();", ""))
+
+
+def test_wrong_combine_weight(tmp_path: Path) -> None:
+    """Each split weighted by exp(lse_s - max) instead of exp(lse_s - lse): the weights no longer sum to 1."""
+    old = "const float w = exp_diff(lse_s[i * s.lse_rows], lse);"
+    with pytest.raises(AssertionError, match="out: max error"):
+        run(tmp_path, "8.0", "splitkv", "fwd.cu", old, old.replace(", lse)", ", mx)"))
+
+
+def test_split_ranges_that_skip_a_key_block(tmp_path: Path) -> None:
+    old = "blk.keys.end = min(blk.keys.end, (split + 1) * per);"
+    with pytest.raises(AssertionError, match="out: max error"):
+        run(
+            tmp_path,
+            "8.0",
+            "splitkv",
+            "fwd.cu",
+            old,
+            old.replace("(split + 1) * per", "(split + 1) * per - 1"),
+        )
+
+
+def test_missing_barrier_before_the_dq_atomics(tmp_path: Path) -> None:
+    """sm80 stages dQ through shared memory: reading the staged tile before every warp wrote it races
+    (or, where the writer has not run yet, reads what is still the padding of the Q tile)."""
+    old = """    __syncthreads();
+    for (int k = tid; k < kBlockM * kHeadDim; k += kThreads) {"""
+    with pytest.raises(H.EmulatorError, match="race|nothing has written"):
+        run(tmp_path, "8.0", "bwd", "bwd.cu", old, old.replace("__syncthreads();", ""))
 
 
 def test_missing_cp_async_wait(tmp_path: Path) -> None:
@@ -75,9 +118,11 @@ def test_missing_cp_async_wait(tmp_path: Path) -> None:
 
 
 def test_missing_closing_barrier_in_backward(tmp_path: Path) -> None:
+    """sm90 adds dQ straight from the fragments: without the closing barrier a fast warp's next step
+    overwrites P and dS while others still read dS for dQ. (sm80's staged dQ has barriers of its own.)"""
     old = "    __syncthreads();  // sP, sdS, lse/D and this stage's Q/dO are free for the next step"
     with pytest.raises(H.EmulatorError, match="race"):
-        run(tmp_path, "8.0", "bwd", "bwd.cu", old, "")
+        run(tmp_path, "9.0", "bwd", "bwd.cu", old, "")
 
 
 def test_store_past_the_sequence_end(tmp_path: Path) -> None:
@@ -95,29 +140,30 @@ def test_load_without_zero_fill(tmp_path: Path) -> None:
 
 
 def test_causal_mask_off_by_one(tmp_path: Path) -> None:
-    old = "s = (col >= first) & (col <= last) ? s : -pos_inf();"
+    old = "x = (8 * j + e < keys_left) & (rel >= lo) & (rel <= hi) ? x : -pos_inf();"
     with pytest.raises(AssertionError, match="out: max error"):
-        run(tmp_path, "8.0", "fwd", "fwd.cu", old, old.replace("col <= last", "col < last"))
+        run(tmp_path, "8.0", "fwd", "fwd.cu", old, old.replace("rel <= hi", "rel < hi"))
 
 
 def test_wrong_operand_layout(tmp_path: Path) -> None:
     """V read untransposed (ldmatrix without .trans): its rows run past the written part of the tile
     (an unwritten read), and where they do not, the product is wrong."""
-    old = "load_b_frag_pair_trans(b, sV, np * 16, kk * 16, lane);"
+    old = "SmemB<KVTile, true>{v}"
     with pytest.raises((AssertionError, H.EmulatorError), match="out: max error|nothing has written"):
-        run(tmp_path, "8.0", "fwd", "fwd.cu", old, "load_b_frag_pair(b, sV, np * 16, kk * 16, lane);")
+        run(tmp_path, "8.0", "fwd", "fwd.cu", old, "SmemB<KVTile, false>{v}")
 
 
 def test_divergent_warp_instruction(tmp_path: Path) -> None:
     """A shuffle reached by half a warp only."""
-    old = "        mx = quad_max(mx);"
+    old = "      mx = quad_max(mx);"
+    new = "      if ((threadIdx.x & 31) < 16) mx = quad_max(mx);"
     with pytest.raises(H.EmulatorError, match="diverge|exited|deadlock"):
-        run(tmp_path, "8.0", "fwd", "fwd.cu", old, "        if (lane < 16) mx = quad_max(mx);")
+        run(tmp_path, "8.0", "fwd", "fwd.cu", old, new)
 
 
 def test_barrier_skipped_by_some_threads(tmp_path: Path) -> None:
-    old = "  __syncthreads();\n  store_tile<kThreads>"
-    new = "  if (warp != 1) __syncthreads();\n  store_tile<kThreads>"
+    old = "  __syncthreads();\n  u16* out = q_rows("
+    new = "  if (warp != 1) __syncthreads();\n  u16* out = q_rows("
     with pytest.raises(H.EmulatorError, match="deadlock|exits while|race"):
         run(tmp_path, "8.0", "fwd", "fwd.cu", old, new)
 

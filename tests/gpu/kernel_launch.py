@@ -73,7 +73,7 @@ class EntryLaunch:
     block_m: int
     block_n: int
     smem_bytes: int
-    grid: str  # "q_blocks" | "k_blocks"
+    grid: str  # "q_blocks" | "k_blocks" | "q_blocks_splits"
 
 
 @dataclass(frozen=True)
@@ -103,10 +103,13 @@ class UnitLaunch:
         )
 
 
+GRIDS = ("q_blocks", "k_blocks", "q_blocks_splits")  # fa_attn/decision.py GRID_CODES, in code order
+
+
 def grid_of(entry: str, launch: EntryLaunch, p: FaParams) -> tuple[int, int, int] | None:
-    """launch.cpp launch_all: (blocks over query or key rows, batch, heads); None when empty (a zero
-    grid is a launch error, so the binding skips it)."""
-    if launch.grid not in ("q_blocks", "k_blocks"):
+    """launch.cpp launch_all: (blocks over query or key rows [times num_splits], batch, heads); None
+    when empty (a zero grid is a launch error, so the binding skips it)."""
+    if launch.grid not in GRIDS:
         raise LaunchError(f"entry {entry}: grid {launch.grid!r} is not one the binding launches")
     by_keys = launch.grid == "k_blocks"
     rows = p.seqlen_k if by_keys else p.seqlen_q
@@ -114,6 +117,8 @@ def grid_of(entry: str, launch: EntryLaunch, p: FaParams) -> tuple[int, int, int
     if block <= 0 or launch.threads <= 0:
         raise LaunchError(f"entry {entry}: no block size (block {block}, threads {launch.threads})")
     grid_x = (rows + block - 1) // block
+    if launch.grid == "q_blocks_splits":
+        grid_x *= p.num_splits
     if grid_x == 0 or p.batch == 0 or p.heads == 0:
         return None
     return grid_x, p.batch, p.heads
@@ -224,6 +229,19 @@ def prepare_forward(dev: Device, c: Call) -> Prepared:
     return Prepared(p, keep)
 
 
+def prepare_forward_splitkv(dev: Device, unit: UnitLaunch, c: Call, num_splits: int) -> Prepared:
+    """launch.cpp split_kv_params up to the launch: the forward's buffers and the fp32 partials of each
+    of num_splits shares of the keys, (num_splits, <lse's shape>[, head-dim bucket])."""
+    prep = prepare_forward(dev, c)
+    lse_shape = list(prep.tensors["lse"].shape)
+    prep.tensors["o_accum"] = dev.output("o_accum", [num_splits, *lse_shape, unit.head_dim], torch.float32)
+    prep.tensors["lse_accum"] = dev.output("lse_accum", [num_splits, *lse_shape], torch.float32)
+    prep.params.o_accum = prep.tensors["o_accum"].data_ptr()
+    prep.params.lse_accum = prep.tensors["lse_accum"].data_ptr()
+    prep.params.num_splits = num_splits
+    return prep
+
+
 def prepare_backward(
     dev: Device, unit: UnitLaunch, c: Call, out: torch.Tensor, lse: torch.Tensor, dout: torch.Tensor
 ) -> Prepared:
@@ -267,6 +285,15 @@ def sum_groups(c: Call, dk: torch.Tensor, dv: torch.Tensor) -> tuple[torch.Tenso
 def forward(dev: Device, unit: UnitLaunch, c: Call) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse) as the device holds them."""
     prep = prepare_forward(dev, c)
+    launch_all(dev, unit, prep.params)
+    return prep.tensors["out"], prep.tensors["lse"]
+
+
+def forward_splitkv(
+    dev: Device, unit: UnitLaunch, c: Call, num_splits: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The split-KV forward (partials, then the combine): the same (out, lse) as `forward`."""
+    prep = prepare_forward_splitkv(dev, unit, c, num_splits)
     launch_all(dev, unit, prep.params)
     return prep.tensors["out"], prep.tensors["lse"]
 

@@ -61,7 +61,7 @@ def test_every_launch_fits_its_arch_shared_memory(arch):
         for entry, launch in unit.entries.items():
             assert launch.smem_bytes <= limit, f"{unit.name}.{entry} on {arch}: {launch.smem_bytes} > {limit}"
             assert launch.threads % 32 == 0 and 32 <= launch.threads <= 1024, (unit.name, entry)
-            assert launch.grid in ("q_blocks", "k_blocks"), (unit.name, entry)
+            assert launch.grid in ("q_blocks", "k_blocks", "q_blocks_splits"), (unit.name, entry)
 
 
 def test_smem_limits_match_the_published_figures():
@@ -103,6 +103,10 @@ def test_units_are_unique_and_consistent(arch):
         # fwd.cu: every warp owns whole 16-row mma tiles; shared memory as the kernel lays it out
         assert launch.block_m % (16 * u.defines["FA_WARPS"]) == 0 and launch.block_n % 16 == 0
         assert launch.smem_bytes == u.defines["FA_SMEM_BYTES"]
+    for u in (u for u in units if u.direction == "splitkv"):
+        assert list(u.entries) == ["fa_fwd_splitkv", "fa_fwd_combine"] and u.defines["FA_SPLITKV"] == 1
+        assert u.entries["fa_fwd_splitkv"].grid == "q_blocks_splits"
+        assert u.entries["fa_fwd_combine"].block_m == tiles.COMBINE_ROWS
 
 
 def test_head_dims_of_a_unit():
@@ -174,7 +178,7 @@ def test_unit_compiles_to_a_cubin_for_its_arch(major, arch, unit_name):
 @pytest.mark.parametrize("arch", ["7.5", "8.0", "8.6", "9.0", "12.0"])
 def test_candidates_start_with_the_default_and_fit(arch):
     family = tiles.arch_family(arch)
-    for direction in ("fwd", "bwd"):
+    for direction in tiles.DIRECTIONS:
         for d in tiles.HEAD_DIM_BUCKETS:
             rows = tiles.candidates(arch, direction, d)
             default = tiles.default_tile(arch, direction, d)
@@ -187,7 +191,8 @@ def test_candidates_start_with_the_default_and_fit(arch):
                 assert tile.valid(d) and tile.smem_bytes(d) <= family.smem_limit, (arch, tile.label)
                 u = tiles.unit(arch, direction, family.dtypes[0], d, tile)
                 assert u.defines["FA_SMEM_BYTES"] == tile.smem_bytes(d)
-                assert all(e.threads == 32 * tile.warps for e in u.entries.values())
+                main = next(iter(u.entries.values()))  # the combine of split-KV has its own size
+                assert main.threads == 32 * tile.warps
 
 
 def test_units_are_built_from_the_default_tiles():
@@ -208,3 +213,15 @@ def test_candidates_take_any_head_dim_and_refuse_bad_input():
     too_big = tiles.FwdTile(128, 128, 4)
     with pytest.raises(ValueError, match="shared memory"):
         tiles.unit("7.5", "fwd", "fp16", 256, too_big)
+    with pytest.raises(TypeError, match="cannot build"):
+        tiles.unit("8.0", "bwd", "fp16", 64, too_big)
+
+
+def test_the_previous_tiles_stay_candidates():
+    """The first kernels' tiles remain in the search space, so the GPU measures old against new."""
+    for arch in ("7.5", "8.0", "8.6", "9.0"):
+        family = tiles.arch_family(arch)
+        for direction, table in family.previous.items():
+            for d, tile in table.items():
+                if tile.smem_bytes(d) <= family.smem_limit:
+                    assert tile in tiles.candidates(arch, direction, d), (arch, direction, d, tile.label)

@@ -2,7 +2,8 @@
 (docs/contracts.md section 5), built without compiling anything.
 
 Mirrors the build's rules: one wheel per (CPU, CUDA major, torch minor, C++ ABI); both ABIs below torch 2.7,
-the C++11 ABI only from 2.7; matrix.yaml's excludes; SASS/PTX archs per major from
+the C++11 ABI only from 2.7; from matrix.yaml's `stable_abi` floor on, one stable-ABI wheel per (CPU, CUDA
+major) instead, tested with the listed minors from the floor on; matrix.yaml's excludes; SASS/PTX archs per major from
 buildtool/core/cuda_facts.py; plus the universal py3-none-any wheel. Each wheel's manifest is the one
 the build's packager writes (package.manifest) for the kernel table's units (kernels/tiles.py).
 """
@@ -17,8 +18,8 @@ import yaml
 from packaging.specifiers import SpecifierSet
 
 from buildtool.build import package
-from buildtool.build.plan import BindingJob, CompileJob, WheelSpec, variant_label
-from buildtool.core import kernels_src
+from buildtool.build.plan import BindingJob, Cell, CompileJob, WheelSpec, variant_label
+from buildtool.core import binding_forms, kernels_src
 from buildtool.core.cuda_facts import TOOLKITS
 from buildtool.core.runtime import schema
 from buildtool.core.wheel_file import REQUIRES_PYTHON
@@ -32,13 +33,15 @@ PLATFORM = "manylinux_2_28_x86_64"  # what the release workflow's manylinux_2_28
 def kernel_manifest(
     cuda: int,
     torch: str,
-    abi: bool,
+    abi: bool | None,
     cpu: str = "x86_64",
     sass: tuple[str, ...] | None = None,
     ptx: str | None = "newest",
+    tested: tuple[str, ...] | None = None,
 ) -> schema.Manifest:
     """The manifest `fa build` writes for this wheel: SASS for `sass` (default: the toolkit's default
-    archs) and PTX of `ptx` ("newest": the last SASS arch; None: no PTX)."""
+    archs) and PTX of `ptx` ("newest": the last SASS arch; None: no PTX). `abi` None: the stable-ABI
+    wheel of floor `torch`, built for the minors `tested` (default: the floor alone)."""
     tiles = kernels_src.tiles()
     sass = TOOLKITS[cuda].default_archs if sass is None else sass
     ptx = sass[-1] if ptx == "newest" else ptx
@@ -53,16 +56,20 @@ def kernel_manifest(
         cxx11abi=abi,
         sass=tuple(sass),
         ptx=ptx,
-        cells=(),
+        cells=tuple(Cell(minor, cuda, "3.12", cpu) for minor in (tested or (torch,))),
         compile_jobs=jobs,
-        binding=BindingJob(torch, f"{torch}.0", abi, None, cpu),
+        binding=BindingJob(torch, f"{torch}.0", True, None, cpu, binding_forms.STABLE)
+        if abi is None
+        else BindingJob(torch, f"{torch}.0", abi, None, cpu),
         variant=variant,
         version=f"{VERSION}+{variant}",
     )
     return package.manifest(spec, tiles)
 
 
-def kernel_entry(cuda: int, torch: str, abi: bool, cpu: str = "x86_64", **images: Any) -> dict[str, Any]:
+def kernel_entry(
+    cuda: int, torch: str, abi: bool | None, cpu: str = "x86_64", **images: Any
+) -> dict[str, Any]:
     """The index.json entry of kernel_manifest(cuda, torch, abi, cpu, **images)."""
     info = kernel_manifest(cuda, torch, abi, cpu, **images).info
     platform = PLATFORM.replace("x86_64", cpu)
@@ -105,14 +112,24 @@ def fixture_index(matrix_path: Path = REPO / "matrix.yaml") -> dict[str, Any]:
             for e in excludes
         )
 
+    def minor(torch: str) -> tuple[int, ...]:
+        return tuple(int(p) for p in torch.split("."))
+
+    floor = matrix.get("stable_abi")
     wheels = []
     for cpu in matrix.get("platforms", ["x86_64"]):
         for cuda in matrix["cuda"]:
+            stable = []
             for torch in matrix["torch"]:
                 if excluded(cpu, torch, cuda):
                     continue
-                abis = [False, True] if tuple(int(p) for p in torch.split(".")) < (2, 7) else [True]
+                if floor and minor(torch) >= minor(floor):
+                    stable.append(torch)
+                    continue
+                abis = [False, True] if minor(torch) < (2, 7) else [True]
                 wheels += [kernel_entry(cuda, torch, abi, cpu) for abi in abis]
+            if stable:
+                wheels.append(kernel_entry(cuda, floor, None, cpu, tested=tuple(sorted(stable, key=minor))))
     wheels.append(universal_entry())
     return {
         "schema": schema.SCHEMA_MAJOR,

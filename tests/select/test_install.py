@@ -170,6 +170,21 @@ def test_no_wheel_exits_1(venv: Path, tmp_path: Path):
     rc, out = fa(venv, "install", "--wheels", str(house), cwd=tmp_path)
     assert rc == 1 and out["verdict"] == "no-wheel" and out["selected"] is None
     assert "torch-version-mismatch" in out["codes"]
+    assert "fa install --build" in out["message"]  # never silently: the fix is named, nothing is built
+    assert installed(venv) is None
+
+
+def test_build_needs_a_cuda_major_and_an_arch_it_cannot_guess(venv: Path, tmp_path: Path):
+    """CI's torch is a CPU build and the machine has no GPU: --build says which option to pass (exit 2)."""
+    for args, missing in ((["--build"], "--cuda"), (["--build", "--cuda", "12"], "--arch")):
+        done = subprocess.run(
+            [str(venv), "-m", "buildtool.cli", "install", *args],
+            check=False,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 2 and missing in done.stderr and "fix:" in done.stderr, done.stderr
     assert installed(venv) is None
 
 

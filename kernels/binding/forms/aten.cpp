@@ -93,6 +93,15 @@ std::tuple<at::Tensor, at::Tensor> fwd(
   return Ops::fwd(q, k, v, cu_q, cu_k, options, kernel_args(module, entries, launch));
 }
 
+std::tuple<at::Tensor, at::Tensor> fwd_splitkv(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& cu_q,
+    const std::optional<at::Tensor>& cu_k, int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale,
+    bool causal, int64_t window_left, int64_t window_right, double softcap, int64_t num_splits,
+    c10::string_view module, c10::string_view entries, at::IntArrayRef launch) {
+  const Options options{max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap};
+  return Ops::fwd_splitkv(q, k, v, cu_q, cu_k, options, num_splits, kernel_args(module, entries, launch));
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(
     const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
     const at::Tensor& lse, const std::optional<at::Tensor>& cu_q, const std::optional<at::Tensor>& cu_k,
@@ -109,4 +118,5 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(
 TORCH_LIBRARY_IMPL(fa_attn, CUDA, m) {
   m.impl("fwd", &fa_binding::fwd);
   m.impl("bwd", &fa_binding::bwd);
+  m.impl("fwd_splitkv", &fa_binding::fwd_splitkv);
 }

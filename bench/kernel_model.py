@@ -1,0 +1,318 @@
+"""A static cost model of the kernels, read from their SASS: no GPU, no timing.
+
+    python bench/kernel_model.py                          # today's default units, sm 8.0 / 8.6 / 9.0
+    python bench/kernel_model.py --before ffc809d         # side by side with the kernels of a git revision
+    python bench/kernel_model.py --arch 9.0 --head-dim 128 --json out.json
+
+For each unit's main entry (fa_fwd, fa_bwd, fa_fwd_splitkv) this compiles the unit with a pinned NVRTC
+(buildtool, CUDA 12 by default), disassembles the cubin with nvdisasm from NVIDIA's PyPI wheel (pinned
+by file and sha256 below, fetched once into the tool cache) and counts, over the entry's code:
+  mma       tensor-core steps, as m16n8k16 equivalents (sm75's HMMA.1688 counts half)
+  ldsm/mma  bytes ldmatrix reads per mma (x4: 512 B, x2: 256 B per warp)
+  smem/mma  all shared-memory bytes a warp moves per mma (ldmatrix, loads, stores; not cp.async fills)
+  red       global atomic instructions and their width (F32 or the sm90 vector F32x2)
+and, from ptxas (-v): registers, spills; from the usual occupancy rules (bench/kernel_resources.py):
+blocks per SM. The counts are static (each instruction once), which is the steady state of the key loop
+because the loop bodies are fully unrolled and dominate the code.
+
+dQ atomics (backward): per query block step of fa_bwd a block adds block_m x d floats into dq_accum.
+Added straight from the mma fragments one float at a time, each warp instruction touches 8 sectors
+using 16 of their 32 bytes; as sm90 vector pairs, or staged through shared memory so that a warp's
+lanes add 32 consecutive floats, every sector is used whole. `dq sect/MFLOP` = sectors per step over
+the step's 10 * block_m * block_n * d FLOPs (five GEMMs), per million.
+
+The FA2 rows are FlashAttention-2's published tile shapes (flash_fwd_launch_template.h,
+flash_bwd_launch_template.h) run through the same arithmetic (fwd: Q and K/V fragments re-read from
+shared memory, P in registers; bwd: dQ added per element from the fragments), not its SASS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import ModuleType
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+import kernel_resources  # bench/ is not a package: found through sys.path
+
+from buildtool.build import toolkits
+from buildtool.build.nvrtc import open_nvrtc, parse_resource_usage
+from buildtool.core import cache, fetch
+
+# nvdisasm from NVIDIA's PyPI wheel (x86_64 Linux). CUDA 13's nvdisasm reads the cubins of every arch
+# fa builds (sm 7.5 and up) and both ELF ABIs.
+NVDISASM_PACKAGE = "nvidia-cuda-nvdisasm"
+NVDISASM_FILE = "nvidia_cuda_nvdisasm-13.2.86-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl"
+NVDISASM_SHA256 = "53606e719ecae07a2335f95902d5a1393a0cc1c317499ee7ffcf628a44385f2c"
+NVDISASM_MEMBER = "nvidia/cu13/bin/nvdisasm"
+
+MAIN_ENTRIES = {"fwd": "fa_fwd", "bwd": "fa_bwd", "splitkv": "fa_fwd_splitkv"}
+LDSM_BYTES = {"4": 512, "2": 256, "1": 128}  # per warp instruction
+
+
+def nvdisasm() -> Path:
+    """The pinned nvdisasm, fetched and hash-checked once into the tool cache."""
+    root = cache.cache_dir() / "tools" / NVDISASM_FILE.removesuffix(".whl")
+    exe = root / "nvdisasm"
+    if exe.is_file():
+        return exe
+    root.mkdir(parents=True, exist_ok=True)
+    page_url = f"{fetch.simple_index()}/{NVDISASM_PACKAGE}/"
+    page = fetch.read_url(page_url).decode(errors="replace")
+    urls = [h.split("#", 1)[0] for h in re.findall(r'href="([^"]+)"', page) if NVDISASM_FILE in h]
+    if not urls:
+        raise SystemExit(f"kernel_model: {NVDISASM_FILE} is not listed on {page_url}")
+    wheel = fetch.download(urls[0], root / NVDISASM_FILE, NVDISASM_SHA256)
+    with zipfile.ZipFile(wheel) as zf:
+        tmp = root / "nvdisasm.tmp"
+        tmp.write_bytes(zf.read(NVDISASM_MEMBER))
+    tmp.chmod(tmp.stat().st_mode | stat.S_IXUSR)
+    os.replace(tmp, exe)
+    wheel.unlink()
+    return exe
+
+
+@dataclass(frozen=True)
+class Model:
+    """The counts of one unit's main entry on one arch."""
+
+    rev: str  # "tree", or the git revision the sources came from
+    unit: str
+    tile: str
+    arch: str
+    entry: str
+    head_dim: int
+    registers: int
+    spills: int  # bytes stored + loaded
+    blocks_per_sm: int
+    mma: float
+    ldsm_per_mma: float
+    smem_per_mma: float
+    red: int
+    red_width: int  # floats per atomic instruction (0: none)
+    dq_sectors_per_mflop: float  # backward only, else 0
+
+
+def _sass_counts(sass: str, entry: str) -> dict[str, float]:
+    """Instruction counts of one function of nvdisasm's output."""
+    body = sass.split(f".text.{entry}:", 1)[1].split("//----", 1)[0]
+    c = {"mma": 0.0, "ldsm": 0.0, "lds": 0.0, "sts": 0.0, "red": 0.0, "red_width": 0.0}
+    for line in body.splitlines():
+        m = re.search(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.x]+)", line)
+        if not m:
+            continue
+        op = m.group(1)
+        if op.startswith("HMMA."):
+            c["mma"] += 0.5 if ".1688." in op else 1.0
+        elif op.startswith("LDSM."):
+            c["ldsm"] += LDSM_BYTES[op.rsplit(".", 1)[1]]
+        elif op.startswith(("LDS", "STS")) and not op.startswith("LDSM"):
+            width = re.search(r"\.(32|64|128)\b", op)
+            nbytes = 32 * (int(width.group(1)) // 8 if width else 4)  # per warp
+            c["lds" if op.startswith("LDS") else "sts"] += nbytes
+        elif op.startswith(("RED", "ATOMG", "ATOM.")) and ".ADD.F32" in op:
+            c["red"] += 1
+            c["red_width"] = 2.0 if "F32x2" in op else 4.0 if "F32x4" in op else 1.0
+    return c
+
+
+def _dq_sectors_per_mflop(tile: dict[str, int], head_dim: int, whole_sectors: bool) -> float:
+    floats = tile["FA_BLOCK_M"] * head_dim
+    sectors = floats * 4 / (32 if whole_sectors else 16)
+    flops = 10 * tile["FA_BLOCK_M"] * tile["FA_BLOCK_N"] * head_dim
+    return sectors / flops * 1e6
+
+
+def model_units(
+    tiles: ModuleType, csrc: Path, rev: str, archs: list[str], head_dims: list[int], cuda: int
+) -> list[Model]:
+    nvrtc = open_nvrtc(str(toolkits.nvrtc_lib_dir(cuda)))
+    headers = {p.name: p.read_text() for p in sorted(csrc.iterdir()) if p.suffix in (".h", ".cuh")}
+    exe = nvdisasm()
+    out = []
+    for arch in archs:
+        for u in tiles.units(arch):
+            entry = MAIN_ENTRIES.get(u.direction)
+            if (
+                entry is None
+                or u.head_dim not in head_dims
+                or u.dtype != ("fp16" if arch == "7.5" else "bf16")
+            ):
+                continue
+            options = [
+                *tiles.nvrtc_options(arch),
+                *(f"-D{k}={v}" for k, v in u.defines.items()),
+                "-Xptxas=-v",
+            ]
+            compiled = nvrtc.compile(
+                (csrc / Path(u.source).name).read_text(),
+                u.source,
+                "sm_" + arch.replace(".", ""),
+                options,
+                headers,
+            )
+            usage = {r.kernel: r for r in parse_resource_usage(compiled.log)}[entry]
+            with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+                f.write(compiled.image)
+                f.flush()
+                sass = subprocess.run(
+                    [str(exe), "-c", f.name], capture_output=True, text=True, check=True
+                ).stdout
+            c = _sass_counts(sass, entry)
+            launch = u.entries[entry]
+            mma = c["mma"] or 1.0
+            whole = c["red_width"] >= 2 or u.defines.get("FA_DQ_SMEM", 0) == 1
+            tile_label = "m{FA_BLOCK_M}n{FA_BLOCK_N}w{FA_WARPS}".format(**u.defines)
+            tile_label += f"s{u.defines.get('FA_STAGES', 1)}"
+            tile_label += "q" if u.defines.get("FA_Q_IN_REGS") else ""
+            tile_label += "d" if u.defines.get("FA_DQ_SMEM") else ""
+            out.append(
+                Model(
+                    rev=rev,
+                    unit=u.name,
+                    tile=tile_label,
+                    arch=arch,
+                    entry=entry,
+                    head_dim=u.head_dim,
+                    registers=usage.registers,
+                    spills=usage.spill_stores + usage.spill_loads,
+                    blocks_per_sm=kernel_resources.blocks_per_sm(
+                        arch, launch.threads, usage.registers, launch.smem_bytes + usage.static_smem
+                    ),
+                    mma=c["mma"],
+                    ldsm_per_mma=round(c["ldsm"] / mma, 1),
+                    smem_per_mma=round((c["ldsm"] + c["lds"] + c["sts"]) / mma, 1),
+                    red=int(c["red"]),
+                    red_width=int(c["red_width"]),
+                    dq_sectors_per_mflop=round(_dq_sectors_per_mflop(u.defines, u.head_dim, whole), 1)
+                    if u.direction == "bwd"
+                    else 0.0,
+                )
+            )
+    return out
+
+
+# FlashAttention-2's sm80 (A100) and sm90 (H100) tiles at head dims 64/128/256: (block_m, block_n, warps).
+FA2_TILES = {
+    ("fwd", 64): (128, 128, 4),
+    ("fwd", 128): (128, 64, 4),
+    ("fwd", 256): (128, 64, 8),  # A100; H100 runs 64 x 64 x 4 for two blocks per SM
+    ("bwd", 64): (128, 128, 8),
+    ("bwd", 128): (64, 128, 8),
+    ("bwd", 256): (64, 64, 8),
+}
+
+
+def fa2_row(direction: str, head_dim: int) -> dict[str, object] | None:
+    tile = FA2_TILES.get((direction, head_dim))
+    if tile is None:
+        return None
+    bm, bn, warps = tile
+    row: dict[str, object] = {"tile": f"m{bm}n{bn}w{warps}"}
+    if direction == "fwd":
+        mt = bm // warps // 16  # m-tiles per warp
+        s_bytes = head_dim // 16 * (mt * 512 + bn // 16 * 512)
+        s_mma = head_dim // 16 * mt * bn // 8
+        pv_bytes = bn // 16 * head_dim // 16 * 512
+        pv_mma = bn // 16 * mt * head_dim // 8
+        row["ldsm_per_mma"] = round((s_bytes + pv_bytes) / (s_mma + pv_mma), 1)
+    else:
+        row["dq_sectors_per_mflop"] = round(
+            _dq_sectors_per_mflop({"FA_BLOCK_M": bm, "FA_BLOCK_N": bn}, head_dim, whole_sectors=False), 1
+        )
+    return row
+
+
+def _tiles_at(rev: str, dest: Path) -> tuple[ModuleType, Path]:
+    """kernels/tiles.py and kernels/csrc of a git revision, unpacked under dest."""
+    files = subprocess.run(
+        ["git", "-C", str(REPO), "ls-tree", "-r", "--name-only", rev, "kernels/csrc", "kernels/tiles.py"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    for name in files:
+        data = subprocess.run(
+            ["git", "-C", str(REPO), "show", f"{rev}:{name}"], capture_output=True, check=True
+        ).stdout
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        (dest / name).write_bytes(data)
+    spec = importlib.util.spec_from_file_location(f"_tiles_{rev}", dest / "kernels" / "tiles.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod, dest / "kernels" / "csrc"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--arch", action="append", help="arch like 9.0 (repeatable; default 8.0, 8.6, 9.0)")
+    ap.add_argument("--head-dim", type=int, action="append", help="head-dim buckets (default 64, 128, 256)")
+    ap.add_argument("--cuda", type=int, default=12, choices=(11, 12, 13), help="the NVRTC to compile with")
+    ap.add_argument("--before", metavar="REV", help="also model the kernels of this git revision")
+    ap.add_argument("--json", type=Path, help="write the rows here (default bench/results/kernel_model.json)")
+    args = ap.parse_args(argv)
+    archs = args.arch or ["8.0", "8.6", "9.0"]
+    head_dims = args.head_dim or [64, 128, 256]
+
+    sys.path.insert(0, str(REPO / "kernels"))
+    import tiles
+
+    rows = model_units(tiles, REPO / "kernels" / "csrc", "tree", archs, head_dims, args.cuda)
+    before: list[Model] = []
+    if args.before:
+        with tempfile.TemporaryDirectory() as tmp:
+            old_tiles, old_csrc = _tiles_at(args.before, Path(tmp))
+            before = model_units(old_tiles, old_csrc, args.before, archs, head_dims, args.cuda)
+
+    key = {(m.arch, m.unit): m for m in before}
+    head = (
+        f"{'arch':>4} {'unit':<18} {'':<7} {'tile':<14} {'regs':>4} {'spill':>5} {'blk/SM':>6} {'mma':>5} "
+        f"{'ldsm/mma':>8} {'smem/mma':>8} {'red':>4} {'x':>1} {'dq sect/MFLOP':>13}"
+    )
+    print(head)
+    print("-" * len(head))
+
+    def line(m: Model, who: str) -> str:
+        red = f"{m.red:>4} {m.red_width:>1}" if m.red else f"{'-':>4} {'':>1}"
+        dq = f"{m.dq_sectors_per_mflop:>13}" if m.dq_sectors_per_mflop else f"{'-':>13}"
+        return (
+            f"{m.arch:>4} {m.unit:<18} {who:<7} {m.tile:<14} {m.registers:>4} {m.spills:>5} {m.blocks_per_sm:>6} "
+            f"{m.mma:>5.0f} {m.ldsm_per_mma:>8} {m.smem_per_mma:>8} {red} {dq}"
+        )
+
+    for m in rows:
+        old = key.get((m.arch, m.unit))
+        if old:
+            print(line(old, "before"))
+        print(line(m, "after"))
+        fa2 = fa2_row(m.unit.split("_")[0], m.head_dim) if m.arch in ("8.0", "9.0") else None
+        if fa2:
+            ldsm = fa2.get("ldsm_per_mma", "-")
+            dq = fa2.get("dq_sectors_per_mflop", "-")
+            print(
+                f"{m.arch:>4} {m.unit:<18} {'FA2':<7} {fa2['tile']:<14} {'':>4} {'':>5} {'':>6} {'':>5} "
+                f"{ldsm:>8} {'':>8} {'':>4} {'':>1} {dq:>13}"
+            )
+    out = args.json or REPO / "bench" / "results" / "kernel_model.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps([asdict(m) for m in before + rows], indent=1) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""The typer application behind `fa` (buildtool/cli.py): a group whose commands are loaded by name
+from cli.COMMANDS when they run or when help lists them, the `--version` option, and the one place
+an FaError becomes its message and exit code."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.metadata
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import typer.core
+import typer.main
+
+from buildtool import cli
+from buildtool.errors import EXIT_FAILED, FaError
+
+
+@functools.cache
+def _load(name: str) -> Any:
+    """The click command of `name`: its module's register() on an app of its own."""
+    module = importlib.import_module(f"buildtool.commands.{cli.COMMANDS[name]}")
+    own = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    own.callback()(lambda: None)  # a group even with one command, so the command is taken by name
+    module.register(own)
+    return typer.main.get_command(own).get_command(None, name)  # type: ignore[attr-defined,arg-type]
+
+
+class _Commands(typer.core.TyperGroup):
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(cli.COMMANDS)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        return _load(cmd_name) if cmd_name in cli.COMMANDS else None
+
+    def invoke(self, ctx: Any) -> Any:  # a click Context (typer vendors click from 0.29 on)
+        try:
+            status = super().invoke(ctx)
+        except FaError as error:
+            cli.print_error(error)
+            raise typer.Exit(error.exit_code) from None
+        if isinstance(status, int) and not isinstance(status, bool) and status:
+            raise typer.Exit(status)
+        return status
+
+
+def _print_version(value: bool) -> None:
+    if not value:
+        return
+    where = Path(cli.__file__).resolve().parent
+    try:
+        typer.echo(f"fa {importlib.metadata.version(cli.DISTRIBUTION)} from {where}")
+    except importlib.metadata.PackageNotFoundError:
+        typer.echo(
+            f"fa: {cli.DISTRIBUTION} is not installed (running from {where}); `pip install .` installs it"
+        )
+        raise typer.Exit(EXIT_FAILED) from None
+    raise typer.Exit()
+
+
+@functools.cache
+def make_app() -> typer.Typer:
+    app = typer.Typer(cls=_Commands, no_args_is_help=True, pretty_exceptions_enable=False)
+
+    @app.callback()
+    def main(
+        version: Annotated[
+            bool,
+            typer.Option(
+                "--version", callback=_print_version, is_eager=True, help="Show fa's version and exit."
+            ),
+        ] = False,
+    ) -> None:
+        """Build, choose and install fused attention kernels for PyTorch."""
+
+    return app

@@ -1,0 +1,186 @@
+"""The stable-ABI binding, built once against the floor's headers (torch 2.10 from PyPI, by HTTP range) as
+`fa build` builds it, loads into the torch installed here (a later minor), registers the CUDA kernels of
+both operators, and references nothing of torch but its C shim. bench/stable_abi_proof.py does the same
+across fresh venvs of several torch minors, and for aarch64 under qemu-user."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from buildtool.build import binding, torch_headers
+from buildtool.build.pypi import fetch_torch_catalog
+from buildtool.core import binding_forms, cpus
+from buildtool.core.runtime import versions
+
+KERNELS = Path(__file__).resolve().parents[2] / "kernels"
+FLOOR = binding_forms.STABLE_ABI_MIN
+
+pytestmark = [pytest.mark.slow, pytest.mark.network]
+
+
+def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, **kw)
+    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout}\n{proc.stderr[-4000:]}"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def floor_headers() -> torch_headers.Headers:
+    build = fetch_torch_catalog().minors[FLOOR].builds[cpus.host()]
+    return torch_headers.headers_for(build.oldest, build.header_source)
+
+
+@pytest.fixture(scope="module")
+def stable_lib(floor_headers: torch_headers.Headers) -> Path:
+    return binding.build_binding(floor_headers, True, KERNELS, stable_floor=FLOOR).path
+
+
+@pytest.fixture(scope="module")
+def cpu_key_lib(floor_headers: torch_headers.Headers, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same sources registered under the CPU key, so CPU tensors reach the operators' code."""
+    out = tmp_path_factory.mktemp("cpu-key") / "libfa_attn_ops.so"
+    stubs = binding.stub_dir()
+    sources = [str(p) for p in binding.sources(KERNELS, binding_forms.STABLE) if p.suffix == ".cpp"]
+    flags = binding.flags(floor_headers, True, KERNELS, FLOOR)
+    run(
+        [
+            *binding.compiler(),
+            *flags,
+            "-DFA_BINDING_DISPATCH_KEY=CPU",
+            *sources,
+            "-o",
+            str(out),
+            f"-L{stubs}",
+            "-Wl,--no-as-needed",
+            "-l:libtorch_cpu.so",
+            "-Wl,--as-needed",
+            "-ldl",
+        ]
+    )
+    return out
+
+
+def undefined_from_torch(lib: Path) -> set[str]:
+    """Undefined, non-weak dynamic symbols bound to no symbol version: the ones torch's libraries (which
+    version nothing) must provide. GLIBC_/GLIBCXX_/CXXABI_ ones come from the system."""
+    text = run(["readelf", "--dyn-syms", "-W", str(lib)]).stdout
+    names = set()
+    for line in text.splitlines():
+        parts = line.split()
+        symbol = len(parts) >= 8 and parts[0].rstrip(":").isdigit()
+        if symbol and parts[6] == "UND" and parts[4] != "WEAK" and "@" not in parts[7]:
+            names.add(parts[7])
+    return names
+
+
+def test_links_only_torchs_c_shim(stable_lib: Path) -> None:
+    needed = run(["readelf", "-d", str(stable_lib)]).stdout
+    names = {line.split("[")[1].rstrip("]") for line in needed.splitlines() if "(NEEDED)" in line}
+    assert "libtorch_cpu.so" in names and "libc10.so" not in names
+    assert not any("cuda" in n or "python" in n for n in names), names
+    from_torch = undefined_from_torch(stable_lib)
+    mangled = sorted(s for s in from_torch if s.startswith("_Z"))
+    assert not mangled, f"C++ symbols of torch (ATen/c10) referenced: {mangled[:5]}"
+    assert from_torch and all(s.startswith(("aoti_torch_", "torch_")) for s in from_torch), sorted(from_torch)
+    assert "torch_library_impl" in from_torch  # the 2.10 registration entry point (TORCH_TARGET_VERSION)
+
+
+def test_loads_into_this_torch_with_cuda_kernels_registered(stable_lib: Path) -> None:
+    script = textwrap.dedent(f"""
+        import torch, fa_attn
+        has = torch._C._dispatch_has_kernel_for_dispatch_key
+        torch.ops.load_library({str(stable_lib)!r})
+        for op in ("fa_attn::fwd", "fa_attn::fwd_splitkv", "fa_attn::bwd"):
+            assert has(op, "CUDA") and has(op, "Meta") and not has(op, "CPU"), op
+        q = torch.zeros(1, 4, 2, 8, dtype=torch.float16)
+        try:
+            torch.ops.fa_attn.fwd(q, q, q, None, None, 4, 4, 0.3, False, -1, -1, 0.0, "m", "fa_fwd",
+                                  [8, 128, 64, 64, 0, 0], "", "", [])
+        except NotImplementedError as err:
+            assert "CPU" in str(err)
+        else:
+            raise AssertionError("a CPU call must not reach the CUDA kernels")
+        print("ok", torch.__version__)
+    """)
+    proc = run([sys.executable, "-c", script], env=dict(os.environ, PYTHONPATH=str(KERNELS)))
+    assert proc.stdout.startswith("ok")
+
+
+def test_every_argument_boxes_and_the_checks_run(cpu_key_lib: Path) -> None:
+    """TORCH_BOX checks the argument count only when an op is called: call both, through the checks."""
+    script = textwrap.dedent(f"""
+        import torch, fa_attn
+        torch.ops.load_library({str(cpu_key_lib)!r})
+        launch = [8, 128, 64, 64, 0, 0]
+        def fwd(q, cu_q=None, cu_k=None):
+            return torch.ops.fa_attn.fwd(q, q, q, cu_q, cu_k, 4, 4, 0.3, False, -1, -1, 0.0, "m", "fa_fwd",
+                                         launch, "", "", [])
+        def expect(call, text):
+            try:
+                call()
+            except RuntimeError as err:
+                assert text in str(err) and str(err).startswith("fa_attn: "), str(err)
+            else:
+                raise AssertionError(text)
+        q16 = torch.zeros(1, 4, 2, 8, dtype=torch.float16)
+        expect(lambda: fwd(torch.zeros(1, 4, 2, 8)), "the kernels take fp16 or bf16, got float32")
+        expect(lambda: fwd(q16), "q must be a CUDA tensor")
+        expect(lambda: fwd(q16, cu_q=torch.zeros(2, dtype=torch.int32)), "pass both cu_seqlens_q and")
+        expect(lambda: torch.ops.fa_attn.fwd_splitkv(q16, q16, q16, None, None, 4, 4, 0.3, False, -1, -1, 0.0, 2,
+                                                     "m", "fa_fwd", launch), "q must be a CUDA tensor")
+        lse = torch.zeros(1, 2, 4)
+        expect(lambda: torch.ops.fa_attn.bwd(q16, q16, q16, q16, q16, lse, None, None, 4, 4, 0.3, False,
+                                             -1, -1, 0.0, "m", "fa_bwd", launch), "q must be a CUDA tensor")
+        print("ok")
+    """)
+    proc = run([sys.executable, "-c", script], env=dict(os.environ, PYTHONPATH=str(KERNELS)))
+    assert proc.stdout.strip() == "ok"
+
+
+def test_the_loader_takes_it_for_a_later_torch_and_warns_past_the_tested(
+    stable_lib: Path, tmp_path: Path
+) -> None:
+    import torch
+
+    pkg = tmp_path / "fa_attn"
+    shutil.copytree(KERNELS / "fa_attn", pkg, ignore=shutil.ignore_patterns("__pycache__", "manifest.json"))
+    shutil.copy(stable_lib, pkg / "libfa_attn_ops.so")
+    manifest = {
+        "schema": 1,
+        "schema_minor": 2,
+        "version": f"0.1.0+cu12torch{FLOOR}plus",
+        "variant": f"cu12torch{FLOOR}plus",
+        "cuda_major": 12,
+        "torch": FLOOR,
+        "cxx11abi": None,
+        "binding": "libfa_attn_ops.so",
+        "binding_form": "stable",
+        "torch_tested": [FLOOR],
+        "features": [],
+        "kernels": [],
+        "coverage": [],
+    }
+    (pkg / "manifest.json").write_text(json.dumps(manifest))
+    script = textwrap.dedent("""
+        import warnings, torch, fa_attn
+        from fa_attn import loader
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert loader.load_binding() is None, loader.load_binding()
+        assert torch._C._dispatch_has_kernel_for_dispatch_key("fa_attn::bwd", "CUDA")
+        (w,) = [w for w in caught if issubclass(w.category, fa_attn.FaUntestedTorchWarning)]
+        assert "torch-newer-than-tested" in str(w.message), str(w.message)
+        print("ok")
+    """)
+    # CI's torch (2.13) is newer than the floor, the only minor this manifest says was tested
+    assert versions.torch_version(torch.__version__) > versions.torch_version(FLOOR)
+    proc = run([sys.executable, "-c", script], env=dict(os.environ, PYTHONPATH=str(tmp_path)), cwd=tmp_path)
+    assert proc.stdout.strip() == "ok"
