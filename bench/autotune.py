@@ -53,6 +53,7 @@ for _p in (HERE, REPO / "tests" / "gpu", REPO / "tests" / "emu", REPO / "kernels
         sys.path.insert(0, str(_p))
 
 import tile_compile
+import tiles  # kernels/ is on sys.path above
 from tile_compile import Candidate
 
 PRIORITY_DIMS = (128, 64, 256)  # the benchmark's head dims: tuned first, at every seqlen
@@ -62,21 +63,32 @@ SLOW = 1.5  # slower than the default by this at the first shape: not timed furt
 RESULTS, PATCH = "autotune.json", "tiles.patch"
 
 
+DECODE_BATCH = 8  # the split-KV forward is timed at decode: one query row per sequence
+SM_COUNT_DRY = 132  # an H100's multiprocessors, for the dry run's split counts
+
+
 @dataclasses.dataclass(frozen=True)
 class TimedShape:
     batch: int
-    seqlen: int
+    seqlen_q: int
+    seqlen_k: int
     heads: int
     causal: bool
 
 
-def timing_shapes(head_dim: int, dry_run: bool) -> list[TimedShape]:
-    """Where a candidate is timed, the largest first (the early-out compares there)."""
-    if dry_run:
-        return [TimedShape(1, 96, 2, False)]
-    seqlens = (8192, 4096, 2048, 1024) if head_dim in PRIORITY_DIMS else (8192, 2048)
+def timing_shapes(direction: str, head_dim: int, dry_run: bool) -> list[TimedShape]:
+    """Where a candidate is timed, the largest first (the early-out compares there): the benchmark's
+    shapes (16k tokens, hidden 2048), or decode shapes for the split-KV forward."""
     heads = max(1, HIDDEN // head_dim)
-    return [TimedShape(max(1, TOKENS // s), s, heads, causal) for causal in (False, True) for s in seqlens]
+    if direction == "splitkv":
+        if dry_run:
+            return [TimedShape(1, 1, 300, 2, False)]
+        lengths = (16384, 4096) if head_dim in PRIORITY_DIMS else (8192,)
+        return [TimedShape(DECODE_BATCH, 1, s, heads, False) for s in lengths]
+    if dry_run:
+        return [TimedShape(1, 96, 96, 2, False)]
+    seqlens = (8192, 4096, 2048, 1024) if head_dim in PRIORITY_DIMS else (8192, 2048)
+    return [TimedShape(max(1, TOKENS // s), s, s, heads, causal) for causal in (False, True) for s in seqlens]
 
 
 def gate_cases(c: Candidate) -> list[Any]:
@@ -98,6 +110,7 @@ class CandidateRunner:
         self.dry_run = dry_run
         self.first_ms: dict[str, float] = {}  # key -> the default's time at the first shape
         self.inputs: dict[tuple, dict[str, Any]] = {}
+        self.sm_count: int | None = None
 
     def runner(self, c: Candidate) -> Any:
         import unit_check
@@ -125,7 +138,7 @@ class CandidateRunner:
                 return out
             out["resources"] = runner.resources()
             out["timings"] = []
-            for shape in timing_shapes(c.head_dim, self.dry_run):
+            for shape in timing_shapes(c.direction, c.head_dim, self.dry_run):
                 ms = self.time(runner, c, shape)
                 out["timings"].append({**dataclasses.asdict(shape), "ms": round(ms, 5)})
                 if len(out["timings"]) == 1:
@@ -167,13 +180,28 @@ class CandidateRunner:
             runner.dev.module.drv.synchronize()
         return statistics.median(ts)
 
-    @staticmethod
-    def _prepare(dev: Any, launch: Any, c: Candidate, call: Any, t: dict[str, Any]) -> Any:
+    def _prepare(self, dev: Any, launch: Any, c: Candidate, call: Any, t: dict[str, Any]) -> Any:
         import kernel_launch as kl
 
         if c.direction == "fwd":
             return kl.prepare_forward(dev, call)
+        if c.direction == "splitkv":
+            return kl.prepare_forward_splitkv(dev, launch, call, self.splits(c, call))
         return kl.prepare_backward(dev, launch, call, t["out"], t["lse"], t["dout"])
+
+    def splits(self, c: Candidate, call: Any) -> int:
+        """The runtime's split count for this call and tile (fa_attn/decision.py num_splits)."""
+        from buildtool.core.runtime import decision
+
+        if self.sm_count is None:
+            import torch
+
+            self.sm_count = (
+                SM_COUNT_DRY if self.dry_run else torch.cuda.get_device_properties(0).multi_processor_count
+            )
+        b, sq, h, _ = call.q.shape
+        tile = c.tile()
+        return decision.num_splits(b, h, sq, call.k.shape[1], tile.block_m, tile.block_n, self.sm_count)
 
     def _inputs(self, c: Candidate, shape: TimedShape, device: str) -> dict[str, Any]:
         """Random inputs for a shape (kept for the next candidate of the key), and for the backward
@@ -184,9 +212,18 @@ class CandidateRunner:
         if key not in self.inputs:
             self.inputs = {k: v for k, v in self.inputs.items() if k[:2] == key[:2]}  # free other keys'
             dtype = torch.bfloat16 if c.dtype == "bf16" else torch.float16
-            gen = torch.Generator(device=device).manual_seed(shape.seqlen + shape.causal)
-            size = (shape.batch, shape.seqlen, shape.heads, c.head_dim)
-            q, k, v, dout = (torch.randn(size, generator=gen, device=device).to(dtype) for _ in range(4))
+            gen = torch.Generator(device=device).manual_seed(shape.seqlen_k + shape.causal)
+
+            def rand(rows: int) -> Any:
+                size = (shape.batch, rows, shape.heads, c.head_dim)
+                return torch.randn(size, generator=gen, device=device).to(dtype)
+
+            q, k, v, dout = (
+                rand(shape.seqlen_q),
+                rand(shape.seqlen_k),
+                rand(shape.seqlen_k),
+                rand(shape.seqlen_q),
+            )
             t = {"q": q, "k": k, "v": v, "dout": dout}
             if c.direction == "bwd":
                 from attn_reference import out_lse_by_heads
@@ -210,7 +247,10 @@ def _geomean(xs: list[float]) -> float:
 
 
 def _ms(r: dict) -> dict[tuple, float]:
-    return {(t["batch"], t["seqlen"], t["heads"], t["causal"]): t["ms"] for t in r.get("timings", [])}
+    return {
+        (t["batch"], t["seqlen_q"], t["seqlen_k"], t["heads"], t["causal"]): t["ms"]
+        for t in r.get("timings", [])
+    }
 
 
 def relative_scores(results: list[dict]) -> dict[str, dict[str, float]]:
@@ -319,7 +359,6 @@ def _candidate(record: dict) -> Candidate:
 def write_outputs(payload: dict, out_dir: Path) -> None:
     """autotune.json, the winners table on stdout, and tiles.patch when a table entry changes."""
     import tile_patch
-    import tiles
 
     results = payload["candidates"]
     payload["winners"] = winners(results)
@@ -386,7 +425,7 @@ def prepare_images(
                 f"{str(index.get('image_source_sha256'))[:12]}, this is sm {cands[0].arch} at {ours[:12]}"
             )
         else:
-            image_dir = args.images
+            image_dir = tile_compile.cubin_dir(args.images, scratch.parent / "carried")
             compiled = {_candidate(c).id: c["compiled"] for c in index["candidates"]}
             how.append(f"{len(compiled)} candidates from --images {args.images} (NVRTC {index.get('nvrtc')})")
     todo = [c for c in cands if c.id not in compiled]
@@ -424,11 +463,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="where autotune.json and tiles.patch go (default $OUT)")
     ap.add_argument("--images", type=Path, help="cubins from bench/tile_compile.py (e.g. .carry/autotune)")
     ap.add_argument("--nvrtc-lib", type=Path, help="an NVRTC lib dir for the compiles made here")
-    ap.add_argument("--dtypes", nargs="+", default=["bf16", "fp16"], choices=("bf16", "fp16"))
+    ap.add_argument(
+        "--dtypes",
+        nargs="+",
+        default=["bf16"],
+        choices=("bf16", "fp16"),
+        help="tiles.py's tables are per family, not per dtype: bf16 alone decides (default)",
+    )
     ap.add_argument(
         "--head-dims", type=int, nargs="+", help="buckets, in order (default 128 64 256, then the rest)"
     )
-    ap.add_argument("--directions", nargs="+", default=["fwd", "bwd"], choices=("fwd", "bwd"))
+    ap.add_argument("--directions", nargs="+", default=list(tiles.DIRECTIONS), choices=tiles.DIRECTIONS)
     ap.add_argument(
         "--max-candidates", type=int, help="at most this many candidates per key (the default first)"
     )
@@ -452,9 +497,6 @@ def main(argv: list[str] | None = None) -> int:
         payload = json.loads(args.patch_from.read_text())
         write_outputs(payload, out_dir)
         return 0
-
-    import tiles
-
     t0 = time.monotonic()
     deadline = t0 + args.budget_s
     if args.dry_run:

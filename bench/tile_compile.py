@@ -20,7 +20,9 @@ import dataclasses
 import json
 import multiprocessing
 import os
+import shutil
 import sys
+import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,10 +33,13 @@ for _p in (REPO, REPO / "kernels"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
+import tiles  # kernels/ is on sys.path above
+
 from buildtool.build.nvrtc import NvrtcError, open_nvrtc, parse_resource_usage
 from buildtool.core.kernels_src import IMAGE_SOURCES, source_hash
 
 INDEX = "index.json"
+CUBINS = "cubins.tar.gz"  # pack()'s one file
 
 
 @dataclass(frozen=True)
@@ -64,21 +69,15 @@ class Candidate:
 
     def tile(self) -> Any:
         """The Tile object (its class is the default tile's: tiles.py decides the knobs)."""
-        import tiles
-
         cls = type(tiles.default_tile(self.arch, self.direction, self.head_dim))
         return cls(**self.fields)
 
     def unit(self) -> Any:
-        import tiles
-
         return tiles.unit(self.arch, self.direction, self.dtype, self.head_dim, self.tile())
 
 
 def candidates(arch: str, dtypes: list[str], head_dims: list[int], directions: list[str]) -> list[Candidate]:
     """Every candidate tiles.py offers, in the order given (the default of each key first)."""
-    import tiles
-
     family = tiles.arch_family(arch)
     if family is None:
         raise ValueError(f"--arch {arch}: kernels/tiles.py has no kernels for it")
@@ -109,8 +108,6 @@ def _compile_one(cand: Candidate, lib_dir: str, out_dir: str, kernels: str) -> C
     unit = cand.unit()
     root = Path(kernels)
     headers = {p.name: p.read_text() for p in sorted((root / "csrc").iterdir()) if p.suffix in (".h", ".cuh")}
-    import tiles
-
     options = [
         *tiles.nvrtc_options(cand.arch),
         *(f"-D{k}={v}" for k, v in sorted(unit.defines.items())),
@@ -209,18 +206,41 @@ def read_index(out_dir: Path) -> dict:
     return json.loads((out_dir / INDEX).read_text())
 
 
+def pack(out_dir: Path) -> Path:
+    """The cubins into one out_dir/cubins.tar.gz (a quarter of their size: what .carry/ sends)."""
+    tarball = out_dir / CUBINS
+    folders = sorted(p for p in out_dir.iterdir() if p.is_dir())
+    with tarfile.open(tarball, "w:gz") as tar:
+        for folder in folders:
+            tar.add(folder, arcname=folder.name)
+    for folder in folders:
+        shutil.rmtree(folder)
+    return tarball
+
+
+def cubin_dir(images: Path, scratch: Path) -> Path:
+    """Where the cubins of `images` (a --out of this script) are: itself, or its cubins.tar.gz unpacked
+    into `scratch`."""
+    tarball = images / CUBINS
+    if not tarball.is_file():
+        return images
+    with tarfile.open(tarball) as tar:
+        tar.extractall(scratch, filter="data")
+    return scratch
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arch", default="9.0")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--dtypes", nargs="+", default=["bf16", "fp16"])
+    ap.add_argument(
+        "--dtypes", nargs="+", default=["bf16"], help="default bf16 (tiles.py's tables are per family)"
+    )
     ap.add_argument("--head-dims", type=int, nargs="+", help="head-dim buckets (default: every bucket)")
-    ap.add_argument("--directions", nargs="+", default=["fwd", "bwd"], choices=("fwd", "bwd"))
+    ap.add_argument("--directions", nargs="+", default=list(tiles.DIRECTIONS), choices=tiles.DIRECTIONS)
     ap.add_argument("--nvrtc-lib", type=Path, help="an NVRTC lib dir (default: the pinned CUDA 13 one)")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args(argv)
-    import tiles
-
     lib_dir = args.nvrtc_lib
     if lib_dir is None:
         from buildtool.build import toolkits

@@ -3,8 +3,9 @@
 tiles.py keeps one default tile per (arch family, direction, head-dim bucket) in the `fwd=` and `bwd=`
 tables of FAMILIES (docs/contracts.md section 2). `patch_text` rewrites the entries of the buckets
 whose winner differs, each as the table writes tiles (`_T(128, 64, 8)`: the module's alias of the
-tile class, the dataclass fields in order). A table the family shares with another (`bwd=_BWD_SM80`)
-becomes the family's own literal, so the other family keeps its tiles. The patched source is then
+tile class, the dataclass fields in order, trailing defaults left out). A table the family shares with
+another (`bwd=_BWD_SM80`) or computes (a dict comprehension) becomes the family's own literal, so any
+other family keeps its tiles. The patched source is then
 loaded as a module and every family's default_tile is compared with what was asked: the patch is
 returned only if exactly the winners changed. A table laid out otherwise raises PatchError, and the
 winners (autotune.json) are applied by hand.
@@ -56,11 +57,23 @@ def _family_call(tree: ast.Module, family: str) -> ast.Call:
     raise PatchError(f"tiles.py: no FAMILIES[{family!r}] = ArchFamily(...) literal to patch")
 
 
-def _module_dict(tree: ast.Module, name: str) -> ast.Dict:
-    value = _assigned(tree, name)
-    if not isinstance(value, ast.Dict):
-        raise PatchError(f"tiles.py: {name} is not a dict literal at module level")
-    return value
+def _own_literal(tree: ast.Module, value: ast.expr) -> ast.Dict | None:
+    """The dict literal of int buckets a family's table is, written inline or as a module-level name no
+    other family uses; None for anything else (shared, or computed)."""
+    if isinstance(value, ast.Name):
+        users = sum(
+            isinstance(kw.value, ast.Name) and kw.value.id == value.id
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+            for kw in node.keywords
+        )
+        assigned = _assigned(tree, value.id)
+        value = assigned if users == 1 and assigned is not None else value
+    if isinstance(value, ast.Dict) and all(
+        isinstance(k, ast.Constant) and isinstance(k.value, int) for k in value.keys
+    ):
+        return value
+    return None
 
 
 def _alias(tree: ast.Module, cls_name: str) -> str:
@@ -78,7 +91,13 @@ def _alias(tree: ast.Module, cls_name: str) -> str:
 
 
 def render(tile: Any, alias: str) -> str:
-    return f"{alias}({', '.join(str(getattr(tile, f.name)) for f in dataclasses.fields(tile))})"
+    """`_T(128, 64, 8)`: the fields in order, trailing ones at their defaults left out as tiles.py does."""
+    fields = dataclasses.fields(tile)
+    values = [getattr(tile, f.name) for f in fields]
+    n = len(fields)
+    while n and fields[n - 1].default is not dataclasses.MISSING and values[n - 1] == fields[n - 1].default:
+        n -= 1
+    return f"{alias}({', '.join(repr(v) for v in values[:n])})"
 
 
 def _offset(lines: list[str], lineno: int, col: int) -> int:
@@ -99,33 +118,28 @@ def patch_text(source: str, changes: Changes, tiles_module: Any) -> str:
         if kw is None:
             raise PatchError(f"tiles.py: FAMILIES[{family!r}] has no {direction}= table")
         alias = _alias(tree, type(next(iter(buckets.values()))).__name__)
-        if isinstance(kw.value, ast.Dict):
-            for key, value in zip(kw.value.keys, kw.value.values):
+        target = _own_literal(tree, kw.value)
+        if target is not None:  # the family's own dict literal: rewrite the changed entries in place
+            for key, value in zip(target.keys, target.values):
                 if isinstance(key, ast.Constant) and isinstance(key.value, int) and key.value in buckets:
                     start = _offset(lines, value.lineno, value.col_offset)
                     end = _offset(lines, value.end_lineno or value.lineno, value.end_col_offset or 0)
                     edits.append((start, end, render(buckets[key.value], alias)))
-            missing = set(buckets) - {k.value for k in kw.value.keys if isinstance(k, ast.Constant)}
+            missing = set(buckets) - {k.value for k in target.keys if isinstance(k, ast.Constant)}
             if missing:
                 raise PatchError(
                     f"tiles.py: {family} {direction}= has no entry for buckets {sorted(missing)}"
                 )
-        elif isinstance(kw.value, ast.Name):
-            # A shared table: give this family its own literal, the other users keep theirs.
-            _module_dict(tree, kw.value.id)  # it must be a literal we can read back
-            current = tiles_module.FAMILIES[family]
-            table = dict(getattr(current, direction))
+        else:
+            # A table shared with another family (`bwd=_BWD_SM80`) or computed (a comprehension, `{**a,
+            # ...}`): this family gets its own literal with the winners; the others keep theirs.
+            table = dict(getattr(tiles_module.FAMILIES[family], direction))
             table.update(buckets)
             indent = " " * (kw.col_offset + 4)
             body = "".join(f"{indent}{d}: {render(t, alias)},\n" for d, t in sorted(table.items()))
-            literal = "{\n" + body + " " * kw.col_offset + "}"
             start = _offset(lines, kw.value.lineno, kw.value.col_offset)
             end = _offset(lines, kw.value.end_lineno or kw.value.lineno, kw.value.end_col_offset or 0)
-            edits.append((start, end, literal))
-        else:
-            raise PatchError(
-                f"tiles.py: FAMILIES[{family!r}].{direction} is neither a dict literal nor a name"
-            )
+            edits.append((start, end, "{\n" + body + " " * kw.col_offset + "}"))
     out = source
     for start, end, text in sorted(edits, reverse=True):
         out = out[:start] + text + out[end:]

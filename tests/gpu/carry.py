@@ -6,8 +6,10 @@
 build makes, from this checkout:
   .carry/wheels-h100    fa build -m tests/gpu/device_matrix.yaml (SASS 9.0 + PTX compute_90, cu13, torch 2.11)
   .carry/wheels-turing  fa build -m tests/gpu/turing_matrix.yaml (only the 7.5 image: SASS + compute_75 PTX)
-  .carry/autotune       bench/tile_compile.py --arch 9.0: every candidate tile of every bucket, both dtypes,
-                        compiled by the pinned CUDA 13 NVRTC; those that spill registers are left out
+  .carry/autotune       bench/tile_compile.py --arch 9.0: every candidate tile of every direction and
+                        bucket in bf16 (tiles.py's tables are per family, not per dtype), compiled by
+                        the pinned CUDA 13 NVRTC; those that spill registers are left out; the cubins
+                        packed into cubins.tar.gz beside index.json
 The device machine cannot build or download, and runs what is in .carry/, not the source tree: run
 build again after any change under kernels/ (the candidates are compiled again only when csrc/ or
 tiles.py changed). check refuses wheels or cubins built from other sources (the manifest's
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -60,15 +63,22 @@ def build(autotune: bool) -> int:
     if autotune and _cubins_current():
         print("   autotune: .carry/autotune was compiled from these csrc/ and tiles.py: kept", flush=True)
     elif autotune:
-        cmd = [sys.executable, str(REPO / "bench" / "tile_compile.py"), "--arch", "9.0"]
-        cmd += ["--out", str(CARRY / "autotune")]
+        out = CARRY / "autotune"
+        shutil.rmtree(out, ignore_errors=True)  # old cubins would ride along unused
+        cmd = [sys.executable, str(REPO / "bench" / "tile_compile.py"), "--arch", "9.0", "--out", str(out)]
         print(f"$ {' '.join(cmd)}", flush=True)
         t0 = time.monotonic()
-        _clear_cubins(CARRY / "autotune")
         if subprocess.run(cmd, cwd=REPO, check=False).returncode != 0:
             print("carry: compiling the autotuner's candidates failed (see above)", file=sys.stderr)
             return 1
-        print(f"   autotune: {time.monotonic() - t0:.0f}s", flush=True)
+        sys.path.insert(0, str(REPO / "bench"))
+        import tile_compile
+
+        tarball = tile_compile.pack(out)
+        print(
+            f"   autotune: {time.monotonic() - t0:.0f}s; {tarball.stat().st_size / 2**20:.1f} MiB packed",
+            flush=True,
+        )
     return check()
 
 
@@ -82,13 +92,6 @@ def _cubins_current() -> bool:
     return data.get("arch") == "9.0" and data.get("image_source_sha256") == source_hash(
         REPO / "kernels", IMAGE_SOURCES
     )
-
-
-def _clear_cubins(folder: Path) -> None:
-    """Old cubins would ride along unused (and count against the limit)."""
-    if folder.is_dir():
-        for p in folder.rglob("*.cubin"):
-            p.unlink()
 
 
 def tree_bytes() -> int:

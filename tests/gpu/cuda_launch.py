@@ -16,7 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from kernel_launch import Call, EntryLaunch, FaParams, UnitLaunch, backward, forward, sum_groups
+from kernel_launch import (
+    Call,
+    EntryLaunch,
+    FaParams,
+    UnitLaunch,
+    backward,
+    forward,
+    forward_splitkv,
+    sum_groups,
+)
 
 _DEFAULT_SMEM_LIMIT = 48 * 1024  # above this a kernel must opt in (launch.cpp kDefaultSmemLimit)
 _ATTR_MAX_DYNAMIC_SMEM = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
@@ -181,6 +190,14 @@ def load(path: Path | str, drv: CudaDriver | None = None) -> CudaModule:
 def run_forward(dev: CudaDevice, unit: UnitLaunch, call: Call) -> tuple[torch.Tensor, torch.Tensor]:
     out, lse = forward(dev, unit, call)
     dev.module.drv.synchronize()  # a launch's own error surfaces here, named
+    return out, lse
+
+
+def run_forward_splitkv(
+    dev: CudaDevice, unit: UnitLaunch, call: Call, num_splits: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    out, lse = forward_splitkv(dev, unit, call, num_splits)
+    dev.module.drv.synchronize()
     return out, lse
 
 

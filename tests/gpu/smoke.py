@@ -110,9 +110,9 @@ def runnable_kernels(manifest: dict, arch: str, images: list[str]) -> list[dict]
         key = (k["image"], k["unit"])
         if key not in best or _arch(best[key]["arch"]) < a:
             best[key] = k
-    order = {"fwd": 0, "bwd": 1}
+    order = {"fwd": 0, "splitkv": 1, "bwd": 2}
     return sorted(
-        best.values(), key=lambda k: (k["image"], order.get(k["direction"], 2), k["dtype"], k["head_dim"])
+        best.values(), key=lambda k: (k["image"], order.get(k["direction"], 3), k["dtype"], k["head_dim"])
     )
 
 

@@ -32,6 +32,8 @@ class UnitRunner(Protocol):
 
     def forward(self, call: Call) -> tuple[torch.Tensor, torch.Tensor]: ...
 
+    def forward_splitkv(self, call: Call, num_splits: int) -> tuple[torch.Tensor, torch.Tensor]: ...
+
     def backward(
         self, call: Call, out: torch.Tensor, lse: torch.Tensor, dout: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
@@ -55,6 +57,9 @@ class GpuUnit:
 
     def forward(self, call: Call) -> tuple[torch.Tensor, torch.Tensor]:
         return self._cuda.run_forward(self.dev, self.launch, call)
+
+    def forward_splitkv(self, call: Call, num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._cuda.run_forward_splitkv(self.dev, self.launch, call, num_splits)
 
     def backward(
         self, call: Call, out: torch.Tensor, lse: torch.Tensor, dout: torch.Tensor
@@ -80,6 +85,9 @@ class EmulatedUnit:
     def forward(self, call: Call) -> tuple[torch.Tensor, torch.Tensor]:
         return self._emu.forward(self.lib, call)
 
+    def forward_splitkv(self, call: Call, num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._emu.forward_splitkv(self.lib, call, num_splits)
+
     def backward(
         self, call: Call, out: torch.Tensor, lse: torch.Tensor, dout: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -89,15 +97,19 @@ class EmulatedUnit:
         return {}
 
 
+SPLITS = 3  # the split-KV checks' key shares: more than one, not dividing the key blocks evenly
+
+
 def measure(runner: UnitRunner, direction: str, case: Case) -> list[Fa2Error]:
-    """Every output of one run against the fp32 reference: out and lse, or dq, dk and dv."""
+    """Every output of one run against the fp32 reference: out and lse (fwd, and splitkv with SPLITS
+    shares of the keys), or dq, dk and dv (bwd)."""
     q, k, v, dout = random_case_tensors(case, torch.device(runner.device))
     call = Call(q, k, v, causal=case.causal)
     qr, kr, vr = (t.clone().requires_grad_() for t in (q, k, v))
     out_ref, lse_ref = attention_ref(qr, kr, vr, case.causal)
     out_low, _ = attention_ref(qr, kr, vr, case.causal, upcast=False)
-    if direction == "fwd":
-        out, lse = runner.forward(call)
+    if direction in ("fwd", "splitkv"):
+        out, lse = runner.forward(call) if direction == "fwd" else runner.forward_splitkv(call, SPLITS)
         rows = visible_rows(case.seqlen_q, case.seqlen_k, case.causal, q.device)
         return [fa2_error("out", out, out_ref, out_low), lse_error(lse, lse_ref, rows)]
     # The kernels' lse for a row that sees no key is +inf (the reference's is -inf).
