@@ -414,13 +414,11 @@ def cmd_tune(kit: Kit, steps: set[str] | None, resume: Path | None) -> None:
             "--dry-run",
             "--head-dims",
             "64",
-            "--dtypes",
-            "fp16",
             "--directions",
             "fwd",
             "--max-candidates",
             "2",
-        ]
+        ]  # bf16, as on the GPU
     if (CARRY / "autotune" / "index.json").is_file():  # the dry run reads its spill verdicts too
         cmd += ["--images", str(CARRY / "autotune")]
     # autotune stops starting candidates at its budget; the step's limit leaves it a minute to write.

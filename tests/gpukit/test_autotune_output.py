@@ -36,7 +36,14 @@ def _row(key: str, label: str, default: bool, ms: list[float], verdict: str = "o
         "default": default,
         "verdict": verdict,
         "timings": [
-            {"batch": 1, "seqlen": 1024 * (i + 1), "heads": 16, "causal": False, "ms": m}
+            {
+                "batch": 1,
+                "seqlen_q": 1024 * i + 1,
+                "seqlen_k": 1024 * (i + 1),
+                "heads": 16,
+                "causal": False,
+                "ms": m,
+            }
             for i, m in enumerate(ms)
         ],
     }
@@ -96,8 +103,8 @@ def test_the_patch_applies_and_changes_exactly_the_winners(tmp_path: Path) -> No
     subprocess.run(["patch", "-p1", "-s", "-i", "tiles.patch"], cwd=tmp_path, check=True)
     patched = tile_patch._load(tmp_path / "kernels" / "tiles.py")
     fam = {name: f for name, f in patched.FAMILIES.items()}
-    assert fam["sm90"].fwd[128].label == "m64n128w4"
-    assert fam["sm90"].bwd[64].label == "m64n64w8s1"
+    assert fam["sm90"].fwd[128] == patched.FwdTile(64, 128, 4)
+    assert fam["sm90"].bwd[64] == patched.BwdTile(64, 64, 8, 1)
     assert fam["sm80"].bwd[64].label == tiles.FAMILIES["sm80"].bwd[64].label  # the other user keeps its tile
     assert tile_patch.make_patch({}) == ""
 

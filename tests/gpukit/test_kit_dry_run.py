@@ -12,6 +12,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import tiles
 
 REPO = Path(__file__).resolve().parents[2]
 KIT = REPO / "tests" / "gpu" / "kit.py"
@@ -90,7 +91,7 @@ def test_tune(tmp_path: Path) -> None:
     result = json.loads((tmp_path / "autotune.json").read_text())
     assert result["dry_run"] and [c["verdict"] for c in result["candidates"]] == ["ok", "ok"]
     (winner,) = result["winners"]
-    assert winner["key"] == "fwd_fp16_d64" and winner["default"] == "m128n128w8"
+    assert winner["key"] == "fwd_bf16_d64" and winner["default"] == tiles.default_tile("9.0", "fwd", 64).label
 
 
 def test_bench(tmp_path: Path) -> None:
