@@ -54,8 +54,8 @@ RESULTS = {
 }
 # The device's torch and CUDA (tests/gpu/device_matrix.yaml): the wheel the kit unpacks for each.
 WHEEL_GLOB = "fa_attn-*+cu13torch2.11-*.whl"
-# The sass/ptx units the dry runs use: small, and built by the emulator tests already (cached).
-DRY_SMOKE = "fwd_fp16_d(32|64)"
+# The units the dry run smokes: small, and built by the emulator tests already (cached).
+DRY_SMOKE = "(fwd|splitkv)_fp16_d64"
 MACHINE = """
 import sys, torch
 print(f"python {sys.version.split()[0]}; torch {torch.__version__}, CUDA {torch.version.cuda}")
