@@ -21,7 +21,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from buildtool.build.platform_tag import platform_tag
-from buildtool.core import atomic
+from buildtool.core import atomic, kernels_src
 from buildtool.core.cuda_facts import TOOLKITS, compute_name, sm_name
 from buildtool.core.runtime import schema, versions
 from buildtool.core.wheel_file import REQUIRES_PYTHON
@@ -74,8 +74,9 @@ def kernel_file(job: CompileJob) -> str:
     return f"kernels/{compute_name(job.arch)}/{job.unit}.ptx"
 
 
-def manifest(spec: WheelSpec, tiles: ModuleType) -> schema.Manifest:
-    """The manifest of `spec` (contracts section 3); the universal wheel's for a spec without CUDA."""
+def manifest(spec: WheelSpec, tiles: ModuleType, source_sha256: str | None = None) -> schema.Manifest:
+    """The manifest of `spec` (contracts section 3); the universal wheel's for a spec without CUDA.
+    `source_sha256`: kernels_src.source_hash of the kernels/ tree the wheel is built from."""
     if spec.cuda_major is None:
         return schema.Manifest(info=schema.universal_info(spec.version), kernels=())
     tk = TOOLKITS[spec.cuda_major]
@@ -111,7 +112,7 @@ def manifest(spec: WheelSpec, tiles: ModuleType) -> schema.Manifest:
         features=tuple(sorted(getattr(tiles, "FEATURES", ()))),
         coverage=tuple(coverage),
     )
-    return schema.Manifest(info=info, kernels=tuple(kernels))
+    return schema.Manifest(info=info, kernels=tuple(kernels), source_sha256=source_sha256)
 
 
 def kernel_of(unit: Any, arch: str, image: str, file: str) -> schema.KernelFile:
@@ -178,7 +179,7 @@ def build_wheel(
     images: Mapping[CompileJob, Path],
     binding: Path | None,
 ) -> BuiltWheel:
-    man = manifest(spec, tiles)
+    man = manifest(spec, tiles, kernels_src.source_hash(kernels_root))
     files = runtime_files(kernels_root)
     if spec.cuda_major is None:
         platform, reason = "any", "universal wheel: pure Python, no binaries"

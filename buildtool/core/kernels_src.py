@@ -2,11 +2,12 @@
 own wheel (buildtool/_kernels). Also loads, by path, the pure-Python modules the build and doctor share
 with the runtime, so each exists once: kernels/tiles.py (the kernel table) and the stdlib-only modules
 of the runtime package (fa_attn/schema.py, ...), which are read without running fa_attn/__init__.py
-(that imports torch)."""
+(that imports torch). Also hashes the sources a wheel is built from (the manifest's source_sha256)."""
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib
 import importlib.util
 import os
@@ -61,3 +62,31 @@ def runtime_module(name: str) -> ModuleType:
         package.__path__ = [str(_own_kernels_dir() / "fa_attn")]
         sys.modules[RUNTIME_PACKAGE] = package
     return importlib.import_module(f"{RUNTIME_PACKAGE}.{name}")
+
+
+# What a kernel image is compiled from, and what a kernel wheel is built from (the images, the host
+# binding and the runtime package): the manifest records the hash of the second, the autotuner's cubin
+# index that of the first.
+IMAGE_SOURCES = ("csrc", "tiles.py")
+WHEEL_SOURCES = (*IMAGE_SOURCES, "binding", "fa_attn")
+
+
+def source_hash(root: Path | None = None, parts: tuple[str, ...] = WHEEL_SOURCES) -> str:
+    """sha256 over the files of `parts` (folders and files of a kernels/ tree), each as its path, length
+    and bytes; caches and a development manifest.json are left out. The packager records the
+    WHEEL_SOURCES hash in the manifest (source_sha256); the GPU kit (tests/gpu/wheel_check.py) refuses a
+    prebuilt wheel whose value is not the checkout's."""
+    root = Path(root) if root is not None else kernels_dir()
+    files: list[Path] = []
+    for part in parts:
+        path = root / part
+        files += [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+    digest = hashlib.sha256()
+    for path in sorted(files, key=lambda p: p.relative_to(root).as_posix()):
+        rel = path.relative_to(root).as_posix()
+        if "__pycache__" in path.parts or path.suffix == ".pyc" or rel == "fa_attn/manifest.json":
+            continue
+        data = path.read_bytes()
+        digest.update(f"{rel}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()

@@ -28,7 +28,8 @@ from .versions import parse_arch, parse_driver
 SCHEMA_MAJOR = 1
 # 0: the first published shape. 1: coverage rows per compiled program with its `smem_bytes`; index
 # entries repeat the manifest's `binding` and `features`. 2: `binding_form` (aten | stable) and
-# `torch_tested`, for the stable-ABI wheels that serve every torch from their floor on.
+# `torch_tested`, for the stable-ABI wheels that serve every torch from their floor on; the manifest's
+# `source_sha256`.
 SCHEMA_MINOR = 2
 
 PACKAGE = "fa-attn"  # the distribution
@@ -347,6 +348,12 @@ class Manifest:
 
     info: WheelInfo = _flat()  # noqa: RUF009 (a dataclasses.field, made by _flat)
     kernels: tuple[KernelFile, ...] = _field(_rows(KernelFile), absent=())
+    # sha256 of the kernels/ sources the wheel was built from (csrc/, tiles.py, binding/, fa_attn/:
+    # buildtool's kernels_src.source_hash); the GPU kit refuses a wheel whose value is not the
+    # checkout's. None for the universal wheel and files older than 1.2.
+    source_sha256: str | None = dataclasses.field(
+        default=None, metadata={"read": _optional(_sha256), "since": 2, "absent": None}
+    )
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": SCHEMA_MAJOR, "schema_minor": SCHEMA_MINOR, "package": PACKAGE, **_json(self)}

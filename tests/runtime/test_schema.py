@@ -24,7 +24,7 @@ ADDED = {
         "Launch": {"threads", "block_m", "block_n", "smem_bytes", "grid"},
     },
     1: {"WheelInfo": {"binding", "features"}, "Coverage": {"smem_bytes"}},
-    2: {"WheelInfo": {"binding_form", "torch_tested"}},
+    2: {"WheelInfo": {"binding_form", "torch_tested"}, "Manifest": {"source_sha256"}},
 }  # fmt: skip
 PARTS = (WheelInfo, Manifest, IndexEntry, schema.Coverage, schema.KernelFile, schema.Launch)
 
