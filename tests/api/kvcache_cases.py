@@ -1,7 +1,7 @@
 """flash_attn_with_kvcache cases in every KV-cache layout, and their check against the float64 reference.
 
 Shared by the emulated kernels (tests/api/test_emulated.py: d32 on the CPU emulator) and the GPU
-(tests/gpu/test_kvcache.py: larger caches, on a device). A case is three sequences in one layout (one
+(tests/gpu/test_kvcache_layouts.py: larger caches, on a device). A case is three sequences in one layout (one
 long, one short, one about to get its first keys, or for leftpad one that sees only its new keys),
 new k/v appended with rotary or not, GQA; `check_kvcache` compares the output, the LSE and the cache
 after the append with kvcache_reference.py (float64) under FA2's rule: our error against it at most
