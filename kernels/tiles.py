@@ -261,6 +261,11 @@ _FWD_SM80 = {
 }
 _FWD_SM90 = {**_FWD_SM80, 224: _T(128, 64, 8, 2), 256: _T(64, 64, 4, 1)}  # d256: FA2's H100 choice
 _FWD_SM86 = {**_FWD_SM80, 192: _T(64, 64, 4, 1), 224: _T(64, 64, 4, 1), 256: _T(64, 64, 4, 1)}
+# Blackwell (sm100 to sm121): ptxas for these archs spills the d128 4 x 32-row tile by 16 to 56 bytes
+# since paged KV joined the key loop (NVRTC 12.9 and 13.0; sm80 to sm90 stay spill-free), so d128
+# takes the first kernels' 8 x 16-row tile there, with two K/V stages where shared memory allows.
+_FWD_SM100 = {**_FWD_SM90, 128: _T(128, 64, 8, 2)}
+_FWD_SM120 = {**_FWD_SM86, 128: _T(128, 64, 8, 1)}
 # Turing: the first kernels' tiles, with 32 rows per warp at d32 and 16-key blocks at d224 (the
 # m16n8k8 path needs more registers per row than sm80's).
 _FWD_SM75 = {**_FWD_V1["sm75"], 32: _T(128, 64, 4), 224: _T(64, 16, 4)}
@@ -307,6 +312,7 @@ _BWD_SM75 = {d: dataclasses.replace(t, dq_smem=True) for d, t in _BWD_V1["sm75"]
 # Split-KV (decode: few query rows, long keys): FA2's 64-row blocks of 4 warps with long key blocks,
 # double-buffered where shared memory allows.
 _SPLITKV_SM80 = {d: _T(64, 128 if d <= 128 else 64, 4, 2 if d <= 224 else 1) for d in HEAD_DIM_BUCKETS}
+_SPLITKV_SM86 = {d: _T(64, 128 if d <= 64 else 64, 4, 2 if d <= 128 else 1) for d in HEAD_DIM_BUCKETS}
 
 # Shared memory per block, opt-in maximum (CUDA C++ Programming Guide, "Technical Specifications per
 # Compute Capability"): sm75 64 KB; sm80/sm87 163 KB; sm86/sm89/sm12x 99 KB; sm90/sm10x/sm110 227 KB.
@@ -338,7 +344,7 @@ FAMILIES: dict[str, ArchFamily] = {
         dtypes=("fp16", "bf16"),
         fwd=_FWD_SM86,
         bwd=_BWD_SM86,
-        splitkv={d: _T(64, 128 if d <= 64 else 64, 4, 2 if d <= 128 else 1) for d in HEAD_DIM_BUCKETS},
+        splitkv=_SPLITKV_SM86,
         previous={"fwd": _FWD_V1["sm86"], "bwd": _BWD_V1["sm86"]},
     ),
     "sm90": ArchFamily(
@@ -349,6 +355,26 @@ FAMILIES: dict[str, ArchFamily] = {
         bwd=_BWD_SM90,
         splitkv=_SPLITKV_SM80,
         previous={"fwd": _FWD_V1["sm90"], "bwd": _BWD_V1["sm90"]},
+    ),
+    # sm90's shared memory and tables but the forward's d128 tile (_FWD_SM100).
+    "sm100": ArchFamily(
+        name="sm100",
+        smem_limit=227 * 1024,
+        dtypes=("fp16", "bf16"),
+        fwd=_FWD_SM100,
+        bwd=_BWD_SM90,
+        splitkv=_SPLITKV_SM80,
+        previous={"fwd": _FWD_V1["sm90"], "bwd": _BWD_V1["sm90"]},
+    ),
+    # sm86's shared memory and tables but the forward's d128 tile (_FWD_SM120).
+    "sm120": ArchFamily(
+        name="sm120",
+        smem_limit=99 * 1024,
+        dtypes=("fp16", "bf16"),
+        fwd=_FWD_SM120,
+        bwd=_BWD_SM86,
+        splitkv=_SPLITKV_SM86,
+        previous={"fwd": _FWD_V1["sm86"], "bwd": _BWD_V1["sm86"]},
     ),
 }
 
@@ -361,13 +387,13 @@ _ARCH_FAMILY: dict[str, str] = {
     "8.6": "sm86",
     "8.8": "sm86",
     "8.9": "sm86",
-    "12.0": "sm86",
-    "12.1": "sm86",
+    "12.0": "sm120",
+    "12.1": "sm120",
     "9.0": "sm90",
-    "10.0": "sm90",
-    "10.1": "sm90",
-    "10.3": "sm90",
-    "11.0": "sm90",
+    "10.0": "sm100",
+    "10.1": "sm100",
+    "10.3": "sm100",
+    "11.0": "sm100",
 }
 
 SMEM_LIMIT: dict[str, int] = {arch: FAMILIES[fam].smem_limit for arch, fam in _ARCH_FAMILY.items()}

@@ -29,6 +29,9 @@ from attn_reference import assert_fa2_close, attention_ref, random_cu_seqlens, v
 from attn_runs import check_lse
 
 ARCHS = {"sm75": "7.5", "sm80": "8.0", "sm86": "8.6", "sm90": "9.0"}
+# Families that take another's tables but a few tiles: only the buckets whose tiles differ run (the
+# rest are their base family's units, run above).
+VARIANTS = {"sm100": ("10.0", "sm90"), "sm120": ("12.0", "sm86")}
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -42,7 +45,7 @@ class Config:
 
     @property
     def arch(self) -> str:
-        return ARCHS[self.family]
+        return ARCHS[self.family] if self.family in ARCHS else VARIANTS[self.family][0]
 
     @property
     def id(self) -> str:
@@ -51,8 +54,8 @@ class Config:
     @property
     def runs_split_kv(self) -> bool:
         """sm90's split-KV units are sm80's (same tiles, and the forward uses nothing sm90 adds), so the
-        emulator runs them once, on sm80."""
-        return self.family != "sm90"
+        emulator runs them once, on sm80; the variants' are their base family's."""
+        return self.family in ("sm75", "sm80", "sm86")
 
     def unit(self, direction: str) -> tiles.KernelUnit | None:
         for u in tiles.units(self.arch):
@@ -71,6 +74,13 @@ def _configs() -> list[Config]:
             if dtype == "bf16" and family != "sm80":
                 continue
             out.extend(Config(family, dtype, d) for d in tiles.HEAD_DIM_BUCKETS)
+    for family, (arch, base) in VARIANTS.items():
+        fam, base_fam = tiles.arch_family(arch), tiles.FAMILIES[base]
+        assert fam is not None
+        assert fam.name == family
+        for d in tiles.HEAD_DIM_BUCKETS:
+            if fam.fwd[d] != base_fam.fwd[d] or fam.bwd.get(d) != base_fam.bwd.get(d):
+                out.append(Config(family, "fp16", d))
     return out
 
 

@@ -92,7 +92,11 @@ def test_tune(tmp_path: Path) -> None:
     )
     result = json.loads((tmp_path / "autotune.json").read_text())
     assert result["dry_run"]
-    assert [c["verdict"] for c in result["candidates"]] == ["ok", "ok"]
+    # The default gates and times; the other candidate's verdict depends on the emulator's speed (a
+    # candidate 1.5x slower than the default at the first shape is "slow"), which a busy machine sways.
+    default, other = result["candidates"]
+    assert default["verdict"] == "ok"
+    assert other["verdict"] in {"ok", "slow"}
     (winner,) = result["winners"]
     assert winner["key"] == "fwd_bf16_d64"
     assert winner["default"] == tiles.default_tile("9.0", "fwd", 64).label

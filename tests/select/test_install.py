@@ -43,14 +43,18 @@ def wheelhouse(tmp_path: Path) -> Path:
 REPO = Path(__file__).resolve().parents[2]
 
 
+def this_checkout() -> dict[str, str]:
+    """The environment that runs this checkout's fa in a test venv: the venv sees the base
+    interpreter's site-packages, which may hold another checkout's fa (an editable install) or none
+    (when the tests themselves run in a venv)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+
+
 def fa(python: Path, *args: str, cwd: Path) -> tuple[int, dict]:
-    # The venv sees the system site-packages, which may hold another checkout's fa (an editable
-    # install): run this checkout's.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run(
         [str(python), "-m", "buildtool.cli", *args, "--json"],
         check=False,
-        env=env,
+        env=this_checkout(),
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -206,6 +210,7 @@ def test_build_needs_a_cuda_major_and_an_arch_it_cannot_guess(venv: Path, tmp_pa
         done = subprocess.run(
             [str(venv), "-m", "buildtool.cli", "install", *args],
             check=False,
+            env=this_checkout(),
             cwd=tmp_path,
             capture_output=True,
             text=True,
