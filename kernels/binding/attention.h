@@ -15,12 +15,38 @@
 #ifndef FA_BINDING_ATTENTION_H_
 #define FA_BINDING_ATTENTION_H_
 
+#include <cstddef>
 #include <optional>
 #include <tuple>
 
+#include "check.h"
 #include "launch.h"
 
 namespace fa_binding {
+
+// A form's torch dtypes against ours, one row each; both directions of the conversion read the same
+// table, so they cannot disagree.
+template <class Scalar>
+struct DTypeRow {
+  Scalar scalar;
+  DType dtype;
+};
+
+template <class Scalar, size_t N>
+DType dtype_in(const DTypeRow<Scalar> (&table)[N], Scalar scalar) {
+  for (const DTypeRow<Scalar>& row : table) {
+    if (row.scalar == scalar) return row.dtype;
+  }
+  return DType::kOther;
+}
+
+template <class Scalar, size_t N>
+Scalar scalar_in(const DTypeRow<Scalar> (&table)[N], DType dtype) {
+  for (const DTypeRow<Scalar>& row : table) {
+    if (row.dtype == dtype) return row.scalar;
+  }
+  fail("no tensor of ", dtype_name(dtype), " is ever allocated");
+}
 
 template <class Form>
 struct Attention {
