@@ -541,11 +541,9 @@ def main(argv: list[str] | None = None) -> int:
         runnable = [c for c in todo if compiled.get(c.id, {}).get("verdict") == "kept"]
         cand_file = scratch / "candidates.json"
         cand_file.write_text(json.dumps([dataclasses.asdict(c) for c in runnable]))
-        argv_w = [sys.executable, str(Path(__file__).resolve()), "--worker", "--cands", str(cand_file)]
-        argv_w += ["--dry-run"] if args.dry_run else ["--images", str(image_dir)]
-        spec = workers.WorkerSpec(
-            argv=argv_w,
-            env=dict(os.environ, CUDA_LAUNCH_BLOCKING="1", PYTHONUNBUFFERED="1"),
+        mode = ["--dry-run"] if args.dry_run else ["--images", str(image_dir)]
+        spec = workers.python_worker(
+            [str(Path(__file__).resolve()), "--worker", "--cands", str(cand_file), *mode],
             item_timeout=args.item_timeout or (600.0 if args.dry_run else 60.0),
             start_timeout=300.0,
         )

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import copy
 import json
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from hypothesis import strategies as st
@@ -135,3 +137,12 @@ def fa_errors_only(call: Callable[[], T]) -> T | FaError:
         assert len(text) < 2000, f"a {len(text)}-character message: {text[:200]}..."
         assert text.replace("\n", "").isprintable(), f"unprintable characters in: {text!r}"
         return error
+
+
+def fa_errors_only_from_file(name: str, data: bytes, load: Callable[[Path], T]) -> T | FaError:
+    """`fa_errors_only` of `load(path)`, where `path` is a file `name` holding `data` in a temporary
+    folder (removed afterwards): a parser fed the bytes a real file left on disk."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / name
+        path.write_bytes(data)
+        return fa_errors_only(lambda: load(path))

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -56,6 +57,7 @@ KERNEL_FILTER_KEYS = ("dtypes", "head_dims", "directions")
 _MINOR = re.compile(r"([0-9]{1,3})\.([0-9]{1,3})", re.ASCII)
 _PYTHON = re.compile(r"3\.([0-9]{1,3})(t?)", re.ASCII)
 _MAJOR = re.compile(r"[0-9]{1,3}", re.ASCII)
+_T = TypeVar("_T")  # what a list parser makes of each item
 _MAX_VERSION = 64  # characters of a version or specifier
 
 
@@ -209,10 +211,12 @@ class _Parser:
         for key in ("torch", "cuda", "python"):
             if key not in data:
                 raise self.error(key, "missing", f"add {key}: {_EXAMPLES[key]}")
-        torch = self.torch(data["torch"])
-        cuda = self.cuda(data["cuda"])
-        python = self.python(data["python"])
-        plats = self.platforms(data.get("platforms"))
+        torch = self._unique_list("torch", data["torch"], self.torch_minor)
+        cuda = self._unique_list("cuda", data["cuda"], self.cuda_major)
+        python = self._unique_list("python", data["python"], self.python_version)
+        plats: tuple[str, ...] = cpus.DEFAULT_PLATFORMS
+        if data.get("platforms") is not None:
+            plats = self._unique_list("platforms", data["platforms"], self.platform)
         archs = self.archs(data.get("archs"), cuda)
         return Matrix(
             version=self.version(data.get("version", DEFAULT_VERSION)),
@@ -285,12 +289,17 @@ class _Parser:
 
     # -- lists -----------------------------------------------------------------------------------
 
-    def _list(self, key: str, value: object) -> list[Any]:
+    def _unique_list(
+        self, key: str, value: object, parse_item: Callable[[str, object], _T]
+    ) -> tuple[_T, ...]:
+        """A top-level list: non-empty, each item parsed by `parse_item(field, item)`, none twice."""
         if not isinstance(value, list) or not value:
             raise self.error(
                 key, f"expected a non-empty list, got {_kind(value)}", f"write {key}: {_EXAMPLES[key]}"
             )
-        return value
+        out = [parse_item(f"{key}[{i}]", item) for i, item in enumerate(value)]
+        self._no_duplicates(key, out)
+        return tuple(out)
 
     def _no_duplicates(self, key: str, items: list[Any]) -> None:
         seen: dict[object, int] = {}
@@ -302,12 +311,6 @@ class _Parser:
                     "remove one of them",
                 )
             seen[item] = i
-
-    def torch(self, value: object) -> tuple[str, ...]:
-        items = self._list("torch", value)
-        out = [self.torch_minor(f"torch[{i}]", item) for i, item in enumerate(items)]
-        self._no_duplicates("torch", out)
-        return tuple(out)
 
     def torch_minor(self, field_: str, item: object) -> str:
         if isinstance(item, float | int) and not isinstance(item, bool):
@@ -331,12 +334,6 @@ class _Parser:
             )
         return item
 
-    def cuda(self, value: object) -> tuple[int, ...]:
-        items = self._list("cuda", value)
-        out = [self.cuda_major(f"cuda[{i}]", item) for i, item in enumerate(items)]
-        self._no_duplicates("cuda", out)
-        return tuple(out)
-
     def cuda_major(self, field_: str, item: object) -> int:
         known = ", ".join(str(m) for m in cuda_facts.TOOLKITS)
         if isinstance(item, float) or (isinstance(item, str) and re.match(r"^\d+\.\d+", item)):
@@ -357,12 +354,6 @@ class _Parser:
                 f"use one of {known}",
             )
         return item
-
-    def python(self, value: object) -> tuple[str, ...]:
-        items = self._list("python", value)
-        out = [self.python_version(f"python[{i}]", item) for i, item in enumerate(items)]
-        self._no_duplicates("python", out)
-        return tuple(out)
 
     def python_version(self, field_: str, item: object) -> str:
         if isinstance(item, float | int) and not isinstance(item, bool):
@@ -388,14 +379,6 @@ class _Parser:
                 f'write "3.{m.group(1)}", or a free-threaded 3.13t or newer',
             )
         return item
-
-    def platforms(self, value: object) -> tuple[str, ...]:
-        if value is None:
-            return cpus.DEFAULT_PLATFORMS
-        items = self._list("platforms", value)
-        out = [self.platform(f"platforms[{i}]", item) for i, item in enumerate(items)]
-        self._no_duplicates("platforms", out)
-        return tuple(out)
 
     def platform(self, field_: str, item: object) -> str:
         known = ", ".join(cpus.PLATFORMS)

@@ -15,12 +15,38 @@
 #ifndef FA_BINDING_ATTENTION_H_
 #define FA_BINDING_ATTENTION_H_
 
+#include <cstddef>
 #include <optional>
 #include <tuple>
 
+#include "check.h"
 #include "launch.h"
 
 namespace fa_binding {
+
+// A form's torch dtypes against ours, one row each; both directions of the conversion read the same
+// table, so they cannot disagree.
+template <class Scalar>
+struct DTypeRow {
+  Scalar scalar;
+  DType dtype;
+};
+
+template <class Scalar, size_t N>
+DType dtype_in(const DTypeRow<Scalar> (&table)[N], Scalar scalar) {
+  for (const DTypeRow<Scalar>& row : table) {
+    if (row.scalar == scalar) return row.dtype;
+  }
+  return DType::kOther;
+}
+
+template <class Scalar, size_t N>
+Scalar scalar_in(const DTypeRow<Scalar> (&table)[N], DType dtype) {
+  for (const DTypeRow<Scalar>& row : table) {
+    if (row.dtype == dtype) return row.scalar;
+  }
+  fail("no tensor of ", dtype_name(dtype), " is ever allocated");
+}
 
 template <class Form>
 struct Attention {
@@ -39,20 +65,7 @@ struct Attention {
   static std::tuple<Tensor, Tensor> fwd(const Tensor& q_arg, const Tensor& k_arg, const Tensor& v_arg,
                                         const MaybeTensor& cu_q, const MaybeTensor& cu_k, const KvTensors& kv_args,
                                         const Options& options, const KernelArgs& kernel) {
-    const Tensor q = aligned(q_arg), k = aligned(k_arg), v = aligned(v_arg);
-    const View vq = Form::view(q), vk = Form::view(k), vv = Form::view(v);
-    const std::optional<View> vcu_q = maybe_view(cu_q), vcu_k = maybe_view(cu_k);
-    const KvViews kv_views = views(kv_args);
-    const KvLayout kv = kv_views.layout();
-    const Shape s = check_shapes(vq, vk, vv, ptr(vcu_q), ptr(vcu_k), kv, options);
-    const Launch launch = parse_launch(kernel, s);
-    typename Form::DeviceGuard guard(vq.device);
-    Tensor out = Form::empty(vq.sizes, vq.dtype, q);
-    Tensor lse = Form::empty(lse_sizes(s, lse_rows(s)), DType::kFloat, q);
-    const FaParams p = forward_params(s, vq, vk, vv, ptr(vcu_q), ptr(vcu_k), kv, options, Form::view(out),
-                                      Form::view(lse));
-    launch_all(p, launch, vq.device);
-    return {out, lse};
+    return forward(q_arg, k_arg, v_arg, cu_q, cu_k, kv_args, options, std::nullopt, kernel);
   }
 
   // The split-KV forward (decode): partials of num_splits shares of the keys, then the LSE-weighted
@@ -61,22 +74,7 @@ struct Attention {
                                                 const MaybeTensor& cu_q, const MaybeTensor& cu_k,
                                                 const KvTensors& kv_args, const Options& options,
                                                 int64_t num_splits, const KernelArgs& kernel) {
-    const Tensor q = aligned(q_arg), k = aligned(k_arg), v = aligned(v_arg);
-    const View vq = Form::view(q), vk = Form::view(k), vv = Form::view(v);
-    const std::optional<View> vcu_q = maybe_view(cu_q), vcu_k = maybe_view(cu_k);
-    const KvViews kv_views = views(kv_args);
-    const KvLayout kv = kv_views.layout();
-    const Shape s = check_shapes(vq, vk, vv, ptr(vcu_q), ptr(vcu_k), kv, options);
-    const Launch launch = parse_launch(kernel, s);
-    typename Form::DeviceGuard guard(vq.device);
-    Tensor out = Form::empty(vq.sizes, vq.dtype, q);
-    Tensor lse = Form::empty(lse_sizes(s, lse_rows(s)), DType::kFloat, q);
-    Tensor o_accum = Form::empty(split_accum_sizes(s, num_splits, launch.head_dim_bucket), DType::kFloat, q);
-    Tensor lse_accum = Form::empty(split_accum_sizes(s, num_splits, 0), DType::kFloat, q);
-    const FaParams p = split_kv_params(s, vq, vk, vv, ptr(vcu_q), ptr(vcu_k), kv, options, Form::view(out),
-                                       Form::view(lse), num_splits, Form::view(o_accum), Form::view(lse_accum));
-    launch_all(p, launch, vq.device);
-    return {out, lse};
+    return forward(q_arg, k_arg, v_arg, cu_q, cu_k, kv_args, options, num_splits, kernel);
   }
 
   static std::tuple<Tensor, Tensor, Tensor> bwd(const Tensor& dout_arg, const Tensor& q_arg, const Tensor& k_arg,
@@ -114,6 +112,36 @@ struct Attention {
   }
 
  private:
+  // fwd and fwd_splitkv: the same checks and outputs; `num_splits` given, the split-KV kernels (with
+  // their fp32 partials) instead of the plain forward.
+  static std::tuple<Tensor, Tensor> forward(const Tensor& q_arg, const Tensor& k_arg, const Tensor& v_arg,
+                                            const MaybeTensor& cu_q, const MaybeTensor& cu_k,
+                                            const KvTensors& kv_args, const Options& options,
+                                            std::optional<int64_t> num_splits, const KernelArgs& kernel) {
+    const Tensor q = aligned(q_arg), k = aligned(k_arg), v = aligned(v_arg);
+    const View vq = Form::view(q), vk = Form::view(k), vv = Form::view(v);
+    const std::optional<View> vcu_q = maybe_view(cu_q), vcu_k = maybe_view(cu_k);
+    const KvViews kv_views = views(kv_args);
+    const KvLayout kv = kv_views.layout();
+    const Shape s = check_shapes(vq, vk, vv, ptr(vcu_q), ptr(vcu_k), kv, options);
+    const Launch launch = parse_launch(kernel, s);
+    typename Form::DeviceGuard guard(vq.device);
+    Tensor out = Form::empty(vq.sizes, vq.dtype, q);
+    Tensor lse = Form::empty(lse_sizes(s, lse_rows(s)), DType::kFloat, q);
+    if (!num_splits) {
+      const FaParams p = forward_params(s, vq, vk, vv, ptr(vcu_q), ptr(vcu_k), kv, options, Form::view(out),
+                                        Form::view(lse));
+      launch_all(p, launch, vq.device);
+      return {out, lse};
+    }
+    Tensor o_accum = Form::empty(split_accum_sizes(s, *num_splits, launch.head_dim_bucket), DType::kFloat, q);
+    Tensor lse_accum = Form::empty(split_accum_sizes(s, *num_splits, 0), DType::kFloat, q);
+    const FaParams p = split_kv_params(s, vq, vk, vv, ptr(vcu_q), ptr(vcu_k), kv, options, Form::view(out),
+                                       Form::view(lse), *num_splits, Form::view(o_accum), Form::view(lse_accum));
+    launch_all(p, launch, vq.device);
+    return {out, lse};
+  }
+
   struct KvViews {
     std::optional<View> seqused_k, leftpad_k, kv_batch_idx, block_table;
     KvLayout layout() const { return KvLayout{ptr(seqused_k), ptr(leftpad_k), ptr(kv_batch_idx), ptr(block_table)}; }

@@ -91,6 +91,25 @@ def batch(pad: str):
     return ids, mask
 
 
+def assert_same_greedy_generation(
+    label: str, eager, ours, ids: torch.Tensor, new_tokens: int, inputs: dict, **ours_only
+) -> None:
+    """Greedy generation of `new_tokens` from `ids` (plus `inputs`, e.g. an attention mask) gives eager's
+    tokens and, step by step, its logits; `ours_only` are generate options for our model alone."""
+    options = {
+        "max_new_tokens": new_tokens,
+        "do_sample": False,
+        "output_logits": True,
+        "return_dict_in_generate": True,
+        **inputs,
+    }
+    got = ours.generate(ids, **options, **ours_only)
+    want = eager.generate(ids, **options)
+    assert torch.equal(got.sequences, want.sequences)
+    for step, (a, b) in enumerate(zip(got.logits, want.logits, strict=True)):
+        assert_close(f"{label} step {step}", a, b, torch.float32, ulps=64)
+
+
 def check_scenarios(eager, ours, calls: list[str]) -> None:
     with torch.no_grad():
         for pad in ("none", "right", "left"):
@@ -115,17 +134,7 @@ def check_scenarios(eager, ours, calls: list[str]) -> None:
 
         # greedy generation from a left-padded batch: prefill, then one query per step over the cache
         ids, mask = batch("left")
-        options = {
-            "max_new_tokens": 5,
-            "do_sample": False,
-            "output_logits": True,
-            "return_dict_in_generate": True,
-        }
-        got = ours.generate(ids, attention_mask=mask, **options)
-        want = eager.generate(ids, attention_mask=mask, **options)
-        assert torch.equal(got.sequences, want.sequences)
-        for step, (a, b) in enumerate(zip(got.logits, want.logits, strict=True)):
-            assert_close(f"generate step {step}", a, b, torch.float32, ulps=64)
+        assert_same_greedy_generation("generate", eager, ours, ids, 5, {"attention_mask": mask})
 
 
 @pytest.mark.parametrize("family", list(CONFIGS))
@@ -150,18 +159,8 @@ def test_registered_attention_with_a_static_cache() -> None:
     """A static cache's unwritten rows stay out of the attention (transformers drops the all-ones mask)."""
     eager, ours = models("llama", fa_attn.hf.register())
     ids, _ = batch("none")
-    options = {
-        "max_new_tokens": 4,
-        "do_sample": False,
-        "output_logits": True,
-        "return_dict_in_generate": True,
-    }
     with torch.no_grad():
-        got = ours.generate(ids, cache_implementation="static", **options)
-        want = eager.generate(ids, **options)
-    assert torch.equal(got.sequences, want.sequences)
-    for a, b in zip(got.logits, want.logits, strict=True):
-        assert_close("static cache logits", a, b, torch.float32, ulps=64)
+        assert_same_greedy_generation("static cache", eager, ours, ids, 4, {}, cache_implementation="static")
 
 
 def test_register_refuses_a_flash_name() -> None:

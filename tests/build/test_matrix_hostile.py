@@ -5,7 +5,6 @@ traceback; and whatever it accepts can be planned against PyPI's torch releases.
 from __future__ import annotations
 
 import json
-import tempfile
 import time
 from pathlib import Path
 
@@ -18,7 +17,14 @@ from buildtool.build.matrix import Matrix, load_matrix, parse_matrix
 from buildtool.build.plan import make_plan
 from buildtool.build.pypi import catalog_from_simple_json
 from buildtool.cli import app
-from tests.hostile import NASTY_STRINGS, damaged_text, fa_errors_only, json_values, mutated
+from tests.hostile import (
+    NASTY_STRINGS,
+    damaged_text,
+    fa_errors_only,
+    fa_errors_only_from_file,
+    json_values,
+    mutated,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 CATALOG = catalog_from_simple_json(
@@ -83,10 +89,7 @@ def test_any_yaml_text_is_planned_or_refused(text):
 
 @given(damaged_text(yaml.safe_dump(VALID)))
 def test_a_damaged_matrix_file_is_planned_or_refused(data):
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "matrix.yaml"
-        path.write_bytes(data)
-        matrix = fa_errors_only(lambda: load_matrix(path))
+    matrix = fa_errors_only_from_file("matrix.yaml", data, load_matrix)
     if isinstance(matrix, Matrix):
         fa_errors_only(lambda: make_plan(matrix, CATALOG))
 

@@ -400,15 +400,22 @@ def _has(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
+def _bench_script(kit: Kit, script: str, resume: Path | None, result: str, *options: str) -> list[str]:
+    """`python bench/<script> --out <out> <options>`, resuming from `resume`/<result> where an earlier
+    call of the kit left one."""
+    cmd = [kit.py, str(REPO / "bench" / script), "--out", str(kit.out), *options]
+    if resume and (resume / result).is_file():
+        cmd += ["--resume", str(resume / result)]
+    return cmd
+
+
 # ---- tune -----------------------------------------------------------------------------------------------------
 def cmd_tune(kit: Kit, steps: set[str] | None, resume: Path | None) -> None:
     if steps is None or "machine" in steps:
         step_machine(kit)
     if steps is not None and "autotune" not in steps:
         return
-    cmd = [kit.py, str(REPO / "bench" / "autotune.py"), "--out", str(kit.out)]
-    if resume and (resume / "autotune.json").is_file():
-        cmd += ["--resume", str(resume / "autotune.json")]
+    cmd = _bench_script(kit, "autotune.py", resume, "autotune.json")
     if kit.dry_run:
         cmd += [
             "--dry-run",
@@ -466,9 +473,7 @@ def cmd_bench(kit: Kit, steps: set[str] | None, resume: Path | None) -> None:
     if steps is None or steps & {"attention", "sanitize", "ncu"}:
         step_wheels(kit, ("h100",))
     if want("attention"):
-        cmd = [kit.py, str(REPO / "bench" / "attention.py"), "--out", str(kit.out), "--dtypes", "bf16"]
-        if resume and (resume / "attention.jsonl").is_file():
-            cmd += ["--resume", str(resume / "attention.jsonl")]
+        cmd = _bench_script(kit, "attention.py", resume, "attention.jsonl", "--dtypes", "bf16")
         if kit.dry_run:
             cmd += [
                 "--dry-run",

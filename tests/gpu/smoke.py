@@ -337,11 +337,9 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         cases_file = scratch / "cases.json"
         cases_file.write_text(json.dumps([asdict(c) for c in cases]))
-        worker = [sys.executable, str(Path(__file__).resolve()), "--worker", "--cases", str(cases_file)]
-        worker += ["--dry-run"] if args.dry_run else ["--package", str(package)]
-        spec = workers.WorkerSpec(
-            argv=worker,
-            env=dict(os.environ, CUDA_LAUNCH_BLOCKING="1", PYTHONUNBUFFERED="1"),
+        mode = ["--dry-run"] if args.dry_run else ["--package", str(package)]
+        spec = workers.python_worker(
+            [str(Path(__file__).resolve()), "--worker", "--cases", str(cases_file), *mode],
             item_timeout=args.case_timeout or (300.0 if args.dry_run else 60.0),
             start_timeout=args.start_timeout,
         )

@@ -20,12 +20,6 @@ PADDED = padded_cases()
 VARLEN = varlen_cases()
 
 
-@pytest.fixture(autouse=True)
-def strict_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FA_STRICT", "1")
-    torch.cuda.empty_cache()
-
-
 @pytest.mark.parametrize("case", PADDED, ids=[c.id for c in PADDED])
 def test_flash_attn_func(case: Case) -> None:
     run_padded(case)

@@ -25,11 +25,6 @@ from kvcache_cases import KV_CASES, check_kvcache, kvcache_case, reference_of
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture(autouse=True)
-def strict_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FA_STRICT", "1")
-
-
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("head_dim", [64, 128], ids=["d64", "d128"])
 @pytest.mark.parametrize("name", list(KV_CASES))

@@ -30,12 +30,6 @@ PADDED = [c for c in padded_cases() if c.dtype == torch.float16]
 VARLEN = [c for c in varlen_cases() if c.dtype == torch.float16 and c.head_dim <= TURING_BWD_MAX_HEAD_DIM]
 
 
-@pytest.fixture(autouse=True)
-def strict_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FA_STRICT", "1")
-    torch.cuda.empty_cache()
-
-
 @pytest.mark.parametrize("case", PADDED, ids=[c.id for c in PADDED])
 def test_turing_flash_attn_func(case: Case) -> None:
     run_padded(case, backward=case.head_dim <= TURING_BWD_MAX_HEAD_DIM, expect_arch="7.5")

@@ -35,6 +35,13 @@ class WorkerSpec:
     start_timeout: float  # seconds a worker may take to get ready (imports, CUDA init, builds)
 
 
+def python_worker(argv: list[str], item_timeout: float, start_timeout: float) -> WorkerSpec:
+    """A worker that runs `python argv...` (a script and its worker options) in this environment plus
+    CUDA_LAUNCH_BLOCKING=1, so an error surfaces at the launch that caused it, and unbuffered output."""
+    env = dict(os.environ, CUDA_LAUNCH_BLOCKING="1", PYTHONUNBUFFERED="1")
+    return WorkerSpec([sys.executable, *argv], env, item_timeout, start_timeout)
+
+
 # ---- the worker side ------------------------------------------------------------------------------------
 def serve(
     n_items: int, start: int, run_item: Callable[[int], dict], ready: Callable[[], None] | None = None

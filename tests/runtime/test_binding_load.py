@@ -11,17 +11,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from binding_checks import KERNELS, assert_loads_with_cuda_kernels_only, run
 
-KERNELS = Path(__file__).resolve().parents[2] / "kernels"
 FLAGS = ["-std=c++20", "-O2", "-fPIC", "-fvisibility=hidden"]  # + -shared at link time
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")]
-
-
-def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, **kw)
-    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout}\n{proc.stderr[-4000:]}"
-    return proc
 
 
 @pytest.fixture(scope="module")
@@ -81,28 +75,7 @@ def test_links_no_cuda_and_no_python(binding: Path) -> None:
 
 
 def test_loads_on_cpu_torch_and_registers_cuda_kernels(binding: Path) -> None:
-    script = textwrap.dedent(f"""
-        import torch, fa_attn
-        has = torch._C._dispatch_has_kernel_for_dispatch_key
-        assert not has("fa_attn::fwd", "CUDA")  # Python defines schemas and fakes only
-        torch.ops.load_library({str(binding)!r})
-        for op in ("fa_attn::fwd", "fa_attn::bwd"):
-            assert has(op, "CUDA"), op
-            assert has(op, "Meta"), op
-            assert not has(op, "CPU"), op
-        q = torch.zeros(1, 4, 2, 8, dtype=torch.float16)
-        try:
-            torch.ops.fa_attn.fwd(q, q, q, None, None, None, None, None, None, 4, 4, 0.3, False, -1, -1,
-                                  0.0, "m", "fa_fwd", [8, 128, 64, 64, 0, 0], "", "", [])
-        except NotImplementedError as err:
-            assert "CPU" in str(err)
-        else:
-            raise AssertionError("a CPU call must not reach the CUDA kernels")
-        print("ok")
-    """)
-    env = dict(os.environ, PYTHONPATH=str(KERNELS))
-    proc = run([sys.executable, "-c", script], env=env)
-    assert proc.stdout.strip().endswith("ok")
+    assert_loads_with_cuda_kernels_only(binding)
 
 
 def test_installed_layout_loads_through_the_loader(binding: Path, tmp_path: Path) -> None:

@@ -8,28 +8,21 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from binding_checks import KERNELS, assert_loads_with_cuda_kernels_only, run
 
 from buildtool.build import binding, torch_headers
 from buildtool.build.pypi import fetch_torch_catalog
 from buildtool.core import binding_forms, cpus
 from buildtool.core.runtime import versions
 
-KERNELS = Path(__file__).resolve().parents[2] / "kernels"
 FLOOR = binding_forms.STABLE_ABI_MIN
 
 pytestmark = [pytest.mark.slow, pytest.mark.network]
-
-
-def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, **kw)
-    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout}\n{proc.stderr[-4000:]}"
-    return proc
 
 
 @pytest.fixture(scope="module")
@@ -96,24 +89,7 @@ def test_links_only_torchs_c_shim(stable_lib: Path) -> None:
 
 
 def test_loads_into_this_torch_with_cuda_kernels_registered(stable_lib: Path) -> None:
-    script = textwrap.dedent(f"""
-        import torch, fa_attn
-        has = torch._C._dispatch_has_kernel_for_dispatch_key
-        torch.ops.load_library({str(stable_lib)!r})
-        for op in ("fa_attn::fwd", "fa_attn::fwd_splitkv", "fa_attn::bwd"):
-            assert has(op, "CUDA") and has(op, "Meta") and not has(op, "CPU"), op
-        q = torch.zeros(1, 4, 2, 8, dtype=torch.float16)
-        try:
-            torch.ops.fa_attn.fwd(q, q, q, None, None, None, None, None, None, 4, 4, 0.3, False, -1, -1,
-                                  0.0, "m", "fa_fwd", [8, 128, 64, 64, 0, 0], "", "", [])
-        except NotImplementedError as err:
-            assert "CPU" in str(err)
-        else:
-            raise AssertionError("a CPU call must not reach the CUDA kernels")
-        print("ok", torch.__version__)
-    """)
-    proc = run([sys.executable, "-c", script], env=dict(os.environ, PYTHONPATH=str(KERNELS)))
-    assert proc.stdout.startswith("ok")
+    assert_loads_with_cuda_kernels_only(stable_lib)
 
 
 def test_every_argument_boxes_and_the_checks_run(cpu_key_lib: Path) -> None:

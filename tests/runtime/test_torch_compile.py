@@ -65,7 +65,8 @@ def test_import_does_not_load_dynamo() -> None:
     assert out.stdout.strip() == "False"
 
 
-def fwd_args(q, k, v, cu_q=None, cu_k=None):
+def fwd_args(q, k, v, cu_q=None, cu_k=None, *, max_q=100, max_k=120, scale=0.125):
+    """The fa_attn::fwd arguments for a causal call with the stand-in launches and no KV-cache layout."""
     return (
         q,
         k,
@@ -76,9 +77,9 @@ def fwd_args(q, k, v, cu_q=None, cu_k=None):
         None,
         None,
         None,
-        100,
-        120,
-        0.125,
+        max_q,
+        max_k,
+        scale,
         True,
         -1,
         0,
@@ -261,29 +262,6 @@ def test_opcheck_schema_fake_autograd_and_aot(kernel_path_on_cpu) -> None:
     q = torch.randn(2, 6, 4, 24, dtype=torch.float64, requires_grad=True)
     k = torch.randn(2, 9, 2, 24, dtype=torch.float64, requires_grad=True)
     v = torch.randn(2, 9, 2, 24, dtype=torch.float64, requires_grad=True)
-    args = (
-        q,
-        k,
-        v,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        6,
-        9,
-        0.2,
-        True,
-        -1,
-        0,
-        0.0,
-        FWD.module,
-        FWD.entries,
-        list(FWD.launch),
-        BWD.module,
-        BWD.entries,
-        list(BWD.launch),
-    )
+    args = fwd_args(q, k, v, max_q=6, max_k=9, scale=0.2)
     results = torch.library.opcheck(torch.ops.fa_attn.fwd.default, args)
     assert set(results.values()) == {"SUCCESS"}, results

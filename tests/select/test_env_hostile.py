@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import tempfile
 from pathlib import Path
 
 from hypothesis import example, given
@@ -17,7 +16,7 @@ from buildtool.compat.choose import Request
 from buildtool.compat.doctor import build_report, render, report_json
 from buildtool.compat.env import Env, env_from_json
 from buildtool.compat.wheel_index import WheelIndex, entry_from_dict
-from tests.hostile import damaged_text, fa_errors_only, json_values, mutated
+from tests.hostile import damaged_text, fa_errors_only, fa_errors_only_from_file, json_values, mutated
 from tests.select.fixture_index import fixture_index
 
 ENVS = Path(__file__).parent / "envs"
@@ -62,10 +61,7 @@ def test_any_json_value_is_reported_or_refused(value):
 @example(b"9" * 5000)
 @example(json.dumps(VALID).encode("utf-16"))
 def test_a_damaged_env_file_is_reported_or_refused(data):
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "env.json"
-        path.write_bytes(data)
-        env = fa_errors_only(lambda: _load_env(path))
+    env = fa_errors_only_from_file("env.json", data, _load_env)
     if isinstance(env, Env):
         _report_on(env)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import tempfile
 from pathlib import Path
 
 from hypothesis import example, given
@@ -17,7 +16,7 @@ from buildtool.compat.choose import Request
 from buildtool.compat.doctor import build_report, render, report_json
 from buildtool.compat.env import env_from_json
 from buildtool.compat.wheel_index import WheelIndex, load_index
-from tests.hostile import damaged_text, fa_errors_only, json_values, mutated
+from tests.hostile import damaged_text, fa_errors_only_from_file, json_values, mutated
 from tests.select.fixture_index import kernel_entry, universal_entry
 
 ENVS = Path(__file__).parent / "envs"
@@ -40,9 +39,7 @@ def _choose_from(index: WheelIndex) -> None:
 
 
 def _load(data: bytes) -> WheelIndex | object:
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "index.json").write_bytes(data)
-        return fa_errors_only(lambda: load_index(tmp))
+    return fa_errors_only_from_file("index.json", data, lambda path: load_index(str(path.parent)))
 
 
 @given(mutated(VALID))

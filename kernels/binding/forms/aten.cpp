@@ -17,35 +17,14 @@
 namespace fa_binding {
 namespace {
 
-DType dtype_of(at::ScalarType type) {
-  switch (type) {
-    case at::kHalf:
-      return DType::kHalf;
-    case at::kBFloat16:
-      return DType::kBFloat16;
-    case at::kFloat:
-      return DType::kFloat;
-    case at::kInt:
-      return DType::kInt32;
-    default:
-      return DType::kOther;
-  }
-}
+constexpr DTypeRow<at::ScalarType> kDTypes[] = {{at::kHalf, DType::kHalf},
+                                                  {at::kBFloat16, DType::kBFloat16},
+                                                  {at::kFloat, DType::kFloat},
+                                                  {at::kInt, DType::kInt32}};
 
-at::ScalarType scalar_type(DType dtype) {
-  switch (dtype) {
-    case DType::kHalf:
-      return at::kHalf;
-    case DType::kBFloat16:
-      return at::kBFloat16;
-    case DType::kFloat:
-      return at::kFloat;
-    case DType::kInt32:
-      return at::kInt;
-    default:
-      fail("no tensor of ", dtype_name(dtype), " is ever allocated");
-  }
-}
+DType dtype_of(at::ScalarType type) { return dtype_in(kDTypes, type); }
+
+at::ScalarType scalar_type(DType dtype) { return scalar_in(kDTypes, dtype); }
 
 struct AtenForm {
   using Tensor = at::Tensor;

@@ -32,35 +32,14 @@ namespace {
 using torch::headeronly::ScalarType;
 using StableTensor = torch::stable::Tensor;
 
-DType dtype_of(ScalarType type) {
-  switch (type) {
-    case ScalarType::Half:
-      return DType::kHalf;
-    case ScalarType::BFloat16:
-      return DType::kBFloat16;
-    case ScalarType::Float:
-      return DType::kFloat;
-    case ScalarType::Int:
-      return DType::kInt32;
-    default:
-      return DType::kOther;
-  }
-}
+constexpr DTypeRow<ScalarType> kDTypes[] = {{ScalarType::Half, DType::kHalf},
+                                            {ScalarType::BFloat16, DType::kBFloat16},
+                                            {ScalarType::Float, DType::kFloat},
+                                            {ScalarType::Int, DType::kInt32}};
 
-ScalarType scalar_type(DType dtype) {
-  switch (dtype) {
-    case DType::kHalf:
-      return ScalarType::Half;
-    case DType::kBFloat16:
-      return ScalarType::BFloat16;
-    case DType::kFloat:
-      return ScalarType::Float;
-    case DType::kInt32:
-      return ScalarType::Int;
-    default:
-      fail("no tensor of ", dtype_name(dtype), " is ever allocated");
-  }
-}
+DType dtype_of(ScalarType type) { return dtype_in(kDTypes, type); }
+
+ScalarType scalar_type(DType dtype) { return scalar_in(kDTypes, dtype); }
 
 std::vector<int64_t> vec(torch::headeronly::IntHeaderOnlyArrayRef values) {
   return std::vector<int64_t>(values.begin(), values.end());
