@@ -57,11 +57,13 @@ def test_a_dry_run_streams_one_row_per_shape_and_mode(tmp_path: Path) -> None:
 
 def test_sigterm_keeps_the_rows_and_resume_measures_the_rest(tmp_path: Path) -> None:
     first = tmp_path / "first"
-    # Every default shape, each timed 20 times: far more than the SIGTERM leaves it time for.
-    slow = ["--dry-run", "--reps", "20", "--warmup", "2", "--out", str(first)]
+    # Every default shape, each timed 1000 times: minutes of work, so the SIGTERM lands mid-run even when
+    # a busy machine delays this test's polling (with 20 repetitions the run could finish first).
+    slow = ["--dry-run", "--reps", "1000", "--warmup", "2", "--out", str(first)]
     proc = subprocess.Popen([sys.executable, str(SCRIPT), *slow], stdout=subprocess.PIPE, text=True)
     jsonl = first / "attention.jsonl"
-    deadline = time.monotonic() + 120
+    # The first rows may wait for the emulator's kernels to compile (g++, slow on a busy machine).
+    deadline = time.monotonic() + 600
     while time.monotonic() < deadline and not (jsonl.is_file() and len(_rows(jsonl)) >= 3):
         time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
