@@ -121,14 +121,13 @@ def _check(
             )
         if not isinstance(block_table, torch.Tensor) or block_table.dim() != 2:
             raise ValueError("block_table: expected a 2-D torch.int32 tensor (batch, max_num_blocks_per_seq)")
-        page_table = check_index_tensor("block_table", block_table, (batch, block_table.shape[1]), device)
-        capacity = page_table.shape[1] * k_cache.shape[1]
+        capacity = block_table.shape[1] * k_cache.shape[1]  # the table itself: check_block_table below
     else:
         capacity = k_cache.shape[1]
         if cache_batch_idx is not None:
-            index = row_index = check_index_tensor("cache_batch_idx", cache_batch_idx, (batch,), device)
-            rows = index.to(torch.long)
-            bad = [i for i in index.tolist() if not 0 <= i < k_cache.shape[0]]
+            row_index = check_index_tensor("cache_batch_idx", cache_batch_idx, (batch,), device)
+            rows = row_index.to(torch.long)
+            bad = [i for i in row_index.tolist() if not 0 <= i < k_cache.shape[0]]
             if bad:
                 raise ValueError(
                     f"cache_batch_idx: {bad[0]} is outside the cache's {k_cache.shape[0]} rows; "
@@ -178,7 +177,9 @@ def _check(
             )
     if is_paged:
         ends = [lengths[b] + seqlen_new for b in range(batch)] if lengths is not None else [capacity] * batch
-        check_block_table(block_table, batch, k_cache.shape[0], k_cache.shape[1], tuple(ends), device)
+        page_table = check_block_table(
+            block_table, batch, k_cache.shape[0], k_cache.shape[1], tuple(ends), device
+        )
 
     rot = None
     if rotary_cos is not None or rotary_sin is not None:
