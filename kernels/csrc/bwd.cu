@@ -208,7 +208,7 @@ FA_DEVICE void probabilities_and_ds(const KeyBlock& kb, int row0, const float (&
 // vector red on sm90+, whole sectors too; two scalar adds before).
 FA_DEVICE void accumulate_dq(const FaParams& p, const KeyBlock& kb, int row0, PTile sdS, KVTile sK, QStage st,
                              int tid) {
-  const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int warp = tid >> 5, lane = tid & 31;
   const int m_base = GridQ::row0(warp), n_base = GridQ::col0(warp);
   float acc[GridQ::kMT][GridQ::kNT][4];
   zero<GridQ>(acc);
@@ -218,18 +218,9 @@ FA_DEVICE void accumulate_dq(const FaParams& p, const KeyBlock& kb, int row0, PT
   if (kDqViaSmem) {
     const u32 staged = st.q.base;
     __syncthreads();  // every warp is done reading this step's Q and dO (dK, dV above)
-#pragma unroll
-    for (int i = 0; i < GridQ::kMT; ++i) {
-#pragma unroll
-      for (int j = 0; j < GridQ::kNT; ++j) {
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int r = m_base + i * 16 + g + hh * 8, c = n_base + j * 8 + 2 * t;
-          st_shared64(staged + (r * kDqPitch + c) * 4, float_to_bits(acc[i][j][2 * hh]),
-                      float_to_bits(acc[i][j][2 * hh + 1]));
-        }
-      }
-    }
+    for_each_acc_pair<GridQ>(m_base, n_base, lane, [&](int r, int c, int i, int j, int e) {
+      st_shared64(staged + (r * kDqPitch + c) * 4, float_to_bits(acc[i][j][e]), float_to_bits(acc[i][j][e + 1]));
+    });
     __syncthreads();
     for (int k = tid; k < kBlockM * kHeadDim; k += kThreads) {
       const int r = k / kHeadDim, c = k % kHeadDim;
@@ -238,19 +229,11 @@ FA_DEVICE void accumulate_dq(const FaParams& p, const KeyBlock& kb, int row0, PT
       }
     }
   } else {
-#pragma unroll
-    for (int i = 0; i < GridQ::kMT; ++i) {
-#pragma unroll
-      for (int j = 0; j < GridQ::kNT; ++j) {
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int r = m_base + i * 16 + g + hh * 8, c = n_base + j * 8 + 2 * t;
-          if (r < rows && c < p.head_dim) {
-            red_add_f32x2(dq + r * kb.dq_accum_row_stride + c, acc[i][j][2 * hh], acc[i][j][2 * hh + 1]);
-          }
-        }
+    for_each_acc_pair<GridQ>(m_base, n_base, lane, [&](int r, int c, int i, int j, int e) {
+      if (r < rows && c < p.head_dim) {
+        red_add_f32x2(dq + r * kb.dq_accum_row_stride + c, acc[i][j][e], acc[i][j][e + 1]);
       }
-    }
+    });
   }
 }
 
@@ -384,25 +367,14 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) fa_bwd(const __grid_co
   u16* dv = k_rows(static_cast<u16*>(params.dv), params.dv_batch_stride, params.dv_row_stride, params.dv_head_stride,
                    seq, seq.head);
   const int m_base = GridKV::row0(warp), n_base = GridKV::col0(warp);
-  const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int i = 0; i < GridKV::kMT; ++i) {
-#pragma unroll
-    for (int j = 0; j < GridKV::kNT; ++j) {
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int r = kb.key0 + m_base + i * 16 + g + hh * 8;
-        const int c = n_base + j * 8 + 2 * t;
-        if (r < kb.seqlen_k && c < head_dim) {
-          const float sc = params.scale_softmax;
-          *reinterpret_cast<u32*>(dk + r * params.dk_row_stride + c) =
-              pack_float2(acc_dk[i][j][2 * hh] * sc, acc_dk[i][j][2 * hh + 1] * sc);
-          *reinterpret_cast<u32*>(dv + r * params.dv_row_stride + c) =
-              pack_float2(acc_dv[i][j][2 * hh], acc_dv[i][j][2 * hh + 1]);
-        }
-      }
+  for_each_acc_pair<GridKV>(kb.key0 + m_base, n_base, lane, [&](int r, int c, int i, int j, int e) {
+    if (r < kb.seqlen_k && c < head_dim) {
+      const float sc = params.scale_softmax;
+      *reinterpret_cast<u32*>(dk + r * params.dk_row_stride + c) =
+          pack_float2(acc_dk[i][j][e] * sc, acc_dk[i][j][e + 1] * sc);
+      *reinterpret_cast<u32*>(dv + r * params.dv_row_stride + c) = pack_float2(acc_dv[i][j][e], acc_dv[i][j][e + 1]);
     }
-  }
+  });
 }
 
 // dq = dq_accum * scale_softmax in the output dtype, 8 columns (one 16-byte store) per lane per pass.

@@ -129,6 +129,23 @@ FA_DEVICE void store_acc_frag(SmemTile<ROWS, COLS> tile, const float (&c)[4], in
   st_shared32(tile.at(m0 + g + 8, n0 + 2 * t), pack_float2(c[2] * scale_row_hi, c[3] * scale_row_hi));
 }
 
+// Visits the fp32 accumulators one lane holds of a warp's GRID::kMT x GRID::kNT n-tiles at (m0, n0),
+// two adjacent columns at a time: f(row, col, i, j, e) for the pair acc[i][j][e], acc[i][j][e + 1] at
+// (row, col) and (row, col + 1). This is the C layout of mma.m16n8k16: rows m0 + 16i + g and + 8,
+// columns n0 + 8j + 2t.
+template <class GRID, class F>
+FA_DEVICE void for_each_acc_pair(int m0, int n0, int lane, F&& f) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int i = 0; i < GRID::kMT; ++i) {
+#pragma unroll
+    for (int j = 0; j < GRID::kNT; ++j) {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) f(m0 + i * 16 + g + hh * 8, n0 + j * 8 + 2 * t, i, j, 2 * hh);
+    }
+  }
+}
+
 }  // namespace fa
 
 #endif  // FA_TILES_CUH_
