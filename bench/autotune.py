@@ -433,7 +433,7 @@ def prepare_images(
         lib = args.nvrtc_lib or tile_compile.find_nvrtc()
         if lib is None and args.dry_run:
             try:
-                from buildtool.build import toolkits
+                from buildtool.builder import toolkits
 
                 lib = toolkits.nvrtc_lib_dir(13) if toolkits.is_unpacked(13) else None
             except ImportError:

@@ -34,12 +34,12 @@ sys.path.insert(0, str(REPO))
 
 from figures import record  # bench/figures.py, beside this script
 
-from buildtool.build import toolkits, torch_headers
-from buildtool.build.compile import KernelTree, compile_all
-from buildtool.build.matrix import load_matrix
-from buildtool.build.pipeline import BuildSummary, execute
-from buildtool.build.plan import Plan, make_plan
-from buildtool.build.pypi import fetch_torch_catalog
+from buildtool.builder import toolkits, torch_headers
+from buildtool.builder.compile import KernelTree, compile_all
+from buildtool.builder.matrix import load_matrix
+from buildtool.builder.pipeline import BuildSummary, execute
+from buildtool.builder.plan import Plan, make_plan
+from buildtool.builder.pypi import fetch_torch_catalog
 from buildtool.core import atomic
 
 

@@ -29,7 +29,7 @@ from rich.table import Table
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from buildtool.build import toolkits
+from buildtool.builder import toolkits
 from buildtool.core import cache
 
 

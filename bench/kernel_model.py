@@ -47,8 +47,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import kernel_resources  # bench/ is not a package: found through sys.path
 
-from buildtool.build import toolkits
-from buildtool.build.nvrtc import open_nvrtc, parse_resource_usage
+from buildtool.builder import toolkits
+from buildtool.builder.nvrtc import open_nvrtc, parse_resource_usage
 from buildtool.core import cache, fetch
 
 # nvdisasm from NVIDIA's PyPI wheel (x86_64 Linux). CUDA 13's nvdisasm reads the cubins of every arch

@@ -29,8 +29,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from buildtool.build import toolkits
-from buildtool.build.nvrtc import NvrtcError, open_nvrtc, parse_resource_usage
+from buildtool.builder import toolkits
+from buildtool.builder.nvrtc import NvrtcError, open_nvrtc, parse_resource_usage
 from buildtool.core import kernels_src
 from buildtool.core.cuda_facts import TOOLKITS
 

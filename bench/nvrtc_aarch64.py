@@ -24,10 +24,10 @@ import zipfile
 from pathlib import Path
 from unittest import mock
 
-from buildtool.build import toolkits
-from buildtool.build.compile import KernelTree, resolve
-from buildtool.build.nvrtc import open_nvrtc
-from buildtool.build.plan import CompileJob
+from buildtool.builder import toolkits
+from buildtool.builder.compile import KernelTree, resolve
+from buildtool.builder.nvrtc import open_nvrtc
+from buildtool.builder.plan import CompileJob
 from buildtool.core import cpus, cuda_facts, fetch
 
 DRIVER = r"""

@@ -6,7 +6,7 @@ torch's headers are included from different paths): prints each wheel's sha256 a
     python bench/reproducible.py --matrix m.yaml   # any matrix
 
 Needs PyPI (the torch catalog) the first time; compiles real kernels (minutes on 2 cores). Not a test:
-tests/build/test_reproducible.py checks the same property on the fixture kernels in seconds.
+tests/builder/test_reproducible.py checks the same property on the fixture kernels in seconds.
 """
 
 from __future__ import annotations

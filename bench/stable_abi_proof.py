@@ -44,8 +44,8 @@ from rich.table import Table
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from buildtool.build import torch_headers
-from buildtool.build.pypi import fetch_torch_catalog
+from buildtool.builder import torch_headers
+from buildtool.builder.pypi import fetch_torch_catalog
 from buildtool.core import binding_forms, cache
 from buildtool.core.cpus import AARCH64, TARGETS
 

@@ -35,7 +35,7 @@ for _p in (REPO, REPO / "kernels"):
 
 import tiles  # kernels/ is on sys.path above
 
-from buildtool.build.nvrtc import NvrtcError, open_nvrtc, parse_resource_usage
+from buildtool.builder.nvrtc import NvrtcError, open_nvrtc, parse_resource_usage
 from buildtool.core.kernels_src import IMAGE_SOURCES, source_hash
 
 INDEX = "index.json"
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     lib_dir = args.nvrtc_lib
     if lib_dir is None:
-        from buildtool.build import toolkits
+        from buildtool.builder import toolkits
 
         lib_dir = toolkits.nvrtc_lib_dir(13)
     cands = candidates(

@@ -1,13 +1,13 @@
 """The `fa` command: a thin shell over the library. Each command lives in its own module under
-buildtool/commands/ with a `register(app)`, named in COMMANDS below and imported only when it runs (or
+buildtool/commands/ with a `register(app)`, named in commands.COMMANDS and imported only when it runs (or
 when help lists it), so a command loads what it needs and no more: `fa doctor` never imports the build
 pipeline. `fa probe` (what scripts, and `fa doctor --env` for another machine, start from) does not
 even load the CLI framework: `main` runs it straight (bench/probe_time.py measures it). The typer
 application itself is commands/_app.py; `app` here makes it on first use (for typer's CliRunner).
 
 Commands raise buildtool.errors.FaError (or a subclass) for anything that stops them, and return an
-exit status when their answer is a "no" (doctor's fallback, a failed install); `print_error` is the one
-place that prints an error, and the error's exit code is the command's.
+exit status when their answer is a "no" (doctor's fallback, a failed install); commands.print_error is
+the one place that prints an error, and the error's exit code is the command's.
 """
 
 from __future__ import annotations
@@ -15,19 +15,10 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from buildtool.commands import COMMANDS, DISTRIBUTION, print_error
 from buildtool.errors import FaError
 
-DISTRIBUTION = "fa-toolchain"
-
-# command -> its module under buildtool/commands/ (each has register(app)), in the order help lists them
-COMMANDS = {
-    "build": "build",
-    "index": "index",
-    "probe": "probe",
-    "doctor": "doctor",
-    "install": "install",
-    "ci": "ci",
-}
+__all__ = ["COMMANDS", "DISTRIBUTION", "main", "print_error"]  # and `app`, made on first use
 
 
 def main() -> None:
@@ -45,14 +36,6 @@ def main() -> None:
     from buildtool.commands._app import make_app
 
     make_app()()
-
-
-def print_error(error: FaError) -> None:
-    """`error: <message>` on stderr, the message as plain text (a path may hold `[/b]`); the prefix red
-    on a terminal."""
-    prefix = "\x1b[1;31merror:\x1b[0m" if sys.stderr.isatty() else "error:"
-    sys.stderr.write(f"{prefix} {error.text()}\n")
-    sys.stderr.flush()
 
 
 def __getattr__(name: str) -> Any:

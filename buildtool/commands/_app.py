@@ -1,5 +1,5 @@
 """The typer application behind `fa` (buildtool/cli.py): a group whose commands are loaded by name
-from cli.COMMANDS when they run or when help lists them, the `--version` option, and the one place
+from commands.COMMANDS when they run or when help lists them, the `--version` option, and the one place
 an FaError becomes its message and exit code."""
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ import typer
 import typer.core
 import typer.main
 
-from buildtool import cli
+from buildtool.commands import COMMANDS, DISTRIBUTION, print_error
 from buildtool.errors import EXIT_FAILED, FaError
 
 
 @functools.cache
 def _load(name: str) -> Any:
     """The click command of `name`: its module's register() on an app of its own."""
-    module = importlib.import_module(f"buildtool.commands.{cli.COMMANDS[name]}")
+    module = importlib.import_module(f"buildtool.commands.{COMMANDS[name]}")
     own = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     own.callback()(lambda: None)  # a group even with one command, so the command is taken by name
     module.register(own)
@@ -30,16 +30,16 @@ def _load(name: str) -> Any:
 
 class _Commands(typer.core.TyperGroup):
     def list_commands(self, ctx: Any) -> list[str]:  # noqa: ARG002 (click's signature)
-        return list(cli.COMMANDS)
+        return list(COMMANDS)
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:  # noqa: ARG002 (click's signature)
-        return _load(cmd_name) if cmd_name in cli.COMMANDS else None
+        return _load(cmd_name) if cmd_name in COMMANDS else None
 
     def invoke(self, ctx: Any) -> Any:  # a click Context (typer vendors click from 0.29 on)
         try:
             status = super().invoke(ctx)
         except FaError as error:
-            cli.print_error(error)
+            print_error(error)
             raise typer.Exit(error.exit_code) from None
         if isinstance(status, int) and not isinstance(status, bool) and status:
             raise typer.Exit(status)
@@ -49,13 +49,11 @@ class _Commands(typer.core.TyperGroup):
 def _print_version(value: bool) -> None:
     if not value:
         return
-    where = Path(cli.__file__).resolve().parent
+    where = Path(__file__).resolve().parent.parent
     try:
-        typer.echo(f"fa {importlib.metadata.version(cli.DISTRIBUTION)} from {where}")
+        typer.echo(f"fa {importlib.metadata.version(DISTRIBUTION)} from {where}")
     except importlib.metadata.PackageNotFoundError:
-        typer.echo(
-            f"fa: {cli.DISTRIBUTION} is not installed (running from {where}); `pip install .` installs it"
-        )
+        typer.echo(f"fa: {DISTRIBUTION} is not installed (running from {where}); `pip install .` installs it")
         raise typer.Exit(EXIT_FAILED) from None
     raise typer.Exit()
 

@@ -13,14 +13,14 @@ from typing import Annotated
 
 import typer
 
-from buildtool.build import plan_view
-from buildtool.build.compile import KernelTree, is_cached, usable_workers
-from buildtool.build.matrix import Matrix, load_matrix
-from buildtool.build.package import check_out_dir
-from buildtool.build.pipeline import execute, summary_table
-from buildtool.build.plan import Plan, local_plan, make_plan, parse_shard
-from buildtool.build.pypi import fetch_torch_catalog
-from buildtool.build.torch_headers import HeaderError, local_torch
+from buildtool.builder import plan_view
+from buildtool.builder.compile import KernelTree, is_cached, usable_workers
+from buildtool.builder.matrix import Matrix, load_matrix
+from buildtool.builder.package import check_out_dir
+from buildtool.builder.pipeline import execute, summary_table
+from buildtool.builder.plan import Plan, local_plan, make_plan, parse_shard
+from buildtool.builder.pypi import fetch_torch_catalog
+from buildtool.builder.torch_headers import HeaderError, local_torch
 from buildtool.core import installed
 from buildtool.core.console import plain_console
 from buildtool.core.cpus import cxx_for, cxx_install_hint, has_cxx

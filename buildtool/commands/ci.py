@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from buildtool.build.matrix import load_matrix
+from buildtool.builder.matrix import load_matrix
 from buildtool.core import atomic
 from buildtool.core.console import plain_console
 from buildtool.errors import FaError

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from buildtool.build import index
+from buildtool.builder import index
 from buildtool.core.console import plain_console
 from buildtool.errors import UsageError
 

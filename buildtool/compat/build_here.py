@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from buildtool.build.compile import KernelTree
-from buildtool.build.matrix import Matrix, MatrixError, load_matrix
-from buildtool.build.pipeline import BuildSummary, execute
-from buildtool.build.plan import Plan, local_plan
+from buildtool.builder.compile import KernelTree
+from buildtool.builder.matrix import Matrix, MatrixError, load_matrix
+from buildtool.builder.pipeline import BuildSummary, execute
+from buildtool.builder.plan import Plan, local_plan
 from buildtool.compat.env import Env
 from buildtool.core import binding_forms, cache, kernels_src
 

@@ -4,7 +4,7 @@ A wheel's platform is the CPU its host binding runs on: the cubins are device co
 every CPU, so only the binding (and the torch headers it is compiled against) differ. A binding for
 the machine's own architecture is built with the host compiler; for the other one with a cross
 compiler from the distribution's packages (Debian: g++-aarch64-linux-gnu, g++-x86-64-linux-gnu).
-The wheel's platform tag is still read from the finished binary (buildtool/build/platform_tag.py).
+The wheel's platform tag is still read from the finished binary (buildtool/builder/platform_tag.py).
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ from pathlib import Path
 import jinja2
 from packaging.version import Version
 
-from buildtool.build.matrix import Matrix, MatrixError
-from buildtool.build.platform_tag import TORCH_LIBS
+from buildtool.builder.matrix import Matrix, MatrixError
+from buildtool.builder.platform_tag import TORCH_LIBS
 
 TEMPLATE = "release.yml.j2"
 DEFAULT_OUT = Path(".github/workflows/release.yml")

@@ -1,6 +1,6 @@
 """What a wheel says about itself: fa_attn/manifest.json inside every wheel, and the entries of
 wheels/index.json that repeat it (docs/contracts.md sections 3 and 5). One typed definition, from which
-the build writes both (buildtool/build/package.py, buildtool/build/index.py) and the runtime
+the build writes both (buildtool/builder/package.py, buildtool/builder/index.py) and the runtime
 (loader.py), `fa doctor` and `fa install` (buildtool/compat/wheel_index.py) read them.
 
 Stdlib only: it ships in every wheel, and buildtool loads this same file by path

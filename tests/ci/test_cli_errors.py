@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from buildtool.build.binding import BindingError
-from buildtool.build.compile import CompileError
-from buildtool.build.matrix import MatrixError
-from buildtool.build.package import PackageError
-from buildtool.build.platform_tag import PlatformTagError
-from buildtool.build.pypi import CatalogError
-from buildtool.build.toolkits import ToolkitError
-from buildtool.build.torch_headers import HeaderError
+from buildtool.builder.binding import BindingError
+from buildtool.builder.compile import CompileError
+from buildtool.builder.matrix import MatrixError
+from buildtool.builder.package import PackageError
+from buildtool.builder.platform_tag import PlatformTagError
+from buildtool.builder.pypi import CatalogError
+from buildtool.builder.toolkits import ToolkitError
+from buildtool.builder.torch_headers import HeaderError
 from buildtool.cli import app
 from buildtool.compat.env import EnvError
 from buildtool.compat.install import InstallError

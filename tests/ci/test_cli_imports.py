@@ -37,11 +37,11 @@ def test_probe_loads_no_cli_framework(args, tmp_path):
     assert "buildtool.compat.probe" in loaded
     heavy = {m for m in loaded if m.split(".")[0] in ("typer", "rich", "click", "yaml", "jinja2")}
     assert heavy == set(), heavy
-    assert not {m for m in loaded if m.startswith(("buildtool.build", "buildtool.commands._app"))}
+    assert not {m for m in loaded if m.startswith(("buildtool.builder", "buildtool.commands._app"))}
 
 
 def test_doctor_loads_no_build_pipeline(tmp_path):
     (tmp_path / "index.json").write_text(json.dumps({"schema": 1, "wheels": []}))
     loaded = _modules_after("doctor", "--wheels", str(tmp_path), "--json", cwd=tmp_path)
     assert "buildtool.compat.doctor" in loaded
-    assert not {m for m in loaded if m.startswith("buildtool.build")}
+    assert not {m for m in loaded if m.startswith("buildtool.builder")}

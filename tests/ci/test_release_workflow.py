@@ -15,8 +15,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from buildtool.build.matrix import load_matrix, parse_matrix
-from buildtool.build.platform_tag import TORCH_LIBS
+from buildtool.builder.matrix import load_matrix, parse_matrix
+from buildtool.builder.platform_tag import TORCH_LIBS
 from buildtool.cli import app
 from buildtool.release import workflow
 from buildtool.release.workflow import majors_built_for

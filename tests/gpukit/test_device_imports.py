@@ -34,7 +34,7 @@ DEVICE_MODULES = (
     "attention",
     "buildtool.core.kernels_src",
     "buildtool.core.runtime",
-    "buildtool.build.nvrtc",
+    "buildtool.builder.nvrtc",
 )
 
 PROBE = f"""

@@ -58,6 +58,11 @@ def _kit(tmp_path: Path) -> kitmod.Kit:
 def test_the_sweep_goes_on_past_a_broken_context_and_a_dead_pytest(tmp_path: Path) -> None:
     tests = tmp_path / "test_toy.py"
     tests.write_text(TESTS)
+    # pytest names a test relative to its rootdir, which without an ini file is the common ancestor of
+    # the test and the working directory (the checkout): the ids would then depend on where the
+    # checkout lies (a clone in /tmp gave "pytest-of-root/..."). An ini file beside the toy makes
+    # its folder the rootdir wherever the checkout is.
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
     k = _kit(tmp_path)
     summary = kitmod.step_pytest(k, "sweep", 200, [str(tests)], "h100", {}, None)
     runs = [r.name for r in k.records]

@@ -11,19 +11,19 @@ from pathlib import Path
 import pytest
 import wheel_check
 
-from buildtool.build import package
-from buildtool.build.compile import KernelTree
-from buildtool.build.plan import BindingJob, Cell, CompileJob, WheelSpec
+from buildtool.builder import package
+from buildtool.builder.compile import KernelTree
+from buildtool.builder.plan import BindingJob, Cell, CompileJob, WheelSpec
 from buildtool.core.kernels_src import IMAGE_SOURCES, source_hash
 
 REPO = Path(__file__).resolve().parents[2]
-FIXTURE = REPO / "tests" / "build" / "fixture_kernels"
+FIXTURE = REPO / "tests" / "builder" / "fixture_kernels"
 JOB = CompileJob(13, "9.0", "sass", "fwd_fp16_d64")
 
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    """A small kernels/ tree (tests/build's fixture) with the real runtime package."""
+    """A small kernels/ tree (tests/builder's fixture) with the real runtime package."""
     root = tmp_path / "kernels"
     shutil.copytree(FIXTURE, root)
     shutil.copy(REPO / "kernels" / "csrc" / "params.h", root / "csrc" / "params.h")

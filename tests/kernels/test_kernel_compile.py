@@ -1,6 +1,6 @@
 """The kernel table's invariants, and real NVRTC compiles of a forward unit for each CUDA major.
 
-The compiles use the pinned NVRTC wheel of each major (buildtool/build/toolkits.py, fetched once into the
+The compiles use the pinned NVRTC wheel of each major (buildtool/builder/toolkits.py, fetched once into the
 tool's cache; set FA_TOOLKIT_WHEELS to a folder with the wheels to skip the download) and check the
 cubin's ELF header names the requested arch. They say nothing about numerical correctness: that is
 for the GPU tests (tests/gpu), which need a device.
@@ -149,8 +149,8 @@ COMPILES = [
 def test_unit_compiles_to_a_cubin_for_its_arch(major, arch, unit_name):
     import locale
 
-    from buildtool.build import toolkits
-    from buildtool.build.nvrtc import open_nvrtc, parse_resource_usage
+    from buildtool.builder import toolkits
+    from buildtool.builder.nvrtc import open_nvrtc, parse_resource_usage
 
     unit = next(u for u in tiles.units(arch) if u.name == unit_name)
     kdir = kernels_src.kernels_dir()
@@ -164,7 +164,7 @@ def test_unit_compiles_to_a_cubin_for_its_arch(major, arch, unit_name):
         (kdir / unit.source).read_text(), unit.source, "sm_" + arch.replace(".", ""), options, headers
     )
 
-    # NVRTC 11.8 leaves its thread in the C locale; buildtool/build/nvrtc.py must put Python's encoding back.
+    # NVRTC 11.8 leaves its thread in the C locale; buildtool/builder/nvrtc.py must put Python's encoding back.
     assert locale.getpreferredencoding(False) == encoding
     assert out.kind == "cubin"
     assert cubin_sm(out.image) == int(arch.replace(".", ""))

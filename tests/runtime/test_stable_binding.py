@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from binding_checks import KERNELS, assert_loads_with_cuda_kernels_only, run
 
-from buildtool.build import binding, torch_headers
-from buildtool.build.pypi import fetch_torch_catalog
+from buildtool.builder import binding, torch_headers
+from buildtool.builder.pypi import fetch_torch_catalog
 from buildtool.core import binding_forms, cpus
 from buildtool.core.runtime import versions
 

@@ -17,8 +17,8 @@ from typing import Any
 import yaml
 from packaging.specifiers import SpecifierSet
 
-from buildtool.build import package
-from buildtool.build.plan import BindingJob, Cell, CompileJob, WheelSpec, variant_label
+from buildtool.builder import package
+from buildtool.builder.plan import BindingJob, Cell, CompileJob, WheelSpec, variant_label
 from buildtool.core import binding_forms, kernels_src
 from buildtool.core.cuda_facts import TOOLKITS
 from buildtool.core.runtime import schema

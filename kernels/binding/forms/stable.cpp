@@ -4,7 +4,7 @@
 // torch::stable wrappers), never through an ATen or c10 C++ symbol, so one binary serves every torch
 // from the floor it is built for on, whatever that torch's minor or C++ ABI.
 //
-// Built with TORCH_TARGET_VERSION set to the floor (buildtool/build/binding.py), against that torch's
+// Built with TORCH_TARGET_VERSION set to the floor (buildtool/builder/binding.py), against that torch's
 // headers: the headers then offer only what the floor's shim exports. The floor is 2.10 because the
 // schemas' `str` and `int[]` arguments box as std::string / std::vector only from TORCH_VERSION_2_10_0
 // (torch/csrc/stable/stableivalue_conversions.h), and torch::stable::empty, new_empty, view and sum
@@ -23,7 +23,7 @@
 #include "check.h"
 
 #ifndef TORCH_TARGET_VERSION
-#error "build the stable form with -DTORCH_TARGET_VERSION=<the floor> (buildtool/build/binding.py does)"
+#error "build the stable form with -DTORCH_TARGET_VERSION=<the floor> (buildtool/builder/binding.py does)"
 #endif
 
 namespace fa_binding {

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.build import binding, package
-from buildtool.build.compile import KernelTree, compile_all
-from buildtool.build.plan import BindingJob, Cell, CompileJob, WheelSpec
-from buildtool.build.torch_headers import Headers
+from buildtool.builder import binding, package
+from buildtool.builder.compile import KernelTree, compile_all
+from buildtool.builder.plan import BindingJob, Cell, CompileJob, WheelSpec
+from buildtool.builder.torch_headers import Headers
 
 pytestmark = pytest.mark.slow  # NVRTC and g++ (each well under a second here)
 

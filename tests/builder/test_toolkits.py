@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from range_server import serve
 
-from buildtool.build import toolkits
-from buildtool.build.nvrtc import open_nvrtc
+from buildtool.builder import toolkits
+from buildtool.builder.nvrtc import open_nvrtc
 from buildtool.core import cpus, cuda_facts
 
 FAKE_MAJOR = 99

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from buildtool.build import index, package
-from buildtool.build.compile import KernelTree
-from buildtool.build.matrix import Matrix
-from buildtool.build.plan import BindingJob, Cell, CompileJob, WheelSpec, universal_wheel
+from buildtool.builder import index, package
+from buildtool.builder.compile import KernelTree
+from buildtool.builder.matrix import Matrix
+from buildtool.builder.plan import BindingJob, Cell, CompileJob, WheelSpec, universal_wheel
 from buildtool.cli import app
 from buildtool.core.fetch import sha256_file
 

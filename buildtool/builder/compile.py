@@ -26,15 +26,15 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from buildtool.build import toolkits
-from buildtool.build.nvrtc import NvrtcError, open_nvrtc
+from buildtool.builder import toolkits
+from buildtool.builder.nvrtc import NvrtcError, open_nvrtc
 from buildtool.core import atomic, cache, children, kernels_src
 from buildtool.core.cuda_facts import compute_name, sm_name
 from buildtool.core.fetch import ProgressHook
 from buildtool.errors import FaError
 
 if TYPE_CHECKING:
-    from buildtool.build.plan import CompileJob
+    from buildtool.builder.plan import CompileJob
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
 

@@ -32,7 +32,7 @@ from buildtool.core.installed import find_torch
 from buildtool.errors import FaError
 
 if TYPE_CHECKING:
-    from buildtool.build.pypi import TorchFile
+    from buildtool.builder.pypi import TorchFile
 
 PREFIX = "torch/include/"
 TAIL_BYTES = 1 << 16  # EOCD (22 bytes + comment <= 64 KiB) and, usually, the zip64 locator

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.build.platform_tag import ElfNeeds, PlatformTagError, elf_needs, platform_tag, policy_problem
+from buildtool.builder.platform_tag import ElfNeeds, PlatformTagError, elf_needs, platform_tag, policy_problem
 
 
 def _tag_for(needs: ElfNeeds) -> str:
-    from buildtool.build.platform_tag import manylinux_policies
+    from buildtool.builder.platform_tag import manylinux_policies
 
     for pol in manylinux_policies():
         if policy_problem(pol, needs) is None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from buildtool.build.platform_tag import platform_tag
+from buildtool.builder.platform_tag import platform_tag
 from buildtool.core import atomic, kernels_src
 from buildtool.core.cuda_facts import TOOLKITS, compute_name, sm_name
 from buildtool.core.runtime import schema, versions
@@ -28,7 +28,7 @@ from buildtool.core.wheel_file import REQUIRES_PYTHON
 from buildtool.errors import FaError, UsageError
 
 if TYPE_CHECKING:
-    from buildtool.build.plan import CompileJob, WheelSpec
+    from buildtool.builder.plan import CompileJob, WheelSpec
 
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # the zip format's earliest date: no build time leaks in
 SUMMARY = "Fused attention kernels for PyTorch, built per CUDA major and torch minor by fa"

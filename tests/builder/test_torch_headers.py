@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from range_server import serve
 
-from buildtool.build import torch_headers
-from buildtool.build.pypi import TorchFile
+from buildtool.builder import torch_headers
+from buildtool.builder.pypi import TorchFile
 from buildtool.core import fetch
 
 MEMBERS = {

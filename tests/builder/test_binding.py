@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from buildtool.build import binding, torch_headers
-from buildtool.build.platform_tag import elf_needs
-from buildtool.build.pypi import fetch_torch_catalog
+from buildtool.builder import binding, torch_headers
+from buildtool.builder.platform_tag import elf_needs
+from buildtool.builder.pypi import fetch_torch_catalog
 
 pytestmark = pytest.mark.slow
 

@@ -31,10 +31,10 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from buildtool.build import binding as binding_mod
-from buildtool.build import index, package, torch_headers
-from buildtool.build.compile import CompileTask, KernelTree, compile_all
-from buildtool.build.plan import BindingJob, CompileJob, Plan, WheelSpec
+from buildtool.builder import binding as binding_mod
+from buildtool.builder import index, package, torch_headers
+from buildtool.builder.compile import CompileTask, KernelTree, compile_all
+from buildtool.builder.plan import BindingJob, CompileJob, Plan, WheelSpec
 from buildtool.core import atomic, binding_forms
 from buildtool.core.console import plain_console
 from buildtool.core.fetch import ProgressHook

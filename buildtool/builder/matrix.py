@@ -2,7 +2,7 @@
 
 Validation here needs no network: it checks the shape, the spelling of every version and that each
 CUDA major can target the archs asked of it. Whether PyPI published a torch minor is checked by the
-plan (buildtool/build/plan.py), which has the torch catalog. Every error names the field as it is written
+plan (buildtool/builder/plan.py), which has the torch catalog. Every error names the field as it is written
 in the file (`archs."12"[3]`, `exclude[0].torch`) and says how to fix it.
 """
 

@@ -13,9 +13,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from buildtool.build.matrix import Matrix, load_matrix, parse_matrix
-from buildtool.build.plan import make_plan
-from buildtool.build.pypi import catalog_from_simple_json
+from buildtool.builder.matrix import Matrix, load_matrix, parse_matrix
+from buildtool.builder.plan import make_plan
+from buildtool.builder.pypi import catalog_from_simple_json
 from buildtool.cli import app
 from tests.hostile import (
     NASTY_STRINGS,

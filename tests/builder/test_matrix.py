@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from buildtool.build.matrix import KernelFilter, MatrixError, load_matrix, parse_matrix
+from buildtool.builder.matrix import KernelFilter, MatrixError, load_matrix, parse_matrix
 from buildtool.core import cuda_facts, kernels_src
 
 REPO = Path(__file__).resolve().parents[2]

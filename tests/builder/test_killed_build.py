@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.build.conftest import fa_command
+from tests.builder.conftest import fa_command
 
 pytestmark = [
     pytest.mark.slow,

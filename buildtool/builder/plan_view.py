@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console, Group
 from rich.table import Table
 
-from buildtool.build.plan import SKIP_NO_TORCH_BUILD, BindingJob, Cell, CompileJob, Plan, WheelSpec
+from buildtool.builder.plan import SKIP_NO_TORCH_BUILD, BindingJob, Cell, CompileJob, Plan, WheelSpec
 from buildtool.core.binding_forms import STABLE
 from buildtool.core.console import plain_console
 

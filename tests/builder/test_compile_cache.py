@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.build.compile import CompileError, KernelTree, compile_all, is_cached, resolve
-from buildtool.build.plan import CompileJob
+from buildtool.builder.compile import CompileError, KernelTree, compile_all, is_cached, resolve
+from buildtool.builder.plan import CompileJob
 
 pytestmark = [pytest.mark.slow, pytest.mark.network]  # the CUDA 12 NVRTC wheel, once per session
 

@@ -1,5 +1,5 @@
 """The torch catalog and the build plan, offline against a trimmed real PyPI answer
-(tests/build/data/torch_simple.json, made by make_torch_fixture.py)."""
+(tests/builder/data/torch_simple.json, made by make_torch_fixture.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 from packaging.version import Version
 from rich.console import Console
 
-from buildtool.build.matrix import Matrix, MatrixError, load_matrix, parse_matrix
-from buildtool.build.plan import (
+from buildtool.builder.matrix import Matrix, MatrixError, load_matrix, parse_matrix
+from buildtool.builder.plan import (
     SKIP_EXCLUDED,
     SKIP_NO_TORCH_BUILD,
     Cell,
@@ -25,8 +25,8 @@ from buildtool.build.plan import (
     parse_shard,
     shard_wheels,
 )
-from buildtool.build.plan_view import plan_json, plan_renderable, plan_table
-from buildtool.build.pypi import (
+from buildtool.builder.plan_view import plan_json, plan_renderable, plan_table
+from buildtool.builder.pypi import (
     SIMPLE_URL,
     CatalogError,
     TorchCatalog,
@@ -501,7 +501,7 @@ def test_stable_abi_wheel_serves_every_minor_from_its_floor(catalog: TorchCatalo
 
 def test_stable_abi_floor_without_a_cpus_wheel(catalog: TorchCatalog) -> None:
     """A floor PyPI has no wheel of for a CPU gives no headers to build against: said, with the fix."""
-    from buildtool.build.pypi import TorchMinor
+    from buildtool.builder.pypi import TorchMinor
 
     minor = catalog.minors["2.10"]
     x86_only = TorchMinor(minor.minor, minor.patches, {"x86_64": minor.builds["x86_64"]})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from buildtool.build.pipeline import BuildSummary, WheelReport, summary_table
+from buildtool.builder.pipeline import BuildSummary, WheelReport, summary_table
 
 
 def report(variant: str, platform: str | None, file: str) -> WheelReport:

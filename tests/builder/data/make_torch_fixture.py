@@ -2,7 +2,7 @@
 
 Keeps the Linux x86_64 and aarch64 wheels of a few versions (the oldest supported minor, ABI and free-threaded
 edges, the newest minor) plus a handful of other files so the tests see what the parser must drop.
-Run it by hand to refresh the fixture: python tests/build/data/make_torch_fixture.py
+Run it by hand to refresh the fixture: python tests/builder/data/make_torch_fixture.py
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
 
-from buildtool.build.pypi import ACCEPT, SIMPLE_URL, simple_json_from_response
+from buildtool.builder.pypi import ACCEPT, SIMPLE_URL, simple_json_from_response
 from buildtool.core import fetch
 from buildtool.core.cpus import linux_cpu
 

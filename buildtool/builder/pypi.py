@@ -5,7 +5,7 @@ Read from PyPI's simple API (PEP 691 JSON; a server may answer with the PEP 503 
 which some mirrors do, so both are read into the same JSON shape). The response is cached in
 `cache_dir()/pypi/torch.json` for a day; `refresh=True` forces a new fetch, and an unreachable PyPI
 falls back to a stale cache. The parsing (`catalog_from_simple_json`) is pure, so tests feed it a
-trimmed real response (tests/build/data/torch_simple.json).
+trimmed real response (tests/builder/data/torch_simple.json).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from buildtool.build.matrix import (
+from buildtool.builder.matrix import (
     CXX11ABI_ONLY_FROM,
     DEFAULT_VERSION,
     MIN_TORCH,
@@ -29,7 +29,7 @@ from buildtool.build.matrix import (
     MatrixError,
     python_version,
 )
-from buildtool.build.pypi import TorchCatalog, TorchFile
+from buildtool.builder.pypi import TorchCatalog, TorchFile
 from buildtool.core import binding_forms, cpus, cuda_facts, kernels_src
 from buildtool.core.runtime import versions
 from buildtool.core.textfile import shown

@@ -2,7 +2,7 @@
 
 One FA_CACHE per test session (`build_cache`) whose download folders are the user's own (FA_CACHE or
 ~/.cache/fa), so NVRTC wheels and torch headers are fetched once per machine, not per run. `fixture_tree` is a
-kernels/ tree with one trivial unit per arch (tests/build/fixture_kernels) plus the real runtime
+kernels/ tree with one trivial unit per arch (tests/builder/fixture_kernels) plus the real runtime
 package, so the machinery is tested without compiling real attention kernels.
 """
 

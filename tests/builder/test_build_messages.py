@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from buildtool.build.compile import usable_workers
-from buildtool.build.pypi import SIMPLE_URL, CatalogError, fetch_torch_catalog
+from buildtool.builder.compile import usable_workers
+from buildtool.builder.pypi import SIMPLE_URL, CatalogError, fetch_torch_catalog
 from buildtool.cli import app
 from buildtool.core import fetch
 
@@ -75,7 +75,7 @@ def test_jobs_are_capped_at_the_cpus(tmp_path, monkeypatch, simple_json):
 
 @pytest.mark.parametrize("text", ["9" * 5000 + "/1", "١/٢", "1/0", "-1/2", "1/2/3", "\x1b[2J1/2"])
 def test_a_shard_that_is_not_k_of_n_is_named(text):
-    from buildtool.build.plan import parse_shard
+    from buildtool.builder.plan import parse_shard
     from buildtool.errors import UsageError
 
     with pytest.raises(UsageError) as err:

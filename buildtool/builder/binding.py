@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from buildtool.build.torch_headers import Headers
+from buildtool.builder.torch_headers import Headers
 from buildtool.core import atomic, binding_forms, cache, children, cpus
 from buildtool.core.runtime import schema
 from buildtool.errors import FaError

@@ -23,12 +23,12 @@ import pytest
 from elftools.elf.elffile import ELFFile
 from packaging.utils import parse_wheel_filename
 
-from buildtool.build import torch_headers
-from buildtool.build.compile import KernelTree
-from buildtool.build.matrix import parse_matrix
-from buildtool.build.pipeline import execute
-from buildtool.build.plan import make_plan
-from buildtool.build.pypi import fetch_torch_catalog
+from buildtool.builder import torch_headers
+from buildtool.builder.compile import KernelTree
+from buildtool.builder.matrix import parse_matrix
+from buildtool.builder.pipeline import execute
+from buildtool.builder.plan import make_plan
+from buildtool.builder.pypi import fetch_torch_catalog
 from buildtool.core import cache
 from buildtool.core.cpus import AARCH64, TARGETS, has_cxx
 from buildtool.core.installed import probe_torch
@@ -231,7 +231,7 @@ def test_stable_abi_binding_needs_only_the_c_shim_of_a_later_aarch64_torch():
     """The aarch64 stable-ABI binding, cross-built once against torch 2.10's aarch64 headers: every
     symbol it needs from torch is a C shim function, and torch 2.13's aarch64 libtorch_cpu.so exports
     each of them (bench/stable_abi_proof.py also loads it there under qemu-user)."""
-    from buildtool.build import binding
+    from buildtool.builder import binding
     from buildtool.core import binding_forms
 
     floor = binding_forms.STABLE_ABI_MIN
