@@ -31,8 +31,8 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from buildtool.builder import all_wheel, index, package, torch_headers
 from buildtool.builder import binding as binding_mod
-from buildtool.builder import index, package, torch_headers
 from buildtool.builder.compile import CompileTask, KernelTree, compile_all
 from buildtool.builder.plan import BindingJob, CompileJob, Plan, WheelSpec
 from buildtool.core import atomic, binding_forms
@@ -154,6 +154,11 @@ def execute(
             summary.wheels.append(_report(spec, built, cstats.seconds, cstats.cached, b))
             logs.append(_log_entry(spec, built, b))
             bars.advance(wheels_bar)
+        for whole in plan.all_wheels:
+            paths = {job: bindings[job].path for job in (b.job for b in whole.bindings)}
+            made = all_wheel.build_all_wheel(whole, out_dir, tree.root, tree.tiles, images, paths)
+            summary.wheels.append(_all_report(whole, made))
+            logs.append(_all_log_entry(whole, made))
         index.write_index(out_dir)
         _write_log(out_dir, plan, logs)
     summary.seconds = round(time.perf_counter() - t0, 3)
@@ -204,6 +209,37 @@ def _report(
         compiled=len(compiled),
         cache_hits=sum(j in cached for j in spec.compile_jobs) + int(bool(b and b.cached)),
     )
+
+
+def _all_report(spec: all_wheel.AllWheelSpec, built: package.BuiltWheel) -> WheelReport:
+    """The all-wheel's row: its compiles are the per-variant wheels' (counted there, cache hits here)."""
+    jobs = spec.compile_jobs
+    return WheelReport(
+        file=built.path.name,
+        variant=spec.variant,
+        platform=spec.platform,
+        size=built.path.stat().st_size,
+        platform_tag=built.platform,
+        platform_reason=built.platform_reason,
+        cells=len(spec.cells),
+        compile_seconds=0.0,
+        compiled=0,
+        cache_hits=len(jobs) + len(spec.bindings),
+    )
+
+
+def _all_log_entry(spec: all_wheel.AllWheelSpec, built: package.BuiltWheel) -> dict[str, Any]:
+    return {
+        "wheel": built.path.name,
+        "variant": spec.variant,
+        "platform": spec.platform,
+        "platform_tag": built.platform,
+        "platform_reason": built.platform_reason,
+        "bindings": [b.label for b in spec.bindings],
+        "kernel_sets": [
+            {"cuda_major": k.cuda_major, "sass": list(k.sass), "ptx": k.ptx} for k in spec.kernel_sets
+        ],
+    }
 
 
 def _log_entry(

@@ -11,6 +11,7 @@ newer than any the stable binding was tested with loads, with a one-time FaUntes
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import warnings
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from . import all_wheel
 from ._version import __version__
 from .decision import binding_problems, untested_torch
 from .reasons import Reason
@@ -82,7 +84,18 @@ def load_binding() -> Reason | None:
         return _binding_result  # type: ignore[return-value]
 
 
+def as_this_torch(man: Manifest) -> Manifest:
+    """The all-wheel read as the per-variant wheel whose binding serves the running torch
+    (all_wheel.binding_for: the same rule as the per-variant wheels'); any other manifest as it is."""
+    if not man.info.all_wheel:
+        return man
+    abi = bool(torch._C._GLIBCXX_USE_CXX11_ABI)
+    binding = all_wheel.binding_for(man.info, torch.__version__, abi)
+    return dataclasses.replace(man, info=all_wheel.view(man.info, binding, man.info.kernel_sets[0]))
+
+
 def _load(man: Manifest, unreadable: str | None = None) -> Reason | None:
+    man = as_this_torch(man)
     problem = static_binding_problem(man, unreadable)
     if problem is not None:
         return problem

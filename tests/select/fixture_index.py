@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from packaging.specifiers import SpecifierSet
 
-from buildtool.builder import package
+from buildtool.builder import all_wheel, package
 from buildtool.builder.plan import BindingJob, Cell, CompileJob, WheelSpec, variant_label
 from buildtool.core import binding_forms, kernels_src
 from buildtool.core.cuda_facts import TOOLKITS
@@ -42,6 +42,20 @@ def kernel_manifest(
     """The manifest `fa build` writes for this wheel: SASS for `sass` (default: the toolkit's default
     archs) and PTX of `ptx` ("newest": the last SASS arch; None: no PTX). `abi` None: the stable-ABI
     wheel of floor `torch`, built for the minors `tested` (default: the floor alone)."""
+    return package.manifest(kernel_spec(cuda, torch, abi, cpu, sass, ptx, tested), kernels_src.tiles())
+
+
+@functools.cache
+def kernel_spec(
+    cuda: int,
+    torch: str,
+    abi: bool | None,
+    cpu: str = "x86_64",
+    sass: tuple[str, ...] | None = None,
+    ptx: str | None = "newest",
+    tested: tuple[str, ...] | None = None,
+) -> WheelSpec:
+    """The plan's WheelSpec of kernel_manifest's wheel."""
     tiles = kernels_src.tiles()
     sass = TOOLKITS[cuda].default_archs if sass is None else sass
     ptx = sass[-1] if ptx == "newest" else ptx
@@ -64,14 +78,23 @@ def kernel_manifest(
         variant=variant,
         version=f"{VERSION}+{variant}",
     )
-    return package.manifest(spec, tiles)
+    return spec
 
 
 def kernel_entry(
     cuda: int, torch: str, abi: bool | None, cpu: str = "x86_64", **images: Any
 ) -> dict[str, Any]:
     """The index.json entry of kernel_manifest(cuda, torch, abi, cpu, **images)."""
-    info = kernel_manifest(cuda, torch, abi, cpu, **images).info
+    return _entry(kernel_manifest(cuda, torch, abi, cpu, **images).info, cpu)
+
+
+def all_wheel_entry(specs: list[WheelSpec], cpu: str = "x86_64") -> dict[str, Any]:
+    """The index.json entry of the all-wheel `fa build` makes of these per-variant wheels of `cpu`."""
+    (spec,) = all_wheel.all_wheel_specs([s for s in specs if s.platform == cpu], VERSION)
+    return _entry(all_wheel.manifest(spec, kernels_src.tiles()).info, cpu)
+
+
+def _entry(info: schema.WheelInfo, cpu: str) -> dict[str, Any]:
     platform = PLATFORM.replace("x86_64", cpu)
     entry = schema.IndexEntry(
         file=f"fa_attn-{info.version}-py3-none-{platform}.whl",
@@ -101,6 +124,29 @@ def universal_entry() -> dict[str, Any]:
 
 
 def fixture_index(matrix_path: Path = REPO / "matrix.yaml") -> dict[str, Any]:
+    """The per-variant wheels of the matrix and the universal wheel."""
+    entries = [_entry(kernel_manifest(*key).info, key[3]) for key in matrix_wheels(matrix_path)]
+    return _index([*entries, universal_entry()])
+
+
+def all_wheel_index(matrix_path: Path = REPO / "matrix.yaml") -> dict[str, Any]:
+    """The matrix's all-wheels (one per CPU) and the universal wheel: what PyPI would hold."""
+    specs = [kernel_spec(*key) for key in matrix_wheels(matrix_path)]
+    cpus = dict.fromkeys(s.platform for s in specs)
+    return _index([all_wheel_entry(specs, str(cpu)) for cpu in cpus] + [universal_entry()])
+
+
+def _index(wheels: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "schema": schema.SCHEMA_MAJOR,
+        "schema_minor": schema.SCHEMA_MINOR,
+        "package": schema.PACKAGE,
+        "wheels": wheels,
+    }
+
+
+def matrix_wheels(matrix_path: Path) -> list[tuple[Any, ...]]:
+    """kernel_spec's arguments for each per-variant wheel of the matrix."""
     matrix = yaml.safe_load(matrix_path.read_text())
     excludes = matrix.get("exclude") or []
 
@@ -127,13 +173,7 @@ def fixture_index(matrix_path: Path = REPO / "matrix.yaml") -> dict[str, Any]:
                     stable.append(torch)
                     continue
                 abis = [False, True] if minor(torch) < (2, 7) else [True]
-                wheels += [kernel_entry(cuda, torch, abi, cpu) for abi in abis]
+                wheels += [(cuda, torch, abi, cpu) for abi in abis]
             if stable:
-                wheels.append(kernel_entry(cuda, floor, None, cpu, tested=tuple(sorted(stable, key=minor))))
-    wheels.append(universal_entry())
-    return {
-        "schema": schema.SCHEMA_MAJOR,
-        "schema_minor": schema.SCHEMA_MINOR,
-        "package": schema.PACKAGE,
-        "wheels": wheels,
-    }
+                wheels.append((cuda, floor, None, cpu, None, "newest", tuple(sorted(stable, key=minor))))
+    return wheels
