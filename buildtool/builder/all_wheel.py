@@ -9,8 +9,8 @@ decided by measurement (docs/build.md, "The all-wheel"; bench/all_wheel_size.py)
   arch the matrix lists for it, and its PTX;
 - an older major (11) ships its archs too, without PTX: it is the one drivers below the main major's
   floor (450-524) run, and a GPU newer than its archs needs a newer driver anyway;
-- a newer major (13) ships only the archs no kept major targets (Jetson Thor's 11.0 when the matrix
-  lists it), and PTX only for an arch newer than every other: on a driver that runs the main major's
+- a newer major (13) ships only the archs no kept major ships (Jetson Thor's 11.0 when the matrix
+  lists it: CUDA 12 cannot target it), and PTX only for an arch newer than every other: on a driver that runs the main major's
   cubin, its own cubin for the same arch adds bytes and no measured benefit (no GPU here to measure
   a speed-up).
 """
@@ -73,12 +73,12 @@ class AllWheelSpec:
 
 
 def main_major(wheels: Sequence[WheelSpec]) -> int:
-    """The CUDA major the most torch minors are built with (ties: the lower)."""
+    """The CUDA major the most torch minors are built with (ties: the newer, whose NVRTC targets more)."""
     minors: dict[int, set[str]] = {}
     for w in wheels:
         if w.cuda_major is not None:
             minors.setdefault(w.cuda_major, set()).update(c.torch for c in w.cells)
-    return min(minors, key=lambda m: (-len(minors[m]), m))
+    return max(minors, key=lambda m: (len(minors[m]), m))
 
 
 def all_wheel_specs(wheels: Sequence[WheelSpec], version: str) -> tuple[AllWheelSpec, ...]:
@@ -101,7 +101,7 @@ def _spec(wheels: Sequence[WheelSpec], version: str) -> AllWheelSpec:
         if major <= main:
             sass = w.sass
         else:
-            sass = tuple(a for a in w.sass if a not in kept and _only_newer_targets(a, main))
+            sass = tuple(a for a in w.sass if a not in kept)
         ptx = w.ptx if w.ptx == newest and (major == main or newest not in kept) else None
         if major < main:
             ptx = None
@@ -124,11 +124,6 @@ def _spec(wheels: Sequence[WheelSpec], version: str) -> AllWheelSpec:
     )
     cells = tuple(dict.fromkeys(c for w in wheels for c in w.cells))
     return AllWheelSpec(str(wheels[0].platform), version, specs, tuple(sets), cells)
-
-
-def _only_newer_targets(arch: str, main: int) -> bool:
-    """No NVRTC of the main major or older targets `arch` (Thor's 11.0: CUDA 13 only)."""
-    return all(arch not in tk.archs for major, tk in TOOLKITS.items() if major <= main)
 
 
 def _label(job: BindingJob) -> str:

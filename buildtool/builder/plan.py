@@ -310,7 +310,8 @@ def local_plan(
         )
         for m in cuda
     ]
-    return _assemble(local, wheels, [])
+    alls = all_wheel_specs(wheels, local.version) if matrix is not None and matrix.all_wheel else ()
+    return _assemble(local, wheels, [], all_wheels=alls)
 
 
 def _sass_for(gpu_sm: str, major: int, source: str) -> str:

@@ -72,7 +72,8 @@ def test_the_all_wheel_answers_as_the_tagged_wheels(path: Path, tagged, alls):
         return
     assert answer(with_all) == answer(with_tagged)
     if with_tagged.selected is not None and not with_tagged.selected.info.universal:
-        assert with_all.selected is not None and with_all.selected.info.variant == "all"
+        assert with_all.selected is not None
+        assert with_all.selected.info.variant == "all"
 
 
 def test_the_all_wheel_serves_where_the_offered_tagged_wheels_cannot(tagged, alls):
@@ -91,10 +92,12 @@ def test_install_prefers_the_slimmer_wheel_and_keeps_the_all_wheel_as_fallback(t
     case = json.loads((ENVS / "aws-a10g-pypi-torch.json").read_text())
     env = env_from_json(case["env"])
     both = select(tagged + alls, env)
-    assert both.selected is not None and both.selected.info.variant == case["expect"]["selected_variant"]
+    assert both.selected is not None
+    assert both.selected.info.variant == case["expect"]["selected_variant"]
     all_x86 = next(e for e in alls if e.info.variant == "all" and e.info.platform == "x86_64")
     pair = select([all_x86, both.selected], env)
     assert pair.selected is both.selected
     assert "slimmer" in pair.why
     only_all = select(alls, env)
-    assert only_all.selected is not None and only_all.selected.info.variant == "all"
+    assert only_all.selected is not None
+    assert only_all.selected.info.variant == "all"
