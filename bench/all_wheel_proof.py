@@ -14,11 +14,11 @@ variant "all"); the per-variant wheels beside them are ignored.
    and `fa_attn::fwd` / `fa_attn::bwd` have CUDA kernels in torch's dispatcher.
 2. aarch64, per torch version: PyPI's aarch64 wheel's libraries (fetched by HTTP range), the binding
    the runtime would pick for that torch (all_wheel.binding_for, with the C++ ABI read from
-   libtorch_cpu.so's symbols), and under qemu-user the checker of bench/stable_abi_proof.py loads
+   libc10.so's symbols), and under qemu-user the checker of bench/stable_abi_proof.py loads
    libtorch_cpu.so and the binding and asks the dispatcher for both operators' CUDA kernels.
 
-PyPI publishes one C++ ABI per torch version (the old one up to 2.6, the C++11 one from 2.7; aarch64
-the C++11 one throughout), so each version tests the binding of that ABI. Prints a table and writes
+PyPI publishes one C++ ABI per torch version (the old one up to 2.6, the C++11 one from 2.7, on both
+CPUs), so each version tests the binding of that ABI. Prints a table and writes
 JSON (default: a temporary folder, never the checkout). Not a test: it downloads gigabytes.
 """
 
@@ -131,7 +131,9 @@ def arm_row(version: str, wheel: Path, work: Path) -> ProofRow:
         row.install = f"FAIL ({e})"
         return row
     lib_dir = torch_dir / "torch" / "lib"
-    cxx11abi = any("__cxx11" in name for name in dynsyms(lib_dir / "libtorch_cpu.so")[0])
+    # c10's own std::string overload says the ABI (libtorch_cpu.so bundles code of either ABI)
+    assert_fail = "_ZN3c106detail23torchInternalAssertFail"
+    cxx11abi = any(n.startswith(assert_fail) and "__cxx11" in n for n in dynsyms(lib_dir / "libc10.so")[0])
     row.torch = f"{headers.torch_version} cxx11abi={str(cxx11abi).lower()}"
     with zipfile.ZipFile(wheel) as zf:
         info = schema.Manifest.from_json(json.loads(zf.read(schema.MANIFEST_PATH))).info
