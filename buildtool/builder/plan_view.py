@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Console, Group
 from rich.table import Table
 
+from buildtool.builder.all_wheel import AllWheelSpec
 from buildtool.builder.plan import SKIP_NO_TORCH_BUILD, BindingJob, Cell, CompileJob, Plan, WheelSpec
 from buildtool.core.binding_forms import STABLE
 from buildtool.core.console import plain_console
@@ -29,7 +30,8 @@ def plan_json(plan: Plan, cache_status: CacheStatus) -> dict[str, Any]:
         "version": plan.matrix.version,
         "source": plan.matrix.source,
         "shard": list(plan.shard) if plan.shard else None,
-        "wheels": [_wheel_json(w, cached) for w in plan.wheels],
+        "wheels": [_wheel_json(w, cached) for w in plan.wheels]
+        + [_all_json(a, cached) for a in plan.all_wheels],
         "skipped": [{**_cell_json(s.cell), "code": s.code, "reason": s.reason} for s in plan.skipped],
         "compile_jobs": [
             {
@@ -46,7 +48,7 @@ def plan_json(plan: Plan, cache_status: CacheStatus) -> dict[str, Any]:
             "cells": len(covered) + len(plan.skipped),
             "covered": len(covered),
             "skipped": len(plan.skipped),
-            "wheels": len(plan.wheels),
+            "wheels": len(plan.wheels) + len(plan.all_wheels),
             "compile_jobs": len(plan.compile_jobs),
             "cached": n_cached,
             "to_compile": len(plan.compile_jobs) - n_cached,
@@ -76,6 +78,36 @@ def _wheel_json(wheel: WheelSpec, cached: dict[CompileJob, bool]) -> dict[str, A
             "to_compile": len(wheel.compile_jobs) - n_cached,
         },
         "binding": _binding_json(wheel.binding) if wheel.binding else None,
+    }
+
+
+def _all_json(spec: AllWheelSpec, cached: dict[CompileJob, bool]) -> dict[str, Any]:
+    """The all-wheel (variant "all"): no CUDA major or binding of its own; `kernel_sets` and
+    `bindings` list its parts (all of them the per-variant wheels' work)."""
+    n_cached = sum(cached[j] for j in spec.compile_jobs)
+    return {
+        "variant": spec.variant,
+        "platform": spec.platform,
+        "version": spec.version,
+        "cuda_major": None,
+        "torch": None,
+        "cxx11abi": None,
+        "form": None,
+        "torch_tested": sorted({c.torch for c in spec.cells}, key=lambda t: tuple(map(int, t.split(".")))),
+        "sass": [],
+        "ptx": None,
+        "cells": [_cell_json(c) for c in spec.cells],
+        "pythons": list(dict.fromkeys(c.python for c in spec.cells)),
+        "kernels": {
+            "total": len(spec.compile_jobs),
+            "cached": n_cached,
+            "to_compile": len(spec.compile_jobs) - n_cached,
+        },
+        "binding": None,
+        "kernel_sets": [
+            {"cuda_major": k.cuda_major, "sass": list(k.sass), "ptx": k.ptx} for k in spec.kernel_sets
+        ],
+        "bindings": [_binding_json(b.job) for b in spec.bindings],
     }
 
 
@@ -111,6 +143,13 @@ def _wheels_table(data: dict[str, Any]) -> Table:
     table.add_column("kernels to compile/cached", justify="right")
     table.add_column("binding (torch, ABI)")
     for w in data["wheels"]:
+        if w["variant"] == "all":
+            k = w["kernels"]
+            sets = "; ".join(f"cu{s['cuda_major']}: {' '.join(s['sass'])}" for s in w["kernel_sets"])
+            ptx = " ".join(f"cu{s['cuda_major']}: {s['ptx']}" for s in w["kernel_sets"] if s["ptx"])
+            row = ["all", w["platform"], " ".join(w["torch_tested"]), " ".join(w["pythons"]), sets]
+            table.add_row(*row, ptx or "-", f"{k['to_compile']}/{k['cached']}", f"all {len(w['bindings'])}")
+            continue
         if w["cuda_major"] is None:
             table.add_row("(universal)", "any", "any", "any", "-", "-", "-", "-")
             continue
