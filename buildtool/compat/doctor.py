@@ -147,8 +147,8 @@ def _acts_as(entry: schema.IndexEntry, env: Env) -> str:
     """What the all-wheel loads here: the binding for the torch installed and the CUDA major whose
     kernels this driver and torch prefer (per call the GPU may take another: the GPU lines say)."""
     view = as_installed(entry.info, env)
-    binding = (view.binding or "").rsplit("/", 1)[-1]
-    return f"{binding} and its CUDA {view.cuda_major} kernels"
+    label = (view.binding or "").rsplit("/", 1)[-1].removesuffix(".so").split("-", 1)[-1]
+    return f"binding {label}, CUDA {view.cuda_major} kernels"
 
 
 def wheel_name(entry: schema.IndexEntry) -> str:

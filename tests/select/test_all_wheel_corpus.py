@@ -101,3 +101,22 @@ def test_install_prefers_the_slimmer_wheel_and_keeps_the_all_wheel_as_fallback(t
     only_all = select(alls, env)
     assert only_all.selected is not None
     assert only_all.selected.info.variant == "all"
+
+
+def test_fa_doctor_says_what_the_all_wheel_acts_as(tmp_path: Path):
+    """The CLI with an index holding only the all-wheels and the universal wheel: torch 2.5+cu118 (old
+    C++ ABI) on driver 520 gets the torch 2.5 old-ABI binding and CUDA 11's kernels."""
+    from typer.testing import CliRunner
+
+    from buildtool.cli import app
+
+    (tmp_path / "index.json").write_text(json.dumps(all_wheel_index()))
+    env = tmp_path / "env.json"
+    env.write_text(json.dumps(json.loads((ENVS / "driver520-torch-cu118.json").read_text())["env"]))
+    args = ["doctor", "--env", str(env), "--wheels", str(tmp_path)]
+    data = json.loads(CliRunner().invoke(app, [*args, "--json"]).output)
+    assert (data["verdict"], data["variant"]) == ("ok", "all")
+    binding = "bindings/libfa_attn_ops-torch2.5cxx11abifalse.so"
+    assert data["acts_as"] == {"binding": binding, "cuda_major": 11}
+    text = CliRunner().invoke(app, args, env={"COLUMNS": "80"}).output
+    assert "it acts here as: binding torch2.5cxx11abifalse, CUDA 11 kernels" in text
