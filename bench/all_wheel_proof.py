@@ -43,9 +43,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from stable_abi_proof import CHECKER, SYSROOT, Row, arm_torch, cuda_libs_for, dynsyms, sh
+from stable_abi_proof import Row, arm_torch, dynsyms, qemu_check, sh
 
-from buildtool.core.cpus import AARCH64, TARGETS
+from buildtool.core.cpus import AARCH64
 from buildtool.core.runtime import all_wheel, schema
 
 
@@ -145,52 +145,7 @@ def arm_row(version: str, wheel: Path, work: Path) -> ProofRow:
         row.load = f"FAIL (no binding: {problems[0].code})"
         return row
     row.install = "libraries from PyPI's aarch64 wheel (no aarch64 Python)"
-    qemu = shutil.which(TARGETS[AARCH64].qemu)
-    if qemu is None or not SYSROOT.is_dir():
-        row.load = "not run (no qemu-user)"
-        return row
-    checker = work / f"checker-{version}"
-    (work / "checker.cpp").write_text(CHECKER)
-    inc = [f"-I{d}" for d in headers.include_dirs]
-    abi = f"-D_GLIBCXX_USE_CXX11_ABI={int(cxx11abi)}"
-    link = ["-Wl,--no-as-needed", "-ltorch_cpu", "-lc10", "-Wl,--as-needed", "-ldl"]
-    link += ["-Wl,--allow-shlib-undefined", "-Wl,--unresolved-symbols=ignore-in-shared-libs"]
-    gxx = TARGETS[AARCH64].triple + "-g++"
-    done = sh(
-        [
-            gxx,
-            "-std=c++20",
-            "-O1",
-            abi,
-            *inc,
-            str(work / "checker.cpp"),
-            "-o",
-            str(checker),
-            f"-L{lib_dir}",
-            *link,
-        ]
-    )
-    if done.returncode != 0:
-        row.load = "FAIL (checker build)"
-        row.notes.append(done.stderr[-400:])
-        return row
-    stub = work / "stub"  # the cross sysroot has no zlib; torch's bundled libraries may name it
-    stub.mkdir(exist_ok=True)
-    gcc = TARGETS[AARCH64].triple + "-gcc"
-    sh([gcc, "-shared", "-x", "c", "/dev/null", "-Wl,-soname,libz.so.1", "-o", str(stub / "libz.so.1")])
-    try:
-        cuda_libs = cuda_libs_for(torch_dir, work)
-    except RuntimeError as e:
-        row.load = "FAIL (CUDA runtime libraries)"
-        row.notes.append(str(e))
-        return row
-    paths = [lib_dir, torch_dir / "torch.libs", stub, *cuda_libs]
-    env = dict(os.environ, LD_LIBRARY_PATH=":".join(str(p) for p in paths))
-    run = sh([qemu, "-L", str(SYSROOT), str(checker), str(lib)], env=env, timeout=1200)
-    row.load = "ok (qemu-user)" if run.returncode in (0, 2) and not run.stdout.startswith("FAIL") else "FAIL"
-    row.ops = "fwd+bwd CUDA" if run.returncode == 0 else "FAIL"
-    if run.returncode != 0:
-        row.notes.append((run.stdout + run.stderr)[-600:])
+    qemu_check(row, lib, torch_dir, headers, work, version, cxx11abi)
     row.seconds = round(time.perf_counter() - t0, 1)
     return row
 

@@ -197,60 +197,55 @@ def _report(
     b: binding_mod.BindingBuild | None,
 ) -> WheelReport:
     compiled = [j for j in spec.compile_jobs if j in seconds]
-    return WheelReport(
-        file=built.path.name,
-        variant=spec.variant,
-        platform=spec.platform,
-        size=built.path.stat().st_size,
-        platform_tag=built.platform,
-        platform_reason=built.platform_reason,
-        cells=len(spec.cells),
-        compile_seconds=round(sum(seconds[j] for j in compiled), 3),
-        compiled=len(compiled),
-        cache_hits=sum(j in cached for j in spec.compile_jobs) + int(bool(b and b.cached)),
-    )
+    hits = sum(j in cached for j in spec.compile_jobs) + int(bool(b and b.cached))
+    row = _row(built, spec.variant, spec.platform, len(spec.cells), hits)
+    row.compile_seconds, row.compiled = round(sum(seconds[j] for j in compiled), 3), len(compiled)
+    return row
 
 
 def _all_report(spec: all_wheel.AllWheelSpec, built: package.BuiltWheel) -> WheelReport:
     """The all-wheel's row: its compiles are the per-variant wheels' (counted there, cache hits here)."""
-    jobs = spec.compile_jobs
-    return WheelReport(
-        file=built.path.name,
-        variant=spec.variant,
-        platform=spec.platform,
-        size=built.path.stat().st_size,
-        platform_tag=built.platform,
-        platform_reason=built.platform_reason,
-        cells=len(spec.cells),
-        compile_seconds=0.0,
-        compiled=0,
-        cache_hits=len(jobs) + len(spec.bindings),
+    return _row(
+        built, spec.variant, spec.platform, len(spec.cells), len(spec.compile_jobs) + len(spec.bindings)
     )
 
 
-def _all_log_entry(spec: all_wheel.AllWheelSpec, built: package.BuiltWheel) -> dict[str, Any]:
+def _row(built: package.BuiltWheel, variant: str, platform: str | None, cells: int, hits: int) -> WheelReport:
+    return WheelReport(
+        file=built.path.name,
+        variant=variant,
+        platform=platform,
+        size=built.path.stat().st_size,
+        platform_tag=built.platform,
+        platform_reason=built.platform_reason,
+        cells=cells,
+        compile_seconds=0.0,
+        compiled=0,
+        cache_hits=hits,
+    )
+
+
+def _log_head(built: package.BuiltWheel, variant: str, platform: str | None) -> dict[str, Any]:
     return {
         "wheel": built.path.name,
-        "variant": spec.variant,
-        "platform": spec.platform,
+        "variant": variant,
+        "platform": platform,
         "platform_tag": built.platform,
         "platform_reason": built.platform_reason,
-        "bindings": [b.label for b in spec.bindings],
-        "kernel_sets": [
-            {"cuda_major": k.cuda_major, "sass": list(k.sass), "ptx": k.ptx} for k in spec.kernel_sets
-        ],
     }
+
+
+def _all_log_entry(spec: all_wheel.AllWheelSpec, built: package.BuiltWheel) -> dict[str, Any]:
+    sets = [{"cuda_major": k.cuda_major, "sass": list(k.sass), "ptx": k.ptx} for k in spec.kernel_sets]
+    bindings = [b.label for b in spec.bindings]
+    return {**_log_head(built, spec.variant, spec.platform), "bindings": bindings, "kernel_sets": sets}
 
 
 def _log_entry(
     spec: WheelSpec, built: package.BuiltWheel, b: binding_mod.BindingBuild | None
 ) -> dict[str, Any]:
     return {
-        "wheel": built.path.name,
-        "variant": spec.variant,
-        "platform": spec.platform,
-        "platform_tag": built.platform,
-        "platform_reason": built.platform_reason,
+        **_log_head(built, spec.variant, spec.platform),
         "binding_key": b.key if b else None,
         "compiler": binding_mod.compiler_identity(spec.platform) if b else None,
         "toolkit": built.manifest.info.toolkit,

@@ -58,7 +58,6 @@ def plan_json(plan: Plan, cache_status: CacheStatus) -> dict[str, Any]:
 
 
 def _wheel_json(wheel: WheelSpec, cached: dict[CompileJob, bool]) -> dict[str, Any]:
-    n_cached = sum(cached[j] for j in wheel.compile_jobs)
     return {
         "variant": wheel.variant,
         "platform": wheel.platform,
@@ -72,11 +71,7 @@ def _wheel_json(wheel: WheelSpec, cached: dict[CompileJob, bool]) -> dict[str, A
         "ptx": wheel.ptx,
         "cells": [_cell_json(c) for c in wheel.cells],
         "pythons": list(dict.fromkeys(c.python for c in wheel.cells)),
-        "kernels": {
-            "total": len(wheel.compile_jobs),
-            "cached": n_cached,
-            "to_compile": len(wheel.compile_jobs) - n_cached,
-        },
+        "kernels": _kernels_json(wheel.compile_jobs, cached),
         "binding": _binding_json(wheel.binding) if wheel.binding else None,
     }
 
@@ -84,7 +79,6 @@ def _wheel_json(wheel: WheelSpec, cached: dict[CompileJob, bool]) -> dict[str, A
 def _all_json(spec: AllWheelSpec, cached: dict[CompileJob, bool]) -> dict[str, Any]:
     """The all-wheel (variant "all"): no CUDA major or binding of its own; `kernel_sets` and
     `bindings` list its parts (all of them the per-variant wheels' work)."""
-    n_cached = sum(cached[j] for j in spec.compile_jobs)
     return {
         "variant": spec.variant,
         "platform": spec.platform,
@@ -98,17 +92,18 @@ def _all_json(spec: AllWheelSpec, cached: dict[CompileJob, bool]) -> dict[str, A
         "ptx": None,
         "cells": [_cell_json(c) for c in spec.cells],
         "pythons": list(dict.fromkeys(c.python for c in spec.cells)),
-        "kernels": {
-            "total": len(spec.compile_jobs),
-            "cached": n_cached,
-            "to_compile": len(spec.compile_jobs) - n_cached,
-        },
+        "kernels": _kernels_json(spec.compile_jobs, cached),
         "binding": None,
         "kernel_sets": [
             {"cuda_major": k.cuda_major, "sass": list(k.sass), "ptx": k.ptx} for k in spec.kernel_sets
         ],
         "bindings": [_binding_json(b.job) for b in spec.bindings],
     }
+
+
+def _kernels_json(jobs: tuple[CompileJob, ...], cached: dict[CompileJob, bool]) -> dict[str, int]:
+    n_cached = sum(cached[j] for j in jobs)
+    return {"total": len(jobs), "cached": n_cached, "to_compile": len(jobs) - n_cached}
 
 
 def _cell_json(cell: Cell) -> dict[str, Any]:

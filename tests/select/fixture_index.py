@@ -30,19 +30,9 @@ PLATFORM = "manylinux_2_28_x86_64"  # what the release workflow's manylinux_2_28
 
 
 @functools.cache
-def kernel_manifest(
-    cuda: int,
-    torch: str,
-    abi: bool | None,
-    cpu: str = "x86_64",
-    sass: tuple[str, ...] | None = None,
-    ptx: str | None = "newest",
-    tested: tuple[str, ...] | None = None,
-) -> schema.Manifest:
-    """The manifest `fa build` writes for this wheel: SASS for `sass` (default: the toolkit's default
-    archs) and PTX of `ptx` ("newest": the last SASS arch; None: no PTX). `abi` None: the stable-ABI
-    wheel of floor `torch`, built for the minors `tested` (default: the floor alone)."""
-    return package.manifest(kernel_spec(cuda, torch, abi, cpu, sass, ptx, tested), kernels_src.tiles())
+def kernel_manifest(*spec: Any, **images: Any) -> schema.Manifest:
+    """The manifest `fa build` writes for the wheel kernel_spec(*spec, **images) describes."""
+    return package.manifest(kernel_spec(*spec, **images), kernels_src.tiles())
 
 
 @functools.cache
@@ -55,7 +45,9 @@ def kernel_spec(
     ptx: str | None = "newest",
     tested: tuple[str, ...] | None = None,
 ) -> WheelSpec:
-    """The plan's WheelSpec of kernel_manifest's wheel."""
+    """A per-variant wheel's spec as the plan makes it: SASS for `sass` (default: the toolkit's default
+    archs) and PTX of `ptx` ("newest": the last SASS arch; None: no PTX). `abi` None: the stable-ABI
+    wheel of floor `torch`, built for the minors `tested` (default: the floor alone)."""
     tiles = kernels_src.tiles()
     sass = TOOLKITS[cuda].default_archs if sass is None else sass
     ptx = sass[-1] if ptx == "newest" else ptx
