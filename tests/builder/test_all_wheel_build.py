@@ -20,7 +20,7 @@ import pytest
 
 from tests.builder.conftest import fa_command
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow, pytest.mark.network]  # the pinned NVRTC wheels of CUDA 11 and 12
 
 MATRIX = """\
 version: "0.1.0"
