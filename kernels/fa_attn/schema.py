@@ -434,19 +434,26 @@ class IndexEntry:
 
 
 def index_json(entries: Iterable[IndexEntry]) -> dict[str, Any]:
-    """index.json's content."""
-    wheels = [e.to_json() for e in entries]
-    return {"schema": SCHEMA_MAJOR, "schema_minor": SCHEMA_MINOR, "package": PACKAGE, "wheels": wheels}
+    """index.json's content. The all-wheels go under their own key (1.3): a reader older than 1.3
+    ignores a key it does not know, where it would refuse an entry of a kind it does not know."""
+    entries = list(entries)
+    wheels = [e.to_json() for e in entries if not e.info.all_wheel]
+    alls = [e.to_json() for e in entries if e.info.all_wheel]
+    head = {"schema": SCHEMA_MAJOR, "schema_minor": SCHEMA_MINOR, "package": PACKAGE}
+    return {**head, "wheels": wheels, "all_wheels": alls}
 
 
 def read_index(data: Any) -> tuple[IndexEntry, ...]:
-    """The entries of a parsed index.json; SchemaError names the entry and the field."""
+    """The entries of a parsed index.json, the all-wheels last; SchemaError names the entry and the field."""
     data = _object(data, "")
     schema_minor(data)
-    wheels = data.get("wheels")
-    if not isinstance(wheels, list):
-        raise _fail("wheels", wheels, "a list")
-    return tuple(IndexEntry.from_json(raw, f"wheels[{i}]") for i, raw in enumerate(wheels))
+    entries = []
+    for key, absent in (("wheels", None), ("all_wheels", [])):  # all_wheels: 1.3, [] before
+        rows = data.get(key, absent)
+        if not isinstance(rows, list):
+            raise _fail(key, rows, "a list")
+        entries += [IndexEntry.from_json(raw, f"{key}[{i}]") for i, raw in enumerate(rows)]
+    return tuple(entries)
 
 
 def universal_info(version: str) -> WheelInfo:

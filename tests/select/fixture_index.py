@@ -125,15 +125,16 @@ def all_wheel_index(matrix_path: Path = REPO / "matrix.yaml") -> dict[str, Any]:
     """The matrix's all-wheels (one per CPU) and the universal wheel: what PyPI would hold."""
     specs = [kernel_spec(*key) for key in matrix_wheels(matrix_path)]
     cpus = dict.fromkeys(s.platform for s in specs)
-    return _index([all_wheel_entry(specs, str(cpu)) for cpu in cpus] + [universal_entry()])
+    return _index([universal_entry()], [all_wheel_entry(specs, str(cpu)) for cpu in cpus])
 
 
-def _index(wheels: list[dict[str, Any]]) -> dict[str, Any]:
+def _index(wheels: list[dict[str, Any]], all_wheels: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     return {
         "schema": schema.SCHEMA_MAJOR,
         "schema_minor": schema.SCHEMA_MINOR,
         "package": schema.PACKAGE,
         "wheels": wheels,
+        "all_wheels": all_wheels or [],
     }
 
 

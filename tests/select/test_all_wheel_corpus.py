@@ -35,7 +35,8 @@ def tagged(index_data: dict):
 
 @pytest.fixture(scope="module")
 def alls():
-    return [entry_from_dict(w, f"all[{i}]") for i, w in enumerate(all_wheel_index()["wheels"])]
+    data = all_wheel_index()
+    return [entry_from_dict(w, f"all[{i}]") for i, w in enumerate(data["all_wheels"] + data["wheels"])]
 
 
 def answer(sel: Selection) -> dict:
