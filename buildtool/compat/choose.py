@@ -32,7 +32,7 @@ from packaging.version import Version
 from buildtool.compat.env import Env, Gpu
 from buildtool.compat.fit import (
     as_installed,
-    assumed_cxx11abi,
+    binding_here,
     stack_reasons,
     supported_tags,
     untested_torch,
@@ -120,11 +120,8 @@ def _decide(info: schema.WheelInfo, device: decision.Device, call: decision.Call
     with the binding the running torch loads."""
     if not info.all_wheel:
         return decision.decide(info, device, call)
-    torch = env.torch.version if env.torch else "0.0"
-    assumed = env.torch is None or env.torch.cxx11abi is None
-    binding = all_wheel.binding_for(info, torch, assumed_cxx11abi(env), assumed)
     torch_cuda = env.torch.cuda_major if env.torch else None
-    return all_wheel.decide_call(info, binding, device, call, torch_cuda)[0]
+    return all_wheel.decide_call(info, binding_here(info, env), device, call, torch_cuda)[0]
 
 
 def select(entries: Sequence[schema.IndexEntry], env: Env, request: Request = Request()) -> Selection:

@@ -207,13 +207,17 @@ def as_installed(info: schema.WheelInfo, env: Env) -> schema.WheelInfo:
     kernel set preferred for env's driver and torch (all_wheel.py); any other wheel as it is."""
     if not info.all_wheel:
         return info
-    torch = env.torch.version if env.torch else "0.0"
-    binding = all_wheel.binding_for(
-        info, torch, assumed_cxx11abi(env), env.torch is None or env.torch.cxx11abi is None
-    )
     torch_cuda = env.torch.cuda_major if env.torch else None
     sets = all_wheel.kernel_sets_for(info, env.driver, torch_cuda) or [all_wheel.lowest_driver_set(info)]
-    return all_wheel.view(info, binding, sets[0])
+    return all_wheel.view(info, binding_here(info, env), sets[0])
+
+
+def binding_here(info: schema.WheelInfo, env: Env) -> schema.BindingFile:
+    """The all-wheel's binding for env's torch (all_wheel.binding_for, the C++ ABI as assumed_cxx11abi
+    reads it)."""
+    torch = env.torch.version if env.torch else "0.0"
+    assumed = env.torch is None or env.torch.cxx11abi is None
+    return all_wheel.binding_for(info, torch, assumed_cxx11abi(env), assumed)
 
 
 def untested_torch(entry: schema.IndexEntry, env: Env) -> Reason | None:
