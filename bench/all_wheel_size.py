@@ -1,6 +1,6 @@
 """The all-wheel's size and composition, and what the images it leaves out would weigh.
 
-    python bench/all_wheel_size.py --wheels DIR [--json OUT]
+    python bench/all_wheel_size.py --wheels DIR [--cpu x86_64|aarch64] [--json OUT]
 
 DIR is `fa build --matrix matrix.yaml --platform CPU`'s output (the all-wheel and the per-variant
 wheels beside it). Reports, from the wheel files themselves:
@@ -37,9 +37,10 @@ def manifest(zf: zipfile.ZipFile) -> schema.Manifest:
     return schema.Manifest.from_json(json.loads(zf.read(schema.MANIFEST_PATH)))
 
 
-def wheels_by_variant(folder: Path) -> dict[str, Path]:
+def wheels_by_variant(folder: Path, cpu: str) -> dict[str, Path]:
+    """The wheels of one CPU in `folder`, by variant."""
     out = {}
-    for whl in sorted(folder.glob("fa_attn-*.whl")):
+    for whl in sorted(folder.glob(f"fa_attn-*_{cpu}.whl")):
         with zipfile.ZipFile(whl) as zf:
             out[manifest(zf).info.variant or "universal"] = whl
     return out
@@ -103,9 +104,10 @@ def image_bytes(whl: Path, image: str) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--wheels", type=Path, required=True)
+    ap.add_argument("--cpu", default="x86_64", help="the CPU whose wheels to read (x86_64, aarch64)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args()
-    wheels = wheels_by_variant(args.wheels)
+    wheels = wheels_by_variant(args.wheels, args.cpu)
     if "all" not in wheels:
         print(f"error: --wheels {args.wheels}: no all-wheel (variant all)", file=sys.stderr)
         print("  fix: build with matrix.yaml's all_wheel: true", file=sys.stderr)
