@@ -127,7 +127,8 @@ def _spec(wheels: Sequence[WheelSpec], version: str) -> AllWheelSpec:
 
 
 def _label(job: BindingJob) -> str:
-    from buildtool.builder.plan import variant_label
+    """The per-variant label without its CUDA major: "torch2.5cxx11abifalse", "torch2.10plus"."""
+    from buildtool.builder.plan import variant_label  # here: plan.py imports this module
 
     abi = None if job.form == "stable" else job.cxx11abi
     return variant_label(0, job.torch_minor, abi).removeprefix("cu0")
