@@ -47,7 +47,7 @@ Dispatch = decision.Dispatch  # what a GPU would do with a wheel: the runtime's 
 
 VERDICTS = ("ok", "ok-jit", "fallback", "no-wheel")
 DTYPES = ("fp16", "bf16", "fp32")
-_PATH_RANK = {"sass": 0, "ptx": 1, "fallback": 2}
+_PATH_RANK = all_wheel.PATH_RANK  # SASS, then PTX, then the fallback
 
 
 @dataclass(frozen=True)

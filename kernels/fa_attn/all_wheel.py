@@ -25,7 +25,8 @@ from .schema import BindingFile, KernelFile, KernelSet, WheelInfo
 from .versions import driver_at_least, parse_driver, torch_minor
 
 VARIANT = "all"  # WheelInfo.variant of the all-wheel; its version has no local label
-_PATH_RANK = {"sass": 0, "ptx": 1, "fallback": 2}
+# Best first: what `fa install` prefers among wheels (buildtool/compat/choose.py) and a kernel set here.
+PATH_RANK = {"sass": 0, "ptx": 1, "fallback": 2}
 
 
 def view(info: WheelInfo, binding: BindingFile, kernels: KernelSet) -> WheelInfo:
@@ -122,7 +123,7 @@ def decide_call(
         chosen = view(info, binding, kernel_set)
         files = None if kernels is None else [k for k in kernels if k.cuda_major == kernel_set.cuda_major]
         answer = decide(chosen, device, call, files, package_dir)
-        if best is None or _PATH_RANK[answer.path] < _PATH_RANK[best[0].path]:
+        if best is None or PATH_RANK[answer.path] < PATH_RANK[best[0].path]:
             best = answer, chosen
     assert best is not None  # sets is not empty
     answer, chosen = best
