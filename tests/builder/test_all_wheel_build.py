@@ -141,6 +141,11 @@ def test_pip_and_uv_install_it_from_a_folder_holding_only_it(built: dict, instal
             ],
             work,
         )
+    if installer == "pip":  # and `fa install` takes it too, as the only wheel there
+        chosen = json.loads(
+            run([*fa_command("install", "--wheels", str(only), "--dry-run", "--json")], work).stdout
+        )
+        assert (chosen["selected"], chosen["variant"]) == (whole, "all")
     facts = json.loads(run([py, "-c", CHECK], work, PYTHONWARNINGS="ignore").stdout.splitlines()[-1])
     assert facts["where"].startswith(str(venv))
     # The fixture binding registers fa_fixture::params_size (CPU), not fa_attn's ops: the loader
