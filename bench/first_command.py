@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -77,6 +78,7 @@ def _prefetch(shared: Path, platform: str) -> None:
 def _build(checkout: Path, cache: Path, out: Path, platform: str, jobs: int) -> dict:
     """One `fa build --json` of the checkout's matrix.yaml: its summary plus the wall time."""
     t0 = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = _fa(
         checkout,
         cache,
@@ -92,11 +94,14 @@ def _build(checkout: Path, cache: Path, out: Path, platform: str, jobs: int) -> 
         "--json",
     )
     wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if proc.returncode != 0:
         raise SystemExit(f"fa build in {checkout} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     summary = json.loads(proc.stdout)
     return {
         "wall_s": round(wall, 1),
+        "cpu_s": round(cpu, 1),  # user + system seconds of fa and every process it ran
         "wheels": len(summary["wheels"]),
         "nvrtc_compiles": summary["nvrtc_compiles"],
         "nvrtc_s": summary["nvrtc_seconds"],
@@ -126,7 +131,7 @@ def main() -> int:
     )
     sides = {"baseline": baseline, "this checkout": REPO}
     runs: dict[str, list[dict]] = {name: [] for name in sides}
-    result: dict = {"baseline": args.baseline, "platform": args.platform, "jobs": args.jobs}
+    result: dict = {"baseline_ref": args.baseline, "platform": args.platform, "jobs": args.jobs}
     try:
         shared = work / "net"
         if args.fetch:
@@ -153,10 +158,12 @@ def main() -> int:
     for name, rs in runs.items():
         result[name] = {
             "wall_s_median": statistics.median(r["wall_s"] for r in rs),
+            "cpu_s_median": statistics.median(r["cpu_s"] for r in rs),
             "runs": rs,
         }
     base, new = result["baseline"], result["this checkout"]
     result["ratio_baseline_over_this"] = round(base["wall_s_median"] / new["wall_s_median"], 2)
+    result["cpu_ratio_baseline_over_this"] = round(base["cpu_s_median"] / new["cpu_s_median"], 2)
     same = base["runs"][0]["wheel_files"] == new["runs"][0]["wheel_files"]
     result["same_wheels"] = same
     out = args.json or Path(tempfile.gettempdir()) / "fa-bench-first-command.json"
@@ -176,21 +183,24 @@ def _markdown(r: dict) -> str:
     for name in ("baseline", "this checkout"):
         first = r[name]["runs"][0]
         rows.append(
-            f"| {name} | {r[name]['wall_s_median']} | {first['nvrtc_compiles']} ({first['nvrtc_s']:.0f} s) | "
+            f"| {name} | {r[name]['wall_s_median']} | {r[name]['cpu_s_median']} | {first['nvrtc_compiles']} ({first['nvrtc_s']:.0f} s) | "
             f"{first['ptx_with_cubin']} | {first['cxx_compiles']} ({first['cxx_s']:.0f} s) | {first['wheels']} |"
         )
     lines = [
         (
             f"`fa build --matrix matrix.yaml --platform {r['platform']} --jobs {r['jobs']}` with an empty compile "
-            f"cache (network parts fetched before), baseline `{r['baseline']}` and this checkout in turns; "
+            f"cache (network parts fetched before), baseline `{r['baseline_ref']}` and this checkout in turns; "
             f"median of {len(r['baseline']['runs'])} run(s) each."
         ),
         "",
-        "| code | wall s (median) | NVRTC compiles (summed s) | PTX with its cubin | C++ compiles (summed s) | wheels |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| code | wall s (median) | CPU s (median) | NVRTC compiles (summed s) | PTX with its cubin | C++ compiles (summed s) | wheels |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
         *rows,
         "",
-        f"Baseline/this: {r['ratio_baseline_over_this']}x; the same wheel files: {r['same_wheels']}.",
+        (
+            f"Baseline/this: {r['ratio_baseline_over_this']}x wall, {r['cpu_ratio_baseline_over_this']}x CPU; "
+            f"the same wheel files: {r['same_wheels']}."
+        ),
     ]
     if "cold_with_fetch" in r:
         c = r["cold_with_fetch"]
