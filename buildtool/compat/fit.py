@@ -230,15 +230,10 @@ def untested_torch(entry: schema.IndexEntry, env: Env) -> Reason | None:
 def _driver_reasons(entry: schema.IndexEntry, env: Env) -> list[Reason]:
     # Without a driver there is nothing to compare; that is the stack's `no-gpu`, not a misfit.
     info = as_installed(entry.info, env)  # an all-wheel: the set this driver runs, or its oldest
-    if info.min_driver is None or env.driver is None:
-        return []
-    floor = info.min_driver
     toolkit = TOOLKITS.get(info.cuda_major) if info.cuda_major is not None else None
-    if env.os == "windows" and toolkit is not None:
-        floor = toolkit.windows_min_driver
-    if versions.driver_at_least(env.driver, floor):
-        return []
-    return [all_wheel.driver_too_old(info.cuda_major, floor, env.driver)]
+    floor = toolkit.windows_min_driver if env.os == "windows" and toolkit is not None else None
+    reason = decision.driver_too_old(info, env.driver, floor)
+    return [reason] if reason else []
 
 
 # ---------------------------------------------------------------------------------------------------

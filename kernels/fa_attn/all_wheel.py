@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .decision import STABLE, Call, Device, Dispatch, binding_problems, decide, fallback
+from .decision import STABLE, Call, Device, Dispatch, binding_problems, decide, driver_too_old, fallback
 from .reasons import Reason
 from .schema import BindingFile, KernelFile, KernelSet, WheelInfo
 from .versions import driver_at_least, parse_driver, torch_minor
@@ -90,15 +90,6 @@ def lowest_driver_set(info: WheelInfo) -> KernelSet:
     return min(info.kernel_sets, key=lambda k: parse_driver(k.min_driver))
 
 
-def driver_too_old(cuda_major: int | None, floor: str, driver: str) -> Reason:
-    """A driver older than a wheel's (or an all-wheel's oldest) CUDA major needs."""
-    return Reason(
-        "driver-too-old",
-        f"the wheel's CUDA {cuda_major} kernels need driver >= {floor}; this driver is {driver}",
-        f"update the NVIDIA driver to >= {floor}, or use a wheel for an older CUDA major",
-    )
-
-
 def decide_call(
     info: WheelInfo,
     binding: BindingFile,
@@ -114,10 +105,10 @@ def decide_call(
     driver-too-old. load_binding is called last, only when the kernels would run."""
     sets = kernel_sets_for(info, device.driver, torch_cuda)
     if not sets:
-        lowest = lowest_driver_set(info)
-        return fallback(driver_too_old(lowest.cuda_major, lowest.min_driver, str(device.driver))), view(
-            info, binding, lowest
-        )
+        oldest = view(info, binding, lowest_driver_set(info))
+        too_old = driver_too_old(oldest, device.driver)
+        assert too_old is not None  # no set runs, so the driver is known and below every floor
+        return fallback(too_old), oldest
     best: tuple[Dispatch, WheelInfo] | None = None
     for kernel_set in sets:
         chosen = view(info, binding, kernel_set)
