@@ -63,3 +63,15 @@ def test_thor_runs_cuda_13s_sass_from_driver_580_and_falls_back_below():
     )
     assert older.path == "fallback"  # CUDA 12 has no sm 11.0 SASS; its 12.0 PTX is newer than the GPU
     assert [r.code for r in older.reasons] == ["arch-unsupported"]
+
+
+def test_import_time_check_reads_it_as_the_wheel_for_this_torch():
+    """loader.misfits (the wrong-wheel warning at import): the all-wheel fits this torch (2.13, its
+    stable-ABI binding) on any driver its oldest CUDA major runs, and says driver-too-old below that."""
+    from fa_attn import loader
+
+    man = manifest()
+    assert loader.misfits(man, "550.54.15") == []
+    assert loader.misfits(man, "470.82.01") == []  # CUDA 11's floor is 450.80.02
+    assert [r.code for r in loader.misfits(man, "440.33.01")] == ["driver-too-old"]
+    assert loader.as_this_torch(man).info.binding == "bindings/libfa_attn_ops-torch2.10plus.so"
