@@ -173,9 +173,7 @@ def _skipped_lines(data: dict[str, Any]) -> list[Text]:
         pythons = " ".join(dict.fromkeys(c["python"] for c in cells))
         n = len(cells)
         lines.append(
-            Text(
-                f"  {n} cell{'s' if n != 1 else ''}: {platform}, torch {torch}, CUDA {cuda}, Python {pythons}"
-            )
+            Text(f"  {counted(n, 'cell')}: {platform}, torch {torch}, CUDA {cuda}, Python {pythons}")
         )
         lines.append(Text(f"      {reason}"))
     return lines
