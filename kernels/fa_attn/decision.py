@@ -101,9 +101,6 @@ class Dispatch:
     bwd: KernelLaunch | None = field(default=None, repr=False)  # None: no backward will run
     # The split-KV forward (decode shapes), for calls without a backward; None where the wheel has none.
     splitkv: KernelLaunch | None = field(default=None, repr=False)
-    # Who vouched for the images on this GPU (selfcheck.py): "fa check", "first-use self-check", or "off"
-    # (FA_SELF_CHECK=off: used unchecked); "" where nothing ran them yet (doctor; a fallback).
-    verified: str = ""
 
 
 def normalize_dtype(dtype: str) -> str:
