@@ -222,6 +222,6 @@ def test_cibuildwheel_parses_the_build_options_as_meant(tmp_path, monkeypatch):
         assert container_env["FA_PLATFORM"] == cpu
         assert build.container_engine.create_args == (f"--volume={tmp_path}/fa:/fa",)
         assert build.repair_command.startswith("auditwheel repair --exclude")
-        assert build.test_command == "python {project}/ci/release/smoke_test.py {wheel}"
+        assert build.test_command == 'python "{project}/ci/release/smoke_test.py" "{wheel}"'
         assert build.manylinux_images is not None
         assert f"manylinux_2_28_{cpu}" in build.manylinux_images[cpu]
