@@ -17,7 +17,7 @@ from pathlib import Path
 import emu_harness as H
 import tiles
 import torch
-from fa_attn import dispatch, interface
+from fa_attn import dispatch, interface, selfcheck
 from fa_attn.decision import Call, Device
 
 from buildtool.core.runtime import schema
@@ -69,6 +69,11 @@ def _bwd(
     return H.backward(_emulated(module), call, out, lse, dout)
 
 
+def gpu_key(_device: torch.device) -> selfcheck.records.RecordKey:
+    """The emulated GPU, as verification records name it."""
+    return selfcheck.records.RecordKey("emulated-wheel", "emulated sm 8.0", ARCH, "", torch.__version__)
+
+
 def _decide(call, q, k, v) -> dispatch.Dispatch:
     backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     facts = dispatch.CallFacts(
@@ -88,6 +93,11 @@ def kernels_on_cpu(monkeypatch):
     lib.impl("bwd", _bwd, "CPU")
     monkeypatch.setattr(interface, "decide", _decide)
     monkeypatch.setattr(interface, "_sm_count", lambda _device: SM_COUNT)
+    # The first-use self-check is tests/runtime/test_selfcheck.py's subject; elsewhere it would only
+    # add an emulated run per unit. Records of the emulated GPU never come from the user's cache.
+    monkeypatch.setenv("FA_SELF_CHECK", "off")
+    monkeypatch.setattr(selfcheck, "key_of", gpu_key)
+    selfcheck.reset()
     LAUNCHED.clear()
     try:
         yield
