@@ -208,3 +208,24 @@ def test_records_round_trip_atomically(tmp_path: Path) -> None:
     )
     path.write_text("{damaged")
     assert records.read(key, tmp_path) is None
+
+
+@pytest.mark.usefixtures("kernels")
+@pytest.mark.filterwarnings("ignore::fa_attn.FaFallbackWarning")
+@pytest.mark.filterwarnings("ignore::fa_attn.selfcheck.FaSelfCheckWarning")
+@pytest.mark.filterwarnings("ignore::UserWarning:torch._dynamo")
+def test_under_torch_compile_records_decide_and_no_check_runs() -> None:
+    q, k, v = qkv()
+    unit = fwd_unit()
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda q, k, v: fa_attn.flash_attn_func(q, k, v, causal=True), backend="eager")
+    compiled(q, k, v)
+    assert emulated.LAUNCHED == [("fwd", 1)]  # the call ran on the kernels, and no check ran
+    assert fa_attn.explain(q, k, v, causal=True).verified == "unchecked"
+
+    write_record(unit, records.UnitResult("fail", "out: error 0.5 > bound 0.004", 0.5, 0.004))
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda q, k, v: fa_attn.flash_attn_func(q, k, v, causal=True), backend="eager")
+    assert torch.equal(compiled(q, k, v), sdpa_output(q, k, v))
+    assert emulated.LAUNCHED == [("fwd", 1)]  # the failed unit was compiled out
+    torch._dynamo.reset()
