@@ -3,11 +3,11 @@
     python bench/selfcheck_cost.py            # 5 runs each, medians side by side
 
 Three figures, medians of --runs: (1) the check of one forward unit and of one backward unit on the
-tiny problem (TINY_SEQLEN queries and keys, 2 heads), next to (2) one flash_attn_func call of the same
+tiny problem (a key block + 15 queries and keys, 2 heads), next to (2) one flash_attn_func call of the same
 tiny size on the same emulated kernels, and (3) what a call pays once its units are verified (the
 memoised admission, per call, in microseconds). On the emulator (1) and (2) are CPU seconds of a
 thread-at-a-time emulation, so only their ratio carries over to a GPU, and there it is an upper bound:
-a GPU check is one launch of a tiny grid plus an fp32 reference of a 72x72 problem. Not verified on a
+a GPU check is one launch of a tiny grid plus an fp32 reference of an 80x80-sized problem. Not verified on a
 GPU. Not a test: numbers depend on the machine.
 """
 
@@ -44,7 +44,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
     gen = torch.Generator().manual_seed(0)
-    n = selfcheck.TINY_SEQLEN
+    n = 64 + selfcheck.TINY_EXTRA_KEYS  # the sm 8.0 d64 forward's key block + 15
     q, k, v = (torch.randn(1, n, 2, 64, generator=gen).half() for _ in range(3))
     mp = MonkeyPatch()
     with emulated.kernels_on_cpu(mp):

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 from fa_attn.check import CheckReport, Job, UnitReport, progress, run_job, summarize, verdict_of
+from fa_attn.decision import GRID_CODES
 
 from buildtool.emucheck.harness import emulator
 from buildtool.emucheck.ops import kernels_on_cpu
@@ -32,9 +33,11 @@ def emulated_jobs(arch: str, only: tuple[str, ...]) -> list[tuple[Job, Any]]:
     tag = "sm_" + arch.replace(".", "")
     for u in units:
         module = f"/emulated/{tag}/{u.name}.cubin"
-        jobs.append(
-            (Job(f"{tag}/{u.name}", u.direction, u.dtype, module, ",".join(u.entries), (u.head_dim,), 0), u)
-        )
+        launch = [u.head_dim]  # as decision.KernelLaunch.of lays it out
+        for e in u.entries.values():
+            launch += [e.threads, e.block_m, e.block_n, e.smem_bytes, GRID_CODES[e.grid]]
+        job = Job(f"{tag}/{u.name}", u.direction, u.dtype, module, ",".join(u.entries), tuple(launch), 0)
+        jobs.append((job, u))
     return jobs
 
 

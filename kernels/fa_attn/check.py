@@ -28,7 +28,7 @@ import torch
 
 from . import decision, loader
 from .verify import record as records
-from .verify.unitcheck import Outcome, Problem, check_backward, check_forward
+from .verify.unitcheck import Outcome, Problem, check_backward, check_forward, key_block
 
 UNIT_TIMEOUT_S = 300.0  # one unit's worker: its problems, and a hang's limit
 BENCH_SEQLENS = (512, 2048, 8192)
@@ -63,12 +63,15 @@ class UnitReport:
     speed: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
-def problems(dtype: torch.dtype, head_dim: int, direction: str, medium: bool = True) -> list[Problem]:
-    """The shapes a unit is checked on: tiny (and medium: not on the emulator), causal and not, GQA,
-    sq != sk (bottom-right causal)."""
-    shapes = [(72, 72, 2, 2), (40, 97, 2, 1)] + ([(512, 512, 4, 2)] if medium else [])
-    if direction == "splitkv":  # decode-like: few queries, many keys
-        shapes = [(1, 97, 2, 1)] + ([(8, 512, 4, 4)] if medium else [])
+def problems(
+    dtype: torch.dtype, head_dim: int, direction: str, block_n: int = 64, medium: bool = True
+) -> list[Problem]:
+    """The shapes a unit is checked on: tiny (two key blocks: block_n and 15 keys) and medium (not on the
+    emulator), causal and not, GQA, fewer queries than keys (bottom-right causal)."""
+    two = block_n + 15
+    shapes = [(two, two, 2, 2), (40, two, 2, 1)] + ([(512, 512, 4, 2)] if medium else [])
+    if direction == "splitkv":  # decode-like: few queries, keys in at least two blocks (two splits)
+        shapes = [(1, two, 2, 1)] + ([(8, 512, 4, 4)] if medium else [])
     return [
         Problem(dtype, head_dim, causal, sq, sk, h, hk, seed=i)
         for i, (sq, sk, h, hk) in enumerate(shapes)
@@ -81,7 +84,7 @@ def run_job(job: Job, device: torch.device, medium: bool = True) -> list[Outcome
     launch = decision.KernelLaunch(job.module, job.entries, job.launch)
     dtype = torch.bfloat16 if job.dtype == "bf16" else torch.float16
     out = []
-    for problem in problems(dtype, job.launch[0], job.direction, medium):
+    for problem in problems(dtype, job.launch[0], job.direction, key_block(launch), medium):
         if job.direction == "bwd":
             out.append(check_backward(launch, problem, device))
         else:
@@ -224,7 +227,7 @@ def render(report: CheckReport, out: Callable[[str], None] = print) -> None:
     for path in report.records:
         out(f"record: {path}")
     if failed:
-        out("share it: `fa check --json > check.json` and attach it to an issue (docs/check.md)")
+        out("share it: `fa check --json > check.json` and attach it to an issue (docs/checking.md)")
 
 
 def progress(done: int, total: int, started: float, name: str) -> None:

@@ -14,7 +14,7 @@ needed), on the call's device:
 Then, with a record holding speed ratios, a unit measured slower than SDPA at the call's key length
 sends the call to SDPA (`slower-than-sdpa`) unless FA_ROUTE=fa.
 
-FA_SELF_CHECK: first-use (default), strict, off (no check, no record read). docs/check.md says the rest.
+FA_SELF_CHECK: first-use (default), strict, off (no check, no record read). docs/checking.md says the rest.
 """
 
 from __future__ import annotations
@@ -33,13 +33,13 @@ from .decision import Dispatch, KernelLaunch
 from .dispatch import driver_version
 from .reasons import Reason
 from .verify import record as records
-from .verify.unitcheck import Outcome, Problem, check_backward, check_forward
+from .verify.unitcheck import Outcome, Problem, check_backward, check_forward, key_block
 
 MODES = ("first-use", "strict", "off")
 ROUTES = ("auto", "fa")
-# The tiny problem: one key block and a ragged part of the next for the common block_n of 64, a
-# partial query block, two heads. Small enough for the CPU emulator (tests) and ~1 ms on a GPU.
-TINY_SEQLEN = 72
+# The tiny problem: the unit's key block and 15 keys of the next (so the online softmax rescales
+# between blocks, and the split-KV forward really splits in two), two heads, as many queries as keys.
+TINY_EXTRA_KEYS = 15
 
 
 class FaSelfCheckWarning(UserWarning):
@@ -122,7 +122,7 @@ def _failed(unit: str, gpu: str, error: str, max_err: float, bound: float, sourc
     return Reason(
         "self-check-failed",
         f"unit {unit} failed {source} on {gpu}: {error} (max error {max_err:.3g}, bound {bound:.3g})",
-        "run `fa check` for every unit; share `fa check --json` in an issue (docs/check.md)",
+        "run `fa check` for every unit; share `fa check --json` in an issue (docs/checking.md)",
     )
 
 
@@ -130,7 +130,8 @@ def _run_check(
     direction: str, launch: KernelLaunch, dtype: torch.dtype, causal: bool, device: torch.device
 ) -> Outcome:
     assert launch.launch, "a unit to check has launch data"
-    problem = Problem(dtype, launch.launch[0], causal, TINY_SEQLEN, TINY_SEQLEN)
+    n = key_block(launch) + TINY_EXTRA_KEYS
+    problem = Problem(dtype, launch.launch[0], causal, n, n)
     if direction == "bwd":
         return check_backward(launch, problem, device)
     return check_forward(launch, problem, device, splitkv=direction == "splitkv")

@@ -131,5 +131,10 @@ def check_backward(launch: KernelLaunch, problem: Problem, device: torch.device)
     return Outcome("bwd", problem, errors)
 
 
+def key_block(launch: KernelLaunch) -> int:
+    """The unit's key block (block_n of its first entry; 64 when the launch data do not say)."""
+    return launch.launch[3] if len(launch.launch) > 3 else 64
+
+
 def _no_backward() -> tuple[str, str, list[int]]:
     return NO_LAUNCH.module, NO_LAUNCH.entries, list(NO_LAUNCH.launch)
