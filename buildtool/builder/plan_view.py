@@ -9,8 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from rich import box
 from rich.console import Console, Group
 from rich.table import Table
+from rich.text import Text
 
 from buildtool.builder.plan import SKIP_NO_TORCH_BUILD, BindingJob, Cell, CompileJob, Plan, WheelSpec
 from buildtool.core.binding_forms import STABLE
@@ -99,42 +101,58 @@ def plan_table(plan: Plan, cache_status: CacheStatus) -> Table:
     return _wheels_table(plan_json(plan, cache_status))
 
 
+def _span(values: list[str]) -> str:
+    """A list of versions as its first and last ("3.10-3.13"), or the one value."""
+    return values[0] if len(values) == 1 else f"{values[0]}-{values[-1]}" if values else "-"
+
+
 def _wheels_table(data: dict[str, Any]) -> Table:
+    """One line per wheel, readable at 80 columns: the variant (not the file name), versions as spans.
+    The JSON (`--json`) has every torch, Python and arch, and the binding's headers."""
     shard = f" (shard {data['shard'][0]}/{data['shard'][1]})" if data["shard"] else ""
-    table = Table(title=f"fa-attn {data['version']}: wheels{shard}", title_justify="left")
-    table.add_column("variant", no_wrap=True)
-    table.add_column("CPU", no_wrap=True)
-    table.add_column("torch covered")
-    table.add_column("Pythons covered")
-    table.add_column("SASS")
-    table.add_column("PTX")
-    table.add_column("kernels to compile/cached", justify="right")
-    table.add_column("binding (torch, ABI)")
+    table = Table(
+        title=f"fa-attn {data['version']}: wheels{shard}",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1, 0, 0),
+        pad_edge=False,
+        show_edge=False,
+    )
+    for name, justify in (
+        ("variant", "left"),
+        ("CPU", "left"),
+        ("torch", "left"),
+        ("Python", "left"),
+        ("SASS", "left"),
+        ("PTX", "left"),
+        ("compile", "right"),
+    ):
+        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for w in data["wheels"]:
         if w["cuda_major"] is None:
-            table.add_row("(universal)", "any", "any", "any", "-", "-", "-", "-")
+            table.add_row("(universal)", "any", "any", "any", "-", "-", "-")
             continue
         k = w["kernels"]
-        b = w["binding"]
-        stable = b["form"] == STABLE
+        stable = w["binding"] and w["binding"]["form"] == STABLE
+        torch = f"{w['torch_tested'][0]}+" if stable else w["torch"]
         table.add_row(
             w["variant"],
             w["platform"],
-            " ".join(w["torch_tested"]),
-            " ".join(w["pythons"]),
-            " ".join(w["sass"]),
+            torch,
+            _span(w["pythons"]),
+            _span(w["sass"]),
             w["ptx"] or "-",
-            f"{k['to_compile']}/{k['cached']}",
-            f"stable ABI >= {b['torch_minor']} ({b['torch_version']} headers)"
-            if stable
-            else f"{b['torch_version']}, {'cxx11' if b['cxx11abi'] else 'old'}",
+            f"{k['to_compile']}/{k['total']}",
         )
+    table.caption = "compile: kernel programs to compile, of the wheel's; torch N+: stable ABI; --json: all"
+    table.caption_justify = "left"
     return table
 
 
-def _skipped_table(data: dict[str, Any]) -> Table:
-    """One row per exclude entry, and one per torch minor for the Pythons PyPI has no torch build
-    for, so the table stays short; the JSON has every cell with its own reason."""
+def _skipped_lines(data: dict[str, Any]) -> list[Text]:
+    """One entry per exclude entry, and one per torch minor for the Pythons PyPI has no torch build
+    for, so the list stays short; the JSON has every cell with its own reason. Each entry is its
+    cells on one line and the reason below it, indented (prose wraps; nothing is cut)."""
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for s in data["skipped"]:
         key = (
@@ -143,32 +161,33 @@ def _skipped_table(data: dict[str, Any]) -> Table:
             else (s["code"], s["reason"], s["platform"])
         )
         groups.setdefault(key, []).append(s)
-    table = Table(title="skipped cells", title_justify="left")
-    for name in ("cells", "CPU", "torch", "cuda", "python", "reason"):
-        table.add_column(name)
+    lines = [Text("skipped cells", style="italic")]
     for (code, key, platform), cells in groups.items():
         reason = (
             f"no torch build on PyPI for these Pythons (Linux {platform})"
             if code == SKIP_NO_TORCH_BUILD
             else key
         )
-        table.add_row(
-            str(len(cells)),
-            platform,
-            " ".join(dict.fromkeys(c["torch"] for c in cells)),
-            " ".join(dict.fromkeys(str(c["cuda"]) for c in cells)),
-            " ".join(dict.fromkeys(c["python"] for c in cells)),
-            reason,
+        torch = _span(list(dict.fromkeys(c["torch"] for c in cells)))
+        cuda = " ".join(dict.fromkeys(str(c["cuda"]) for c in cells))
+        pythons = " ".join(dict.fromkeys(c["python"] for c in cells))
+        n = len(cells)
+        lines.append(
+            Text(
+                f"  {n} cell{'s' if n != 1 else ''}: {platform}, torch {torch}, CUDA {cuda}, Python {pythons}"
+            )
         )
-    return table
+        lines.append(Text(f"      {reason}"))
+    return lines
 
 
 def _totals_line(data: dict[str, Any]) -> str:
     t = data["totals"]
+    wheels = f"{t['wheels']} wheel{'s' if t['wheels'] != 1 else ''}"
     return (
-        f"{t['cells']} cells: {t['covered']} covered by {t['wheels']} wheels, {t['skipped']} skipped. "
+        f"{t['cells']} cells: {t['covered']} covered by {wheels}, {t['skipped']} skipped. "
         f"{t['compile_jobs']} kernel programs: {t['cached']} cached, {t['to_compile']} to compile. "
-        f"{t['binding_jobs']} bindings to build."
+        f"{t['binding_jobs']} bindings (each compiled unless the cache has it)."
     )
 
 
@@ -177,7 +196,7 @@ def plan_renderable(plan: Plan, cache_status: CacheStatus) -> Group:
     data = plan_json(plan, cache_status)
     parts: list[Any] = [_wheels_table(data)]
     if data["skipped"]:
-        parts.append(_skipped_table(data))
+        parts += _skipped_lines(data)
     parts.append(_totals_line(data))
     return Group(*parts)
 

@@ -28,7 +28,7 @@ from typing import Any
 from packaging.version import Version
 
 from buildtool.compat.env import Env, Gpu
-from buildtool.compat.fit import stack_reasons, supported_tags, untested_torch, wheel_reasons
+from buildtool.compat.fit import TagIndex, stack_reasons, supported_tags, untested_torch, wheel_reasons
 from buildtool.core import kernels_src
 from buildtool.core.cpus import canonical
 from buildtool.core.runtime import decision, reasons, schema
@@ -111,7 +111,7 @@ def select(entries: Sequence[schema.IndexEntry], env: Env, request: Request = Re
         raise ValueError(f"dtype: {request.dtype!r}; use one of {', '.join(DTYPES)}")
     if request.head_dim <= 0:
         raise ValueError(f"head dim: {request.head_dim}; use a positive number like 128")
-    tags = supported_tags(env)
+    tags = TagIndex.of(supported_tags(env))  # once for every wheel of the index
     stack = tuple(stack_reasons(env))
     wheels = tuple(WheelFit(e, tuple(wheel_reasons(e, env, tags))) for e in entries)
     gpus: list[Gpu | None] = list(env.gpus) or [None]

@@ -7,6 +7,10 @@ All reasons are collected, never only the first: a P100 with torch 1.13 hears ab
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterable
+from dataclasses import dataclass
+
 from packaging.specifiers import SpecifierSet
 from packaging.tags import Tag, compatible_tags, cpython_tags, mac_platforms
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
@@ -64,9 +68,33 @@ def _platforms(env: Env) -> list[str]:
 # Does a wheel fit?
 
 
-def wheel_reasons(entry: schema.IndexEntry, env: Env, tags: list[Tag] | None = None) -> list[Reason]:
+@dataclass(frozen=True)
+class TagIndex:
+    """An environment's supported tags as the fit asks about them, made once per environment (select
+    asks for every wheel of an index): the tags, their (interpreter, abi) pairs and their platforms."""
+
+    tags: frozenset[Tag]
+    pairs: frozenset[tuple[str, str]]
+    platforms: frozenset[str]
+
+    @classmethod
+    def of(cls, tags: Iterable[Tag]) -> TagIndex:
+        tags = frozenset(tags)
+        return cls(tags, frozenset((t.interpreter, t.abi) for t in tags), frozenset(t.platform for t in tags))
+
+
+@functools.lru_cache(maxsize=4096)
+def _file_tags(file: str) -> frozenset[Tag]:
+    """A wheel file name's tags (InvalidWheelFilename for a name that is not a wheel's)."""
+    return frozenset(parse_wheel_filename(file)[3])
+
+
+def wheel_reasons(
+    entry: schema.IndexEntry, env: Env, tags: TagIndex | list[Tag] | None = None
+) -> list[Reason]:
     """Every reason `entry` cannot be installed and used on `env`; [] when it fits."""
-    tags = supported_tags(env) if tags is None else tags
+    if not isinstance(tags, TagIndex):
+        tags = TagIndex.of(supported_tags(env) if tags is None else tags)
     return (
         _tag_reasons(entry, env, tags)
         + _python_requirement(entry, env)
@@ -75,9 +103,9 @@ def wheel_reasons(entry: schema.IndexEntry, env: Env, tags: list[Tag] | None = N
     )
 
 
-def _tag_reasons(entry: schema.IndexEntry, env: Env, supported: list[Tag]) -> list[Reason]:
+def _tag_reasons(entry: schema.IndexEntry, env: Env, supported: TagIndex) -> list[Reason]:
     try:
-        _, _, _, wheel_tags = parse_wheel_filename(entry.file)
+        wheel_tags = _file_tags(entry.file)
     except InvalidWheelFilename as exc:
         return [
             Reason(
@@ -86,11 +114,10 @@ def _tag_reasons(entry: schema.IndexEntry, env: Env, supported: list[Tag]) -> li
                 "rebuild the index with fa build",
             )
         ]
-    if wheel_tags & set(supported):
+    if wheel_tags & supported.tags:
         return []
     reasons = []
-    ours = {(t.interpreter, t.abi) for t in supported}
-    if not any((t.interpreter, t.abi) in ours for t in wheel_tags):
+    if not any((t.interpreter, t.abi) in supported.pairs for t in wheel_tags):
         wanted = ", ".join(sorted({f"{t.interpreter}-{t.abi}" for t in wheel_tags}))
         reasons.append(
             Reason(
@@ -99,9 +126,8 @@ def _tag_reasons(entry: schema.IndexEntry, env: Env, supported: list[Tag]) -> li
                 "use a Python the wheel is built for, or build one with fa build",
             )
         )
-    supported_platforms = {t.platform for t in supported}
     wheel_platforms = {t.platform for t in wheel_tags}
-    if not wheel_platforms & supported_platforms:
+    if not wheel_platforms & supported.platforms:
         needed = _glibc_needed(wheel_platforms, env)
         if needed is not None:
             reasons.append(
@@ -208,22 +234,10 @@ def untested_torch(entry: schema.IndexEntry, env: Env) -> Reason | None:
 
 def _driver_reasons(entry: schema.IndexEntry, env: Env) -> list[Reason]:
     # Without a driver there is nothing to compare; that is the stack's `no-gpu`, not a misfit.
-    if entry.info.min_driver is None or env.driver is None:
-        return []
-    floor = entry.info.min_driver
     toolkit = TOOLKITS.get(entry.info.cuda_major) if entry.info.cuda_major is not None else None
-    if env.os == "windows" and toolkit is not None:
-        floor = toolkit.windows_min_driver
-    if versions.driver_at_least(env.driver, floor):
-        return []
-    return [
-        Reason(
-            "driver-too-old",
-            f"the wheel's CUDA {entry.info.cuda_major} kernels need driver >= {floor}; this driver is "
-            f"{env.driver}",
-            f"update the NVIDIA driver to >= {floor}, or use a wheel for an older CUDA major",
-        )
-    ]
+    floor = toolkit.windows_min_driver if env.os == "windows" and toolkit is not None else None
+    reason = decision.driver_too_old(entry.info, env.driver, floor)
+    return [reason] if reason else []
 
 
 # ---------------------------------------------------------------------------------------------------

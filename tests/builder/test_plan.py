@@ -494,9 +494,10 @@ def test_stable_abi_wheel_serves_every_minor_from_its_floor(catalog: TorchCatalo
     assert w["torch_tested"] == ["2.10", "2.13", "2.15"]
     assert w["binding"]["form"] == "stable"
     assert w["binding"]["torch_minor"] == "2.10"
-    console = Console(record=True, width=240)
+    console = Console(record=True, width=80)
     console.print(plan_table(plan, lambda _j: False))
-    assert "stable ABI >= 2.10 (2.10.0 headers)" in console.export_text()
+    row = next(line for line in console.export_text().splitlines() if line.startswith("cu13torch2.10plus"))
+    assert row.split()[2] == "2.10+"  # the stable ABI's floor and every torch after it
 
 
 def test_stable_abi_floor_without_a_cpus_wheel(catalog: TorchCatalog) -> None:
@@ -532,14 +533,21 @@ def test_plan_json_and_table(catalog: TorchCatalog) -> None:
     assert w["kernels"]["cached"] + w["kernels"]["to_compile"] == w["kernels"]["total"]
     json.dumps(data)  # plain JSON
 
-    console = Console(record=True, width=240)
-    console.print(plan_table(plan, lambda j: j in cached))
+    console = Console(record=True, width=80)
     console.print(plan_renderable(plan, lambda j: j in cached))
     text = console.export_text()
-    assert "cu12torch2.6cxx11abifalse" in text
     assert "skipped cells" in text
     assert "no torch build on PyPI for these Pythons" in text
     assert "exclude[0]" in text
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    # One line per wheel, nothing wrapped: every variant starts a line, with all seven columns on it.
+    rows = [line.split() for line in lines if line.startswith(("cu1", "(universal)"))]
+    assert len(rows) == len(plan.wheels)
+    assert all(len(r) == 7 for r in rows)
+    row = next(r for r in rows if r[0] == "cu12torch2.6cxx11abifalse")
+    spec = next(w for w in data["wheels"] if w["variant"] == "cu12torch2.6cxx11abifalse")
+    assert row[6] == f"{spec['kernels']['to_compile']}/{spec['kernels']['total']}"
 
 
 def test_repo_matrix_plans_against_the_fixture(catalog: TorchCatalog) -> None:
