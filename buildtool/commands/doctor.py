@@ -34,6 +34,9 @@ def doctor_cmd(
     dtype: Annotated[str, typer.Option(help="fp16 | bf16 | fp32")] = "bf16",
     head_dim: Annotated[int, typer.Option("--head-dim", help="Head dimension of the call")] = 128,
     backward: Annotated[bool, typer.Option("--backward", help="The call also needs backward")] = False,
+    show_all: Annotated[
+        bool, typer.Option("--all", help="Also list the wheels built for other CPUs than this machine's")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> int:
     """Which wheel fits, why the others don't, and what the runtime will do on this GPU.
@@ -48,7 +51,7 @@ def doctor_cmd(
     if as_json:
         print_json(doctor.report_json(report))
     else:
-        doctor.render(report, plain_console())
+        doctor.render(report, plain_console(), show_all)
     return doctor.EXIT_CODES[report.selection.verdict]
 
 

@@ -7,13 +7,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
+from rich.padding import Padding
 from rich.text import Text
 
 from buildtool.compat import verified
 from buildtool.compat.choose import Dispatch, Reason, Request, Selection, WheelFit, select
 from buildtool.compat.env import Env, env_to_json
 from buildtool.compat.wheel_index import WheelIndex
+from buildtool.core.cpus import canonical
 from buildtool.core.runtime import reasons, schema
 from buildtool.errors import EXIT_FAILED, EXIT_OK
 
@@ -178,7 +179,19 @@ def _group_label(entries: Sequence[schema.IndexEntry], total: int, shown: int = 
     return f"{len(names)} wheels: {', '.join(names[:shown])}{more}"
 
 
-def render(report: DoctorReport, console: Console) -> None:
+def other_cpus(wheels: Sequence[WheelFit], env: Env) -> list[WheelFit]:
+    """The wheels built for another CPU than this machine's, when some wheel is for this one (on a
+    machine no wheel is built for, every wheel's reason matters and none is set aside)."""
+    here = canonical(env.arch)
+    others = [w for w in wheels if w.entry.info.platform and canonical(w.entry.info.platform) != here]
+    ours = [w for w in wheels if w.entry.info.platform and canonical(w.entry.info.platform) == here]
+    return others if ours else []
+
+
+def render(report: DoctorReport, console: Console, show_all: bool = False) -> None:
+    """The report for people, at 80 columns: the machine, the stack, the wheels grouped by their
+    reasons (other CPUs' wheels set aside unless `show_all`), each reason's fix once, the choice, what
+    the runtime does on each GPU and the verdict with what decides it."""
     sel, req = report.selection, report.request
     console.print(Text("Machine", style="bold"))
     console.print(Text(_env_line(report.env)))
@@ -186,22 +199,26 @@ def render(report: DoctorReport, console: Console) -> None:
         console.print(Text("\nThe stack beneath fa", style="bold"))
         console.print(_reason_text(sel.stack))
 
-    table = Table(title=Text(f"Wheels in {report.index_location}"), title_justify="left", expand=True)
-    table.add_column("wheels", ratio=2)
-    table.add_column("fits", justify="center")
-    table.add_column("why not", ratio=3)
-    for group in _groups(sel.wheels):
-        mark = Text("yes", style="green") if group[0].fits else Text("no", style="red")
-        label = _group_label([w.entry for w in group], len(sel.wheels))
-        table.add_row(Text(label), mark, _group_reasons(group))
-    console.print()
-    console.print(table)
+    hidden = [] if show_all else other_cpus(sel.wheels, report.env)
+    shown = [w for w in sel.wheels if w not in hidden]
+    title = Text(f"\nWheels in {report.index_location}", style="bold")
+    if hidden:
+        n = len(hidden)
+        title.append(f" ({n} for other CPUs not shown: --all shows them)", style="default")
+    console.print(title)
+    for group in _groups(shown):
+        mark = Text("yes ", style="green") if group[0].fits else Text("no  ", style="red")
+        console.print(Text.assemble(mark, _group_label([w.entry for w in group], len(shown))))
+        if not group[0].fits:
+            console.print(Padding(_group_reasons(group), (0, 0, 0, 4)))
     fixes = sorted(
-        {(r.code, r.fix) for w in sel.wheels for r in w.reasons},
+        {(r.code, r.fix) for w in shown for r in w.reasons},
         key=lambda f: (reasons.code_order(f[0]), f[1]),
     )
+    if fixes:
+        console.print(Text("\nFixes", style="bold"))
     for code, fix in fixes:
-        console.print(Text.assemble((code, "bold red"), (f"  fix: {fix}", "cyan")))
+        console.print(Text.assemble((code, "bold red"), (f": {fix}", "cyan")))
 
     call = f"{req.dtype}, head dim {req.head_dim}, {'forward+backward' if req.backward else 'forward'}"
     console.print(Text("\nChoice", style="bold"))
@@ -228,8 +245,14 @@ def render(report: DoctorReport, console: Console) -> None:
     verdict = Text(f"\nverdict: {sel.verdict}", style=_VERDICT_STYLE[sel.verdict])
     verdict.append(f" ({_VERDICT_TEXT[sel.verdict]})", style="default")
     console.print(verdict)
+    # The stack's reasons are printed above already: name them here, do not repeat them.
+    stack_codes = {r.code for r in sel.stack}
+    own = [r for r in sel.deciding if r.code not in stack_codes]
     if sel.deciding:
         console.print("because:")
-        console.print(_reason_text(sel.deciding))
+    if sel.deciding and len(own) < len(sel.deciding):
+        console.print(Text(f"  the stack beneath fa (above): {', '.join(sorted(stack_codes))}"))
+    if own:
+        console.print(_reason_text(own))
     if len(sel.gpus) > 1:
         console.print("(the verdict is GPU 0's: torch's default device cuda:0)", style="dim")

@@ -138,7 +138,8 @@ def cibuildwheel_env(job: BuildJob, matrix_path: str) -> dict[str, str]:
         # torch's own libraries come with `import torch`: a wheel carrying copies would load a second
         # torch. Everything else outside the manylinux policy would be grafted (there is nothing).
         "CIBW_REPAIR_WHEEL_COMMAND_LINUX": f"auditwheel repair {excludes} -w {{dest_dir}} {{wheel}}",
-        "CIBW_TEST_COMMAND": f"python {{project}}/{CIBW_PACKAGE_DIR}/smoke_test.py {{wheel}}",
+        # Quoted: cibuildwheel runs it through a shell, and a checkout's path may hold spaces.
+        "CIBW_TEST_COMMAND": f'python "{{project}}/{CIBW_PACKAGE_DIR}/smoke_test.py" "{{wheel}}"',
     }
 
 

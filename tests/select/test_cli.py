@@ -202,7 +202,13 @@ def test_the_human_report_names_variants_and_groups_wheels_that_share_their_reas
     text = console.export_text()
     assert ".whl" not in text  # variants at 80 columns; the file names are in --json
     table = text.split("Wheels in")[1].split("Choice")[0]
-    assert "universal" in table
     assert re.search(r"\b\d+ wheels:", table)
     assert table.count("torch-missing") < len(index_data["wheels"]) / 4
     assert all(len(line) <= 80 for line in text.splitlines())
+    # This x86_64 machine's report sets the aarch64 wheels aside, and says how to see them.
+    assert "aarch64" not in table
+    aarch64 = sum(w.get("platform") == "aarch64" for w in index_data["wheels"])
+    assert f"({aarch64} for other CPUs not shown: --all shows them)" in " ".join(table.split())
+    everything = Console(record=True, width=80)
+    render(build_report(env, load_index(str(index_dir)), Request()), everything, show_all=True)
+    assert "aarch64" in everything.export_text().split("Wheels in")[1]
