@@ -37,7 +37,7 @@ from buildtool.builder import index, package, torch_headers
 from buildtool.builder.compile import CompileStats, CompileTask, KernelTree, compile_all
 from buildtool.builder.plan import BindingJob, Plan, WheelSpec
 from buildtool.core import atomic, binding_forms
-from buildtool.core.console import plain_console
+from buildtool.core.console import counted, plain_console
 from buildtool.core.fetch import ProgressHook
 
 T = TypeVar("T")
@@ -255,7 +255,7 @@ def _write_log(out_dir: Path, plan: Plan, wheels: list[dict[str, Any]]) -> None:
 
 def summary_table(summary: BuildSummary) -> Table:
     """One row per wheel, named by its variant and CPU (the file names are in --json and index.json)."""
-    title = Text(f"fa build: {len(summary.wheels)} wheels in {summary.out_dir}")
+    title = Text(f"fa build: {counted(len(summary.wheels), 'wheel')} in {summary.out_dir}")
     # No rules: the longest variant (cu12torch2.5cxx11abifalse) and every figure fit 80 columns.
     table = Table(title=title, title_justify="left", box=None, pad_edge=False, caption_justify="left")
     table.add_column("variant", no_wrap=True)

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from buildtool.builder.plan import SKIP_NO_TORCH_BUILD, BindingJob, Cell, CompileJob, Plan, WheelSpec
 from buildtool.core.binding_forms import STABLE
-from buildtool.core.console import plain_console
+from buildtool.core.console import counted, plain_console
 
 CacheStatus = Callable[[CompileJob], bool]
 SCHEMA = 1
@@ -173,9 +173,7 @@ def _skipped_lines(data: dict[str, Any]) -> list[Text]:
         pythons = " ".join(dict.fromkeys(c["python"] for c in cells))
         n = len(cells)
         lines.append(
-            Text(
-                f"  {n} cell{'s' if n != 1 else ''}: {platform}, torch {torch}, CUDA {cuda}, Python {pythons}"
-            )
+            Text(f"  {counted(n, 'cell')}: {platform}, torch {torch}, CUDA {cuda}, Python {pythons}")
         )
         lines.append(Text(f"      {reason}"))
     return lines
@@ -183,7 +181,7 @@ def _skipped_lines(data: dict[str, Any]) -> list[Text]:
 
 def _totals_line(data: dict[str, Any]) -> str:
     t = data["totals"]
-    wheels = f"{t['wheels']} wheel{'s' if t['wheels'] != 1 else ''}"
+    wheels = counted(t["wheels"], "wheel")
     return (
         f"{t['cells']} cells: {t['covered']} covered by {wheels}, {t['skipped']} skipped. "
         f"{t['compile_jobs']} kernel programs: {t['cached']} cached, {t['to_compile']} to compile. "

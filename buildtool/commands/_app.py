@@ -25,7 +25,28 @@ def _load(name: str) -> Any:
     own = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     own.callback()(lambda: None)  # a group even with one command, so the command is taken by name
     module.register(own)
-    return typer.main.get_command(own).get_command(None, name)  # type: ignore[attr-defined]
+    command = typer.main.get_command(own).get_command(None, name)  # type: ignore[attr-defined]
+    _no_flag_metavars(command)
+    return command
+
+
+def _no_flag_metavars(command: Any) -> None:
+    """A flag takes no value, but typer's help shows each with a "<bool>" placeholder: blank them, the
+    --help option's too (click makes that one when help is asked for)."""
+    for param in command.params:
+        if getattr(param, "is_flag", False):
+            param.metavar = " "
+    make_help = command.get_help_option
+
+    def help_option(ctx: Any) -> Any:
+        option = make_help(ctx)
+        if option is not None:
+            option.metavar = " "
+        return option
+
+    command.get_help_option = help_option
+    for sub in getattr(command, "commands", {}).values():  # a group's own commands (fa ci render)
+        _no_flag_metavars(sub)
 
 
 class _Commands(typer.core.TyperGroup):
@@ -34,6 +55,13 @@ class _Commands(typer.core.TyperGroup):
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:  # noqa: ARG002 (click's signature)
         return _load(cmd_name) if cmd_name in COMMANDS else None
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params: list[Any] = super().get_params(ctx)  # with --help, which click adds here
+        for param in params:
+            if getattr(param, "is_flag", False):
+                param.metavar = " "  # see _no_flag_metavars
+        return params
 
     def invoke(self, ctx: Any) -> Any:  # a click Context (typer vendors click from 0.29 on)
         try:

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from buildtool.builder import index
-from buildtool.core.console import plain_console
+from buildtool.core.console import counted, plain_console
 from buildtool.errors import UsageError
 
 
@@ -25,4 +25,4 @@ def register(app: typer.Typer) -> None:
         if not directory.is_dir():
             raise UsageError(f"{directory}: not a directory\n  fix: pass the folder holding the .whl files")
         data = index.write_index(directory)  # WheelDirError (exit 1): a file there is not our wheel
-        plain_console().print(f"indexed {len(data['wheels'])} wheels in {directory}")
+        plain_console().print(f"indexed {counted(len(data['wheels']), 'wheel')} in {directory}")

@@ -10,3 +10,8 @@ from rich.console import Console
 
 def plain_console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, markup=False, highlight=False)
+
+
+def counted(n: int, noun: str) -> str:
+    """ "1 wheel", "20 wheels": a count and its noun, for people."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
