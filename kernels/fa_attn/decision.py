@@ -109,6 +109,10 @@ class Dispatch:
     bwd: KernelLaunch | None = field(default=None, repr=False)  # None: no backward will run
     # The split-KV forward (decode shapes), for calls without a backward; None where the wheel has none.
     splitkv: KernelLaunch | None = field(default=None, repr=False)
+    # How the kernels' units were verified on this GPU (fa_attn.selfcheck): "record" (`fa check`),
+    # "self-check" (first use in this process), "unchecked" (ran where no check can run: graph capture,
+    # torch.compile tracing), "off" (FA_SELF_CHECK=off); "" when not asked (fallback, doctor).
+    verified: str = ""
 
 
 def normalize_dtype(dtype: str) -> str:
