@@ -437,7 +437,8 @@ def main() -> int:
         help="folders of pre-downloaded wheels (--find-links)",
     )
     ap.add_argument("--cpu", nargs="+", default=["x86_64", AARCH64], help="x86_64 and/or aarch64")
-    ap.add_argument("--json", type=Path, default=Path("stable-abi-proof.json"))
+    # Outside the checkout by default: a run must leave no untracked file in the tree.
+    ap.add_argument("--json", type=Path, default=Path(tempfile.gettempdir()) / "fa-stable-abi-proof.json")
     ap.add_argument("--keep", action="store_true", help="keep the venvs and wheels")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="fa-stable-proof-"))

@@ -28,6 +28,7 @@ from rich.progress import (
     TaskID,
     TextColumn,
     TimeElapsedColumn,
+    TimeRemainingColumn,
 )
 from rich.table import Table
 from rich.text import Text
@@ -80,7 +81,16 @@ class _Bars:
 
     def __init__(self, console: Console, enabled: bool) -> None:
         def bars(count: ProgressColumn) -> Progress:
-            columns = (TextColumn("{task.description}"), BarColumn(), count, TimeElapsedColumn())
+            # Elapsed, then the time left ("eta") rich estimates from the recent rate.
+            eta = TimeRemainingColumn(compact=True, elapsed_when_finished=False)
+            columns = (
+                TextColumn("{task.description}"),
+                BarColumn(),
+                count,
+                TimeElapsedColumn(),
+                TextColumn("eta"),
+                eta,
+            )
             return Progress(*columns, console=console, disable=not enabled, transient=False)
 
         self._progress = bars(MofNCompleteColumn())  # kernels, bindings, wheels: done of total

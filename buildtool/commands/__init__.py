@@ -16,6 +16,7 @@ COMMANDS = {
     "index": "index",
     "probe": "probe",
     "doctor": "doctor",
+    "check": "check",
     "install": "install",
     "ci": "ci",
 }

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.padding import Padding
 from rich.text import Text
 
+from buildtool.compat import verified
 from buildtool.compat.choose import Dispatch, Reason, Request, Selection, WheelFit, select
 from buildtool.compat.env import Env, env_to_json
 from buildtool.compat.fit import as_installed
@@ -83,7 +84,13 @@ def report_json(report: DoctorReport) -> dict[str, Any]:
         "warnings": _reasons_json(sel.warnings),
         "runtime": _runtime_json(sel.runtime),
         "gpus": [
-            {"index": a.index, "name": a.gpu.name, "sm": a.gpu.sm, "runtime": _runtime_json(a.runtime)}
+            {
+                "index": a.index,
+                "name": a.gpu.name,
+                "sm": a.gpu.sm,
+                "runtime": _runtime_json(a.runtime),
+                "check": verified.summary(a.gpu.name, a.gpu.sm, verified.installed_wheel()),
+            }
             for a in sel.gpus
         ],
         "stack": _reasons_json(sel.stack),
@@ -251,6 +258,7 @@ def render(report: DoctorReport, console: Console, show_all: bool = False) -> No
         )
         if answer.runtime.reasons:
             console.print(_reason_text(answer.runtime.reasons))
+        console.print(Text(verified.line(answer.gpu.name, answer.gpu.sm, verified.installed_wheel())))
     if not sel.gpus and sel.selected is not None:
         console.print(Text(f"No GPU, {call}: {_runtime_line(sel.runtime)}"))
 

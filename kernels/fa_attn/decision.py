@@ -22,7 +22,15 @@ from pathlib import Path
 
 from .reasons import Reason
 from .schema import Coverage, KernelFile, WheelInfo
-from .versions import MIN_TORCH, driver_at_least, parse_arch, torch_minor, torch_version, version_text
+from .versions import (
+    KERNEL_ARCH_FLOOR,
+    MIN_TORCH,
+    driver_at_least,
+    parse_arch,
+    torch_minor,
+    torch_version,
+    version_text,
+)
 
 MAX_HEAD_DIM = 256  # flash-attn 2.x's limit; no bucket of ours is larger
 HEAD_DIM_ALIGN = 8  # the wrapper pads other head dims up to a multiple of 8
@@ -101,6 +109,10 @@ class Dispatch:
     bwd: KernelLaunch | None = field(default=None, repr=False)  # None: no backward will run
     # The split-KV forward (decode shapes), for calls without a backward; None where the wheel has none.
     splitkv: KernelLaunch | None = field(default=None, repr=False)
+    # How the kernels' units were verified on this GPU (fa_attn.selfcheck): "record" (`fa check`),
+    # "self-check" (first use in this process), "unchecked" (ran where no check can run: graph capture,
+    # torch.compile tracing), "off" (FA_SELF_CHECK=off); "" when not asked (fallback, doctor).
+    verified: str = ""
 
 
 def normalize_dtype(dtype: str) -> str:
@@ -262,11 +274,17 @@ def _image(wheel: WheelInfo, device: Device, dtype: str, call: Call) -> tuple[_I
     if not sass and not ptx:
         if not reasons:
             archs = ", ".join(sorted({img.arch for img in images}, key=parse_arch)) or "none"
+            # Below the kernels' floor no wheel helps: say what does work instead of a wheel fa
+            # would refuse to build.
+            fix = (
+                f"nothing to install: fa's kernels need sm {KERNEL_ARCH_FLOOR} (Turing) or newer, so calls "
+                "on this GPU run on torch SDPA, which supports it"
+                if gpu < parse_arch(KERNEL_ARCH_FLOOR)
+                else f"install a wheel built for sm {sm}, or a newer one with PTX <= {sm}"
+            )
             reasons.append(
                 Reason(
-                    "arch-unsupported",
-                    f"no kernel image runs on sm {sm} (SASS/PTX built for: {archs})",
-                    f"install a wheel built for sm {sm}, or a newer one with PTX <= {sm}",
+                    "arch-unsupported", f"no kernel image runs on sm {sm} (SASS/PTX built for: {archs})", fix
                 )
             )
         return reasons

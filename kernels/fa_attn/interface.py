@@ -10,19 +10,18 @@ kvcache.py; both end in `decide` and `run_kernels` here.
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from . import decision, fallback, inputs, loader, ops, paged
+from . import decision, fallback, inputs, loader, ops, paged, selfcheck
 from . import dispatch as _dispatch
+from ._constant import assume_constant_result as _assume_constant_result
 from .dispatch import Dispatch
 from .inputs import AttnCall, AttnOutput, IntLike, WindowSize
 
-Fn = TypeVar("Fn", bound=Callable[..., Any])
 # A fallback: (call, q, k, v, want_lse) -> (out, softmax_lse or None), as fallback.attention.
 Fallback = Callable[
     [AttnCall, torch.Tensor, torch.Tensor, torch.Tensor, bool], tuple[torch.Tensor, torch.Tensor | None]
@@ -41,16 +40,6 @@ def decide(call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) ->
         tuple(sorted(_dispatch.features_of(call, backward))),
         call.kv.page_size,
     )
-
-
-def _assume_constant_result(fn: Fn) -> Fn:
-    """torch.compiler.assume_constant_result without its cost: the public decorator imports
-    torch._dynamo (~2 s) only to set this attribute (torch 2.4 to 2.15; tests/runtime/test_compile.py
-    checks that it still does), which would make `import fa_attn` slow for everyone."""
-    if "torch._dynamo" in sys.modules:
-        return torch.compiler.assume_constant_result(fn)  # type: ignore[no-any-return]
-    fn._dynamo_marked_constant = True  # type: ignore[attr-defined]
-    return fn
 
 
 # torch.compile runs this for real while tracing and bakes the (constant) result into the graph: the
@@ -81,6 +70,23 @@ def _decide_for(
 
 
 _decisions: dict[tuple[Any, ...], Dispatch] = {}
+
+
+def admit(
+    call: AttnCall,
+    route: Dispatch,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    splitkv: bool = False,
+    may_check: bool = True,
+) -> Dispatch:
+    """`route` once the units it would use are verified on this GPU (selfcheck.admit: a record, or the
+    first-use self-check), or the fallback when one failed or measured slower than SDPA here."""
+    backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    return selfcheck.admit(
+        route, q.device, q.dtype, call.causal, call.seqlen_k, backward, splitkv=splitkv, may_check=may_check
+    )
 
 
 def _split_count(call: AttnCall, route: Dispatch, q: torch.Tensor, requested: int) -> int:
@@ -181,7 +187,7 @@ def _attend(
     return_lse: bool,
     return_attn_probs: bool,
 ) -> AttnOutput:
-    route = decide(call, q, k, v)
+    route = admit(call, decide(call, q, k, v), q, k, v)
     _dispatch.report(route)
     lse: torch.Tensor | None
     if route.path != "fallback":  # (a field, not a property: torch.compile reads it)
@@ -307,4 +313,4 @@ def explain(
         call = inputs.check_padded(q, k, v, **args)
     else:
         call = inputs.check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **args)
-    return decide(call, q, k, v)
+    return admit(call, decide(call, q, k, v), q, k, v, may_check=False)

@@ -274,7 +274,9 @@ def _attend_cache(
     req: CacheCall, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, want_lse: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     call = req.attn
-    route = interface.decide(call, q, k_cache, v_cache)
+    route = interface.admit(
+        call, interface.decide(call, q, k_cache, v_cache), q, k_cache, v_cache, splitkv=True
+    )
     dispatch.report(route)
     if route.path != "fallback":
         if req.block_table is None:  # no sequence reads past row call.seqlen_k of its cache

@@ -39,6 +39,9 @@ CODES: dict[str, tuple[str, str]] = {
     "feature-unsupported": (CALL, "the call uses a feature the kernels do not implement (dropout, alibi, ...)"),
     "binding-unavailable": (CALL, "no binding (the universal wheel), or it failed to load"),
     "device-not-cuda": (CALL, "the tensors are not on an NVIDIA GPU"),
+    "self-check-failed": (CALL, "the unit failed its check on this GPU (first use in this process, or a record of `fa check`)"),
+    "not-verified": (CALL, "FA_SELF_CHECK=strict and the unit could not be checked first (graph capture, torch.compile)"),
+    "slower-than-sdpa": (CALL, "`fa check --bench` measured the unit slower than SDPA on this GPU at this length"),
 }  # fmt: skip
 
 

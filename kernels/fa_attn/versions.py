@@ -13,6 +13,11 @@ import re
 # (aoti_torch/c/shim.h); both are new in torch 2.4.
 MIN_TORCH = (2, 4)
 
+# The oldest GPU fa's kernels are written for (Turing: mma.sync m16n8k8 and ldmatrix); kernels/tiles.py's
+# MIN_ARCH, which the build reads (tests/kernels/test_kernel_compile.py keeps the two equal). An older GPU
+# gets no kernel from any fa wheel, so its calls run on torch SDPA.
+KERNEL_ARCH_FLOOR = "7.5"
+
 # ASCII digits only (re's \d also takes Arabic-Indic and other digits, which int() then reads as
 # numbers no file of fa's means), and lengths far above any real version, so a hostile value is refused
 # here instead of reaching int() (4300 digits at most) or a comparison.

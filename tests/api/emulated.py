@@ -1,8 +1,7 @@
 """fa_attn's public API on the real kernels, run by tests/emu's CPU emulator.
 
-`kernels_on_cpu()` registers CPU implementations of the `fa_attn::fwd` / `fa_attn::fwd_splitkv` /
-`fa_attn::bwd` ops that launch the kernels on the emulator (emu_harness.forward / forward_splitkv /
-backward: what the binding does around a launch), and answers fa_attn's path decision with the real
+`kernels_on_cpu()` registers the CPU implementations of the `fa_attn::*` ops that launch the kernels
+on the emulator (buildtool/emucheck/ops.py, which `fa check --emulate` uses too), and answers fa_attn's path decision with the real
 `dispatch.decide` for an sm 8.0 GPU of SM_COUNT SMs and a manifest built from kernels/tiles.py. So a call
 the kernels serve runs them (padding, strides, varlen offsets, GQA, KV-cache layouts, the split count of
 decision.num_splits, the autograd backward), and a call they cannot serve falls back with the reason a
@@ -17,16 +16,17 @@ from pathlib import Path
 import emu_harness as H
 import tiles
 import torch
-from fa_attn import dispatch, interface
+from fa_attn import dispatch, interface, selfcheck
 from fa_attn.decision import Call, Device
 
 from buildtool.core.runtime import schema
+from buildtool.emucheck import ops as emu_ops
 from tests.select.fixture_index import kernel_manifest
 
 ARCH = "8.0"
 SM_COUNT = 108  # an A100's: with the tiny test shapes, decision.num_splits splits the keys
 _EMULATED: dict[str, H.Emulated] = {}
-LAUNCHED: list[tuple[str, int]] = []  # (op, num_splits) of each emulated op call, oldest first
+LAUNCHED = emu_ops.LAUNCHED  # (op, num_splits) of each emulated op call, oldest first
 
 
 def manifest(arch: str = ARCH) -> schema.Manifest:
@@ -42,31 +42,9 @@ def _emulated(module: str) -> H.Emulated:
     return _EMULATED[name]
 
 
-def _call(
-    q, k, v, cu_q, cu_k, used_k, leftpad_k, batch_idx, table, max_q, max_k, scale, causal, wl, wr, softcap
-) -> H.Call:
-    return H.Call(q, k, v, causal=causal, window=(wl, wr), softcap=softcap, softmax_scale=scale,
-                  cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max_q, max_seqlen_k=max_k,
-                  seqused_k=used_k, leftpad_k=leftpad_k, kv_batch_idx=batch_idx, block_table=table)  # fmt: skip
-
-
-def _fwd(*args):
-    *call, module, _entries, _launch, _bwd_module, _bwd_entries, _bwd_launch = args
-    LAUNCHED.append(("fwd", 1))
-    return H.forward(_emulated(module), _call(*call))
-
-
-def _fwd_splitkv(*args):
-    *call, num_splits, module, _entries, _launch = args
-    LAUNCHED.append(("fwd_splitkv", num_splits))
-    return H.forward_splitkv(_emulated(module), _call(*call), num_splits)
-
-
-def _bwd(
-    dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap, module, entries, launch
-):
-    call = _call(q, k, v, cu_q, cu_k, None, None, None, None, max_q, max_k, scale, causal, wl, wr, softcap)
-    return H.backward(_emulated(module), call, out, lse, dout)
+def gpu_key(_device: torch.device) -> selfcheck.records.RecordKey:
+    """The emulated GPU, as verification records name it."""
+    return selfcheck.records.RecordKey("emulated-wheel", "emulated sm 8.0", ARCH, "", torch.__version__)
 
 
 def _decide(call, q, k, v) -> dispatch.Dispatch:
@@ -82,14 +60,12 @@ def _decide(call, q, k, v) -> dispatch.Dispatch:
 
 @contextmanager
 def kernels_on_cpu(monkeypatch):
-    lib = torch.library.Library("fa_attn", "IMPL")
-    lib.impl("fwd", _fwd, "CPU")
-    lib.impl("fwd_splitkv", _fwd_splitkv, "CPU")
-    lib.impl("bwd", _bwd, "CPU")
     monkeypatch.setattr(interface, "decide", _decide)
     monkeypatch.setattr(interface, "_sm_count", lambda _device: SM_COUNT)
-    LAUNCHED.clear()
-    try:
+    # The first-use self-check is tests/api/test_selfcheck.py's subject; elsewhere it would only
+    # add an emulated run per unit. Records of the emulated GPU never come from the user's cache.
+    monkeypatch.setenv("FA_SELF_CHECK", "off")
+    monkeypatch.setattr(selfcheck, "key_of", gpu_key)
+    selfcheck.reset()
+    with emu_ops.kernels_on_cpu(_emulated):
         yield
-    finally:
-        lib._destroy()

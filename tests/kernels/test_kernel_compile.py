@@ -14,6 +14,7 @@ import pytest
 
 from buildtool.core import kernels_src
 from buildtool.core.cuda_facts import TOOLKITS
+from buildtool.core.runtime import versions
 
 tiles = kernels_src.tiles()
 
@@ -50,6 +51,7 @@ def test_every_arch_of_every_toolkit_has_a_family():
 
 def test_archs_below_min_arch_or_unknown_have_no_units():
     assert tiles.MIN_ARCH == "7.5"
+    assert tiles.MIN_ARCH == versions.KERNEL_ARCH_FLOOR  # the runtime's copy, for its V100 answer
     for arch in ("7.0", "6.1", "5.2", "99.0"):
         assert tiles.units(arch) == []
 

@@ -1,0 +1,95 @@
+"""`fa check`: verify (and with --bench, time) the installed kernels on this machine's GPUs, or with
+--emulate on the CPU emulator; the work is fa_attn.check's (the same as `python -m fa_attn.check`) and,
+emulated, buildtool/emucheck."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from buildtool.commands._shared import JsonOpt, print_json
+from buildtool.errors import FaError, UsageError
+
+
+def _check_module() -> Any:
+    """fa_attn.check from the installed fa-attn, else from this source checkout's kernels/."""
+    try:
+        return importlib.import_module("fa_attn.check")
+    except ImportError:
+        kernels = Path(__file__).resolve().parents[2] / "kernels"
+        if not (kernels / "fa_attn" / "check.py").is_file():
+            raise FaError("fa-attn is not installed here: nothing to check (fix: `fa install`)") from None
+        sys.path.insert(0, str(kernels))
+        return importlib.import_module("fa_attn.check")
+
+
+def _plot(report: Any, path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UsageError(f"--plot {path}: needs matplotlib (pip install matplotlib)") from None
+    bars = [
+        (f"{u.unit} {d} {n}", r) for u in report.units for d, by in u.speed.items() for n, r in by.items()
+    ]
+    if not bars:
+        raise UsageError(f"--plot {path}: no speed was measured; add --bench")
+    fig, ax = plt.subplots(figsize=(8, max(2.0, 0.25 * len(bars))))
+    ax.barh([b[0] for b in bars], [b[1] for b in bars])
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_xlabel("fa time / SDPA time (below 1: fa faster)")
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def check_cmd(
+    emulate: Annotated[
+        bool, typer.Option("--emulate", help="Run the kernels on the CPU emulator (a checkout)")
+    ] = False,
+    arch: Annotated[str, typer.Option("--arch", help="With --emulate: the arch to build for")] = "8.0",
+    unit: Annotated[
+        list[str] | None, typer.Option("--unit", help="With --emulate: only units whose name has this")
+    ] = None,
+    source: Annotated[
+        Path | None, typer.Option("--source", help="With --emulate: kernel sources (a csrc copy)")
+    ] = None,
+    bench: Annotated[bool, typer.Option("--bench", help="Also time fa against SDPA (GPU only)")] = False,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write the speed ratios as a PNG")] = None,
+    no_record: Annotated[
+        bool, typer.Option("--no-record", help="Do not write a verification record")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> int:
+    """Verify the installed kernels on this machine's GPUs against an fp32 reference.
+
+    Exit codes: 0 every unit passed, 1 a unit failed or no GPU, 2 bad input."""
+    if not emulate and (unit or source or arch != "8.0"):
+        raise UsageError("--arch, --unit and --source go with --emulate; drop them or add --emulate")
+    if emulate and bench:
+        raise UsageError("--bench times a GPU; the emulator's speed means nothing: drop --bench")
+    if plot is not None and not bench:
+        raise UsageError(f"--plot {plot}: the plot shows speed ratios; add --bench")
+    check = _check_module()
+    if emulate:
+        from buildtool.emucheck.run import check_emulated
+
+        report = check_emulated(arch, tuple(unit or ()), source)
+    else:
+        report = check.check_gpus(bench=bench, write=not no_record)
+    if plot is not None and report.verdict != "no-gpu":
+        _plot(report, plot)
+    if as_json:
+        print_json(report.to_json())
+    else:
+        check.render(report)
+    return int(report.exit_code)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("check")(check_cmd)

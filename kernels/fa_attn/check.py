@@ -1,0 +1,287 @@
+"""`python -m fa_attn.check` (and `fa check`): verify the installed kernels on this machine's GPUs.
+
+Per visible GPU, every unit (kernel file) of the installed wheel that the runtime would use there (the
+path decision, decision.decide, per dtype, head dim and direction the manifest covers), run through
+fa_attn's own ops on a set of problems (`problems`: a tiny and a medium shape, causal and not, GQA,
+more queries than keys) against the fp32 reference under FA2's rule (verify/unitcheck.py). Each unit
+runs in its own worker process (`--worker`) with a time limit: an illegal address, a hang or a crash
+marks that unit failed and the check goes on. The verdicts become a verification record
+(verify/record.py) that every later process reads (fa_attn.selfcheck).
+
+Not verified on a GPU: this project has none; `fa check --emulate` runs the same unit checks on the CPU
+emulator. Exit codes: 0 every unit passed, 1 a unit failed or no GPU (verdict no-gpu), 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from . import decision, loader
+from .verify import record as records
+from .verify.unitcheck import Outcome, Problem, check_backward, check_forward, key_block
+
+UNIT_TIMEOUT_S = 300.0  # one unit's worker: its problems, and a hang's limit
+BENCH_SEQLENS = (512, 2048, 8192)
+JSON_SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class Job:
+    """One unit to check on one GPU."""
+
+    unit: str  # "sm_80/fwd_bf16_d128"
+    direction: str  # "fwd" | "splitkv" | "bwd"
+    dtype: str  # "fp16" | "bf16"
+    module: str
+    entries: str
+    launch: tuple[int, ...]
+    device: int  # CUDA device index
+
+
+@dataclass
+class UnitReport:
+    unit: str
+    gpu: int
+    direction: str
+    dtype: str
+    head_dim: int
+    verdict: str  # "pass" | "fail"
+    error: str = ""
+    max_err: float = 0.0
+    bound: float = 0.0
+    problems: int = 0
+    speed: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def problems(
+    dtype: torch.dtype, head_dim: int, direction: str, block_n: int = 64, medium: bool = True
+) -> list[Problem]:
+    """The shapes a unit is checked on: tiny (two key blocks: block_n and 15 keys) and medium (not on the
+    emulator), causal and not, GQA, fewer queries than keys (bottom-right causal)."""
+    two = block_n + 15
+    shapes = [(two, two, 2, 2), (40, two, 2, 1)] + ([(512, 512, 4, 2)] if medium else [])
+    if direction == "splitkv":  # decode-like: few queries, keys in at least two blocks (two splits)
+        shapes = [(1, two, 2, 1)] + ([(8, 512, 4, 4)] if medium else [])
+    return [
+        Problem(dtype, head_dim, causal, sq, sk, h, hk, seed=i)
+        for i, (sq, sk, h, hk) in enumerate(shapes)
+        for causal in (False, True)
+    ]
+
+
+def run_job(job: Job, device: torch.device, medium: bool = True) -> list[Outcome]:
+    """Every problem of one unit (in this process: the worker)."""
+    launch = decision.KernelLaunch(job.module, job.entries, job.launch)
+    dtype = torch.bfloat16 if job.dtype == "bf16" else torch.float16
+    out = []
+    for problem in problems(dtype, job.launch[0], job.direction, key_block(launch), medium):
+        if job.direction == "bwd":
+            out.append(check_backward(launch, problem, device))
+        else:
+            out.append(check_forward(launch, problem, device, splitkv=job.direction == "splitkv"))
+    return out
+
+
+def summarize(job: Job, outcomes: list[Outcome]) -> UnitReport:
+    failed = [o for o in outcomes if not o.passed]
+    worst = max((o.worst for o in outcomes), key=lambda e: e.ratio)
+    return UnitReport(
+        job.unit, job.device, job.direction, job.dtype, job.launch[0], "fail" if failed else "pass",
+        failed[0].message() if failed else "", worst.err, worst.bound, len(outcomes),
+    )  # fmt: skip
+
+
+def jobs_for(device: int, manifest: Any = None) -> list[Job]:
+    """The units the runtime would use on GPU `device`, one job each."""
+    man = manifest or loader.manifest()
+    major, minor = torch.cuda.get_device_capability(device)
+    props = torch.cuda.get_device_properties(device)
+    gpu = decision.Device("cuda", f"{major}.{minor}", getattr(props, "shared_memory_per_block_optin", None))
+    seen: dict[str, Job] = {}
+    for kernel in man.kernels:
+        call = decision.Call(kernel.dtype, kernel.head_dim, backward=kernel.direction == "bwd")
+        route = decision.decide(man.info, gpu, call, man.kernels, loader.PACKAGE_DIR)
+        for direction, launch in (("fwd", route.fwd), ("bwd", route.bwd), ("splitkv", route.splitkv)):
+            if launch is None or not launch.module or launch.module in seen:
+                continue
+            unit = records.unit_name(launch.module)
+            seen[launch.module] = Job(
+                unit, direction, kernel.dtype, launch.module, launch.entries, launch.launch, device
+            )
+    return sorted(seen.values(), key=lambda j: j.unit)
+
+
+def run_isolated(job: Job, timeout: float = UNIT_TIMEOUT_S) -> UnitReport:
+    """The job in a worker process: a crash, a CUDA error that loses the context, or a hang fails only it."""
+    argv = [sys.executable, "-m", "fa_attn.check", "--worker"]
+    try:
+        done = subprocess.run(
+            argv, input=json.dumps(asdict(job)), capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return _failed(job, f"no result within {timeout:.0f} s (a hang)")
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
+        return _failed(job, f"worker exited {done.returncode}: {tail}")
+    return UnitReport(**json.loads(lines[-1]))
+
+
+def _failed(job: Job, error: str) -> UnitReport:
+    return UnitReport(
+        job.unit, job.device, job.direction, job.dtype, job.launch[0], "fail", error, float("inf")
+    )
+
+
+def worker() -> int:
+    """`--worker`: one Job on stdin, its UnitReport as a JSON line on stdout."""
+    data = json.loads(sys.stdin.read())
+    job = Job(**{**data, "launch": tuple(data["launch"])})
+    problem = loader.load_binding()
+    if problem is not None:
+        print(json.dumps(asdict(_failed(job, f"[{problem.code}] {problem.message}"))))
+        return 0
+    device = torch.device("cuda", job.device)
+    try:
+        report = summarize(job, run_job(job, device))
+        torch.cuda.synchronize(device)
+    except Exception as err:  # noqa: BLE001 (a launch error is this unit's verdict)
+        report = _failed(job, f"{type(err).__name__}: {err}".replace("\n", " ")[:300])
+    print(json.dumps(asdict(report)))
+    return 0
+
+
+# ---- the report ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class CheckReport:
+    verdict: str  # "pass" | "fail" | "no-gpu"
+    gpus: list[dict[str, Any]]
+    units: list[UnitReport]
+    records: list[str]
+    fix: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": JSON_SCHEMA,
+            "verdict": self.verdict,
+            "fix": self.fix,
+            "gpus": self.gpus,
+            "units": [asdict(u) for u in self.units],
+            "records": self.records,
+        }
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.verdict == "pass" else 1
+
+
+NO_GPU_FIX = "run it where nvidia-smi lists a GPU; without one: fa check --emulate"
+
+
+def no_gpu_report() -> CheckReport:
+    return CheckReport("no-gpu", [], [], [], NO_GPU_FIX)
+
+
+def verdict_of(units: Iterable[UnitReport]) -> str:
+    return "fail" if any(u.verdict != "pass" for u in units) else "pass"
+
+
+def record_for(key: records.RecordKey, units: list[UnitReport], by: str) -> records.Record:
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return records.Record(
+        key,
+        now,
+        by,
+        {u.unit: records.UnitResult(u.verdict, u.error, u.max_err, u.bound, u.speed) for u in units},
+    )
+
+
+def render(report: CheckReport, out: Callable[[str], None] = print) -> None:
+    """The table for people, 80 columns."""
+    if report.verdict == "no-gpu":
+        out("fa check: no NVIDIA GPU visible (verdict no-gpu)")
+        out(f"fix: {report.fix}")
+        return
+    out(f"{'unit':<34} {'dir':<7} {'verdict':<7} {'error/bound':>11} {'speed':>8}   gpu")
+    for u in report.units:
+        ratio = f"{u.max_err / u.bound:.2f}" if u.bound > 0 and u.max_err != float("inf") else "-"
+        speed = max((r for by_len in u.speed.values() for r in by_len.values()), default=None)
+        speed_text = f"{speed:.2f}x" if speed is not None else ""
+        out(f"{u.unit[:34]:<34} {u.direction:<7} {u.verdict:<7} {ratio:>11} {speed_text:>8}   {u.gpu}")
+        if u.error:
+            out(f"  {u.error[:76]}")
+    failed = sum(u.verdict != "pass" for u in report.units)
+    out(f"{len(report.units)} units, {failed} failed; verdict {report.verdict}")
+    for path in report.records:
+        out(f"record: {path}")
+    if failed:
+        out("share it: `fa check --json > check.json` and attach it to an issue (docs/checking.md)")
+
+
+def progress(done: int, total: int, started: float, name: str) -> None:
+    """One line on stderr per unit: count, ETA from the mean so far."""
+    elapsed = time.monotonic() - started
+    eta = elapsed / done * (total - done) if done else 0.0
+    sys.stderr.write(f"[{done}/{total}] {name[:40]:<40} eta {eta:4.0f} s\n")
+    sys.stderr.flush()
+
+
+def check_gpus(bench: bool = False, write: bool = True) -> CheckReport:
+    """Every unit on every visible GPU, each in its worker; writes one record per GPU."""
+    if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
+        return no_gpu_report()
+    from . import selfcheck  # the record key the runtime reads
+
+    gpus, units, written = [], [], []
+    all_jobs = [(i, job) for i in range(torch.cuda.device_count()) for job in jobs_for(i)]
+    started = time.monotonic()
+    for n, (_, job) in enumerate(all_jobs):
+        progress(n, len(all_jobs), started, job.unit)
+        units.append(run_isolated(job))
+    if bench:
+        from .verify.speed import measure_speed
+
+        for u in units:
+            if u.verdict == "pass":
+                job = next(j for _, j in all_jobs if j.unit == u.unit and j.device == u.gpu)
+                u.speed = measure_speed(job, BENCH_SEQLENS)
+    for i in range(torch.cuda.device_count()):
+        key = selfcheck.record_key(torch.device("cuda", i))
+        gpus.append({"index": i, **asdict(key)})
+        mine = [u for u in units if u.gpu == i]
+        if write and mine:
+            written.append(str(records.write(record_for(key, mine, "fa check"))))
+    return CheckReport(verdict_of(units), gpus, units, written)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fa_attn.check", description=__doc__.split("\n")[0])
+    parser.add_argument("--json", action="store_true", help="the report as JSON (docs/contracts.md)")
+    parser.add_argument("--bench", action="store_true", help="also time fa against SDPA (CUDA events)")
+    parser.add_argument("--no-record", action="store_true", help="do not write a verification record")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        return worker()
+    report = check_gpus(bench=args.bench, write=not args.no_record)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=1))
+    else:
+        render(report)
+    return report.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
