@@ -326,23 +326,23 @@ def cuda_libs_for(torch_dir: Path, work: Path) -> list[Path]:
     return folders
 
 
-def arm_row(version: str, wheel: Path, work: Path) -> Row:
-    row = Row("aarch64", version)
-    t0 = time.perf_counter()
-    try:
-        torch_dir, headers = arm_torch(version)
-    except (OSError, ValueError, KeyError, RuntimeError) as e:  # a download failure is a row that says so
-        row.install = f"FAIL ({e})"
-        return row
-    row.torch = headers.torch_version
-    row.install = "libraries from PyPI's aarch64 wheel (no aarch64 Python: fa install not run)"
-    lib = binding_of(wheel, work / f"arm-{version}")
-    row.symbols, notes = symbol_check(lib, torch_dir / "torch" / "lib" / "libtorch_cpu.so")
-    row.notes += notes
+def qemu_check(
+    row: Row,
+    lib: Path,
+    torch_dir: Path,
+    headers: torch_headers.Headers,
+    work: Path,
+    version: str,
+    cxx11abi: bool | None = None,
+) -> None:
+    """Under qemu-user, a small aarch64 program built against this torch's headers loads its
+    libtorch_cpu.so and the binding `lib`, and asks the dispatcher for both ops' CUDA kernels: fills
+    row.load, row.ops and row.notes. cxx11abi: the C++ ABI to build the checker with (None: the
+    compiler's default, the C++11 one)."""
     qemu = shutil.which(TARGETS[AARCH64].qemu)
     if qemu is None or not SYSROOT.is_dir():
         row.load = "not run (no qemu-user)"
-        return row
+        return
     checker = work / f"checker-{version}"
     (work / "checker.cpp").write_text(CHECKER)
     gxx = TARGETS[AARCH64].triple + "-g++"
@@ -352,6 +352,7 @@ def arm_row(version: str, wheel: Path, work: Path) -> Row:
         [
             gxx,
             "-std=c++20",
+            *([] if cxx11abi is None else [f"-D_GLIBCXX_USE_CXX11_ABI={int(cxx11abi)}"]),
             "-O1",
             *inc,
             str(work / "checker.cpp"),
@@ -370,7 +371,7 @@ def arm_row(version: str, wheel: Path, work: Path) -> Row:
     if done.returncode != 0:
         row.load = "FAIL (checker build)"
         row.notes.append(done.stderr[-400:])
-        return row
+        return
     # A real aarch64 system has zlib; the cross sysroot does not, and torch's bundled libraries may
     # name it: an empty library of that soname stands in (no zlib symbol is bound at load).
     stub = work / "stub"
@@ -392,7 +393,7 @@ def arm_row(version: str, wheel: Path, work: Path) -> Row:
     except RuntimeError as e:
         row.load = "FAIL (CUDA runtime libraries)"
         row.notes.append(str(e))
-        return row
+        return
     if cuda_libs:
         row.notes.append(
             "libtorch_cpu.so of this CUDA build needs libcudart/libcupti: NVIDIA's aarch64 wheels'"
@@ -404,6 +405,22 @@ def arm_row(version: str, wheel: Path, work: Path) -> Row:
     row.ops = "fwd+bwd CUDA" if run.returncode == 0 else "FAIL"
     if run.returncode != 0:
         row.notes.append((run.stdout + run.stderr)[-600:])
+
+
+def arm_row(version: str, wheel: Path, work: Path) -> Row:
+    row = Row("aarch64", version)
+    t0 = time.perf_counter()
+    try:
+        torch_dir, headers = arm_torch(version)
+    except (OSError, ValueError, KeyError, RuntimeError) as e:  # a download failure is a row that says so
+        row.install = f"FAIL ({e})"
+        return row
+    row.torch = headers.torch_version
+    row.install = "libraries from PyPI's aarch64 wheel (no aarch64 Python: fa install not run)"
+    lib = binding_of(wheel, work / f"arm-{version}")
+    row.symbols, notes = symbol_check(lib, torch_dir / "torch" / "lib" / "libtorch_cpu.so")
+    row.notes += notes
+    qemu_check(row, lib, torch_dir, headers, work, version)
     row.smoke = "not run (no aarch64 Python)"
     row.seconds = round(time.perf_counter() - t0, 1)
     return row

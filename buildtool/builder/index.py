@@ -33,7 +33,7 @@ def write_index(wheel_dir: Path) -> dict[str, Any]:
         simple / "index.html", env.get_template("root.html.j2").render(projects=[schema.PACKAGE])
     )
     page = env.get_template("project.html.j2").render(
-        project=schema.PACKAGE, wheels=index["wheels"], prefix="../../"
+        project=schema.PACKAGE, wheels=index["wheels"] + index["all_wheels"], prefix="../../"
     )
     atomic.write_text(simple / schema.PACKAGE / "index.html", page)
     return index

@@ -48,6 +48,7 @@ KNOWN_KEYS = (
     "cxx11abi",
     "stable_abi",
     "kernels",
+    "all_wheel",
 )
 EXCLUDE_KEYS = ("torch", "cuda", "python", "platform")
 KERNEL_FILTER_KEYS = ("dtypes", "head_dims", "directions")
@@ -98,6 +99,9 @@ class Matrix:
     # The floor of the stable-ABI binding: the minors from it on share one wheel per (CPU, CUDA major)
     # whose binding is built against the floor's headers; None: a binding per minor throughout.
     stable_abi: str | None = None
+    # One more wheel per CPU, variant "all": every binding and CUDA major of that CPU's wheels in one
+    # (buildtool/builder/all_wheel.py), for PyPI.
+    all_wheel: bool = False
     source: str = field(default="matrix.yaml", compare=False)
 
     def stable(self, torch_minor: str) -> bool:
@@ -232,6 +236,7 @@ class _Parser:
             kernels=self.kernels(data.get("kernels")),
             platforms=plats,
             stable_abi=self.stable_abi(data.get("stable_abi"), torch),
+            all_wheel=self.all_wheel(data.get("all_wheel", False)),
             source=self.source,
         )
 
@@ -266,6 +271,11 @@ class _Parser:
                 "write one of: auto (both ABIs below torch 2.7, the C++11 ABI from 2.7), true, false, both",
             )
         return text
+
+    def all_wheel(self, value: object) -> bool:
+        if not isinstance(value, bool):
+            raise self.error("all_wheel", f"{shown(value)} is not true or false", "write all_wheel: true")
+        return value
 
     def stable_abi(self, value: object, torch: tuple[str, ...]) -> str | None:
         if value is None:

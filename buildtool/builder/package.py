@@ -198,25 +198,34 @@ def build_wheel(
             if job not in images:
                 raise PackageError(f"wheel {spec.variant}: no image for {job.unit} on {job.arch}")
             files[f"{schema.DIST}/{kernel_file(job)}"] = images[job].read_bytes()
+    dest = write_wheel(files, man, spec.version, platform, out_dir, spec.platform)
+    return BuiltWheel(dest, platform, reason, man)
+
+
+def write_wheel(
+    files: dict[str, bytes], man: schema.Manifest, version: str, platform: str, out_dir: Path, cpu: str | None
+) -> Path:
+    """The wheel of `files` (the fa_attn/ package) with its manifest, METADATA, WHEEL and RECORD,
+    written whole under its final name; skipped when the same wheel is there already."""
     # Not sort_keys: a kernel's "entries" are in launch order (fa_bwd_preprocess, fa_bwd,
     # fa_bwd_convert_dq), which sorting would turn into fa_bwd first. to_json() writes every object in
     # a fixed order (the schema's fields), so the bytes stay reproducible.
     files[schema.MANIFEST_PATH] = (json.dumps(man.to_json(), indent=2) + "\n").encode()
-    dist_info = f"{schema.DIST}-{spec.version}.dist-info"
-    files[f"{dist_info}/METADATA"] = _metadata(spec.version).encode()
+    dist_info = f"{schema.DIST}-{version}.dist-info"
+    files[f"{dist_info}/METADATA"] = _metadata(version).encode()
     files[f"{dist_info}/WHEEL"] = _wheel_file(platform).encode()
 
     record_arc = f"{dist_info}/RECORD"
     files[record_arc] = _record(files, record_arc)
-    dest = out_dir / wheel_name(spec.version, platform)
+    dest = out_dir / wheel_name(version, platform)
     if not _same_wheel(dest, record_arc, files[record_arc]):
         with atomic.writing(dest) as tmp:
             try:
                 _write_zip(tmp, files, dist_info)
             except OSError as e:  # a full disk, a quota: name the wheel, not the temporary
                 raise atomic.WriteError(dest, e) from e
-    _drop_stale(out_dir, spec.version, dest.name, spec.platform)
-    return BuiltWheel(dest, platform, reason, man)
+    _drop_stale(out_dir, version, dest.name, cpu)
+    return dest
 
 
 def _write_zip(path: Path, files: Mapping[str, bytes], dist_info: str) -> None:

@@ -33,8 +33,8 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from buildtool.builder import all_wheel, index, package, torch_headers
 from buildtool.builder import binding as binding_mod
-from buildtool.builder import index, package, torch_headers
 from buildtool.builder.compile import CompileStats, CompileTask, KernelTree, compile_all
 from buildtool.builder.plan import BindingJob, Plan, WheelSpec
 from buildtool.core import atomic, binding_forms
@@ -172,6 +172,11 @@ def execute(
             summary.wheels.append(_report(spec, built, cstats, b))
             logs.append(_log_entry(spec, built, b))
             bars.advance(wheels_bar)
+        for whole in plan.all_wheels:
+            paths = {job: bindings[job].path for job in (b.job for b in whole.bindings)}
+            made = all_wheel.build_all_wheel(whole, out_dir, tree.root, tree.tiles, images, paths)
+            summary.wheels.append(_all_report(whole, made))
+            logs.append(_all_log_entry(whole, made))
         index.write_index(out_dir)
         _write_log(out_dir, plan, logs)
     summary.seconds = round(time.perf_counter() - t0, 3)
@@ -223,29 +228,56 @@ def _report(
 ) -> WheelReport:
     seconds, cached = stats.seconds, stats.cached
     compiled = [j for j in spec.compile_jobs if j in seconds or j in stats.with_cubin]
+    hits = sum(j in cached for j in spec.compile_jobs) + int(bool(b and b.cached))
+    row = _row(built, spec.variant, spec.platform, len(spec.cells), hits)
+    row.compile_seconds = round(sum(seconds.get(j, 0.0) for j in compiled), 3)
+    row.compiled = len(compiled)
+    return row
+
+
+def _all_report(spec: all_wheel.AllWheelSpec, built: package.BuiltWheel) -> WheelReport:
+    """The all-wheel's row: its compiles are the per-variant wheels' (counted there, cache hits here)."""
+    return _row(
+        built, spec.variant, spec.platform, len(spec.cells), len(spec.compile_jobs) + len(spec.bindings)
+    )
+
+
+def _row(built: package.BuiltWheel, variant: str, platform: str | None, cells: int, hits: int) -> WheelReport:
     return WheelReport(
         file=built.path.name,
-        variant=spec.variant,
-        platform=spec.platform,
+        variant=variant,
+        platform=platform,
         size=built.path.stat().st_size,
         platform_tag=built.platform,
         platform_reason=built.platform_reason,
-        cells=len(spec.cells),
-        compile_seconds=round(sum(seconds.get(j, 0.0) for j in compiled), 3),
-        compiled=len(compiled),
-        cache_hits=sum(j in cached for j in spec.compile_jobs) + int(bool(b and b.cached)),
+        cells=cells,
+        compile_seconds=0.0,
+        compiled=0,
+        cache_hits=hits,
     )
+
+
+def _log_head(built: package.BuiltWheel, variant: str, platform: str | None) -> dict[str, Any]:
+    return {
+        "wheel": built.path.name,
+        "variant": variant,
+        "platform": platform,
+        "platform_tag": built.platform,
+        "platform_reason": built.platform_reason,
+    }
+
+
+def _all_log_entry(spec: all_wheel.AllWheelSpec, built: package.BuiltWheel) -> dict[str, Any]:
+    sets = [{"cuda_major": k.cuda_major, "sass": list(k.sass), "ptx": k.ptx} for k in spec.kernel_sets]
+    bindings = [b.label for b in spec.bindings]
+    return {**_log_head(built, spec.variant, spec.platform), "bindings": bindings, "kernel_sets": sets}
 
 
 def _log_entry(
     spec: WheelSpec, built: package.BuiltWheel, b: binding_mod.BindingBuild | None
 ) -> dict[str, Any]:
     return {
-        "wheel": built.path.name,
-        "variant": spec.variant,
-        "platform": spec.platform,
-        "platform_tag": built.platform,
-        "platform_reason": built.platform_reason,
+        **_log_head(built, spec.variant, spec.platform),
         "binding_key": b.key if b else None,
         "compiler": binding_mod.compiler_identity(spec.platform) if b else None,
         "toolkit": built.manifest.info.toolkit,

@@ -21,6 +21,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from buildtool.builder.all_wheel import AllWheelSpec, all_wheel_specs
 from buildtool.builder.matrix import (
     CXX11ABI_ONLY_FROM,
     DEFAULT_VERSION,
@@ -125,6 +126,8 @@ class Plan:
     binding_jobs: tuple[BindingJob, ...]  # deduplicated
     shard: tuple[int, int] | None = None  # (K, N) when this is one shard of a bigger plan
     platform: str | None = None  # the CPU when the plan keeps one CPU's wheels (fa build --platform)
+    # matrix.yaml all_wheel: one per CPU, made of the wheels' own compiles and bindings (all_wheel.py)
+    all_wheels: tuple[AllWheelSpec, ...] = ()
 
 
 def cxx11abi_in_label(torch_minor: str, cxx11abi: bool) -> bool:
@@ -206,13 +209,20 @@ def make_plan(
         keep_universal = platform == matrix.platforms[0]
         wheels = [w for w in wheels if w.platform == platform or (w.platform is None and keep_universal)]
         skipped = [s for s in skipped if s.cell.platform == platform]
-    plan = _assemble(matrix, wheels, skipped, platform=platform)
+    alls = all_wheel_specs(wheels, matrix.version) if matrix.all_wheel else ()
+    plan = _assemble(matrix, wheels, skipped, platform=platform, all_wheels=alls)
     if shard is None:
         return plan
     # Skipped cells are reported once, by shard 1 (with the universal wheel), so the shards' reports
-    # add up to the whole matrix.
+    # add up to the whole matrix. The all-wheels go with shard 1 too: they need every major's kernels.
+    first = shard[0] == 1
     return _assemble(
-        matrix, shard_wheels(plan.wheels, shard), skipped if shard[0] == 1 else [], shard, platform=platform
+        matrix,
+        shard_wheels(plan.wheels, shard),
+        skipped if first else [],
+        shard,
+        platform=platform,
+        all_wheels=alls if first else (),
     )
 
 
@@ -300,7 +310,8 @@ def local_plan(
         )
         for m in cuda
     ]
-    return _assemble(local, wheels, [])
+    alls = all_wheel_specs(wheels, local.version) if matrix is not None and matrix.all_wheel else ()
+    return _assemble(local, wheels, [], all_wheels=alls)
 
 
 def _sass_for(gpu_sm: str, major: int, source: str) -> str:
@@ -455,15 +466,20 @@ def _assemble(
     shard: tuple[int, int] | None = None,
     *,
     platform: str | None = None,
+    all_wheels: Sequence[AllWheelSpec] = (),
 ) -> Plan:
+    jobs = [job for w in wheels for job in w.compile_jobs] + [j for a in all_wheels for j in a.compile_jobs]
+    bindings = [w.binding for w in wheels if w.binding is not None]
+    bindings += [b.job for a in all_wheels for b in a.bindings]
     return Plan(
         matrix=matrix,
         wheels=tuple(wheels),
         skipped=tuple(skipped),
-        compile_jobs=tuple(dict.fromkeys(job for w in wheels for job in w.compile_jobs)),
-        binding_jobs=tuple(dict.fromkeys(w.binding for w in wheels if w.binding is not None)),
+        compile_jobs=tuple(dict.fromkeys(jobs)),
+        binding_jobs=tuple(dict.fromkeys(bindings)),
         shard=shard,
         platform=platform,
+        all_wheels=tuple(all_wheels),
     )
 
 

@@ -14,6 +14,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from buildtool.builder.all_wheel import AllWheelSpec
 from buildtool.builder.plan import SKIP_NO_TORCH_BUILD, BindingJob, Cell, CompileJob, Plan, WheelSpec
 from buildtool.core.binding_forms import STABLE
 from buildtool.core.console import counted, plain_console
@@ -31,7 +32,8 @@ def plan_json(plan: Plan, cache_status: CacheStatus) -> dict[str, Any]:
         "version": plan.matrix.version,
         "source": plan.matrix.source,
         "shard": list(plan.shard) if plan.shard else None,
-        "wheels": [_wheel_json(w, cached) for w in plan.wheels],
+        "wheels": [_wheel_json(w, cached) for w in plan.wheels]
+        + [_all_json(a, cached) for a in plan.all_wheels],
         "skipped": [{**_cell_json(s.cell), "code": s.code, "reason": s.reason} for s in plan.skipped],
         "compile_jobs": [
             {
@@ -48,7 +50,7 @@ def plan_json(plan: Plan, cache_status: CacheStatus) -> dict[str, Any]:
             "cells": len(covered) + len(plan.skipped),
             "covered": len(covered),
             "skipped": len(plan.skipped),
-            "wheels": len(plan.wheels),
+            "wheels": len(plan.wheels) + len(plan.all_wheels),
             "compile_jobs": len(plan.compile_jobs),
             "cached": n_cached,
             "to_compile": len(plan.compile_jobs) - n_cached,
@@ -58,7 +60,6 @@ def plan_json(plan: Plan, cache_status: CacheStatus) -> dict[str, Any]:
 
 
 def _wheel_json(wheel: WheelSpec, cached: dict[CompileJob, bool]) -> dict[str, Any]:
-    n_cached = sum(cached[j] for j in wheel.compile_jobs)
     return {
         "variant": wheel.variant,
         "platform": wheel.platform,
@@ -72,13 +73,39 @@ def _wheel_json(wheel: WheelSpec, cached: dict[CompileJob, bool]) -> dict[str, A
         "ptx": wheel.ptx,
         "cells": [_cell_json(c) for c in wheel.cells],
         "pythons": list(dict.fromkeys(c.python for c in wheel.cells)),
-        "kernels": {
-            "total": len(wheel.compile_jobs),
-            "cached": n_cached,
-            "to_compile": len(wheel.compile_jobs) - n_cached,
-        },
+        "kernels": _kernels_json(wheel.compile_jobs, cached),
         "binding": _binding_json(wheel.binding) if wheel.binding else None,
     }
+
+
+def _all_json(spec: AllWheelSpec, cached: dict[CompileJob, bool]) -> dict[str, Any]:
+    """The all-wheel (variant "all"): no CUDA major or binding of its own; `kernel_sets` and
+    `bindings` list its parts (all of them the per-variant wheels' work)."""
+    return {
+        "variant": spec.variant,
+        "platform": spec.platform,
+        "version": spec.version,
+        "cuda_major": None,
+        "torch": None,
+        "cxx11abi": None,
+        "form": None,
+        "torch_tested": sorted({c.torch for c in spec.cells}, key=lambda t: tuple(map(int, t.split(".")))),
+        "sass": [],
+        "ptx": None,
+        "cells": [_cell_json(c) for c in spec.cells],
+        "pythons": list(dict.fromkeys(c.python for c in spec.cells)),
+        "kernels": _kernels_json(spec.compile_jobs, cached),
+        "binding": None,
+        "kernel_sets": [
+            {"cuda_major": k.cuda_major, "sass": list(k.sass), "ptx": k.ptx} for k in spec.kernel_sets
+        ],
+        "bindings": [_binding_json(b.job) for b in spec.bindings],
+    }
+
+
+def _kernels_json(jobs: tuple[CompileJob, ...], cached: dict[CompileJob, bool]) -> dict[str, int]:
+    n_cached = sum(cached[j] for j in jobs)
+    return {"total": len(jobs), "cached": n_cached, "to_compile": len(jobs) - n_cached}
 
 
 def _cell_json(cell: Cell) -> dict[str, Any]:
@@ -129,6 +156,13 @@ def _wheels_table(data: dict[str, Any]) -> Table:
     ):
         table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for w in data["wheels"]:
+        if w["variant"] == "all":  # every CUDA major's archs as one span; --json has each set's
+            k = w["kernels"]
+            archs = sorted({a for s in w["kernel_sets"] for a in s["sass"]}, key=lambda a: float(a))
+            ptx = " ".join(s["ptx"] for s in w["kernel_sets"] if s["ptx"]) or "-"
+            spans = [_span(w["torch_tested"]), _span(w["pythons"]), _span(archs), ptx]
+            table.add_row("all", w["platform"], *spans, f"{k['to_compile']}/{k['total']}")
+            continue
         if w["cuda_major"] is None:
             table.add_row("(universal)", "any", "any", "any", "-", "-", "-")
             continue

@@ -25,4 +25,5 @@ def register(app: typer.Typer) -> None:
         if not directory.is_dir():
             raise UsageError(f"{directory}: not a directory\n  fix: pass the folder holding the .whl files")
         data = index.write_index(directory)  # WheelDirError (exit 1): a file there is not our wheel
-        plain_console().print(f"indexed {counted(len(data['wheels']), 'wheel')} in {directory}")
+        count = len(data["wheels"]) + len(data["all_wheels"])
+        plain_console().print(f"indexed {counted(count, 'wheel')} in {directory}")

@@ -6,7 +6,9 @@ in, a `Selection` out.
 Order of preference among the wheels that fit:
 1. what GPU 0 would run: SASS, then PTX, then a kernel wheel whose calls fall back, then the universal
    wheel (no kernels). GPU 0 decides because it is torch's default device (cuda:0); further GPUs only
-   break ties, and each one's answer is reported.
+   break ties, and each one's answer is reported. Then the slimmest: a per-variant wheel over the
+   all-wheel (variant "all", every torch and CUDA major in one wheel), which is the fallback for a
+   machine no per-variant wheel serves as well.
 2. the CUDA major of the installed torch (the driver supports it, or the wheel would not fit),
    else the highest major.
 3. a wheel tested with the installed torch minor over a stable-ABI wheel that was not (it would
@@ -28,17 +30,25 @@ from typing import Any
 from packaging.version import Version
 
 from buildtool.compat.env import Env, Gpu
-from buildtool.compat.fit import TagIndex, stack_reasons, supported_tags, untested_torch, wheel_reasons
+from buildtool.compat.fit import (
+    TagIndex,
+    as_installed,
+    binding_here,
+    stack_reasons,
+    supported_tags,
+    untested_torch,
+    wheel_reasons,
+)
 from buildtool.core import kernels_src
 from buildtool.core.cpus import canonical
-from buildtool.core.runtime import decision, reasons, schema
+from buildtool.core.runtime import all_wheel, decision, reasons, schema
 
 Reason = reasons.Reason
 Dispatch = decision.Dispatch  # what a GPU would do with a wheel: the runtime's own answer
 
 VERDICTS = ("ok", "ok-jit", "fallback", "no-wheel")
 DTYPES = ("fp16", "bf16", "fp32")
-_PATH_RANK = {"sass": 0, "ptx": 1, "fallback": 2}
+_PATH_RANK = all_wheel.PATH_RANK  # SASS, then PTX, then the fallback
 
 
 @dataclass(frozen=True)
@@ -96,7 +106,7 @@ def runtime_for(
     if entry is None:
         return decision.fallback(*stack)
     call = decision.Call(request.dtype, request.head_dim, request.backward)
-    answer = decision.decide(entry.info, device_of(gpu, env), call)
+    answer = _decide(entry.info, device_of(gpu, env), call, env)
     # The decision says no-gpu itself when there is no GPU; the stack says it already.
     stack_codes = {r.code for r in stack}
     own = tuple(r for r in answer.reasons if r.code not in stack_codes)
@@ -104,6 +114,15 @@ def runtime_for(
         # torch cannot reach the GPU at all, so whatever image exists, calls fall back.
         return decision.fallback(*stack, *own)
     return dataclasses.replace(answer, reasons=own)
+
+
+def _decide(info: schema.WheelInfo, device: decision.Device, call: decision.Call, env: Env) -> Dispatch:
+    """The runtime's decision; for the all-wheel, its own choice of kernel set (all_wheel.decide_call)
+    with the binding the running torch loads."""
+    if not info.all_wheel:
+        return decision.decide(info, device, call)
+    torch_cuda = env.torch.cuda_major if env.torch else None
+    return all_wheel.decide_call(info, binding_here(info, env), device, call, torch_cuda)[0]
 
 
 def select(entries: Sequence[schema.IndexEntry], env: Env, request: Request = Request()) -> Selection:
@@ -120,7 +139,10 @@ def select(entries: Sequence[schema.IndexEntry], env: Env, request: Request = Re
         paths = [runtime_for(fit.entry, env, gpu, request, stack).path for gpu in gpus]
         kind = 3 if fit.entry.info.universal else _PATH_RANK[paths[0]]
         untested = untested_torch(fit.entry, env) is not None
-        return (kind, [_PATH_RANK[p] for p in paths[1:]], _cuda_preference(fit.entry, env), untested)
+        # The slimmest wheel that serves as well: a per-variant wheel before the all-wheel.
+        heavier = fit.entry.info.all_wheel
+        others = [_PATH_RANK[p] for p in paths[1:]]
+        return (kind, others, heavier, _cuda_preference(fit.entry, env), untested)
 
     # Equal ranks go to the newest fa-attn version (sort is stable), then the stable-ABI form, then
     # the file name.
@@ -178,11 +200,13 @@ def _why(
 ) -> str:
     """One sentence: the first preference (module docstring) on which `chosen` beat `other`."""
     over = f"{chosen.file} over {other.file}: "
-    kind, gpus, cuda, untested = (a != b for a, b in zip(chosen_rank, other_rank, strict=True))
+    kind, gpus, heavier, cuda, untested = (a != b for a, b in zip(chosen_rank, other_rank, strict=True))
     if kind:
         return over + "what GPU 0 runs with it (SASS, then PTX, then the fallback; the universal wheel last)"
     if gpus:
         return over + "what the other GPUs run with it"
+    if heavier:
+        return over + "it serves as well and is slimmer (one torch and CUDA major, not all of them)"
     if cuda:
         torch_major = env.torch.cuda_major if env.torch else None
         if chosen.info.cuda_major == torch_major:
@@ -207,7 +231,7 @@ def _why(
 
 def _cuda_preference(entry: schema.IndexEntry, env: Env) -> tuple[int, int]:
     torch_major = env.torch.cuda_major if env.torch else None
-    major = entry.info.cuda_major or 0
+    major = as_installed(entry.info, env).cuda_major or 0
     return (0 if major == torch_major else 1, -major)
 
 

@@ -13,6 +13,7 @@ from rich.text import Text
 from buildtool.compat import verified
 from buildtool.compat.choose import Dispatch, Reason, Request, Selection, WheelFit, select
 from buildtool.compat.env import Env, env_to_json
+from buildtool.compat.fit import as_installed
 from buildtool.compat.wheel_index import WheelIndex
 from buildtool.core.cpus import canonical
 from buildtool.core.runtime import reasons, schema
@@ -49,6 +50,13 @@ def build_report(env: Env, index: WheelIndex, request: Request) -> DoctorReport:
     )
 
 
+def _acts_as_json(entry: schema.IndexEntry | None, env: Env) -> dict[str, Any] | None:
+    if entry is None or not entry.info.all_wheel:
+        return None
+    view = as_installed(entry.info, env)
+    return {"binding": view.binding, "cuda_major": view.cuda_major}
+
+
 def _reasons_json(reasons: Sequence[Reason]) -> list[dict[str, str]]:
     return [{"code": r.code, "message": r.message, "fix": r.fix} for r in reasons]
 
@@ -68,6 +76,8 @@ def report_json(report: DoctorReport) -> dict[str, Any]:
         "verdict": sel.verdict,
         "selected": sel.selected.file if sel.selected else None,
         "variant": sel.selected.info.variant if sel.selected else None,
+        # the all-wheel: the binding and CUDA major it uses here (null for any other wheel)
+        "acts_as": _acts_as_json(sel.selected, report.env),
         "codes": list(sel.codes),
         "because": _reasons_json(sel.deciding),
         "why": sel.why,
@@ -139,6 +149,14 @@ def _runtime_line(runtime: Dispatch) -> str:
     if runtime.path == "ptx":
         return f"PTX for compute {runtime.arch} (JIT), head dim {runtime.head_dim}"
     return "fallback to torch SDPA"
+
+
+def _acts_as(entry: schema.IndexEntry, env: Env) -> str:
+    """What the all-wheel loads here: the binding for the torch installed and the CUDA major whose
+    kernels this driver and torch prefer (per call the GPU may take another: the GPU lines say)."""
+    view = as_installed(entry.info, env)
+    label = (view.binding or "").rsplit("/", 1)[-1].removesuffix(".so").split("-", 1)[-1]
+    return f"binding {label}, CUDA {view.cuda_major} kernels"
 
 
 def wheel_name(entry: schema.IndexEntry) -> str:
@@ -223,6 +241,8 @@ def render(report: DoctorReport, console: Console, show_all: bool = False) -> No
     call = f"{req.dtype}, head dim {req.head_dim}, {'forward+backward' if req.backward else 'forward'}"
     console.print(Text("\nChoice", style="bold"))
     console.print(Text(f"fa install picks: {wheel_name(sel.selected) if sel.selected else 'nothing'}"))
+    if sel.selected is not None and sel.selected.info.all_wheel:
+        console.print(Text(f"it acts here as: {_acts_as(sel.selected, report.env)}"))
     if sel.why:
         console.print(Text(f"why: {sel.why}"))
     for warning in sel.warnings:

@@ -19,7 +19,7 @@ from packaging.version import Version
 from buildtool.compat.env import Env
 from buildtool.core.cpus import canonical
 from buildtool.core.cuda_facts import TOOLKITS
-from buildtool.core.runtime import decision, reasons, schema, versions
+from buildtool.core.runtime import all_wheel, decision, reasons, schema, versions
 
 Reason = reasons.Reason  # the runtime's own: doctor's and a live call's reasons are one type
 
@@ -222,21 +222,43 @@ def _torch_reasons(entry: schema.IndexEntry, env: Env) -> list[Reason]:
     if entry.info.universal:  # pure Python: any torch the runtime can use
         return [too_old] if too_old else []
     abi = assumed_cxx11abi(env)
-    return decision.binding_problems(
-        entry.info, env.torch.version, abi, abi_assumed=env.torch.cxx11abi is None
-    )
+    assumed = env.torch.cxx11abi is None
+    if entry.info.all_wheel:  # fits when one of its bindings does
+        return all_wheel.binding_reasons(entry.info, env.torch.version, abi, assumed)
+    return decision.binding_problems(entry.info, env.torch.version, abi, abi_assumed=assumed)
+
+
+def as_installed(info: schema.WheelInfo, env: Env) -> schema.WheelInfo:
+    """An all-wheel read as the per-variant wheel it acts as here: the binding for env's torch and the
+    kernel set preferred for env's driver and torch (all_wheel.py); any other wheel as it is."""
+    if not info.all_wheel:
+        return info
+    torch_cuda = env.torch.cuda_major if env.torch else None
+    sets = all_wheel.kernel_sets_for(info, env.driver, torch_cuda) or [all_wheel.lowest_driver_set(info)]
+    return all_wheel.view(info, binding_here(info, env), sets[0])
+
+
+def binding_here(info: schema.WheelInfo, env: Env) -> schema.BindingFile:
+    """The all-wheel's binding for env's torch (all_wheel.binding_for, the C++ ABI as assumed_cxx11abi
+    reads it)."""
+    torch = env.torch.version if env.torch else "0.0"
+    assumed = env.torch is None or env.torch.cxx11abi is None
+    return all_wheel.binding_for(info, torch, assumed_cxx11abi(env), assumed)
 
 
 def untested_torch(entry: schema.IndexEntry, env: Env) -> Reason | None:
     """The warning for a stable-ABI wheel on a torch newer than the newest it was tested with."""
-    return decision.untested_torch(entry.info, env.torch.version) if env.torch is not None else None
+    if env.torch is None:
+        return None
+    return decision.untested_torch(as_installed(entry.info, env), env.torch.version)
 
 
 def _driver_reasons(entry: schema.IndexEntry, env: Env) -> list[Reason]:
     # Without a driver there is nothing to compare; that is the stack's `no-gpu`, not a misfit.
-    toolkit = TOOLKITS.get(entry.info.cuda_major) if entry.info.cuda_major is not None else None
+    info = as_installed(entry.info, env)  # an all-wheel: the set this driver runs, or its oldest
+    toolkit = TOOLKITS.get(info.cuda_major) if info.cuda_major is not None else None
     floor = toolkit.windows_min_driver if env.os == "windows" and toolkit is not None else None
-    reason = decision.driver_too_old(entry.info, env.driver, floor)
+    reason = decision.driver_too_old(info, env.driver, floor)
     return [reason] if reason else []
 
 

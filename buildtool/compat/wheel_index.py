@@ -114,7 +114,12 @@ def _parse_index(text: str, where: str) -> tuple[schema.IndexEntry, ...]:
         entries = schema.read_index(data)
     except schema.SchemaError as exc:
         raise WheelIndexError(f"{where}: {exc}\n{REWRITE}") from None
-    return tuple(_checked(e, f"{where}: wheels[{i}]") for i, e in enumerate(entries))
+    alls = [e for e in entries if e.info.all_wheel]
+    rest = [e for e in entries if not e.info.all_wheel]
+    named = [(e, f"wheels[{i}]") for i, e in enumerate(rest)] + [
+        (e, f"all_wheels[{i}]") for i, e in enumerate(alls)
+    ]
+    return tuple(_checked(e, f"{where}: {name}") for e, name in named)
 
 
 def entry_from_dict(raw: Any, where: str) -> schema.IndexEntry:

@@ -23,7 +23,7 @@ from packaging.version import InvalidVersion, Version
 
 from buildtool.core.cpus import linux_cpu
 from buildtool.core.fetch import sha256_file
-from buildtool.core.runtime import schema
+from buildtool.core.runtime import all_wheel, schema
 from buildtool.errors import FaError
 
 REQUIRES_PYTHON = ">=3.9"  # every fa-attn wheel's Requires-Python (METADATA and index.json)
@@ -49,6 +49,7 @@ class Disagreement(ValueError):
 
 # A kernel wheel's variant (the version's local label): cu<CUDA major>torch<torch minor>, plus
 # cxx11abi<true|false> where the C++ ABI is ambiguous (build/plan.py variant_label writes it).
+ALL_VARIANT = all_wheel.VARIANT  # the all-wheel's variant; its version has no local label
 _VARIANT = re.compile(
     r"cu(?P<cuda>[0-9]+)torch(?P<torch>[0-9]+\.[0-9]+)(?:cxx11abi(?P<abi>true|false)|(?P<plus>plus))?",
     re.ASCII,
@@ -84,6 +85,9 @@ def check_agreement(file: str, info: schema.WheelInfo) -> None:
         raise Disagreement("version", f"{info.version!r} is not a PEP 440 version") from None
     if version != file_version:
         raise Disagreement("version", f"{info.version!r}, but the file name says {file_version}")
+    if info.all_wheel or info.variant == ALL_VARIANT:
+        _check_all_wheel(file, info, version, tag.platform)
+        return
     if info.variant != (version.local or ""):
         raise Disagreement(
             "variant", f"{info.variant!r}, but the version's label says {version.local or ''!r}"
@@ -132,6 +136,27 @@ def check_agreement(file: str, info: schema.WheelInfo) -> None:
         )
     if not stable and parts["abi"] is None and info.cxx11abi is False:
         raise Disagreement("cxx11abi", f"false, but the variant {info.variant} names no ABI (the C++11 one)")
+
+
+def _check_all_wheel(file: str, info: schema.WheelInfo, version: Version, platform: str) -> None:
+    """The all-wheel: variant "all", a version without a local label (so a plain `pip install fa-attn`
+    takes it), a Linux tag of its CPU, and its bindings and kernels in `bindings` and `kernel_sets`."""
+    if info.variant != ALL_VARIANT or not info.all_wheel or not info.bindings:
+        raise Disagreement(
+            "variant",
+            f"{info.variant!r} with {len(info.kernel_sets)} kernel sets and {len(info.bindings)} "
+            f"bindings; the all-wheel is variant {ALL_VARIANT!r} with both",
+        )
+    if version.local is not None:
+        raise Disagreement("version", f"{info.version!r}: the all-wheel's version has no local label")
+    cpu = linux_cpu(platform)
+    if cpu is None or not _LINUX_TAG.fullmatch(platform) or info.platform != cpu:
+        raise Disagreement("file", f"{file!r}: an all-wheel for {info.platform!r} tagged {platform}")
+    for key in ("cuda_major", "torch", "cxx11abi", "binding"):
+        if getattr(info, key) is not None:
+            raise Disagreement(
+                key, f"{getattr(info, key)!r} in the all-wheel (each binding and set has its own)"
+            )
 
 
 def _member(zf: zipfile.ZipFile, name: str) -> bytes:

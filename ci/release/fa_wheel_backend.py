@@ -47,8 +47,11 @@ def _settings() -> dict[str, str]:
 
 def variant_of(wheel_file: str) -> str:
     """ "fa_attn-0.1.0+cu12torch2.7-py3-none-manylinux_2_28_x86_64.whl" -> "cu12torch2.7"; "" for the
-    universal wheel."""
-    return parse_wheel_filename(wheel_file)[1].local or ""
+    universal wheel (py3-none-any); "all" for the all-wheel, the one without a label tagged for a CPU."""
+    local = parse_wheel_filename(wheel_file)[1].local
+    if local:
+        return local
+    return "" if wheel_file.endswith("-any.whl") else "all"
 
 
 def build_shard(matrix: Path, shard: str, out: Path, platform: str | None = None) -> list[str]:

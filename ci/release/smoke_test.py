@@ -64,7 +64,11 @@ def torch_minor(version: str) -> str:
 
 def torch_minors(manifest: dict[str, Any]) -> list[str]:
     """The torch minors to test a wheel with: every one a stable-ABI wheel was built to serve (its
-    `torch_tested`, which the manifest promises were tested), else the one its binding is built for."""
+    `torch_tested`, which the manifest promises were tested), else the one its binding is built for;
+    the all-wheel: each of its bindings' (their minors, and every minor of the stable one)."""
+    if manifest.get("bindings"):
+        minors = [m for b in manifest["bindings"] for m in (b["torch_tested"] or [b["torch"]])]
+        return list(dict.fromkeys(minors))
     if manifest.get("binding_form") == "stable" and manifest.get("torch_tested"):
         return list(manifest["torch_tested"])
     return [manifest["torch"]] if manifest.get("torch") else []
@@ -107,6 +111,7 @@ def check(wheel: Path) -> str:
     if manifest.info.variant != wheel_manifest(wheel)["variant"]:
         raise SmokeFailure(f"installed manifest has variant {manifest.info.variant!r}, not the wheel's")
 
+    manifest = loader.as_this_torch(manifest)  # the all-wheel: its binding for this torch
     problem = loader.static_binding_problem(manifest)
     if problem is None:
         failed = loader.load_binding()

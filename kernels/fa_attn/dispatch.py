@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from . import decision
+from . import all_wheel, decision
 from .decision import Call, Device, Dispatch
 from .inputs import AttnCall
 from .reasons import Reason
@@ -108,8 +108,30 @@ def decide(
 ) -> Dispatch:
     """decision.decide for a live call with the installed manifest. The driver is read only when the
     wheel has PTX (only a JIT needs it); package_dir: where the manifest's kernel files are."""
+    if manifest.info.all_wheel:
+        return _decide_all_wheel(facts, manifest, load_binding, driver, package_dir)
     device = replace(facts.device, driver=driver() if manifest.info.ptx else None)
     return decision.decide(manifest.info, device, facts.call, manifest.kernels, package_dir, load_binding)
+
+
+def _decide_all_wheel(
+    facts: CallFacts,
+    manifest: Manifest,
+    load_binding: Callable[[], Reason | None],
+    driver: Callable[[], str | None],
+    package_dir: Path,
+) -> Dispatch:
+    """The all-wheel picks its kernel set per call by this GPU and driver (all_wheel.decide_call), so
+    it always reads the driver; its binding is the one the running torch loads."""
+    abi = bool(torch._C._GLIBCXX_USE_CXX11_ABI)
+    binding = all_wheel.binding_for(manifest.info, torch.__version__, abi)
+    cuda = torch.version.cuda
+    torch_cuda = int(cuda.split(".")[0]) if cuda else None
+    device = replace(facts.device, driver=driver())
+    answer, _ = all_wheel.decide_call(
+        manifest.info, binding, device, facts.call, torch_cuda, manifest.kernels, package_dir, load_binding
+    )
+    return answer
 
 
 _report_lock = threading.Lock()

@@ -17,6 +17,7 @@ torch SDPA with the reason.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import warnings
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from . import all_wheel
 from ._version import __version__
 from .decision import binding_problems, driver_too_old, untested_torch
 from .reasons import Reason
@@ -92,9 +94,22 @@ def load_binding() -> Reason | None:
         return _binding_result  # type: ignore[return-value]
 
 
+def as_this_torch(man: Manifest) -> Manifest:
+    """The all-wheel read as the per-variant wheel whose binding serves the running torch
+    (all_wheel.binding_for: the same rule as the per-variant wheels'); any other manifest as it is."""
+    if not man.info.all_wheel:
+        return man
+    abi = bool(torch._C._GLIBCXX_USE_CXX11_ABI)
+    binding = all_wheel.binding_for(man.info, torch.__version__, abi)
+    # the driver floor that matters before any call: its oldest CUDA major's (a call picks its own)
+    kernels = all_wheel.lowest_driver_set(man.info)
+    return dataclasses.replace(man, info=all_wheel.view(man.info, binding, kernels))
+
+
 def misfits(man: Manifest, driver: str | None) -> list[Reason]:
     """Why this wheel does not fit the running torch and driver (empty: it fits, or it is the universal
     wheel, which fits everywhere by falling back)."""
+    man = as_this_torch(man)
     if man.info.universal:
         return []
     problems = binding_problems(man.info, torch.__version__, bool(torch._C._GLIBCXX_USE_CXX11_ABI))
@@ -105,6 +120,7 @@ def misfits(man: Manifest, driver: str | None) -> list[Reason]:
 def warn_misfit(man: Manifest, driver: str | None) -> None:
     """One warning at import when the installed wheel does not fit: the wheel, what it was built for,
     what is here, and the fix."""
+    man = as_this_torch(man)
     found = misfits(man, driver)
     if not found:
         return
@@ -128,6 +144,7 @@ def warn_misfit(man: Manifest, driver: str | None) -> None:
 
 
 def _load(man: Manifest, unreadable: str | None = None) -> Reason | None:
+    man = as_this_torch(man)
     problem = static_binding_problem(man, unreadable)
     if problem is not None:
         return problem

@@ -29,8 +29,9 @@ SCHEMA_MAJOR = 1
 # 0: the first published shape. 1: coverage rows per compiled program with its `smem_bytes`; index
 # entries repeat the manifest's `binding` and `features`. 2: `binding_form` (aten | stable) and
 # `torch_tested`, for the stable-ABI wheels that serve every torch from their floor on; the manifest's
-# `source_sha256`.
-SCHEMA_MINOR = 2
+# `source_sha256`. 3: the all-wheel (variant "all"): `bindings` and `kernel_sets`, several of each in
+# one wheel, and a kernel file's `cuda_major`.
+SCHEMA_MINOR = 3
 
 PACKAGE = "fa-attn"  # the distribution
 DIST = "fa_attn"  # the import package and the wheel file name's prefix
@@ -286,6 +287,11 @@ class KernelFile:
     dtype: str = _field(_dtype)  # "fp16" | "bf16"
     head_dim: int = _field(_head_dim)  # the compiled head-dim bucket
     entries: Mapping[str, Launch] = _field(_launches)  # extern "C" name -> launch, in launch order
+    # The CUDA major whose NVRTC compiled it: set in the all-wheel, which ships several majors' kernels
+    # for one arch; None in a per-variant wheel (its one major is WheelInfo.cuda_major) and before 1.3.
+    cuda_major: int | None = dataclasses.field(
+        default=None, metadata={"read": _optional(_cuda_major), "since": 3, "absent": None}
+    )
 
     @property
     def smem_bytes(self) -> int:
@@ -305,6 +311,31 @@ class Coverage:
     # The most shared memory per block the program needs; None in files older than 1.1 (unknown). An
     # sm_80 cubin runs on an sm_86 GPU only if the GPU offers this much.
     smem_bytes: int | None = _field(_opt_int, since=1, absent=None)
+
+
+@dataclass(frozen=True)
+class BindingFile:
+    """One host binding of the all-wheel: what a per-variant wheel's WheelInfo says of its one binding."""
+
+    file: str = _field(_str, since=3)  # inside fa_attn/: "bindings/libfa_attn_ops-torch2.5cxx11abifalse.so"
+    torch: str = _field(_torch_minor, since=3)  # the minor it is built for; the floor of the stable form
+    cxx11abi: bool | None = _field(_opt_bool, since=3)  # None: the stable form (any ABI)
+    binding_form: str = _field(_one_of("aten", "stable"), since=3)
+    torch_tested: tuple[str, ...] = _field(_strs, since=3)  # the minors the release smoke-tests it with
+
+
+@dataclass(frozen=True)
+class KernelSet:
+    """The kernels one CUDA major's NVRTC compiled, in the all-wheel: what a per-variant wheel's WheelInfo
+    says of its one major. Their files are the manifest's kernels with this `cuda_major`."""
+
+    cuda_major: int = _field(_cuda_major, since=3)
+    toolkit: str = _field(_str, since=3)
+    min_driver: str = _field(_driver, since=3)  # runs its SASS from this driver on
+    ptx_min_driver: str | None = _field(_optional(_driver), since=3)  # None: no PTX in this set
+    sass: tuple[str, ...] = _field(_tuple_of(_arch), since=3)
+    ptx: str | None = _field(_optional(_arch), since=3)
+    coverage: tuple[Coverage, ...] = _field(_rows(Coverage), since=3)
 
 
 # ---- the documents ------------------------------------------------------------------------------------
@@ -335,11 +366,26 @@ class WheelInfo:
     torch_tested: tuple[str, ...] = _field(_strs, since=2, absent=())
     features: tuple[str, ...] = _field(_strs, since=1, absent=())  # what the kernels implement
     coverage: tuple[Coverage, ...] = _field(_rows(Coverage), absent=())
+    # The all-wheel (variant "all", 1.3): every binding and every CUDA major's kernels in one wheel; its
+    # own cuda_major, binding and coverage are None/empty (a reader older than 1.3 takes it for the
+    # universal wheel, and its runtime, which is new, still runs the kernels). fa_attn/all_wheel.py
+    # picks one binding per torch and one set per GPU and driver. () in every other wheel.
+    bindings: tuple[BindingFile, ...] = dataclasses.field(
+        default=(), metadata={"read": _rows(BindingFile), "since": 3, "absent": ()}
+    )
+    kernel_sets: tuple[KernelSet, ...] = dataclasses.field(
+        default=(), metadata={"read": _rows(KernelSet), "since": 3, "absent": ()}
+    )
 
     @property
     def universal(self) -> bool:
         """The wheel without kernels or binding: every call falls back to torch SDPA."""
-        return self.cuda_major is None
+        return self.cuda_major is None and not self.kernel_sets
+
+    @property
+    def all_wheel(self) -> bool:
+        """The wheel with several bindings and CUDA majors (variant "all")."""
+        return bool(self.kernel_sets)
 
 
 @dataclass(frozen=True)
@@ -388,19 +434,26 @@ class IndexEntry:
 
 
 def index_json(entries: Iterable[IndexEntry]) -> dict[str, Any]:
-    """index.json's content."""
-    wheels = [e.to_json() for e in entries]
-    return {"schema": SCHEMA_MAJOR, "schema_minor": SCHEMA_MINOR, "package": PACKAGE, "wheels": wheels}
+    """index.json's content. The all-wheels go under their own key (1.3): a reader older than 1.3
+    ignores a key it does not know, where it would refuse an entry of a kind it does not know."""
+    entries = list(entries)
+    wheels = [e.to_json() for e in entries if not e.info.all_wheel]
+    alls = [e.to_json() for e in entries if e.info.all_wheel]
+    head = {"schema": SCHEMA_MAJOR, "schema_minor": SCHEMA_MINOR, "package": PACKAGE}
+    return {**head, "wheels": wheels, "all_wheels": alls}
 
 
 def read_index(data: Any) -> tuple[IndexEntry, ...]:
-    """The entries of a parsed index.json; SchemaError names the entry and the field."""
+    """The entries of a parsed index.json, the all-wheels last; SchemaError names the entry and the field."""
     data = _object(data, "")
     schema_minor(data)
-    wheels = data.get("wheels")
-    if not isinstance(wheels, list):
-        raise _fail("wheels", wheels, "a list")
-    return tuple(IndexEntry.from_json(raw, f"wheels[{i}]") for i, raw in enumerate(wheels))
+    entries = []
+    for key, absent in (("wheels", None), ("all_wheels", [])):  # all_wheels: 1.3, [] before
+        rows = data.get(key, absent)
+        if not isinstance(rows, list):
+            raise _fail(key, rows, "a list")
+        entries += [IndexEntry.from_json(raw, f"{key}[{i}]") for i, raw in enumerate(rows)]
+    return tuple(entries)
 
 
 def universal_info(version: str) -> WheelInfo:

@@ -100,7 +100,7 @@ def test_one_build_job_per_cpu_and_cuda_major_then_publish():
     assert sorted(jobs) == sorted(
         f"build-{cpu}-{k}" for cpu, m in expected.items() for k in range(1, len(m) + 1)
     )
-    assert set(workflow["jobs"]) == {*jobs, "publish", "pages"}
+    assert set(workflow["jobs"]) == {*jobs, "publish", "pages", "pypi"}
     assert workflow["jobs"]["publish"]["needs"] == list(jobs)
     assert workflow["jobs"]["pages"]["needs"] == "publish"
     assert workflow[True] == {
@@ -225,3 +225,24 @@ def test_cibuildwheel_parses_the_build_options_as_meant(tmp_path, monkeypatch):
         assert build.test_command == 'python "{project}/ci/release/smoke_test.py" "{wheel}"'
         assert build.manylinux_images is not None
         assert f"manylinux_2_28_{cpu}" in build.manylinux_images[cpu]
+
+
+def test_pypi_gets_the_all_wheels_and_the_universal_wheel_by_trusted_publishing():
+    """Only the pypi job may mint an OIDC token for PyPI (and pages one for Pages); it publishes the
+    wheels without a local label (PyPI refuses those): each CPU's all-wheel and the universal one."""
+    workflow = repo_workflow()
+    job = workflow["jobs"]["pypi"]
+    assert job["needs"] == "publish"
+    assert job["if"] == "startsWith(github.ref, 'refs/tags/')"
+    assert job["permissions"] == {"id-token": "write"}
+    assert job["environment"]["name"] == "pypi"
+    writers = {name for name, j in workflow["jobs"].items() if j.get("permissions", {}).get("id-token")}
+    assert writers == {"pypi", "pages"}
+    publish = [st for st in job["steps"] if st.get("uses", "").startswith("pypa/gh-action-pypi-publish")]
+    assert len(publish) == 1
+    assert publish[0]["with"]["packages-dir"] == "pypi/"
+    keep = next(st["run"] for st in job["steps"] if "run" in st)
+    assert "*+*) ;;" in keep  # a per-variant wheel (+cu12torch2.7) stays on fa's index
+    build = next(iter(build_jobs(workflow).values()))
+    loop = next(st["run"] for st in build["steps"] if st.get("name", "").startswith("Build, repair"))
+    assert '.variant == "all"' in loop  # the all-wheel goes through cibuildwheel like the others

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from packaging.specifiers import SpecifierSet
 
-from buildtool.builder import package
+from buildtool.builder import all_wheel, package
 from buildtool.builder.plan import BindingJob, Cell, CompileJob, WheelSpec, variant_label
 from buildtool.core import binding_forms, kernels_src
 from buildtool.core.cuda_facts import TOOLKITS
@@ -30,7 +30,13 @@ PLATFORM = "manylinux_2_28_x86_64"  # what the release workflow's manylinux_2_28
 
 
 @functools.cache
-def kernel_manifest(
+def kernel_manifest(*spec: Any, **images: Any) -> schema.Manifest:
+    """The manifest `fa build` writes for the wheel kernel_spec(*spec, **images) describes."""
+    return package.manifest(kernel_spec(*spec, **images), kernels_src.tiles())
+
+
+@functools.cache
+def kernel_spec(
     cuda: int,
     torch: str,
     abi: bool | None,
@@ -38,8 +44,8 @@ def kernel_manifest(
     sass: tuple[str, ...] | None = None,
     ptx: str | None = "newest",
     tested: tuple[str, ...] | None = None,
-) -> schema.Manifest:
-    """The manifest `fa build` writes for this wheel: SASS for `sass` (default: the toolkit's default
+) -> WheelSpec:
+    """A per-variant wheel's spec as the plan makes it: SASS for `sass` (default: the toolkit's default
     archs) and PTX of `ptx` ("newest": the last SASS arch; None: no PTX). `abi` None: the stable-ABI
     wheel of floor `torch`, built for the minors `tested` (default: the floor alone)."""
     tiles = kernels_src.tiles()
@@ -64,14 +70,23 @@ def kernel_manifest(
         variant=variant,
         version=f"{VERSION}+{variant}",
     )
-    return package.manifest(spec, tiles)
+    return spec
 
 
 def kernel_entry(
     cuda: int, torch: str, abi: bool | None, cpu: str = "x86_64", **images: Any
 ) -> dict[str, Any]:
     """The index.json entry of kernel_manifest(cuda, torch, abi, cpu, **images)."""
-    info = kernel_manifest(cuda, torch, abi, cpu, **images).info
+    return _entry(kernel_manifest(cuda, torch, abi, cpu, **images).info, cpu)
+
+
+def all_wheel_entry(specs: list[WheelSpec], cpu: str = "x86_64") -> dict[str, Any]:
+    """The index.json entry of the all-wheel `fa build` makes of these per-variant wheels of `cpu`."""
+    (spec,) = all_wheel.all_wheel_specs([s for s in specs if s.platform == cpu], VERSION)
+    return _entry(all_wheel.manifest(spec, kernels_src.tiles()).info, cpu)
+
+
+def _entry(info: schema.WheelInfo, cpu: str) -> dict[str, Any]:
     platform = PLATFORM.replace("x86_64", cpu)
     entry = schema.IndexEntry(
         file=f"fa_attn-{info.version}-py3-none-{platform}.whl",
@@ -101,6 +116,30 @@ def universal_entry() -> dict[str, Any]:
 
 
 def fixture_index(matrix_path: Path = REPO / "matrix.yaml") -> dict[str, Any]:
+    """The per-variant wheels of the matrix and the universal wheel."""
+    entries = [_entry(kernel_manifest(*key).info, key[3]) for key in matrix_wheels(matrix_path)]
+    return _index([*entries, universal_entry()])
+
+
+def all_wheel_index(matrix_path: Path = REPO / "matrix.yaml") -> dict[str, Any]:
+    """The matrix's all-wheels (one per CPU) and the universal wheel: what PyPI would hold."""
+    specs = [kernel_spec(*key) for key in matrix_wheels(matrix_path)]
+    cpus = dict.fromkeys(s.platform for s in specs)
+    return _index([universal_entry()], [all_wheel_entry(specs, str(cpu)) for cpu in cpus])
+
+
+def _index(wheels: list[dict[str, Any]], all_wheels: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {
+        "schema": schema.SCHEMA_MAJOR,
+        "schema_minor": schema.SCHEMA_MINOR,
+        "package": schema.PACKAGE,
+        "wheels": wheels,
+        "all_wheels": all_wheels or [],
+    }
+
+
+def matrix_wheels(matrix_path: Path) -> list[tuple[Any, ...]]:
+    """kernel_spec's arguments for each per-variant wheel of the matrix."""
     matrix = yaml.safe_load(matrix_path.read_text())
     excludes = matrix.get("exclude") or []
 
@@ -127,13 +166,7 @@ def fixture_index(matrix_path: Path = REPO / "matrix.yaml") -> dict[str, Any]:
                     stable.append(torch)
                     continue
                 abis = [False, True] if minor(torch) < (2, 7) else [True]
-                wheels += [kernel_entry(cuda, torch, abi, cpu) for abi in abis]
+                wheels += [(cuda, torch, abi, cpu) for abi in abis]
             if stable:
-                wheels.append(kernel_entry(cuda, floor, None, cpu, tested=tuple(sorted(stable, key=minor))))
-    wheels.append(universal_entry())
-    return {
-        "schema": schema.SCHEMA_MAJOR,
-        "schema_minor": schema.SCHEMA_MINOR,
-        "package": schema.PACKAGE,
-        "wheels": wheels,
-    }
+                wheels.append((cuda, floor, None, cpu, None, "newest", tuple(sorted(stable, key=minor))))
+    return wheels
