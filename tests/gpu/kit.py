@@ -330,7 +330,9 @@ def step_pytest(
             name,
             cap,
             [*base, "--collect-only"],
-            env={**env, **_pythonpath(HERE)},
+            # No wheel in a dry run: collecting imports fa_attn (the tests' reference is the runtime's,
+            # fa_attn/verify), so the checkout's runtime stands in for it here, and only here.
+            env={**env, **_pythonpath(HERE, REPO / "kernels")},
             note=lambda t, _rc: _last(t),
         )
         return [f"{name}: collected only (dry run): {_last((kit.logs / f'{name}.log').read_text())}"]
