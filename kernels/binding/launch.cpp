@@ -343,7 +343,9 @@ void check_backward_inputs(const View& dout, const View& out, const View& q) {
   FA_CHECK(dout.sizes == q.sizes && out.sizes == q.sizes, "dout/out must have q's shape");
 }
 
-void check_lse(const View& lse, const Shape& shape) {
+void check_lse(const View& lse, const View& q, const Shape& shape) {
+  FA_CHECK(lse.cuda && lse.device == q.device, "softmax_lse is on ", device_name(lse), ", q on ", device_name(q),
+           "; pass the LSE the forward returned for these tensors");
   FA_CHECK(lse.dtype == DType::kFloat && lse.contiguous && lse.sizes == lse_sizes(shape, lse_rows(shape)),
            "softmax_lse must be the contiguous fp32 LSE of the forward");
 }
@@ -428,6 +430,21 @@ FaParams backward_params(const Shape& s, const View& q, const View& k, const Vie
   return p;
 }
 
+PairGrid fold_batch_heads(int64_t batch, int64_t heads, int64_t limit) {
+  FA_CHECK(batch > 0 && heads > 0 && limit > 0, "fold_batch_heads: batch ", batch, ", heads ", heads);
+  if (batch <= limit && heads <= limit) {
+    return PairGrid{static_cast<unsigned>(batch), static_cast<unsigned>(heads)};
+  }
+  // The fewest z rows that hold the pairs, then the fewest y columns for those rows: at most z - 1
+  // blocks past the last pair, which return at once.
+  const int64_t pairs = batch * heads;  // both < 2^31 (int32 in FaParams): no overflow
+  const int64_t z = (pairs + limit - 1) / limit;
+  const int64_t y = (pairs + z - 1) / z;
+  FA_CHECK(z <= limit, "batch ", batch, " x heads ", heads, " = ", pairs, " (batch, head) pairs exceed the ",
+           limit, " x ", limit, " blocks a grid's y and z dimensions hold; split the batch");
+  return PairGrid{static_cast<unsigned>(y), static_cast<unsigned>(z)};
+}
+
 void launch_all(const FaParams& params, const Launch& launch, int device) {
   use_primary_context(device);
   CUmodule module = module_for(device, launch.module);
@@ -442,12 +459,12 @@ void launch_all(const FaParams& params, const Launch& launch, int device) {
     if (grid_x == 0 || params.batch == 0 || params.heads == 0) {
       continue;  // nothing to do (empty sequence); a zero grid is a launch error
     }
+    const PairGrid pairs = fold_batch_heads(params.batch, params.heads);
     CUfunction fn = function_for(module, e.name, e.smem_bytes);
     FaParams copy = params;  // cuLaunchKernel copies the argument bytes; keep a mutable lvalue
     void* args[] = {&copy};
-    check_cuda(driver().cuLaunchKernel(fn, grid_x, static_cast<unsigned>(params.batch),
-                                       static_cast<unsigned>(params.heads), e.threads, 1, 1, e.smem_bytes,
-                                       stream, args, nullptr),
+    check_cuda(driver().cuLaunchKernel(fn, grid_x, pairs.y, pairs.z, e.threads, 1, 1, e.smem_bytes, stream, args,
+                                       nullptr),
                "launching " + e.name);
   }
 }
