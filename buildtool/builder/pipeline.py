@@ -32,7 +32,7 @@ from rich.table import Table
 from rich.text import Text
 
 from buildtool.builder import binding as binding_mod
-from buildtool.builder import index, package, torch_headers
+from buildtool.builder import cubin_fit, index, package, torch_headers
 from buildtool.builder.compile import CompileTask, KernelTree, compile_all
 from buildtool.builder.plan import BindingJob, CompileJob, Plan, WheelSpec
 from buildtool.core import atomic, binding_forms
@@ -138,6 +138,7 @@ def execute(
             on_done=kernel_done,
             toolkit_progress=lambda m: bars.download(f"NVRTC for CUDA {m}"),
         )
+        cubin_fit.check_build(images, tree)
         summary.nvrtc_compiles, summary.nvrtc_cached = cstats.compiled, len(cstats.cached)
         summary.nvrtc_seconds = round(sum(cstats.seconds.values()), 3)
 

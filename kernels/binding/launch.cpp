@@ -96,8 +96,22 @@ std::string read_file(const std::string& path) {
   return data;
 }
 
+// Loading a module (and, with lazy loading, resolving its functions) is not something a CUDA graph
+// capture may see: a launch on a capturing stream whose kernels are not loaded yet is refused instead
+// (the runtime loads a unit's modules at its first eager call: fa_attn/preload.py).
+bool capturing(CUstream stream) {
+  int status = kStreamCaptureStatusNone;
+  check_cuda(driver().cuStreamIsCapturing(stream, &status), "cuStreamIsCapturing");
+  return status != kStreamCaptureStatusNone;
+}
+
+void refuse_load_in_capture(const std::string& what) {
+  fail("the first launch of ", what, " in this process is inside CUDA graph capture, which must not load ",
+       "kernels; run the call once eagerly before capturing (torch's warm-up step does)");
+}
+
 // Loaded modules live for the process (one per device and file), like torch's own kernels.
-CUmodule module_for(int device, const std::string& path) {
+CUmodule module_for(int device, const std::string& path, CUstream stream) {
   static std::mutex mu;
   static std::map<std::pair<int, std::string>, CUmodule> modules;
   std::lock_guard<std::mutex> lock(mu);
@@ -106,6 +120,7 @@ CUmodule module_for(int device, const std::string& path) {
   if (it != modules.end()) {
     return it->second;
   }
+  if (capturing(stream)) refuse_load_in_capture(path);
   const std::string image = read_file(path);
   char log[4096] = {0};
   int options[] = {kJitErrorLogBuffer, kJitErrorLogBufferSizeBytes};
@@ -119,7 +134,7 @@ CUmodule module_for(int device, const std::string& path) {
   return module;
 }
 
-CUfunction function_for(CUmodule module, const std::string& name, int smem_bytes) {
+CUfunction function_for(CUmodule module, const std::string& name, int smem_bytes, CUstream stream) {
   static std::mutex mu;
   static std::map<std::pair<CUmodule, std::string>, CUfunction> functions;
   std::lock_guard<std::mutex> lock(mu);
@@ -128,6 +143,7 @@ CUfunction function_for(CUmodule module, const std::string& name, int smem_bytes
   if (it != functions.end()) {
     return it->second;
   }
+  if (capturing(stream)) refuse_load_in_capture(name);
   const CudaDriver& d = driver();
   CUfunction fn = nullptr;
   check_cuda(d.cuModuleGetFunction(&fn, module, name.c_str()), "cuModuleGetFunction(" + name + ")");
@@ -447,9 +463,14 @@ PairGrid fold_batch_heads(int64_t batch, int64_t heads, int64_t limit) {
 
 void launch_all(const FaParams& params, const Launch& launch, int device) {
   use_primary_context(device);
-  CUmodule module = module_for(device, launch.module);
   CUstream stream = current_stream(device);
-  for (const Entry& e : launch.entries) {
+  // The module and every entry's function first, whether or not a grid is empty: so a call with no
+  // (batch, head) pair (batch 0) loads a unit's kernels and launches nothing (fa_attn/preload.py).
+  CUmodule module = module_for(device, launch.module, stream);
+  std::vector<CUfunction> functions;
+  for (const Entry& e : launch.entries) functions.push_back(function_for(module, e.name, e.smem_bytes, stream));
+  for (size_t i = 0; i < launch.entries.size(); ++i) {
+    const Entry& e = launch.entries[i];
     const bool by_keys = e.grid == kGridKBlocks;
     const int64_t rows = by_keys ? params.seqlen_k : params.seqlen_q;
     const int64_t block = by_keys ? e.block_n : e.block_m;
@@ -460,7 +481,7 @@ void launch_all(const FaParams& params, const Launch& launch, int device) {
       continue;  // nothing to do (empty sequence); a zero grid is a launch error
     }
     const PairGrid pairs = fold_batch_heads(params.batch, params.heads);
-    CUfunction fn = function_for(module, e.name, e.smem_bytes);
+    CUfunction fn = functions[i];
     FaParams copy = params;  // cuLaunchKernel copies the argument bytes; keep a mutable lvalue
     void* args[] = {&copy};
     check_cuda(driver().cuLaunchKernel(fn, grid_x, pairs.y, pairs.z, e.threads, 1, 1, e.smem_bytes, stream, args,

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import torch
 import torch.nn.functional as F
 
-from . import decision, fallback, inputs, loader, ops, paged
+from . import decision, fallback, inputs, loader, ops, paged, preload
 from . import dispatch as _dispatch
 from .dispatch import Dispatch
 from .inputs import AttnCall, AttnOutput, IntLike, WindowSize
@@ -117,6 +117,7 @@ def run_kernels(
     0 = heuristic) says so."""
     assert route.fwd is not None
     assert route.head_dim is not None
+    preload.before_call(route, q)  # the route's kernels load here, never inside a graph capture
     pad = route.head_dim - call.head_dim
     if pad:  # kernels need a multiple of 8; zero columns change neither q.k nor the kept outputs
         q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))

@@ -3,16 +3,63 @@
 // reads one answer per line ("ok ...", or "error <the binding's message>").
 //   lse <lse_cuda 0|1> <lse_device> <q_device>   check_lse on a (1, 2, 4) LSE of a (1, 4, 2, 8) call
 //   fold <batch> <heads> <limit>                 fold_batch_heads: "ok <y> <z>"
+//   launch <capturing 0|1> <batch> <module>      launch_all of one entry on a (batch, 2 heads, 10 rows)
+//                                                problem through the fake driver (fake_libcuda.c, found
+//                                                as libcuda.so.1 on LD_LIBRARY_PATH), then its counts:
+//                                                "ok|error ... | loads <n> functions <n> launches <n>"
+#include <dlfcn.h>
+
+#include <cstring>
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 
+#include "cuda_driver.h"
 #include "launch.h"
 
 namespace fb = fa_binding;
 
+// torch's C shim entry point the binding resolves at run time (launch.cpp current_stream).
+extern "C" int32_t aoti_torch_get_current_cuda_stream(int32_t, void** stream) {
+  *stream = nullptr;
+  return 0;
+}
+
 namespace {
+
+void* fake_driver() {
+  fb::driver();  // dlopen()s libcuda.so.1 (RTLD_LOCAL): find the same handle again
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (lib == nullptr) throw std::runtime_error("the fake libcuda.so.1 is not loaded");
+  return lib;
+}
+
+std::string counts() {
+  int n[3] = {0, 0, 0};
+  reinterpret_cast<void (*)(int*)>(dlsym(fake_driver(), "fake_counts"))(n);
+  return " | loads " + std::to_string(n[0]) + " functions " + std::to_string(n[1]) + " launches " +
+         std::to_string(n[2]);
+}
+
+std::string launch(std::istringstream& in) {
+  int capturing = 0, batch = 0;
+  std::string module;
+  in >> capturing >> batch >> module;
+  reinterpret_cast<int (*)(int)>(dlsym(fake_driver(), "fake_set_capturing"))(capturing);
+  FaParams p;
+  std::memset(&p, 0, sizeof(p));
+  p.batch = batch;
+  p.heads = p.heads_k = 2;
+  p.seqlen_q = p.seqlen_k = 10;
+  const fb::Launch l{module, 64, {fb::Entry{"fa_fwd", 128, 64, 64, 0, 0}}};
+  try {
+    fb::launch_all(p, l, 0);
+  } catch (const std::exception& e) {
+    return std::string("error ") + e.what() + counts();
+  }
+  return "ok" + counts();
+}
 
 fb::View tensor(bool cuda, int device, fb::DType dtype, std::vector<int64_t> sizes) {
   std::vector<int64_t> strides(sizes.size(), 1);
@@ -40,6 +87,7 @@ std::string answer(const std::string& line) {
     const fb::PairGrid g = fb::fold_batch_heads(batch, heads, limit);
     return "ok " + std::to_string(g.y) + " " + std::to_string(g.z);
   }
+  if (cmd == "launch") return launch(in);
   return "error unknown command " + cmd;
 }
 

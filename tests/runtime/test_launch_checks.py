@@ -5,6 +5,7 @@ launch with (tests/gpu/kernel_launch.py), whose kernels tests/emu runs on a fold
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -23,26 +24,22 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory: pytest.TempPathFactory):
-    exe = tmp_path_factory.mktemp("probe") / "launch_probe"
-    sources = [
-        HERE / "launch_probe.cpp",
-        KERNELS / "binding" / "launch.cpp",
-        KERNELS / "binding" / "cuda_driver.cpp",
-    ]
-    cmd = [
-        "g++",
-        "-std=c++17",
-        "-O1",
-        f"-I{KERNELS / 'binding'}",
-        f"-I{KERNELS / 'csrc'}",
-        *map(str, sources),
-    ]
-    subprocess.run([*cmd, "-ldl", "-o", str(exe)], check=True, capture_output=True, text=True)
+    """ask(*commands) -> one answer per command, from one run of the probe; the driver it loads is
+    tests/runtime/fake_libcuda.c built as libcuda.so.1."""
+    out = tmp_path_factory.mktemp("probe")
+    exe = out / "launch_probe"
+    fake = ["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", str(HERE / "fake_libcuda.c")]
+    subprocess.run([*fake, "-o", str(out / "libcuda.so.1")], check=True, capture_output=True, text=True)
+    binding = KERNELS / "binding"
+    sources = [HERE / "launch_probe.cpp", binding / "launch.cpp", binding / "cuda_driver.cpp"]
+    cmd = ["g++", "-std=c++17", "-O1", "-rdynamic", f"-I{binding}", f"-I{KERNELS / 'csrc'}"]
+    cmd += [*map(str, sources), "-ldl", "-o", str(exe)]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    env = {**os.environ, "LD_LIBRARY_PATH": str(out)}
 
     def ask(*lines: str) -> list[str]:
-        done = subprocess.run(
-            [str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True, check=True
-        )
+        stdin = "\n".join(lines) + "\n"
+        done = subprocess.run([str(exe)], input=stdin, capture_output=True, text=True, check=True, env=env)
         return done.stdout.splitlines()
 
     return ask
@@ -86,3 +83,19 @@ def test_more_pairs_than_a_grid_holds_is_a_clear_error(probe) -> None:
     assert line.startswith("error fa_attn: batch 65536 x heads 65536 = 4294967296 (batch, head) pairs exceed")
     with pytest.raises(kernel_launch.LaunchError, match="pairs exceed"):
         kernel_launch.fold_batch_heads(65536, 65536, 65535)
+
+
+def test_graph_capture_never_loads_kernels(probe, tmp_path: Path) -> None:
+    """launch_all on a capturing stream: refused before any load while the module is not loaded; an
+    eager call with no (batch, head) pair (what fa_attn/preload.py issues) loads module and functions
+    and launches nothing; the captured call then launches without loading anything."""
+    module = tmp_path / "unit.cubin"
+    module.write_bytes(b"a cubin")  # the fake driver does not read it
+    answers = probe(*(f"launch {c} {b} {module}" for c, b in ((1, 1), (0, 0), (1, 3))))
+    first_in_capture, preload, captured = answers
+    assert first_in_capture.startswith(
+        f"error fa_attn: the first launch of {module} in this process is inside"
+    )
+    assert first_in_capture.endswith("| loads 0 functions 0 launches 0")
+    assert preload == "ok | loads 1 functions 1 launches 0"
+    assert captured == "ok | loads 1 functions 1 launches 1"
