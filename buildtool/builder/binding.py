@@ -10,6 +10,10 @@ put DT_NEEDED entries on those sonames into our binary. At run time `import torc
 the real ones, so the loader resolves our undefined symbols from them. The output is cached by
 content: binding sources, headers (torch version and origin), form, ABI, the compiler's identity and
 the flags.
+
+The shared sources (launch.cpp, cuda_driver.cpp) include no torch header, so they are compiled once
+per (CPU, C++ ABI) into cached objects that every binding of that CPU and ABI links: a release build
+has ten bindings per CPU and would otherwise compile them ten times (bench/build.py measures it).
 """
 
 from __future__ import annotations
@@ -193,6 +197,50 @@ def build_binding(
         return _compile(headers, cxx11abi, kernels_root, platform, stable_floor, key, out)
 
 
+def _torch_free_sources(kernels_root: Path) -> list[Path]:
+    """The shared .cpp files: they include only kernels/binding/ and csrc/ headers, never torch's."""
+    return [p for p in sources(kernels_root) if p.parent == kernels_root / "binding" and p.suffix == ".cpp"]
+
+
+def _object_flags(cxx11abi: bool, kernels_root: Path) -> list[str]:
+    """Flags for the torch-free sources: the binding's, less torch's include dirs and the link."""
+    inc = [f"-I{kernels_root / 'csrc'}", f"-I{kernels_root / 'binding'}"]
+    return [f for f in BASE_FLAGS if f != "-shared"] + [f"-D_GLIBCXX_USE_CXX11_ABI={int(cxx11abi)}", *inc]
+
+
+def shared_objects(cxx11abi: bool, kernels_root: Path, platform: str) -> list[Path]:
+    """The torch-free sources compiled to objects, once per (CPU, C++ ABI), cached by content: the
+    sources and every header of kernels/binding and csrc/params.h (what `sources` lists), the
+    compiler's identity and the flags."""
+    srcs = sources(kernels_root)
+    parts: list[str | bytes] = ["fa-binding-objects-v1", str(cxx11abi), platform]
+    for p in srcs:
+        if p.parent != kernels_root / "binding" / FORMS_DIR:  # the forms are not part of the objects
+            parts += [p.relative_to(kernels_root).as_posix(), p.read_bytes()]
+    portable = [f for f in _object_flags(cxx11abi, kernels_root) if not f.startswith("-I")]
+    key = cache.content_key(*parts, compiler_identity(platform), *portable)
+    folder = cache.cache_dir() / "binding-objects" / key[:2] / key
+    objects = [folder / f"{src.stem}.o" for src in _torch_free_sources(kernels_root)]
+    if all(o.is_file() for o in objects):
+        return objects
+    with cache.locked(cache.cache_dir() / "locks" / "binding-objects" / key):
+        for src, obj in zip(_torch_free_sources(kernels_root), objects, strict=True):
+            if obj.is_file():
+                continue
+            with atomic.writing(obj) as tmp:
+                cmd = [
+                    *compiler(platform),
+                    *_object_flags(cxx11abi, kernels_root),
+                    f"-ffile-prefix-map={kernels_root}=/fa/kernels",
+                    "-c",
+                    str(src),
+                    "-o",
+                    str(tmp),
+                ]
+                _run(cmd, f"compiling {src.name} for {platform} (cxx11abi={cxx11abi})", platform)
+    return objects
+
+
 def _compile(
     headers: Headers,
     cxx11abi: bool,
@@ -203,15 +251,17 @@ def _compile(
     out: Path,
 ) -> BindingBuild:
     form = form_of(stable_floor)
-    cpp = [str(p) for p in sources(kernels_root, form) if p.suffix in (".cpp", ".cc")]
-    stubs = stub_dir(platform)
     t0 = time.perf_counter()
+    objects = [str(o) for o in shared_objects(cxx11abi, kernels_root, platform)]
+    layer = str(kernels_root / "binding" / FORMS_DIR / f"{form}.cpp")
+    stubs = stub_dir(platform)
     with atomic.writing(out) as tmp:
         cmd = [
             *compiler(platform),
             *flags(headers, cxx11abi, kernels_root, stable_floor),
             *path_maps(headers, kernels_root),  # not in the key: they name paths, not contents
-            *cpp,
+            layer,
+            *objects,
             "-o",
             str(tmp),
             f"-L{stubs}",

@@ -6,12 +6,16 @@ defines and the shared options from tiles.nvrtc_options. So a second build with 
 compiles nothing, and a changed header recompiles exactly the units that include it.
 
 Compiles run in worker processes (one NVRTC loaded per worker); each worker writes its image into
-the cache itself, atomically, so work finished before a kill is kept.
+the cache itself, atomically, so work finished before a kill is kept. Where a build ships both the
+cubin and the PTX of one (CUDA major, arch, unit), one NVRTC compile makes both: NVRTC produces the
+PTX on its way to the cubin, byte for byte what a compute_XX compile gives (bench/ptx_with_cubin.py
+compares every pair), so the second compile would only repeat the first one's work.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import hashlib
 import importlib.util
 import multiprocessing
@@ -167,6 +171,8 @@ def is_cached(job: CompileJob, tree: KernelTree | None = None) -> bool:
 class CompileStats:
     seconds: dict[CompileJob, float] = field(default_factory=dict)  # compiled by this build: NVRTC time
     cached: set[CompileJob] = field(default_factory=set)  # already in the cache: nothing to do
+    # PTX that a cubin compile of this build gave (no NVRTC run of its own): job -> the cubin's job
+    with_cubin: dict[CompileJob, CompileJob] = field(default_factory=dict)
 
     @property
     def compiled(self) -> int:
@@ -178,25 +184,74 @@ class _Outcome:
     seconds: float
     failure: CompileFailure | None
     reused: bool = False  # another build compiled it while this one waited for the key's lock
+    with_cubin: bool = False  # PTX written by its cubin's compile
 
 
-def _compile_task(task: CompileTask, lib_dir: str) -> _Outcome:
-    """Worker body: compile one task and write its image into the cache (atomically). Under the key's
-    lock: a second build sharing the cache waits for the first one's compile and reuses its image
-    instead of compiling it again."""
-    with cache.locked(cache.cache_dir() / "locks" / "kernels" / task.key):
-        if task.path.is_file():
-            return _Outcome(0.0, None, reused=True)
+def _lock(task: CompileTask) -> Path:
+    return cache.cache_dir() / "locks" / "kernels" / task.key
+
+
+def _compile_task(task: CompileTask, lib_dir: str, ptx: CompileTask | None = None) -> list[_Outcome]:
+    """Worker body: compile one task and write its image into the cache (atomically); with `ptx` (the
+    same program for compute_XX), write that image too, from the same compile. Under the keys' locks
+    (the cubin's first, as every build takes them): a second build sharing the cache waits for the
+    first one's compile and reuses its images instead of compiling them again. One outcome per task."""
+    with cache.locked(_lock(task)), cache.locked(_lock(ptx)) if ptx else contextlib.nullcontext():
+        wanted = [t for t in (task, ptx) if t is not None and not t.path.is_file()]
+        if not wanted:
+            return [_Outcome(0.0, None, reused=True)] * (2 if ptx else 1)
+        if wanted == [ptx]:  # another build made the cubin (and so the PTX) meanwhile
+            return [_Outcome(0.0, None, reused=True), *_compile_task(ptx, lib_dir)]  # type: ignore[arg-type]
         t0 = time.perf_counter()
         try:
             out = open_nvrtc(lib_dir).compile(
-                task.source, task.source_name, task.target, list(task.options), dict(task.headers)
+                task.source,
+                task.source_name,
+                task.target,
+                list(task.options),
+                dict(task.headers),
+                with_ptx=ptx is not None,
             )
         except NvrtcError as e:
-            fail = CompileFailure(task.unit, task.cuda_major, task.target, e.log or str(e))
-            return _Outcome(time.perf_counter() - t0, fail)
+            fails = [CompileFailure(task.unit, task.cuda_major, t.target, e.log or str(e)) for t in wanted]
+            return [_Outcome(time.perf_counter() - t0, f) for f in fails] + (
+                [_Outcome(0.0, None, reused=True)] if len(wanted) < (2 if ptx else 1) else []
+            )
         atomic.write_bytes(task.path, out.image)
-        return _Outcome(time.perf_counter() - t0, None)
+        if ptx is not None and out.ptx is not None:
+            atomic.write_bytes(ptx.path, out.ptx)
+        seconds = time.perf_counter() - t0
+        return [_Outcome(seconds, None)] + ([_Outcome(0.0, None, with_cubin=True)] if ptx else [])
+
+
+def pair_ptx_with_cubins(tasks: dict[CompileJob, CompileTask]) -> dict[CompileJob, CompileJob]:
+    """PTX jobs whose program a cubin job of the same set compiles too: PTX job -> that cubin job. The
+    same program means the same CUDA major, NVRTC, source, headers and options, and the same arch
+    number (compute_90 beside sm_90)."""
+
+    def program(task: CompileTask, arch: str) -> tuple[object, ...]:
+        return (
+            task.cuda_major,
+            task.nvrtc_version,
+            task.source_name,
+            task.source,
+            task.headers,
+            task.options,
+            arch,
+        )
+
+    cubins = {
+        program(t, t.target.removeprefix("sm_")): job
+        for job, t in tasks.items()
+        if t.target.startswith("sm_")
+    }
+    pairs = {}
+    for job, t in tasks.items():
+        if t.target.startswith("compute_"):
+            cubin = cubins.get(program(t, t.target.removeprefix("compute_")))
+            if cubin is not None:
+                pairs[job] = cubin
+    return pairs
 
 
 def usable_workers(requested: int) -> int:
@@ -235,34 +290,46 @@ def compile_all(
         lib_dirs[major] = str(toolkits.nvrtc_lib_dir(major, hook))
 
     failures: list[CompileFailure] = []
+    ptx_of = {cubin: ptx for ptx, cubin in pair_ptx_with_cubins(todo).items()}
+    runs = [job for job in todo if job not in ptx_of.values()]  # one NVRTC compile each
 
-    def record(job: CompileJob, outcome: _Outcome) -> None:
-        if outcome.failure:
-            failures.append(outcome.failure)
-        elif outcome.reused:
-            stats.cached.add(job)
-        else:
-            stats.seconds[job] = outcome.seconds
-        if on_done:
-            on_done(tasks[job], outcome.reused)
+    def record(jobs: list[CompileJob], outcomes: list[_Outcome]) -> None:
+        for job, outcome in zip(jobs, outcomes, strict=True):
+            if outcome.failure:
+                failures.append(outcome.failure)
+            elif outcome.reused:
+                stats.cached.add(job)
+            elif outcome.with_cubin:
+                stats.with_cubin[job] = jobs[0]
+            else:
+                stats.seconds[job] = outcome.seconds
+            if on_done:
+                on_done(tasks[job], outcome.reused)
+
+    def run_jobs(job: CompileJob) -> list[CompileJob]:
+        return [job, ptx_of[job]] if job in ptx_of else [job]
+
+    def arguments(job: CompileJob) -> tuple[CompileTask, str, CompileTask | None]:
+        ptx = todo[ptx_of[job]] if job in ptx_of else None
+        return todo[job], lib_dirs[todo[job].cuda_major], ptx
 
     workers = usable_workers(workers)
-    if workers <= 1 or len(todo) <= 1:
-        for job, task in todo.items():
-            record(job, _compile_task(task, lib_dirs[task.cuda_major]))
+    if workers <= 1 or len(runs) <= 1:
+        for job in runs:
+            record(run_jobs(job), _compile_task(*arguments(job)))
     else:
         # spawn, not fork: the parent runs progress threads, and each worker loads its own NVRTC.
         # Workers die with this process (a killed build leaves none blocked on the task pipe).
         ctx = multiprocessing.get_context("spawn")
         with cf.ProcessPoolExecutor(
-            max_workers=min(workers, len(todo)),
+            max_workers=min(workers, len(runs)),
             mp_context=ctx,
             initializer=children.die_with_parent,
             initargs=(os.getpid(),),
         ) as pool:
-            futs = {pool.submit(_compile_task, t, lib_dirs[t.cuda_major]): job for job, t in todo.items()}
+            futs = {pool.submit(_compile_task, *arguments(job)): job for job in runs}
             for fut in cf.as_completed(futs):
-                record(futs[fut], fut.result())
+                record(run_jobs(futs[fut]), fut.result())
     if failures:
         raise CompileError(failures)
     return {job: t.path for job, t in tasks.items()}, stats

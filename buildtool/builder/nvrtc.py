@@ -55,6 +55,9 @@ class Compiled:
     image: bytes  # cubin (ELF) for a real arch, PTX text (NUL-free) for a virtual one
     log: str
     kind: str  # "cubin" | "ptx"
+    # With `with_ptx`, a cubin compile's PTX too: NVRTC makes it on the way to the cubin, the same bytes
+    # as compiling for compute_XX (bench/ptx_with_cubin.py compares them for every program).
+    ptx: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -96,8 +99,10 @@ class Nvrtc:
         arch: str,
         options: list[str] | None = None,
         headers: dict[str, str] | None = None,
+        with_ptx: bool = False,
     ) -> Compiled:
-        """Compile `source` for `arch`: "sm_80" gives a cubin, "compute_90" gives PTX."""
+        """Compile `source` for `arch`: "sm_80" gives a cubin, "compute_90" gives PTX; `with_ptx` keeps
+        a cubin compile's PTX as well (one compile instead of two when both are shipped)."""
         lib = self._lib
         headers = headers or {}
         prog = ctypes.c_void_p()
@@ -116,21 +121,22 @@ class Nvrtc:
                 code = lib.nvrtcCompileProgram(prog, len(opts), arr)
             log = self._log(prog)
             self._check(code, f"compiling {name} for {arch}", log)
-            kind = "cubin" if arch.startswith("sm_") else "ptx"
-            size = ctypes.c_size_t()
-            if kind == "cubin":
-                self._check(lib.nvrtcGetCUBINSize(prog, ctypes.byref(size)), "nvrtcGetCUBINSize")
-                buf = ctypes.create_string_buffer(size.value)
-                self._check(lib.nvrtcGetCUBIN(prog, buf), "nvrtcGetCUBIN")
-                image = buf.raw[: size.value]
-            else:
-                self._check(lib.nvrtcGetPTXSize(prog, ctypes.byref(size)), "nvrtcGetPTXSize")
-                buf = ctypes.create_string_buffer(size.value)
-                self._check(lib.nvrtcGetPTX(prog, buf), "nvrtcGetPTX")
-                image = buf.raw[: size.value].rstrip(b"\0")
-            return Compiled(image=image, log=log, kind=kind)
+            if arch.startswith("sm_"):
+                image = self._output(prog, "CUBIN")
+                return Compiled(image, log, "cubin", self._output(prog, "PTX") if with_ptx else None)
+            return Compiled(self._output(prog, "PTX"), log, "ptx")
         finally:
             lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+    def _output(self, prog: ctypes.c_void_p, what: str) -> bytes:
+        """A compiled program's CUBIN (ELF bytes) or PTX (text, without its trailing NUL)."""
+        size = ctypes.c_size_t()
+        self._check(
+            getattr(self._lib, f"nvrtcGet{what}Size")(prog, ctypes.byref(size)), f"nvrtcGet{what}Size"
+        )
+        buf = ctypes.create_string_buffer(size.value)
+        self._check(getattr(self._lib, f"nvrtcGet{what}")(prog, buf), f"nvrtcGet{what}")
+        return buf.raw[: size.value].rstrip(b"\0") if what == "PTX" else buf.raw[: size.value]
 
     def _log(self, prog: ctypes.c_void_p) -> str:
         size = ctypes.c_size_t()

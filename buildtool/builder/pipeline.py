@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.progress import (
@@ -33,11 +34,13 @@ from rich.text import Text
 
 from buildtool.builder import binding as binding_mod
 from buildtool.builder import cubin_fit, index, package, torch_headers
-from buildtool.builder.compile import CompileTask, KernelTree, compile_all
-from buildtool.builder.plan import BindingJob, CompileJob, Plan, WheelSpec
+from buildtool.builder.compile import CompileStats, CompileTask, KernelTree, compile_all
+from buildtool.builder.plan import BindingJob, Plan, WheelSpec
 from buildtool.core import atomic, binding_forms
 from buildtool.core.console import plain_console
 from buildtool.core.fetch import ProgressHook
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -60,6 +63,7 @@ class BuildSummary:
     wheels: list[WheelReport] = field(default_factory=list)
     nvrtc_compiles: int = 0
     nvrtc_cached: int = 0
+    nvrtc_ptx_with_cubin: int = 0  # PTX images their cubin's compile gave (no NVRTC run of their own)
     nvrtc_seconds: float = 0.0
     cxx_compiles: int = 0
     cxx_cached: int = 0
@@ -131,6 +135,9 @@ def execute(
         def kernel_done(_task: CompileTask, _cached: bool) -> None:
             bars.advance(kernels)
 
+        # The bindings (torch header downloads, then g++) are built beside the kernel compiles, not
+        # after them: the downloads wait on the network while NVRTC keeps the CPUs busy.
+        building = _beside(_build_bindings, plan.binding_jobs, tree, workers, bars)
         images, cstats = compile_all(
             plan.compile_jobs,
             workers,
@@ -140,9 +147,10 @@ def execute(
         )
         cubin_fit.check_build(images, tree)
         summary.nvrtc_compiles, summary.nvrtc_cached = cstats.compiled, len(cstats.cached)
+        summary.nvrtc_ptx_with_cubin = len(cstats.with_cubin)
         summary.nvrtc_seconds = round(sum(cstats.seconds.values()), 3)
 
-        bindings = _build_bindings(plan.binding_jobs, tree, workers, bars)
+        bindings = building.result()
         summary.cxx_compiles = sum(not b.cached for b in bindings.values())
         summary.cxx_cached = sum(b.cached for b in bindings.values())
         summary.cxx_seconds = round(sum(b.seconds for b in bindings.values()), 3)
@@ -152,13 +160,29 @@ def execute(
         for spec in plan.wheels:
             b = bindings.get(spec.binding) if spec.binding else None
             built = package.build_wheel(spec, out_dir, tree.root, tree.tiles, images, b.path if b else None)
-            summary.wheels.append(_report(spec, built, cstats.seconds, cstats.cached, b))
+            summary.wheels.append(_report(spec, built, cstats, b))
             logs.append(_log_entry(spec, built, b))
             bars.advance(wheels_bar)
         index.write_index(out_dir)
         _write_log(out_dir, plan, logs)
     summary.seconds = round(time.perf_counter() - t0, 3)
     return summary
+
+
+def _beside(work: Callable[..., T], *args: Any) -> cf.Future[T]:
+    """`work(*args)` in a daemon thread: a build that fails or is interrupted meanwhile does not wait
+    for all of it (the compiler a binding thread runs at that moment finishes or dies with fa)."""
+    future: cf.Future[T] = cf.Future()
+
+    def run() -> None:
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(work(*args))
+            except BaseException as error:  # noqa: BLE001 (handed to whoever asks for the result)
+                future.set_exception(error)
+
+    threading.Thread(target=run, name="fa-bindings", daemon=True).start()
+    return future
 
 
 def _build_bindings(
@@ -186,13 +210,10 @@ def _build_bindings(
 
 
 def _report(
-    spec: WheelSpec,
-    built: package.BuiltWheel,
-    seconds: dict[CompileJob, float],
-    cached: set[CompileJob],
-    b: binding_mod.BindingBuild | None,
+    spec: WheelSpec, built: package.BuiltWheel, stats: CompileStats, b: binding_mod.BindingBuild | None
 ) -> WheelReport:
-    compiled = [j for j in spec.compile_jobs if j in seconds]
+    seconds, cached = stats.seconds, stats.cached
+    compiled = [j for j in spec.compile_jobs if j in seconds or j in stats.with_cubin]
     return WheelReport(
         file=built.path.name,
         variant=spec.variant,
@@ -201,7 +222,7 @@ def _report(
         platform_tag=built.platform,
         platform_reason=built.platform_reason,
         cells=len(spec.cells),
-        compile_seconds=round(sum(seconds[j] for j in compiled), 3),
+        compile_seconds=round(sum(seconds.get(j, 0.0) for j in compiled), 3),
         compiled=len(compiled),
         cache_hits=sum(j in cached for j in spec.compile_jobs) + int(bool(b and b.cached)),
     )
@@ -253,8 +274,8 @@ def summary_table(summary: BuildSummary) -> Table:
             str(w.cache_hits),
         )
     table.caption = (
-        f"NVRTC: {summary.nvrtc_compiles} compiled ({summary.nvrtc_seconds:.1f} s), "
-        f"{summary.nvrtc_cached} cached; C++: {summary.cxx_compiles} compiled ({summary.cxx_seconds:.1f} s), "
+        f"NVRTC: {summary.nvrtc_compiles} compiled ({summary.nvrtc_seconds:.1f} s; "
+        f"{summary.nvrtc_ptx_with_cubin} PTX with their cubin), {summary.nvrtc_cached} cached; C++: {summary.cxx_compiles} compiled ({summary.cxx_seconds:.1f} s), "
         f"{summary.cxx_cached} cached; {summary.skipped_cells} cells skipped; {summary.seconds:.1f} s total"
     )
     return table

@@ -208,22 +208,10 @@ def untested_torch(entry: schema.IndexEntry, env: Env) -> Reason | None:
 
 def _driver_reasons(entry: schema.IndexEntry, env: Env) -> list[Reason]:
     # Without a driver there is nothing to compare; that is the stack's `no-gpu`, not a misfit.
-    if entry.info.min_driver is None or env.driver is None:
-        return []
-    floor = entry.info.min_driver
     toolkit = TOOLKITS.get(entry.info.cuda_major) if entry.info.cuda_major is not None else None
-    if env.os == "windows" and toolkit is not None:
-        floor = toolkit.windows_min_driver
-    if versions.driver_at_least(env.driver, floor):
-        return []
-    return [
-        Reason(
-            "driver-too-old",
-            f"the wheel's CUDA {entry.info.cuda_major} kernels need driver >= {floor}; this driver is "
-            f"{env.driver}",
-            f"update the NVIDIA driver to >= {floor}, or use a wheel for an older CUDA major",
-        )
-    ]
+    floor = toolkit.windows_min_driver if env.os == "windows" and toolkit is not None else None
+    reason = decision.driver_too_old(entry.info, env.driver, floor)
+    return [reason] if reason else []
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -12,7 +12,16 @@ it a transformers attention implementation.
 
 from __future__ import annotations
 
-import torch as _torch
+try:
+    import torch as _torch
+except ModuleNotFoundError as _missing:
+    if _missing.name != "torch":
+        raise
+    raise ImportError(
+        "fa_attn is a torch extension and torch is not installed here: install torch first "
+        "(https://pytorch.org/get-started/locally/), then `fa install` (or `fa doctor` for the pip and uv "
+        "lines) to get the fa-attn wheel built for that torch"
+    ) from None
 
 from .versions import MIN_TORCH as _MIN_TORCH
 from .versions import torch_version as _torch_version
@@ -27,11 +36,13 @@ if _torch_version(_torch.__version__) < _MIN_TORCH:
 from . import bert_padding, hf
 from . import ops as _ops  # noqa: F401  (defines the fa_attn:: op schemas)
 from .dispatch import Dispatch, FaFallbackError, FaFallbackWarning, last_dispatch
+from .dispatch import driver_version as _driver_version
 from .flash_attn_compat import flash_attn_status, install_as_flash_attn
 from .interface import explain, flash_attn_func, flash_attn_varlen_func
 from .kvcache import flash_attn_with_kvcache
-from .loader import FaUntestedTorchWarning
+from .loader import FaUntestedTorchWarning, FaWheelMisfitWarning
 from .loader import manifest as _manifest
+from .loader import warn_misfit as _warn_misfit
 from .packed import (
     flash_attn_kvpacked_func,
     flash_attn_qkvpacked_func,
@@ -44,11 +55,15 @@ from .reasons import Reason
 # (_version.py, the one source every version starts from).
 __version__ = _manifest().info.version
 
+# A wheel built for another torch, C++ ABI or driver imports, says so once, and falls back.
+_warn_misfit(_manifest(), _driver_version())
+
 __all__ = [
     "Dispatch",
     "FaFallbackError",
     "FaFallbackWarning",
     "FaUntestedTorchWarning",
+    "FaWheelMisfitWarning",
     "Reason",
     "bert_padding",
     "explain",

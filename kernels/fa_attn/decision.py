@@ -101,6 +101,9 @@ class Dispatch:
     bwd: KernelLaunch | None = field(default=None, repr=False)  # None: no backward will run
     # The split-KV forward (decode shapes), for calls without a backward; None where the wheel has none.
     splitkv: KernelLaunch | None = field(default=None, repr=False)
+    # Who vouched for the images on this GPU (selfcheck.py): "fa check", "first-use self-check", or "off"
+    # (FA_SELF_CHECK=off: used unchecked); "" where nothing ran them yet (doctor; a fallback).
+    verified: str = ""
 
 
 def normalize_dtype(dtype: str) -> str:
@@ -483,6 +486,20 @@ def binding_problems(
             )
         )
     return reasons
+
+
+def driver_too_old(wheel: WheelInfo, driver: str | None, floor: str | None = None) -> Reason | None:
+    """Why the wheel's kernels cannot run on this driver: older than the floor of its CUDA major
+    (`min_driver`; `floor` overrides it, e.g. Windows' own floor). None without a driver to compare
+    (that is the stack's `no-gpu`) or for a wheel without kernels."""
+    floor = floor or wheel.min_driver
+    if floor is None or driver is None or driver_at_least(driver, floor):
+        return None
+    return Reason(
+        "driver-too-old",
+        f"the wheel's CUDA {wheel.cuda_major} kernels need driver >= {floor}; this driver is {driver}",
+        f"update the NVIDIA driver to >= {floor}, or use a wheel for an older CUDA major",
+    )
 
 
 def untested_torch(wheel: WheelInfo, torch: str) -> Reason | None:

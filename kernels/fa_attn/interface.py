@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import torch
 import torch.nn.functional as F
 
-from . import decision, fallback, inputs, loader, ops, paged, preload
+from . import check_record, decision, fallback, inputs, loader, ops, paged, preload, selfcheck
 from . import dispatch as _dispatch
 from .dispatch import Dispatch
 from .inputs import AttnCall, AttnOutput, IntLike, WindowSize
@@ -40,6 +40,7 @@ def decide(call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) ->
         backward,
         tuple(sorted(_dispatch.features_of(call, backward))),
         call.kv.page_size,
+        check_record.bucket_of(call.seqlen_k),
     )
 
 
@@ -65,19 +66,41 @@ def _decide_for(
     backward: bool,
     features: tuple[str, ...],
     page_size: int,
+    length_bucket: str,
 ) -> Dispatch:
     # Memoised: the manifest, the GPU, the driver and the binding do not change within a process, and
     # a call should not pay for re-deciding (or re-reading the driver version) every time.
-    key = (device_type, device_index, dtype, head_dim, backward, features, page_size)
+    key = (device_type, device_index, dtype, head_dim, backward, features, page_size, length_bucket)
     known = _decisions.get(key)
     if known is None:
-        facts = _dispatch.facts_for(
-            device_type, device_index, dtype, head_dim, backward, frozenset(features), page_size
+        route = reach(device_type, device_index, dtype, head_dim, backward, features, page_size)
+        # fa never uses an image that failed on this GPU (selfcheck.py); an answer that waits for a
+        # check (under capture or tracing) is not kept, so the next eager call runs the check.
+        device = (
+            torch.device(device_type) if device_index is None else torch.device(device_type, device_index)
         )
-        known = _decisions[key] = _dispatch.decide(
-            facts, loader.manifest(), loader.load_binding, package_dir=loader.PACKAGE_DIR
-        )
+        known, final = selfcheck.gate(route, device, dtype, backward)
+        known = selfcheck.route_by_speed(known, device, backward, length_bucket)
+        if final:
+            _decisions[key] = known
     return known
+
+
+def reach(
+    device_type: str,
+    device_index: int | None,
+    dtype: str,
+    head_dim: int,
+    backward: bool,
+    features: tuple[str, ...],
+    page_size: int,
+) -> Dispatch:
+    """What the installed wheel's kernels can do for such a call on this device, before the
+    self-check (the decision doctor shares); the emulator's tests put their own device here."""
+    facts = _dispatch.facts_for(
+        device_type, device_index, dtype, head_dim, backward, frozenset(features), page_size
+    )
+    return _dispatch.decide(facts, loader.manifest(), loader.load_binding, package_dir=loader.PACKAGE_DIR)
 
 
 _decisions: dict[tuple[Any, ...], Dispatch] = {}

@@ -4,9 +4,15 @@ A source checkout has no manifest.json: it then behaves as the universal wheel (
 goes to the SDPA fallback). A binding of the ATen form is C++ compiled against one torch minor and C++
 ABI; loading it into another torch can die with `undefined symbol`. One of the stable form serves every
 torch from its floor on. Either way the running torch is checked against the manifest
-(decision.binding_problems)
-*before* `torch.ops.load_library`, and any failure becomes a Reason instead of an exception; a torch
-newer than any the stable binding was tested with loads, with a one-time FaUntestedTorchWarning.
+(decision.binding_problems), and so is the driver against the floor of the wheel's CUDA major
+(decision.driver_too_old), *before* `torch.ops.load_library`, and any failure becomes a Reason instead of
+an exception; a torch newer than any the stable binding was tested with loads, with a one-time
+FaUntestedTorchWarning.
+
+Whatever installed it (pip and uv choose among same-tagged wheels by their local version label, not by
+the torch here), a wheel that does not fit imports: `warn_misfit` says once, at import, which wheel this
+is, what it was built for, what is here and how to get the right one, and every call falls back to
+torch SDPA with the reason.
 """
 
 from __future__ import annotations
@@ -19,13 +25,17 @@ from pathlib import Path
 import torch
 
 from ._version import __version__
-from .decision import binding_problems, untested_torch
+from .decision import binding_problems, driver_too_old, untested_torch
 from .reasons import Reason
 from .schema import Manifest, universal_info
 
 
 class FaUntestedTorchWarning(UserWarning):
     """The stable-ABI binding loaded into a torch minor newer than any it was tested with."""
+
+
+class FaWheelMisfitWarning(UserWarning):
+    """The installed fa-attn wheel is built for another torch, C++ ABI or driver: calls fall back."""
 
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -82,10 +92,50 @@ def load_binding() -> Reason | None:
         return _binding_result  # type: ignore[return-value]
 
 
+def misfits(man: Manifest, driver: str | None) -> list[Reason]:
+    """Why this wheel does not fit the running torch and driver (empty: it fits, or it is the universal
+    wheel, which fits everywhere by falling back)."""
+    if man.info.universal:
+        return []
+    problems = binding_problems(man.info, torch.__version__, bool(torch._C._GLIBCXX_USE_CXX11_ABI))
+    too_old = driver_too_old(man.info, driver)
+    return [*problems, *([too_old] if too_old else [])]
+
+
+def warn_misfit(man: Manifest, driver: str | None) -> None:
+    """One warning at import when the installed wheel does not fit: the wheel, what it was built for,
+    what is here, and the fix."""
+    found = misfits(man, driver)
+    if not found:
+        return
+    info = man.info
+    built = f"torch {info.torch}" + (" and later (stable ABI)" if info.binding_form == "stable" else "")
+    if info.cxx11abi is not None and info.binding_form != "stable":
+        built += f", cxx11abi={str(info.cxx11abi).lower()}"
+    built += f", CUDA {info.cuda_major} (driver >= {info.min_driver})"
+    here = (
+        f"torch {torch.__version__} (CUDA {torch.version.cuda or 'none'}, "
+        f"cxx11abi={str(bool(torch._C._GLIBCXX_USE_CXX11_ABI)).lower()}), driver {driver or 'none found'}"
+    )
+    codes = ", ".join(r.code for r in found)
+    warnings.warn(
+        f"fa-attn {info.version} is built for {built}; this machine has {here} [{codes}]: every call "
+        "falls back to torch SDPA. Fix: `fa install` installs the wheel that fits (`fa doctor` prints "
+        "the pip and uv lines for this machine); " + found[0].fix,
+        FaWheelMisfitWarning,
+        stacklevel=3,
+    )
+
+
 def _load(man: Manifest, unreadable: str | None = None) -> Reason | None:
     problem = static_binding_problem(man, unreadable)
     if problem is not None:
         return problem
+    from .dispatch import driver_version  # dispatch imports the runtime; this runs at the first call
+
+    too_old = driver_too_old(man.info, driver_version())
+    if too_old is not None:
+        return too_old
     assert man.info.binding is not None  # static_binding_problem said so
     path = PACKAGE_DIR / man.info.binding
     try:

@@ -39,6 +39,9 @@ CODES: dict[str, tuple[str, str]] = {
     "feature-unsupported": (CALL, "the call uses a feature the kernels do not implement (dropout, alibi, ...)"),
     "binding-unavailable": (CALL, "no binding (the universal wheel), or it failed to load"),
     "device-not-cuda": (CALL, "the tensors are not on an NVIDIA GPU"),
+    "self-check-failed": (CALL, "a kernel image failed fa's self-check on this GPU: it is never used here"),
+    "not-self-checked": (CALL, "a kernel image is not verified on this GPU and cannot be checked now (capture, tracing, strict)"),
+    "slower-than-sdpa": (CALL, "fa check --bench measured the kernel slower than SDPA on this GPU at this length"),
 }  # fmt: skip
 
 
