@@ -179,13 +179,22 @@ class ArchFamily:
     """Archs that share shared-memory size and so tile choices."""
 
     name: str
-    smem_limit: int  # max dynamic shared memory per block (opt-in), bytes
+    smem_limit: int  # max shared memory per block (opt-in), static and dynamic together, bytes
     dtypes: tuple[str, ...]
     fwd: dict[int, FwdTile]  # head-dim bucket -> the default forward tile
     bwd: dict[int, BwdTile]  # head-dim bucket -> the default backward tile; absent: no backward
     splitkv: dict[int, FwdTile]  # head-dim bucket -> the split-KV forward's tile
     # Earlier defaults, kept as candidates so that measurements decide between old and new.
     previous: Mapping[str, Mapping[int, Tile]]
+    # Static shared memory ptxas puts in every kernel of these archs (our sources declare none): the
+    # sm90+ cubins of CUDA 11.8 to 13.0 carry 1 KiB (.nv.shared.<kernel>). The build reads the real
+    # figure from each cubin and refuses one that does not fit (buildtool/builder/cubin_fit.py).
+    static_smem: int = 0
+
+    @property
+    def dynamic_limit(self) -> int:
+        """The most dynamic shared memory a tile may ask for here."""
+        return self.smem_limit - self.static_smem
 
 
 _T = FwdTile
@@ -265,7 +274,9 @@ _FWD_SM86 = {**_FWD_SM80, 192: _T(64, 64, 4, 1), 224: _T(64, 64, 4, 1), 256: _T(
 # since paged KV joined the key loop (NVRTC 12.9 and 13.0; sm80 to sm90 stay spill-free), so d128
 # takes the first kernels' 8 x 16-row tile there, with two K/V stages where shared memory allows.
 _FWD_SM100 = {**_FWD_SM90, 128: _T(128, 64, 8, 2)}
-_FWD_SM120 = {**_FWD_SM86, 128: _T(128, 64, 8, 1)}
+# Head dim 256: sm86's 64 x 64 tile asks for exactly 99 KiB, which the sm120 cubins' 1 KiB of static
+# shared memory pushes past the limit; FA2's sm86 tile (64 x 32) fits with room.
+_FWD_SM120 = {**_FWD_SM86, 128: _T(128, 64, 8, 1), 256: _T(64, 32, 4, 1)}
 # Turing: the first kernels' tiles, with 32 rows per warp at d32 and 16-key blocks at d224 (the
 # m16n8k8 path needs more registers per row than sm80's).
 _FWD_SM75 = {**_FWD_V1["sm75"], 32: _T(128, 64, 4), 224: _T(64, 16, 4)}
@@ -313,6 +324,7 @@ _BWD_SM75 = {d: dataclasses.replace(t, dq_smem=True) for d, t in _BWD_V1["sm75"]
 # double-buffered where shared memory allows.
 _SPLITKV_SM80 = {d: _T(64, 128 if d <= 128 else 64, 4, 2 if d <= 224 else 1) for d in HEAD_DIM_BUCKETS}
 _SPLITKV_SM86 = {d: _T(64, 128 if d <= 64 else 64, 4, 2 if d <= 128 else 1) for d in HEAD_DIM_BUCKETS}
+_SPLITKV_SM120 = {**_SPLITKV_SM86, 256: _T(64, 32, 4, 1)}  # as _FWD_SM120's d256
 
 # Shared memory per block, opt-in maximum (CUDA C++ Programming Guide, "Technical Specifications per
 # Compute Capability"): sm75 64 KB; sm80/sm87 163 KB; sm86/sm89/sm12x 99 KB; sm90/sm10x/sm110 227 KB.
@@ -355,6 +367,7 @@ FAMILIES: dict[str, ArchFamily] = {
         bwd=_BWD_SM90,
         splitkv=_SPLITKV_SM80,
         previous={"fwd": _FWD_V1["sm90"], "bwd": _BWD_V1["sm90"]},
+        static_smem=1024,
     ),
     # sm90's shared memory and tables but the forward's d128 tile (_FWD_SM100).
     "sm100": ArchFamily(
@@ -365,6 +378,7 @@ FAMILIES: dict[str, ArchFamily] = {
         bwd=_BWD_SM90,
         splitkv=_SPLITKV_SM80,
         previous={"fwd": _FWD_V1["sm90"], "bwd": _BWD_V1["sm90"]},
+        static_smem=1024,
     ),
     # sm86's shared memory and tables but the forward's d128 tile (_FWD_SM120).
     "sm120": ArchFamily(
@@ -373,8 +387,9 @@ FAMILIES: dict[str, ArchFamily] = {
         dtypes=("fp16", "bf16"),
         fwd=_FWD_SM120,
         bwd=_BWD_SM86,
-        splitkv=_SPLITKV_SM86,
+        splitkv=_SPLITKV_SM120,
         previous={"fwd": _FWD_V1["sm86"], "bwd": _BWD_V1["sm86"]},
+        static_smem=1024,
     ),
 }
 
@@ -488,7 +503,7 @@ def candidates(arch: str, direction: str, head_dim: int) -> list[Tile]:
     grid = (cls(**dict(zip(space, values, strict=True))) for values in itertools.product(*space.values()))
     rows: list[Tile] = []
     for tile in itertools.chain([default], [previous] if previous else [], grid):
-        if tile not in rows and tile.valid(d) and tile.smem_bytes(d) <= family.smem_limit:
+        if tile not in rows and tile.valid(d) and tile.smem_bytes(d) <= family.dynamic_limit:
             rows.append(tile)
     return rows
 
@@ -524,9 +539,10 @@ def unit(arch: str, direction: str, dtype: str, head_dim: int, tile: Tile) -> Ke
     if not tile.valid(d):
         raise ValueError(f"tile: {tile.label} does not split into whole mma tiles at head dim {d}")
     smem = tile.smem_bytes(d)
-    if smem > family.smem_limit:
+    if smem > family.dynamic_limit:
         raise ValueError(
             f"tile: {tile.label} needs {smem} B of shared memory at head dim {d}; {arch} has {family.smem_limit}"
+            f" per block, {family.static_smem} of it static"
         )
     defines = {
         "FA_HEAD_DIM": d,

@@ -33,7 +33,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from buildtool.builder import all_wheel, index, package, torch_headers
+from buildtool.builder import all_wheel, cubin_fit, index, package, torch_headers
 from buildtool.builder import binding as binding_mod
 from buildtool.builder.compile import CompileStats, CompileTask, KernelTree, compile_all
 from buildtool.builder.plan import BindingJob, Plan, WheelSpec
@@ -155,6 +155,7 @@ def execute(
             on_done=kernel_done,
             toolkit_progress=lambda m: bars.download(f"NVRTC for CUDA {m}"),
         )
+        cubin_fit.check_build(images, tree)
         summary.nvrtc_compiles, summary.nvrtc_cached = cstats.compiled, len(cstats.cached)
         summary.nvrtc_ptx_with_cubin = len(cstats.with_cubin)
         summary.nvrtc_seconds = round(sum(cstats.seconds.values()), 3)

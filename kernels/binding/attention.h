@@ -88,7 +88,7 @@ struct Attention {
     const std::optional<View> vcu_q = maybe_view(cu_q), vcu_k = maybe_view(cu_k);
     const Shape s = check_shapes(vq, vk, vv, ptr(vcu_q), ptr(vcu_k), KvLayout{}, options);
     check_backward_inputs(vdout, vout, vq);
-    check_lse(vlse, s);
+    check_lse(vlse, vq, s);
     const Launch launch = parse_launch(kernel, s);
     typename Form::DeviceGuard guard(vq.device);
     Tensor dq_accum = Form::empty(dq_accum_sizes(s, launch), DType::kFloat, q);

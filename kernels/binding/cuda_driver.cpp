@@ -32,6 +32,7 @@ CudaDriver load() {
   resolve(lib, "cuFuncSetAttribute", d.cuFuncSetAttribute);
   resolve(lib, "cuLaunchKernel", d.cuLaunchKernel);
   resolve(lib, "cuGetErrorString", d.cuGetErrorString);
+  resolve(lib, "cuStreamIsCapturing", d.cuStreamIsCapturing);
   const CUresult init = d.cuInit(0);
   FA_CHECK(init == 0, "cuInit failed: CUDA error ", init);
   return d;  // the library stays open for the life of the process, like torch's own handle

@@ -37,7 +37,10 @@ struct CudaDriver {
                              unsigned int shared_mem_bytes, CUstream stream, void** kernel_params,
                              void** extra);
   CUresult (*cuGetErrorString)(CUresult error, const char** text);
+  CUresult (*cuStreamIsCapturing)(CUstream stream, int* status);  // kStreamCaptureStatus*
 };
+
+constexpr int kStreamCaptureStatusNone = 0;  // CU_STREAM_CAPTURE_STATUS_NONE
 
 // The driver, loaded and cuInit-ed once (thread-safe). Throws (check.h) with dlerror's text when
 // libcuda.so.1 or one of the entry points is missing.

@@ -96,8 +96,22 @@ std::string read_file(const std::string& path) {
   return data;
 }
 
+// Loading a module (and, with lazy loading, resolving its functions) is not something a CUDA graph
+// capture may see: a launch on a capturing stream whose kernels are not loaded yet is refused instead
+// (the runtime loads a unit's modules at its first eager call: fa_attn/preload.py).
+bool capturing(CUstream stream) {
+  int status = kStreamCaptureStatusNone;
+  check_cuda(driver().cuStreamIsCapturing(stream, &status), "cuStreamIsCapturing");
+  return status != kStreamCaptureStatusNone;
+}
+
+void refuse_load_in_capture(const std::string& what) {
+  fail("the first launch of ", what, " in this process is inside CUDA graph capture, which must not load ",
+       "kernels; run the call once eagerly before capturing (torch's warm-up step does)");
+}
+
 // Loaded modules live for the process (one per device and file), like torch's own kernels.
-CUmodule module_for(int device, const std::string& path) {
+CUmodule module_for(int device, const std::string& path, CUstream stream) {
   static std::mutex mu;
   static std::map<std::pair<int, std::string>, CUmodule> modules;
   std::lock_guard<std::mutex> lock(mu);
@@ -106,6 +120,7 @@ CUmodule module_for(int device, const std::string& path) {
   if (it != modules.end()) {
     return it->second;
   }
+  if (capturing(stream)) refuse_load_in_capture(path);
   const std::string image = read_file(path);
   char log[4096] = {0};
   int options[] = {kJitErrorLogBuffer, kJitErrorLogBufferSizeBytes};
@@ -119,7 +134,7 @@ CUmodule module_for(int device, const std::string& path) {
   return module;
 }
 
-CUfunction function_for(CUmodule module, const std::string& name, int smem_bytes) {
+CUfunction function_for(CUmodule module, const std::string& name, int smem_bytes, CUstream stream) {
   static std::mutex mu;
   static std::map<std::pair<CUmodule, std::string>, CUfunction> functions;
   std::lock_guard<std::mutex> lock(mu);
@@ -128,6 +143,7 @@ CUfunction function_for(CUmodule module, const std::string& name, int smem_bytes
   if (it != functions.end()) {
     return it->second;
   }
+  if (capturing(stream)) refuse_load_in_capture(name);
   const CudaDriver& d = driver();
   CUfunction fn = nullptr;
   check_cuda(d.cuModuleGetFunction(&fn, module, name.c_str()), "cuModuleGetFunction(" + name + ")");
@@ -343,7 +359,9 @@ void check_backward_inputs(const View& dout, const View& out, const View& q) {
   FA_CHECK(dout.sizes == q.sizes && out.sizes == q.sizes, "dout/out must have q's shape");
 }
 
-void check_lse(const View& lse, const Shape& shape) {
+void check_lse(const View& lse, const View& q, const Shape& shape) {
+  FA_CHECK(lse.cuda && lse.device == q.device, "softmax_lse is on ", device_name(lse), ", q on ", device_name(q),
+           "; pass the LSE the forward returned for these tensors");
   FA_CHECK(lse.dtype == DType::kFloat && lse.contiguous && lse.sizes == lse_sizes(shape, lse_rows(shape)),
            "softmax_lse must be the contiguous fp32 LSE of the forward");
 }
@@ -428,11 +446,31 @@ FaParams backward_params(const Shape& s, const View& q, const View& k, const Vie
   return p;
 }
 
+PairGrid fold_batch_heads(int64_t batch, int64_t heads, int64_t limit) {
+  FA_CHECK(batch > 0 && heads > 0 && limit > 0, "fold_batch_heads: batch ", batch, ", heads ", heads);
+  if (batch <= limit && heads <= limit) {
+    return PairGrid{static_cast<unsigned>(batch), static_cast<unsigned>(heads)};
+  }
+  // The fewest z rows that hold the pairs, then the fewest y columns for those rows: at most z - 1
+  // blocks past the last pair, which return at once.
+  const int64_t pairs = batch * heads;  // both < 2^31 (int32 in FaParams): no overflow
+  const int64_t z = (pairs + limit - 1) / limit;
+  const int64_t y = (pairs + z - 1) / z;
+  FA_CHECK(z <= limit, "batch ", batch, " x heads ", heads, " = ", pairs, " (batch, head) pairs exceed the ",
+           limit, " x ", limit, " blocks a grid's y and z dimensions hold; split the batch");
+  return PairGrid{static_cast<unsigned>(y), static_cast<unsigned>(z)};
+}
+
 void launch_all(const FaParams& params, const Launch& launch, int device) {
   use_primary_context(device);
-  CUmodule module = module_for(device, launch.module);
   CUstream stream = current_stream(device);
-  for (const Entry& e : launch.entries) {
+  // The module and every entry's function first, whether or not a grid is empty: so a call with no
+  // (batch, head) pair (batch 0) loads a unit's kernels and launches nothing (fa_attn/preload.py).
+  CUmodule module = module_for(device, launch.module, stream);
+  std::vector<CUfunction> functions;
+  for (const Entry& e : launch.entries) functions.push_back(function_for(module, e.name, e.smem_bytes, stream));
+  for (size_t i = 0; i < launch.entries.size(); ++i) {
+    const Entry& e = launch.entries[i];
     const bool by_keys = e.grid == kGridKBlocks;
     const int64_t rows = by_keys ? params.seqlen_k : params.seqlen_q;
     const int64_t block = by_keys ? e.block_n : e.block_m;
@@ -442,12 +480,12 @@ void launch_all(const FaParams& params, const Launch& launch, int device) {
     if (grid_x == 0 || params.batch == 0 || params.heads == 0) {
       continue;  // nothing to do (empty sequence); a zero grid is a launch error
     }
-    CUfunction fn = function_for(module, e.name, e.smem_bytes);
+    const PairGrid pairs = fold_batch_heads(params.batch, params.heads);
+    CUfunction fn = functions[i];
     FaParams copy = params;  // cuLaunchKernel copies the argument bytes; keep a mutable lvalue
     void* args[] = {&copy};
-    check_cuda(driver().cuLaunchKernel(fn, grid_x, static_cast<unsigned>(params.batch),
-                                       static_cast<unsigned>(params.heads), e.threads, 1, 1, e.smem_bytes,
-                                       stream, args, nullptr),
+    check_cuda(driver().cuLaunchKernel(fn, grid_x, pairs.y, pairs.z, e.threads, 1, 1, e.smem_bytes, stream, args,
+                                       nullptr),
                "launching " + e.name);
   }
 }

@@ -105,8 +105,8 @@ Shape check_shapes(const View& q, const View& k, const View& v, const View* cu_q
 // dout and out of the backward: q's shape, dtype, device and layout rules.
 void check_backward_inputs(const View& dout, const View& out, const View& q);
 
-// The fp32 LSE of the forward, as the backward receives it.
-void check_lse(const View& lse, const Shape& shape);
+// The fp32 LSE of the forward, as the backward receives it: on q's device, contiguous, its shape.
+void check_lse(const View& lse, const View& q, const Shape& shape);
 
 // (batch, heads, seqlen), or (heads, seqlen) when varlen: the LSE-shaped tensors.
 std::vector<int64_t> lse_sizes(const Shape& shape, int64_t seqlen);
@@ -148,6 +148,18 @@ struct BackwardOutputs {
 FaParams backward_params(const Shape& shape, const View& q, const View& k, const View& v, const View* cu_q,
                          const View* cu_k, const Options& options, const View& dout, const View& out,
                          const View& lse, const BackwardOutputs& outputs);
+
+// A grid's y and z dimensions hold at most 65,535 blocks each (x: 2^31 - 1).
+constexpr int64_t kGridYZLimit = 65535;
+
+// The grid's y and z extents for batch x heads (batch, head) pairs: (batch, heads) when both fit,
+// else the pairs folded over y and z (y * z >= batch * heads; the kernels' locate_block, in
+// kernels/csrc/attention.cuh, unfolds them and returns from blocks past the last pair). Fails past
+// limit x limit pairs. `limit` is a parameter so tests can fold small grids.
+struct PairGrid {
+  unsigned y, z;
+};
+PairGrid fold_batch_heads(int64_t batch, int64_t heads, int64_t limit = kGridYZLimit);
 
 // Launches every entry of `launch` in order on torch's current stream of `device`.
 void launch_all(const FaParams& params, const Launch& launch, int device);

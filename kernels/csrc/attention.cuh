@@ -86,6 +86,25 @@ FA_DEVICE Seq locate(const FaParams& p, int b, int h) {
   return s;
 }
 
+// The (batch, query head) pair of this block. A grid holds at most 65,535 blocks in y and in z, so
+// the binding folds the batch x heads pairs over both (launch.cpp fold_batch_heads): pair i =
+// blockIdx.y + gridDim.y * blockIdx.z is batch i % batch, head i / batch. Unfolded (gridDim.y ==
+// batch, gridDim.z == heads) that is blockIdx.y and blockIdx.z. A folded grid's last z row can run
+// past the last pair: those blocks have no pair (has_pair) and every kernel returns at once.
+FA_DEVICE unsigned pair_index() { return blockIdx.y + gridDim.y * blockIdx.z; }  // < 65535^2 < 2^32
+
+FA_DEVICE bool has_pair(const FaParams& p) {
+  return pair_index() < static_cast<unsigned>(p.batch) * static_cast<unsigned>(p.heads);
+}
+
+FA_DEVICE Seq locate_block(const FaParams& p) {
+  // Unfolded (gridDim.y == batch only then): the same pair without the division, which costs ptxas
+  // 11.8 the registers that made sm90's d256 fp16 backward spill.
+  if (gridDim.y == static_cast<unsigned>(p.batch)) return locate(p, blockIdx.y, blockIdx.z);
+  const unsigned i = pair_index(), batch = static_cast<unsigned>(p.batch);
+  return locate(p, static_cast<int>(i % batch), static_cast<int>(i / batch));
+}
+
 // Row 0 of this sequence and head in a q-side tensor (q, o, dout, dq).
 template <class T>
 FA_DEVICE T* q_rows(T* base, fa_i64 batch_stride, fa_i64 row_stride, fa_i64 head_stride, const Seq& s) {

@@ -248,7 +248,8 @@ using namespace fa::bwd;
 // One warp per row at a time; each lane covers 8 columns per pass.
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
     fa_bwd_preprocess(const __grid_constant__ FaParams params) {
-  const Seq seq = locate(params, blockIdx.y, blockIdx.z);
+  if (!has_pair(params)) return;  // past the last (batch, head) pair of a folded grid
+  const Seq seq = locate_block(params);
   const int row0 = blockIdx.x * kBlockM;
   if (row0 >= seq.seqlen_q) return;  // varlen: this sequence is shorter than the grid
   const int warp = threadIdx.x >> 5;
@@ -274,9 +275,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1) fa_bwd(const __grid_constant__ FaParams params) {
+  if (!has_pair(params)) return;  // past the last (batch, head) pair of a folded grid
   extern __shared__ __align__(16) unsigned char smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const Seq seq = locate(params, blockIdx.y, blockIdx.z);
+  const Seq seq = locate_block(params);
   const KeyBlock kb = key_block_of(params, seq);
   if (kb.key0 >= kb.seqlen_k) return;  // varlen: this sequence is shorter than the grid
   const int head_dim = params.head_dim;
@@ -380,7 +382,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) fa_bwd(const __grid_co
 // dq = dq_accum * scale_softmax in the output dtype, 8 columns (one 16-byte store) per lane per pass.
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
     fa_bwd_convert_dq(const __grid_constant__ FaParams params) {
-  const Seq seq = locate(params, blockIdx.y, blockIdx.z);
+  if (!has_pair(params)) return;  // past the last (batch, head) pair of a folded grid
+  const Seq seq = locate_block(params);
   const int row0 = blockIdx.x * kBlockM;
   if (row0 >= seq.seqlen_q) return;
   const int warp = threadIdx.x >> 5;

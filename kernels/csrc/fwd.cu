@@ -17,7 +17,8 @@
 //   FA_DTYPE_BF16 1 for bf16, else fp16 (sm75 builds fp16 only)
 // Arch differences (mma shape, cp.async or register-staged loads) are inside primitives.cuh.
 //
-// Per block (blockIdx = (query block [x num_splits], batch, head)), for every key block n the rows
+// Per block (blockIdx = (query block [x num_splits], (batch, head) pair folded over y and z:
+// attention.cuh locate_block)), for every key block n the rows
 // of the block can see, last to first (the block with the diagonal first, as in FA2):
 //   S = Q K(n)^T               compute_scores      warp_gemm from shared Q (or registers) and K
 //   S = softcap(S), masked     apply_softcap, apply_mask (only blocks that cross a mask edge)
@@ -239,7 +240,7 @@ struct Block {
 // and, split-KV, its split.
 FA_DEVICE Block block_of(const FaParams& p, int m_block_index, int m_blocks, int split, int num_splits) {
   Block blk;
-  const Seq s = locate(p, blockIdx.y, blockIdx.z);
+  const Seq s = locate_block(p);
   blk.seqlen_q = s.seqlen_q;
   blk.seqlen_k = s.seqlen_k;
   blk.band = Band::of(p, s.seqlen_q, s.seqlen_k);
@@ -279,7 +280,7 @@ FA_DEVICE void attend(const FaParams& p, const Block& blk, QTile sQ, u32 kv_base
   }
 
   // Prologue: Q, and the first key block (K and V with two stages, K alone with one).
-  const Seq s = locate(p, blockIdx.y, blockIdx.z);
+  const Seq s = locate_block(p);
   const u16* q = q_rows(static_cast<const u16*>(p.q), p.q_batch_stride, p.q_row_stride, p.q_head_stride, s);
   load_tile_async<kThreads>(sQ, q + blk.row0 * p.q_row_stride, p.q_row_stride, blk.seqlen_q - blk.row0, head_dim,
                             tid);
@@ -355,7 +356,7 @@ FA_DEVICE void reduce_sums(RowStats& st) {
 FA_DEVICE void store_output(const FaParams& p, const Block& blk, QTile sQ, const OutAcc& o, RowStats& st) {
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int warp_row = GridS::row0(warp);
-  const Seq s = locate(p, blockIdx.y, blockIdx.z);
+  const Seq s = locate_block(p);
   reduce_sums(st);
   __syncthreads();  // every warp is done reading sQ
 #pragma unroll
@@ -386,6 +387,7 @@ using namespace fa::fwd;
 #if !FA_SPLITKV
 
 extern "C" __global__ void __launch_bounds__(kThreads) fa_fwd(const __grid_constant__ FaParams params) {
+  if (!has_pair(params)) return;  // past the last (batch, head) pair of a folded grid
   extern __shared__ __align__(16) unsigned char smem[];
   const Block blk = block_of(params, blockIdx.x, gridDim.x, 0, 1);
   if (blk.row0 >= blk.seqlen_q) return;  // varlen: this sequence is shorter than the grid
@@ -405,7 +407,7 @@ namespace fwd {
 // log-sum-exp, -inf where the split holds no key the row sees (its weight in the combine is 0).
 FA_DEVICE void store_partials(const FaParams& p, const Block& blk, int split, const OutAcc& o, RowStats& st) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const Seq s = locate(p, blockIdx.y, blockIdx.z);
+  const Seq s = locate_block(p);
   reduce_sums(st);
   const fa_i64 split_row0 = split * s.lse_rows + s.lse_row0;
 #pragma unroll
@@ -442,6 +444,7 @@ FA_DEVICE float exp_diff(float a, float b) { return exp2_approx((a - b) * kLog2e
 }  // namespace fa
 
 extern "C" __global__ void __launch_bounds__(kThreads) fa_fwd_splitkv(const __grid_constant__ FaParams params) {
+  if (!has_pair(params)) return;  // past the last (batch, head) pair of a folded grid
   extern __shared__ __align__(16) unsigned char smem[];
   const int splits = params.num_splits;
   const int split = blockIdx.x % splits;
@@ -458,7 +461,8 @@ extern "C" __global__ void __launch_bounds__(kThreads) fa_fwd_splitkv(const __gr
 // over 8 columns per pass. A row no split saw gets O = 0 and lse = +inf.
 extern "C" __global__ void __launch_bounds__(kCombineWarps * 32)
     fa_fwd_combine(const __grid_constant__ FaParams params) {
-  const Seq s = locate(params, blockIdx.y, blockIdx.z);
+  if (!has_pair(params)) return;  // past the last (batch, head) pair of a folded grid
+  const Seq s = locate_block(params);
   const int row0 = blockIdx.x * kCombineWarps;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int row = row0 + warp;

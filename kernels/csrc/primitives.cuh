@@ -309,10 +309,13 @@ FA_DEVICE void red_add_f32(float* p, float v) {
   asm volatile("red.global.add.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
 }
 
-// p[0] += a, p[1] += b (p 8-byte aligned). sm90 with PTX ISA 8.1 (CUDA 12.1) or newer has a vector
-// red for it: one instruction, and a warp's 8-byte pairs of one row fill whole 32-byte sectors.
+// p[0] += a, p[1] += b (p 8-byte aligned). sm90 has a vector red for it: one instruction, and a
+// warp's 8-byte pairs of one row fill whole 32-byte sectors. The PTX ISA's release notes list "Extends
+// atom and red instructions to support vector types" under PTX ISA 8.1, which CUDA 12.1 introduced
+// (its release-history table), so NVRTC 12.0 (PTX ISA 8.0) must not emit it: the gate is 12.1.
 // Before that, two scalar adds.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDACC_VER_MAJOR__) && __CUDACC_VER_MAJOR__ >= 12
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDACC_VER_MAJOR__) && \
+    (__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 1))
 #define FA_HAS_RED_V2 1
 #else
 #define FA_HAS_RED_V2 0

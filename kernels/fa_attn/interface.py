@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from . import decision, fallback, inputs, loader, ops, paged, selfcheck
+from . import decision, fallback, inputs, loader, ops, paged, preload, selfcheck
 from . import dispatch as _dispatch
 from ._constant import assume_constant_result as _assume_constant_result
 from .dispatch import Dispatch
@@ -123,6 +123,7 @@ def run_kernels(
     0 = heuristic) says so."""
     assert route.fwd is not None
     assert route.head_dim is not None
+    preload.before_call(route, q)  # the route's kernels load here, never inside a graph capture
     pad = route.head_dim - call.head_dim
     if pad:  # kernels need a multiple of 8; zero columns change neither q.k nor the kept outputs
         q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))

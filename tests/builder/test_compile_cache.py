@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from buildtool.builder import cubin_fit
 from buildtool.builder.compile import CompileError, KernelTree, compile_all, is_cached, resolve
 from buildtool.builder.plan import CompileJob
 
@@ -85,3 +86,36 @@ def test_worker_images_land_whole(fixture_tree, fresh_cache):
     """Images are written by the workers through atomic renames: no temporaries remain."""
     compile_all([SASS, PTX], workers=2, tree=KernelTree(fixture_tree))
     assert list(Path(fresh_cache, "kernels").rglob("*.fa-tmp-*")) == []
+
+
+@pytest.mark.usefixtures("fresh_cache")
+def test_a_cubin_past_its_archs_shared_memory_is_refused(fixture_tree, tmp_path):
+    """The kernel's static shared memory is read from the cubin's ELF: with 1 KiB of it, a launch that
+    asks for the whole 99 KiB limit on top cannot start, and the build says which, where and by how much."""
+    tree_dir = tmp_path / "kernels"
+    shutil.copytree(fixture_tree, tree_dir)
+    tiny = tree_dir / "csrc" / "tiny.cu"
+    static = "  __shared__ float staged[256];  // 1 KiB of static shared memory\n"
+    use = "  staged[threadIdx.x] = p.scale_softmax;\n  __syncthreads();\n  float* lse = p.lse;\n"
+    tiny.write_text(tiny.read_text().replace("  float* lse = p.lse;\n", static + use))
+    tiny.write_text(
+        tiny.read_text().replace("fa_scale(p.scale_softmax)", "fa_scale(staged[31 - threadIdx.x])")
+    )
+    job = CompileJob(12, "8.6", "sass", "fwd_fp16_d64")
+    images, _ = compile_all([job], workers=1, tree=KernelTree(tree_dir))
+    needs = cubin_fit.kernel_needs(images[job].read_bytes())
+    assert needs["fa_fwd"].static_smem == 1024
+    assert needs["fa_fwd"].registers > 0
+    cubin_fit.check_build(images, KernelTree(tree_dir))  # 0 dynamic bytes: fits
+
+    full = tmp_path / "full"  # the same unit, its launch asking for the whole limit
+    shutil.copytree(tree_dir, full)
+    tiles_py = full / "tiles.py"
+    tiles_py.write_text(tiles_py.read_text().replace("smem_bytes=0,", "smem_bytes=99 * 1024,"))
+    with pytest.raises(cubin_fit.SharedMemoryFitError) as err:
+        cubin_fit.check_build(images, KernelTree(full))
+    message = str(err.value)
+    assert (
+        "fwd_fp16_d64 (fa_fwd) on sm 8.6: 102400 B of shared memory (1024 static + 101376 dynamic)" in message
+    )
+    assert "> the 101376 B a block may use" in message

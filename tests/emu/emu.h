@@ -7,7 +7,8 @@
 // it wraps (fragment layouts of mma.sync and ldmatrix, shfl.sync.bfly, cp.async groups); the helpers
 // composed from them (composed.cuh) are included as they are. So a kernel that runs correctly here has its indexing, masking, pipelining and synchronisation right, given that
 // reading of the ISA. What it cannot show: speed, ptxas bugs, the exact rounding of the tensor cores
-// and MUFU approximations, and anything the hardware does that the ISA leaves open.
+// and MUFU approximations (tanh.approx excepted: see below), and anything the hardware does that the
+// ISA leaves open.
 //
 // What it checks, failing the launch with a message naming the thread and the address:
 //   - shared memory: accesses outside the launch's dynamic size; reads of bytes never written; races
@@ -19,8 +20,23 @@
 //     not seen here; the harness surrounds every buffer with canaries for those. Likewise plain C++
 //     loads and stores of shared memory (bwd.cu's per-row lse and D) escape the race checks.
 //   - warps: every lane of a warp reaches each collective (mma, ldmatrix, shfl) with the same
-//     instruction, and no lane has exited; __syncthreads is reached by every thread of the block.
+//     instruction from the same call site (the .aligned rule of mma.sync.aligned, ldmatrix.sync.aligned
+//     and shfl.sync: every lane executes the same instruction, not just the same kind), and no lane has
+//     exited; __syncthreads is reached by every thread of the block.
+//   - cp.async: a thread that exits with copies not retired by a wait_group (committed or not).
+//   - launch limits (emu_set_limits, from the unit's cubin or its tiles.py facts): threads within the
+//     kernel's launch bounds, registers x threads within the block's register file, static plus
+//     dynamic shared memory within the arch's per-block limit.
 //   - deadlock: a block in which every live thread waits.
+//
+// tanh.approx.f32 is modelled with its documented error, not as the exact function: PTX ISA 9.1
+// states a maximum relative error of 2^-11 over the whole range (2^-10.987 is its bound for the .f16
+// form); the emulator takes the larger, 2^-10.987. Each result is y (1 + r 2^-10.987), clamped to
+// [-1, 1], with r in [-1, 1] a fixed hash of the input: the same input always gives the same result,
+// as on hardware, so a forward and a backward that both use tanh.approx agree, and one that computes
+// tanh another way disagrees as it could on a GPU. The ISA gives only the maximum; with every result
+// at the full bound the shipped softcap backward exceeds FA2's error rule (docs/reliability.md).
+// ex2, lg2 and rcp stay exact.
 //
 // It also counts shared-memory wavefronts (bank conflicts) per access kind, for bench/smem_banks.py:
 // ldmatrix phases exactly; per-thread loads, stores and cp.async by grouping the k-th execution of one
@@ -121,6 +137,7 @@ struct AccessGroup {
 struct WarpOp {
   int arrived = 0;
   int kind = 0;
+  uintptr_t site = 0;  // the call site (return address) of the first lane to arrive
   uint32_t in[kWarpSize][12];
   uint32_t out[kWarpSize][4];
 };
@@ -140,8 +157,19 @@ struct Shadow {
 };
 constexpr int16_t kManyReaders = -2;
 
+// What the next launches may use (emu_set_limits): 0 means not known.
+struct Limits {
+  int max_threads = 0;  // the kernel's __launch_bounds__ (the cubin's EIATTR_MAX_THREADS)
+  int registers = 0;    // per thread, from the cubin
+  int static_smem = 0;  // bytes ptxas puts in the kernel beside the launch's dynamic size
+  int smem_limit = 0;   // the arch's per-block maximum, static and dynamic together
+};
+constexpr int kRegistersPerBlock = 64 * 1024;  // every arch from sm75 on
+constexpr int kRegisterUnit = 256;             // registers are allocated per warp in units of 256
+
 struct Global {
   Dim3 block_idx, block_dim, grid_dim;
+  Limits limits;
   int smem_bytes = 0;
   int threads = 0;
   std::vector<Fiber> fibers;
@@ -337,8 +365,10 @@ enum Kind : int {
 
 void compute_warp_op(WarpOp& w, int warp);
 
-// Deposit this lane's inputs; the last lane to arrive computes every lane's outputs.
-inline const uint32_t* warp_collective(int kind, const uint32_t* in, int n_in) {
+// Deposit this lane's inputs; the last lane to arrive computes every lane's outputs. `site` is the
+// instruction's address in the kernel (the primitive's return address): .aligned instructions need
+// every lane of the warp at the same one.
+inline const uint32_t* warp_collective(int kind, const void* site, const uint32_t* in, int n_in) {
   Fiber* f = g.cur;
   const int warp = warp_of(f), lane = lane_of(f);
   WarpOp& w = g.warps[warp];
@@ -347,11 +377,17 @@ inline const uint32_t* warp_collective(int kind, const uint32_t* in, int n_in) {
       fail("warp-wide instruction (kind %d) with lane %d of the warp already exited", kind, l);
     }
   }
+  const uintptr_t at = reinterpret_cast<uintptr_t>(site);
   if (w.arrived == 0) {
     w.kind = kind;
+    w.site = at;
   } else if (w.kind != kind) {
     fail("lanes of warp %d diverge: this lane runs instruction kind %d while others wait in kind %d", warp, kind,
          w.kind);
+  } else if (w.site != at) {
+    fail("lanes of warp %d reach warp-wide instruction kind %d from different call sites (%p and %p): the "
+         ".aligned form needs every lane at the same instruction",
+         warp, kind, reinterpret_cast<void*>(at), reinterpret_cast<void*>(w.site));
   }
   memcpy(w.in[lane], in, sizeof(uint32_t) * n_in);
   ++g.collectives;
@@ -465,45 +501,57 @@ inline u32 pack_float2(float lo, float hi) {
 // MUFU approximations as the exact functions (ex2(-inf) = +0, lg2(0) = -inf, as the ISA states).
 inline float exp2_approx(float x) { return emu::ftz(std::exp2(emu::ftz(x))); }
 inline float log2_approx(float x) { return std::log2(emu::ftz(x)); }
-inline float tanh_approx(float x) { return std::tanh(x); }
+// tanh.approx.f32 within its documented error (see the header), never past 1.
+constexpr double kTanhMaxRelError = 0.00049270099;  // 2^-10.987 (the .f32 bound is 2^-11 = 0.00048828)
+inline float tanh_approx(float x) {
+#ifdef EMU_TANH_EXACT  // the exact function, for tests that show what the error model catches
+  return std::tanh(x);
+#endif
+  uint32_t h = emu::f_bits(x) * 0x9E3779B1u;  // a fixed hash of the input picks the error
+  h ^= h >> 15;
+  const double r = static_cast<double>(h & 0xffffu) / 32767.5 - 1.0;  // in [-1, 1]
+  const double y = std::tanh(static_cast<double>(x)) * (1.0 + r * kTanhMaxRelError);
+  return static_cast<float>(std::fmax(-1.0, std::fmin(1.0, y)));
+}
 inline float rcp_approx(float x) { return emu::ftz(1.f / emu::ftz(x)); }
 
-inline float shfl_xor(float v, int mask) {
+#define EMU_SITE __attribute__((noinline))  // the caller's address names the instruction (bank stats, .aligned)
+#define EMU_HERE __builtin_return_address(0)
+
+EMU_SITE float shfl_xor(float v, int mask) {
   const u32 in[2] = {emu::f_bits(v), static_cast<u32>(mask)};
-  return emu::bits_f(emu::warp_collective(emu::kShfl, in, 2)[0]);
+  return emu::bits_f(emu::warp_collective(emu::kShfl, EMU_HERE, in, 2)[0]);
 }
 
-inline void ldmatrix_x4(u32 (&r)[4], u32 addr) {
-  const u32* out = emu::warp_collective(emu::kLdm + 4, &addr, 1);
+EMU_SITE void ldmatrix_x4(u32 (&r)[4], u32 addr) {
+  const u32* out = emu::warp_collective(emu::kLdm + 4, EMU_HERE, &addr, 1);
   for (int i = 0; i < 4; ++i) r[i] = out[i];
 }
-inline void ldmatrix_x4_trans(u32 (&r)[4], u32 addr) {
-  const u32* out = emu::warp_collective(emu::kLdm + 4 + 8, &addr, 1);
+EMU_SITE void ldmatrix_x4_trans(u32 (&r)[4], u32 addr) {
+  const u32* out = emu::warp_collective(emu::kLdm + 4 + 8, EMU_HERE, &addr, 1);
   for (int i = 0; i < 4; ++i) r[i] = out[i];
 }
-inline void ldmatrix_x2(u32 (&r)[2], u32 addr) {
-  const u32* out = emu::warp_collective(emu::kLdm, &addr, 1);
+EMU_SITE void ldmatrix_x2(u32 (&r)[2], u32 addr) {
+  const u32* out = emu::warp_collective(emu::kLdm, EMU_HERE, &addr, 1);
   r[0] = out[0];
   r[1] = out[1];
 }
-inline void ldmatrix_x2_trans(u32 (&r)[2], u32 addr) {
-  const u32* out = emu::warp_collective(emu::kLdm + 8, &addr, 1);
+EMU_SITE void ldmatrix_x2_trans(u32 (&r)[2], u32 addr) {
+  const u32* out = emu::warp_collective(emu::kLdm + 8, EMU_HERE, &addr, 1);
   r[0] = out[0];
   r[1] = out[1];
 }
 
-inline void mma_16816(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+EMU_SITE void mma_16816(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
   u32 in[10] = {a[0], a[1], a[2], a[3], b0, b1};
   for (int i = 0; i < 4; ++i) in[6 + i] = emu::f_bits(c[i]);
-  const u32* out = emu::warp_collective(emu::kMma, in, 10);
+  const u32* out = emu::warp_collective(emu::kMma, EMU_HERE, in, 10);
   for (int i = 0; i < 4; ++i) c[i] = emu::bits_f(out[i]);
 }
 
 struct alignas(16) Chunk16 {
   u32 x, y, z, w;
 };
-
-#define EMU_SITE __attribute__((noinline))  // the caller's address names the instruction (bank stats)
 
 EMU_SITE void copy16_async(u32 dst_smem, const void* src, bool pred) {
   using namespace emu;
@@ -710,6 +758,11 @@ inline void fiber_main() {
   g_kernel(g_params);
   Fiber* f = g.cur;
   if (g.barrier_arrived > 0) fail("thread exits while %d others wait at __syncthreads", g.barrier_arrived);
+  if (!f->committed.empty() || !f->open_group.empty()) {
+    fail("thread exits with cp.async copies no wait_group retired (%zu committed groups, %zu copies not "
+         "committed)",
+         f->committed.size(), f->open_group.size());
+  }
   const int warp = warp_of(f);
   if (g.warps[warp].arrived > 0) {
     fail("thread exits while %d lanes of its warp wait in a warp-wide instruction", g.warps[warp].arrived);
@@ -768,6 +821,11 @@ int emu_sizeof_params() { return static_cast<int>(sizeof(FaParams)); }
 
 void emu_reset_allocations() { emu::g.allocations.clear(); }
 
+// The limits the next launches are held to (see Limits; 0: not known, not checked).
+void emu_set_limits(int max_threads, int registers, int static_smem, int smem_limit) {
+  emu::g.limits = emu::Limits{max_threads, registers, static_smem, smem_limit};
+}
+
 void emu_register(const void* p, uint64_t bytes, const char* name) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   emu::g.allocations.push_back(emu::Allocation{a, a + bytes, name});
@@ -802,6 +860,23 @@ int emu_launch(void* fn, unsigned gx, unsigned gy, unsigned gz, unsigned threads
   }
   if (smem_bytes < 0 || smem_bytes > kMaxSmem) {
     g.error = "dynamic shared memory above the emulator's 256 KiB";
+    return 1;
+  }
+  const Limits& lim = g.limits;
+  char why[256] = {0};
+  const int per_warp = (lim.registers * kWarpSize + kRegisterUnit - 1) / kRegisterUnit * kRegisterUnit;
+  if (lim.max_threads > 0 && threads > static_cast<unsigned>(lim.max_threads)) {
+    snprintf(why, sizeof why, "launch of %u threads per block exceeds the kernel's launch bounds of %d", threads,
+             lim.max_threads);
+  } else if (lim.registers > 0 && static_cast<int64_t>(per_warp) * (threads / kWarpSize) > kRegistersPerBlock) {
+    snprintf(why, sizeof why, "launch of %u threads x %d registers needs %lld registers per block; a block has %d",
+             threads, lim.registers, static_cast<long long>(per_warp) * (threads / kWarpSize), kRegistersPerBlock);
+  } else if (lim.smem_limit > 0 && lim.static_smem + smem_bytes > lim.smem_limit) {
+    snprintf(why, sizeof why, "launch needs %d B of shared memory (%d static + %d dynamic); a block may use %d",
+             lim.static_smem + smem_bytes, lim.static_smem, smem_bytes, lim.smem_limit);
+  }
+  if (why[0] != 0) {
+    g.error = why;
     return 1;
   }
   g_kernel = reinterpret_cast<KernelFn>(fn);

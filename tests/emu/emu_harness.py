@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,6 +26,8 @@ from pathlib import Path
 
 import tiles
 import torch
+
+from buildtool.builder import cubin_fit
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO / "tests" / "gpu") not in sys.path:  # the launch steps shared with the GPU kit
@@ -138,12 +140,29 @@ def _signed(value: int, size: int) -> int:
 
 
 # ---- launching ------------------------------------------------------------------------------------------
-class Emulated:
-    """One unit's emulated library: a kernel_launch.Device that launches its entries on the emulator."""
+def default_needs(unit: tiles.KernelUnit, arch: str) -> dict[str, cubin_fit.KernelNeeds]:
+    """What each entry asks of a launch as far as tiles.py knows it without a cubin: the family's static
+    shared memory; registers and launch bounds unknown (0, not checked)."""
+    family = tiles.arch_family(arch)
+    static = family.static_smem if family is not None else 0
+    return {entry: cubin_fit.KernelNeeds(static, 0, 0) for entry in unit.entries}
 
-    def __init__(self, unit: tiles.KernelUnit, arch: str, csrc: Path = CSRC):
+
+class Emulated:
+    """One unit's emulated library: a kernel_launch.Device that launches its entries on the emulator.
+    Each launch is held to `needs` (per entry: static shared memory, registers, launch bounds; a cubin's
+    cubin_fit.kernel_needs, or default_needs) and the arch's shared memory per block."""
+
+    def __init__(
+        self,
+        unit: tiles.KernelUnit,
+        arch: str,
+        csrc: Path = CSRC,
+        needs: Mapping[str, cubin_fit.KernelNeeds] | None = None,
+    ):
         self.unit = unit
         self.arch = arch
+        self.needs = dict(needs) if needs is not None else default_needs(unit, arch)
         self.launches = kernel_launch.UnitLaunch.of(unit)
         self.lib = ctypes.CDLL(str(build(unit, arch, csrc)))
         self.lib.emu_launch.argtypes = [
@@ -155,6 +174,7 @@ class Emulated:
             ctypes.c_int,
             ctypes.POINTER(FaParams),
         ]
+        self.lib.emu_set_limits.argtypes = [ctypes.c_int] * 4
         self.lib.emu_error.restype = ctypes.c_char_p
         self.lib.emu_register.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_char_p]
         self.lib.emu_collectives.restype = ctypes.c_uint64
@@ -189,6 +209,10 @@ class Emulated:
         self, entry: str, launch: kernel_launch.EntryLaunch, grid: tuple[int, int, int], params: FaParams
     ) -> None:
         fn = ctypes.cast(getattr(self.lib, entry), ctypes.c_void_p).value
+        need = self.needs.get(entry, cubin_fit.KernelNeeds(0, 0, 0))
+        self.lib.emu_set_limits(
+            need.max_threads, need.registers, need.static_smem, tiles.SMEM_LIMIT[self.arch]
+        )
         rc = self.lib.emu_launch(fn, *grid, launch.threads, launch.smem_bytes, ctypes.byref(params))
         if rc != 0:
             raise EmulatorError(f"{self.unit.name} (sm {self.arch}) {entry}: {self.lib.emu_error().decode()}")

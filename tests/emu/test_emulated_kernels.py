@@ -54,7 +54,11 @@ class Config:
     @property
     def runs_split_kv(self) -> bool:
         """sm90's split-KV units are sm80's (same tiles, and the forward uses nothing sm90 adds), so the
-        emulator runs them once, on sm80; the variants' are their base family's."""
+        emulator runs them once, on sm80; the variants' are their base family's, except a tile of
+        their own (sm120's d256)."""
+        if self.family in VARIANTS:
+            fam, base = tiles.arch_family(self.arch), tiles.FAMILIES[VARIANTS[self.family][1]]
+            return fam is not None and fam.splitkv.get(self.bucket) != base.splitkv.get(self.bucket)
         return self.family in ("sm75", "sm80", "sm86")
 
     def unit(self, direction: str) -> tiles.KernelUnit | None:
@@ -79,7 +83,8 @@ def _configs() -> list[Config]:
         assert fam is not None
         assert fam.name == family
         for d in tiles.HEAD_DIM_BUCKETS:
-            if fam.fwd[d] != base_fam.fwd[d] or fam.bwd.get(d) != base_fam.bwd.get(d):
+            own = (fam.fwd[d], fam.bwd.get(d), fam.splitkv.get(d))
+            if own != (base_fam.fwd[d], base_fam.bwd.get(d), base_fam.splitkv.get(d)):
                 out.append(Config(family, "fp16", d))
     return out
 

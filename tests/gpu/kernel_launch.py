@@ -105,10 +105,30 @@ class UnitLaunch:
 
 GRIDS = ("q_blocks", "k_blocks", "q_blocks_splits")  # fa_attn/decision.py GRID_CODES, in code order
 
+# launch.h kGridYZLimit: the blocks a grid holds in y and in z. Module-level so the emulator tests can
+# lower it and run a folded grid at small sizes (grid_of reads it at each call).
+GRID_YZ_LIMIT = 65535
+
+
+def fold_batch_heads(batch: int, heads: int, limit: int) -> tuple[int, int]:
+    """launch.cpp fold_batch_heads: (batch, heads) when both fit in `limit`, else the batch x heads
+    pairs folded over y and z (the kernels' locate_block unfolds them)."""
+    if batch <= limit and heads <= limit:
+        return batch, heads
+    pairs = batch * heads
+    z = -(-pairs // limit)
+    y = -(-pairs // z)
+    if z > limit:
+        raise LaunchError(
+            f"batch {batch} x heads {heads} = {pairs} (batch, head) pairs exceed {limit} x {limit}"
+        )
+    return y, z
+
 
 def grid_of(entry: str, launch: EntryLaunch, p: FaParams) -> tuple[int, int, int] | None:
-    """launch.cpp launch_all: (blocks over query or key rows [times num_splits], batch, heads); None
-    when empty (a zero grid is a launch error, so the binding skips it)."""
+    """launch.cpp launch_all: (blocks over query or key rows [times num_splits], then the (batch,
+    head) pairs over y and z, folded past GRID_YZ_LIMIT); None when empty (a zero grid is a launch
+    error, so the binding skips it)."""
     if launch.grid not in GRIDS:
         raise LaunchError(f"entry {entry}: grid {launch.grid!r} is not one the binding launches")
     by_keys = launch.grid == "k_blocks"
@@ -121,7 +141,7 @@ def grid_of(entry: str, launch: EntryLaunch, p: FaParams) -> tuple[int, int, int
         grid_x *= p.num_splits
     if grid_x == 0 or p.batch == 0 or p.heads == 0:
         return None
-    return grid_x, p.batch, p.heads
+    return (grid_x, *fold_batch_heads(p.batch, p.heads, GRID_YZ_LIMIT))
 
 
 class Device(Protocol):

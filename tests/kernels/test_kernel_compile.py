@@ -151,7 +151,7 @@ COMPILES = [
 def test_unit_compiles_to_a_cubin_for_its_arch(major, arch, unit_name):
     import locale
 
-    from buildtool.builder import toolkits
+    from buildtool.builder import cubin_fit, toolkits
     from buildtool.builder.nvrtc import open_nvrtc, parse_resource_usage
 
     unit = next(u for u in tiles.units(arch) if u.name == unit_name)
@@ -177,6 +177,17 @@ def test_unit_compiles_to_a_cubin_for_its_arch(major, arch, unit_name):
         assert usage.spill_stores == 0, out.log
         assert usage.spill_loads == 0, out.log
         assert usage.static_smem + launch.smem_bytes <= tiles.SMEM_LIMIT[arch]
+
+    # The cubin's ELF as the build reads it (cubin_fit): ptxas's registers and launch bounds, and the
+    # static shared memory ptxas -v leaves out (1 KiB in every sm90+ kernel), within the arch's limit.
+    needs = cubin_fit.kernel_needs(out.image)
+    assert set(needs) == set(unit.entries)
+    family = tiles.arch_family(arch)
+    for entry, launch in unit.entries.items():
+        assert needs[entry].registers == usages[entry].registers, entry
+        assert needs[entry].max_threads == launch.threads, entry
+        assert needs[entry].static_smem == family.static_smem, entry
+        assert needs[entry].static_smem + launch.smem_bytes <= tiles.SMEM_LIMIT[arch]
 
 
 # --- the autotuner's search space ---------------------------------------------------------------

@@ -266,3 +266,31 @@ def test_opcheck_schema_fake_autograd_and_aot(kernel_path_on_cpu) -> None:
     args = fwd_args(q, k, v, max_q=6, max_k=9, scale=0.2)
     results = torch.library.opcheck(torch.ops.fa_attn.fwd.default, args)
     assert set(results.values()) == {"SUCCESS"}, results
+
+
+def test_first_eager_call_loads_the_routes_kernels_and_capture_never_does(
+    kernel_path_on_cpu, monkeypatch
+) -> None:
+    """fa_attn/preload.py with the CPU stand-ins as the GPU: the first eager call issues one empty op
+    call (batch 0) per module of its route (forward and backward) before the real one; a later call,
+    and any call under graph capture, issues none (the binding's side: tests/runtime/test_launch_checks)."""
+    monkeypatch.setattr(fa_attn.preload, "on_gpu", lambda _t: True)
+    monkeypatch.setattr(fa_attn.preload, "_loaded", set())
+    capture = [True]
+    monkeypatch.setattr(fa_attn.preload, "capturing", lambda: capture[0])
+    q, k, v = (torch.randn(1, 4, 2, 24, dtype=torch.float64) for _ in range(3))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+
+    fa_attn.flash_attn_func(q, k, v)  # a first call inside capture: nothing loads here
+    assert [entry[1] for entry in seen] == [FWD.module]
+    seen.clear()
+    capture[0] = False
+    fa_attn.flash_attn_func(q, k, v)  # the first eager call: empty calls for fwd and bwd, then the call
+    loads = [(entry[0], entry[1], entry[2]) for entry in seen[:2]]
+    assert loads == [(FWD.launch[0], FWD.module, FWD.entries), (BWD.launch[0], BWD.module, BWD.entries)]
+    assert len(seen) == 3
+    seen.clear()
+    capture[0] = True
+    fa_attn.flash_attn_func(q, k, v)  # captured after: the real call only
+    fa_attn.flash_attn_func(q, k, v)
+    assert [entry[1] for entry in seen] == [FWD.module, FWD.module]

@@ -3,11 +3,14 @@ one trivial unit per arch, so the build machinery is tested without compiling re
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 HEAD_DIM_BUCKETS: tuple[int, ...] = (64,)
 MIN_ARCH = "7.5"
 FEATURES: tuple[str, ...] = ("causal",)
+# Per arch (every arch a toolkit targets): 99 KiB, the smallest Ampere-class figure, is enough here.
+SMEM_LIMIT: dict[str, int] = defaultdict(lambda: 99 * 1024)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,141 @@
+"""What each kernel of a cubin asks of a launch, read from its ELF, and whether a unit can launch on
+the arch it is built for.
+
+A cubin (NVRTC's output for a real arch) is an ELF file; per kernel `k` it holds
+  .nv.shared.k   a NOBITS section whose size is k's static shared memory (ptxas's "bytes smem": the
+                 sm90+ cubins carry 1 KiB there although fa's sources declare none)
+  .nv.info.k     EIATTR records of k: EIATTR_MAX_THREADS (0x05) holds __launch_bounds__' threads
+  .nv.info       EIATTR records of the module: EIATTR_REGCOUNT (0x2f) maps k's symbol to its registers
+Each EIATTR record starts with a format byte and an attribute byte; format EIFMT_SVAL (0x04) is
+followed by a 16-bit size and that many payload bytes, every other format by a 16-bit value.
+
+A launch of k needs static + dynamic shared memory within the arch's per-block opt-in maximum
+(tiles.SMEM_LIMIT, static and dynamic together): `check_units` refuses a build whose unit would fail
+there, naming the unit, arch, bytes and limit. Not verified on a GPU: the limit is the CUDA
+Programming Guide's table, the static figure ptxas's.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from elftools.elf.elffile import ELFFile
+
+from buildtool.errors import FaError
+
+if TYPE_CHECKING:
+    from buildtool.builder.compile import KernelTree
+    from buildtool.builder.plan import CompileJob
+
+_EIFMT_SVAL = 0x04
+_EIATTR_MAX_THREADS = 0x05
+_EIATTR_REGCOUNT = 0x2F
+
+
+class SharedMemoryFitError(FaError):
+    """Kernels of a build whose shared memory exceeds the per-block limit of the arch they claim."""
+
+
+@dataclass(frozen=True)
+class KernelNeeds:
+    """What one kernel of a cubin asks of its launch."""
+
+    static_smem: int  # bytes
+    registers: int  # per thread; 0 if the cubin does not say
+    max_threads: int  # __launch_bounds__' threads per block; 0 if none was given
+
+
+def _records(data: bytes) -> Iterable[tuple[int, bytes]]:
+    """(attribute, payload) of each EIATTR record; a non-SVAL record's payload is its 16-bit value."""
+    i = 0
+    while i + 4 <= len(data):
+        fmt, attr = data[i], data[i + 1]
+        (word,) = struct.unpack_from("<H", data, i + 2)
+        if fmt == _EIFMT_SVAL:
+            yield attr, data[i + 4 : i + 4 + word]
+            i += 4 + word
+        else:
+            yield attr, data[i + 2 : i + 4]
+            i += 4
+
+
+def kernel_needs(image: bytes) -> dict[str, KernelNeeds]:
+    """Every kernel of a cubin (each has a .nv.info.<kernel> section) and what its launch needs."""
+    elf = ELFFile(io.BytesIO(image))
+    symtab: Any = elf.get_section_by_name(".symtab")
+    symbols = [s.name for s in symtab.iter_symbols()] if symtab is not None else []
+    registers: dict[str, int] = {}
+    module_info = elf.get_section_by_name(".nv.info")
+    if module_info is not None:
+        for attr, payload in _records(module_info.data()):
+            if attr == _EIATTR_REGCOUNT and len(payload) >= 8:
+                index, count = struct.unpack_from("<II", payload)
+                if index < len(symbols):
+                    registers[symbols[index]] = count
+    out: dict[str, KernelNeeds] = {}
+    prefix = ".nv.info."
+    for info in elf.iter_sections():
+        if not info.name.startswith(prefix):
+            continue
+        kernel = info.name[len(prefix) :]
+        max_threads = 0
+        for attr, payload in _records(info.data()):
+            if attr == _EIATTR_MAX_THREADS and len(payload) >= 12:
+                x, y, z = struct.unpack_from("<III", payload)
+                max_threads = x * y * z
+        shared = elf.get_section_by_name(f".nv.shared.{kernel}")  # absent: no static shared memory
+        static = int(shared["sh_size"]) if shared is not None else 0
+        out[kernel] = KernelNeeds(static, registers.get(kernel, 0), max_threads)
+    return out
+
+
+@dataclass(frozen=True)
+class UnitImage:
+    """One built cubin and what the build promised about it."""
+
+    unit: str
+    arch: str  # "12.0"
+    path: Path
+    dynamic_smem: Mapping[str, int]  # entry -> the launch's dynamic shared memory (tiles.Launch)
+
+
+def misfits(image: UnitImage, limit: int) -> list[str]:
+    """One line per entry of `image` whose static + dynamic shared memory exceeds `limit`."""
+    needs = kernel_needs(image.path.read_bytes())
+    lines = []
+    for entry, dynamic in image.dynamic_smem.items():
+        static = needs[entry].static_smem if entry in needs else 0
+        if static + dynamic > limit:
+            lines.append(
+                f"{image.unit} ({entry}) on sm {image.arch}: {static + dynamic} B of shared memory "
+                f"({static} static + {dynamic} dynamic) > the {limit} B a block may use"
+            )
+    return lines
+
+
+def check_units(images: Iterable[UnitImage], limits: Mapping[str, int]) -> None:
+    """Raises SharedMemoryFitError naming every entry that cannot launch on its arch."""
+    lines = [line for image in images for line in misfits(image, limits[image.arch])]
+    if lines:
+        raise SharedMemoryFitError(
+            "kernels that cannot launch on the arch they are built for:\n  "
+            + "\n  ".join(lines)
+            + "\nfix: choose a smaller tile for these units in kernels/tiles.py"
+        )
+
+
+def check_build(images: Mapping[CompileJob, Path], tree: KernelTree) -> None:
+    """check_units over a build's cubins (its "sass" jobs) with the tree's SMEM_LIMIT. PTX is compiled
+    by the driver on the user's machine, so its static size is not known at build time."""
+    units = []
+    for job, path in images.items():
+        if job.image == "sass":
+            entries = tree.unit(job.arch, job.unit).entries
+            dynamic = {name: launch.smem_bytes for name, launch in entries.items()}
+            units.append(UnitImage(job.unit, job.arch, path, dynamic))
+    check_units(units, tree.tiles.SMEM_LIMIT)
