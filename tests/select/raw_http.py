@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -41,7 +42,8 @@ def trickle(data: bytes, every_s: float) -> Callable[[socket.socket], None]:
 
 
 class RawServer:
-    def __init__(self) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
+        self.tls = tls  # an https server when set
         self.answers: dict[str, Answer] = {}
         self.requests: list[bytes] = []
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -54,7 +56,8 @@ class RawServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._sock.getsockname()[1]}/"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://127.0.0.1:{self._sock.getsockname()[1]}/"
 
     def _serve(self) -> None:
         while not self._stop.is_set():
@@ -69,6 +72,8 @@ class RawServer:
     def _answer(self, conn: socket.socket) -> None:
         with conn, contextlib.suppress(OSError):
             conn.settimeout(REQUEST_TIMEOUT_S)
+            if self.tls is not None:
+                conn = self.tls.wrap_socket(conn, server_side=True)
             head = b""
             while b"\r\n\r\n" not in head and len(head) < 65536:
                 piece = conn.recv(4096)
@@ -94,8 +99,8 @@ class RawServer:
 
 
 @contextlib.contextmanager
-def raw_server() -> Iterator[RawServer]:
-    server = RawServer()
+def raw_server(tls: ssl.SSLContext | None = None) -> Iterator[RawServer]:
+    server = RawServer(tls)
     server.start()
     try:
         yield server

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import subprocess
 import sys
 import time
@@ -119,6 +120,49 @@ def test_a_redirect_among_http_urls_is_followed():
         server.answers["/new/index.json"] = response(body=json.dumps(INDEX).encode())
         index = load_index(server.url + "old/")
     assert [e.file for e in index.entries] == [INDEX["wheels"][0]["file"]]
+
+
+@pytest.fixture
+def tls(tmp_path, monkeypatch):
+    """A server-side TLS context for 127.0.0.1 whose self-signed certificate fa trusts (SSL_CERT_FILE)."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    return context
+
+
+def test_https_is_read_and_never_redirected_down_to_http(tls):
+    with raw_server(tls) as server, raw_server() as plain:
+        server.answers["/index.json"] = response(body=json.dumps(INDEX).encode())
+        assert load_index(server.url).entries  # the certificate is trusted: https works
+        server.answers["/down/index.json"] = redirect(plain.url + "index.json")
+        plain.answers["/index.json"] = response(body=json.dumps(INDEX).encode())
+        with pytest.raises(IndexServerError, match="from https down to plain http"):
+            load_index(server.url + "down/")
+        assert plain.requests == []
 
 
 def test_trickled_headers_are_cut_off_by_the_deadline(monkeypatch):
