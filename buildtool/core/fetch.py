@@ -62,8 +62,12 @@ DEFAULT_SIMPLE = "https://pypi.org/simple"
 
 def simple_index() -> str:
     """The PEP 503 index every PyPI download goes through: FA_PYPI_SIMPLE (a mirror, for networks
-    that reach only a mirror), else PyPI's. Without a trailing slash."""
-    return (os.environ.get("FA_PYPI_SIMPLE") or DEFAULT_SIMPLE).rstrip("/")
+    that reach only a mirror), else PyPI's. Without a trailing slash. A malformed FA_PYPI_SIMPLE is
+    BadURL (exit 2) naming the variable."""
+    mirror = os.environ.get("FA_PYPI_SIMPLE")
+    if not mirror:
+        return DEFAULT_SIMPLE
+    return checked_url(mirror, "FA_PYPI_SIMPLE").rstrip("/")
 
 
 class FetchError(FaError):

@@ -318,3 +318,18 @@ def test_a_full_disk_during_a_download_names_the_file(small_disk):
         with pytest.raises(atomic.WriteError, match=rf"cannot write {small_disk / 'x.whl'}: No space left"):
             fetch.download(server.url + "x.whl", small_disk / "x.whl", None)
     assert list(small_disk.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "mirror", ["http://[::1/simple", "https://mirror.example:port/simple", "ftp://m/simple"]
+)
+def test_a_malformed_mirror_is_named_by_its_variable(monkeypatch, mirror):
+    monkeypatch.setenv("FA_PYPI_SIMPLE", mirror)
+    with pytest.raises(fetch.BadURL, match=r"^FA_PYPI_SIMPLE ") as err:
+        fetch.simple_index()
+    assert err.value.exit_code == EXIT_USAGE
+
+
+def test_an_upper_case_mirror_scheme_is_read_as_a_url(monkeypatch):
+    monkeypatch.setenv("FA_PYPI_SIMPLE", "HTTPS://mirror.example/simple/")
+    assert fetch.simple_index() == "https://mirror.example/simple"
