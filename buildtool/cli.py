@@ -21,8 +21,18 @@ from buildtool.errors import FaError
 __all__ = ["COMMANDS", "DISTRIBUTION", "main", "print_error"]  # and `app`, made on first use
 
 
+def _escape_unencodable() -> None:
+    """A terminal or pipe that cannot encode a character (PYTHONIOENCODING=ascii, a C locale) shows it
+    as an escape: a URL or GPU name with `é` in it must not end fa in a UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
+
+
 def main() -> None:
     """The `fa` console script."""
+    _escape_unencodable()
     args = sys.argv[1:]
     if args[:1] == ["probe"] and set(args[1:]) <= {"--json"}:
         from buildtool.commands import probe

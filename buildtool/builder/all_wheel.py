@@ -235,5 +235,5 @@ def build_all_wheel(
                 f"the all-wheel: no image for {job.unit} on {job.arch} (CUDA {job.cuda_major})"
             )
         files[f"{schema.DIST}/{kernel_file(job)}"] = images[job].read_bytes()
-    path = package.write_wheel(files, man, spec.version, tag.tag, out_dir, spec.platform)
+    path = package.write_wheel(files, man, spec.version, tag.tag, out_dir)
     return package.BuiltWheel(path, tag.tag, tag.reason, man)

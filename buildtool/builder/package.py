@@ -20,6 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from buildtool.builder import out_files
 from buildtool.builder.platform_tag import platform_tag
 from buildtool.core import atomic, kernels_src
 from buildtool.core.cuda_facts import TOOLKITS, compute_name, sm_name
@@ -198,12 +199,12 @@ def build_wheel(
             if job not in images:
                 raise PackageError(f"wheel {spec.variant}: no image for {job.unit} on {job.arch}")
             files[f"{schema.DIST}/{kernel_file(job)}"] = images[job].read_bytes()
-    dest = write_wheel(files, man, spec.version, platform, out_dir, spec.platform)
+    dest = write_wheel(files, man, spec.version, platform, out_dir)
     return BuiltWheel(dest, platform, reason, man)
 
 
 def write_wheel(
-    files: dict[str, bytes], man: schema.Manifest, version: str, platform: str, out_dir: Path, cpu: str | None
+    files: dict[str, bytes], man: schema.Manifest, version: str, platform: str, out_dir: Path
 ) -> Path:
     """The wheel of `files` (the fa_attn/ package) with its manifest, METADATA, WHEEL and RECORD,
     written whole under its final name; skipped when the same wheel is there already."""
@@ -217,14 +218,17 @@ def write_wheel(
 
     record_arc = f"{dist_info}/RECORD"
     files[record_arc] = _record(files, record_arc)
-    dest = out_dir / wheel_name(version, platform)
+    name = wheel_name(version, platform)
+    # A wheel of this name that fa did not write, or that changed since, is refused, never replaced.
+    dest = out_files.claim(out_dir, name)
     if not _same_wheel(dest, record_arc, files[record_arc]):
-        with atomic.writing(dest) as tmp:
+        with out_files.writing(out_dir, name) as tmp:
             try:
                 _write_zip(tmp, files, dist_info)
             except OSError as e:  # a full disk, a quota: name the wheel, not the temporary
                 raise atomic.WriteError(dest, e) from e
-    _drop_stale(out_dir, version, dest.name, cpu)
+    # Wheels of other platform tags (an earlier linux_x86_64 build, another machine's manylinux_2_34)
+    # stay: they are indexed beside this one, and fit picks by the machine's glibc.
     return dest
 
 
@@ -247,12 +251,3 @@ def _same_wheel(dest: Path, record_arc: str, record: bytes) -> bool:
             return zf.read(record_arc) == record
     except (OSError, KeyError, zipfile.BadZipFile):
         return False
-
-
-def _drop_stale(out_dir: Path, version: str, keep: str, cpu: str | None) -> None:
-    """An earlier build of the same version for the same CPU with another platform tag (say
-    linux_x86_64 before manylinux_2_28_x86_64) would shadow this one. Other CPUs' wheels stay."""
-    suffix = f"_{cpu}.whl" if cpu else "-any.whl"
-    for p in out_dir.glob(f"{schema.DIST}-{version}-py3-none-*.whl"):
-        if p.name != keep and p.name.endswith(suffix):
-            p.unlink(missing_ok=True)

@@ -33,7 +33,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from buildtool.builder import all_wheel, cubin_fit, index, package, torch_headers
+from buildtool.builder import all_wheel, cubin_fit, index, out_files, package, torch_headers
 from buildtool.builder import binding as binding_mod
 from buildtool.builder.compile import CompileStats, CompileTask, KernelTree, compile_all
 from buildtool.builder.plan import BindingJob, Plan, WheelSpec
@@ -291,8 +291,8 @@ def _write_log(out_dir: Path, plan: Plan, wheels: list[dict[str, Any]]) -> None:
     cpu = f"-{plan.platform}" if plan.platform else ""
     name = f"build{cpu}-{plan.shard[0]}of{plan.shard[1]}.json" if plan.shard else f"build{cpu}.json"
     skipped = [{"cell": asdict(s.cell), "reason": s.reason} for s in plan.skipped]
-    atomic.write_json(
-        out_dir / "logs" / name, {"wheels": wheels, "skipped": skipped, "python": sys.version.split()[0]}
+    out_files.write_json(
+        out_dir, f"logs/{name}", {"wheels": wheels, "skipped": skipped, "python": sys.version.split()[0]}
     )
 
 

@@ -1,4 +1,5 @@
 """`fa ci render`: write the release workflow from matrix.yaml, or (--check) say whether it is stale.
+`fa ci pins [--refresh]`: the commits its actions are pinned to (buildtool/release/pins.py).
 
 A thin shell over buildtool/release/workflow.py. Exit codes: 0 written or up to date, 1 out of date
 (--check), 2 bad input (the matrix error names the field and the fix).
@@ -15,7 +16,7 @@ from buildtool.builder.matrix import load_matrix
 from buildtool.core import atomic
 from buildtool.core.console import plain_console
 from buildtool.errors import FaError
-from buildtool.release import workflow
+from buildtool.release import pins, workflow
 
 ci_app = typer.Typer(no_args_is_help=True, help="CI files generated from matrix.yaml.")
 
@@ -44,6 +45,34 @@ def render_cmd(
         return
     atomic.write_text(out, text)
     plain_console().print(f"wrote {out} from {matrix}")
+
+
+@ci_app.command("pins")
+def pins_cmd(
+    refresh: Annotated[
+        bool,
+        typer.Option(
+            "--refresh", help="move each action to the newest release of its major (needs the network)"
+        ),
+    ] = False,
+    pins_file: Annotated[Path, typer.Option("--pins", help="the pins file")] = pins.PINS_FILE,
+    base: Annotated[str, typer.Option("--from", help="where the actions' repositories are")] = pins.GITHUB,
+) -> None:
+    """Show the commits the release workflow's actions are pinned to; --refresh updates them (then run
+    `fa ci render`)."""
+    current = pins.load(pins_file)
+    console = plain_console()
+    if not refresh:
+        for name, pin in sorted(current.items()):
+            console.print(f"{name:34} {pin.tag:8} {pin.sha}", soft_wrap=True)
+        return
+    fresh = pins.refreshed(current, base)
+    for name in sorted(fresh):
+        old, new = current[name], fresh[name]
+        change = "unchanged" if old == new else f"{old.tag} -> {new.tag}"
+        console.print(f"{name:34} {change:18} {new.sha}", soft_wrap=True)
+    pins.save(fresh, pins_file)
+    console.print(f"wrote {pins_file}; now run `fa ci render` and commit both")
 
 
 def register(app: typer.Typer) -> None:

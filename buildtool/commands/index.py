@@ -24,6 +24,8 @@ def register(app: typer.Typer) -> None:
         """Rewrite DIRECTORY/index.json and DIRECTORY/simple/ from the wheels in it."""
         if not directory.is_dir():
             raise UsageError(f"{directory}: not a directory\n  fix: pass the folder holding the .whl files")
-        data = index.write_index(directory)  # WheelDirError (exit 1): a file there is not our wheel
+        # WheelDirError (exit 1): a file there is not our wheel. Asked to rewrite the index: replaces
+        # index.json and simple/ whoever wrote them, never through a link.
+        data = index.write_index(directory, take_over=True)
         count = len(data["wheels"]) + len(data["all_wheels"])
         plain_console().print(f"indexed {counted(count, 'wheel')} in {directory}")

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import parse_wheel_filename
@@ -29,17 +30,28 @@ from buildtool.core.cpus import linux_cpu
 from buildtool.core.fetch import sha256_file
 from buildtool.core.runtime import schema
 from buildtool.core.wheel_file import Disagreement, WheelDirError, check_agreement, wheel_entry
-from buildtool.errors import UsageError
+from buildtool.errors import EXIT_FAILED, UsageError
 
 INDEX_FILE = "index.json"
 URL_SCHEMES = ("http", "https", "file")
 MAX_INDEX_BYTES = 16 << 20  # index.json is a few KB per wheel; a release's is well under 1 MB
 INDEX_DEADLINE_S = 60.0  # to read index.json whole, however slowly the server sends it
+# An fa-attn wheel is about 3.3 MiB (docs/figures.md); a declared size past this is not one of ours,
+# and is refused before a byte is downloaded.
+MAX_WHEEL_BYTES = 512 << 20
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 REWRITE = "  fix: re-run fa index on the wheels to rewrite index.json"
 
 
 class WheelIndexError(UsageError):
     """The wheels cannot be read or trusted; the message says where and what to do."""
+
+
+class IndexServerError(WheelIndexError):
+    """The index server failed (unreachable, not HTTP, too slow, too much): a network failure, exit 1,
+    where a bad index.json or a bad --index URL is bad input, exit 2."""
+
+    exit_code: ClassVar[int] = EXIT_FAILED
 
 
 @dataclass(frozen=True)
@@ -49,19 +61,21 @@ class WheelIndex:
 
 
 def is_url(location: str) -> bool:
-    return "://" in location and bool(urllib.parse.urlsplit(location).scheme)
+    """A location that starts with a scheme (`http://`, `HTTP://`, `ftp://`) is a URL, never a path."""
+    return _SCHEME.match(location) is not None
 
 
 def load_index(location: str) -> WheelIndex:
     """Read the index at a directory path or an http(s)/file URL of a directory holding index.json."""
     if is_url(location):
-        url = location.rstrip("/") + "/"
-        scheme = urllib.parse.urlsplit(url).scheme
+        scheme = location.split("://", 1)[0].lower()
         if scheme not in URL_SCHEMES:
             raise WheelIndexError(
-                f"--index {location}: fa reads http://, https:// and file:// URLs, not {scheme}://; "
-                "serve the folder over http(s), or pass --wheels DIR for a local copy"
+                f"--index {fetch.shown_url(location)}: fa reads http://, https:// and file:// URLs, not "
+                f"{fetch.shown_url(scheme)}://; serve the folder over http(s), or pass --wheels DIR for a "
+                "local copy"
             )
+        url = fetch.checked_url(location, "--index", URL_SCHEMES).rstrip("/") + "/"
         if scheme == "file":
             return _load_dir(Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path)), location)
         text = _read_url(url + INDEX_FILE)
@@ -70,9 +84,9 @@ def load_index(location: str) -> WheelIndex:
 
 
 def _load_dir(directory: Path, location: str) -> WheelIndex:
-    if not directory.is_dir():
+    if not _is_dir(directory):
         raise WheelIndexError(
-            f"{location}: no such directory (run fa build, or pass --wheels DIR / --index URL)"
+            f"{fetch.shown_url(location)}: no such directory (run fa build, or pass --wheels DIR / --index URL)"
         )
     index = directory / INDEX_FILE
     if index.exists():
@@ -87,11 +101,19 @@ def _load_dir(directory: Path, location: str) -> WheelIndex:
     return WheelIndex(location=str(directory), entries=tuple(entry_from_wheel(w) for w in wheels))
 
 
+def _is_dir(directory: Path) -> bool:
+    """is_dir() that answers False for a path the system cannot even look up (a name past NAME_MAX)."""
+    try:
+        return directory.is_dir()
+    except (OSError, ValueError):
+        return False
+
+
 def _read_url(url: str) -> str:
     try:
         data = fetch.read_url(url, max_bytes=MAX_INDEX_BYTES, deadline_s=INDEX_DEADLINE_S)
     except fetch.FetchError as exc:
-        raise WheelIndexError(f"{exc}; check the --index URL") from None
+        raise IndexServerError(f"{exc} (--index)") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -119,7 +141,29 @@ def _parse_index(text: str, where: str) -> tuple[schema.IndexEntry, ...]:
     named = [(e, f"wheels[{i}]") for i, e in enumerate(rest)] + [
         (e, f"all_wheels[{i}]") for i, e in enumerate(alls)
     ]
-    return tuple(_checked(e, f"{where}: {name}") for e, name in named)
+    checked = tuple(_checked(e, f"{where}: {name}") for e, name in named)
+    _refuse_conflicts(checked, [name for _, name in named], where)
+    return checked
+
+
+def _refuse_conflicts(entries: tuple[schema.IndexEntry, ...], names: list[str], where: str) -> None:
+    """Two entries for one file name must be the same entry: which hash, size or torch would fa trust?"""
+    first: dict[str, int] = {}
+    for i, entry in enumerate(entries):
+        j = first.setdefault(entry.file, i)
+        if j != i and entry != entries[j]:
+            field = next(
+                (
+                    f.name
+                    for f in dataclasses.fields(entry)
+                    if getattr(entry, f.name) != getattr(entries[j], f.name)
+                ),
+                "entry",
+            )
+            raise WheelIndexError(
+                f"{where}: {names[j]} and {names[i]} both describe {entry.file} but differ in {field}; an "
+                f"index lists each wheel once\n{REWRITE}"
+            )
 
 
 def entry_from_dict(raw: Any, where: str) -> schema.IndexEntry:
@@ -164,7 +208,7 @@ def entry_from_wheel(path: Path) -> schema.IndexEntry:
 
 def wheel_location(index: WheelIndex, entry: schema.IndexEntry) -> str:
     """Where the wheel file is: a path for a directory index, a URL for an http one."""
-    if index.location.startswith(("http://", "https://")):
+    if _is_web(index.location):
         return urllib.parse.urljoin(index.location, urllib.parse.quote(entry.file))
     return str(Path(index.location) / entry.file)
 
@@ -176,9 +220,14 @@ def fetch_wheel(index: WheelIndex, entry: schema.IndexEntry, dest_dir: Path) -> 
     leaves nothing behind."""
     source = wheel_location(index, entry)
     dest = dest_dir / entry.file
+    if entry.size is not None and entry.size > MAX_WHEEL_BYTES:
+        raise WheelIndexError(
+            f"{entry.file}: the index declares {entry.size} bytes, more than the {MAX_WHEEL_BYTES} an fa-attn "
+            f"wheel can be; refusing it before downloading\n{REWRITE}"
+        )
     try:
-        if source.startswith(("http://", "https://")):
-            fetch.download(source, dest, None, size=entry.size)
+        if _is_web(source):
+            fetch.download(source, dest, None, size=entry.size, max_bytes=MAX_WHEEL_BYTES)
         else:
             _copy_regular_file(Path(source), dest, entry.size)
         actual = sha256_file(dest)
@@ -188,18 +237,30 @@ def fetch_wheel(index: WheelIndex, entry: schema.IndexEntry, dest_dir: Path) -> 
                 "(the file was changed or corrupted: rebuild it with fa build, or fetch it again)"
             )
         _check_against_index(dest, entry)
-    except (fetch.FetchError, OSError) as exc:
+    except fetch.FetchError as exc:
         dest.unlink(missing_ok=True)
-        raise WheelIndexError(f"{source}: cannot fetch it ({exc})") from None
+        raise IndexServerError(str(exc)) from None
+    except OSError as exc:
+        dest.unlink(missing_ok=True)
+        raise WheelIndexError(f"{fetch.shown_url(source)}: cannot fetch it ({exc})") from None
     except WheelIndexError:
         dest.unlink(missing_ok=True)
         raise
     return dest
 
 
+def _is_web(location: str) -> bool:
+    return location.lower().startswith(("http://", "https://"))
+
+
 def _copy_regular_file(source: Path, dest: Path, size: int | None) -> None:
     if not source.is_file():
         raise OSError(f"{source} is not a regular file")
+    if source.stat().st_size > MAX_WHEEL_BYTES:
+        raise WheelIndexError(
+            f"{source}: {source.stat().st_size} bytes, more than the {MAX_WHEEL_BYTES} an fa-attn wheel can "
+            "be; refusing it (is it the right file?)"
+        )
     if size is not None and source.stat().st_size != size:
         raise WheelIndexError(
             f"{source.name}: {source.stat().st_size} bytes but the index says {size}; refusing to install it "

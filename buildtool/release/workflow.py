@@ -25,6 +25,7 @@ from packaging.version import Version
 
 from buildtool.builder.matrix import Matrix, MatrixError
 from buildtool.builder.platform_tag import TORCH_LIBS
+from buildtool.release import pins
 
 TEMPLATE = "release.yml.j2"
 DEFAULT_OUT = Path(".github/workflows/release.yml")
@@ -168,8 +169,11 @@ def _template() -> jinja2.Template:
     return env.get_template(TEMPLATE)
 
 
-def render(workflow: ReleaseWorkflow) -> str:
+def render(workflow: ReleaseWorkflow, action_pins: dict[str, pins.Pin] | None = None) -> str:
+    """The workflow's text; each action at its commit in `action_pins` (default: action_pins.json)."""
+    chosen = pins.load() if action_pins is None else action_pins
     return _template().render(
+        uses=lambda name: pins.uses(chosen, name),
         wf=workflow,
         cibw={job.id: cibuildwheel_env(job, workflow.matrix_path) for job in workflow.jobs},
         package_dir=CIBW_PACKAGE_DIR,

@@ -121,8 +121,7 @@ def test_one_build_job_per_cpu_and_cuda_major_then_publish():
         assert f"--platform {cpu} --shard {k}/{n} --dry-run --json" in plan["run"]
         universal = [s for s in job["steps"] if "universal" in s.get("name", "")]
         assert len(universal) == (name == "build-x86_64-1")  # shard 1 of the first CPU
-        cache = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/cache"))
-        assert cache["with"]["path"] == "${{ runner.temp }}/fa/cache"
+        assert not [s for s in job["steps"] if s.get("uses", "").startswith("actions/cache")]  # poisoning
 
 
 def test_repair_excludes_exactly_torchs_libraries():
@@ -237,7 +236,7 @@ def test_pypi_gets_the_all_wheels_and_the_universal_wheel_by_trusted_publishing(
     assert job["permissions"] == {"id-token": "write"}
     assert job["environment"]["name"] == "pypi"
     writers = {name for name, j in workflow["jobs"].items() if j.get("permissions", {}).get("id-token")}
-    assert writers == {"pypi", "pages"}
+    assert writers == {"pypi", "pages", "publish"}  # publish: the provenance attestations' certificate
     publish = [st for st in job["steps"] if st.get("uses", "").startswith("pypa/gh-action-pypi-publish")]
     assert len(publish) == 1
     assert publish[0]["with"]["packages-dir"] == "pypi/"

@@ -1,0 +1,168 @@
+"""What fa wrote in an output folder (`fa build --out`, `fa index DIR`), so that it only ever replaces
+its own files there.
+
+`--out` is a user's folder: it may hold their own index.json, a simple/ page, build logs, wheels of
+other platforms copied in, or links to elsewhere. fa keeps a record, `.fa-written.json` beside the
+wheels, of every file it wrote there and the sha256 of what it wrote. Before replacing a file it checks
+the file is in the record with the same sha256: a file fa did not write, or one changed since (a
+tampered wheel), is refused by name, never overwritten or re-indexed silently. Nothing is written
+through a symbolic link below the folder: a `simple/` or `logs/` that links elsewhere is refused.
+
+The record is updated under a lock (two builds into one folder) and before each rename as well as
+after it, so a build killed between the two still finds the file it wrote to be its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+from filelock import FileLock
+
+from buildtool.core import atomic
+from buildtool.core.fetch import sha256_file
+from buildtool.errors import UsageError
+
+RECORD = ".fa-written.json"
+MAX_RECORD_BYTES = 4 << 20  # a path and a hash per file: a release folder's record is a few KB
+
+
+class OutFileError(UsageError):
+    """A file or link in the output folder that fa must not replace or follow (exit 2)."""
+
+
+def _record_path(root: Path) -> Path:
+    return root / RECORD
+
+
+def written(root: Path) -> dict[str, list[str]]:
+    """The record: relative path -> the sha256s fa wrote there (two while a rename is under way)."""
+    path = _record_path(root)
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_RECORD_BYTES + 1)
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise OutFileError(f"{path}: cannot read it ({exc.strerror}); fix: check its permissions") from None
+    try:
+        raw = json.loads(data) if len(data) <= MAX_RECORD_BYTES else None
+    except ValueError:
+        raw = None
+    files = raw.get("files") if isinstance(raw, dict) else None
+    if not isinstance(files, dict) or not all(
+        isinstance(k, str) and isinstance(v, list) and all(isinstance(h, str) for h in v)
+        for k, v in files.items()
+    ):
+        raise OutFileError(
+            f"{path}: not the record of files fa wrote here; fix: restore it, or move it away (fa then "
+            "treats every file in the folder as not its own)"
+        )
+    return files
+
+
+@contextlib.contextmanager
+def _locked(root: Path) -> Iterator[dict[str, list[str]]]:
+    """The record, read and then saved under the folder's lock (two builds into one --out)."""
+    inside(root, RECORD)
+    lock = inside(root, f"{RECORD}.lock")
+    with FileLock(str(lock)):
+        files = written(root)
+        yield files
+        atomic.write_json(_record_path(root), {"files": files})
+
+
+def inside(root: Path, rel: str) -> Path:
+    """root/rel, refused if any part of it below `root` is a symbolic link: fa writes only inside the
+    folder it was given, and does not follow a `simple/` or `logs/` that points elsewhere."""
+    path = root
+    for part in Path(rel).parts:
+        path = path / part
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            break
+        except OSError as exc:
+            raise OutFileError(f"{path}: cannot look at it ({exc.strerror})") from None
+        if stat.S_ISLNK(mode):
+            raise OutFileError(
+                f"{path}: a symbolic link (to {os.readlink(path)}); fa writes only inside {root} and does "
+                "not follow links there; fix: replace the link with a folder or file, or pass another --out"
+            )
+    return root / rel
+
+
+def own(root: Path, rel: str) -> bool:
+    """True when root/rel is absent, or holds exactly what fa last wrote there (its sha256 recorded)."""
+    path = inside(root, rel)
+    if not path.exists():
+        return True
+    recorded = written(root).get(rel)
+    return recorded is not None and path.is_file() and sha256_file(path) in recorded
+
+
+def claim(root: Path, rel: str) -> Path:
+    """root/rel, which fa may now replace; OutFileError when fa did not write what is there."""
+    path = inside(root, rel)
+    if own(root, rel):
+        return path
+    if rel not in written(root):
+        problem = "fa did not write it (it is not in the record of what fa wrote here)"
+    else:
+        problem = "it changed since fa wrote it (its sha256 is not the one fa recorded)"
+    raise OutFileError(
+        f"{path}: {problem}, so fa will not overwrite it; fix: move it out of {root}, or pass another --out"
+    )
+
+
+def note(root: Path, rel: str, sha256: str, *, pending: bool = False) -> None:
+    """Records that fa wrote `sha256` at rel; `pending` keeps the previous hash too, for a rename
+    that a kill may yet stop."""
+    with _locked(root) as files:
+        files[rel] = [*files.get(rel, [])[-1:], sha256] if pending else [sha256]
+
+
+@contextlib.contextmanager
+def writing(root: Path, rel: str, *, take_over: bool = False) -> Iterator[Path]:
+    """atomic.writing for root/rel, recorded: refused unless fa wrote what is there (or, with
+    `take_over`, for `fa index DIR`, which is asked to rewrite the index, whoever wrote it)."""
+    path = inside(root, rel) if take_over else claim(root, rel)
+    atomic.ensure_dir(path.parent)
+    inside(root, rel)  # the folders just made are ours; anything else in the way was checked above
+    with atomic.writing(path) as tmp:
+        yield tmp
+        digest = sha256_file(tmp)
+        note(root, rel, digest, pending=True)
+    note(root, rel, digest)
+
+
+def write_text(root: Path, rel: str, text: str, *, take_over: bool = False) -> Path:
+    with writing(root, rel, take_over=take_over) as tmp:
+        try:
+            with tmp.open("w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            raise atomic.WriteError(root / rel, exc) from exc
+    return root / rel
+
+
+def write_json(root: Path, rel: str, obj: object, *, take_over: bool = False) -> Path:
+    return write_text(root, rel, json.dumps(obj, indent=2, sort_keys=True) + "\n", take_over=take_over)
+
+
+def check_kept(root: Path, rel: str, sha256: str) -> None:
+    """A file fa indexes without writing it (a wheel of an earlier build, or one copied in): if fa
+    wrote it, it must still be what fa wrote; a link is not followed."""
+    path = inside(root, rel)
+    recorded = written(root).get(rel)
+    if recorded is not None and sha256 not in recorded:
+        raise OutFileError(
+            f"{path}: changed since fa wrote it (sha256 {sha256}, fa wrote {recorded[-1]}); refusing to "
+            f"index it; fix: move it out of {root} and re-run (fa build writes it again)"
+        )

@@ -1,0 +1,186 @@
+"""`--out` is a user's folder: fa replaces only files it wrote there (recorded with their sha256), never
+writes through a link below it, refuses a wheel of its own that changed since (never re-indexes it
+silently) and merges wheels of other platforms into the index instead of deleting them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from buildtool.builder import index, out_files, package
+from buildtool.builder.compile import KernelTree
+from buildtool.cli import app
+from buildtool.core.fetch import sha256_file
+from tests.builder.test_package_index import _build, _spec, host_lib, images  # noqa: F401 (fixtures)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def built(fixture_tree, images, host_lib, tmp_path):  # noqa: F811 (the imported fixtures)
+    """An --out folder holding one wheel fa built."""
+    out = tmp_path / "wheels"
+    wheel = _build(_spec("2.8"), out, fixture_tree, images, host_lib).path
+    return out, wheel
+
+
+@pytest.mark.parametrize("rel", ["index.json", "simple/index.html", "simple/fa-attn/index.html"])
+def test_a_users_index_files_are_not_overwritten(built, rel):
+    out, _ = built
+    mine = out / rel
+    mine.parent.mkdir(parents=True, exist_ok=True)
+    mine.write_text("my own index\n")
+    with pytest.raises(out_files.OutFileError, match="fa did not write it") as err:
+        index.write_index(out)
+    assert str(mine) in str(err.value)
+    assert mine.read_text() == "my own index\n"
+
+
+def test_a_users_build_log_is_not_overwritten(built):
+    out, _ = built
+    (out / "logs").mkdir()
+    (out / "logs" / "build.json").write_text('{"mine": true}\n')
+    with pytest.raises(out_files.OutFileError, match=r"logs/build.json: fa did not write it"):
+        out_files.write_json(out, "logs/build.json", {"wheels": []})  # what the pipeline's log write is
+    assert json.loads((out / "logs" / "build.json").read_text()) == {"mine": True}
+
+
+def test_fa_rewrites_its_own_index_files(built):
+    out, wheel = built
+    index.write_index(out)
+    (out / "logs").mkdir()
+    out_files.write_json(out, "logs/build.json", {"n": 1})
+    out_files.write_json(out, "logs/build.json", {"n": 2})
+    data = index.write_index(out)
+    assert [w["file"] for w in data["wheels"]] == [wheel.name]
+    recorded = out_files.written(out)
+    assert recorded["index.json"] == [sha256_file(out / "index.json")]
+    assert recorded["logs/build.json"] == [sha256_file(out / "logs" / "build.json")]
+
+
+@pytest.mark.parametrize("folder", ["simple", "logs"])
+def test_nothing_is_written_through_a_linked_folder(built, tmp_path, folder):
+    out, _ = built
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("x")
+    (out / folder).symlink_to(elsewhere)
+    write = {
+        "simple": lambda: index.write_index(out),
+        "logs": lambda: out_files.write_json(out, "logs/b.json", {}),
+    }
+    with pytest.raises(out_files.OutFileError, match="a symbolic link"):
+        write[folder]()
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["keep.txt"]
+
+
+def test_fa_index_takes_over_the_index_but_never_follows_a_link(built, tmp_path):
+    out, _ = built
+    (out / "index.json").write_text("an old index\n")
+    result = CliRunner().invoke(app, ["index", str(out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "index.json").read_text())["wheels"]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (out / "simple" / "fa-attn" / "index.html").unlink()
+    (out / "simple" / "fa-attn").rmdir()
+    (out / "simple" / "fa-attn").symlink_to(elsewhere)
+    result = CliRunner().invoke(app, ["index", str(out)])
+    assert result.exit_code == 2
+    assert "a symbolic link" in result.output
+    assert list(elsewhere.iterdir()) == []
+
+
+def _tamper(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel, "a") as zf:
+        zf.writestr("fa_attn/evil.py", "import os\n")
+
+
+def test_a_tampered_wheel_is_not_reindexed(built):
+    out, wheel = built
+    index.write_index(out)
+    before = (out / "index.json").read_text()
+    _tamper(wheel)
+    with pytest.raises(out_files.OutFileError, match="changed since fa wrote it") as err:
+        index.write_index(out)
+    assert wheel.name in str(err.value)
+    assert (out / "index.json").read_text() == before
+
+
+def test_a_tampered_wheel_is_not_overwritten_by_a_rebuild(built, fixture_tree, images, host_lib):  # noqa: F811
+    out, wheel = built
+    _tamper(wheel)
+    tampered = wheel.read_bytes()
+    with pytest.raises(out_files.OutFileError, match="changed since fa wrote it"):
+        _build(_spec("2.8"), out, fixture_tree, images, host_lib)
+    assert wheel.read_bytes() == tampered
+
+
+def test_a_users_wheel_of_the_same_name_is_not_overwritten(fixture_tree, images, host_lib, tmp_path):  # noqa: F811
+    elsewhere = _build(_spec("2.8"), tmp_path / "elsewhere", fixture_tree, images, host_lib).path
+    out = tmp_path / "wheels"
+    out.mkdir()
+    theirs = out / elsewhere.name
+    theirs.write_bytes(elsewhere.read_bytes() + b"\0")  # same name, not fa's bytes here
+    with pytest.raises(out_files.OutFileError, match="fa did not write it"):
+        _build(_spec("2.8"), out, fixture_tree, images, host_lib)
+    assert theirs.read_bytes() == elsewhere.read_bytes() + b"\0"
+
+
+def _as_platform(wheel: Path, out: Path, platform: str, fixture_tree: Path) -> Path:
+    """fa writing the same wheel under another platform tag (as a build on another machine does)."""
+    spec = _spec("2.8")
+    man = package.manifest(spec, KernelTree(fixture_tree).tiles)
+    with zipfile.ZipFile(wheel) as zf:
+        files = {
+            n: zf.read(n) for n in zf.namelist() if ".dist-info/" not in n and n != "fa_attn/manifest.json"
+        }
+    return package.write_wheel(files, man, spec.version, platform, out)
+
+
+def test_wheels_of_other_platform_tags_are_kept_and_merged(built, fixture_tree, images, host_lib, tmp_path):  # noqa: F811
+    out, wheel = built
+    # One fa wrote here earlier under another tag, and one built elsewhere and copied in.
+    earlier = _as_platform(wheel, out, "manylinux_2_17_x86_64", fixture_tree)
+    other = tmp_path / "other"
+    copied = out / _as_platform(wheel, other, "manylinux_2_34_x86_64", fixture_tree).name
+    copied.write_bytes((other / copied.name).read_bytes())
+    rebuilt = _build(_spec("2.8"), out, fixture_tree, images, host_lib).path
+    assert rebuilt == wheel
+    data = index.write_index(out)
+    names = {w["file"] for w in data["wheels"]}
+    assert names == {wheel.name, earlier.name, copied.name}
+    assert earlier.exists()
+    assert copied.exists()
+
+
+def test_a_kill_between_record_and_rename_still_finds_the_file_its_own(built):
+    out, wheel = built
+    out_files.note(out, wheel.name, "f" * 64, pending=True)  # recorded, then killed before the rename
+    assert out_files.own(out, wheel.name)
+    out_files.claim(out, wheel.name)
+
+
+def test_two_processes_writing_into_one_folder_record_every_file(tmp_path):
+    code = (
+        "import sys; from pathlib import Path; from buildtool.builder import out_files\n"
+        "for i in range(20): out_files.write_text(Path(sys.argv[1]), f'logs/{sys.argv[2]}-{i}.json', 'x')\n"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, str(tmp_path), name], cwd=REPO)
+        for name in ("a", "b", "c")
+    ]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
+    assert len(out_files.written(tmp_path)) == 60
+
+
+def test_a_damaged_record_is_named(tmp_path):
+    (tmp_path / out_files.RECORD).write_text("[1, 2")
+    with pytest.raises(out_files.OutFileError, match=r"\.fa-written\.json: not the record"):
+        out_files.write_text(tmp_path, "index.json", "{}")
