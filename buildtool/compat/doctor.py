@@ -28,7 +28,7 @@ _VERDICT_STYLE = {
     "fallback": "bold yellow",
     "no-wheel": "bold red",
 }
-_VERDICT_TEXT = {
+VERDICT_TEXT = {
     "ok": "our kernels run from SASS on this GPU",
     "ok-jit": "our kernels run, JIT-compiled from PTX by the driver on first use",
     "fallback": "a wheel installs, but calls fall back to torch SDPA",
@@ -143,7 +143,7 @@ def _env_line(env: Env) -> str:
     )
 
 
-def _runtime_line(runtime: Dispatch) -> str:
+def runtime_line(runtime: Dispatch) -> str:
     if runtime.path == "sass":
         return f"SASS for sm {runtime.arch}, head dim {runtime.head_dim}"
     if runtime.path == "ptx":
@@ -151,7 +151,7 @@ def _runtime_line(runtime: Dispatch) -> str:
     return "fallback to torch SDPA"
 
 
-def _acts_as(entry: schema.IndexEntry, env: Env) -> str:
+def acts_as(entry: schema.IndexEntry, env: Env) -> str:
     """What the all-wheel loads here: the binding for the torch installed and the CUDA major whose
     kernels this driver and torch prefer (per call the GPU may take another: the GPU lines say)."""
     view = as_installed(entry.info, env)
@@ -242,7 +242,7 @@ def render(report: DoctorReport, console: Console, show_all: bool = False) -> No
     console.print(Text("\nChoice", style="bold"))
     console.print(Text(f"fa install picks: {wheel_name(sel.selected) if sel.selected else 'nothing'}"))
     if sel.selected is not None and sel.selected.info.all_wheel:
-        console.print(Text(f"it acts here as: {_acts_as(sel.selected, report.env)}"))
+        console.print(Text(f"it acts here as: {acts_as(sel.selected, report.env)}"))
     if sel.why:
         console.print(Text(f"why: {sel.why}"))
     for warning in sel.warnings:
@@ -253,17 +253,17 @@ def render(report: DoctorReport, console: Console, show_all: bool = False) -> No
         console.print(
             Text(
                 f"GPU {answer.index} ({answer.gpu.name}, sm {answer.gpu.sm}), {call}: "
-                f"{_runtime_line(answer.runtime)}"
+                f"{runtime_line(answer.runtime)}"
             )
         )
         if answer.runtime.reasons:
             console.print(_reason_text(answer.runtime.reasons))
         console.print(Text(verified.line(answer.gpu.name, answer.gpu.sm, verified.installed_wheel())))
     if not sel.gpus and sel.selected is not None:
-        console.print(Text(f"No GPU, {call}: {_runtime_line(sel.runtime)}"))
+        console.print(Text(f"No GPU, {call}: {runtime_line(sel.runtime)}"))
 
     verdict = Text(f"\nverdict: {sel.verdict}", style=_VERDICT_STYLE[sel.verdict])
-    verdict.append(f" ({_VERDICT_TEXT[sel.verdict]})", style="default")
+    verdict.append(f" ({VERDICT_TEXT[sel.verdict]})", style="default")
     console.print(verdict)
     # The stack's reasons are printed above already: name them here, do not repeat them.
     stack_codes = {r.code for r in sel.stack}

@@ -246,11 +246,12 @@ def binding_here(info: schema.WheelInfo, env: Env) -> schema.BindingFile:
     return all_wheel.binding_for(info, torch, assumed_cxx11abi(env), assumed)
 
 
-def untested_torch(entry: schema.IndexEntry, env: Env) -> Reason | None:
-    """The warning for a stable-ABI wheel on a torch newer than the newest it was tested with."""
+def untested_torch(entry: schema.IndexEntry, env: Env, view: schema.WheelInfo | None = None) -> Reason | None:
+    """The warning for a stable-ABI wheel on a torch newer than the newest it was tested with; `view`
+    is as_installed(entry.info, env) when the caller has it already."""
     if env.torch is None:
         return None
-    return decision.untested_torch(as_installed(entry.info, env), env.torch.version)
+    return decision.untested_torch(view or as_installed(entry.info, env), env.torch.version)
 
 
 def _driver_reasons(entry: schema.IndexEntry, env: Env) -> list[Reason]:

@@ -1,0 +1,362 @@
+"""The index page's picker: every machine it offers, answered by choose.select as `fa doctor` answers it.
+
+The page (buildtool/builder/index_page.py) embeds these answers and only looks them up, so it has no rule
+of its own. A machine is (OS and CPU, torch minor, torch's CUDA major, torch's C++ ABI, Python, GPU,
+driver); each axis offers only the values that can change an answer, so that every combination can be
+asked at index time:
+
+- driver: the ranges between the floors that the wheels and toolkits name (each CUDA major's SASS and
+  PTX floors, which torch's own CUDA build needs too). Every rule compares the driver with one of these
+  floors, so a range has one answer; it is asked at the range's lowest driver, which its messages show.
+- GPU: one compute capability per family (GPU_FAMILIES): SASS, shared memory and PTX are decided per
+  compute capability, and the family's GPUs share it.
+- torch: by minor (a binding serves a minor), with the CUDA majors of the wheels that serve it, torch's
+  C++ ABI where that minor's wheels differ in it, and one minor below fa's floor (versions.MIN_TORCH).
+- Python: grouped by what every wheel says of it (its tags and Requires-Python, from fit.wheel_reasons):
+  Pythons that every wheel treats the same share their answers. Nothing else in a choice reads Python.
+
+The Linux answers assume the newest glibc a wheel's manylinux tag asks for (`GLIBC_NOTE`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from buildtool.compat import doctor
+from buildtool.compat.choose import Memo, Request, Selection, select
+from buildtool.compat.env import Env, Gpu
+from buildtool.compat.fit import TagIndex, supported_tags, wheel_reasons
+from buildtool.core import install_lines
+from buildtool.core.cpus import AARCH64, PLATFORMS, X86_64
+from buildtool.core.cuda_facts import TOOLKITS
+from buildtool.core.installed import TorchInfo
+from buildtool.core.runtime import schema, versions
+
+# Shell-safe (shlex.quote leaves it bare), so the page can put its own folder's URL in its place.
+BASE_URL = "https://fa-index.invalid/base"
+
+# Compute capabilities the picker offers, one per family, newest first, with the GPUs people know by name
+# (docs/reference/compat-facts: SASS of X.Y runs on X.Z >= Y, so a family shares its answers; each is
+# asked at the first compute capability named). The Jetsons only on aarch64, the CPU they have.
+GPU_FAMILIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("12.0", "Blackwell: RTX 50xx, RTX PRO 6000, GB10 (sm 12.0, 12.1)", (X86_64, AARCH64)),
+    ("11.0", "Jetson Thor (sm 11.0)", (AARCH64,)),
+    ("10.0", "Blackwell: B200, GB200, B300, GB300 (sm 10.0, 10.3)", (X86_64, AARCH64)),
+    ("9.0", "Hopper: H100, H200, H800, GH200 (sm 9.0)", (X86_64, AARCH64)),
+    ("8.9", "Ada: L4, L40, L40S, RTX 40xx, RTX 6000 Ada (sm 8.9)", (X86_64, AARCH64)),
+    ("8.7", "Jetson Orin (sm 8.7)", (AARCH64,)),
+    ("8.6", "Ampere: A10, A40, RTX 30xx, RTX A6000 (sm 8.6)", (X86_64, AARCH64)),
+    ("8.0", "Ampere: A100, A800, A30 (sm 8.0)", (X86_64, AARCH64)),
+    ("7.5", "Turing: T4, RTX 20xx, Quadro RTX (sm 7.5)", (X86_64, AARCH64)),
+    ("7.0", "Volta and older: V100, P100, GTX 10xx (sm 7.0 and older)", (X86_64, AARCH64)),
+)
+NO_GPU = "none"
+
+# The CPython minors offered, newest first: from fa-attn's Requires-Python floor (3.9) on; free-threaded
+# from 3.13. Grouped by what the wheels say of them (python_groups), so more cost nothing.
+PYTHONS = ("3.15", "3.15t", "3.14", "3.14t", "3.13", "3.13t", "3.12", "3.11", "3.10", "3.9")
+DEFAULT_PYTHON = "3.12"
+
+CPU_LABELS = {X86_64: "Linux x86_64", AARCH64: "Linux aarch64 (Arm: GH200, GB200, Jetson, DGX Spark)"}
+CPU_TORCH = "cpu"  # the CUDA option of a CPU-only torch
+AUTO_ABI = "auto"  # the ABI option where the minor's wheels do not differ in it (fit assumes it)
+NO_DRIVER = "none"
+
+# The one-line commands that tell each answer, shown beside the picker.
+TELL = {
+    "torch": 'python -c "import torch; print(torch.__version__, torch.version.cuda, '
+    'torch._C._GLIBCXX_USE_CXX11_ABI)"',
+    "python": "python -VV",
+    "gpu": "nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader",
+}
+
+
+@dataclass(frozen=True)
+class Option:
+    id: str
+    label: str
+
+
+@dataclass(frozen=True)
+class Machine:
+    """One combination the picker offers: its key (an option id per axis) and the Env it stands for."""
+
+    key: tuple[str, ...]  # platform, torch, cuda, abi, python group, gpu, driver
+    env: Env
+
+
+AXES = ("platform", "torch", "cuda", "abi", "python", "gpu", "driver")
+
+
+# ---------------------------------------------------------------------------------------------------
+# The axes, from the wheels
+
+
+def glibc_assumed(entries: Sequence[schema.IndexEntry]) -> str:
+    """The newest glibc a wheel's manylinux tag asks for ("2.28"), which the Linux answers assume."""
+    needs = [(2, 17)]
+    for entry in entries:
+        for match in re.finditer(r"manylinux_(\d+)_(\d+)_", entry.platform_tag or ""):
+            needs.append((int(match[1]), int(match[2])))
+    return "{}.{}".format(*max(needs))
+
+
+def driver_floors(entries: Sequence[schema.IndexEntry], os_name: str) -> list[str]:
+    """Every driver floor a rule may compare with, oldest first: the toolkits' (torch's own CUDA build,
+    SASS and PTX) and the wheels' own."""
+    floors = set()
+    for toolkit in TOOLKITS.values():
+        floors |= {toolkit.windows_min_driver if os_name == "windows" else toolkit.min_driver}
+        floors |= {toolkit.ptx_min_driver}
+    for entry in entries:
+        info = entry.info
+        floors |= {d for d in (info.min_driver, info.ptx_min_driver) if d}
+        floors |= {d for k in info.kernel_sets for d in (k.min_driver, k.ptx_min_driver) if d}
+    return sorted(floors, key=versions.parse_driver)
+
+
+def driver_options(floors: Sequence[str]) -> list[tuple[Option, str]]:
+    """(option, the driver it is asked at): one range per floor, newest first, and one below them all."""
+    options = []
+    for i, floor in enumerate(floors):
+        upper = f" (below {floors[i + 1]})" if i + 1 < len(floors) else " or newer"
+        options.append((Option(floor, f"{floor}{upper}"), floor))
+    lowest = versions.parse_driver(floors[0])
+    below = f"{lowest[0] - 1}.0" if lowest[1:] == (0, 0) else f"{lowest[0]}.0"
+    options.append((Option(below, f"older than {floors[0]}"), below))
+    return list(reversed(options))
+
+
+def _minor_key(minor: str) -> tuple[int, int]:
+    return versions.torch_version(minor)
+
+
+def torch_builds(entries: Sequence[schema.IndexEntry], cpu: str | None) -> dict[str, dict[int, set[bool]]]:
+    """torch minor -> CUDA major -> the C++ ABIs of the aten bindings built for it, from the wheels of
+    `cpu` (None: every CPU's): the builds some kernel wheel serves."""
+    builds: dict[str, dict[int, set[bool]]] = {}
+    for entry in entries:
+        info = entry.info
+        if info.universal or (cpu is not None and info.platform != cpu):
+            continue
+        bindings = info.bindings or (
+            schema.BindingFile(
+                info.binding or "",
+                info.torch or "",
+                info.cxx11abi,
+                info.binding_form or "aten",
+                info.torch_tested,
+            ),
+        )
+        majors = [k.cuda_major for k in info.kernel_sets] or [info.cuda_major]
+        for b in bindings:
+            minors = set(b.torch_tested) | {b.torch} if b.binding_form == "stable" else {b.torch}
+            for minor in minors:
+                for major in majors:
+                    if major is None:
+                        continue
+                    abis = builds.setdefault(minor, {}).setdefault(major, set())
+                    if b.binding_form != "stable" and b.cxx11abi is not None:
+                        abis.add(b.cxx11abi)
+    if builds:  # one minor below fa's floor, with the lowest minor's CUDA majors
+        lowest = min(builds, key=_minor_key)
+        floor = versions.MIN_TORCH
+        below = f"{floor[0]}.{floor[1] - 1}"
+        if _minor_key(below) < _minor_key(lowest) and floor[1] > 0:
+            builds[below] = {major: set() for major in builds[lowest]}
+    return builds
+
+
+def python_groups(entries: Sequence[schema.IndexEntry], base: Env) -> dict[str, str]:
+    """Python -> its group: Pythons every wheel says the same of (fit.wheel_reasons) share a group, named
+    by its newest member."""
+    groups: dict[str, str] = {}
+    seen: dict[tuple[Any, ...], str] = {}
+    for python in PYTHONS:
+        env = dataclasses.replace(base, python=python)
+        tags = TagIndex.of(supported_tags(env))
+        said = tuple(tuple(wheel_reasons(e, env, tags)) for e in entries)
+        groups[python] = seen.setdefault(said, python)
+    return groups
+
+
+# ---------------------------------------------------------------------------------------------------
+# Every machine
+
+
+def _gpu_options(cpu: str) -> list[tuple[Option, Gpu | None]]:
+    options: list[tuple[Option, Gpu | None]] = []
+    for sm, label, cpus in GPU_FAMILIES:
+        if cpu in cpus:
+            options.append(
+                (Option(sm, label), Gpu(label.split(": ")[-1].split(" (")[0].split(",")[0], sm, None))
+            )
+    return [*options, (Option(NO_GPU, "no NVIDIA GPU"), None)]
+
+
+def _abi_options(abis: set[bool]) -> list[bool | None]:
+    """The C++ ABIs to ask about: both where this build's wheels differ in it, else the one fit assumes."""
+    return sorted(abis) if len(abis) > 1 else [None]
+
+
+def linux_cpus(entries: Sequence[schema.IndexEntry]) -> list[str]:
+    """The Linux CPUs the wheels are built for, in cpus.PLATFORMS' order (x86_64 first)."""
+    built = {e.info.platform for e in entries if e.info.platform}
+    return [cpu for cpu in PLATFORMS if cpu in built]
+
+
+def machines(entries: Sequence[schema.IndexEntry]) -> Iterator[Machine]:
+    """Every combination the picker offers, each with the Env `fa doctor --env` would read for it, in the
+    order the page offers them (the first of each axis is its default)."""
+    glibc = glibc_assumed(entries)
+    drivers = driver_options(driver_floors(entries, "linux"))
+    for cpu in linux_cpus(entries):
+        base = Env("linux", cpu, glibc, DEFAULT_PYTHON, None, None, ())
+        groups = sorted(set(python_groups(entries, base).values()), key=_python_order)
+        builds = torch_builds(entries, cpu)
+        for minor in sorted(builds, key=_minor_key, reverse=True):
+            majors: list[int | None] = [*sorted(builds[minor], reverse=True), None]
+            for major in majors:
+                for abi in _abi_options(builds[minor].get(major, set()) if major else set()):
+                    torch = TorchInfo(minor, None if major is None else f"{major}.x", None, abi)
+                    for python in groups:
+                        for gpu_option, gpu in _gpu_options(cpu):
+                            for driver_option, driver in drivers if gpu else [(Option(NO_DRIVER, ""), None)]:
+                                key = (
+                                    cpu,
+                                    minor,
+                                    CPU_TORCH if major is None else str(major),
+                                    AUTO_ABI if abi is None else str(abi).lower(),
+                                    python,
+                                    gpu_option.id,
+                                    driver_option.id,
+                                )
+                                gpus = () if gpu is None else (gpu,)
+                                yield Machine(key, Env("linux", cpu, glibc, python, torch, driver, gpus))
+
+
+def _python_order(python: str) -> int:
+    """The default Python's group first, then newest first."""
+    return -1 if python == DEFAULT_PYTHON else PYTHONS.index(python)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The answers, as the page embeds them
+
+
+class _Table:
+    """Values kept once, named by their place: an answer names its wheel and reasons by index."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+        self._seen: dict[str, int] = {}
+
+    def add(self, item: Any) -> int:
+        text = json.dumps(item, sort_keys=True)
+        if text not in self._seen:
+            self._seen[text] = len(self.items)
+            self.items.append(item)
+        return self._seen[text]
+
+
+def answer(selection: Selection, env: Env, wheels: _Table, reasons: _Table) -> dict[str, Any]:
+    """What the page shows for one machine, in `fa doctor`'s words: the verdict, the wheel and the lines
+    that install it (`wheel`, an index into `wheels`), what GPU 0 runs, and the reasons behind a
+    fallback or a no-fit (`because`, indexes into `reasons`, each with its message and fix)."""
+    entry = selection.selected
+    found: dict[str, Any] = {"verdict": selection.verdict}
+    if entry is not None:
+        lines = install_lines.install_lines(entry, BASE_URL)
+        wheel = {
+            "file": entry.file,
+            "name": doctor.wheel_name(entry),
+            "size": entry.size,
+            "sha256": entry.sha256,
+            "index": lines.index_name,
+            "pip": lines.pip,
+            "uv": lines.uv,
+        }
+        found["wheel"] = wheels.add(wheel)
+        if entry.info.all_wheel:
+            found["acts_as"] = doctor.acts_as(entry, env)
+        gpu = f"GPU 0 ({env.gpus[0].name}, sm {env.gpus[0].sm})" if env.gpus else "No GPU"
+        found["runtime"] = f"{gpu}: {doctor.runtime_line(selection.runtime)}"
+    as_json = [{"code": r.code, "message": r.message, "fix": r.fix} for r in selection.deciding]
+    found["because"] = [reasons.add(r) for r in as_json]
+    if selection.why:
+        found["why"] = selection.why
+    if selection.warnings:
+        found["warnings"] = [
+            reasons.add({"code": r.code, "message": r.message, "fix": r.fix}) for r in selection.warnings
+        ]
+    return found
+
+
+def page_data(entries: Sequence[schema.IndexEntry], request: Request | None = None) -> dict[str, Any]:
+    """Every machine the picker offers and its answer, as JSON data: `options` (an id and a label per
+    axis value), `tree` (axis by axis, AXES' order, down to the index of an answer in `answers`),
+    `pythons` (each Python's group, the key the tree uses), and the `wheels` and `reasons` the answers
+    name by index."""
+    entries = tuple(entries)
+    request = request or Request()
+    memo = Memo()
+    tree: dict[str, Any] = {}
+    answers, wheels, reasons = _Table(), _Table(), _Table()
+    for machine in machines(entries):
+        found = answer(select(entries, machine.env, request, memo), machine.env, wheels, reasons)
+        node = tree
+        for part in machine.key[:-1]:
+            node = node.setdefault(part, {})
+        node[machine.key[-1]] = answers.add(found)
+    cpus = linux_cpus(entries)
+    base = Env("linux", cpus[0], glibc_assumed(entries), DEFAULT_PYTHON, None, None, ())
+    groups = python_groups(entries, base)
+    return {
+        "axes": list(AXES),
+        "options": _options(entries, cpus),
+        "pythons": [{"id": p, "group": groups[p]} for p in sorted(PYTHONS, key=_python_order)],
+        "tree": tree,
+        "answers": answers.items,
+        "wheels": wheels.items,
+        "reasons": reasons.items,
+        "verdicts": dict(doctor.VERDICT_TEXT),
+        "tell": TELL,
+        "base_url": BASE_URL,
+        "assumes": {"glibc": glibc_assumed(entries), "request": dataclasses.asdict(request)},
+    }
+
+
+def _options(entries: Sequence[schema.IndexEntry], cpus: Sequence[str]) -> dict[str, list[dict[str, str]]]:
+    def listed(options: Sequence[Option]) -> list[dict[str, str]]:
+        return [{"id": o.id, "label": o.label} for o in options]
+
+    builds = torch_builds(entries, None)
+    lowest = min(builds, key=_minor_key)
+    floor = versions.version_text(versions.MIN_TORCH)
+    torch = [Option(m, m + (" or older" if _minor_key(m) < _minor_key(floor) else "")) for m in builds]
+    torch.sort(key=lambda o: _minor_key(o.id), reverse=True)
+    del lowest
+    majors = sorted({m for b in builds.values() for m in b}, reverse=True)
+    cuda = [Option(str(m), f"CUDA {m}.x (torch.version.cuda {m}.*)") for m in majors]
+    cuda.append(Option(CPU_TORCH, "CPU only (torch.version.cuda is None)"))
+    abi = [
+        Option("false", "False (PyPI's wheels before torch 2.7)"),
+        Option("true", "True (NGC containers, some download.pytorch.org builds)"),
+        Option(AUTO_ABI, "as torch's build implies"),
+    ]
+    gpus = {o.id: o for cpu in cpus for o, _gpu in _gpu_options(cpu)}
+    drivers = [o for o, _d in driver_options(driver_floors(entries, "linux"))]
+    return {
+        "platform": listed([Option(cpu, CPU_LABELS.get(cpu, f"Linux {cpu}")) for cpu in cpus]),
+        "torch": listed(torch),
+        "cuda": listed(cuda),
+        "abi": listed(abi),
+        "python": listed([Option(p, p + (" (free-threaded)" if p.endswith("t") else "")) for p in PYTHONS]),
+        "gpu": listed(list(gpus.values())),
+        "driver": listed([*drivers, Option(NO_DRIVER, "no driver")]),
+    }
