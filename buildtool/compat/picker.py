@@ -32,7 +32,7 @@ from buildtool.compat.choose import Memo, Request, Selection, select
 from buildtool.compat.env import Env, Gpu
 from buildtool.compat.fit import TagIndex, supported_tags, wheel_reasons
 from buildtool.core import install_lines
-from buildtool.core.cpus import AARCH64, PLATFORMS, X86_64
+from buildtool.core.cpus import AARCH64, PLATFORMS, X86_64, canonical
 from buildtool.core.cuda_facts import TOOLKITS
 from buildtool.core.installed import TorchInfo
 from buildtool.core.runtime import schema, versions
@@ -342,11 +342,11 @@ def _options(entries: Sequence[schema.IndexEntry], cpus: Sequence[str]) -> dict[
     torch.sort(key=lambda o: _minor_key(o.id), reverse=True)
     del lowest
     majors = sorted({m for b in builds.values() for m in b}, reverse=True)
-    cuda = [Option(str(m), f"CUDA {m}.x (torch.version.cuda {m}.*)") for m in majors]
-    cuda.append(Option(CPU_TORCH, "CPU only (torch.version.cuda is None)"))
+    cuda = [Option(str(m), f"CUDA {m}.x") for m in majors]
+    cuda.append(Option(CPU_TORCH, "CPU only (None)"))
     abi = [
-        Option("false", "False (PyPI's wheels before torch 2.7)"),
-        Option("true", "True (NGC containers, some download.pytorch.org builds)"),
+        Option("false", "False (PyPI, before torch 2.7)"),
+        Option("true", "True (NGC, some pytorch.org builds)"),
         Option(AUTO_ABI, "as torch's build implies"),
     ]
     gpus = {o.id: o for cpu in cpus for o, _gpu in _gpu_options(cpu)}
@@ -360,3 +360,31 @@ def _options(entries: Sequence[schema.IndexEntry], cpus: Sequence[str]) -> dict[
         "gpu": listed(list(gpus.values())),
         "driver": listed([*drivers, Option(NO_DRIVER, "no driver")]),
     }
+
+
+def option_key(env: Env, data: dict[str, Any]) -> tuple[str, ...]:
+    """The options a person with machine `env` picks on the page made of `data` (page_data): the GPU's
+    family (the nearest offered compute capability at or below its own, else the oldest), the driver's
+    range (the newest floor at or below it), torch's minor, CUDA major and C++ ABI."""
+    options = {axis: [o["id"] for o in data["options"][axis]] for axis in AXES}
+    torch = env.torch
+    minor = versions.torch_minor(torch.version) if torch else ""
+    node = data["tree"][canonical(env.arch) or env.arch][minor]
+    cuda = str(torch.cuda_major) if torch and torch.cuda_major else CPU_TORCH
+    abis = list(node[cuda])
+    abi = AUTO_ABI if abis == [AUTO_ABI] else str(torch.cxx11abi if torch else None).lower()
+    python = {p["id"]: p["group"] for p in data["pythons"]}[env.python]
+    gpu, driver = NO_GPU, NO_DRIVER
+    if env.gpus:
+        sm = versions.parse_arch(env.gpus[0].sm)
+        families = [g for g in options["gpu"] if g != NO_GPU and g in node[cuda][abi][python]]
+        below = [g for g in families if versions.parse_arch(g) <= sm]
+        gpu = max(below or families, key=versions.parse_arch) if below else min(families, key=versions.parse_arch)
+    if env.driver and env.gpus:
+        floors = [d for d in options["driver"] if d != NO_DRIVER]
+        driver = max(
+            (d for d in floors if versions.driver_at_least(env.driver, d)),
+            key=versions.parse_driver,
+            default=min(floors, key=versions.parse_driver),
+        )
+    return (canonical(env.arch) or env.arch, minor, cuda, abi, python, gpu, driver)
