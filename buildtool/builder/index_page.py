@@ -48,7 +48,9 @@ def torch_range(info: schema.WheelInfo) -> str:
         return f"{minors[0]} to {minors[-1]}, every binding" if minors else ""
     if info.binding_form == "stable":
         tested = _versions(info.torch_tested)
-        return f"{info.torch} and newer (tested {tested[0]} to {tested[-1]})" if tested else f">= {info.torch}"
+        return (
+            f"{info.torch} and newer (tested {tested[0]} to {tested[-1]})" if tested else f">= {info.torch}"
+        )
     abi = f", C++ ABI {str(info.cxx11abi).lower()}" if "cxx11abi" in info.variant else ""
     return f"{info.torch}{abi}"
 
@@ -68,6 +70,12 @@ def _archs(info: schema.WheelInfo) -> tuple[str, str]:
     return " ".join(info.sass) or "none", info.ptx or "none"
 
 
+def size_text(size: int | None) -> str:
+    if size is None:
+        return "unknown"
+    return f"{size / 1e6:.1f} MB" if size >= 100_000 else f"{size} bytes"
+
+
 def wheel_rows(entries: Sequence[schema.IndexEntry]) -> list[dict[str, Any]]:
     """The table of every wheel: what each serves, read from its index entry."""
     rows = []
@@ -83,8 +91,8 @@ def wheel_rows(entries: Sequence[schema.IndexEntry]) -> list[dict[str, Any]]:
                 "cuda": cuda_cell(info),
                 "sass": sass,
                 "ptx": ptx,
-                "size": entry.size,
-                "size_text": f"{entry.size / 1e6:.1f} MB" if entry.size >= 100_000 else f"{entry.size} B",
+                "size": entry.size or 0,
+                "size_text": size_text(entry.size),
                 "sha256": entry.sha256,
             }
         )

@@ -153,12 +153,12 @@ def torch_builds(entries: Sequence[schema.IndexEntry], cpu: str | None) -> dict[
                 info.torch_tested,
             ),
         )
-        majors = [k.cuda_major for k in info.kernel_sets] or [info.cuda_major]
+        majors = [k.cuda_major for k in info.kernel_sets] or [info.cuda_major or 0]
         for b in bindings:
             minors = set(b.torch_tested) | {b.torch} if b.binding_form == "stable" else {b.torch}
             for minor in minors:
                 for major in majors:
-                    if major is None:
+                    if not major:
                         continue
                     abis = builds.setdefault(minor, {}).setdefault(major, set())
                     if b.binding_form != "stable" and b.cxx11abi is not None:
@@ -201,7 +201,8 @@ def _gpu_options(cpu: str) -> list[tuple[Option, Gpu | None]]:
 
 def _abi_options(abis: set[bool]) -> list[bool | None]:
     """The C++ ABIs to ask about: both where this build's wheels differ in it, else the one fit assumes."""
-    return sorted(abis) if len(abis) > 1 else [None]
+    both: list[bool | None] = [False, True]
+    return both if len(abis) > 1 else [None]
 
 
 def linux_cpus(entries: Sequence[schema.IndexEntry]) -> list[str]:
@@ -369,7 +370,11 @@ def option_key(env: Env, data: dict[str, Any]) -> tuple[str, ...]:
     options = {axis: [o["id"] for o in data["options"][axis]] for axis in AXES}
     torch = env.torch
     minor = versions.torch_minor(torch.version) if torch else ""
-    node = data["tree"][canonical(env.arch) or env.arch][minor]
+    minors = data["tree"][canonical(env.arch) or env.arch]
+    oldest = min(minors, key=_minor_key)
+    if minor not in minors and minor and _minor_key(minor) < _minor_key(oldest):
+        minor = oldest  # "2.3 or older"
+    node = minors[minor]
     cuda = str(torch.cuda_major) if torch and torch.cuda_major else CPU_TORCH
     abis = list(node[cuda])
     abi = AUTO_ABI if abis == [AUTO_ABI] else str(torch.cxx11abi if torch else None).lower()
@@ -379,7 +384,11 @@ def option_key(env: Env, data: dict[str, Any]) -> tuple[str, ...]:
         sm = versions.parse_arch(env.gpus[0].sm)
         families = [g for g in options["gpu"] if g != NO_GPU and g in node[cuda][abi][python]]
         below = [g for g in families if versions.parse_arch(g) <= sm]
-        gpu = max(below or families, key=versions.parse_arch) if below else min(families, key=versions.parse_arch)
+        gpu = (
+            max(below or families, key=versions.parse_arch)
+            if below
+            else min(families, key=versions.parse_arch)
+        )
     if env.driver and env.gpus:
         floors = [d for d in options["driver"] if d != NO_DRIVER]
         driver = max(
