@@ -108,6 +108,8 @@ class Memo:
     views: dict[tuple[object, ...], schema.WheelInfo] = field(default_factory=dict)
     # (os, arch, glibc, python) -> the tags pip installs there
     tags: dict[tuple[object, ...], TagIndex] = field(default_factory=dict)
+    # (GPU, driver) -> the device the decision reads
+    devices: dict[tuple[object, ...], decision.Device] = field(default_factory=dict)
 
 
 def device_of(gpu: Gpu | None, env: Env) -> decision.Device:
@@ -130,7 +132,13 @@ def runtime_for(
     if entry is None:
         return decision.fallback(*stack)
     call = decision.Call(request.dtype, request.head_dim, request.backward)
-    answer = _decide(entry.info, device_of(gpu, env), call, env, memo)
+    if memo is None:
+        device = device_of(gpu, env)
+    else:
+        device = memo.devices.get((gpu, env.driver)) or memo.devices.setdefault(
+            (gpu, env.driver), device_of(gpu, env)
+        )
+    answer = _decide(entry.info, device, call, env, memo)
     # The decision says no-gpu itself when there is no GPU; the stack says it already.
     stack_codes = {r.code for r in stack}
     own = tuple(r for r in answer.reasons if r.code not in stack_codes)

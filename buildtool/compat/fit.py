@@ -180,17 +180,22 @@ def _glibc_needed(wheel_platforms: set[str], env: Env) -> str | None:
 def _python_requirement(entry: schema.IndexEntry, env: Env) -> list[Reason]:
     if not entry.requires_python:
         return []
-    spec = SpecifierSet(entry.requires_python)  # checked when the index was read (wheel_index)
-    version = ".".join(map(str, env.python_version))
-    if spec.contains(Version(version)):
-        return []
-    return [
+    return list(_requires_python(entry.requires_python, env.python))
+
+
+@functools.lru_cache(maxsize=256)
+def _requires_python(requires_python: str, python: str) -> tuple[Reason, ...]:
+    """Requires-Python against a Python ("3.13t"); cached: every wheel of an index says the same."""
+    spec = SpecifierSet(requires_python)  # checked when the index was read (wheel_index)
+    if spec.contains(Version(python.rstrip("t"))):
+        return ()
+    return (
         Reason(
             "python-unsupported",
-            f"the wheel requires Python {spec}; this is {env.python}",
+            f"the wheel requires Python {spec}; this is {python}",
             f"use a Python matching {spec}",
-        )
-    ]
+        ),
+    )
 
 
 def assumed_cxx11abi(env: Env) -> bool | None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,16 +44,16 @@ BASE_URL = "https://fa-index.invalid/base"
 # (docs/reference/compat-facts: SASS of X.Y runs on X.Z >= Y, so a family shares its answers; each is
 # asked at the first compute capability named). The Jetsons only on aarch64, the CPU they have.
 GPU_FAMILIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("12.0", "Blackwell: RTX 50xx, RTX PRO 6000, GB10 (sm 12.0, 12.1)", (X86_64, AARCH64)),
-    ("11.0", "Jetson Thor (sm 11.0)", (AARCH64,)),
-    ("10.0", "Blackwell: B200, GB200, B300, GB300 (sm 10.0, 10.3)", (X86_64, AARCH64)),
-    ("9.0", "Hopper: H100, H200, H800, GH200 (sm 9.0)", (X86_64, AARCH64)),
-    ("8.9", "Ada: L4, L40, L40S, RTX 40xx, RTX 6000 Ada (sm 8.9)", (X86_64, AARCH64)),
-    ("8.7", "Jetson Orin (sm 8.7)", (AARCH64,)),
-    ("8.6", "Ampere: A10, A40, RTX 30xx, RTX A6000 (sm 8.6)", (X86_64, AARCH64)),
-    ("8.0", "Ampere: A100, A800, A30 (sm 8.0)", (X86_64, AARCH64)),
-    ("7.5", "Turing: T4, RTX 20xx, Quadro RTX (sm 7.5)", (X86_64, AARCH64)),
-    ("7.0", "Volta and older: V100, P100, GTX 10xx (sm 7.0 and older)", (X86_64, AARCH64)),
+    ("12.0", "sm 12.0, 12.1: RTX 50xx, RTX PRO 6000, GB10 (Blackwell)", (X86_64, AARCH64)),
+    ("11.0", "sm 11.0: Jetson Thor", (AARCH64,)),
+    ("10.0", "sm 10.0, 10.3: B200, GB200, B300, GB300 (Blackwell)", (X86_64, AARCH64)),
+    ("9.0", "sm 9.0: H100, H200, H800, GH200 (Hopper)", (X86_64, AARCH64)),
+    ("8.9", "sm 8.9: L4, L40, L40S, RTX 40xx, RTX 6000 Ada", (X86_64, AARCH64)),
+    ("8.7", "sm 8.7: Jetson Orin", (AARCH64,)),
+    ("8.6", "sm 8.6: A10, A40, RTX 30xx, RTX A6000 (Ampere)", (X86_64, AARCH64)),
+    ("8.0", "sm 8.0: A100, A800, A30 (Ampere)", (X86_64, AARCH64)),
+    ("7.5", "sm 7.5: T4, RTX 20xx, Quadro RTX (Turing)", (X86_64, AARCH64)),
+    ("7.0", "sm 7.0 and older: V100, P100, GTX 10xx", (X86_64, AARCH64)),
 )
 NO_GPU = "none"
 
@@ -193,9 +193,8 @@ def _gpu_options(cpu: str) -> list[tuple[Option, Gpu | None]]:
     options: list[tuple[Option, Gpu | None]] = []
     for sm, label, cpus in GPU_FAMILIES:
         if cpu in cpus:
-            options.append(
-                (Option(sm, label), Gpu(label.split(": ")[-1].split(" (")[0].split(",")[0], sm, None))
-            )
+            name = label.split(": ", 1)[1].split(",")[0].split(" (")[0]  # the family's first GPU
+            options.append((Option(sm, label), Gpu(name, sm, None)))
     return [*options, (Option(NO_GPU, "no NVIDIA GPU"), None)]
 
 
@@ -256,6 +255,13 @@ class _Table:
     def __init__(self) -> None:
         self.items: list[Any] = []
         self._seen: dict[str, int] = {}
+        self._named: dict[str, int] = {}
+
+    def add_once(self, name: str, make: Callable[[], Any]) -> int:
+        """The place of the item named `name`, made by make() the first time only."""
+        if name not in self._named:
+            self._named[name] = self.add(make())
+        return self._named[name]
 
     def add(self, item: Any) -> int:
         text = json.dumps(item, sort_keys=True)
@@ -265,6 +271,20 @@ class _Table:
         return self._seen[text]
 
 
+def _wheel(entry: schema.IndexEntry) -> dict[str, Any]:
+    """A chosen wheel as the page shows it, with the pip and uv lines for its index (install_lines)."""
+    lines = install_lines.install_lines(entry, BASE_URL)
+    return {
+        "file": entry.file,
+        "name": doctor.wheel_name(entry),
+        "size": entry.size,
+        "sha256": entry.sha256,
+        "index": lines.index_name,
+        "pip": lines.pip,
+        "uv": lines.uv,
+    }
+
+
 def answer(selection: Selection, env: Env, wheels: _Table, reasons: _Table) -> dict[str, Any]:
     """What the page shows for one machine, in `fa doctor`'s words: the verdict, the wheel and the lines
     that install it (`wheel`, an index into `wheels`), what GPU 0 runs, and the reasons behind a
@@ -272,17 +292,7 @@ def answer(selection: Selection, env: Env, wheels: _Table, reasons: _Table) -> d
     entry = selection.selected
     found: dict[str, Any] = {"verdict": selection.verdict}
     if entry is not None:
-        lines = install_lines.install_lines(entry, BASE_URL)
-        wheel = {
-            "file": entry.file,
-            "name": doctor.wheel_name(entry),
-            "size": entry.size,
-            "sha256": entry.sha256,
-            "index": lines.index_name,
-            "pip": lines.pip,
-            "uv": lines.uv,
-        }
-        found["wheel"] = wheels.add(wheel)
+        found["wheel"] = wheels.add_once(entry.file, lambda: _wheel(entry))
         if entry.info.all_wheel:
             found["acts_as"] = doctor.acts_as(entry, env)
         gpu = f"GPU 0 ({env.gpus[0].name}, sm {env.gpus[0].sm})" if env.gpus else "No GPU"

@@ -24,7 +24,11 @@ from tests.select.fixture_index import all_wheel_index, fixture_index
 
 REPO = Path(__file__).resolve().parents[2]
 ENVS = REPO / "tests" / "select" / "envs"
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+# Debian's chromium and its driver (.ci/run installs them with apt), else the ones on PATH.
+CHROMIUM = next((p for p in ("/usr/bin/chromium", shutil.which("chromium")) if p and Path(p).exists()), None)
+CHROMEDRIVER = next(
+    (p for p in ("/usr/bin/chromedriver", shutil.which("chromedriver")) if p and Path(p).exists()), None
+)
 FLAGS = (
     "--headless",
     "--no-sandbox",
@@ -58,8 +62,8 @@ CASES = (
 )
 
 needs_browser = pytest.mark.skipif(
-    not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists() and shutil.which(CHROMEDRIVER)),
-    reason=f"no chromium here ({CHROMIUM}, {CHROMEDRIVER}): apt-get install chromium chromium-driver",
+    CHROMIUM is None or CHROMEDRIVER is None,
+    reason="chromium or chromedriver is missing (apt-get install chromium chromium-driver; .ci/run does)",
 )
 
 
@@ -82,10 +86,12 @@ def _embedded(page: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory):
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (the test extra)")
+    from selenium import webdriver  # the test extra installs it: missing is a failure, not a skip
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
+    assert CHROMIUM is not None
+    assert CHROMEDRIVER is not None
     options.binary_location = CHROMIUM
     for flag in (*FLAGS, f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"):
         options.add_argument(flag)

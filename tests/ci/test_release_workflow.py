@@ -155,6 +155,16 @@ def test_publish_merges_indexes_and_publishes_pep503():
     assert "gh release upload" in script
 
 
+def test_publish_ships_the_index_page_with_the_wheels():
+    """fa index writes wheels/index.html; the Pages site is wheels/ and the release assets name it."""
+    steps = repo_workflow()["jobs"]["publish"]["steps"]
+    script = "\n".join(s.get("run", "") for s in steps)
+    pages = [s for s in steps if s.get("uses", "").startswith("actions/upload-pages-artifact")]
+    assert [s["with"]["path"] for s in pages] == ["wheels/"]
+    assert "wheels/index.html" in script
+    assert "index.json index.html" in script  # in the tarball beside simple/
+
+
 # -- cibuildwheel reads the jobs' configuration ---------------------------------------------------------
 
 
