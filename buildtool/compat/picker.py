@@ -163,12 +163,13 @@ def torch_builds(entries: Sequence[schema.IndexEntry], cpu: str | None) -> dict[
                     abis = builds.setdefault(minor, {}).setdefault(major, set())
                     if b.binding_form != "stable" and b.cxx11abi is not None:
                         abis.add(b.cxx11abi)
-    if builds:  # one minor below fa's floor, with the lowest minor's CUDA majors
-        lowest = min(builds, key=_minor_key)
-        floor = versions.MIN_TORCH
-        below = f"{floor[0]}.{floor[1] - 1}"
-        if _minor_key(below) < _minor_key(lowest) and floor[1] > 0:
-            builds[below] = {major: set() for major in builds[lowest]}
+    floor = versions.MIN_TORCH
+    if not builds:  # no kernel wheel (the universal wheel alone): torch from fa's floor, CPU or not
+        builds[versions.version_text(floor)] = {}
+    lowest = min(builds, key=_minor_key)
+    below = f"{floor[0]}.{floor[1] - 1}"  # one minor below fa's floor, with the lowest minor's CUDA majors
+    if floor[1] > 0 and _minor_key(below) < _minor_key(lowest):
+        builds[below] = {major: set() for major in builds[lowest]}
     return builds
 
 
@@ -207,7 +208,8 @@ def _abi_options(abis: set[bool]) -> list[bool | None]:
 def linux_cpus(entries: Sequence[schema.IndexEntry]) -> list[str]:
     """The Linux CPUs the wheels are built for, in cpus.PLATFORMS' order (x86_64 first)."""
     built = {e.info.platform for e in entries if e.info.platform}
-    return [cpu for cpu in PLATFORMS if cpu in built]
+    # No kernel wheel at all: the universal wheel still answers a Linux x86_64 machine.
+    return [cpu for cpu in PLATFORMS if cpu in built] or [X86_64]
 
 
 def machines(entries: Sequence[schema.IndexEntry]) -> Iterator[Machine]:

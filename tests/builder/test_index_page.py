@@ -276,3 +276,20 @@ def test_fa_index_writes_the_page(tmp_path):
     wheel = data["wheels"][data["answers"][node]["wheel"]]
     assert wheel["file"] == kernel.name
     assert wheel["sha256"] == schema.read_index(json.loads((tmp_path / "index.json").read_text()))[0].sha256
+
+
+def test_an_index_with_the_universal_wheel_alone_still_answers(tmp_path):
+    """No kernel wheel: every machine gets the universal wheel (calls fall back), torch below fa's
+    floor gets nothing, with doctor's reasons."""
+    from tests.select.fixture_index import universal_entry
+
+    entries = schema.read_index({"schema": 1, "wheels": [universal_entry()]})
+    data = _embedded(index_page.write_page(tmp_path, entries).read_text())
+    verdicts = {data["answers"][i]["verdict"] for i in _leaves(data["tree"])}
+    assert verdicts == {"fallback", "no-wheel"}
+
+
+def _leaves(node: Any) -> list[int]:
+    if isinstance(node, int):
+        return [node]
+    return [leaf for child in node.values() for leaf in _leaves(child)]
