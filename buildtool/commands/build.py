@@ -112,4 +112,6 @@ def register(app: typer.Typer) -> None:
             console = plain_console()
             console.print(summary_table(summary))
             # Not `pip --find-links`: pip would take the highest local label among all the variants.
-            console.print(f"install: fa install --wheels {out}   (pip and uv lines: fa doctor --wheels {out})")
+            console.print(
+                f"install: fa install --wheels {out}   (pip and uv lines: fa doctor --wheels {out})"
+            )
