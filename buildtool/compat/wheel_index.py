@@ -162,6 +162,28 @@ def entry_from_wheel(path: Path) -> schema.IndexEntry:
         raise WheelIndexError(str(exc)) from exc
 
 
+def base_url(index: WheelIndex) -> str:
+    """The URL the per-variant indexes sit under (the folder of index.json), as pip and uv take it: the
+    http(s) or file URL given, or a local directory's absolute file:// URL."""
+    if is_url(index.location):
+        return index.location.rstrip("/")
+    return Path(index.location).resolve().as_uri()
+
+
+def missing_pages(index: WheelIndex, index_path: str) -> Path | None:
+    """The PEP 503 page a local wheel folder lacks (wheels copied in without `fa index`), else None;
+    an http(s) index is not asked (doctor makes no request for it)."""
+    if is_url(index.location) and not index.location.startswith("file:"):
+        return None
+    folder = (
+        Path(urllib.request.url2pathname(urllib.parse.urlsplit(index.location).path))
+        if is_url(index.location)
+        else Path(index.location)
+    )
+    page = folder / index_path / schema.PACKAGE / "index.html"
+    return None if page.is_file() else page
+
+
 def wheel_location(index: WheelIndex, entry: schema.IndexEntry) -> str:
     """Where the wheel file is: a path for a directory index, a URL for an http one."""
     if index.location.startswith(("http://", "https://")):
