@@ -121,6 +121,7 @@ def report_json(report: DoctorReport) -> dict[str, Any]:
                 "name": a.gpu.name,
                 "sm": a.gpu.sm,
                 "runtime": _runtime_json(a.runtime),
+                "explain": explain(a.runtime, a.gpu.sm),  # another arch's image serving it, or ""
                 "check": verified.summary(a.gpu.name, a.gpu.sm, verified.installed_wheel()),
             }
             for a in sel.gpus
@@ -183,6 +184,22 @@ def _runtime_line(runtime: Dispatch) -> str:
     if runtime.path == "ptx":
         return f"PTX for compute {runtime.arch} (JIT), head dim {runtime.head_dim}"
     return "fallback to torch SDPA"
+
+
+def explain(runtime: Dispatch, sm: str) -> str:
+    """Why an image of another arch serves this GPU (B300/GB300's 10.3 on 10.0's SASS, DGX Spark's 12.1
+    on 12.0's), or "" when the image is the GPU's own or nothing runs (the reasons say why)."""
+    if runtime.arch is None or runtime.arch == sm or runtime.path == "fallback":
+        return ""
+    if runtime.path == "sass":
+        return (
+            f"sm {sm} runs sm {runtime.arch}'s SASS (same major, lower minor: NVIDIA's compatibility rule, "
+            f"not verified on a GPU here); fa builds no sm {sm} SASS of its own (matrix.yaml says why)"
+        )
+    return (
+        f"no SASS of sm {sm}'s major here: the driver JIT-compiles compute {runtime.arch}'s PTX for sm {sm} "
+        "on first use (PTX runs on an equal or newer arch)"
+    )
 
 
 def _acts_as(entry: schema.IndexEntry, env: Env) -> str:
@@ -290,6 +307,8 @@ def render(report: DoctorReport, console: Console, show_all: bool = False) -> No
                 f"{_runtime_line(answer.runtime)}"
             )
         )
+        if explain(answer.runtime, answer.gpu.sm):
+            console.print(Text(f"  {explain(answer.runtime, answer.gpu.sm)}"))
         if answer.runtime.reasons:
             console.print(_reason_text(answer.runtime.reasons))
         console.print(Text(verified.line(answer.gpu.name, answer.gpu.sm, verified.installed_wheel())))

@@ -429,7 +429,15 @@ def test_local_plan_builds_for_this_machines_cpu(monkeypatch: pytest.MonkeyPatch
 
 def test_a_one_gpu_build_makes_no_all_wheel() -> None:
     """The all-wheel has no local label: built for one GPU it would pass for the release's."""
-    matrix = Matrix(version="0.1.0", torch=("2.13",), cuda=(12,), python=("3.11",), all_wheel=True)
+    matrix = Matrix(
+        version="0.1.0",
+        torch=("2.13",),
+        cuda=(12,),
+        python=("3.11",),
+        archs={12: ("8.0",)},
+        ptx={12: "8.0"},
+        all_wheel=True,
+    )
     plan = local_plan("2.13.0+cpu", True, "3.11", (12,), matrix, units=units, stable_floor="2.10", sass="8.0")
     assert (len(plan.wheels), plan.all_wheels) == (1, ())
 
