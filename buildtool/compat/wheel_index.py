@@ -25,7 +25,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import parse_wheel_filename
 
 from buildtool.core import fetch, textfile
-from buildtool.core.cpus import linux_cpu
+from buildtool.core.cpus import wheel_cpu
 from buildtool.core.fetch import sha256_file
 from buildtool.core.runtime import schema
 from buildtool.core.wheel_file import Disagreement, WheelDirError, check_agreement, wheel_entry
@@ -150,7 +150,7 @@ def _checked(entry: schema.IndexEntry, where: str) -> schema.IndexEntry:
             ) from None
     if entry.info.platform is not None:
         return entry
-    platform = linux_cpu(next(iter(parse_wheel_filename(entry.file)[3])).platform)
+    platform = wheel_cpu(next(iter(parse_wheel_filename(entry.file)[3])).platform)
     return dataclasses.replace(entry, info=dataclasses.replace(entry.info, platform=platform))
 
 

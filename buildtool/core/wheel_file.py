@@ -21,7 +21,7 @@ from pathlib import Path
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from buildtool.core.cpus import linux_cpu
+from buildtool.core.cpus import linux_cpu, wheel_cpu, windows_cpu
 from buildtool.core.fetch import sha256_file
 from buildtool.core.runtime import all_wheel, schema
 from buildtool.errors import FaError
@@ -104,7 +104,7 @@ def check_agreement(file: str, info: schema.WheelInfo) -> None:
         raise Disagreement(
             "variant", f"{info.variant!r}, but the version's label says {version.local or ''!r}"
         )
-    cpu = linux_cpu(tag.platform)
+    cpu = wheel_cpu(tag.platform)
     if info.platform is not None and info.platform != cpu:
         raise Disagreement("platform", f"{info.platform!r}, but the file is tagged {tag.platform}")
     if info.variant == "":
@@ -123,9 +123,18 @@ def check_agreement(file: str, info: schema.WheelInfo) -> None:
             f"{info.variant!r} is not a variant fa builds (cu12torch2.7, cu12torch2.5cxx11abifalse, "
             "cu12torch2.10plus, cu12torch2.10plus.local.sm80)",
         )
-    if cpu is None or not _LINUX_TAG.fullmatch(tag.platform):
+    windows = windows_cpu(tag.platform) is not None
+    if cpu is None or not (windows or _LINUX_TAG.fullmatch(tag.platform)):
         raise Disagreement(
-            "file", f"a kernel wheel tagged {tag.platform}; fa builds Linux x86_64 and aarch64 ones"
+            "file",
+            f"a kernel wheel tagged {tag.platform}; fa builds Linux x86_64 and aarch64 ones and Windows "
+            "x86_64 ones (win_amd64)",
+        )
+    if windows and (parts["plus"] is None or parts["local"] is not None):
+        raise Disagreement(
+            "file",
+            f"{info.variant!r} tagged {tag.platform}; fa's Windows wheels are the stable-ABI release "
+            "wheels (cu12torch2.10plus): MSVC builds that binding only",
         )
     said = {"cuda_major": int(parts["cuda"]), "torch": parts["torch"]}
     for key, value in said.items():
@@ -253,7 +262,7 @@ def wheel_entry(path: Path) -> schema.IndexEntry:
         except (OSError, zipfile.BadZipFile, KeyError, ValueError) as e:
             raise WheelDirError(f"{path}: not an fa-attn wheel ({e}); remove it or rebuild") from e
     if info.platform is None and tag.platform != "any":  # written before manifests named the CPU
-        info = dataclasses.replace(info, platform=linux_cpu(tag.platform))
+        info = dataclasses.replace(info, platform=wheel_cpu(tag.platform))
     try:
         check_agreement(path.name, info)
     except Disagreement as e:
