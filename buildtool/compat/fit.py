@@ -18,7 +18,7 @@ from packaging.version import Version
 
 from buildtool.compat.env import Env
 from buildtool.core.cpus import canonical
-from buildtool.core.cuda_facts import TOOLKITS
+from buildtool.core.cuda_facts import TOOLKITS, TORCH_LAST_MINOR
 from buildtool.core.runtime import all_wheel, decision, reasons, schema, versions
 
 Reason = reasons.Reason  # the runtime's own: doctor's and a live call's reasons are one type
@@ -301,10 +301,27 @@ def stack_reasons(env: Env) -> list[Reason]:
                     "torch-driver-too-old",
                     f"torch {torch.version} is built with CUDA {torch.cuda}, which needs driver >= {floor}; this "
                     f"driver is {env.driver}, so torch cannot use the GPU at all",
-                    f"update the NVIDIA driver to >= {floor}, or install a torch built for an older CUDA",
+                    _older_torch_fix(torch.minor, env.driver, floor),
                 )
             )
     return reasons
+
+
+def _older_torch_fix(minor: str, driver: str, floor: str) -> str:
+    """What to do when torch's CUDA is newer than the driver: update the driver, or take the newest
+    torch built for a CUDA major this driver runs, which is an older torch when PyTorch has dropped that
+    major (torch 2.15 has no CUDA 12 build: a driver below 580 runs no torch 2.15 at all)."""
+    runs = [m for m, t in TOOLKITS.items() if versions.driver_at_least(driver, t.min_driver)]
+    if not runs:
+        return f"update the NVIDIA driver to >= {floor}"
+    major = max(runs)
+    last = TORCH_LAST_MINOR.get(major)
+    if last is not None and Version(minor) > Version(last):
+        return (
+            f"update the NVIDIA driver to >= {floor}; torch {minor} has no CUDA {major} build (PyTorch's "
+            f"last is torch {last}), so to keep this driver install torch {last} built for CUDA {major}"
+        )
+    return f"update the NVIDIA driver to >= {floor}, or install torch {minor} built for CUDA {major}"
 
 
 def _torch_driver_floor(cuda_major: int, os_name: str) -> str | None:

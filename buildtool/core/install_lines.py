@@ -6,13 +6,16 @@ PyTorch does (download.pytorch.org/whl/cu126), each variant gets its own PEP 503
 wheels plus the ones every machine may take (the all-wheel, variant "all", and the universal wheel):
 from it, pip's highest version is that variant's wheel on the CPUs it is built for, and the all-wheel
 or the universal wheel elsewhere. The root index `<base>/simple/` holds only those two kinds, like
-PyPI, so pointing pip at it is never wrong either.
+PyPI, so pointing pip at it is never wrong either; and `<base>/universal/simple/` the universal wheel
+alone, for a machine where `fa install` picks it although an all-wheel would install (the all-wheel's
+bindings serve no torch there, so it would only fall back too).
 
 Index names are what a person can guess from `torch.version.cuda` and `torch.__version__`:
 - `cu12`: the stable-ABI wheel (`cu12torch2.10plus`), which serves torch 2.10 and every later minor;
 - `cu12-torch2.9`: a per-minor wheel (`cu12torch2.9`) for torch 2.9;
 - `cu12-torch2.5-cxx11abifalse`: a per-minor wheel whose variant names its C++ ABI (below torch 2.7,
-  where PyPI used the old ABI and NGC the new one: `torch._C._GLIBCXX_USE_CXX11_ABI`).
+  where PyPI used the old ABI and NGC the new one: `torch._C._GLIBCXX_USE_CXX11_ABI`);
+- `universal`: the wheel without kernels (every call falls back to torch SDPA).
 
 Pure: used by `fa build`/`fa index` (the indexes they write), `fa doctor` (the lines it prints) and
 the index's web page, so all three name the same index and the same lines.
@@ -30,15 +33,18 @@ from packaging.version import Version
 from buildtool.core.runtime import schema
 
 SIMPLE = "simple"  # every index's PEP 503 root, under <base>/ or <base>/<variant index>/
+UNIVERSAL = "universal"  # the index holding the universal wheel alone
 
 
 def variant_index_name(entry: schema.IndexEntry) -> str | None:
-    """The name of the per-variant index a wheel belongs to (`cu12`, `cu12-torch2.9`,
-    `cu12-torch2.5-cxx11abifalse`); None for the all-wheel and the universal wheel, which every index
-    holds and which install from the root index."""
+    """The name of the index a wheel installs from (`cu12`, `cu12-torch2.9`,
+    `cu12-torch2.5-cxx11abifalse`, `universal`); None for the all-wheel, which installs from the root
+    index. The all-wheel and the universal wheel are also in every variant's index."""
     info = entry.info
-    if info.all_wheel or info.universal or info.cuda_major is None:
+    if info.all_wheel:
         return None
+    if info.universal or info.cuda_major is None:
+        return UNIVERSAL
     if info.binding_form == "stable":
         return f"cu{info.cuda_major}"
     name = f"cu{info.cuda_major}-torch{info.torch}"
@@ -52,17 +58,19 @@ def in_every_index(entry: schema.IndexEntry) -> bool:
     """The wheels any machine may take: the all-wheel (its runtime picks a binding and kernels) and the
     universal wheel (no kernels). Their version has no local label, so a variant's wheel outranks them
     wherever its tags fit."""
-    return variant_index_name(entry) is None
+    return entry.info.all_wheel or variant_index_name(entry) == UNIVERSAL
 
 
 def index_names(entries: Iterable[schema.IndexEntry]) -> tuple[str, ...]:
-    """Every per-variant index a set of wheels makes, sorted."""
+    """Every index a set of wheels makes besides the root one, sorted."""
     return tuple(sorted({n for n in map(variant_index_name, entries) if n is not None}))
 
 
 def index_members(entries: Iterable[schema.IndexEntry], name: str | None) -> list[schema.IndexEntry]:
     """The wheels of one index: a variant's own plus the all-wheels and the universal wheel; the root
-    index (`name` None) holds those two kinds only."""
+    index (`name` None) holds those two kinds only, the `universal` index the universal wheel alone."""
+    if name == UNIVERSAL:
+        return [e for e in entries if variant_index_name(e) == UNIVERSAL]
     return [e for e in entries if in_every_index(e) or variant_index_name(e) == name]
 
 
@@ -80,7 +88,7 @@ def index_url(base_url: str, name: str | None) -> str:
 class InstallLines:
     """What installs one chosen wheel from its index, each ready to paste."""
 
-    index_name: str | None  # None: the root index (the all-wheel, the universal wheel)
+    index_name: str | None  # None: the root index (the all-wheel)
     index_url: str
     requirement: str  # fa-attn==<public version>: the release, whichever label the index adds
     pip: str  # a shell command

@@ -162,7 +162,36 @@ def test_publish_ships_the_index_page_with_the_wheels():
     pages = [s for s in steps if s.get("uses", "").startswith("actions/upload-pages-artifact")]
     assert [s["with"]["path"] for s in pages] == ["wheels/"]
     assert "wheels/index.html" in script
-    assert "index.json index.html" in script  # in the tarball beside simple/
+
+
+def test_the_release_asset_carries_every_variant_index_and_no_wheel(tmp_path):
+    """The publish job's tar line, run on a tree `fa index` wrote: every index `fa doctor` may name."""
+    import tarfile
+
+    from buildtool.builder import index
+    from tests.select.fixture_index import kernel_entry, universal_entry
+    from tests.select.tiny_wheels import build_wheel
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for entry in (kernel_entry(12, "2.9", True), kernel_entry(12, "2.10", None), universal_entry()):
+        build_wheel(wheels, entry)
+    index.write_index(wheels)
+    steps = repo_workflow()["jobs"]["publish"]["steps"]
+    (line,) = [
+        ln.strip()
+        for s in steps
+        for ln in s.get("run", "").splitlines()
+        if "simple-index.tar.gz" in ln and "tar " in ln
+    ]
+    subprocess.run(["bash", "-c", line], cwd=tmp_path, check=True)
+    with tarfile.open(tmp_path / "simple-index.tar.gz") as tar:
+        names = {n.removeprefix("./") for n in tar.getnames()}
+    pages = {n for n in names if n.endswith("fa-attn/index.html")}
+    assert pages == {f"{p}simple/fa-attn/index.html" for p in ("", "cu12/", "cu12-torch2.9/", "universal/")}
+    assert "index.json" in names
+    assert "index.html" in names  # the page, beside the indexes
+    assert not [n for n in names if n.endswith(".whl")]
 
 
 # -- cibuildwheel reads the jobs' configuration ---------------------------------------------------------

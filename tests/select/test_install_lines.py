@@ -34,10 +34,12 @@ def _by_variant(variant: str, cpu: str | None = "x86_64") -> schema.IndexEntry:
         ("cu12torch2.7", "cu12-torch2.7"),
         ("cu12torch2.5cxx11abifalse", "cu12-torch2.5-cxx11abifalse"),
         ("cu11torch2.6cxx11abitrue", "cu11-torch2.6-cxx11abitrue"),
+        ("", "universal"),
     ],
 )
 def test_index_name_is_guessable_from_torch(variant: str, name: str) -> None:
-    assert install_lines.variant_index_name(_by_variant(variant)) == name
+    cpu = None if variant == "" else "x86_64"
+    assert install_lines.variant_index_name(_by_variant(variant, cpu)) == name
 
 
 def test_both_cpus_of_a_variant_share_its_index() -> None:
@@ -50,7 +52,8 @@ def test_both_cpus_of_a_variant_share_its_index() -> None:
 @pytest.mark.parametrize(("variant", "cpu"), [("all", "x86_64"), ("all", "aarch64"), ("", None)])
 def test_all_wheel_and_universal_wheel_are_in_every_index(variant: str, cpu: str | None) -> None:
     entry = _by_variant(variant, cpu)
-    assert all(entry in install_lines.index_members(ENTRIES, n) for n in install_lines.index_names(ENTRIES))
+    variants = [n for n in install_lines.index_names(ENTRIES) if n != install_lines.UNIVERSAL]
+    assert all(entry in install_lines.index_members(ENTRIES, n) for n in variants)
 
 
 def test_an_index_holds_one_variant_plus_the_shared_wheels() -> None:
@@ -62,8 +65,13 @@ def test_the_root_index_holds_only_the_shared_wheels() -> None:
     assert {e.info.variant for e in install_lines.index_members(ENTRIES, None)} == {"all", ""}
 
 
+def test_the_universal_index_holds_the_universal_wheel_alone() -> None:
+    members = install_lines.index_members(ENTRIES, install_lines.UNIVERSAL)
+    assert [e.info.variant for e in members] == [""]
+
+
 def test_every_variant_wheel_has_exactly_one_index() -> None:
-    named = [e for e in ENTRIES if install_lines.variant_index_name(e) is not None]
+    named = [e for e in ENTRIES if not install_lines.in_every_index(e)]
     assert all(
         sum(e in install_lines.index_members(ENTRIES, n) for n in install_lines.index_names(ENTRIES)) == 1
         for e in named
