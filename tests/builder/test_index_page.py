@@ -276,6 +276,19 @@ def test_fa_index_writes_the_page(tmp_path):
     wheel = data["wheels"][data["answers"][node]["wheel"]]
     assert wheel["file"] == kernel.name
     assert wheel["sha256"] == schema.read_index(json.loads((tmp_path / "index.json").read_text()))[0].sha256
+    # The page's pip line, with this folder for the base as the page's script puts it, fetches that wheel.
+    line = wheel["pip"].replace(data["base_url"], tmp_path.as_uri())
+    args = line.split()
+    assert args[:2] == ["pip", "install"]
+    dest = tmp_path / "fetched"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--dest", str(dest), *args[2:]],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert [p.name for p in dest.iterdir()] == [kernel.name]
 
 
 def test_an_index_with_the_universal_wheel_alone_still_answers(tmp_path):
