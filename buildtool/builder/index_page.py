@@ -21,6 +21,7 @@ from buildtool.core import atomic
 from buildtool.core.runtime import schema
 
 PAGE = "index.html"
+MARK = '<meta name="generator" content="fa index">'  # in the page's head: how fa knows its own page
 
 
 def _env() -> jinja2.Environment:
@@ -116,8 +117,22 @@ def render(entries: Sequence[schema.IndexEntry]) -> str:
     )
 
 
-def write_page(wheel_dir: Path, entries: Sequence[schema.IndexEntry]) -> Path:
-    """(Re)write wheel_dir/index.html."""
+def is_ours(path: Path) -> bool:
+    """Whether fa may write `path`: absent, or a page fa wrote (it carries the generator mark)."""
+    if not path.exists() and not path.is_symlink():
+        return True
+    if path.is_symlink() or not path.is_file():
+        return False
+    with path.open("rb") as f:
+        head = f.read(4096)
+    return MARK.encode() in head
+
+
+def write_page(wheel_dir: Path, entries: Sequence[schema.IndexEntry]) -> Path | None:
+    """(Re)write wheel_dir/index.html; None, touching nothing, when an index.html fa did not write is
+    there (a landing page of the user's own)."""
     path = wheel_dir / PAGE
+    if not is_ours(path):
+        return None
     atomic.write_text(path, render(entries))
     return path

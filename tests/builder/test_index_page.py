@@ -306,3 +306,27 @@ def _leaves(node: Any) -> list[int]:
     if isinstance(node, int):
         return [node]
     return [leaf for child in node.values() for leaf in _leaves(child)]
+
+
+def test_fa_index_leaves_an_index_html_it_did_not_write(tmp_path):
+    from tests.select.fixture_index import universal_entry
+    from tests.select.tiny_wheels import build_wheel
+
+    build_wheel(tmp_path, universal_entry())
+    own = tmp_path / index_page.PAGE
+    own.write_text("<!DOCTYPE html><title>our landing page</title>\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "buildtool.cli", "index", str(tmp_path)],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stderr
+    assert own.read_text() == "<!DOCTYPE html><title>our landing page</title>\n"
+    assert "is not fa's page: left as it is" in " ".join(done.stdout.split())  # wrapped at 80 columns
+    own.unlink()
+    assert index_page.write_page(
+        tmp_path, schema.read_index(json.loads((tmp_path / "index.json").read_text()))
+    )
+    assert index_page.is_ours(own)  # and fa rewrites its own page next time
