@@ -138,12 +138,14 @@ def _minor_key(minor: str) -> tuple[int, int]:
 
 def torch_builds(entries: Sequence[schema.IndexEntry], cpu: str | None) -> dict[str, dict[int, set[bool]]]:
     """torch minor -> CUDA major -> the C++ ABIs of the aten bindings built for it, from the wheels of
-    `cpu` (None: every CPU's): the builds some kernel wheel serves."""
+    `cpu` (None: every CPU's): the builds some kernel wheel serves. The per-variant wheels say which
+    (torch, CUDA) pairs exist (matrix.yaml builds no wheel for a pair PyTorch never published); the
+    all-wheel pairs every binding with every kernel set, so it speaks only in an index without them."""
     builds: dict[str, dict[int, set[bool]]] = {}
-    for entry in entries:
+    kernel_wheels = [e for e in entries if not e.info.universal and (cpu is None or e.info.platform == cpu)]
+    per_variant = [e for e in kernel_wheels if not e.info.all_wheel]
+    for entry in per_variant or kernel_wheels:
         info = entry.info
-        if info.universal or (cpu is not None and info.platform != cpu):
-            continue
         bindings = info.bindings or (
             schema.BindingFile(
                 info.binding or "",

@@ -90,3 +90,13 @@ def test_a_gpu_family_answers_alike(entries, machines, member, family):
             continue
         moved = dataclasses.replace(machine.env, gpus=(Gpu("member", member, None),))
         assert _outcome(select(entries, moved)) == _outcome(select(entries, machine.env)), machine.key
+
+
+def test_torch_builds_are_the_per_variant_wheels_pairs(entries):
+    """The all-wheel pairs every binding with every CUDA major; the picker offers only the (torch,
+    CUDA) pairs per-variant wheels are built for (no torch 2.13 with CUDA 11, no 2.4 with CUDA 13)."""
+    builds = picker.torch_builds(entries, "x86_64")
+    assert 11 not in builds["2.13"]
+    assert 13 not in builds["2.4"]
+    alone = [e for e in entries if e.info.all_wheel or e.info.universal]
+    assert 13 in picker.torch_builds(alone, "x86_64")["2.4"]  # with nothing else, the all-wheel speaks
