@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from buildtool.compat import doctor
-from buildtool.compat.choose import Memo, Request, Selection, select
+from buildtool.compat.choose import Memo, Reason, Request, Selection, select
 from buildtool.compat.env import Env, Gpu
 from buildtool.compat.fit import TagIndex, supported_tags, wheel_reasons
 from buildtool.core import install_lines
@@ -289,45 +289,56 @@ def _wheel(entry: schema.IndexEntry) -> dict[str, Any]:
     }
 
 
-def answer(selection: Selection, env: Env, wheels: _Table, reasons: _Table) -> dict[str, Any]:
+@dataclass
+class Tables:
+    """What answers name by index: the chosen wheels, the reasons, and the sentences many answers share."""
+
+    wheels: _Table = dataclasses.field(default_factory=_Table)
+    reasons: _Table = dataclasses.field(default_factory=_Table)
+    texts: _Table = dataclasses.field(default_factory=_Table)
+    answers: _Table = dataclasses.field(default_factory=_Table)
+
+    def reason(self, r: Reason) -> int:
+        return self.reasons.add({"code": r.code, "message": r.message, "fix": r.fix})
+
+
+def answer(selection: Selection, env: Env, tables: Tables) -> dict[str, Any]:
     """What the page shows for one machine, in `fa doctor`'s words: the verdict, the wheel and the lines
-    that install it (`wheel`, an index into `wheels`), what GPU 0 runs, and the reasons behind a
-    fallback or a no-fit (`because`, indexes into `reasons`, each with its message and fix)."""
+    that install it (`wheel`, an index into `wheels`), what GPU 0 runs and why this wheel (`runtime`,
+    `acts_as`, `why`: indexes into `texts`), and the reasons behind a fallback or a no-fit (`because`,
+    indexes into `reasons`, each with its message and fix)."""
     entry = selection.selected
     found: dict[str, Any] = {"verdict": selection.verdict}
     if entry is not None:
-        found["wheel"] = wheels.add_once(entry.file, lambda: _wheel(entry))
+        found["wheel"] = tables.wheels.add_once(entry.file, lambda: _wheel(entry))
         if entry.info.all_wheel:
-            found["acts_as"] = doctor.acts_as(entry, env)
+            found["acts_as"] = tables.texts.add(doctor.acts_as(entry, env))
         gpu = f"GPU 0 ({env.gpus[0].name}, sm {env.gpus[0].sm})" if env.gpus else "No GPU"
-        found["runtime"] = f"{gpu}: {doctor.runtime_line(selection.runtime)}"
-    as_json = [{"code": r.code, "message": r.message, "fix": r.fix} for r in selection.deciding]
-    found["because"] = [reasons.add(r) for r in as_json]
+        found["runtime"] = tables.texts.add(f"{gpu}: {doctor.runtime_line(selection.runtime)}")
+    found["because"] = [tables.reason(r) for r in selection.deciding]
     if selection.why:
-        found["why"] = selection.why
+        found["why"] = tables.texts.add(selection.why)
     if selection.warnings:
-        found["warnings"] = [
-            reasons.add({"code": r.code, "message": r.message, "fix": r.fix}) for r in selection.warnings
-        ]
+        found["warnings"] = [tables.reason(r) for r in selection.warnings]
     return found
 
 
 def page_data(entries: Sequence[schema.IndexEntry], request: Request | None = None) -> dict[str, Any]:
     """Every machine the picker offers and its answer, as JSON data: `options` (an id and a label per
     axis value), `tree` (axis by axis, AXES' order, down to the index of an answer in `answers`),
-    `pythons` (each Python's group, the key the tree uses), and the `wheels` and `reasons` the answers
-    name by index."""
+    `pythons` (each Python's group, the key the tree uses), and the `wheels`, `reasons` and `texts` the
+    answers name by index."""
     entries = tuple(entries)
     request = request or Request()
     memo = Memo()
     tree: dict[str, Any] = {}
-    answers, wheels, reasons = _Table(), _Table(), _Table()
+    tables = Tables()
     for machine in machines(entries):
-        found = answer(select(entries, machine.env, request, memo), machine.env, wheels, reasons)
+        found = answer(select(entries, machine.env, request, memo), machine.env, tables)
         node = tree
         for part in machine.key[:-1]:
             node = node.setdefault(part, {})
-        node[machine.key[-1]] = answers.add(found)
+        node[machine.key[-1]] = tables.answers.add(found)
     cpus = linux_cpus(entries)
     base = Env("linux", cpus[0], glibc_assumed(entries), DEFAULT_PYTHON, None, None, ())
     groups = python_groups(entries, base)
@@ -336,9 +347,10 @@ def page_data(entries: Sequence[schema.IndexEntry], request: Request | None = No
         "options": _options(entries, cpus),
         "pythons": [{"id": p, "group": groups[p]} for p in sorted(PYTHONS, key=_python_order)],
         "tree": tree,
-        "answers": answers.items,
-        "wheels": wheels.items,
-        "reasons": reasons.items,
+        "answers": tables.answers.items,
+        "wheels": tables.wheels.items,
+        "reasons": tables.reasons.items,
+        "texts": tables.texts.items,
         "verdicts": dict(doctor.VERDICT_TEXT),
         "tell": TELL,
         "base_url": BASE_URL,
