@@ -74,7 +74,7 @@ def _archs(info: schema.WheelInfo) -> tuple[str, str]:
 def size_text(size: int | None) -> str:
     if size is None:
         return "unknown"
-    return f"{size / 1e6:.1f} MB" if size >= 100_000 else f"{size} bytes"
+    return f"{size / 1e6:.1f} MB" if size >= 100_000 else f"{size} byte{'' if size == 1 else 's'}"
 
 
 def wheel_rows(entries: Sequence[schema.IndexEntry]) -> list[dict[str, Any]]:
