@@ -6,12 +6,25 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+from rich.text import Text
 
 from buildtool.commands._shared import JsonOpt, print_json
+from buildtool.core.console import plain_console
 from buildtool.errors import FaError, UsageError
 
 
@@ -79,16 +92,68 @@ def check_cmd(
     if emulate:
         from buildtool.emucheck.run import check_emulated
 
-        report = check_emulated(arch, tuple(unit or ()), source)
+        with _progress_bar() as on_unit:
+            report = check_emulated(arch, tuple(unit or ()), source, on_unit)
     else:
-        report = check.check_gpus(bench=bench, write=not no_record)
+        with _progress_bar() as on_unit:
+            report = check.check_gpus(bench=bench, write=not no_record, on_unit=on_unit)
     if plot is not None and report.verdict != "no-gpu":
         _plot(report, plot)
     if as_json:
         print_json(report.to_json())
     else:
-        check.render(report)
+        _print_table(check, report)
     return int(report.exit_code)
+
+
+@contextmanager
+def _progress_bar() -> Iterator[Callable[[int, int, str], None]]:
+    """A bar on stderr with the unit being checked, elapsed time and the time left (hidden when stderr
+    is not a terminal: scripts read --json, logs need no bar)."""
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(compact=True, elapsed_when_finished=False),
+    )
+    console = plain_console(stderr=True)
+    with Progress(*columns, console=console, disable=not console.is_terminal, transient=True) as bar:
+        task = bar.add_task("units", total=None)
+
+        def on_unit(done: int, total: int, name: str) -> None:
+            bar.update(task, completed=done, total=total, description=name[:30] or "units")
+
+        yield on_unit
+
+
+def _print_table(check: Any, report: Any) -> None:
+    """fa_attn.check's cells (unit_row, footer) in a rich table at 80 columns; each failure's message in
+    full under the table."""
+    console = plain_console()
+    if report.verdict == "no-gpu":
+        check.render(report, console.print)
+        return
+    gpus = ", ".join(f"{g['index']}: {g.get('gpu', '?')}" for g in report.gpus)
+    table = Table(title=Text(f"fa check: {gpus}"), title_justify="left", box=None, pad_edge=False)
+    table.add_column("unit", no_wrap=True)
+    table.add_column("dir", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    table.add_column("error/bound", justify="right", no_wrap=True)
+    table.add_column("speed", justify="right", no_wrap=True)
+    table.add_column("gpu", justify="right", no_wrap=True)
+    for u in report.units:
+        unit, direction, verdict, ratio, speed, gpu = check.unit_row(u)
+        style = "green" if verdict == "pass" else "bold red"
+        table.add_row(Text(unit), direction, Text(verdict, style=style), ratio, speed, gpu)
+    width = min(console.width, 80)
+    console.print(table, width=width)
+    for u in report.units:  # each failure in full: what exceeded its bound, on which problem
+        if u.error:
+            console.print(Text(f"{u.unit}: {u.error}", style="red"), width=width)
+    for line in check.footer(report):
+        console.print(Text(line), width=width)
 
 
 def register(app: typer.Typer) -> None:

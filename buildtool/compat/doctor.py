@@ -16,7 +16,7 @@ from buildtool.compat.env import Env, env_to_json
 from buildtool.compat.fit import as_installed
 from buildtool.compat.wheel_index import WheelIndex, base_url, missing_pages
 from buildtool.core import install_lines
-from buildtool.core.cpus import canonical
+from buildtool.core.cpus import canonical, windows_cpu
 from buildtool.core.runtime import reasons, schema
 from buildtool.errors import EXIT_FAILED, EXIT_OK
 
@@ -215,6 +215,8 @@ def wheel_name(entry: schema.IndexEntry) -> str:
     the file name is in --json."""
     if entry.info.universal:
         return "universal"
+    if windows_cpu(entry.platform_tag or "") is not None:  # the same variant and CPU as a Linux wheel
+        return f"{entry.info.variant} {entry.platform_tag}"
     return f"{entry.info.variant} {entry.info.platform}"
 
 

@@ -17,7 +17,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from buildtool.compat.env import Env
-from buildtool.core.cpus import canonical
+from buildtool.core.cpus import canonical, windows_cpu
 from buildtool.core.cuda_facts import TOOLKITS, TORCH_LAST_MINOR
 from buildtool.core.runtime import all_wheel, decision, reasons, schema, versions
 
@@ -151,12 +151,20 @@ def _tag_reasons(entry: schema.IndexEntry, env: Env, supported: TagIndex) -> lis
 
 def _platform_fix(entry: schema.IndexEntry, env: Env) -> str:
     cpu = canonical(env.arch)
+    for_windows = windows_cpu(entry.platform_tag or "") is not None
+    if env.os == "linux" and for_windows:
+        return "use the Linux wheel of the same variant (fa install picks it)"
     if env.os == "linux" and cpu is not None and cpu != entry.info.platform:
         return (
             f'use a wheel built for {cpu} (add "{cpu}" to platforms in matrix.yaml and run fa build), '
             "or the universal wheel (fallback only)"
         )
-    return "run on Linux x86_64 or aarch64, or use the universal wheel (fallback only)"
+    if env.os == "windows" and cpu == "x86_64":
+        return (
+            "use a win_amd64 wheel (fa builds those of its stable-ABI variants only, for the torch minors "
+            "from their floor on), or the universal wheel (fallback only)"
+        )
+    return "run on Linux x86_64 or aarch64 or Windows x86_64, or use the universal wheel (fallback only)"
 
 
 def _glibc_needed(wheel_platforms: set[str], env: Env) -> str | None:

@@ -5,12 +5,20 @@ emulator's message; the others go on. Small shapes only: the emulator runs a thr
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
-from fa_attn.check import CheckReport, Job, UnitReport, progress, run_job, summarize, verdict_of
+from fa_attn.check import (
+    CheckReport,
+    Job,
+    Progress,
+    UnitReport,
+    line_progress,
+    run_job,
+    summarize,
+    verdict_of,
+)
 from fa_attn.decision import GRID_CODES
 
 from buildtool.emucheck.harness import emulator
@@ -41,7 +49,9 @@ def emulated_jobs(arch: str, only: tuple[str, ...]) -> list[tuple[Job, Any]]:
     return jobs
 
 
-def check_emulated(arch: str, only: tuple[str, ...] = (), csrc: Path | None = None) -> CheckReport:
+def check_emulated(
+    arch: str, only: tuple[str, ...] = (), csrc: Path | None = None, on_unit: Progress | None = None
+) -> CheckReport:
     if arch not in ARCHES:
         raise UsageError(f"--arch {arch}: use one of {', '.join(ARCHES)}")
     harness = emulator()
@@ -52,10 +62,10 @@ def check_emulated(arch: str, only: tuple[str, ...] = (), csrc: Path | None = No
     jobs = emulated_jobs(arch, only)
     libs: dict[str, Any] = {}
     units: list[UnitReport] = []
-    started = time.monotonic()
+    on_unit = on_unit or line_progress()
     with kernels_on_cpu(lambda module: libs[module]):
         for n, (job, unit) in enumerate(jobs):
-            progress(n, len(jobs), started, job.unit)
+            on_unit(n, len(jobs), job.unit)
             try:
                 if job.module not in libs:
                     libs[job.module] = harness.Emulated(unit, arch, *(() if csrc is None else (csrc,)))
@@ -67,5 +77,6 @@ def check_emulated(arch: str, only: tuple[str, ...] = (), csrc: Path | None = No
                         job.unit, 0, job.direction, job.dtype, job.launch[0], "fail", text, float("inf")
                     )
                 )
+    on_unit(len(jobs), len(jobs), "")
     gpu = {"index": 0, "gpu": f"CPU emulator, sm {arch}", "sm": arch}
     return CheckReport(verdict_of(units), [gpu], units, [])

@@ -3,9 +3,9 @@
 Per visible GPU, every unit (kernel file) of the installed wheel that the runtime would use there (the
 path decision, decision.decide, per dtype, head dim and direction the manifest covers), run through
 fa_attn's own ops on a set of problems (`problems`: a tiny and a medium shape, causal and not, GQA,
-more queries than keys) against the fp32 reference under FA2's rule (verify/unitcheck.py). Each unit
-runs in its own worker process (`--worker`) with a time limit: an illegal address, a hang or a crash
-marks that unit failed and the check goes on. The verdicts become a verification record
+fewer queries than keys, varlen, a KV cache) against the fp32 reference under FA2's rule
+(verify/unitcheck.py). Each unit runs in its own worker process (`--worker`) with a time limit: an
+illegal address, a hang or a crash marks that unit failed and the check goes on. The verdicts become a verification record
 (verify/record.py) that every later process reads (fa_attn.selfcheck).
 
 Not verified on a GPU: this project has none; `fa check --emulate` runs the same unit checks on the CPU
@@ -19,6 +19,7 @@ import datetime
 import json
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
@@ -67,14 +68,21 @@ def problems(
     dtype: torch.dtype, head_dim: int, direction: str, block_n: int = 64, medium: bool = True
 ) -> list[Problem]:
     """The shapes a unit is checked on: tiny (two key blocks: block_n and 15 keys) and medium (not on the
-    emulator), causal and not, GQA, fewer queries than keys (bottom-right causal)."""
+    emulator), causal and not, GQA, fewer queries than keys (bottom-right causal); then the other
+    layouts the runtime sends the same kernels: varlen (two packed sequences; forward and backward) and
+    a KV cache whose sequences use different numbers of rows (forward and split-KV: inference only)."""
     two = block_n + 15
-    shapes = [(two, two, 2, 2), (40, two, 2, 1)] + ([(512, 512, 4, 2)] if medium else [])
+    shapes = [(two, two, 2, 2, "padded"), (40, two, 2, 1, "padded")]
+    shapes += [(512, 512, 4, 2, "padded")] if medium else []
+    shapes += [(two, two, 2, 1, "varlen")] + ([(300, 700, 4, 2, "varlen")] if medium else [])
+    if direction == "fwd":
+        shapes += [(16, two, 2, 1, "kvcache")]
     if direction == "splitkv":  # decode-like: few queries, keys in at least two blocks (two splits)
-        shapes = [(1, two, 2, 1)] + ([(8, 512, 4, 4)] if medium else [])
+        shapes = [(1, two, 2, 1, "padded"), (1, two, 2, 1, "kvcache")]
+        shapes += [(8, 512, 4, 4, "padded"), (1, 1000, 4, 1, "kvcache")] if medium else []
     return [
-        Problem(dtype, head_dim, causal, sq, sk, h, hk, seed=i)
-        for i, (sq, sk, h, hk) in enumerate(shapes)
+        Problem(dtype, head_dim, causal, sq, sk, h, hk, seed=i, layout=layout)
+        for i, (sq, sk, h, hk, layout) in enumerate(shapes)
         for causal in (False, True)
     ]
 
@@ -208,26 +216,41 @@ def record_for(key: records.RecordKey, units: list[UnitReport], by: str) -> reco
     )
 
 
+def unit_row(u: UnitReport) -> tuple[str, str, str, str, str, str]:
+    """A unit's cells for people: unit, direction, verdict, worst error / bound, best speed, GPU."""
+    ratio = f"{u.max_err / u.bound:.2f}" if u.bound > 0 and u.max_err != float("inf") else "-"
+    speed = max((r for by_len in u.speed.values() for r in by_len.values()), default=None)
+    return (u.unit, u.direction, u.verdict, ratio, f"{speed:.2f}x" if speed is not None else "", str(u.gpu))
+
+
+def footer(report: CheckReport) -> list[str]:
+    """The lines under the table: the count, the records written, how to share a failure."""
+    failed = sum(u.verdict != "pass" for u in report.units)
+    lines = [f"{len(report.units)} units, {failed} failed; verdict {report.verdict}"]
+    lines += [f"record: {path}" for path in report.records]
+    if failed:
+        lines.append("share it: attach `fa check --json > check.json` to an issue (docs/checking.md)")
+    return lines
+
+
 def render(report: CheckReport, out: Callable[[str], None] = print) -> None:
-    """The table for people, 80 columns."""
+    """The table for people, in 80 columns (plain text: the wheel has no rich; `fa check` draws the same
+    cells with rich). A failure's message is wrapped in full under its unit: it names the problem."""
     if report.verdict == "no-gpu":
         out("fa check: no NVIDIA GPU visible (verdict no-gpu)")
         out(f"fix: {report.fix}")
         return
     out(f"{'unit':<34} {'dir':<7} {'verdict':<7} {'error/bound':>11} {'speed':>8}   gpu")
     for u in report.units:
-        ratio = f"{u.max_err / u.bound:.2f}" if u.bound > 0 and u.max_err != float("inf") else "-"
-        speed = max((r for by_len in u.speed.values() for r in by_len.values()), default=None)
-        speed_text = f"{speed:.2f}x" if speed is not None else ""
-        out(f"{u.unit[:34]:<34} {u.direction:<7} {u.verdict:<7} {ratio:>11} {speed_text:>8}   {u.gpu}")
-        if u.error:
-            out(f"  {u.error[:76]}")
-    failed = sum(u.verdict != "pass" for u in report.units)
-    out(f"{len(report.units)} units, {failed} failed; verdict {report.verdict}")
-    for path in report.records:
-        out(f"record: {path}")
-    if failed:
-        out("share it: `fa check --json > check.json` and attach it to an issue (docs/checking.md)")
+        unit, direction, verdict, ratio, speed, gpu = unit_row(u)
+        out(f"{unit[:34]:<34} {direction:<7} {verdict:<7} {ratio:>11} {speed:>8}   {gpu}")
+        for line in textwrap.wrap(u.error, 78, initial_indent="  ", subsequent_indent="    "):
+            out(line)
+    for line in footer(report):
+        out(line)
+
+
+Progress = Callable[[int, int, str], None]  # (units done, units in all, the next unit's name)
 
 
 def progress(done: int, total: int, started: float, name: str) -> None:
@@ -238,18 +261,26 @@ def progress(done: int, total: int, started: float, name: str) -> None:
     sys.stderr.flush()
 
 
-def check_gpus(bench: bool = False, write: bool = True) -> CheckReport:
-    """Every unit on every visible GPU, each in its worker; writes one record per GPU."""
+def line_progress() -> Progress:
+    """`progress` with the clock started now: the plain-text progress of `python -m fa_attn.check`."""
+    started = time.monotonic()
+    return lambda done, total, name: progress(done, total, started, name)
+
+
+def check_gpus(bench: bool = False, write: bool = True, on_unit: Progress | None = None) -> CheckReport:
+    """Every unit on every visible GPU, each in its worker; writes one record per GPU. `on_unit` is told
+    before each unit and once at the end (default: a line on stderr per unit)."""
     if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
         return no_gpu_report()
     from . import selfcheck  # the record key the runtime reads
 
     gpus, units, written = [], [], []
     all_jobs = [(i, job) for i in range(torch.cuda.device_count()) for job in jobs_for(i)]
-    started = time.monotonic()
+    on_unit = on_unit or line_progress()
     for n, (_, job) in enumerate(all_jobs):
-        progress(n, len(all_jobs), started, job.unit)
+        on_unit(n, len(all_jobs), job.unit)
         units.append(run_isolated(job))
+    on_unit(len(all_jobs), len(all_jobs), "")
     if bench:
         from .verify.speed import measure_speed
 

@@ -65,17 +65,44 @@ def test_emulate_passes_on_the_shipped_kernels() -> None:
     assert all(0 < u["max_err"] <= u["bound"] for u in report["units"])
 
 
-def test_emulate_fails_naming_the_unit_on_a_broken_kernel(tmp_path: Path) -> None:
+# Each a one-line fault in the device code that only one of the check's layouts exposes: the causal
+# mask (every layout), the varlen key offset (packed sequences after the first read another's keys)
+# and the KV cache's used rows (the shorter sequence attends to rows it does not use).
+MUTATIONS = {
+    "causal-mask": (
+        "fwd.cu",
+        "x = (8 * j + e < keys_left) & (rel >= lo) & (rel <= hi) ? x : -pos_inf();",
+        "x = (8 * j + e < keys_left) & (rel >= lo) & (rel < hi) ? x : -pos_inf();",
+        "padded",
+    ),
+    "varlen-offset": (
+        "attention.cuh",
+        "s.k_row0 = p.cu_seqlens_k[b];",
+        "s.k_row0 = p.cu_seqlens_k[b] / 2;",
+        "varlen",
+    ),
+    "kvcache-used-rows": (
+        "attention.cuh",
+        "if (p.seqused_k != nullptr) end = p.seqused_k[b];",
+        "if (p.seqused_k != nullptr) end = p.seqused_k[0];",
+        "kvcache",
+    ),
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+def test_emulate_fails_naming_the_unit_on_a_broken_kernel(tmp_path: Path, mutation: str) -> None:
     emulator_or_skip()
+    file, line, broken, layout = MUTATIONS[mutation]
     csrc = tmp_path / "csrc"
     shutil.copytree(REPO / "kernels" / "csrc", csrc)
-    mask = "x = (8 * j + e < keys_left) & (rel >= lo) & (rel <= hi) ? x : -pos_inf();"
-    source = (csrc / "fwd.cu").read_text()
-    assert source.count(mask) == 1, "the mutation's target line changed"
-    (csrc / "fwd.cu").write_text(source.replace(mask, mask.replace("rel <= hi", "rel < hi")))
-    done = run("-m", "buildtool.cli", "check", "--emulate", *UNITS, "--source", str(csrc))
+    source = (csrc / file).read_text()
+    assert source.count(line) == 1, "the mutation's target line changed"
+    (csrc / file).write_text(source.replace(line, broken))
+    done = run("-m", "buildtool.cli", "check", "--emulate", "--unit", "fwd_fp16_d32", "--source", str(csrc))
     assert done.returncode == 1, done.stdout + done.stderr
     assert "sm_80/fwd_fp16_d32" in done.stdout
     assert "out: error" in done.stdout
+    assert f" {layout} " in done.stdout  # the failing problem is named, with its layout
     assert "verdict fail" in done.stdout
     assert "Traceback" not in done.stdout + done.stderr

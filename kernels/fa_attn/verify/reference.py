@@ -128,10 +128,12 @@ def assert_fa2_close(name: str, ours: torch.Tensor, ref: torch.Tensor, low: torc
 
 def lse_error(lse: torch.Tensor, lse_ref: torch.Tensor, rows: torch.Tensor) -> Fa2Error:
     """lse is computed in fp32 from exact products: within 1e-3 (relative to its size) on the rows that
-    see a key; a non-finite value there is an error of inf."""
+    see a key (`rows`: a mask of lse's shape, or of its last dim); a non-finite value there is inf."""
     if lse.shape != lse_ref.shape:
         raise AssertionError(f"lse: shape {tuple(lse.shape)} != {tuple(lse_ref.shape)}")
-    got, want = lse[..., rows], lse_ref[..., rows]
+    got, want = (
+        (lse[rows], lse_ref[rows]) if rows.shape == lse.shape else (lse[..., rows], lse_ref[..., rows])
+    )
     if not bool(torch.isfinite(got).all()):
         return Fa2Error("lse", math.inf, 0.0)
     err = (got - want).abs().max().item() if got.numel() else 0.0
