@@ -62,7 +62,8 @@ NO_GPU = "none"
 PYTHONS = ("3.15", "3.15t", "3.14", "3.14t", "3.13", "3.13t", "3.12", "3.11", "3.10", "3.9")
 DEFAULT_PYTHON = "3.12"
 
-CPU_LABELS = {X86_64: "Linux x86_64", AARCH64: "Linux aarch64 (Arm: GH200, GB200, Jetson, DGX Spark)"}
+OS_LABELS = {"linux": "Linux", "windows": "Windows", "darwin": "macOS"}
+CPU_NOTES = {AARCH64: " (Arm: GH200, GB200, Jetson, DGX Spark)"}
 CPU_TORCH = "cpu"  # the CUDA option of a CPU-only torch
 AUTO_ABI = "auto"  # the ABI option where the minor's wheels do not differ in it (fit assumes it)
 NO_DRIVER = "none"
@@ -175,16 +176,18 @@ def torch_builds(entries: Sequence[schema.IndexEntry], cpu: str | None) -> dict[
     return builds
 
 
-def python_groups(entries: Sequence[schema.IndexEntry], base: Env) -> dict[str, str]:
-    """Python -> its group: Pythons every wheel says the same of (fit.wheel_reasons) share a group, named
-    by its newest member."""
+def python_groups(entries: Sequence[schema.IndexEntry], bases: Sequence[Env]) -> dict[str, str]:
+    """Python -> its group: Pythons every wheel says the same of (fit.wheel_reasons) on every platform
+    (`bases`) share a group, named by its newest member."""
     groups: dict[str, str] = {}
     seen: dict[tuple[Any, ...], str] = {}
     for python in PYTHONS:
-        env = dataclasses.replace(base, python=python)
-        tags = TagIndex.of(supported_tags(env))
-        said = tuple(tuple(wheel_reasons(e, env, tags)) for e in entries)
-        groups[python] = seen.setdefault(said, python)
+        said = []
+        for base in bases:
+            env = dataclasses.replace(base, python=python)
+            tags = TagIndex.of(supported_tags(env))
+            said.append(tuple(tuple(wheel_reasons(e, env, tags)) for e in entries))
+        groups[python] = seen.setdefault(tuple(said), python)
     return groups
 
 
@@ -207,32 +210,77 @@ def _abi_options(abis: set[bool]) -> list[bool | None]:
     return both if len(abis) > 1 else [None]
 
 
-def linux_cpus(entries: Sequence[schema.IndexEntry]) -> list[str]:
-    """The Linux CPUs the wheels are built for, in cpus.PLATFORMS' order (x86_64 first)."""
-    built = {e.info.platform for e in entries if e.info.platform}
+@dataclass(frozen=True)
+class Platform:
+    """An OS and CPU the kernel wheels are built for, as the picker offers it."""
+
+    os: str  # as Env names it: linux, windows
+    cpu: str  # x86_64, aarch64
+
+    @property
+    def id(self) -> str:
+        return f"{self.os}-{self.cpu}"
+
+    @property
+    def label(self) -> str:
+        return f"{OS_LABELS.get(self.os, self.os)} {self.cpu}{CPU_NOTES.get(self.cpu, '')}"
+
+    def base(self, glibc: str) -> Env:
+        """A machine of this platform with nothing installed (the default Python)."""
+        return Env(self.os, self.cpu, glibc if self.os == "linux" else None, DEFAULT_PYTHON, None, None, ())
+
+
+def _os_of(platform_tag: str) -> str:
+    """The OS a wheel's platform tag is for: win_amd64 -> windows, macosx_* -> darwin, else linux."""
+    return (
+        "windows"
+        if platform_tag.startswith("win")
+        else "darwin"
+        if platform_tag.startswith("macosx")
+        else "linux"
+    )
+
+
+def platforms(entries: Sequence[schema.IndexEntry]) -> list[Platform]:
+    """The OS and CPU pairs the kernel wheels are built for, Linux first and x86_64 first (cpus.PLATFORMS)."""
+    built = {
+        Platform(_os_of(e.platform_tag or ""), e.info.platform)
+        for e in entries
+        if e.info.platform and not e.info.universal
+    }
+    order = list(OS_LABELS)
+    found = sorted(
+        built,
+        key=lambda p: (
+            order.index(p.os) if p.os in order else 9,
+            PLATFORMS.index(p.cpu) if p.cpu in PLATFORMS else 9,
+        ),
+    )
     # No kernel wheel at all: the universal wheel still answers a Linux x86_64 machine.
-    return [cpu for cpu in PLATFORMS if cpu in built] or [X86_64]
+    return found or [Platform("linux", X86_64)]
 
 
 def machines(entries: Sequence[schema.IndexEntry]) -> Iterator[Machine]:
     """Every combination the picker offers, each with the Env `fa doctor --env` would read for it, in the
     order the page offers them (the first of each axis is its default)."""
     glibc = glibc_assumed(entries)
-    drivers = driver_options(driver_floors(entries, "linux"))
-    for cpu in linux_cpus(entries):
-        base = Env("linux", cpu, glibc, DEFAULT_PYTHON, None, None, ())
-        groups = sorted(set(python_groups(entries, base).values()), key=_python_order)
-        builds = torch_builds(entries, cpu)
+    offered = platforms(entries)
+    groups = sorted(set(python_groups(entries, [p.base(glibc) for p in offered]).values()), key=_python_order)
+    for platform in offered:
+        cpu, os_name = platform.cpu, platform.os
+        drivers = driver_options(driver_floors(entries, os_name))
+        builds = torch_builds(entries, cpu)  # torch's builds are the CPU's, whichever OS has wheels
         for minor in sorted(builds, key=_minor_key, reverse=True):
             majors: list[int | None] = [*sorted(builds[minor], reverse=True), None]
             for major in majors:
-                for abi in _abi_options(builds[minor].get(major, set()) if major else set()):
+                abis = builds[minor].get(major, set()) if major and os_name == "linux" else set()
+                for abi in _abi_options(abis):
                     torch = TorchInfo(minor, None if major is None else f"{major}.x", None, abi)
                     for python in groups:
                         for gpu_option, gpu in _gpu_options(cpu):
                             for driver_option, driver in drivers if gpu else [(Option(NO_DRIVER, ""), None)]:
                                 key = (
-                                    cpu,
+                                    platform.id,
                                     minor,
                                     CPU_TORCH if major is None else str(major),
                                     AUTO_ABI if abi is None else str(abi).lower(),
@@ -241,7 +289,8 @@ def machines(entries: Sequence[schema.IndexEntry]) -> Iterator[Machine]:
                                     driver_option.id,
                                 )
                                 gpus = () if gpu is None else (gpu,)
-                                yield Machine(key, Env("linux", cpu, glibc, python, torch, driver, gpus))
+                                env = dataclasses.replace(platform.base(glibc), python=python, torch=torch)
+                                yield Machine(key, dataclasses.replace(env, driver=driver, gpus=gpus))
 
 
 def _python_order(python: str) -> int:
@@ -339,12 +388,11 @@ def page_data(entries: Sequence[schema.IndexEntry], request: Request | None = No
         for part in machine.key[:-1]:
             node = node.setdefault(part, {})
         node[machine.key[-1]] = tables.answers.add(found)
-    cpus = linux_cpus(entries)
-    base = Env("linux", cpus[0], glibc_assumed(entries), DEFAULT_PYTHON, None, None, ())
-    groups = python_groups(entries, base)
+    offered = platforms(entries)
+    groups = python_groups(entries, [p.base(glibc_assumed(entries)) for p in offered])
     return {
         "axes": list(AXES),
-        "options": _options(entries, cpus),
+        "options": _options(entries, offered),
         "pythons": [{"id": p, "group": groups[p]} for p in sorted(PYTHONS, key=_python_order)],
         "tree": tree,
         "answers": tables.answers.items,
@@ -358,7 +406,9 @@ def page_data(entries: Sequence[schema.IndexEntry], request: Request | None = No
     }
 
 
-def _options(entries: Sequence[schema.IndexEntry], cpus: Sequence[str]) -> dict[str, list[dict[str, str]]]:
+def _options(
+    entries: Sequence[schema.IndexEntry], offered: Sequence[Platform]
+) -> dict[str, list[dict[str, str]]]:
     def listed(options: Sequence[Option]) -> list[dict[str, str]]:
         return [{"id": o.id, "label": o.label} for o in options]
 
@@ -376,10 +426,11 @@ def _options(entries: Sequence[schema.IndexEntry], cpus: Sequence[str]) -> dict[
         Option("true", "True (NGC, some pytorch.org builds)"),
         Option(AUTO_ABI, "as torch's build implies"),
     ]
-    gpus = {o.id: o for cpu in cpus for o, _gpu in _gpu_options(cpu)}
-    drivers = [o for o, _d in driver_options(driver_floors(entries, "linux"))]
+    gpus = {o.id: o for p in offered for o, _gpu in _gpu_options(p.cpu)}
+    floors = {f for p in offered for f in driver_floors(entries, p.os)}
+    drivers = [o for o, _d in driver_options(sorted(floors, key=versions.parse_driver))]
     return {
-        "platform": listed([Option(cpu, CPU_LABELS.get(cpu, f"Linux {cpu}")) for cpu in cpus]),
+        "platform": listed([Option(p.id, p.label) for p in offered]),
         "torch": listed(torch),
         "cuda": listed(cuda),
         "abi": listed(abi),
@@ -390,36 +441,33 @@ def _options(entries: Sequence[schema.IndexEntry], cpus: Sequence[str]) -> dict[
 
 
 def option_key(env: Env, data: dict[str, Any]) -> tuple[str, ...]:
-    """The options a person with machine `env` picks on the page made of `data` (page_data): the GPU's
-    family (the nearest offered compute capability at or below its own, else the oldest), the driver's
-    range (the newest floor at or below it), torch's minor, CUDA major and C++ ABI."""
-    options = {axis: [o["id"] for o in data["options"][axis]] for axis in AXES}
+    """The options a person with machine `env` picks on the page made of `data` (page_data): torch's
+    minor ("or older" below the oldest offered), CUDA major and C++ ABI, the GPU's family (the nearest
+    offered compute capability at or below its own, else the oldest) and the driver's range (the newest
+    floor at or below it). KeyError: the page offers no such machine (another OS, a newer torch)."""
     torch = env.torch
     minor = versions.torch_minor(torch.version) if torch else ""
-    minors = data["tree"][canonical(env.arch) or env.arch]
+    platform = Platform(env.os, canonical(env.arch) or env.arch).id
+    minors = data["tree"][platform]
     oldest = min(minors, key=_minor_key)
     if minor not in minors and minor and _minor_key(minor) < _minor_key(oldest):
         minor = oldest  # "2.3 or older"
-    node = minors[minor]
     cuda = str(torch.cuda_major) if torch and torch.cuda_major else CPU_TORCH
-    abis = list(node[cuda])
+    abis = list(minors[minor][cuda])
     abi = AUTO_ABI if abis == [AUTO_ABI] else str(torch.cxx11abi if torch else None).lower()
     python = {p["id"]: p["group"] for p in data["pythons"]}[env.python]
+    gpus = minors[minor][cuda][abi][python]
     gpu, driver = NO_GPU, NO_DRIVER
     if env.gpus:
         sm = versions.parse_arch(env.gpus[0].sm)
-        families = [g for g in options["gpu"] if g != NO_GPU and g in node[cuda][abi][python]]
+        families = sorted((g for g in gpus if g != NO_GPU), key=versions.parse_arch)
         below = [g for g in families if versions.parse_arch(g) <= sm]
-        gpu = (
-            max(below or families, key=versions.parse_arch)
-            if below
-            else min(families, key=versions.parse_arch)
-        )
+        gpu = below[-1] if below else families[0]
     if env.driver and env.gpus:
-        floors = [d for d in options["driver"] if d != NO_DRIVER]
+        floors = sorted(gpus[gpu], key=versions.parse_driver)
         driver = max(
             (d for d in floors if versions.driver_at_least(env.driver, d)),
+            default=floors[0],
             key=versions.parse_driver,
-            default=min(floors, key=versions.parse_driver),
         )
-    return (canonical(env.arch) or env.arch, minor, cuda, abi, python, gpu, driver)
+    return (platform, minor, cuda, abi, python, gpu, driver)

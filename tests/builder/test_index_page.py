@@ -39,8 +39,9 @@ FLAGS = (
     "--disable-component-update",
     "--disable-sync",
 )
-# Machines of the corpus a person finds on the page: Linux, a torch the index serves, a GPU family the
-# picker offers. The rest are answered by `fa doctor` only (glibc 2.17, macOS, sm 13.0, torch 2.16, ...).
+# Machines of the corpus a person finds on the page: an OS and CPU the wheels are built for, a torch the
+# index serves, a GPU family the picker offers. The rest are answered by `fa doctor` only (glibc 2.17,
+# macOS, sm 13.0, torch 2.16, ...).
 CASES = (
     "a100-ngc-24.10",
     "aws-a10g-pypi-torch",
@@ -56,6 +57,8 @@ CASES = (
     "ngc-torch212-stable-abi",
     "p100-torch113",  # torch 1.13: nothing fits
     "python313t-free-threaded",
+    "rtx4090-windows",  # torch 2.5 on Windows: the universal wheel (Windows wheels start at 2.10)
+    "rtx4090-windows-torch212",
     "rtx5090-sm120",
     "t4-colab-bf16",
     "v100-sm70",
@@ -188,7 +191,7 @@ def test_no_console_error_and_no_network_request(site, browser):
     browser.get("about:blank")  # so the page is loaded again, not scrolled to a fragment
     browser.get_log("performance")  # drop what earlier tests did
     browser.get_log("browser")
-    browser.get((folder / index_page.PAGE).as_uri() + "#x86_64/2.13/13/auto/3.12/9.0/580.65.06")
+    browser.get((folder / index_page.PAGE).as_uri() + "#linux-x86_64/2.13/13/auto/3.12/9.0/580.65.06")
     browser.find_element("id", "pick-gpu").send_keys("A")  # a change runs the page's script again
     assert [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "WARNING")] == []
     requested = []
