@@ -393,6 +393,10 @@ def page_data(entries: Sequence[schema.IndexEntry], request: Request | None = No
     return {
         "axes": list(AXES),
         "options": _options(entries, offered),
+        # Each OS numbers its drivers and floors its own way: a range's label per platform.
+        "driver_labels": {
+            p.id: {o.id: o.label for o, _d in driver_options(driver_floors(entries, p.os))} for p in offered
+        },
         "pythons": [{"id": p, "group": groups[p]} for p in sorted(PYTHONS, key=_python_order)],
         "tree": tree,
         "answers": tables.answers.items,

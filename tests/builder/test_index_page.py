@@ -333,3 +333,16 @@ def test_fa_index_leaves_an_index_html_it_did_not_write(tmp_path):
         tmp_path, schema.read_index(json.loads((tmp_path / "index.json").read_text()))
     )
     assert index_page.is_ours(own)  # and fa rewrites its own page next time
+
+
+@needs_browser
+def test_each_os_labels_its_own_driver_ranges(site, browser):
+    """Windows numbers its drivers and floors its own way: its ranges are not Linux's."""
+    folder, data = site
+    for platform in data["options"]["platform"]:
+        browser.get("about:blank")
+        browser.get((folder / index_page.PAGE).as_uri() + f"#{platform['id']}/2.12/12/auto/3.12/8.9/")
+        shown = browser.execute_script(
+            "return Array.from(document.getElementById('pick-driver').options).map((o) => o.text)"
+        )
+        assert shown == list(data["driver_labels"][platform["id"]].values()), platform["id"]
