@@ -1,8 +1,16 @@
-"""wheels/index.json (docs/contracts.md section 5) and a PEP 503 simple index, made from the wheels.
+"""wheels/index.json (docs/contracts.md section 5) and the PEP 503 indexes, made from the wheels,
+and wheels/index.html, the page that answers which wheel a machine takes (index_page.py).
 
 Everything is read back from the wheel files themselves (their names, bytes and fa_attn/manifest.json),
 never from the build that wrote them, so the wheels of several shards merge by re-indexing the
 directory they were copied into (`fa index wheels/`).
+
+PEP 503 indexes, one per variant (buildtool/core/install_lines.py names them): `wheels/cu12/simple/`,
+`wheels/cu12-torch2.9/simple/`, ... each holding its variant's wheels plus the all-wheels and the
+universal wheel, and the root `wheels/simple/` holding only those two kinds. Every fa-attn wheel has
+the same `py3-none-<platform>` tags, so an index listing every variant would give pip and uv the
+highest local label whatever torch is installed. The pages link to the wheels in `wheels/` by
+relative URL, so the tree works over HTTP and file:// alike, with no copies.
 """
 
 from __future__ import annotations
@@ -12,9 +20,13 @@ from typing import Any
 
 import jinja2
 
-from buildtool.builder import out_files
+from buildtool.builder import index_page, out_files
+from buildtool.core import install_lines
 from buildtool.core.runtime import schema
 from buildtool.core.wheel_file import wheel_entry
+
+# In every project page fa writes (what fa owns in the folder is out_files' record, not this mark).
+GENERATOR = "fa index"
 
 
 def _env() -> jinja2.Environment:
@@ -23,10 +35,12 @@ def _env() -> jinja2.Environment:
 
 
 def write_index(wheel_dir: Path, *, take_over: bool = False) -> dict[str, Any]:
-    """(Re)write wheel_dir/index.json and wheel_dir/simple/ from the *.whl files there: every one,
-    whoever wrote it (other platforms' wheels copied in are merged), except that a wheel fa wrote
-    must still have the sha256 it wrote. The index files are replaced only if fa wrote them, unless
-    `take_over` (`fa index DIR`, asked to rewrite them); nothing is written through a link."""
+    """(Re)write wheel_dir/index.json, wheel_dir/simple/, wheel_dir/<variant index>/simple/ and
+    wheel_dir/index.html from the *.whl files there: every one, whoever wrote it (other platforms'
+    wheels copied in are merged), except that a wheel fa wrote must still have the sha256 it wrote. The
+    index files are replaced only if fa wrote them (out_files' record), unless `take_over` (`fa index
+    DIR`, asked to rewrite them); the page never replaces a user's index.html; nothing is written
+    through a link."""
     wheels = sorted(wheel_dir.glob("fa_attn-*.whl"))  # temporaries are named *.whl.fa-tmp-*: not matched
     entries = []
     for path in wheels:
@@ -36,11 +50,56 @@ def write_index(wheel_dir: Path, *, take_over: bool = False) -> dict[str, Any]:
         entries.append(entry)
     index = schema.index_json(entries)
     out_files.write_json(wheel_dir, "index.json", index, take_over=take_over)
+    names = install_lines.index_names(entries)
     env = _env()
-    root_page = env.get_template("root.html.j2").render(projects=[schema.PACKAGE])
-    out_files.write_text(wheel_dir, "simple/index.html", root_page, take_over=take_over)
-    page = env.get_template("project.html.j2").render(
-        project=schema.PACKAGE, wheels=index["wheels"] + index["all_wheels"], prefix="../../"
-    )
-    out_files.write_text(wheel_dir, f"simple/{schema.PACKAGE}/index.html", page, take_over=take_over)
+    for name in (None, *names):
+        _write_simple(env, wheel_dir, name, install_lines.index_members(entries, name), take_over)
+    _remove_stale(wheel_dir, set(names))
+    index_page.write_page(wheel_dir, schema.read_index(index))  # the order doctor reads: all-wheels last
     return index
+
+
+def _write_simple(
+    env: jinja2.Environment,
+    wheel_dir: Path,
+    name: str | None,
+    members: list[schema.IndexEntry],
+    take_over: bool,
+) -> None:
+    simple = install_lines.index_path(name)
+    root_page = env.get_template("root.html.j2").render(projects=[schema.PACKAGE])
+    out_files.write_text(wheel_dir, f"{simple}/index.html", root_page, take_over=take_over)
+    # wheels/<index path>/fa-attn/index.html -> ../ per folder back up to wheels/, where the files are
+    depth = simple.count("/") + 1
+    page = env.get_template("project.html.j2").render(
+        project=schema.PACKAGE,
+        wheels=[e.to_json() for e in members],
+        prefix="../" * depth,
+        generator=GENERATOR,
+    )
+    out_files.write_text(wheel_dir, f"{simple}/{schema.PACKAGE}/index.html", page, take_over=take_over)
+
+
+def _remove_stale(wheel_dir: Path, current: set[str]) -> None:
+    """Remove the variant indexes fa wrote for wheels no longer here: left behind, they would send pip
+    to files that are gone. Only pages in the record of what fa wrote, unchanged since, and the folders
+    they leave empty; nothing else."""
+    recorded = out_files.written(wheel_dir)
+    for page in sorted(wheel_dir.glob(f"*/{install_lines.SIMPLE}/{schema.PACKAGE}/index.html")):
+        name = page.parents[2].name
+        if name in current or page.parents[2].is_symlink():
+            continue
+        rels = [
+            f"{name}/{install_lines.SIMPLE}/{schema.PACKAGE}/index.html",
+            f"{name}/{install_lines.SIMPLE}/index.html",
+        ]
+        if rels[0] not in recorded or not out_files.own(wheel_dir, rels[0]):
+            continue
+        try:
+            for rel in rels:
+                if out_files.own(wheel_dir, rel):
+                    (wheel_dir / rel).unlink(missing_ok=True)
+            for folder in (page.parent, page.parents[1], page.parents[2]):
+                folder.rmdir()  # OSError if anything else is in it: then it stays
+        except OSError:
+            continue

@@ -34,6 +34,7 @@ from buildtool.builder.pypi import TorchCatalog, TorchFile
 from buildtool.core import binding_forms, cpus, cuda_facts, kernels_src
 from buildtool.core.runtime import versions
 from buildtool.core.textfile import shown
+from buildtool.core.wheel_file import local_build_label
 
 # `units(arch)` from kernels/tiles.py: the kernel programs to compile for an arch.
 Units = Callable[[str], Sequence[Any]]
@@ -307,10 +308,14 @@ def local_plan(
             (Cell(minor, m, python, platform),),
             _kernels_for_major(local, m, units),
             binding,
+            one_arch=archs[m][0] if sass is not None else None,
         )
         for m in cuda
     ]
-    alls = all_wheel_specs(wheels, local.version) if matrix is not None and matrix.all_wheel else ()
+    # The wheel for one GPU (`sass`) is this machine's only: no all-wheel, which would be named like
+    # the release's (no local label) while holding one arch.
+    with_all = matrix is not None and matrix.all_wheel and sass is None
+    alls = all_wheel_specs(wheels, local.version) if with_all else ()
     return _assemble(local, wheels, [], all_wheels=alls)
 
 
@@ -423,8 +428,12 @@ def _kernel_wheel(
     cells: tuple[Cell, ...],
     kernels: _MajorKernels,
     binding: BindingJob,
+    one_arch: str | None = None,
 ) -> WheelSpec:
+    """`one_arch`: the wheel `fa install --build` makes for one GPU, labelled as a local build."""
     variant = variant_label(cuda, torch, abi)
+    if one_arch is not None:
+        variant = local_build_label(variant, one_arch)
     return WheelSpec(
         cuda_major=cuda,
         torch_minor=torch,

@@ -111,4 +111,7 @@ def register(app: typer.Typer) -> None:
         else:
             console = plain_console()
             console.print(summary_table(summary))
-            console.print(f"install: pip install --find-links {out} fa-attn   (index: {out / 'index.json'})")
+            # Not `pip --find-links`: pip would take the highest local label among all the variants.
+            console.print(
+                f"install: fa install --wheels {out}   (pip and uv lines: fa doctor --wheels {out})"
+            )

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from buildtool.builder import index
+from buildtool.builder import index, index_page
 from buildtool.core.console import counted, plain_console
 from buildtool.errors import UsageError
 
@@ -28,4 +28,10 @@ def register(app: typer.Typer) -> None:
         # index.json and simple/ whoever wrote them, never through a link.
         data = index.write_index(directory, take_over=True)
         count = len(data["wheels"]) + len(data["all_wheels"])
-        plain_console().print(f"indexed {counted(count, 'wheel')} in {directory}")
+        console = plain_console()
+        console.print(f"indexed {counted(count, 'wheel')} in {directory}")
+        if not index_page.is_ours(directory / index_page.PAGE):
+            console.print(
+                f"{directory / index_page.PAGE} is not fa's page: left as it is (move it away and run "
+                "fa index again for the page that picks a machine's wheel)"
+            )

@@ -41,7 +41,8 @@ def _build_here(
     env: Env, arch: str | None, cuda: int | None, jobs: int, console: Console, progress: bool
 ) -> tuple[WheelIndex, Selection]:
     """Raises InputError (exit 2) when the probe and options cannot say what to build, FaError (exit 1)
-    when the build fails."""
+    when the build fails. With --arch or --cuda the choice is among this build's wheels only: the
+    folder may hold an earlier build for another arch or CUDA major, which the options rule out."""
     matrix = build_here.release_matrix()
     target = build_here.target(env, arch, cuda, matrix)
     console.print(
@@ -50,12 +51,15 @@ def _build_here(
         highlight=False,
     )
     try:
-        build_here.build(target, matrix, jobs, show_progress=progress)
+        summary = build_here.build(target, matrix, jobs, show_progress=progress)
     except FaError as exc:
         raise exc.with_note(
             "fa install --build: nothing installed (finished work is cached: run it again)"
         ) from None
     built = load_index(str(build_here.out_dir()))
+    if arch is not None or cuda is not None:
+        made = {w.file for w in summary.wheels}
+        built = WheelIndex(built.location, tuple(e for e in built.entries if e.file in made))
     return built, select(built.entries, env, Request())
 
 
@@ -97,7 +101,12 @@ def install_cmd(
     selection = select(idx.entries if idx else (), env, Request())
     console = plain_console(stderr=as_json)
     built = False
-    if build and not _kernel_wheel_fits(selection) and not dry_run:
+    # --arch / --cuda describe the wheel to build: they are honoured (or refused with the reason) even
+    # when a wheel in the index fits, which would otherwise be installed with both options ignored.
+    asked = arch is not None or cuda is not None
+    if build and asked:
+        build_here.target(env, arch, cuda, build_here.release_matrix())  # refuses what cannot run here
+    if build and (asked or not _kernel_wheel_fits(selection)) and not dry_run:
         idx, selection = _build_here(env, arch, cuda, jobs, console, progress=not as_json)
         built = True
     if idx is None:  # --build --dry-run with no index yet: nothing to install from
@@ -126,6 +135,12 @@ def install_cmd(
             out["message"] += f"\n  fix: {BUILD_HINT}"
         elif build and dry_run:
             out["message"] += "\n  (without --dry-run, --build builds the wheel this machine needs)"
+    elif dry_run and build and asked:
+        out["ok"] = True
+        out["message"] = (
+            "dry run: nothing built or installed (a real run builds the wheel --arch/--cuda ask for, "
+            "labelled as a local build, and installs it instead of the index's)"
+        )
     elif dry_run:
         out["ok"] = True
         out["message"] = (

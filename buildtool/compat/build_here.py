@@ -18,7 +18,8 @@ from buildtool.builder.matrix import Matrix, MatrixError, load_matrix
 from buildtool.builder.pipeline import BuildSummary, execute
 from buildtool.builder.plan import Plan, local_plan
 from buildtool.compat.env import Env
-from buildtool.core import binding_forms, cache, kernels_src
+from buildtool.core import binding_forms, cache, cuda_facts, kernels_src
+from buildtool.core.runtime import versions
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,56 @@ def target(env: Env, arch: str | None, cuda: int | None, matrix: Matrix | None) 
             "no NVIDIA GPU seen here to build for",
             "pass --arch with the GPU's compute capability, e.g. 8.0",
         )
+    if cuda is not None:
+        _check_cuda(env, cuda, source)
+    if arch is not None:
+        _check_arch(env, arch, source)
     floor = matrix.stable_abi if matrix and matrix.stable_abi else binding_forms.STABLE_ABI_MIN
     return LocalTarget(env.torch.version, env.torch.cxx11abi, env.python, major, sm, floor)
+
+
+def _check_cuda(env: Env, cuda: int, source: str) -> None:
+    """--cuda names a major fa has a toolkit for, whose kernels this machine's driver runs: a wheel
+    it could not run would be installed only to fall back on every call."""
+    if cuda not in cuda_facts.TOOLKITS:
+        known = ", ".join(map(str, cuda_facts.TOOLKITS))
+        raise MatrixError(source, "--cuda", f"CUDA {cuda} has no pinned toolkit in fa", f"use one of {known}")
+    floor = cuda_facts.TOOLKITS[cuda].min_driver
+    if env.driver is not None and not versions.driver_at_least(env.driver, floor):
+        runs = [
+            m for m, t in cuda_facts.TOOLKITS.items() if versions.driver_at_least(env.driver, t.min_driver)
+        ]
+        instead = f"pass --cuda {max(runs)}" if runs else "update the NVIDIA driver"
+        raise MatrixError(
+            source,
+            "--cuda",
+            f"CUDA {cuda} kernels need driver >= {floor}; this machine's driver is {env.driver}",
+            f"{instead}, or update the driver to >= {floor}",
+        )
+
+
+def _check_arch(env: Env, arch: str, source: str) -> None:
+    """--arch must give SASS that runs on GPU 0 (fa install installs for this machine): SASS runs on
+    the same major at an equal or higher minor only. Without a GPU to compare, any arch goes."""
+    try:
+        wanted = versions.parse_arch(arch)
+    except ValueError:
+        raise MatrixError(
+            source, "--arch", f"{arch!r} is not a compute capability", 'write it like "8.6"'
+        ) from None
+    if not env.gpus:
+        return
+    gpu = env.gpus[0].sm
+    have = versions.parse_arch(gpu)
+    if wanted[0] != have[0] or wanted > have:
+        raise MatrixError(
+            source,
+            "--arch",
+            f"sm {arch} SASS does not run on GPU 0 here ({env.gpus[0].name}, sm {gpu}): SASS runs only "
+            f"on a GPU of the same major with an equal or higher minor",
+            f"drop --arch (fa builds for GPU 0), pass --arch {gpu}, or build for another machine with "
+            "fa build --local",
+        )
 
 
 def plan_for(t: LocalTarget, matrix: Matrix | None) -> Plan:
@@ -91,5 +140,6 @@ def plan_for(t: LocalTarget, matrix: Matrix | None) -> Plan:
 
 
 def build(t: LocalTarget, matrix: Matrix | None, workers: int, show_progress: bool) -> BuildSummary:
-    """Build the wheel into out_dir() (progress bars on stderr) and re-index that folder."""
+    """Build the wheel into out_dir() (progress bars on stderr) and re-index that folder; the summary
+    names the wheels this build made (the folder may hold earlier builds for other GPUs)."""
     return execute(plan_for(t, matrix), out_dir(), workers, KernelTree(), show_progress=show_progress)

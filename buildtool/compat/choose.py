@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from packaging.version import Version
@@ -91,6 +91,27 @@ class Selection:
     warnings: tuple[Reason, ...] = ()  # about the selected wheel, not refusals (torch-newer-than-tested)
 
 
+@dataclass
+class Memo:
+    """What select works out per wheel, kept for the next machine with the same inputs: for a caller that
+    asks about many machines over the same entries (the index page, compat/picker.py, asks thousands).
+    Each key holds everything its value is computed from, so a kept value is the one select would
+    compute. Wheels are keyed by id(): a memo must not outlive the entries it was used with."""
+
+    # (os, arch, glibc, python, torch, driver) -> every wheel's fit: a wheel's fit reads no GPU
+    fits: dict[tuple[object, ...], tuple[WheelFit, ...]] = field(default_factory=dict)
+    # (wheel, device, call[, binding, torch's CUDA major]) -> the runtime's decision
+    decisions: dict[tuple[object, ...], Dispatch] = field(default_factory=dict)
+    # (wheel, torch, os) -> the all-wheel's binding for that torch
+    bindings: dict[tuple[object, ...], schema.BindingFile] = field(default_factory=dict)
+    # (wheel, driver, torch, os) -> the wheel as installed there (fit.as_installed)
+    views: dict[tuple[object, ...], schema.WheelInfo] = field(default_factory=dict)
+    # (os, arch, glibc, python) -> the tags pip installs there
+    tags: dict[tuple[object, ...], TagIndex] = field(default_factory=dict)
+    # (GPU, driver) -> the device the decision reads
+    devices: dict[tuple[object, ...], decision.Device] = field(default_factory=dict)
+
+
 def device_of(gpu: Gpu | None, env: Env) -> decision.Device:
     """A described GPU as the decision reads it; its shared memory per block is the kernel table's
     figure for its arch (tiles.SMEM_LIMIT), which a live call reads from the GPU itself."""
@@ -100,13 +121,24 @@ def device_of(gpu: Gpu | None, env: Env) -> decision.Device:
 
 
 def runtime_for(
-    entry: schema.IndexEntry | None, env: Env, gpu: Gpu | None, request: Request, stack: Sequence[Reason]
+    entry: schema.IndexEntry | None,
+    env: Env,
+    gpu: Gpu | None,
+    request: Request,
+    stack: Sequence[Reason],
+    memo: Memo | None = None,
 ) -> Dispatch:
     """What a call does with `entry` installed: the runtime's decision, overruled by a broken stack."""
     if entry is None:
         return decision.fallback(*stack)
     call = decision.Call(request.dtype, request.head_dim, request.backward)
-    answer = _decide(entry.info, device_of(gpu, env), call, env)
+    if memo is None:
+        device = device_of(gpu, env)
+    else:
+        device = memo.devices.get((gpu, env.driver)) or memo.devices.setdefault(
+            (gpu, env.driver), device_of(gpu, env)
+        )
+    answer = _decide(entry.info, device, call, env, memo)
     # The decision says no-gpu itself when there is no GPU; the stack says it already.
     stack_codes = {r.code for r in stack}
     own = tuple(r for r in answer.reasons if r.code not in stack_codes)
@@ -116,33 +148,69 @@ def runtime_for(
     return dataclasses.replace(answer, reasons=own)
 
 
-def _decide(info: schema.WheelInfo, device: decision.Device, call: decision.Call, env: Env) -> Dispatch:
+def _decide(
+    info: schema.WheelInfo, device: decision.Device, call: decision.Call, env: Env, memo: Memo | None
+) -> Dispatch:
     """The runtime's decision; for the all-wheel, its own choice of kernel set (all_wheel.decide_call)
     with the binding the running torch loads."""
     if not info.all_wheel:
-        return decision.decide(info, device, call)
+        key: tuple[object, ...] = (id(info), device, call)
+        if memo is None or key not in memo.decisions:
+            answer = decision.decide(info, device, call)
+            if memo is None:
+                return answer
+            memo.decisions[key] = answer
+        return memo.decisions[key]
     torch_cuda = env.torch.cuda_major if env.torch else None
-    return all_wheel.decide_call(info, binding_here(info, env), device, call, torch_cuda)[0]
+    if memo is None:
+        return all_wheel.decide_call(info, binding_here(info, env), device, call, torch_cuda)[0]
+    where = (id(info), env.torch, env.os)
+    if where not in memo.bindings:
+        memo.bindings[where] = binding_here(info, env)
+    key = (id(info), device, call, memo.bindings[where], torch_cuda)
+    if key not in memo.decisions:
+        memo.decisions[key] = all_wheel.decide_call(info, memo.bindings[where], device, call, torch_cuda)[0]
+    return memo.decisions[key]
 
 
-def select(entries: Sequence[schema.IndexEntry], env: Env, request: Request = Request()) -> Selection:
+def fits(entries: Sequence[schema.IndexEntry], env: Env, memo: Memo | None = None) -> tuple[WheelFit, ...]:
+    """Every wheel with its reasons (none: it fits)."""
+    key = (id(entries), env.os, env.arch, env.glibc, env.python, env.torch, env.driver)
+    if memo is not None and key in memo.fits:
+        return memo.fits[key]
+    where = (env.os, env.arch, env.glibc, env.python)
+    tags = memo.tags.get(where) if memo is not None else None
+    if tags is None:
+        tags = TagIndex.of(supported_tags(env))  # once for every wheel of the index
+    if memo is not None:
+        memo.tags[where] = tags
+    wheels = tuple(WheelFit(e, tuple(wheel_reasons(e, env, tags))) for e in entries)
+    if memo is not None:
+        memo.fits[key] = wheels
+    return wheels
+
+
+def select(
+    entries: Sequence[schema.IndexEntry], env: Env, request: Request = Request(), memo: Memo | None = None
+) -> Selection:
+    """The choice for `env`; `memo` keeps per-wheel work for the next call over the same entries."""
     if request.dtype not in DTYPES:
         raise ValueError(f"dtype: {request.dtype!r}; use one of {', '.join(DTYPES)}")
     if request.head_dim <= 0:
         raise ValueError(f"head dim: {request.head_dim}; use a positive number like 128")
-    tags = TagIndex.of(supported_tags(env))  # once for every wheel of the index
     stack = tuple(stack_reasons(env))
-    wheels = tuple(WheelFit(e, tuple(wheel_reasons(e, env, tags))) for e in entries)
+    wheels = fits(entries, env, memo)
     gpus: list[Gpu | None] = list(env.gpus) or [None]
 
     def rank(fit: WheelFit) -> tuple[Any, ...]:
-        paths = [runtime_for(fit.entry, env, gpu, request, stack).path for gpu in gpus]
+        paths = [runtime_for(fit.entry, env, gpu, request, stack, memo).path for gpu in gpus]
         kind = 3 if fit.entry.info.universal else _PATH_RANK[paths[0]]
-        untested = untested_torch(fit.entry, env) is not None
+        view = _as_installed(fit.entry, env, memo)
+        untested = untested_torch(fit.entry, env, view) is not None
         # The slimmest wheel that serves as well: a per-variant wheel before the all-wheel.
         heavier = fit.entry.info.all_wheel
         others = [_PATH_RANK[p] for p in paths[1:]]
-        return (kind, others, heavier, _cuda_preference(fit.entry, env), untested)
+        return (kind, others, heavier, _cuda_preference(view, env), untested)
 
     # Equal ranks go to the newest fa-attn version (sort is stable), then the stable-ABI form, then
     # the file name.
@@ -156,17 +224,20 @@ def select(entries: Sequence[schema.IndexEntry], env: Env, request: Request = Re
         if len(fitting) > 1
         else ""
     )
-    warning = untested_torch(selected, env) if selected is not None else None
-    answers = tuple(
-        GpuAnswer(i, gpu, runtime_for(selected, env, gpu, request, stack)) for i, gpu in enumerate(env.gpus)
+    warning = (
+        untested_torch(selected, env, _as_installed(selected, env, memo)) if selected is not None else None
     )
-    runtime = answers[0].runtime if answers else runtime_for(selected, env, None, request, stack)
+    answers = tuple(
+        GpuAnswer(i, gpu, runtime_for(selected, env, gpu, request, stack, memo))
+        for i, gpu in enumerate(env.gpus)
+    )
+    runtime = answers[0].runtime if answers else runtime_for(selected, env, None, request, stack, memo)
 
     if selected is None:
         verdict = "no-wheel"
     else:
         verdict = {"sass": "ok", "ptx": "ok-jit"}.get(runtime.path, "fallback")
-    deciding = _deciding_reasons(verdict, selected, runtime, wheels, env, request, stack)
+    deciding = _deciding_reasons(verdict, selected, runtime, wheels, env, request, stack, memo)
     return Selection(
         verdict=verdict,
         selected=selected,
@@ -229,9 +300,19 @@ def _why(
     return over + "equal in every preference; the first by file name"
 
 
-def _cuda_preference(entry: schema.IndexEntry, env: Env) -> tuple[int, int]:
+def _as_installed(entry: schema.IndexEntry, env: Env, memo: Memo | None) -> schema.WheelInfo:
+    if memo is None:
+        return as_installed(entry.info, env)
+    key = (id(entry.info), env.driver, env.torch, env.os)
+    if key not in memo.views:
+        memo.views[key] = as_installed(entry.info, env)
+    return memo.views[key]
+
+
+def _cuda_preference(view: schema.WheelInfo, env: Env) -> tuple[int, int]:
+    """The installed torch's CUDA major first, then the highest; `view`: the wheel as installed here."""
     torch_major = env.torch.cuda_major if env.torch else None
-    major = as_installed(entry.info, env).cuda_major or 0
+    major = view.cuda_major or 0
     return (0 if major == torch_major else 1, -major)
 
 
@@ -243,6 +324,7 @@ def _deciding_reasons(
     env: Env,
     request: Request,
     stack: Sequence[Reason],
+    memo: Memo | None,
 ) -> tuple[Reason, ...]:
     """The reasons behind the verdict, one per code: none for ok/ok-jit; the runtime's reasons when a
     kernel wheel was chosen but falls back; otherwise (universal wheel or nothing) the stack, the reasons
@@ -267,14 +349,14 @@ def _deciding_reasons(
             fewest = min(len(w.reasons) for w in misses)
             nearest = sorted(
                 (w for w in misses if len(w.reasons) == fewest),
-                key=lambda w: (_cuda_preference(w.entry, env), w.entry.file),
+                key=lambda w: (_cuda_preference(_as_installed(w.entry, env, memo), env), w.entry.file),
             )
             found += [r for w in nearest for r in w.reasons]
             kernel_wheels = [w.entry for w in nearest if not w.entry.info.universal]
             gpu = env.gpus[0] if env.gpus else None
             if kernel_wheels and gpu is not None:
                 # With the wheel's own problems fixed, would the GPU run it? (a P100 still would not)
-                would = runtime_for(kernel_wheels[0], env, gpu, request, ())
+                would = runtime_for(kernel_wheels[0], env, gpu, request, (), memo)
                 if would.path == "fallback":
                     found += would.reasons
     first: dict[str, Reason] = {}

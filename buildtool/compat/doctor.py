@@ -14,8 +14,9 @@ from buildtool.compat import verified
 from buildtool.compat.choose import Dispatch, Reason, Request, Selection, WheelFit, select
 from buildtool.compat.env import Env, env_to_json
 from buildtool.compat.fit import as_installed
-from buildtool.compat.wheel_index import WheelIndex
-from buildtool.core.cpus import canonical
+from buildtool.compat.wheel_index import WheelIndex, base_url, missing_pages
+from buildtool.core import install_lines
+from buildtool.core.cpus import canonical, windows_cpu
 from buildtool.core.runtime import reasons, schema
 from buildtool.errors import EXIT_FAILED, EXIT_OK
 
@@ -28,7 +29,7 @@ _VERDICT_STYLE = {
     "fallback": "bold yellow",
     "no-wheel": "bold red",
 }
-_VERDICT_TEXT = {
+VERDICT_TEXT = {
     "ok": "our kernels run from SASS on this GPU",
     "ok-jit": "our kernels run, JIT-compiled from PTX by the driver on first use",
     "fallback": "a wheel installs, but calls fall back to torch SDPA",
@@ -42,12 +43,43 @@ class DoctorReport:
     request: Request
     index_location: str
     selection: Selection
+    # pip and uv lines for the chosen wheel, from its per-variant index (None: nothing to install)
+    install: install_lines.InstallLines | None = None
+    # a local folder without the index pages the lines name: run `fa index` there first
+    missing_page: str | None = None
 
 
 def build_report(env: Env, index: WheelIndex, request: Request) -> DoctorReport:
+    selection = select(index.entries, env, request)
+    lines = missing = None
+    if selection.selected is not None:
+        lines = install_lines.install_lines(selection.selected, base_url(index))
+        page = missing_pages(index, install_lines.index_path(lines.index_name))
+        missing = None if page is None else str(page)
     return DoctorReport(
-        env=env, request=request, index_location=index.location, selection=select(index.entries, env, request)
+        env=env,
+        request=request,
+        index_location=index.location,
+        selection=selection,
+        install=lines,
+        missing_page=missing,
     )
+
+
+def _install_json(report: DoctorReport) -> dict[str, Any] | None:
+    lines = report.install
+    if lines is None:
+        return None
+    return {
+        "index": lines.index_name,
+        "index_url": lines.index_url,
+        "requirement": lines.requirement,
+        "pip": lines.pip,
+        "uv": lines.uv,
+        "requirements_txt": lines.requirements_txt,
+        "uv_pyproject": lines.uv_pyproject,
+        "missing_page": report.missing_page,
+    }
 
 
 def _acts_as_json(entry: schema.IndexEntry | None, env: Env) -> dict[str, Any] | None:
@@ -89,6 +121,7 @@ def report_json(report: DoctorReport) -> dict[str, Any]:
                 "name": a.gpu.name,
                 "sm": a.gpu.sm,
                 "runtime": _runtime_json(a.runtime),
+                "explain": explain(a.runtime, a.gpu.sm),  # another arch's image serving it, or ""
                 "check": verified.summary(a.gpu.name, a.gpu.sm, verified.installed_wheel()),
             }
             for a in sel.gpus
@@ -111,6 +144,8 @@ def report_json(report: DoctorReport) -> dict[str, Any]:
         },
         "env": env_to_json(report.env),
         "index": report.index_location,
+        # pip and uv lines for the selected wheel (null when nothing is selected)
+        "install": _install_json(report),
     }
 
 
@@ -143,7 +178,7 @@ def _env_line(env: Env) -> str:
     )
 
 
-def _runtime_line(runtime: Dispatch) -> str:
+def runtime_line(runtime: Dispatch) -> str:
     if runtime.path == "sass":
         return f"SASS for sm {runtime.arch}, head dim {runtime.head_dim}"
     if runtime.path == "ptx":
@@ -151,7 +186,23 @@ def _runtime_line(runtime: Dispatch) -> str:
     return "fallback to torch SDPA"
 
 
-def _acts_as(entry: schema.IndexEntry, env: Env) -> str:
+def explain(runtime: Dispatch, sm: str) -> str:
+    """Why an image of another arch serves this GPU (B300/GB300's 10.3 on 10.0's SASS, DGX Spark's 12.1
+    on 12.0's), or "" when the image is the GPU's own or nothing runs (the reasons say why)."""
+    if runtime.arch is None or runtime.arch == sm or runtime.path == "fallback":
+        return ""
+    if runtime.path == "sass":
+        return (
+            f"sm {sm} runs sm {runtime.arch}'s SASS (same major, lower minor: NVIDIA's compatibility rule, "
+            f"not verified on a GPU here); fa builds no sm {sm} SASS of its own (matrix.yaml says why)"
+        )
+    return (
+        f"no SASS of sm {sm}'s major here: the driver JIT-compiles compute {runtime.arch}'s PTX for sm {sm} "
+        "on first use (PTX runs on an equal or newer arch)"
+    )
+
+
+def acts_as(entry: schema.IndexEntry, env: Env) -> str:
     """What the all-wheel loads here: the binding for the torch installed and the CUDA major whose
     kernels this driver and torch prefer (per call the GPU may take another: the GPU lines say)."""
     view = as_installed(entry.info, env)
@@ -164,6 +215,8 @@ def wheel_name(entry: schema.IndexEntry) -> str:
     the file name is in --json."""
     if entry.info.universal:
         return "universal"
+    if windows_cpu(entry.platform_tag or "") is not None:  # the same variant and CPU as a Linux wheel
+        return f"{entry.info.variant} {entry.platform_tag}"
     return f"{entry.info.variant} {entry.info.platform}"
 
 
@@ -242,7 +295,7 @@ def render(report: DoctorReport, console: Console, show_all: bool = False) -> No
     console.print(Text("\nChoice", style="bold"))
     console.print(Text(f"fa install picks: {wheel_name(sel.selected) if sel.selected else 'nothing'}"))
     if sel.selected is not None and sel.selected.info.all_wheel:
-        console.print(Text(f"it acts here as: {_acts_as(sel.selected, report.env)}"))
+        console.print(Text(f"it acts here as: {acts_as(sel.selected, report.env)}"))
     if sel.why:
         console.print(Text(f"why: {sel.why}"))
     for warning in sel.warnings:
@@ -253,17 +306,21 @@ def render(report: DoctorReport, console: Console, show_all: bool = False) -> No
         console.print(
             Text(
                 f"GPU {answer.index} ({answer.gpu.name}, sm {answer.gpu.sm}), {call}: "
-                f"{_runtime_line(answer.runtime)}"
+                f"{runtime_line(answer.runtime)}"
             )
         )
+        if explain(answer.runtime, answer.gpu.sm):
+            console.print(Text(f"  {explain(answer.runtime, answer.gpu.sm)}"))
         if answer.runtime.reasons:
             console.print(_reason_text(answer.runtime.reasons))
         console.print(Text(verified.line(answer.gpu.name, answer.gpu.sm, verified.installed_wheel())))
     if not sel.gpus and sel.selected is not None:
-        console.print(Text(f"No GPU, {call}: {_runtime_line(sel.runtime)}"))
+        console.print(Text(f"No GPU, {call}: {runtime_line(sel.runtime)}"))
+
+    _render_install(report, console)
 
     verdict = Text(f"\nverdict: {sel.verdict}", style=_VERDICT_STYLE[sel.verdict])
-    verdict.append(f" ({_VERDICT_TEXT[sel.verdict]})", style="default")
+    verdict.append(f" ({VERDICT_TEXT[sel.verdict]})", style="default")
     console.print(verdict)
     # The stack's reasons are printed above already: name them here, do not repeat them.
     stack_codes = {r.code for r in sel.stack}
@@ -276,3 +333,23 @@ def render(report: DoctorReport, console: Console, show_all: bool = False) -> No
         console.print(_reason_text(own))
     if len(sel.gpus) > 1:
         console.print("(the verdict is GPU 0's: torch's default device cuda:0)", style="dim")
+
+
+def _render_install(report: DoctorReport, console: Console) -> None:
+    """The lines that install the chosen wheel with plain pip or uv, never wrapped (they are pasted)."""
+    lines = report.install
+    if lines is None:
+        return
+    where = f"index {lines.index_name}" if lines.index_name else "the root index (the all-wheels)"
+    console.print(Text(f"\nWith pip or uv ({where})", style="bold"))
+    if report.missing_page is not None:
+        console.print(
+            Text(f"{report.missing_page} is missing: run fa index on the wheel folder first"),
+            style="yellow",
+            soft_wrap=True,
+        )
+    for line in (lines.pip, lines.uv):
+        console.print(Text(line), soft_wrap=True)
+    console.print(Text("pyproject.toml, for uv sync:"))
+    for line in lines.uv_pyproject.splitlines():
+        console.print(Text(f"  {line}" if line else ""), soft_wrap=True)

@@ -17,8 +17,8 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from buildtool.compat.env import Env
-from buildtool.core.cpus import canonical
-from buildtool.core.cuda_facts import TOOLKITS
+from buildtool.core.cpus import canonical, windows_cpu
+from buildtool.core.cuda_facts import TOOLKITS, TORCH_LAST_MINOR
 from buildtool.core.runtime import all_wheel, decision, reasons, schema, versions
 
 Reason = reasons.Reason  # the runtime's own: doctor's and a live call's reasons are one type
@@ -151,12 +151,20 @@ def _tag_reasons(entry: schema.IndexEntry, env: Env, supported: TagIndex) -> lis
 
 def _platform_fix(entry: schema.IndexEntry, env: Env) -> str:
     cpu = canonical(env.arch)
+    for_windows = windows_cpu(entry.platform_tag or "") is not None
+    if env.os == "linux" and for_windows:
+        return "use the Linux wheel of the same variant (fa install picks it)"
     if env.os == "linux" and cpu is not None and cpu != entry.info.platform:
         return (
             f'use a wheel built for {cpu} (add "{cpu}" to platforms in matrix.yaml and run fa build), '
             "or the universal wheel (fallback only)"
         )
-    return "run on Linux x86_64 or aarch64, or use the universal wheel (fallback only)"
+    if env.os == "windows" and cpu == "x86_64":
+        return (
+            "use a win_amd64 wheel (fa builds those of its stable-ABI variants only, for the torch minors "
+            "from their floor on), or the universal wheel (fallback only)"
+        )
+    return "run on Linux x86_64 or aarch64 or Windows x86_64, or use the universal wheel (fallback only)"
 
 
 def _glibc_needed(wheel_platforms: set[str], env: Env) -> str | None:
@@ -180,17 +188,22 @@ def _glibc_needed(wheel_platforms: set[str], env: Env) -> str | None:
 def _python_requirement(entry: schema.IndexEntry, env: Env) -> list[Reason]:
     if not entry.requires_python:
         return []
-    spec = SpecifierSet(entry.requires_python)  # checked when the index was read (wheel_index)
-    version = ".".join(map(str, env.python_version))
-    if spec.contains(Version(version)):
-        return []
-    return [
+    return list(_requires_python(entry.requires_python, env.python))
+
+
+@functools.lru_cache(maxsize=256)
+def _requires_python(requires_python: str, python: str) -> tuple[Reason, ...]:
+    """Requires-Python against a Python ("3.13t"); cached: every wheel of an index says the same."""
+    spec = SpecifierSet(requires_python)  # checked when the index was read (wheel_index)
+    if spec.contains(Version(python.rstrip("t"))):
+        return ()
+    return (
         Reason(
             "python-unsupported",
-            f"the wheel requires Python {spec}; this is {env.python}",
+            f"the wheel requires Python {spec}; this is {python}",
             f"use a Python matching {spec}",
-        )
-    ]
+        ),
+    )
 
 
 def assumed_cxx11abi(env: Env) -> bool | None:
@@ -246,11 +259,12 @@ def binding_here(info: schema.WheelInfo, env: Env) -> schema.BindingFile:
     return all_wheel.binding_for(info, torch, assumed_cxx11abi(env), assumed)
 
 
-def untested_torch(entry: schema.IndexEntry, env: Env) -> Reason | None:
-    """The warning for a stable-ABI wheel on a torch newer than the newest it was tested with."""
+def untested_torch(entry: schema.IndexEntry, env: Env, view: schema.WheelInfo | None = None) -> Reason | None:
+    """The warning for a stable-ABI wheel on a torch newer than the newest it was tested with; `view`
+    is as_installed(entry.info, env) when the caller has it already."""
     if env.torch is None:
         return None
-    return decision.untested_torch(as_installed(entry.info, env), env.torch.version)
+    return decision.untested_torch(view or as_installed(entry.info, env), env.torch.version)
 
 
 def _driver_reasons(entry: schema.IndexEntry, env: Env) -> list[Reason]:
@@ -295,10 +309,27 @@ def stack_reasons(env: Env) -> list[Reason]:
                     "torch-driver-too-old",
                     f"torch {torch.version} is built with CUDA {torch.cuda}, which needs driver >= {floor}; this "
                     f"driver is {env.driver}, so torch cannot use the GPU at all",
-                    f"update the NVIDIA driver to >= {floor}, or install a torch built for an older CUDA",
+                    _older_torch_fix(torch.minor, env.driver, floor),
                 )
             )
     return reasons
+
+
+def _older_torch_fix(minor: str, driver: str, floor: str) -> str:
+    """What to do when torch's CUDA is newer than the driver: update the driver, or take the newest
+    torch built for a CUDA major this driver runs, which is an older torch when PyTorch has dropped that
+    major (torch 2.15 has no CUDA 12 build: a driver below 580 runs no torch 2.15 at all)."""
+    runs = [m for m, t in TOOLKITS.items() if versions.driver_at_least(driver, t.min_driver)]
+    if not runs:
+        return f"update the NVIDIA driver to >= {floor}"
+    major = max(runs)
+    last = TORCH_LAST_MINOR.get(major)
+    if last is not None and Version(minor) > Version(last):
+        return (
+            f"update the NVIDIA driver to >= {floor}; torch {minor} has no CUDA {major} build (PyTorch's "
+            f"last is torch {last}), so to keep this driver install torch {last} built for CUDA {major}"
+        )
+    return f"update the NVIDIA driver to >= {floor}, or install torch {minor} built for CUDA {major}"
 
 
 def _torch_driver_floor(cuda_major: int, os_name: str) -> str | None:

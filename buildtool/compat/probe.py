@@ -2,7 +2,8 @@
 
 Probing must be fast and side-effect free: no CUDA context and no `import torch` (importing torch takes
 seconds and initialises CUDA libraries). Torch is read from its version.py and its libraries
-(core/installed.py); the driver and GPUs from NVML, falling back to /sys, /proc and nvidia-smi.
+(core/installed.py); the driver and GPUs from NVML, falling back to /sys, /proc and nvidia-smi (on
+Windows: NVML, then nvidia-smi.exe on PATH or where the driver installs it).
 """
 
 from __future__ import annotations
@@ -37,15 +38,33 @@ class ProbePaths:
     device_tree_compatible: Path = Path("/proc/device-tree/compatible")
     tegra_release: Path = Path("/etc/nv_tegra_release")
     torch_dir: Path | None = None  # None: find the installed torch package without importing it
+    # Windows: nvidia-smi.exe is not always on PATH. DCH drivers put it in System32, older ones under
+    # Program Files\NVIDIA Corporation\NVSMI; there is no /sys or /proc to read the driver from.
+    windows_nvidia_smi: tuple[Path, ...] = (
+        Path("C:/Windows/System32/nvidia-smi.exe"),
+        Path("C:/Program Files/NVIDIA Corporation/NVSMI/nvidia-smi.exe"),
+    )
+    os: str | None = None  # None: this machine's (core/installed.py os_name); tests describe another
+
+
+def _smi_executable(command: str, fallbacks: tuple[Path, ...]) -> str | None:
+    """nvidia-smi on PATH (shutil.which adds .exe on Windows), else the first known location present."""
+    found = shutil.which(command)
+    if found is not None:
+        return found
+    return next((str(p) for p in fallbacks if p.is_file()), None)
 
 
 def probe(paths: ProbePaths = ProbePaths()) -> Env:
     sources: dict[str, str] = {}
+    system = paths.os or os_name()
+    windows = system == "windows"
     driver, gpus = _nvml(sources) if paths.use_nvml else (None, [])
-    if driver is None:
+    if driver is None and not windows:
         driver = _read_driver_file(paths, sources)
     if not gpus:
-        smi_driver, gpus = _nvidia_smi(paths.nvidia_smi, sources)
+        smi = _smi_executable(paths.nvidia_smi, paths.windows_nvidia_smi if windows else ())
+        smi_driver, gpus = _nvidia_smi(smi, sources) if smi else (None, [])
         driver = driver or smi_driver
     if not gpus:
         tegra_driver, gpus = _tegra(paths, sources)
@@ -53,9 +72,9 @@ def probe(paths: ProbePaths = ProbePaths()) -> Env:
     torch_dir = paths.torch_dir if paths.torch_dir is not None else find_torch()
     torch = probe_torch(torch_dir, sources) if torch_dir else None
     return Env(
-        os=os_name(),
+        os=system,
         arch=_arch(),
-        glibc=_glibc(),
+        glibc=None if windows else _glibc(),
         python=python_version(),
         torch=torch,
         driver=driver,
@@ -140,10 +159,7 @@ def _read_driver_file(paths: ProbePaths, sources: dict[str, str]) -> str | None:
     return None
 
 
-def _nvidia_smi(command: str, sources: dict[str, str]) -> tuple[str | None, list[Gpu]]:
-    exe = shutil.which(command)
-    if exe is None:
-        return None, []
+def _nvidia_smi(exe: str, sources: dict[str, str]) -> tuple[str | None, list[Gpu]]:
     # compute_cap needs nvidia-smi from driver 510 on; older ones give the driver only.
     for fields in ("driver_version,name,compute_cap,memory.total", "driver_version,name,memory.total"):
         try:

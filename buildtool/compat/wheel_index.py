@@ -26,7 +26,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import parse_wheel_filename
 
 from buildtool.core import fetch, textfile
-from buildtool.core.cpus import linux_cpu
+from buildtool.core.cpus import wheel_cpu
 from buildtool.core.fetch import sha256_file
 from buildtool.core.runtime import schema
 from buildtool.core.wheel_file import Disagreement, WheelDirError, check_agreement, wheel_entry
@@ -194,7 +194,7 @@ def _checked(entry: schema.IndexEntry, where: str) -> schema.IndexEntry:
             ) from None
     if entry.info.platform is not None:
         return entry
-    platform = linux_cpu(next(iter(parse_wheel_filename(entry.file)[3])).platform)
+    platform = wheel_cpu(next(iter(parse_wheel_filename(entry.file)[3])).platform)
     return dataclasses.replace(entry, info=dataclasses.replace(entry.info, platform=platform))
 
 
@@ -204,6 +204,28 @@ def entry_from_wheel(path: Path) -> schema.IndexEntry:
         return wheel_entry(path)
     except WheelDirError as exc:
         raise WheelIndexError(str(exc)) from exc
+
+
+def base_url(index: WheelIndex) -> str:
+    """The URL the per-variant indexes sit under (the folder of index.json), as pip and uv take it: the
+    http(s) or file URL given, or a local directory's absolute file:// URL."""
+    if is_url(index.location):
+        return index.location.rstrip("/")
+    return Path(index.location).resolve().as_uri()
+
+
+def missing_pages(index: WheelIndex, index_path: str) -> Path | None:
+    """The PEP 503 page a local wheel folder lacks (wheels copied in without `fa index`), else None;
+    an http(s) index is not asked (doctor makes no request for it)."""
+    if is_url(index.location) and not index.location.startswith("file:"):
+        return None
+    folder = (
+        Path(urllib.request.url2pathname(urllib.parse.urlsplit(index.location).path))
+        if is_url(index.location)
+        else Path(index.location)
+    )
+    page = folder / index_path / schema.PACKAGE / "index.html"
+    return None if page.is_file() else page
 
 
 def wheel_location(index: WheelIndex, entry: schema.IndexEntry) -> str:

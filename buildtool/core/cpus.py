@@ -78,6 +78,21 @@ def has_cxx(target: str) -> bool:
     return bool(cxx) and shutil.which(cxx[0]) is not None
 
 
+# Windows wheels fa makes: the x86_64 stable-ABI wheels' device code with a binding MSVC builds
+# (buildtool/builder/windows_wheel.py). PyTorch publishes CUDA builds for Windows on x86_64 only.
+WINDOWS_TAGS = {"win_amd64": X86_64}
+
+
+def windows_cpu(platform_tag: str) -> str | None:
+    """win_amd64 -> "x86_64"; None for any other tag."""
+    return WINDOWS_TAGS.get(platform_tag)
+
+
+def wheel_cpu(platform_tag: str) -> str | None:
+    """The CPU of a platform tag fa builds kernel wheels for, Linux or Windows; None for any other."""
+    return linux_cpu(platform_tag) or windows_cpu(platform_tag)
+
+
 def linux_cpu(platform_tag: str) -> str | None:
     """The CPU of a Linux wheel platform tag we build for: manylinux1_x86_64, manylinux2014_aarch64,
     manylinux_2_28_x86_64, linux_aarch64 -> "x86_64" / "aarch64"; None for anything else."""

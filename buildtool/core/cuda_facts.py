@@ -12,6 +12,9 @@ Facts, with their sources:
 - Pinned files and hashes are PyPI's, for each host CPU NVIDIA publishes (x86_64 and aarch64/SBSA):
   a build on an Arm machine (GH200, DGX Spark, an Arm CI runner) compiles with the same NVRTC version.
 - Our kernels need mma.sync with fp16 operands, so nothing below sm_75 is built.
+- The last torch minor PyTorch built for each CUDA major (RELEASE.md and the per-release RFCs): CUDA 11
+  (cu118) with 2.7 (pytorch/pytorch#147383, #155509); CUDA 12 (cu126, "legacy") with 2.14, as the 2.15
+  RFC removes it (#190385). matrix.yaml's excludes say the same (a test keeps them equal).
 """
 
 from __future__ import annotations
@@ -110,9 +113,16 @@ TOOLKITS: dict[int, Toolkit] = {
         windows_min_driver="580",
         ptx_min_driver="580.65.06",
         archs=("7.5", "8.0", "8.6", "8.7", "8.8", "8.9", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1"),
-        default_archs=("7.5", "8.0", "8.6", "9.0", "10.0", "12.0"),
+        # 11.0 (Jetson Thor) only here: no other major can serve it (SASS never crosses majors, CUDA 12's
+        # sm_101 is Thor's pre-13 name, which a CUDA 13 driver does not report, and 12.0's PTX cannot JIT
+        # down to 11.0). 10.3 and 12.1 are served by 10.0's and 12.0's SASS (same major, higher minor).
+        default_archs=("7.5", "8.0", "8.6", "9.0", "10.0", "11.0", "12.0"),
     ),
 }
+
+
+# CUDA major -> the newest torch minor with a build for it; a major not listed still gets new ones.
+TORCH_LAST_MINOR: dict[int, str] = {11: "2.7", 12: "2.14"}
 
 
 def sm_name(arch: str) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from buildtool.core.cpus import linux_cpu
+from buildtool.core.cpus import linux_cpu, wheel_cpu, windows_cpu
 from buildtool.core.fetch import sha256_file
 from buildtool.core.runtime import all_wheel, schema
 from buildtool.errors import FaError
@@ -51,9 +51,21 @@ class Disagreement(ValueError):
 # cxx11abi<true|false> where the C++ ABI is ambiguous (build/plan.py variant_label writes it).
 ALL_VARIANT = all_wheel.VARIANT  # the all-wheel's variant; its version has no local label
 _VARIANT = re.compile(
-    r"cu(?P<cuda>[0-9]+)torch(?P<torch>[0-9]+\.[0-9]+)(?:cxx11abi(?P<abi>true|false)|(?P<plus>plus))?",
+    r"cu(?P<cuda>[0-9]+)torch(?P<torch>[0-9]+\.[0-9]+)(?:cxx11abi(?P<abi>true|false)|(?P<plus>plus))?"
+    r"(?:\.local\.sm(?P<local>[0-9]{2,3}))?",
     re.ASCII,
 )
+LOCAL_MARK = "local"
+
+
+def local_build_label(variant: str, arch: str) -> str:
+    """The variant of a wheel `fa install --build` makes for one GPU: "cu12torch2.10plus.local.sm80". It
+    holds one arch's SASS and no PTX, so it must never pass for the release wheel of `variant` (whose
+    label it would otherwise share); the label says so, and `check_agreement` holds it to one arch."""
+    major, minor = (int(p) for p in arch.split("."))
+    return f"{variant}.{LOCAL_MARK}.sm{major}{minor}"
+
+
 # The platform tags fa's kernel wheels can carry (build/platform_tag.py computes them).
 _LINUX_TAG = re.compile(
     r"(manylinux_[0-9]{1,2}_[0-9]{1,3}|manylinux1|manylinux2010|manylinux2014|linux)_(x86_64|aarch64)",
@@ -92,7 +104,7 @@ def check_agreement(file: str, info: schema.WheelInfo) -> None:
         raise Disagreement(
             "variant", f"{info.variant!r}, but the version's label says {version.local or ''!r}"
         )
-    cpu = linux_cpu(tag.platform)
+    cpu = wheel_cpu(tag.platform)
     if info.platform is not None and info.platform != cpu:
         raise Disagreement("platform", f"{info.platform!r}, but the file is tagged {tag.platform}")
     if info.variant == "":
@@ -109,16 +121,33 @@ def check_agreement(file: str, info: schema.WheelInfo) -> None:
         raise Disagreement(
             "variant",
             f"{info.variant!r} is not a variant fa builds (cu12torch2.7, cu12torch2.5cxx11abifalse, "
-            "cu12torch2.10plus)",
+            "cu12torch2.10plus, cu12torch2.10plus.local.sm80)",
         )
-    if cpu is None or not _LINUX_TAG.fullmatch(tag.platform):
+    windows = windows_cpu(tag.platform) is not None
+    if cpu is None or not (windows or _LINUX_TAG.fullmatch(tag.platform)):
         raise Disagreement(
-            "file", f"a kernel wheel tagged {tag.platform}; fa builds Linux x86_64 and aarch64 ones"
+            "file",
+            f"a kernel wheel tagged {tag.platform}; fa builds Linux x86_64 and aarch64 ones and Windows "
+            "x86_64 ones (win_amd64)",
+        )
+    if windows and (parts["plus"] is None or parts["local"] is not None):
+        raise Disagreement(
+            "file",
+            f"{info.variant!r} tagged {tag.platform}; fa's Windows wheels are the stable-ABI release "
+            "wheels (cu12torch2.10plus): MSVC builds that binding only",
         )
     said = {"cuda_major": int(parts["cuda"]), "torch": parts["torch"]}
     for key, value in said.items():
         if getattr(info, key) != value:
             raise Disagreement(key, f"{getattr(info, key)!r}, but the variant {info.variant} says {value!r}")
+    if parts["local"] is not None:
+        sms = [f"{a.split('.')[0]}{a.split('.')[1]}" for a in info.sass]
+        if sms != [parts["local"]] or info.ptx is not None:
+            raise Disagreement(
+                "sass",
+                f"{list(info.sass)!r} and ptx {info.ptx!r}, but the local build {info.variant} holds sm "
+                f"{parts['local']}'s SASS alone",
+            )
     if parts["abi"] is not None and info.cxx11abi != (parts["abi"] == "true"):
         raise Disagreement(
             "cxx11abi", f"{info.cxx11abi!r}, but the variant {info.variant} says {parts['abi']}"
@@ -233,7 +262,7 @@ def wheel_entry(path: Path) -> schema.IndexEntry:
         except (OSError, zipfile.BadZipFile, KeyError, ValueError) as e:
             raise WheelDirError(f"{path}: not an fa-attn wheel ({e}); remove it or rebuild") from e
     if info.platform is None and tag.platform != "any":  # written before manifests named the CPU
-        info = dataclasses.replace(info, platform=linux_cpu(tag.platform))
+        info = dataclasses.replace(info, platform=wheel_cpu(tag.platform))
     try:
         check_agreement(path.name, info)
     except Disagreement as e:

@@ -82,10 +82,21 @@ class BuildJob:
 
 
 @dataclass(frozen=True)
+class WindowsJob:
+    """The win_amd64 wheels: the x86_64 stable-ABI wheels' device code with an MSVC-built binding
+    (buildtool/builder/windows_wheel.py), made after the x86_64 build jobs on a Windows runner."""
+
+    needs: tuple[str, ...]  # the x86_64 build jobs, whose wheels it repacks
+    floor: str  # matrix.yaml's stable_abi: the torch whose Windows wheel gives headers and import libraries
+    runner: str = "windows-latest"
+
+
+@dataclass(frozen=True)
 class ReleaseWorkflow:
     matrix_path: str  # as the jobs pass it to fa build, relative to the repository root
     jobs: tuple[BuildJob, ...]
     universal_torch: str  # the torch minor the universal (no kernels) wheel is smoke-tested with
+    windows: WindowsJob | None = None  # None: no stable-ABI x86_64 wheels to make Windows ones of
 
 
 def from_matrix(matrix: Matrix, matrix_path: Path) -> ReleaseWorkflow:
@@ -103,7 +114,9 @@ def from_matrix(matrix: Matrix, matrix_path: Path) -> ReleaseWorkflow:
             BuildJob(PLATFORMS[cpu], (k, n), cpu == matrix.platforms[0] and k == 1) for k in range(1, n + 1)
         ]
     newest = max(matrix.torch, key=Version)
-    return ReleaseWorkflow(matrix_path.as_posix(), tuple(jobs), newest)
+    x86 = tuple(j.id for j in jobs if j.platform.arch == "x86_64")
+    windows = WindowsJob(x86, str(matrix.stable_abi)) if matrix.stable_abi and x86 else None
+    return ReleaseWorkflow(matrix_path.as_posix(), tuple(jobs), newest, windows)
 
 
 def majors_built_for(matrix: Matrix, cpu: str) -> list[int]:

@@ -1,25 +1,24 @@
 // Opening the CUDA driver at run time (see cuda_driver.h for why it is not linked).
 #include "cuda_driver.h"
 
-#include <dlfcn.h>
-
 #include "check.h"
+#include "dynlib.h"
 
 namespace fa_binding {
 namespace {
 
 template <typename Fn>
 void resolve(void* lib, const char* name, Fn*& slot) {
-  slot = reinterpret_cast<Fn*>(dlsym(lib, name));
-  FA_CHECK(slot != nullptr, "the CUDA driver (libcuda.so.1) lacks ", name, "; update the NVIDIA driver");
+  slot = reinterpret_cast<Fn*>(dynlib::symbol(lib, name));
+  FA_CHECK(slot != nullptr, "the CUDA driver (", dynlib::kCudaDriver, ") lacks ", name,
+           "; update the NVIDIA driver");
 }
 
 CudaDriver load() {
-  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  std::string why;
+  void* lib = dynlib::open_driver(why);
   if (lib == nullptr) {
-    const char* why = dlerror();
-    fail("cannot load the CUDA driver libcuda.so.1 (", why ? why : "unknown error",
-         "); install the NVIDIA driver or check LD_LIBRARY_PATH");
+    fail("cannot load the CUDA driver ", dynlib::kCudaDriver, " (", why, "); ", dynlib::kDriverHint);
   }
   CudaDriver d{};
   resolve(lib, "cuInit", d.cuInit);

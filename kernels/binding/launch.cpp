@@ -1,8 +1,6 @@
 // The launch logic both forms share (see launch.h).
 #include "launch.h"
 
-#include <dlfcn.h>
-
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -14,6 +12,7 @@
 
 #include "check.h"
 #include "cuda_driver.h"
+#include "dynlib.h"
 
 namespace fa_binding {
 namespace {
@@ -43,11 +42,11 @@ using GetStreamFn = int32_t (*)(int32_t device_index, void** ret_stream);
 GetStreamFn stream_getter() {
   static const GetStreamFn fn = [] {
     void* sym = nullptr;
-    if (void* lib = dlopen("libtorch_cuda.so", RTLD_LAZY | RTLD_NOLOAD)) {
-      sym = dlsym(lib, "aoti_torch_get_current_cuda_stream");
+    if (void* lib = dynlib::loaded(dynlib::kTorchCuda)) {
+      sym = dynlib::symbol(lib, "aoti_torch_get_current_cuda_stream");
     }
     if (sym == nullptr) {
-      sym = dlsym(RTLD_DEFAULT, "aoti_torch_get_current_cuda_stream");
+      sym = dynlib::any_loaded_symbol("aoti_torch_get_current_cuda_stream");
     }
     return reinterpret_cast<GetStreamFn>(sym);
   }();

@@ -253,7 +253,9 @@ def _image(wheel: WheelInfo, device: Device, dtype: str, call: Call) -> tuple[_I
     padded = padded_head_dim(call.head_dim)
 
     gpu = parse_arch(sm)
-    images = list(dict.fromkeys(_Image(row.arch, row.image) for row in wheel.coverage))
+    # Distinct (arch, image) pairs first, then one _Image each: a wheel has hundreds of coverage rows
+    # and few images, and doctor and the index page decide thousands of times (bench/index_page.py).
+    images = [_Image(*pair) for pair in dict.fromkeys((row.arch, row.image) for row in wheel.coverage)]
     runnable = sorted(
         (img for img in images if _runs_on(img, gpu)), key=lambda i: parse_arch(i.arch), reverse=True
     )

@@ -171,9 +171,12 @@ def test_index_json_and_pep503_pages_pip_accepts(fixture_tree, images, host_lib,
     assert entry["platform_tag"] == a.platform
     assert (entry["python_tag"], entry["abi_tag"], entry["requires_python"]) == ("py3", "none", ">=3.9")
     assert json.loads((out / "index.json").read_text()) == data
-    page = (out / "simple" / "fa-attn" / "index.html").read_text()
+    # its variant's index lists it; the root index (the all-wheels and the universal wheel) does not
+    page = (out / "cu12-torch2.8" / "simple" / "fa-attn" / "index.html").read_text()
     assert f"#sha256={entry['sha256']}" in page
-    for source in (["--index-url", (out / "simple").as_uri()], ["--no-index", "--find-links", str(out)]):
+    assert a.path.name not in (out / "simple" / "fa-attn" / "index.html").read_text()
+    variant_index = (out / "cu12-torch2.8" / "simple").as_uri()
+    for source in (["--index-url", variant_index], ["--no-index", "--find-links", str(out)]):
         dl = tmp_path / ("dl" + source[0])
         proc = subprocess.run(
             [

@@ -427,13 +427,29 @@ def test_local_plan_builds_for_this_machines_cpu(monkeypatch: pytest.MonkeyPatch
     assert "x86_64 or aarch64" in info.value.fix
 
 
+def test_a_one_gpu_build_makes_no_all_wheel() -> None:
+    """The all-wheel has no local label: built for one GPU it would pass for the release's."""
+    matrix = Matrix(
+        version="0.1.0",
+        torch=("2.13",),
+        cuda=(12,),
+        python=("3.11",),
+        archs={12: ("8.0",)},
+        ptx={12: "8.0"},
+        all_wheel=True,
+    )
+    plan = local_plan("2.13.0+cpu", True, "3.11", (12,), matrix, units=units, stable_floor="2.10", sass="8.0")
+    assert (len(plan.wheels), plan.all_wheels) == (1, ())
+
+
 def test_local_plan_stable_form_for_one_gpu() -> None:
     """`fa install --build`: at or above the floor the stable form (it outlives a torch upgrade),
     below it the ATen form; SASS for this GPU's arch only (the toolkit's nearest lower one), no PTX."""
     plan = local_plan("2.13.0+cpu", True, "3.11", (12,), units=units, stable_floor="2.10", sass="8.9")
     (wheel,) = plan.wheels
     assert wheel.form == "stable"
-    assert wheel.variant == "cu12torch2.10plus"
+    assert wheel.variant == "cu12torch2.10plus.local.sm89"  # never named like the release wheel
+    assert wheel.version.endswith("+cu12torch2.10plus.local.sm89")
     assert wheel.cxx11abi is None
     assert wheel.sass == ("8.9",)
     assert wheel.ptx is None
@@ -443,7 +459,7 @@ def test_local_plan_stable_form_for_one_gpu() -> None:
     assert wheel.binding.header_source is None
     below = local_plan("2.9.0", True, "3.11", (13,), units=units, stable_floor="2.10", sass="10.1")
     assert below.wheels[0].form == "aten"
-    assert below.wheels[0].variant == "cu13torch2.9"
+    assert below.wheels[0].variant == "cu13torch2.9.local.sm100"
     assert below.wheels[0].sass == ("10.0",)  # NVRTC 13 has no sm 10.1; 10.0's SASS runs there
     with pytest.raises(MatrixError) as info:
         local_plan("2.9.0", True, "3.11", (11,), units=units, sass="10.0")

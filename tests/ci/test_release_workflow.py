@@ -100,8 +100,8 @@ def test_one_build_job_per_cpu_and_cuda_major_then_publish():
     assert sorted(jobs) == sorted(
         f"build-{cpu}-{k}" for cpu, m in expected.items() for k in range(1, len(m) + 1)
     )
-    assert set(workflow["jobs"]) == {*jobs, "publish", "pages", "pypi"}
-    assert workflow["jobs"]["publish"]["needs"] == list(jobs)
+    assert set(workflow["jobs"]) == {*jobs, "windows", "publish", "pages", "pypi"}
+    assert workflow["jobs"]["publish"]["needs"] == [*jobs, "windows"]
     assert workflow["jobs"]["pages"]["needs"] == "publish"
     assert workflow[True] == {
         "push": {"tags": ["v*"]},
@@ -152,6 +152,140 @@ def test_publish_merges_indexes_and_publishes_pep503():
     assert "diff planned.txt built.txt" in script
     assert any(s.get("uses", "").startswith("actions/upload-pages-artifact") for s in steps)
     assert "gh release upload" in script
+
+
+def test_publish_ships_the_index_page_with_the_wheels():
+    """fa index writes wheels/index.html; the Pages site is wheels/ and the release assets name it."""
+    steps = repo_workflow()["jobs"]["publish"]["steps"]
+    script = "\n".join(s.get("run", "") for s in steps)
+    pages = [s for s in steps if s.get("uses", "").startswith("actions/upload-pages-artifact")]
+    assert [s["with"]["path"] for s in pages] == ["wheels/"]
+    assert "wheels/index.html" in script
+
+
+def test_the_release_asset_carries_every_variant_index_and_no_wheel(tmp_path):
+    """The publish job's tar line, run on a tree `fa index` wrote: every index `fa doctor` may name."""
+    import tarfile
+
+    from buildtool.builder import index
+    from tests.select.fixture_index import kernel_entry, universal_entry
+    from tests.select.tiny_wheels import build_wheel
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for entry in (kernel_entry(12, "2.9", True), kernel_entry(12, "2.10", None), universal_entry()):
+        build_wheel(wheels, entry)
+    index.write_index(wheels)
+    steps = repo_workflow()["jobs"]["publish"]["steps"]
+    (line,) = [
+        ln.strip()
+        for s in steps
+        for ln in s.get("run", "").splitlines()
+        if "simple-index.tar.gz" in ln and "tar " in ln
+    ]
+    subprocess.run(["bash", "-c", line], cwd=tmp_path, check=True)
+    with tarfile.open(tmp_path / "simple-index.tar.gz") as tar:
+        names = {n.removeprefix("./") for n in tar.getnames()}
+    pages = {n for n in names if n.endswith("fa-attn/index.html")}
+    assert pages == {f"{p}simple/fa-attn/index.html" for p in ("", "cu12/", "cu12-torch2.9/", "universal/")}
+    assert "index.json" in names
+    assert "index.html" in names  # the page, beside the indexes
+    assert not [n for n in names if n.endswith(".whl")]
+
+
+needs_check_jsonschema = pytest.mark.skipif(
+    importlib.util.find_spec("check_jsonschema") is None,
+    reason="check-jsonschema is not installed (pip install -e '.[test]' installs it)",
+)
+
+
+@needs_check_jsonschema
+def test_release_yml_is_a_valid_github_workflow():
+    """GitHub's workflow schema (SchemaStore's, vendored in check-jsonschema: no network)."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "check_jsonschema",
+            "--builtin-schema",
+            "vendor.github-workflows",
+            str(WORKFLOW),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_windows_job_repacks_the_x86_64_stable_wheels_with_an_msvc_binding():
+    jobs = repo_workflow()["jobs"]
+    windows = jobs["windows"]
+    x86 = [name for name in build_jobs(repo_workflow()) if name.startswith("build-x86_64-")]
+    script = "\n".join(s.get("run", "") for s in windows["steps"])
+    assert windows["runs-on"] == "windows-latest"
+    assert windows["needs"] == x86
+    assert any(s.get("uses", "").startswith("ilammy/msvc-dev-cmd") for s in windows["steps"])
+    assert "ci/release/msvc_binding.py --floor 2.10" in script
+    assert "ci/release/windows_wheel.py --binding fa_attn_ops.dll" in script
+    assert "windows" in jobs["publish"]["needs"]
+
+
+def test_no_stable_abi_means_no_windows_job():
+    assert "windows" not in render(SMALL)["jobs"]
+
+
+def test_the_msvc_command_builds_the_stable_forms_sources(tmp_path):
+    sys.path.insert(0, str(REPO / "ci" / "release"))
+    try:
+        import msvc_binding
+    finally:
+        sys.path.pop(0)
+    from buildtool.builder.binding import sources
+    from buildtool.core import binding_forms
+
+    kernels = REPO / "kernels"
+    command = msvc_binding.cl_command(kernels, tmp_path / "torch", "2.10", tmp_path / "fa_attn_ops.dll")
+    cpp = {str(p) for p in sources(kernels, binding_forms.STABLE) if p.suffix == ".cpp"}
+    assert cpp == {a for a in command if a.endswith(".cpp")}
+    assert f"/DTORCH_TARGET_VERSION={binding_forms.target_version('2.10')}" in command
+    assert ("/EHs" in command, "/EHsc" in command) == (True, False)  # exceptions cross extern "C"
+
+
+def test_the_packing_script_makes_windows_wheels_of_the_stable_ones_only(tmp_path):
+    import struct
+
+    from tests.select.fixture_index import kernel_entry
+    from tests.select.tiny_wheels import build_wheel
+
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    wheels = [build_wheel(shards, e) for e in (kernel_entry(12, "2.10", None), kernel_entry(12, "2.9", True))]
+    dll = bytearray(0x100)
+    dll[:2] = b"MZ"
+    struct.pack_into("<I", dll, 0x3C, 0x80)
+    dll[0x80:0x84] = b"PE\0\0"
+    struct.pack_into("<H", dll, 0x84, 0x8664)
+    (tmp_path / "fa_attn_ops.dll").write_bytes(bytes(dll))
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "ci" / "release" / "windows_wheel.py"),
+            "--binding",
+            str(tmp_path / "fa_attn_ops.dll"),
+            "--out",
+            str(tmp_path / "dist"),
+            *map(str, wheels),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stderr
+    assert [p.name for p in (tmp_path / "dist").glob("*.whl")] == [
+        "fa_attn-0.1.0+cu12torch2.10plus-py3-none-win_amd64.whl"
+    ]
 
 
 # -- cibuildwheel reads the jobs' configuration ---------------------------------------------------------

@@ -116,9 +116,24 @@ def universal_entry() -> dict[str, Any]:
 
 
 def fixture_index(matrix_path: Path = REPO / "matrix.yaml") -> dict[str, Any]:
-    """The per-variant wheels of the matrix and the universal wheel."""
+    """The per-variant wheels of the matrix, the Windows wheels the release makes of its x86_64
+    stable-ABI ones (buildtool/builder/windows_wheel.py), and the universal wheel."""
     entries = [_entry(kernel_manifest(*key).info, key[3]) for key in matrix_wheels(matrix_path)]
-    return _index([*entries, universal_entry()])
+    windows = [
+        windows_entry(e) for e in entries if e["binding_form"] == "stable" and e["platform"] == "x86_64"
+    ]
+    return _index([*entries, *windows, universal_entry()])
+
+
+def windows_entry(linux: dict[str, Any]) -> dict[str, Any]:
+    """The win_amd64 entry of an x86_64 stable-ABI wheel's: the same info, the MSVC binding's file."""
+    tag = "win_amd64"
+    return {
+        **linux,
+        "file": linux["file"].replace(linux["platform_tag"], tag),
+        "platform_tag": tag,
+        "binding": "fa_attn_ops.dll",
+    }
 
 
 def all_wheel_index(matrix_path: Path = REPO / "matrix.yaml") -> dict[str, Any]:

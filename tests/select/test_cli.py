@@ -212,3 +212,29 @@ def test_the_human_report_names_variants_and_groups_wheels_that_share_their_reas
     everything = Console(record=True, width=80)
     render(build_report(env, load_index(str(index_dir)), Request()), everything, show_all=True)
     assert "aarch64" in everything.export_text().split("Wheels in")[1]
+
+
+def test_doctor_prints_the_pip_and_uv_lines_of_the_chosen_wheel(tmp_path: Path, index_dir: Path):
+    env = str(env_file(tmp_path, "torch29-below-stable-floor"))
+    out = json.loads(doctor("--env", env, "--wheels", str(index_dir), "--json").stdout)
+    base = index_dir.resolve().as_uri()
+    assert (out["variant"], out["install"]["index"]) == ("cu12torch2.9", "cu12-torch2.9")
+    assert out["install"]["pip"] == f"pip install --index-url {base}/cu12-torch2.9/simple/ fa-attn==0.1.0"
+    assert out["install"]["uv"] == f"uv pip install --index-url {base}/cu12-torch2.9/simple/ fa-attn==0.1.0"
+    assert '[[tool.uv.index]]\nname = "fa-cu12-torch2.9"' in out["install"]["uv_pyproject"]
+
+
+def test_doctor_lines_are_never_wrapped_and_say_when_the_pages_are_missing(tmp_path: Path, index_dir: Path):
+    # index_dir holds index.json only (no fa index pages): the lines are printed with what to run first
+    env = str(env_file(tmp_path, "ngc-torch212-stable-abi"))
+    text = doctor("--env", env, "--wheels", str(index_dir)).stdout
+    pip = f"pip install --index-url {index_dir.resolve().as_uri()}/cu12/simple/ fa-attn==0.1.0"
+    assert pip in text.splitlines()
+    assert "is missing: run fa index on the wheel folder first" in text
+
+
+def test_doctor_names_no_line_when_no_wheel_installs(tmp_path: Path, index_dir: Path):
+    out = json.loads(
+        doctor("--env", str(env_file(tmp_path, "torch-missing")), "--wheels", str(index_dir), "--json").stdout
+    )
+    assert out["install"] is None

@@ -81,3 +81,28 @@ def test_a_requires_python_that_does_not_parse_is_refused_not_ignored():
     entry = {**kernel_entry(12, "2.13", True), "requires_python": "py3.9+"}
     with pytest.raises(WheelIndexError, match=r"wheels\[0\]\.requires_python: got 'py3\.9\+'"):
         entry_from_dict(entry, "index.json: wheels[0]")
+
+
+def _local_build(sass: tuple[str, ...], ptx: str | None) -> dict:
+    """A wheel `fa install --build` labelled for sm 8.0 whose manifest says `sass` and `ptx`."""
+    label = "cu12torch2.10plus.local.sm80"
+    entry = kernel_entry(12, "2.10", None, sass=("8.0",), ptx=None)
+    file = entry["file"].replace("+cu12torch2.10plus", f"+{label}")
+    return {
+        **entry,
+        "variant": label,
+        "version": f"0.1.0+{label}",
+        "file": file,
+        "sass": list(sass),
+        "ptx": ptx,
+    }
+
+
+def test_a_local_build_label_is_read():
+    assert entry_from_dict(_local_build(("8.0",), None), "index.json").info.variant.endswith(".local.sm80")
+
+
+@pytest.mark.parametrize(("sass", "ptx"), [(("8.0", "9.0"), None), (("9.0",), None), (("8.0",), "8.0")])
+def test_a_local_build_label_holds_its_one_arch_alone(sass, ptx):
+    with pytest.raises(WheelIndexError, match=r"wheels\[0\]\.sass: .*holds sm 80's SASS alone"):
+        entry_from_dict(_local_build(sass, ptx), "index.json: wheels[0]")

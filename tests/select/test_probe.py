@@ -253,3 +253,43 @@ def test_what_nvidia_smi_says_is_checked_before_it_is_shown(tmp_path: Path, monk
     assert env.driver is None
     assert [g.name for g in env.gpus] == ["NVIDIA\\x1b[2J A100"]
     env_from_json(env_to_json(env))  # what the probe says is a valid env file
+
+
+def test_windows_driver_from_nvidia_smi_exe_where_the_driver_installs_it(tmp_path: Path):
+    """A Windows machine (described: os "windows"): no /sys or /proc, nvidia-smi.exe not on PATH but
+    in System32; Windows numbers its drivers differently (566.36) and has no glibc."""
+    smi = Path(_fake_smi(tmp_path, 'echo "566.36, NVIDIA GeForce RTX 4090, 8.9, 24564"\n')) / "nvidia-smi"
+    system32 = tmp_path / "System32" / "nvidia-smi.exe"
+    system32.parent.mkdir()
+    system32.symlink_to(smi)
+    found = probe(
+        ProbePaths(
+            sys_driver_version=tmp_path / "absent",
+            proc_driver_version=tmp_path / "absent",
+            nvidia_smi="no-such-smi",
+            use_nvml=False,
+            torch_dir=tmp_path / "no-torch",
+            windows_nvidia_smi=(tmp_path / "NVSMI" / "nvidia-smi.exe", system32),
+            os="windows",
+        )
+    )
+    assert (found.os, found.glibc, found.driver) == ("windows", None, "566.36")
+    assert [(g.name, g.sm) for g in found.gpus] == [("NVIDIA GeForce RTX 4090", "8.9")]
+
+
+def test_linux_never_looks_in_windows_locations(tmp_path: Path):
+    smi = Path(_fake_smi(tmp_path, 'echo "566.36, NVIDIA GeForce RTX 4090, 8.9, 24564"\n')) / "nvidia-smi"
+    found = probe(
+        ProbePaths(
+            sys_driver_version=tmp_path / "absent",
+            proc_driver_version=tmp_path / "absent",
+            nvidia_smi="no-such-smi",
+            use_nvml=False,
+            torch_dir=tmp_path / "no-torch",
+            device_tree_compatible=tmp_path / "absent",
+            tegra_release=tmp_path / "absent",
+            windows_nvidia_smi=(smi,),
+            os="linux",
+        )
+    )
+    assert (found.driver, found.gpus) == (None, ())

@@ -1,0 +1,348 @@
+"""index.html in a real headless browser (Debian's chromium through its chromedriver, driven by selenium):
+for machines of the test corpus (tests/select/envs), the line the page shows names the wheel
+`fa doctor --env` picks, a no-fit answer shows doctor's reasons; the page loads with no console error,
+makes no network request, reads at 360 and 1440 px, labels every control and sorts its table.
+
+Skipped only when chromium, its driver or selenium is missing (.ci/run installs chromium with apt)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from buildtool.builder import index_page
+from buildtool.compat import picker
+from buildtool.compat.env import env_from_json
+from buildtool.core.runtime import schema
+from tests.select.fixture_index import all_wheel_index, fixture_index
+
+REPO = Path(__file__).resolve().parents[2]
+ENVS = REPO / "tests" / "select" / "envs"
+# Debian's chromium and its driver (.ci/run installs them with apt), else the ones on PATH.
+CHROMIUM = next((p for p in ("/usr/bin/chromium", shutil.which("chromium")) if p and Path(p).exists()), None)
+CHROMEDRIVER = next(
+    (p for p in ("/usr/bin/chromedriver", shutil.which("chromedriver")) if p and Path(p).exists()), None
+)
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+# Machines of the corpus a person finds on the page: an OS and CPU the wheels are built for, a torch the
+# index serves, a GPU family the picker offers. The rest are answered by `fa doctor` only (glibc 2.17,
+# macOS, sm 13.0, torch 2.16, ...).
+CASES = (
+    "a100-ngc-24.10",
+    "aws-a10g-pypi-torch",
+    "b200-sm100",
+    "cpu-only-torch",
+    "driver470-cu12-wheels-only",
+    "driver520-torch-cu118",
+    "gb10-dgx-spark",
+    "gh200-ngc-aarch64",
+    "h100-driver470-torch27-cu128",
+    "jetson-orin-aarch64",
+    "local-torch212-old-abi",
+    "ngc-torch212-stable-abi",
+    "p100-torch113",  # torch 1.13: nothing fits
+    "python313t-free-threaded",
+    "rtx4090-windows",  # torch 2.5 on Windows: the universal wheel (Windows wheels start at 2.10)
+    "rtx4090-windows-torch212",
+    "rtx5090-sm120",
+    "t4-colab-bf16",
+    "v100-sm70",
+)
+
+needs_browser = pytest.mark.skipif(
+    CHROMIUM is None or CHROMEDRIVER is None,
+    reason="chromium or chromedriver is missing (apt-get install chromium chromium-driver; .ci/run does)",
+)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """A folder with the fixture index.json (every per-variant wheel of matrix.yaml, the all-wheels and
+    the universal wheel) and the page written for it."""
+    data = fixture_index()
+    data["all_wheels"] = all_wheel_index()["all_wheels"]
+    folder = tmp_path_factory.mktemp("site")
+    (folder / "index.json").write_text(json.dumps(data))
+    page = index_page.write_page(folder, schema.read_index(data))
+    return folder, _embedded(page.read_text())
+
+
+def _embedded(page: str) -> dict[str, Any]:
+    """The answers a page carries."""
+    return json.loads(page.split('<script type="application/json" id="fa-data">')[1].split("</script>")[0])
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory):
+    from selenium import webdriver  # the test extra installs it: missing is a failure, not a skip
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    assert CHROMIUM is not None
+    assert CHROMEDRIVER is not None
+    options.binary_location = CHROMIUM
+    for flag in (*FLAGS, f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_window_size(1440, 1000)
+    yield driver
+    driver.quit()
+
+
+# `fa doctor --env FILE --wheels DIR --json` for each file, run by the console script's own entry point
+# in one process (a process per machine would cost a Python start each).
+DOCTOR = """
+import contextlib, io, json, sys
+from buildtool import cli
+out, wheels = {}, sys.argv[1]
+for env_file in sys.argv[2:]:
+    sys.argv = ["fa", "doctor", "--env", env_file, "--wheels", wheels, "--json"]
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        try:
+            cli.main()
+        except SystemExit as done:
+            assert done.code in (0, 1), (env_file, done.code)
+    out[env_file] = json.loads(text.getvalue())
+print(json.dumps(out))
+"""
+
+
+def _doctor(env_files: list[Path], wheels: Path) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-c", DOCTOR, str(wheels), *map(str, env_files)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stderr
+    return {Path(k).stem: v for k, v in json.loads(done.stdout).items()}
+
+
+def _pick(browser, key: tuple[str, ...], python: str) -> None:
+    from selenium.webdriver.support.ui import Select
+
+    for axis, value in zip(picker.AXES, key, strict=True):
+        element = browser.find_element("id", f"pick-{axis}")
+        if element.is_displayed():
+            Select(element).select_by_value(python if axis == "python" else value)
+        else:  # a one-option axis (the ABI where wheels do not differ in it, the driver without a GPU)
+            assert element.get_attribute("value") == value
+
+
+def _shown(browser) -> dict[str, Any]:
+    script = """
+    const $ = (id) => document.getElementById(id);
+    return {verdict: $("verdict").dataset.verdict, install: !$("install").hidden,
+            file: $("wheel-file").textContent, pip: $("line-pip").textContent, uv: $("line-uv").textContent,
+            codes: Array.from(document.querySelectorAll("#because .code-name")).map((e) => e.textContent),
+            because: $("because").innerText};
+    """
+    return browser.execute_script(script)
+
+
+@needs_browser
+def test_the_page_names_the_wheel_doctor_picks(site, browser):
+    folder, data = site
+    browser.get((folder / index_page.PAGE).as_uri())
+    reports = _doctor([ENVS / f"{name}.json" for name in CASES], folder)
+    no_fit = 0
+    for name in CASES:
+        env_file = ENVS / f"{name}.json"
+        env = env_from_json(json.loads(env_file.read_text())["env"])
+        _pick(browser, picker.option_key(env, data), env.python)
+        shown = _shown(browser)
+        report = reports[name]
+        assert shown["verdict"] == report["verdict"], name
+        assert shown["codes"] == report["codes"], name
+        if report["selected"] is None:
+            no_fit += 1
+            assert not shown["install"], name
+            for reason in report["because"]:  # worded as doctor words them (the numbers are the page's)
+                assert reason["fix"].split(" ")[0] in shown["because"], name
+            continue
+        assert shown["file"] == report["selected"], name
+        assert report["selected"].split("-")[1].split("+")[0] in shown["pip"], name
+        assert shown["pip"].startswith("pip install --index-url " + folder.as_uri() + "/"), name
+        assert shown["uv"].startswith("uv pip install --index-url " + folder.as_uri() + "/"), name
+    assert no_fit >= 1
+
+
+@needs_browser
+def test_no_console_error_and_no_network_request(site, browser):
+    folder, _data = site
+    browser.get("about:blank")  # so the page is loaded again, not scrolled to a fragment
+    browser.get_log("performance")  # drop what earlier tests did
+    browser.get_log("browser")
+    browser.get((folder / index_page.PAGE).as_uri() + "#linux-x86_64/2.13/13/auto/3.12/9.0/580.65.06")
+    browser.find_element("id", "pick-gpu").send_keys("A")  # a change runs the page's script again
+    assert [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "WARNING")] == []
+    requested = []
+    for entry in browser.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message["method"] == "Network.requestWillBeSent":
+            requested.append(message["params"]["request"]["url"])
+    assert requested, "the performance log saw no request at all (not even the page itself)"
+    assert [u for u in requested if not u.startswith(("file://", "data:"))] == []
+
+
+@needs_browser
+@pytest.mark.parametrize("width", [360, 1440])
+def test_readable_at_width(site, browser, width):
+    folder, _data = site
+    browser.set_window_size(width, 900)
+    browser.get((folder / index_page.PAGE).as_uri())
+    # Nothing but the table's own scrolling region is wider than the window.
+    overflow = browser.execute_script(
+        "return document.documentElement.scrollWidth - document.documentElement.clientWidth"
+    )
+    assert overflow <= 0
+    browser.set_window_size(1440, 1000)
+
+
+@needs_browser
+def test_every_control_has_a_label_and_the_focus_order_follows_the_form(site, browser):
+    folder, data = site
+    browser.get((folder / index_page.PAGE).as_uri())
+    for axis in data["axes"]:
+        labels = browser.find_elements("css selector", f'label[for="pick-{axis}"]')
+        texts = [label.get_attribute("textContent").strip() for label in labels]
+        assert len(texts) == 1, axis
+        assert texts[0], axis
+    order = browser.execute_script(
+        "return Array.from(document.querySelectorAll('select, button, a[href], [tabindex=\"0\"]'))"
+        ".filter((e) => e.offsetParent !== null).map((e) => e.id || e.tagName)"
+    )
+    visible = [f"pick-{a}" for a in data["axes"] if f"pick-{a}" in order]
+    assert order[: len(visible)] == visible
+
+
+@needs_browser
+def test_the_table_lists_every_wheel_and_sorts_by_a_heading(site, browser):
+    folder, _data = site
+    browser.get((folder / index_page.PAGE).as_uri())
+    files = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#wheels tbody tr')).map((r) => r.dataset.file)"
+    )
+    entries = schema.read_index(json.loads((folder / "index.json").read_text()))
+    assert sorted(files) == sorted(e.file for e in entries)
+    header = browser.find_element("css selector", 'button[data-key="variant"]')
+    header.click()
+    variants = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#wheels tbody tr')).map((r) => r.dataset.variant)"
+    )
+    assert variants[0] == "all"
+    assert variants[-1] == "universal"
+    header.click()
+    th = browser.find_element("css selector", 'th:has(button[data-key="variant"])')
+    assert th.get_attribute("aria-sort") == "descending"
+
+
+def test_fa_index_writes_the_page(tmp_path):
+    """`fa index` on a folder of real wheels writes index.html, whose embedded answers name the wheel
+    doctor picks, with the wheel's real sha256."""
+    from tests.select.fixture_index import kernel_entry, universal_entry
+    from tests.select.tiny_wheels import build_wheel
+
+    kernel = build_wheel(tmp_path, kernel_entry(12, "2.5", False))
+    build_wheel(tmp_path, universal_entry())
+    done = subprocess.run(
+        [sys.executable, "-m", "buildtool.cli", "index", str(tmp_path)],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stderr
+    data = _embedded((tmp_path / index_page.PAGE).read_text())
+    env = env_from_json(json.loads((ENVS / "aws-a10g-pypi-torch.json").read_text())["env"])
+    node = data["tree"]
+    for part in picker.option_key(env, data):
+        node = node[part]
+    wheel = data["wheels"][data["answers"][node]["wheel"]]
+    assert wheel["file"] == kernel.name
+    assert wheel["sha256"] == schema.read_index(json.loads((tmp_path / "index.json").read_text()))[0].sha256
+    # The page's pip line, with this folder for the base as the page's script puts it, fetches that wheel.
+    line = wheel["pip"].replace(data["base_url"], tmp_path.as_uri())
+    args = line.split()
+    assert args[:2] == ["pip", "install"]
+    dest = tmp_path / "fetched"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--dest", str(dest), *args[2:]],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert [p.name for p in dest.iterdir()] == [kernel.name]
+
+
+def test_an_index_with_the_universal_wheel_alone_still_answers(tmp_path):
+    """No kernel wheel: every machine gets the universal wheel (calls fall back), torch below fa's
+    floor gets nothing, with doctor's reasons."""
+    from tests.select.fixture_index import universal_entry
+
+    entries = schema.read_index({"schema": 1, "wheels": [universal_entry()]})
+    data = _embedded(index_page.write_page(tmp_path, entries).read_text())
+    verdicts = {data["answers"][i]["verdict"] for i in _leaves(data["tree"])}
+    assert verdicts == {"fallback", "no-wheel"}
+
+
+def _leaves(node: Any) -> list[int]:
+    if isinstance(node, int):
+        return [node]
+    return [leaf for child in node.values() for leaf in _leaves(child)]
+
+
+def test_fa_index_leaves_an_index_html_it_did_not_write(tmp_path):
+    from tests.select.fixture_index import universal_entry
+    from tests.select.tiny_wheels import build_wheel
+
+    build_wheel(tmp_path, universal_entry())
+    own = tmp_path / index_page.PAGE
+    own.write_text("<!DOCTYPE html><title>our landing page</title>\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "buildtool.cli", "index", str(tmp_path)],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stderr
+    assert own.read_text() == "<!DOCTYPE html><title>our landing page</title>\n"
+    assert "is not fa's page: left as it is" in " ".join(done.stdout.split())  # wrapped at 80 columns
+    own.unlink()
+    assert index_page.write_page(
+        tmp_path, schema.read_index(json.loads((tmp_path / "index.json").read_text()))
+    )
+    assert index_page.is_ours(own)  # and fa rewrites its own page next time
+
+
+@needs_browser
+def test_each_os_labels_its_own_driver_ranges(site, browser):
+    """Windows numbers its drivers and floors its own way: its ranges are not Linux's."""
+    folder, data = site
+    for platform in data["options"]["platform"]:
+        browser.get("about:blank")
+        browser.get((folder / index_page.PAGE).as_uri() + f"#{platform['id']}/2.12/12/auto/3.12/8.9/")
+        shown = browser.execute_script(
+            "return Array.from(document.getElementById('pick-driver').options).map((o) => o.text)"
+        )
+        assert shown == list(data["driver_labels"][platform["id"]].values()), platform["id"]
