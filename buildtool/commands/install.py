@@ -16,8 +16,10 @@ from buildtool.commands._shared import IndexOpt, JsonOpt, WheelsOpt, load_wheel_
 from buildtool.compat import build_here, install
 from buildtool.compat.choose import Request, Selection, select
 from buildtool.compat.env import Env
+from buildtool.compat.install_site import placement_notes
 from buildtool.compat.probe import probe
 from buildtool.compat.wheel_index import WheelIndex, load_index
+from buildtool.core import interrupts
 from buildtool.core.console import plain_console
 from buildtool.errors import EXIT_FAILED, EXIT_OK, FaError, UsageError
 
@@ -81,15 +83,50 @@ def install_cmd(
     jobs: Annotated[
         int, typer.Option("--jobs", "-j", help="With --build: parallel compiles")
     ] = os.cpu_count() or 1,
+    allow_downgrade: Annotated[
+        bool,
+        typer.Option("--allow-downgrade", help="Install a version older than the installed fa-attn"),
+    ] = False,
+    wait: Annotated[
+        float,
+        typer.Option(
+            "--wait",
+            help="Seconds to wait for another fa install into the same environment (0: stop at once)",
+        ),
+    ] = install.LOCK_WAIT_S,
 ) -> int:
     """Install the wheel fa doctor picks for this machine, checked against the index's sha256.
 
     With --build, when no wheel in the index fits this machine's torch (a minor nobody built, a local
     torch build), build the one wheel it needs first: this torch, CPU, CUDA major and GPU arch only.
 
+    One fa install per environment at a time: a second one waits (--wait). Interrupted (Ctrl-C, SIGTERM)
+    it rolls back; killed outright, the next fa install rolls back or finishes what it left, and says so.
+
     Exit codes: 0 installed (or, with --dry-run, a wheel would be), 1 nothing fits or the install, or the
     build, was refused or failed (the environment is left as it was, or the message says what changed),
-    2 usage."""
+    2 usage, 130 interrupted by SIGINT (Ctrl-C), 143 by SIGTERM (rolled back: the message says so)."""
+    with interrupts.handling_signals():
+        try:
+            return _install(wheels, index, dry_run, as_json, build, arch, cuda, jobs, allow_downgrade, wait)
+        except interrupts.Interrupted as exc:
+            state = exc.state or "nothing had changed: the environment is as it was"
+            sys.stderr.write(f"fa install: interrupted by {exc.name}; {state}\n")
+            return exc.exit_code
+
+
+def _install(
+    wheels: Path | None,
+    index: str | None,
+    dry_run: bool,
+    as_json: bool,
+    build: bool,
+    arch: str | None,
+    cuda: int | None,
+    jobs: int,
+    allow_downgrade: bool,
+    wait: float,
+) -> int:
     if (arch or cuda) and not build:
         raise UsageError("--arch and --cuda only go with --build")
     idx = _index_or_none(wheels, index) if build else load_wheel_index(wheels, index)
@@ -133,9 +170,15 @@ def install_cmd(
             "after checking its sha256 against the index)"
         )
     else:
+        for note in placement_notes():
+            console.print(f"note:    {note}", style="yellow", highlight=False)
         try:
             result = install.run_install(
-                plan, idx, log=lambda line: console.print(line, style="dim", highlight=False)
+                plan,
+                idx,
+                log=lambda line: console.print(line, style="dim", highlight=False),
+                say=lambda line: console.print(f"note:    {line}", style="yellow", highlight=False),
+                options=install.Options(allow_older=allow_downgrade, wait_s=wait),
             )
             out.update(
                 ok=True,
@@ -143,7 +186,7 @@ def install_cmd(
                 previous=result.previous,
                 message=f"installed fa-attn {result.installed} ({result.location})",
             )
-        except install.InstallError as exc:
+        except install.FAILURES as exc:
             out["message"] = str(exc)
     if as_json:
         print_json(out)
