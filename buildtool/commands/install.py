@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 
 from buildtool.commands._shared import IndexOpt, JsonOpt, WheelsOpt, load_wheel_index, print_json
-from buildtool.compat import build_here, install
+from buildtool.compat import install
 from buildtool.compat.choose import Request, Selection, select
 from buildtool.compat.env import Env
 from buildtool.compat.install_site import placement_notes
@@ -44,6 +44,8 @@ def _build_here(
 ) -> tuple[WheelIndex, Selection]:
     """Raises InputError (exit 2) when the probe and options cannot say what to build, FaError (exit 1)
     when the build fails."""
+    from buildtool.compat import build_here  # the build pipeline: loaded only when it runs
+
     matrix = build_here.release_matrix()
     target = build_here.target(env, arch, cuda, matrix)
     console.print(

@@ -201,7 +201,7 @@ def run_install(
         recovered = install_txn.finish_or_roll_back(root)
         if recovered:
             say(recovered)
-            site = read_site(plan.installer.python)
+        site = read_site(plan.installer.python)  # as it is now: another install may have just ended
         previous = check_site(site)
         if previous is not None and not options.allow_older:
             _refuse_older(previous.version, plan.entry)
