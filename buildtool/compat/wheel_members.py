@@ -135,7 +135,8 @@ def _data_kind(parts: list[str]) -> str:
 
 def _type_problem(info: zipfile.ZipInfo) -> str | None:
     mode = info.external_attr >> 16
-    if mode == 0 or stat.S_ISREG(mode) or (stat.S_ISDIR(mode) and info.is_dir()):
+    # No type bits (zip writers that set none, or only permissions): a plain file, as installers read it.
+    if stat.S_IFMT(mode) == 0 or stat.S_ISREG(mode) or (stat.S_ISDIR(mode) and info.is_dir()):
         return None
     if stat.S_ISLNK(mode):
         return "a symbolic link"
