@@ -281,3 +281,43 @@ def test_failed_install_puts_back_a_previous_version_the_index_does_not_have(
     assert freeze(venv) == before
     check = subprocess.run([str(venv), "-c", "import fa_attn"], capture_output=True, text=True, check=False)
     assert check.returncode == 0, check.stderr
+
+
+def test_pip_variables_that_move_files_are_ignored_and_named(venv: Path, wheelhouse: Path, tmp_path: Path):
+    """PIP_TARGET, PIP_PREFIX, PIP_ROOT and PIP_USER would send pip's files elsewhere (or make it refuse
+    --target); fa installs into the environment it probed, and says it ignored them."""
+    elsewhere = tmp_path / "elsewhere"
+    moved = {"PIP_TARGET": "t", "PIP_PREFIX": "p", "PIP_ROOT": "r"}
+    env = {**this_checkout(), **{k: str(elsewhere / v) for k, v in moved.items()}, "PIP_USER": "1"}
+    done = subprocess.run(
+        [str(venv), "-m", "buildtool.cli", "install", "--wheels", str(wheelhouse)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert installed(venv) == f"0.1.0+{expected_variant()}"
+    assert not elsewhere.exists()
+    said = " ".join(done.stdout.split())
+    for name in [*moved, "PIP_USER"]:
+        assert f"{name}=" in said
+    assert "is ignored: fa installs into the environment it probed" in said
+
+
+def test_too_little_space_names_the_folder_and_the_space_needed(tmp_path: Path):
+    import shutil as sh
+
+    from buildtool.compat.install import InstallError, _check_space
+
+    work = tmp_path / ".fa-attn-install" / "work"
+    work.mkdir(parents=True)
+    free = sh.disk_usage(work).free
+    with pytest.raises(InstallError) as caught:
+        _check_space(work, free + (1 << 30))
+    message = str(caught.value)
+    assert f"not enough space in {tmp_path}" in message
+    assert f"{(free + (1 << 30) + (1 << 20)) / (1 << 20):.1f} MiB" in message
+    assert "fix: free some space" in message
