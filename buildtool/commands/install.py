@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from buildtool.commands import _options
 from buildtool.commands._shared import IndexOpt, JsonOpt, WheelsOpt, load_wheel_index, print_json
 from buildtool.compat import install
 from buildtool.compat.choose import Request, Selection, select
@@ -129,8 +130,14 @@ def _install(
     allow_downgrade: bool,
     wait: float,
 ) -> int:
-    if (arch or cuda) and not build:
+    if (arch is not None or cuda is not None) and not build:
         raise UsageError("--arch and --cuda only go with --build")
+    _options.jobs(jobs)
+    _options.wait_seconds(wait)
+    if cuda is not None:
+        _options.cuda_major(cuda)
+    if arch is not None:
+        _options.arch(arch, cuda)
     idx = _index_or_none(wheels, index) if build else load_wheel_index(wheels, index)
     env = probe()
     selection = select(idx.entries if idx else (), env, Request())
