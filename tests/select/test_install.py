@@ -321,3 +321,43 @@ def test_too_little_space_names_the_folder_and_the_space_needed(tmp_path: Path):
     assert f"not enough space in {tmp_path}" in message
     assert f"{(free + (1 << 30) + (1 << 20)) / (1 << 20):.1f} MiB" in message
     assert "fix: free some space" in message
+
+
+def _site_packages(python: Path) -> Path:
+    return next((python.parent.parent / "lib").glob("python*/site-packages"))
+
+
+def _refused(python: Path, house: Path, cwd: Path) -> str:
+    rc, out = fa(python, "install", "--wheels", str(house), cwd=cwd)
+    assert rc == 1
+    assert "nothing installed" in out["message"]
+    return str(out["message"])
+
+
+def test_a_package_folder_nobody_owns_is_left_alone(venv: Path, wheelhouse: Path, tmp_path: Path):
+    """The remains of a removed install (fa_attn/ without a .dist-info) are not fa's to delete."""
+    orphan = _site_packages(venv) / "fa_attn"
+    orphan.mkdir()
+    (orphan / "mine.py").write_text("kept = True\n")
+    message = _refused(venv, wheelhouse, tmp_path)
+    assert "no installed distribution owns it" in message
+    assert (orphan / "mine.py").read_text() == "kept = True\n"
+
+
+def test_a_previous_install_fa_could_not_put_back_whole_is_not_replaced(
+    venv: Path, wheelhouse: Path, tmp_path: Path
+):
+    rc, _ = fa(venv, "install", "--wheels", str(wheelhouse), cwd=tmp_path)
+    assert rc == 0
+    site = _site_packages(venv)
+    # A file in the package that its RECORD does not list (a user's): replacing would delete it.
+    (site / "fa_attn" / "notes.txt").write_text("mine\n")
+    message = _refused(venv, wheelhouse, tmp_path)
+    assert "notes.txt is not one of the installed fa-attn's files" in message
+    (site / "fa_attn" / "notes.txt").unlink()
+    # A RECORD listing a file outside fa_attn/ and its .dist-info (a script): it could not be put back.
+    record = next(site.glob("fa_attn-*.dist-info")) / "RECORD"
+    record.write_text(record.read_text() + "../../../bin/fa-attn-tool,,\n")
+    message = _refused(venv, wheelhouse, tmp_path)
+    assert "has files outside fa_attn/ and its .dist-info" in message
+    assert installed(venv) == f"0.1.0+{expected_variant()}"
