@@ -201,8 +201,9 @@ def swap(moves: tuple[Move, ...], step: str) -> None:
 def undo(moves: tuple[Move, ...]) -> None:
     """Undo the renames that were made, last first; a move not made (its source still there) is skipped."""
     for move in reversed(moves):
-        if os.path.lexists(move.dst) and not os.path.lexists(move.src):
-            move.src.parent.mkdir(parents=True, exist_ok=True)
+        # A source folder that is gone (work/ deleted) means this undo already happened: the folder at
+        # dst is then the one put back, not one to move away.
+        if os.path.lexists(move.dst) and not os.path.lexists(move.src) and move.src.parent.is_dir():
             os.rename(move.dst, move.src)
 
 
@@ -215,10 +216,29 @@ def discard(root: Path, name: str = WORK_DIR) -> None:
         shutil.rmtree(trash, ignore_errors=True)
 
 
+def _check_moves(root: Path, journal: Journal) -> None:
+    """A journal moves fa-attn's own folders into or out of the transaction folder, nothing else: one
+    that says otherwise was not written by fa, and is not followed."""
+    for move in journal.moves:
+        names = {move.src.name, move.dst.name}
+        ours = names <= {"fa_attn"} or all(
+            n.startswith("fa_attn-") and n.endswith(".dist-info") for n in names
+        )
+        inside = any(p.resolve().is_relative_to(root.resolve()) for p in (move.src, move.dst))
+        if not (ours and inside) or move.src.name != move.dst.name:
+            raise TxnError(
+                f"{root / JOURNAL_FILE}: moves {move.src} to {move.dst}, which fa never does; not followed\n"
+                f"  fix: check that `import fa_attn` works (or pip uninstall fa-attn), then delete "
+                f"{root / JOURNAL_FILE}"
+            )
+
+
 def finish_or_roll_back(root: Path) -> str | None:
     """What an interrupted install left, put right: undone unless it had committed, then its work
     folder removed. Returns what was done, for the person to read (None: nothing was left)."""
     journal = read_journal(root)
+    if journal is not None:
+        _check_moves(root, journal)
     leftovers = [p for p in root.iterdir() if p.name == WORK_DIR or p.name.startswith(_TRASH)]
     if journal is None:
         if not leftovers:
@@ -234,9 +254,10 @@ def finish_or_roll_back(root: Path) -> str | None:
     else:
         undo(journal.moves)
         said = f"rolled back {who}: {before} is installed again, as before it"
+        (root / JOURNAL_FILE).unlink()  # first: work/ without a journal is only leftovers
     discard(root)
+    (root / JOURNAL_FILE).unlink(missing_ok=True)
     for path in root.iterdir():
         if path.name.startswith(_TRASH) and path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
-    (root / JOURNAL_FILE).unlink(missing_ok=True)
     return said
