@@ -10,6 +10,7 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from buildtool.core.cpus import PLATFORMS, canonical
 from buildtool.core.cuda_facts import TOOLKITS
 from buildtool.core.textfile import printable, shown
 from buildtool.errors import InputError
@@ -77,6 +78,19 @@ def arch(value: str, cuda: int | None, option: str = "--arch") -> str:
             f"got {shown(value)}, which {which} cannot build for",
             f"pass one of {', '.join(known)}",
         )
+    return value
+
+
+def one_of(value: str, choices: Sequence[str], option: str) -> str:
+    if value not in choices:
+        raise InputError(option, None, f"got {shown(value)}", f"pass one of {', '.join(choices)}")
+    return value
+
+
+def platform(value: str, option: str = "--platform") -> str:
+    """A CPU fa builds for (or one of its aliases: amd64, arm64, ...)."""
+    if canonical(value) is None:
+        raise InputError(option, None, f"got {shown(value)}", f"pass one of {', '.join(PLATFORMS)}")
     return value
 
 

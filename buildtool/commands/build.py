@@ -85,6 +85,8 @@ def register(app: typer.Typer) -> None:
             parse_shard(shard)  # "" too: an empty --shard is not "no shard"
         if cuda and not local:
             raise UsageError("--cuda: only used with --local\n  fix: list CUDA majors in matrix.yaml `cuda:`")
+        if platform is not None:
+            _options.platform(platform)
         if platform and local:
             raise UsageError("--platform: --local builds for this machine's CPU\n  fix: drop one of them")
         if not dry_run:

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from buildtool.commands import _options
 from buildtool.commands._shared import IndexOpt, JsonOpt, WheelsOpt, load_wheel_index, print_json
 from buildtool.compat import doctor
 from buildtool.compat.choose import DTYPES, Request
@@ -42,10 +43,11 @@ def doctor_cmd(
     """Which wheel fits, why the others don't, and what the runtime will do on this GPU.
 
     Exit codes: 0 ok/ok-jit, 1 fallback or no wheel, 2 usage."""
-    if dtype not in DTYPES:
-        raise UsageError(f"--dtype {dtype}: use one of {', '.join(DTYPES)}")
+    _options.one_of(dtype, DTYPES, "--dtype")
     if head_dim <= 0:
         raise UsageError(f"--head-dim {head_dim}: use a positive head dimension like 128")
+    if env_file is not None:
+        _options.path(env_file, "--env")
     env = _load_env(env_file)
     report = doctor.build_report(env, load_wheel_index(wheels, index), Request(dtype, head_dim, backward))
     if as_json:

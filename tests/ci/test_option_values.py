@@ -38,6 +38,10 @@ REPO = Path(__file__).resolve().parents[2]
         (["build", "--out", "o/" + "y" * 256, "--dry-run"], "--out", "at most 255 bytes"),
         (["build", "--matrix", "m" * 1000 + ".yaml", "--dry-run"], "--matrix", "at most 255 bytes"),
         (["install", "--wheels", "w" * 100_000], "--wheels", f"at most {MAX_ARGUMENT_CHARS} characters"),
+        (["doctor", "--env", "e" * 300], "--env", "at most 255 bytes"),
+        (["doctor", "--dtype", "fp8"], "--dtype", "one of fp16, bf16, fp32"),
+        (["index", "d" * 300], "DIRECTORY", "at most 255 bytes"),
+        (["build", "--platform", "p" * 3000, "--dry-run"], "--platform", "one of x86_64, aarch64"),
         (["build", f"--out={'o' * 50_000}"], "--out", f"at most {MAX_ARGUMENT_CHARS} characters"),
     ],
 )
@@ -50,11 +54,34 @@ def test_a_bad_option_value_exits_2_naming_the_option(args: list[str], option: s
     assert len(result.output) < 2000
 
 
-def test_a_control_character_in_a_path_is_escaped_not_echoed():
-    result = runner.invoke(app, ["doctor", "--wheels", "a\x1b[31mb"], catch_exceptions=False)
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["doctor", "--wheels", "a\x1b[31mb"],
+        ["doctor", "--env", "a\x1b[31mb"],
+        ["doctor", "--dtype", "a\x1b[31mb"],
+        ["index", "a\x1b[31mb"],
+        ["build", "--matrix", "a\x1b[31mb", "--dry-run"],
+    ],
+)
+def test_a_control_character_in_a_value_is_escaped_not_echoed(args: list[str]):
+    result = runner.invoke(app, args, catch_exceptions=False)
     assert result.exit_code == 2
     assert "\x1b" not in result.output
     assert "a\\x1b[31mb" in result.output
+
+
+def test_every_error_message_reaches_the_terminal_escaped_and_cut(capsys: pytest.CaptureFixture[str]):
+    """The last guard, for a value no option check quoted: print_error escapes and caps each line."""
+    from buildtool.commands import MAX_LINE_CHARS, print_error
+    from buildtool.errors import FaError
+
+    print_error(FaError("bad \x1b[2J" + "x" * 5000 + "\n  fix: y"))
+    err = capsys.readouterr().err
+    assert "\x1b" not in err
+    assert "\\x1b[2J" in err
+    assert max(len(line) for line in err.splitlines()) <= MAX_LINE_CHARS + len("error: ")
+    assert err.endswith("  fix: y\n")
 
 
 def test_cuda_given_twice_plans_each_wheel_once(monkeypatch: pytest.MonkeyPatch):
