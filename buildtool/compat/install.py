@@ -250,6 +250,8 @@ def _transaction(
         tmp.mkdir(parents=True)
     except OSError as exc:
         raise InstallError(f"cannot write {work}: {exc.strerror or exc}; nothing installed") from None
+    if entry.size is not None:
+        _check_space(work, entry.size, "the wheel")
     log(f"fetching {plan.source}")
     try:
         wheel = fetch_wheel(index, entry, work)
@@ -260,7 +262,7 @@ def _transaction(
         contents = wheel_members.check(wheel, entry)
     except wheel_members.HostileWheel as exc:
         raise InstallError(str(exc)) from None
-    _check_space(work, contents.unpacked_bytes)
+    _check_space(work, contents.unpacked_bytes, "the wheel's files unpacked")
     install_txn.checkpoint("fetched")
 
     # 1. pip installs into a scratch folder beside site-packages, touching nothing: does the wheel
@@ -268,7 +270,13 @@ def _transaction(
     stage = work / "stage"
     done = run(installer.install(str(wheel), stage), "trial install", installer.environ(tmp), work)
     if done.returncode != 0:
-        raise InstallError(f"the installer refused {entry.file}:\n{_tail(done)}\nnothing installed")
+        full = "No space left on device" in done.stderr + done.stdout
+        fix = (
+            f"\n  fix: free some space on the file system holding {site.packages}, then re-run"
+            if full
+            else ""
+        )
+        raise InstallError(f"the installer refused {entry.file}:\n{_tail(done)}\nnothing installed{fix}")
     version, variant = _staged(stage)
     if (version, variant) != (entry.info.version, entry.info.variant):
         raise InstallError(
@@ -362,13 +370,15 @@ def _roll_back(journal: install_txn.Journal, python: str, root: Path) -> str:
     )
 
 
-def _check_space(work: Path, unpacked: int) -> None:
-    need = unpacked + (1 << 20)
+def _check_space(work: Path, size: int, what: str) -> None:
+    """Refuse before writing when the file system holding site-packages has not `size` bytes (and a
+    MiB) free: a full disk then names the folder and the space, not a bare [Errno 28] half-way."""
+    need = size + (1 << 20)
     free = shutil.disk_usage(work).free
     if free < need:
         raise InstallError(
-            f"not enough space in {work.parent.parent}: installing needs about {_mib(need)} (the wheel's "
-            f"files unpacked), {_mib(free)} is free; nothing installed\n"
+            f"not enough space in {work.parent.parent}: installing needs about {_mib(need)} ({what}), "
+            f"{_mib(free)} is free; nothing installed\n"
             "  fix: free some space on that file system, then re-run"
         )
 

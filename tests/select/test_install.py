@@ -316,7 +316,7 @@ def test_too_little_space_names_the_folder_and_the_space_needed(tmp_path: Path):
     work.mkdir(parents=True)
     free = sh.disk_usage(work).free
     with pytest.raises(InstallError) as caught:
-        _check_space(work, free + (1 << 30))
+        _check_space(work, free + (1 << 30), "the wheel's files unpacked")
     message = str(caught.value)
     assert f"not enough space in {tmp_path}" in message
     assert f"{(free + (1 << 30) + (1 << 20)) / (1 << 20):.1f} MiB" in message
@@ -361,3 +361,37 @@ def test_a_previous_install_fa_could_not_put_back_whole_is_not_replaced(
     message = _refused(venv, wheelhouse, tmp_path)
     assert "has files outside fa_attn/ and its .dist-info" in message
     assert installed(venv) == f"0.1.0+{expected_variant()}"
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 512 KiB tmpfs (needs the right to mount: root here, skipped elsewhere)."""
+    where = tmp_path / "small"
+    where.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(where)], capture_output=True, check=False
+    )
+    if done.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=False)
+
+
+def test_a_full_file_system_is_named_before_anything_is_written(
+    small_fs: Path, wheelhouse: Path, tmp_path: Path
+):
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(small_fs / "venv")],
+        check=True,
+    )
+    python = small_fs / "venv" / "bin" / "python"
+    rc, out = fa(python, "install", "--wheels", str(wheelhouse), cwd=tmp_path)
+    assert rc == 1
+    site = _site_packages(python)
+    assert f"not enough space in {site}" in out["message"]
+    assert "MiB is free" in out["message"]
+    assert "fix: free some space" in out["message"]
+    assert installed(python) is None
+    assert sorted(p.name for p in (site / ".fa-attn-install").iterdir()) == ["lock"]
