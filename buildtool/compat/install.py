@@ -208,7 +208,7 @@ def run_install(
         try:
             return _transaction(plan, index, plan.entry, site, previous, root, log)
         finally:
-            with interrupts.deferred():
+            with interrupts.deferred(raise_at_end=False):
                 if not (root / install_txn.JOURNAL_FILE).exists():  # else the journal still needs work/
                     install_txn.discard(root)
 
@@ -323,20 +323,25 @@ def _transaction(
         with interrupts.deferred():
             install_txn.write_journal(root, dataclasses.replace(journal, phase="committed"))
     except BaseException as exc:
-        with interrupts.deferred():
+        with interrupts.deferred(raise_at_end=False):
             state = _roll_back(journal, installer.python, root)
-        if isinstance(exc, FaError):
-            raise InstallError(f"{exc}\n{state}") from None
         if isinstance(exc, interrupts.Interrupted):
             exc.state = state
+            raise
+        interrupts.raise_if_interrupted(state)  # a signal during the roll back: it is done, say so
+        if isinstance(exc, FaError):
+            raise InstallError(f"{exc}\n{state}") from None
         raise
+    installed = f"fa-attn {entry.info.version} is installed: it had passed its checks"
     try:
         install_txn.checkpoint("committed")
+        interrupts.raise_if_interrupted(installed)
     except interrupts.Interrupted as exc:
-        exc.state = f"fa-attn {entry.info.version} is installed: it had passed its checks"
+        exc.state = installed
         raise
     finally:
-        with interrupts.deferred():
+        # A signal from here on is too late to matter: the install is done, and said to be.
+        with interrupts.deferred(raise_at_end=False):
             install_txn.discard(root)
             (root / install_txn.JOURNAL_FILE).unlink(missing_ok=True)
     return InstallResult(

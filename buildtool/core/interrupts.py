@@ -71,22 +71,27 @@ def handling_signals() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def deferred() -> Iterator[None]:
-    """A section SIGINT and SIGTERM do not cut: they are recorded and raised at its end (or earlier, at
-    a `raise_if_interrupted()`)."""
+def deferred(raise_at_end: bool = True) -> Iterator[None]:
+    """A section SIGINT and SIGTERM do not cut: they are recorded, and raised at its end (or earlier,
+    at a `raise_if_interrupted()`); with raise_at_end=False left for the caller to raise, with the
+    state it knows."""
     _State.deferring += 1
     try:
         yield
     finally:
         _State.deferring -= 1
-    raise_if_interrupted()
+    if raise_at_end:
+        raise_if_interrupted()
 
 
-def raise_if_interrupted() -> None:
-    """Raise Interrupted here if a signal arrived during a deferred section and nothing raised it yet."""
+def raise_if_interrupted(state: str = "") -> None:
+    """Raise Interrupted here, its `state` set, if a signal arrived during a deferred section and
+    nothing raised it yet."""
     if _State.pending is not None and not _State.raised:
         _State.raised = True
-        raise Interrupted(_State.pending)
+        error = Interrupted(_State.pending)
+        error.state = state
+        raise error
 
 
 def pending() -> int | None:
