@@ -237,119 +237,147 @@ def _transaction(
     root: Path,
     log: Callable[[str], None],
 ) -> InstallResult:
-    installer, work = plan.installer, root / install_txn.WORK_DIR
-    commands: list[str] = []
-
-    def run(cmd: list[str], what: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-        commands.append(shlex.join(cmd))
-        log(f"{what}: {shlex.join(cmd)}")
-        return _run(cmd, env=env, cwd=cwd)
-
-    tmp = work / "tmp"
-    try:
-        tmp.mkdir(parents=True)
-    except OSError as exc:
-        raise InstallError(f"cannot write {work}: {exc.strerror or exc}; nothing installed") from None
-    if entry.size is not None:
-        _check_space(work, entry.size, "the wheel")
-    log(f"fetching {plan.source}")
-    try:
-        wheel = fetch_wheel(index, entry, work)
-    except WheelIndexError as exc:
-        raise InstallError(f"{exc}; nothing installed") from exc
-    log(f"sha256 ok ({entry.sha256}); name, metadata and manifest agree with the index")
-    try:
-        contents = wheel_members.check(wheel, entry)
-    except wheel_members.HostileWheel as exc:
-        raise InstallError(str(exc)) from None
-    _check_space(work, contents.unpacked_bytes, "the wheel's files unpacked")
-    install_txn.checkpoint("fetched")
-
-    # 1. pip installs into a scratch folder beside site-packages, touching nothing: does the wheel
-    #    install and import at all, and is it the version and variant the index promised?
-    stage = work / "stage"
-    done = run(installer.install(str(wheel), stage), "trial install", installer.environ(tmp), work)
-    if done.returncode != 0:
-        full = "No space left on device" in done.stderr + done.stdout
-        fix = (
-            f"\n  fix: free some space on the file system holding {site.packages}, then re-run"
-            if full
-            else ""
-        )
-        raise InstallError(f"the installer refused {entry.file}:\n{_tail(done)}\nnothing installed{fix}")
-    version, variant = _staged(stage)
-    if (version, variant) != (entry.info.version, entry.info.variant):
-        raise InstallError(
-            f"{entry.file} installs fa-attn {version} (variant {variant!r}), but the index promised "
-            f"{entry.info.version} (variant {entry.info.variant!r}); nothing installed\n"
-            "  fix: re-run fa index on the wheels to rewrite index.json"
-        )
-    tops = _staged_tops(stage, version)
-    install_txn.checkpoint("staged")
-    done = run([installer.python, "-c", _CHECK_IMPORT], "trial import", _clean_env(stage), work)
-    if done.returncode != 0 or not _imported_from(done, stage):
-        raise InstallError(f"`import fa_attn` fails with {entry.file}:\n{_tail(done)}\nnothing installed")
-    install_txn.checkpoint("trial-imported")
-
-    # 2. The swap: the previous fa-attn's folders renamed aside, the new ones renamed in, each rename
-    #    journaled first; then `import fa_attn` in a fresh interpreter, and the commit.
-    target = site.packages if not contents.purelib else site.purelib
-    old = work / "old"
-    old.mkdir()
-    outs = (
-        tuple(Move(previous.root / name, old / name) for name in replaced_tops(previous)) if previous else ()
-    )
-    ins = tuple(Move(stage / name, target / name) for name in tops)
-    journal = install_txn.Journal(
-        pid=os.getpid(),
-        phase="swap",
-        wheel=entry.file,
-        version=entry.info.version,
-        previous=previous.version if previous else None,
-        moves=outs + ins,
-    )
-    install_txn.write_journal(root, journal)
-    try:
-        try:
-            install_txn.swap(outs, "out")
-            install_txn.swap(ins, "in")
-        except OSError as exc:
-            raise InstallError(f"cannot move {exc.filename}: {exc.strerror or exc}") from None
-        install_txn.checkpoint("swapped")
-        done = run([installer.python, "-c", _CHECK_IMPORT], "check import", _clean_env(None), work)
-        problem = _check_failed(done, target, entry.info.version)
-        if problem:
-            raise InstallError(f"the installed {entry.file} does not work: {problem}")
-        with interrupts.deferred():
-            install_txn.write_journal(root, dataclasses.replace(journal, phase="committed"))
-    except BaseException as exc:
-        with interrupts.deferred(raise_at_end=False):
-            state = _roll_back(journal, installer.python, root)
-        if isinstance(exc, interrupts.Interrupted):
-            exc.state = state
-            raise
-        interrupts.raise_if_interrupted(state)  # a signal during the roll back: it is done, say so
-        if isinstance(exc, FaError):
-            raise InstallError(f"{exc}\n{state}") from None
-        raise
-    installed = f"fa-attn {entry.info.version} is installed: it had passed its checks"
-    try:
-        install_txn.checkpoint("committed")
-        interrupts.raise_if_interrupted(installed)
-    except interrupts.Interrupted as exc:
-        exc.state = installed
-        raise
-    finally:
-        # A signal from here on is too late to matter: the install is done, and said to be.
-        with interrupts.deferred(raise_at_end=False):
-            install_txn.discard(root)
-            (root / install_txn.JOURNAL_FILE).unlink(missing_ok=True)
+    steps = _Steps(plan.installer, entry, root, log)
+    wheel, contents = steps.fetch(index, plan.source)
+    stage = steps.stage(wheel, site.packages)
+    location = steps.swap_in(stage, site.purelib if contents.purelib else site.packages, previous)
     return InstallResult(
         installed=entry.info.version,
         previous=previous.version if previous else None,
-        location=json.loads(done.stdout)["file"],
-        commands=tuple(commands),
+        location=location,
+        commands=tuple(steps.commands),
     )
+
+
+@dataclass
+class _Steps:
+    """One install's steps, in order. Until swap_in, each refuses with InstallError and nothing has
+    changed; swap_in commits or undoes its renames."""
+
+    installer: Installer
+    entry: schema.IndexEntry
+    root: Path  # the transaction folder
+    log: Callable[[str], None]
+    commands: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def work(self) -> Path:
+        return self.root / install_txn.WORK_DIR
+
+    def run(self, cmd: list[str], what: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        self.commands.append(shlex.join(cmd))
+        self.log(f"{what}: {shlex.join(cmd)}")
+        return _run(cmd, env=env, cwd=self.work)
+
+    def fetch(self, index: WheelIndex, source: str | None) -> tuple[Path, wheel_members.Contents]:
+        """The wheel in work/, its hash, metadata and members checked, and the space for it."""
+        entry = self.entry
+        try:
+            (self.work / "tmp").mkdir(parents=True)
+        except OSError as exc:
+            raise InstallError(
+                f"cannot write {self.work}: {exc.strerror or exc}; nothing installed"
+            ) from None
+        if entry.size is not None:
+            _check_space(self.work, entry.size, "the wheel")
+        self.log(f"fetching {source}")
+        try:
+            wheel = fetch_wheel(index, entry, self.work)
+        except WheelIndexError as exc:
+            raise InstallError(f"{exc}; nothing installed") from exc
+        self.log(f"sha256 ok ({entry.sha256}); name, metadata and manifest agree with the index")
+        try:
+            contents = wheel_members.check(wheel, entry)
+        except wheel_members.HostileWheel as exc:
+            raise InstallError(str(exc)) from None
+        _check_space(self.work, contents.unpacked_bytes, "the wheel's files unpacked")
+        install_txn.checkpoint("fetched")
+        return wheel, contents
+
+    def stage(self, wheel: Path, packages: Path) -> Path:
+        """pip (or uv) installs into work/stage, touching nothing: does the wheel install and import at
+        all, and is it the version and variant the index promised?"""
+        entry, stage = self.entry, self.work / "stage"
+        done = self.run(
+            self.installer.install(str(wheel), stage),
+            "trial install",
+            self.installer.environ(self.work / "tmp"),
+        )
+        if done.returncode != 0:
+            full = "No space left on device" in done.stderr + done.stdout
+            fix = (
+                f"\n  fix: free some space on the file system holding {packages}, then re-run" if full else ""
+            )
+            raise InstallError(f"the installer refused {entry.file}:\n{_tail(done)}\nnothing installed{fix}")
+        version, variant = _staged(stage)
+        if (version, variant) != (entry.info.version, entry.info.variant):
+            raise InstallError(
+                f"{entry.file} installs fa-attn {version} (variant {variant!r}), but the index promised "
+                f"{entry.info.version} (variant {entry.info.variant!r}); nothing installed\n"
+                "  fix: re-run fa index on the wheels to rewrite index.json"
+            )
+        _check_staged(stage, version)
+        install_txn.checkpoint("staged")
+        done = self.run([self.installer.python, "-c", _CHECK_IMPORT], "trial import", _clean_env(stage))
+        if done.returncode != 0 or not _imported_from(done, stage):
+            raise InstallError(f"`import fa_attn` fails with {entry.file}:\n{_tail(done)}\nnothing installed")
+        install_txn.checkpoint("trial-imported")
+        return stage
+
+    def swap_in(self, stage: Path, target: Path, previous: Installed | None) -> str:
+        """The previous fa-attn's folders renamed aside, the new ones renamed in from `stage`, each rename
+        journaled first; then `import fa_attn` in a fresh interpreter, and the commit (or the undo).
+        Returns where `import fa_attn` finds it."""
+        entry, old = self.entry, self.work / "old"
+        old.mkdir()
+        tops = [PACKAGE_DIR, f"{PACKAGE_DIR}-{entry.info.version}.dist-info"]  # the package first
+        outs = tuple(Move(previous.root / n, old / n) for n in replaced_tops(previous)) if previous else ()
+        ins = tuple(Move(stage / n, target / n) for n in tops)
+        journal = install_txn.Journal(
+            pid=os.getpid(),
+            phase="swap",
+            wheel=entry.file,
+            version=entry.info.version,
+            previous=previous.version if previous else None,
+            moves=outs + ins,
+        )
+        install_txn.write_journal(self.root, journal)
+        try:
+            try:
+                install_txn.swap(outs, "out")
+                install_txn.swap(ins, "in")
+            except OSError as exc:
+                raise InstallError(f"cannot move {exc.filename}: {exc.strerror or exc}") from None
+            install_txn.checkpoint("swapped")
+            done = self.run([self.installer.python, "-c", _CHECK_IMPORT], "check import", _clean_env(None))
+            problem = _check_failed(done, target, entry.info.version)
+            if problem:
+                raise InstallError(f"the installed {entry.file} does not work: {problem}")
+            with interrupts.deferred():
+                install_txn.write_journal(self.root, dataclasses.replace(journal, phase="committed"))
+        except BaseException as exc:
+            with interrupts.deferred(raise_at_end=False):
+                state = _roll_back(journal, self.installer.python, self.root)
+            if isinstance(exc, interrupts.Interrupted):
+                exc.state = state
+                raise
+            interrupts.raise_if_interrupted(state)  # a signal during the roll back: it is done, say so
+            if isinstance(exc, FaError):
+                raise InstallError(f"{exc}\n{state}") from None
+            raise
+        installed = f"fa-attn {entry.info.version} is installed: it had passed its checks"
+        try:
+            install_txn.checkpoint("committed")
+            interrupts.raise_if_interrupted(installed)
+        except interrupts.Interrupted as exc:
+            exc.state = installed
+            raise
+        finally:
+            # A signal from here on is too late to matter: the install is done, and said to be.
+            with interrupts.deferred(raise_at_end=False):
+                install_txn.discard(self.root)
+                (self.root / install_txn.JOURNAL_FILE).unlink(missing_ok=True)
+        return str(json.loads(done.stdout)["file"])
 
 
 def _roll_back(journal: install_txn.Journal, python: str, root: Path) -> str:
@@ -408,8 +436,8 @@ def _staged(stage: Path) -> tuple[str | None, str | None]:
     return version, variant
 
 
-def _staged_tops(stage: Path, version: str | None) -> list[str]:
-    """The folders the installer made: fa_attn/ and its .dist-info, and nothing else it would install."""
+def _check_staged(stage: Path, version: str | None) -> None:
+    """The installer made fa_attn/ and its .dist-info, and nothing else it would install."""
     made = {p.name for p in stage.iterdir()} - {_UV_LOCK}
     own = {PACKAGE_DIR, f"{PACKAGE_DIR}-{version}.dist-info"}
     if made != own:
@@ -417,7 +445,6 @@ def _staged_tops(stage: Path, version: str | None) -> list[str]:
             f"the installer made {', '.join(sorted(made))} where fa expects {', '.join(sorted(own))}; "
             "nothing installed"
         )
-    return sorted(own, key=lambda name: name != PACKAGE_DIR)  # the package first, its metadata last
 
 
 def _imported_from(done: subprocess.CompletedProcess[str], folder: Path) -> bool:
