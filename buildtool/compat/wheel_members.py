@@ -123,14 +123,14 @@ def _name_problem(name: str, dist_info: str) -> str | None:
             f"a .data folder (it installs into the environment's {_data_kind(parts)}, outside site-packages)"
         )
     if top not in (PACKAGE_DIR, dist_info):
-        return f"outside {PACKAGE_DIR}/ and {dist_info}/ (it would write {top} into site-packages)"
+        return f"outside {PACKAGE_DIR}/ and {dist_info}/ (it would write {shown(top)} into site-packages)"
     if parts[-1].endswith(".pth"):
         return "a .pth file (site-packages runs them at every interpreter start)"
     return None
 
 
 def _data_kind(parts: list[str]) -> str:
-    return f"{parts[1]}/ folder" if len(parts) > 1 else "folders"
+    return f"{shown(parts[1])} folder" if len(parts) > 1 else "folders"
 
 
 def _type_problem(info: zipfile.ZipInfo) -> str | None:
