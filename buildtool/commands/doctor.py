@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import sysconfig
 from pathlib import Path
 from typing import Annotated
 
@@ -9,7 +11,7 @@ import typer
 
 from buildtool.commands import _options
 from buildtool.commands._shared import IndexOpt, JsonOpt, WheelsOpt, load_wheel_index, print_json
-from buildtool.compat import doctor
+from buildtool.compat import doctor, install_txn
 from buildtool.compat.choose import DTYPES, Request
 from buildtool.compat.env import Env, env_from_file
 from buildtool.compat.probe import probe
@@ -49,6 +51,10 @@ def doctor_cmd(
     if env_file is not None:
         _options.path(env_file, "--env")
     env = _load_env(env_file)
+    if env_file is None:  # this machine: say if its fa-attn is being changed, or was left half-changed
+        state = install_txn.unfinished(Path(sysconfig.get_path("platlib")))
+        if state:
+            sys.stderr.write(f"note: {state}\n")
     report = doctor.build_report(env, load_wheel_index(wheels, index), Request(dtype, head_dim, backward))
     if as_json:
         print_json(doctor.report_json(report))

@@ -166,6 +166,28 @@ def _holder(fd: int) -> str:
     return f"pid {text}" if text.isdigit() else "pid unknown"
 
 
+def unfinished(packages: Path) -> str | None:
+    """What a reader (fa doctor) should know of the environment's install state, changing nothing:
+    an install running now, or one interrupted that the next fa install will put right."""
+    root = txn_root(packages)
+    try:
+        fd = os.open(root / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None  # no fa install ever ran here (or the folder cannot be read)
+    try:
+        if not _try_lock(fd):
+            return f"an fa install ({_holder(fd)}) is changing fa-attn in {packages} right now"
+        left = os.path.lexists(root / JOURNAL_FILE) or os.path.lexists(root / WORK_DIR)
+    finally:
+        os.close(fd)
+    if not left:
+        return None
+    return (
+        f"an fa install into {packages} was interrupted; the next fa install rolls it back (or finishes "
+        "it) before anything else"
+    )
+
+
 def write_journal(root: Path, journal: Journal) -> None:
     try:
         atomic.write_json(root / JOURNAL_FILE, journal.to_json())

@@ -288,6 +288,8 @@ def test_kill_9_mid_swap_then_fa_install_rolls_back_says_so_and_installs(
     run.wait()
     # Mid-swap: the old folders are out, only the new package is in; no fa-attn dist-info at all.
     assert _dist_infos(venv) == []
+    doctor = _fa(venv, "doctor", "--wheels", str(houses[1]), cwd=tmp_path)
+    assert "was interrupted; the next fa install rolls it back" in " ".join(doctor.stderr.split())
     done = _fa(venv, "install", "--wheels", str(houses[1]), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     said = " ".join((done.stdout + done.stderr).split())  # the console wraps at 80 columns
@@ -305,6 +307,8 @@ def test_two_installs_at_once_take_turns(venv: Path, houses: tuple[Path, Path], 
         assert second.running(), second.output()
         time.sleep(0.05)
     assert f"another fa install (pid {first.pid}) is installing into" in " ".join(second.output().split())
+    doctor = _fa(venv, "doctor", "--wheels", str(houses[1]), cwd=tmp_path)
+    assert f"an fa install (pid {first.pid}) is changing fa-attn" in " ".join(doctor.stderr.split())
     os.kill(first.pid, signal.SIGCONT)
     assert first.wait() == 0, first.output()
     assert second.wait() == 0, second.output()
