@@ -97,15 +97,16 @@ def hostile_house(
     return out
 
 
-def _lie_about_sizes(member: str, size: int) -> Callable[[Path], None]:
-    """Make the central directory say `member` unpacks to `size` bytes (packed: half of it)."""
+def _lie_about_sizes(members: str, size: int) -> Callable[[Path], None]:
+    """Make the central directory say each member whose name starts with `members` unpacks to `size`
+    bytes (packed: half of it)."""
 
     def patch(wheel: Path) -> None:
         data = bytearray(wheel.read_bytes())
         at = data.find(b"PK\x01\x02")  # a central directory entry
         while at != -1:
             name_len = struct.unpack_from("<H", data, at + 28)[0]
-            if data[at + 46 : at + 46 + name_len].decode() == member:
+            if data[at + 46 : at + 46 + name_len].decode().startswith(members):
                 struct.pack_into("<II", data, at + 20, size // 2, size)
             at = data.find(b"PK\x01\x02", at + 4)
         wheel.write_bytes(bytes(data))
@@ -183,6 +184,19 @@ CASES: dict[str, tuple[dict, str, str]] = {
         {"extra": {"fa_attn/big.bin": b"x"}, "patch": _lie_about_sizes("fa_attn/big.bin", 300_000_000)},
         "fa_attn/big.bin",
         "300000000 bytes unpacked",
+    ),
+    "2.25 GiB in all": (
+        {
+            "extra": {f"fa_attn/part{i}.bin": b"x" for i in range(9)},
+            "patch": _lie_about_sizes("fa_attn/part", 250 << 20),
+        },
+        "",
+        "bytes unpacked (at most 2147483648)",
+    ),
+    "20,001 members": (
+        {"extra": {f"fa_attn/m{i}.py": b"" for i in range(wheel_members.MAX_MEMBERS)}},
+        "",
+        "members (at most 20000)",
     ),
 }
 
