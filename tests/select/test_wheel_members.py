@@ -95,3 +95,17 @@ def test_a_wheel_either_passes_clean_or_is_refused_by_name(
         assert not name.endswith(".pth")
     assert len(set(names)) == len(names)
     assert contents.unpacked_bytes == sum(len(d) for _, d in members)
+
+
+def test_a_wheel_fa_build_writes_passes(tmp_path: Path):
+    """fa's own packager's wheels (modes without type bits, RECORD last) are what the check expects."""
+    from buildtool.builder.package import write_wheel
+    from buildtool.compat.wheel_index import entry_from_wheel
+    from tests.select.fixture_index import PLATFORM, kernel_manifest
+
+    manifest = kernel_manifest(12, "2.9", True)
+    files = {"fa_attn/__init__.py": b"x = 1\n", "fa_attn/kernels/a.cubin": bytes(range(256)) * 64}
+    wheel = write_wheel(files, manifest, manifest.info.version, PLATFORM, tmp_path, "x86_64")
+    contents = wheel_members.check(wheel, entry_from_wheel(wheel))
+    assert contents.unpacked_bytes > len(files["fa_attn/kernels/a.cubin"])
+    assert not contents.purelib
