@@ -24,7 +24,7 @@ class SiteError(FaError):
 
 # The probed interpreter's environment: where packages go, and every fa-attn it can see.
 _SITE = """
-import importlib.metadata as m, json, os, sys, sysconfig
+import importlib.metadata as m, json, sys, sysconfig
 dists = []
 for d in m.distributions():
     name = (d.metadata['Name'] or '').lower().replace('_', '-').replace('.', '-')
@@ -39,7 +39,7 @@ print(json.dumps({'prefix': sys.prefix, 'base_prefix': sys.base_prefix,
                   'stdlib': sysconfig.get_path('stdlib'), 'path': sys.path, 'dists': dists}))
 """
 # PIP_TARGET and its kind send pip's files elsewhere; fa installs into the probed environment instead.
-PLACEMENT_VARS = ("PIP_TARGET", "PIP_PREFIX", "PIP_ROOT", "PIP_USER", "UV_TARGET", "UV_PREFIX")
+PLACEMENT_VARS = ("PIP_TARGET", "PIP_PREFIX", "PIP_ROOT", "PIP_USER")
 
 
 @dataclass(frozen=True)
@@ -75,8 +75,10 @@ def under(path: Path, folder: Path) -> bool:
 def read_site(python: str) -> Site:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     try:
+        # From "/": `python -c` puts its working directory first on sys.path, and a .dist-info there
+        # (an unpacked wheel) is no install of this environment.
         done = subprocess.run(
-            [python, "-c", _SITE], capture_output=True, text=True, env=env, timeout=120, check=False
+            [python, "-c", _SITE], capture_output=True, text=True, env=env, cwd="/", timeout=120, check=False
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SiteError(f"cannot run {python}: {exc}; nothing installed") from None

@@ -81,11 +81,15 @@ def venv(tmp_path: Path, template: Path) -> Path:
     return python
 
 
+PIP_ONLY = "FA_TEST_PIP_ONLY"  # not fa's: read by _env below
+
+
 def _env(tmp: Path, **extra: str) -> dict[str, str]:
+    """This checkout's fa with TMPDIR in `tmp`; uv when it is on PATH (faster), unless PIP_ONLY is
+    given: pip's scratch install takes long enough to be signalled while it runs."""
     env = this_checkout()
-    # pip, not uv: its scratch install takes long enough to be signalled while it runs
     uv = shutil.which("uv")
-    if uv:
+    if uv and extra.pop(PIP_ONLY, None):
         env["PATH"] = os.pathsep.join(
             p for p in env["PATH"].split(os.pathsep) if p and Path(p).resolve() != Path(uv).parent.resolve()
         )
@@ -231,7 +235,7 @@ def test_a_signal_at_each_step_leaves_the_old_or_the_new_fa_attn(
 def test_a_signal_while_pip_runs_stops_pip_and_leaves_nothing(
     venv: Path, houses: tuple[Path, Path], tmp_path: Path, signum: int
 ):
-    run = Run(venv, houses[1], tmp_path, "fa")
+    run = Run(venv, houses[1], tmp_path, "fa", **{PIP_ONLY: "1"})
     deadline = time.monotonic() + 120
     pip: set[int] = set()
     while not pip and time.monotonic() < deadline:
