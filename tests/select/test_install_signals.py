@@ -123,6 +123,7 @@ class Run:
                 cwd=cwd,
                 stdout=out,
                 stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group, as a shell's foreground job has
             )
         self.pid = self.proc.pid
 
@@ -244,7 +245,7 @@ def test_a_signal_while_pip_runs_stops_pip_and_leaves_nothing(
         time.sleep(0.01)
     assert pip, "pip never ran"
     kids = _descendants(run.pid)
-    os.kill(run.pid, signum)
+    os.killpg(run.pid, signum)  # as a terminal's Ctrl-C (or a shell's kill %1): the whole group
     assert run.wait() == 128 + signum, run.output()
     err = run.output()
     assert "nothing had changed" in err
