@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 
+from buildtool.core.textfile import printable
 from buildtool.errors import FaError
 
 DISTRIBUTION = "fa-toolchain"
@@ -26,5 +27,17 @@ def print_error(error: FaError) -> None:
     """`error: <message>` on stderr, the message as plain text (a path may hold `[/b]`); the prefix red
     on a terminal."""
     prefix = "\x1b[1;31merror:\x1b[0m" if sys.stderr.isatty() else "error:"
-    sys.stderr.write(f"{prefix} {error.text()}\n")
+    sys.stderr.write(f"{prefix} {_shown_message(error.text())}\n")
     sys.stderr.flush()
+
+
+MAX_LINE_CHARS = 1000  # a message line quoting a value fa did not check (a path, a URL) is cut here
+
+
+def _shown_message(text: str) -> str:
+    """The message as it may reach a terminal: each line's control characters escaped and its length
+    capped, so a value no check quoted (a path from the command line) cannot colour, move or flood it."""
+    lines = [printable(line) for line in text.split("\n")]
+    return "\n".join(
+        line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 3] + "..." for line in lines
+    )

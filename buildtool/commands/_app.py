@@ -15,6 +15,7 @@ import typer.core
 import typer.main
 
 from buildtool.commands import COMMANDS, DISTRIBUTION, print_error
+from buildtool.commands._options import check_argv
 from buildtool.errors import EXIT_FAILED, FaError
 
 
@@ -62,6 +63,15 @@ class _Commands(typer.core.TyperGroup):
             if getattr(param, "is_flag", False):
                 param.metavar = " "  # see _no_flag_metavars
         return params
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        try:
+            check_argv(args)  # before click echoes a 100 KB value back
+        except FaError as error:
+            print_error(error)
+            raise typer.Exit(error.exit_code) from None
+        result: list[str] = super().parse_args(ctx, args)
+        return result
 
     def invoke(self, ctx: Any) -> Any:  # a click Context (typer vendors click from 0.29 on)
         try:

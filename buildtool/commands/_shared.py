@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from buildtool.commands import _options
 from buildtool.compat.wheel_index import WheelIndex, load_index
 from buildtool.errors import UsageError
 
@@ -34,4 +35,6 @@ def load_wheel_index(wheels: Path | None, index: str | None) -> WheelIndex:
     """The index named by --wheels or --index (raises UsageError, exit 2, when it cannot be read)."""
     if wheels is not None and index is not None:
         raise UsageError("--wheels and --index both given; pass one")
+    if wheels is not None:
+        _options.path(wheels, "--wheels")
     return load_index(index if index is not None else str(wheels or Path("wheels")))

@@ -21,6 +21,7 @@ from buildtool.builder.pipeline import execute, summary_table
 from buildtool.builder.plan import Plan, local_plan, make_plan, parse_shard
 from buildtool.builder.pypi import fetch_torch_catalog
 from buildtool.builder.torch_headers import HeaderError, local_torch
+from buildtool.commands import _options
 from buildtool.core import installed
 from buildtool.core.console import plain_console
 from buildtool.core.cpus import cxx_for, cxx_install_hint, has_cxx
@@ -44,7 +45,10 @@ def _plan(
         return local_plan(version, info.cxx11abi, installed.python_version(), majors, matrix)
     matrix = load_matrix(matrix_path)
     return make_plan(
-        matrix, fetch_torch_catalog(refresh), parse_shard(shard) if shard else None, platform=platform
+        matrix,
+        fetch_torch_catalog(refresh),
+        parse_shard(shard) if shard is not None else None,
+        platform=platform,
     )
 
 
@@ -73,10 +77,16 @@ def register(app: typer.Typer) -> None:
         progress: Annotated[bool, typer.Option(help="progress bars on stderr")] = True,
     ) -> None:
         """Build the wheels of a matrix (or of the installed torch with --local) and index them."""
-        if jobs < 1:
-            raise UsageError(f"--jobs: {jobs} is not a positive number\n  fix: pass --jobs 1 or more")
+        jobs = _options.jobs(jobs)
+        cuda = list(_options.cuda_majors(cuda))  # --cuda 12 --cuda 12 is one major
+        _options.path(out, "--out")
+        _options.path(matrix, "--matrix")
+        if shard is not None:
+            parse_shard(shard)  # "" too: an empty --shard is not "no shard"
         if cuda and not local:
             raise UsageError("--cuda: only used with --local\n  fix: list CUDA majors in matrix.yaml `cuda:`")
+        if platform is not None:
+            _options.platform(platform)
         if platform and local:
             raise UsageError("--platform: --local builds for this machine's CPU\n  fix: drop one of them")
         if not dry_run:

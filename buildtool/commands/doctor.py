@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import sys
+import sysconfig
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from buildtool.commands import _options
 from buildtool.commands._shared import IndexOpt, JsonOpt, WheelsOpt, load_wheel_index, print_json
-from buildtool.compat import doctor
+from buildtool.compat import doctor, install_txn
 from buildtool.compat.choose import DTYPES, Request
 from buildtool.compat.env import Env, env_from_file
 from buildtool.compat.probe import probe
@@ -42,11 +45,16 @@ def doctor_cmd(
     """Which wheel fits, why the others don't, and what the runtime will do on this GPU.
 
     Exit codes: 0 ok/ok-jit, 1 fallback or no wheel, 2 usage."""
-    if dtype not in DTYPES:
-        raise UsageError(f"--dtype {dtype}: use one of {', '.join(DTYPES)}")
+    _options.one_of(dtype, DTYPES, "--dtype")
     if head_dim <= 0:
         raise UsageError(f"--head-dim {head_dim}: use a positive head dimension like 128")
+    if env_file is not None:
+        _options.path(env_file, "--env")
     env = _load_env(env_file)
+    if env_file is None:  # this machine: say if its fa-attn is being changed, or was left half-changed
+        state = install_txn.unfinished(Path(sysconfig.get_path("platlib")))
+        if state:
+            sys.stderr.write(f"note: {state}\n")
     report = doctor.build_report(env, load_wheel_index(wheels, index), Request(dtype, head_dim, backward))
     if as_json:
         print_json(doctor.report_json(report))

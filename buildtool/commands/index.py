@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from buildtool.builder import index, index_page
+from buildtool.commands import _options
 from buildtool.core.console import counted, plain_console
 from buildtool.errors import UsageError
 
@@ -22,6 +23,7 @@ def register(app: typer.Typer) -> None:
         directory: Annotated[Path, typer.Argument(help="a directory of fa-attn wheels (e.g. merged shards)")],
     ) -> None:
         """Rewrite DIRECTORY/index.json and DIRECTORY/simple/ from the wheels in it."""
+        _options.path(directory, "DIRECTORY")
         if not directory.is_dir():
             raise UsageError(f"{directory}: not a directory\n  fix: pass the folder holding the .whl files")
         # WheelDirError (exit 1): a file there is not our wheel. Asked to rewrite the index: replaces

@@ -12,12 +12,15 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from buildtool.commands import _options
 from buildtool.commands._shared import IndexOpt, JsonOpt, WheelsOpt, load_wheel_index, print_json
-from buildtool.compat import build_here, install
+from buildtool.compat import install
 from buildtool.compat.choose import Request, Selection, select
 from buildtool.compat.env import Env
+from buildtool.compat.install_site import placement_notes
 from buildtool.compat.probe import probe
 from buildtool.compat.wheel_index import WheelIndex, load_index
+from buildtool.core import interrupts
 from buildtool.core.console import plain_console
 from buildtool.errors import EXIT_FAILED, EXIT_OK, FaError, UsageError
 
@@ -43,6 +46,8 @@ def _build_here(
     """Raises InputError (exit 2) when the probe and options cannot say what to build, FaError (exit 1)
     when the build fails. With --arch or --cuda the choice is among this build's wheels only: the
     folder may hold an earlier build for another arch or CUDA major, which the options rule out."""
+    from buildtool.compat import build_here  # the build pipeline: loaded only when it runs
+
     matrix = build_here.release_matrix()
     target = build_here.target(env, arch, cuda, matrix)
     console.print(
@@ -85,17 +90,58 @@ def install_cmd(
     jobs: Annotated[
         int, typer.Option("--jobs", "-j", help="With --build: parallel compiles")
     ] = os.cpu_count() or 1,
+    allow_downgrade: Annotated[
+        bool,
+        typer.Option("--allow-downgrade", help="Install a version older than the installed fa-attn"),
+    ] = False,
+    wait: Annotated[
+        float,
+        typer.Option(
+            "--wait",
+            help="Seconds to wait for another fa install into the same environment (0: stop at once)",
+        ),
+    ] = install.LOCK_WAIT_S,
 ) -> int:
     """Install the wheel fa doctor picks for this machine, checked against the index's sha256.
 
     With --build, when no wheel in the index fits this machine's torch (a minor nobody built, a local
     torch build), build the one wheel it needs first: this torch, CPU, CUDA major and GPU arch only.
 
+    One fa install per environment at a time: a second one waits (--wait). Interrupted (Ctrl-C, SIGTERM)
+    it rolls back; killed outright, the next fa install rolls back or finishes what it left, and says so.
+
     Exit codes: 0 installed (or, with --dry-run, a wheel would be), 1 nothing fits or the install, or the
     build, was refused or failed (the environment is left as it was, or the message says what changed),
-    2 usage."""
-    if (arch or cuda) and not build:
+    2 usage, 130 interrupted by SIGINT (Ctrl-C), 143 by SIGTERM (rolled back: the message says so)."""
+    with interrupts.handling_signals():
+        try:
+            return _install(wheels, index, dry_run, as_json, build, arch, cuda, jobs, allow_downgrade, wait)
+        except interrupts.Interrupted as exc:
+            state = exc.state or "nothing had changed: the environment is as it was"
+            sys.stderr.write(f"fa install: interrupted by {exc.name}; {state}\n")
+            return exc.exit_code
+
+
+def _install(
+    wheels: Path | None,
+    index: str | None,
+    dry_run: bool,
+    as_json: bool,
+    build: bool,
+    arch: str | None,
+    cuda: int | None,
+    jobs: int,
+    allow_downgrade: bool,
+    wait: float,
+) -> int:
+    if (arch is not None or cuda is not None) and not build:
         raise UsageError("--arch and --cuda only go with --build")
+    _options.jobs(jobs)
+    _options.wait_seconds(wait)
+    if cuda is not None:
+        _options.cuda_major(cuda)
+    if arch is not None:
+        _options.arch(arch, cuda)
     idx = _index_or_none(wheels, index) if build else load_wheel_index(wheels, index)
     env = probe()
     selection = select(idx.entries if idx else (), env, Request())
@@ -105,6 +151,8 @@ def install_cmd(
     # when a wheel in the index fits, which would otherwise be installed with both options ignored.
     asked = arch is not None or cuda is not None
     if build and asked:
+        from buildtool.compat import build_here
+
         build_here.target(env, arch, cuda, build_here.release_matrix())  # refuses what cannot run here
     if build and (asked or not _kernel_wheel_fits(selection)) and not dry_run:
         idx, selection = _build_here(env, arch, cuda, jobs, console, progress=not as_json)
@@ -148,9 +196,15 @@ def install_cmd(
             "after checking its sha256 against the index)"
         )
     else:
+        for note in placement_notes():
+            console.print(f"note:    {note}", style="yellow", highlight=False)
         try:
             result = install.run_install(
-                plan, idx, log=lambda line: console.print(line, style="dim", highlight=False)
+                plan,
+                idx,
+                log=lambda line: console.print(line, style="dim", highlight=False),
+                say=lambda line: console.print(f"note:    {line}", style="yellow", highlight=False),
+                options=install.Options(allow_older=allow_downgrade, wait_s=wait),
             )
             out.update(
                 ok=True,
@@ -158,7 +212,7 @@ def install_cmd(
                 previous=result.previous,
                 message=f"installed fa-attn {result.installed} ({result.location})",
             )
-        except install.InstallError as exc:
+        except install.FAILURES as exc:
             out["message"] = str(exc)
     if as_json:
         print_json(out)

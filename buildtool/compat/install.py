@@ -1,64 +1,83 @@
-"""`fa install`: the side effects. Fetch the selected wheel, check its sha256 and its own metadata
-against the index, try it in a scratch --target directory (it must install, import, and be the version
-and variant the index promised), then install it for real with pip (or uv) and confirm it imports.
+"""`fa install`: the side effects, as one transaction per environment (compat/install_txn.py).
 
-Only fa-attn changes: every installer call passes --no-deps (and --no-index, so nothing is downloaded
-behind our back), so torch and every other package stay exactly as they were. Nothing is touched until
-every check that can be made beforehand has passed. Before the real install, the files of the fa-attn
-already installed are copied aside (from its RECORD); if the real install or the final check fails,
-the new fa-attn is removed and those files put back, so a failed install always leaves the previous
-fa-attn in place (an fa-attn without a RECORD, which could not be put back, is refused up front).
+Under the environment's install lock, and after putting right whatever an interrupted install left:
+fetch the selected wheel (its sha256, name, metadata and manifest checked against the index), check
+what it may contain (compat/wheel_members.py), let pip (or uv) install it into a scratch folder beside
+site-packages (`--target`, `--no-deps --no-index`, isolated from pip's configuration and PIP_*
+variables), import it from there, and only then swap it in: the previous fa-attn's folders are renamed
+aside, the new ones renamed in, `import fa_attn` is checked in a fresh interpreter, and the swap is
+committed (or undone). The journal records each rename before it is made, so a kill -9 at any point
+is rolled back (or, once committed, finished) by the next `fa install`; SIGINT and SIGTERM roll back
+at once (core/interrupts.py).
+
+Only fa-attn changes: nothing else is installed, uninstalled or downloaded. A previous fa-attn is
+replaced only when it can be put back whole: all its files (RECORD) under `fa_attn/` and its own
+`.dist-info`, and nothing in `fa_attn/` that RECORD does not list (but compiled `.pyc` files).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import importlib.metadata
 import json
 import os
 import shlex
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from buildtool.compat import install_txn, wheel_members
 from buildtool.compat.choose import Selection
+from buildtool.compat.install_site import (
+    DIST_NAME,
+    PACKAGE_DIR,
+    Installed,
+    Site,
+    SiteError,
+    check_site,
+    installed_version,
+    read_site,
+    replaced_tops,
+    under,
+)
+from buildtool.compat.install_txn import Move
 from buildtool.compat.wheel_index import WheelIndex, WheelIndexError, fetch_wheel, wheel_location
+from buildtool.core import children, interrupts
 from buildtool.core.runtime import schema
 from buildtool.errors import FaError
 
-DIST_NAME = "fa-attn"
-_CHECK_IMPORT = "import fa_attn; print(fa_attn.__file__)"
-_VERSION_OF = (
-    "import importlib.metadata as m, sys\n"
-    "try:\n    print(m.version('fa-attn'))\n"
-    "except m.PackageNotFoundError:\n    sys.exit(3)\n"
-)
-# The installed fa-attn's version, where its paths are relative to, and its files (RECORD), as JSON.
-_FILES_OF = (
-    "import importlib.metadata as m, json, sys\n"
-    "try:\n    d = m.distribution('fa-attn')\n"
-    "except m.PackageNotFoundError:\n    sys.exit(3)\n"
-    "files = None if d.files is None else [str(f) for f in d.files]\n"
-    "print(json.dumps({'version': d.version, 'root': str(d.locate_file('')), 'files': files}))\n"
+# What `import fa_attn` in a fresh interpreter finds: its file and the fa-attn version installed.
+_CHECK_IMPORT = (
+    "import importlib.metadata as m, json, fa_attn\n"
+    "print(json.dumps({'file': fa_attn.__file__, 'version': m.version('fa-attn')}))\n"
 )
 _TIMEOUT_S = 600
+LOCK_WAIT_S = 300.0  # how long a second fa install waits for the first, by default
+_UV_LOCK = ".lock"  # uv leaves its own lock file in a --target folder
 
 
 class InstallError(FaError):
     """The install was refused or failed; the message says why and what state the environment is in."""
 
 
+# Every error run_install raises but Interrupted: a refusal or failure, with the environment's state.
+FAILURES = (InstallError, SiteError, install_txn.TxnError)
+
+
 @dataclass(frozen=True)
 class Installer:
-    """pip, or uv when it is on PATH, always driving one interpreter."""
+    """pip, or uv when it is on PATH, always driving one interpreter, always into a scratch folder."""
 
     python: str
     uv: str | None
 
-    def install(self, wheel: str, target: Path | None = None) -> list[str]:
-        where = ["--target", str(target)] if target else []
+    def install(self, wheel: str, target: Path) -> list[str]:
         if self.uv:
             return [
                 self.uv,
@@ -66,11 +85,11 @@ class Installer:
                 "install",
                 "--python",
                 self.python,
+                "--no-config",
                 "--no-deps",
                 "--no-index",
-                "--reinstall-package",
-                DIST_NAME,
-                *where,
+                "--target",
+                str(target),
                 wheel,
             ]
         return [
@@ -78,19 +97,26 @@ class Installer:
             "-m",
             "pip",
             "install",
+            "--isolated",
             "--no-deps",
             "--no-index",
-            "--force-reinstall",
+            "--no-compile",
             "--disable-pip-version-check",
             "--no-input",
-            *where,
+            "--target",
+            str(target),
             wheel,
         ]
 
-    def uninstall(self) -> list[str]:
-        if self.uv:
-            return [self.uv, "pip", "uninstall", "--python", self.python, DIST_NAME]
-        return [self.python, "-m", "pip", "uninstall", "-y", "--disable-pip-version-check", DIST_NAME]
+    def environ(self, tmp: Path) -> dict[str, str]:
+        """The installer's environment: no PIP_* variable, no configuration file, TMPDIR inside the
+        transaction folder (so a killed installer leaves nothing elsewhere)."""
+        env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_")) or k == "UV_CACHE_DIR"
+        }
+        env.update(PIP_CONFIG_FILE=os.devnull, TMPDIR=str(tmp))
+        env.pop("PYTHONPATH", None)
+        return env
 
 
 def default_installer(python: str, use_uv: bool | None = None) -> Installer:
@@ -109,7 +135,9 @@ class InstallPlan:
     downgrade: str | None = None  # why the universal wheel, when the index has kernel wheels
 
     def command(self) -> list[str] | None:
-        return self.installer.install(self.source) if self.source else None
+        """The installer's command (into the scratch folder the new fa-attn is swapped in from)."""
+        where = Path(f"<site-packages>/{install_txn.TXN_DIR}/{install_txn.WORK_DIR}/stage")
+        return self.installer.install(self.source, where) if self.source else None
 
 
 @dataclass(frozen=True)
@@ -118,6 +146,12 @@ class InstallResult:
     previous: str | None  # the fa-attn version before, if any
     location: str  # where `import fa_attn` found it
     commands: tuple[str, ...]  # what was run, for the log
+
+
+@dataclass(frozen=True)
+class Options:
+    allow_older: bool = False  # install a version older than the installed one
+    wait_s: float = LOCK_WAIT_S  # for another fa install into the same environment
 
 
 def plan_install(index: WheelIndex, selection: Selection, installer: Installer) -> InstallPlan:
@@ -145,122 +179,136 @@ def _downgrade(index: WheelIndex, selection: Selection) -> str | None:
     )
 
 
-def installed_version(python: str) -> str | None:
-    done = _run([python, "-c", _VERSION_OF])
-    return done.stdout.strip() if done.returncode == 0 else None
-
-
-@dataclass(frozen=True)
-class Previous:
-    """The fa-attn installed before, copied aside so a failed install can put it back."""
-
-    version: str
-    root: Path  # what its RECORD paths are relative to (site-packages)
-    files: tuple[str, ...]  # as RECORD lists them
-    saved: Path  # the copies: saved/<i> is files[i]
-
-
-def save_previous(python: str, where: Path) -> Previous | None:
-    """Copy the installed fa-attn's files under `where`; None when none is installed. Raises InstallError
-    (before anything was changed) when they cannot all be saved."""
-    done = _run([python, "-c", _FILES_OF])
-    if done.returncode == 3:
-        return None
-    try:
-        info = json.loads(done.stdout)
-        version, root, files = str(info["version"]), Path(info["root"]), info["files"]
-    except (ValueError, KeyError, TypeError):
-        raise InstallError(
-            f"cannot list the installed {DIST_NAME}:\n{_tail(done)}\nnothing installed"
-        ) from None
-    if files is None:
-        raise InstallError(
-            f"the installed {DIST_NAME} {version} has no RECORD, so fa could not put it back if the new one "
-            f"failed; nothing installed\n  fix: uninstall it first (pip uninstall {DIST_NAME}), then re-run"
-        )
-    try:
-        where.mkdir(parents=True, exist_ok=True)
-        # Numbered copies: a RECORD path may climb out of site-packages (../../bin/x).
-        for i, rel in enumerate(files):
-            if (root / rel).is_file():
-                shutil.copy2(root / rel, where / str(i))
-    except OSError as exc:
-        raise InstallError(
-            f"cannot save the installed {DIST_NAME} {version} aside ({exc}); nothing installed"
-        ) from None
-    return Previous(version=version, root=root, files=tuple(files), saved=where)
-
-
-def _restore(
-    installer: Installer, previous: Previous | None, run: Callable[..., subprocess.CompletedProcess[str]]
-) -> str:
-    """Remove whatever fa-attn is there now and put `previous` back; says what state is left."""
-    if installed_version(installer.python) is not None:
-        run(installer.uninstall(), "roll back")
-    if previous is None:
-        now = installed_version(installer.python)
-        if now is None:
-            return f"rolled back: {DIST_NAME} removed again; the environment is as it was"
-        return f"could not roll back: {DIST_NAME} {now} is installed (none was before); remove it with pip uninstall {DIST_NAME}"
-    try:
-        for i, rel in enumerate(previous.files):
-            saved = previous.saved / str(i)
-            if saved.is_file():
-                target = previous.root / rel
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(saved, target)
-    except OSError as exc:
-        return f"could not put the previous {DIST_NAME} {previous.version} back ({exc}); reinstall it"
-    now = installed_version(installer.python)
-    if now == previous.version:
-        return f"rolled back: the previous {DIST_NAME} {previous.version} is back in place"
-    return f"could not put the previous {DIST_NAME} {previous.version} back ({DIST_NAME} is now {now or 'absent'}); reinstall it"
-
-
-def _staged(stage: Path) -> tuple[str | None, str | None]:
-    """The fa-attn version and variant a trial install in `stage` holds (what the real one will be)."""
-    dists = [
-        d for d in importlib.metadata.distributions(path=[str(stage)]) if d.metadata["Name"] == DIST_NAME
-    ]
-    version = dists[0].version if len(dists) == 1 else None
-    try:
-        manifest = json.loads((stage / "fa_attn" / "manifest.json").read_text())
-        variant = manifest.get("variant") if isinstance(manifest, dict) else None
-    except (OSError, ValueError):
-        variant = None
-    return version, variant
+# ---------------------------------------------------------------------------------------------------
+# The transaction
 
 
 def run_install(
-    plan: InstallPlan, index: WheelIndex, log: Callable[[str], None] = lambda _: None
+    plan: InstallPlan,
+    index: WheelIndex,
+    log: Callable[[str], None] = lambda _: None,
+    say: Callable[[str], None] = lambda _: None,
+    options: Options = Options(),
 ) -> InstallResult:
+    """Install plan.entry. `log` gets each step, `say` what the person must read (a wait, a recovery).
+    Raises InstallError (the message says what state the environment is in), TxnError, or
+    interrupts.Interrupted with `state` saying what was undone."""
     if plan.entry is None:
         raise InstallError("no wheel fits this machine (fa doctor says why); nothing installed")
-    entry, installer = plan.entry, plan.installer
-    commands: list[str] = []
-
-    def run(
-        cmd: list[str], what: str, env: dict[str, str] | None = None, cwd: Path | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        commands.append(shlex.join(cmd))
-        log(f"{what}: {shlex.join(cmd)}")
-        return _run(cmd, env=env, cwd=cwd)
-
-    with tempfile.TemporaryDirectory(prefix="fa-install-") as tmp_name:
-        tmp = Path(tmp_name)
-        log(f"fetching {plan.source}")
+    site = read_site(plan.installer.python)
+    with install_txn.locked(site.packages, options.wait_s, say) as root:
+        install_txn.checkpoint("locked")
+        recovered = install_txn.finish_or_roll_back(root)
+        if recovered:
+            say(recovered)
+        site = read_site(plan.installer.python)  # as it is now: another install may have just ended
+        previous = check_site(site)
+        if previous is not None and not options.allow_older:
+            _refuse_older(previous.version, plan.entry)
         try:
-            wheel = fetch_wheel(index, entry, tmp)
+            return _transaction(plan, index, plan.entry, site, previous, root, log)
+        finally:
+            with interrupts.deferred(raise_at_end=False):
+                if not (root / install_txn.JOURNAL_FILE).exists():  # else the journal still needs work/
+                    install_txn.discard(root)
+
+
+def _refuse_older(installed: str, entry: schema.IndexEntry) -> None:
+    """A version older than the installed one (local labels aside: another variant of the same release
+    is not older) needs --allow-downgrade."""
+    try:
+        new, old = Version(Version(entry.info.version).public), Version(Version(installed).public)
+    except InvalidVersion:
+        return  # an installed version PEP 440 cannot read is not one fa can call newer
+    if new < old:
+        raise InstallError(
+            f"{entry.file} is fa-attn {new}, older than the installed {installed}: a downgrade; nothing "
+            "installed\n  fix: pass --allow-downgrade to install it anyway, or point --wheels/--index at "
+            "a newer release"
+        )
+
+
+def _transaction(
+    plan: InstallPlan,
+    index: WheelIndex,
+    entry: schema.IndexEntry,
+    site: Site,
+    previous: Installed | None,
+    root: Path,
+    log: Callable[[str], None],
+) -> InstallResult:
+    steps = _Steps(plan.installer, entry, root, log)
+    wheel, contents = steps.fetch(index, plan.source)
+    stage = steps.stage(wheel, site.packages)
+    location = steps.swap_in(stage, site.purelib if contents.purelib else site.packages, previous)
+    return InstallResult(
+        installed=entry.info.version,
+        previous=previous.version if previous else None,
+        location=location,
+        commands=tuple(steps.commands),
+    )
+
+
+@dataclass
+class _Steps:
+    """One install's steps, in order. Until swap_in, each refuses with InstallError and nothing has
+    changed; swap_in commits or undoes its renames."""
+
+    installer: Installer
+    entry: schema.IndexEntry
+    root: Path  # the transaction folder
+    log: Callable[[str], None]
+    commands: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def work(self) -> Path:
+        return self.root / install_txn.WORK_DIR
+
+    def run(self, cmd: list[str], what: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        self.commands.append(shlex.join(cmd))
+        self.log(f"{what}: {shlex.join(cmd)}")
+        return _run(cmd, env=env, cwd=self.work)
+
+    def fetch(self, index: WheelIndex, source: str | None) -> tuple[Path, wheel_members.Contents]:
+        """The wheel in work/, its hash, metadata and members checked, and the space for it."""
+        entry = self.entry
+        try:
+            (self.work / "tmp").mkdir(parents=True)
+        except OSError as exc:
+            raise InstallError(
+                f"cannot write {self.work}: {exc.strerror or exc}; nothing installed"
+            ) from None
+        if entry.size is not None:
+            _check_space(self.work, entry.size, "the wheel")
+        self.log(f"fetching {source}")
+        try:
+            wheel = fetch_wheel(index, entry, self.work)
         except WheelIndexError as exc:
             raise InstallError(f"{exc}; nothing installed") from exc
-        log(f"sha256 ok ({entry.sha256}); name, metadata and manifest agree with the index")
+        self.log(f"sha256 ok ({entry.sha256}); name, metadata and manifest agree with the index")
+        try:
+            contents = wheel_members.check(wheel, entry)
+        except wheel_members.HostileWheel as exc:
+            raise InstallError(str(exc)) from None
+        _check_space(self.work, contents.unpacked_bytes, "the wheel's files unpacked")
+        install_txn.checkpoint("fetched")
+        return wheel, contents
 
-        # 1. A scratch install that touches nothing: does the wheel install and import at all, and is it
-        #    the version and variant the index promised?
-        stage = tmp / "stage"
-        done = run(installer.install(str(wheel), target=stage), "trial install")
+    def stage(self, wheel: Path, packages: Path) -> Path:
+        """pip (or uv) installs into work/stage, touching nothing: does the wheel install and import at
+        all, and is it the version and variant the index promised?"""
+        entry, stage = self.entry, self.work / "stage"
+        done = self.run(
+            self.installer.install(str(wheel), stage),
+            "trial install",
+            self.installer.environ(self.work / "tmp"),
+        )
         if done.returncode != 0:
-            raise InstallError(f"the installer refused {entry.file}:\n{_tail(done)}\nnothing installed")
+            full = "No space left on device" in done.stderr + done.stdout
+            fix = (
+                f"\n  fix: free some space on the file system holding {packages}, then re-run" if full else ""
+            )
+            raise InstallError(f"the installer refused {entry.file}:\n{_tail(done)}\nnothing installed{fix}")
         version, variant = _staged(stage)
         if (version, variant) != (entry.info.version, entry.info.variant):
             raise InstallError(
@@ -268,56 +316,201 @@ def run_install(
                 f"{entry.info.version} (variant {entry.info.variant!r}); nothing installed\n"
                 "  fix: re-run fa index on the wheels to rewrite index.json"
             )
-        done = run([installer.python, "-c", _CHECK_IMPORT], "trial import", env=_pythonpath(stage), cwd=tmp)
-        if done.returncode != 0 or not done.stdout.strip().startswith(str(stage)):
+        _check_staged(stage, version)
+        install_txn.checkpoint("staged")
+        done = self.run([self.installer.python, "-c", _CHECK_IMPORT], "trial import", _clean_env(stage))
+        if done.returncode != 0 or not _imported_from(done, stage):
             raise InstallError(f"`import fa_attn` fails with {entry.file}:\n{_tail(done)}\nnothing installed")
+        install_txn.checkpoint("trial-imported")
+        return stage
 
-        # 2. The previous fa-attn, copied aside so that a failure below can put it back.
-        previous = save_previous(installer.python, tmp / "previous")
-        if previous is not None:
-            log(
-                f"saved the installed {DIST_NAME} {previous.version} ({len(previous.files)} files) to restore on failure"
-            )
-
-        # 3. The real install.
-        done = run(installer.install(str(wheel)), "install")
-        if done.returncode != 0:
-            undo = _restore(installer, previous, run)
-            raise InstallError(f"installing {entry.file} failed:\n{_tail(done)}\n{undo}")
-
-        # 4. Confirm in a fresh interpreter; undo if it does not hold.
-        done = run([installer.python, "-c", _CHECK_IMPORT], "check import", env=_pythonpath(None), cwd=tmp)
-        now = installed_version(installer.python)
-        if done.returncode != 0 or now != entry.info.version:
-            problem = (
-                _tail(done) if done.returncode != 0 else f"fa-attn is {now}, expected {entry.info.version}"
-            )
-            undo = _restore(installer, previous, run)
-            raise InstallError(f"the installed {entry.file} does not work: {problem}\n{undo}")
-        return InstallResult(
-            installed=entry.info.version,
+    def swap_in(self, stage: Path, target: Path, previous: Installed | None) -> str:
+        """The previous fa-attn's folders renamed aside, the new ones renamed in from `stage`, each rename
+        journaled first; then `import fa_attn` in a fresh interpreter, and the commit (or the undo).
+        Returns where `import fa_attn` finds it."""
+        entry, old = self.entry, self.work / "old"
+        old.mkdir()
+        tops = [PACKAGE_DIR, f"{PACKAGE_DIR}-{entry.info.version}.dist-info"]  # the package first
+        outs = tuple(Move(previous.root / n, old / n) for n in replaced_tops(previous)) if previous else ()
+        ins = tuple(Move(stage / n, target / n) for n in tops)
+        journal = install_txn.Journal(
+            pid=os.getpid(),
+            phase="swap",
+            wheel=entry.file,
+            version=entry.info.version,
             previous=previous.version if previous else None,
-            location=done.stdout.strip(),
-            commands=tuple(commands),
+            moves=outs + ins,
+        )
+        install_txn.write_journal(self.root, journal)
+        try:
+            try:
+                install_txn.swap(outs, "out")
+                install_txn.swap(ins, "in")
+            except OSError as exc:
+                raise InstallError(f"cannot move {exc.filename}: {exc.strerror or exc}") from None
+            install_txn.checkpoint("swapped")
+            done = self.run([self.installer.python, "-c", _CHECK_IMPORT], "check import", _clean_env(None))
+            problem = _check_failed(done, target, entry.info.version)
+            if problem:
+                raise InstallError(f"the installed {entry.file} does not work: {problem}")
+            with interrupts.deferred():
+                install_txn.write_journal(self.root, dataclasses.replace(journal, phase="committed"))
+        except BaseException as exc:
+            with interrupts.deferred(raise_at_end=False):
+                state = _roll_back(journal, self.installer.python, self.root)
+            if isinstance(exc, interrupts.Interrupted):
+                exc.state = state
+                raise
+            interrupts.raise_if_interrupted(state)  # a signal during the roll back: it is done, say so
+            if isinstance(exc, FaError):
+                raise InstallError(f"{exc}\n{state}") from None
+            raise
+        installed = f"fa-attn {entry.info.version} is installed: it had passed its checks"
+        try:
+            install_txn.checkpoint("committed")
+            interrupts.raise_if_interrupted(installed)
+        except interrupts.Interrupted as exc:
+            exc.state = installed
+            raise
+        finally:
+            # A signal from here on is too late to matter: the install is done, and said to be.
+            with interrupts.deferred(raise_at_end=False):
+                install_txn.discard(self.root)
+                (self.root / install_txn.JOURNAL_FILE).unlink(missing_ok=True)
+        return str(json.loads(done.stdout)["file"])
+
+
+def _roll_back(journal: install_txn.Journal, python: str, root: Path) -> str:
+    """Undo the swap's renames; says what state is left."""
+    try:
+        install_txn.undo(journal.moves)
+    except OSError as exc:
+        return (
+            f"could not roll back ({exc}); the journal {root / install_txn.JOURNAL_FILE} is kept: the next "
+            "fa install finishes the roll back"
+        )
+    (root / install_txn.JOURNAL_FILE).unlink(missing_ok=True)
+    now = installed_version(python)
+    if journal.previous is None:
+        if now is None:
+            return f"rolled back: {DIST_NAME} removed again; the environment is as it was"
+        return f"could not roll back: {DIST_NAME} {now} is installed (none was before); remove it with pip uninstall {DIST_NAME}"
+    if now == journal.previous:
+        return f"rolled back: the previous {DIST_NAME} {journal.previous} is back in place"
+    return (
+        f"could not put the previous {DIST_NAME} {journal.previous} back ({DIST_NAME} is now "
+        f"{now or 'absent'}); reinstall it"
+    )
+
+
+def _check_space(work: Path, size: int, what: str) -> None:
+    """Refuse before writing when the file system holding site-packages has not `size` bytes (and a
+    MiB) free: a full disk then names the folder and the space, not a bare [Errno 28] half-way."""
+    need = size + (1 << 20)
+    free = shutil.disk_usage(work).free
+    if free < need:
+        raise InstallError(
+            f"not enough space in {work.parent.parent}: installing needs about {_mib(need)} ({what}), "
+            f"{_mib(free)} is free; nothing installed\n"
+            "  fix: free some space on that file system, then re-run"
         )
 
 
-def _pythonpath(stage: Path | None) -> dict[str, str]:
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"
+
+
+def _staged(stage: Path) -> tuple[str | None, str | None]:
+    """The fa-attn version and variant a trial install in `stage` holds (what the real one will be)."""
+    dists = [
+        d
+        for d in importlib.metadata.distributions(path=[str(stage)])
+        if canonicalize_name(d.metadata["Name"] or "") == DIST_NAME
+    ]
+    version = dists[0].version if len(dists) == 1 else None
+    try:
+        manifest = json.loads((stage / PACKAGE_DIR / "manifest.json").read_text())
+        variant = manifest.get("variant") if isinstance(manifest, dict) else None
+    except (OSError, ValueError):
+        variant = None
+    return version, variant
+
+
+def _check_staged(stage: Path, version: str | None) -> None:
+    """The installer made fa_attn/ and its .dist-info, and nothing else it would install."""
+    made = {p.name for p in stage.iterdir()} - {_UV_LOCK}
+    own = {PACKAGE_DIR, f"{PACKAGE_DIR}-{version}.dist-info"}
+    if made != own:
+        raise InstallError(
+            f"the installer made {', '.join(sorted(made))} where fa expects {', '.join(sorted(own))}; "
+            "nothing installed"
+        )
+
+
+def _imported_from(done: subprocess.CompletedProcess[str], folder: Path) -> bool:
+    try:
+        return under(Path(json.loads(done.stdout)["file"]), folder)
+    except (ValueError, KeyError, TypeError):
+        return False
+
+
+def _check_failed(done: subprocess.CompletedProcess[str], target: Path, version: str) -> str | None:
+    if done.returncode != 0:
+        return _tail(done)
+    try:
+        found = json.loads(done.stdout)
+    except ValueError:
+        return _tail(done)
+    if found.get("version") != version:
+        return f"fa-attn is {found.get('version')}, expected {version}"
+    if not under(Path(found["file"]), target):
+        return f"`import fa_attn` finds {found['file']}, not the one installed in {target}"
+    return None
+
+
+def _clean_env(stage: Path | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     if stage is not None:
         env["PYTHONPATH"] = str(stage)
     return env
 
 
-def _run(
-    cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None
-) -> subprocess.CompletedProcess[str]:
+def _run(cmd: list[str], env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `cmd` in its own session (a Ctrl-C reaches fa, which stops it) under a guard that kills it
+    and its children if fa dies (core/children.py); stopped on Interrupted or after _TIMEOUT_S."""
     try:
-        return subprocess.run(
-            cmd, check=False, capture_output=True, text=True, env=env, cwd=cwd, timeout=_TIMEOUT_S
+        proc = subprocess.Popen(
+            children.guarded(cmd),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
         )
-    except (OSError, subprocess.TimeoutExpired) as exc:
+    except OSError as exc:
         return subprocess.CompletedProcess(cmd, 127, "", str(exc))
+    try:
+        out, err = proc.communicate(timeout=_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        _stop(proc)
+        return subprocess.CompletedProcess(cmd, 124, "", f"{cmd[0]} did not finish in {_TIMEOUT_S} s")
+    except BaseException:
+        _stop(proc)
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    """The guard kills the command's process group on SIGTERM, then exits."""
+    with contextlib.suppress(OSError):
+        proc.terminate()
+    with interrupts.deferred():
+        try:
+            proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def _tail(done: subprocess.CompletedProcess[str], lines: int = 12) -> str:

@@ -13,11 +13,11 @@ import os
 import platform
 import re
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from buildtool.compat.env import Env, Gpu, is_driver_version
+from buildtool.core.children import read_capped
 from buildtool.core.installed import find_torch, os_name, probe_torch, python_version
 from buildtool.core.textfile import printable
 
@@ -159,25 +159,30 @@ def _read_driver_file(paths: ProbePaths, sources: dict[str, str]) -> str | None:
     return None
 
 
+# nvidia-smi's answer is about 100 bytes a GPU; more is not nvidia-smi (300 MB of it took 900 MB of
+# memory when read whole), and a wrapper that hangs must not hang the probe.
+SMI_MAX_BYTES = 64 << 10
+SMI_TIMEOUT_S = 20.0
+
+
 def _nvidia_smi(exe: str, sources: dict[str, str]) -> tuple[str | None, list[Gpu]]:
     # compute_cap needs nvidia-smi from driver 510 on; older ones give the driver only.
     for fields in ("driver_version,name,compute_cap,memory.total", "driver_version,name,memory.total"):
         try:
-            done = subprocess.run(
-                [exe, f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
-                check=False,
-                capture_output=True,
-                text=True,
-                timeout=20,
+            status, output = read_capped(
+                [exe, f"--query-gpu={fields}", "--format=csv,noheader,nounits"], SMI_MAX_BYTES, SMI_TIMEOUT_S
             )
-        except (OSError, subprocess.TimeoutExpired):
+        except OSError:
             return None, []
-        if done.returncode == 0:
+        if status is None:  # cut off: too much output, or hung
+            return None, []
+        if status == 0:
             break
     else:
         return None, []
+    text = output.decode("utf-8", "replace")
     driver, gpus = None, []
-    for line in done.stdout.splitlines():
+    for line in text.splitlines():
         cells = [c.strip() for c in line.split(",")]
         if len(cells) < 3:
             continue

@@ -183,10 +183,12 @@ def test_doctor_reads_manifests_when_there_is_no_index(tmp_path: Path):
 def test_installer_commands_never_touch_dependencies():
     from buildtool.compat.install import Installer
 
-    pip = Installer(python="/venv/bin/python", uv=None).install("/tmp/x.whl")
+    pip = Installer(python="/venv/bin/python", uv=None).install("/tmp/x.whl", target=Path("/t"))
     assert pip[:4] == ["/venv/bin/python", "-m", "pip", "install"]
     assert "--no-deps" in pip
     assert "--no-index" in pip
+    assert "--isolated" in pip  # no PIP_TARGET, PIP_USER or pip.conf sends the files elsewhere
+    assert pip[pip.index("--target") + 1] == "/t"
     uv = Installer(python="/venv/bin/python", uv="/usr/bin/uv").install("/tmp/x.whl", target=Path("/t"))
     assert uv[:5] == ["/usr/bin/uv", "pip", "install", "--python", "/venv/bin/python"]
     assert {"--no-deps", "--no-index", "--target"} <= set(uv)

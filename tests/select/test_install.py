@@ -281,3 +281,117 @@ def test_failed_install_puts_back_a_previous_version_the_index_does_not_have(
     assert freeze(venv) == before
     check = subprocess.run([str(venv), "-c", "import fa_attn"], capture_output=True, text=True, check=False)
     assert check.returncode == 0, check.stderr
+
+
+def test_pip_variables_that_move_files_are_ignored_and_named(venv: Path, wheelhouse: Path, tmp_path: Path):
+    """PIP_TARGET, PIP_PREFIX, PIP_ROOT and PIP_USER would send pip's files elsewhere (or make it refuse
+    --target); fa installs into the environment it probed, and says it ignored them."""
+    elsewhere = tmp_path / "elsewhere"
+    moved = {"PIP_TARGET": "t", "PIP_PREFIX": "p", "PIP_ROOT": "r"}
+    env = {**this_checkout(), **{k: str(elsewhere / v) for k, v in moved.items()}, "PIP_USER": "1"}
+    done = subprocess.run(
+        [str(venv), "-m", "buildtool.cli", "install", "--wheels", str(wheelhouse)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert installed(venv) == f"0.1.0+{expected_variant()}"
+    assert not elsewhere.exists()
+    said = " ".join(done.stdout.split())
+    for name in [*moved, "PIP_USER"]:
+        assert f"{name}=" in said
+    assert "is ignored: fa installs into the environment it probed" in said
+
+
+def test_too_little_space_names_the_folder_and_the_space_needed(tmp_path: Path):
+    import shutil as sh
+
+    from buildtool.compat.install import InstallError, _check_space
+
+    work = tmp_path / ".fa-attn-install" / "work"
+    work.mkdir(parents=True)
+    free = sh.disk_usage(work).free
+    with pytest.raises(InstallError) as caught:
+        _check_space(work, free + (1 << 30), "the wheel's files unpacked")
+    message = str(caught.value)
+    assert f"not enough space in {tmp_path}" in message
+    assert f"{(free + (1 << 30) + (1 << 20)) / (1 << 20):.1f} MiB" in message
+    assert "fix: free some space" in message
+
+
+def _site_packages(python: Path) -> Path:
+    return next((python.parent.parent / "lib").glob("python*/site-packages"))
+
+
+def _refused(python: Path, house: Path, cwd: Path) -> str:
+    rc, out = fa(python, "install", "--wheels", str(house), cwd=cwd)
+    assert rc == 1
+    assert "nothing installed" in out["message"]
+    return str(out["message"])
+
+
+def test_a_package_folder_nobody_owns_is_left_alone(venv: Path, wheelhouse: Path, tmp_path: Path):
+    """The remains of a removed install (fa_attn/ without a .dist-info) are not fa's to delete."""
+    orphan = _site_packages(venv) / "fa_attn"
+    orphan.mkdir()
+    (orphan / "mine.py").write_text("kept = True\n")
+    message = _refused(venv, wheelhouse, tmp_path)
+    assert "no installed distribution owns it" in message
+    assert (orphan / "mine.py").read_text() == "kept = True\n"
+
+
+def test_a_previous_install_fa_could_not_put_back_whole_is_not_replaced(
+    venv: Path, wheelhouse: Path, tmp_path: Path
+):
+    rc, _ = fa(venv, "install", "--wheels", str(wheelhouse), cwd=tmp_path)
+    assert rc == 0
+    site = _site_packages(venv)
+    # A file in the package that its RECORD does not list (a user's): replacing would delete it.
+    (site / "fa_attn" / "notes.txt").write_text("mine\n")
+    message = _refused(venv, wheelhouse, tmp_path)
+    assert "notes.txt is not one of the installed fa-attn's files" in message
+    (site / "fa_attn" / "notes.txt").unlink()
+    # A RECORD listing a file outside fa_attn/ and its .dist-info (a script): it could not be put back.
+    record = next(site.glob("fa_attn-*.dist-info")) / "RECORD"
+    record.write_text(record.read_text() + "../../../bin/fa-attn-tool,,\n")
+    message = _refused(venv, wheelhouse, tmp_path)
+    assert "has files outside fa_attn/ and its .dist-info" in message
+    assert installed(venv) == f"0.1.0+{expected_variant()}"
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 512 KiB tmpfs (needs the right to mount: root here, skipped elsewhere)."""
+    where = tmp_path / "small"
+    where.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(where)], capture_output=True, check=False
+    )
+    if done.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=False)
+
+
+def test_a_full_file_system_is_named_before_anything_is_written(
+    small_fs: Path, wheelhouse: Path, tmp_path: Path
+):
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(small_fs / "venv")],
+        check=True,
+    )
+    python = small_fs / "venv" / "bin" / "python"
+    rc, out = fa(python, "install", "--wheels", str(wheelhouse), cwd=tmp_path)
+    assert rc == 1
+    site = _site_packages(python)
+    assert f"not enough space in {site}" in out["message"]
+    assert "MiB is free" in out["message"]
+    assert "fix: free some space" in out["message"]
+    assert installed(python) is None
+    assert sorted(p.name for p in (site / ".fa-attn-install").iterdir()) == ["lock"]

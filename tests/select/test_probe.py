@@ -8,6 +8,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -293,3 +294,34 @@ def test_linux_never_looks_in_windows_locations(tmp_path: Path):
         )
     )
     assert (found.driver, found.gpus) == (None, ())
+
+
+def test_endless_nvidia_smi_output_is_cut_off_at_its_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """300 MB of output used to be read whole (900 MB of memory); now at most SMI_MAX_BYTES are read,
+    then the command is killed, and a GPU list that long is no GPU list."""
+    bin_dir = _fake_smi(tmp_path, 'while :; do echo "550.54.15, NVIDIA A100-SXM4-80GB, 8.0, 81920"; done\n')
+    monkeypatch.setenv("PATH", bin_dir + os.pathsep + os.environ["PATH"])
+    env = probe(paths(tmp_path, smi="nvidia-smi"))
+    assert env.gpus == ()
+
+
+def test_a_hung_nvidia_smi_wrapper_and_its_child_are_killed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from buildtool.compat import probe as probe_module
+
+    child = tmp_path / "child.pid"
+    bin_dir = _fake_smi(tmp_path, f"sleep 300 &\necho $! > {child}\nwait\n")
+    monkeypatch.setenv("PATH", bin_dir + os.pathsep + os.environ["PATH"])
+    monkeypatch.setattr(probe_module, "SMI_TIMEOUT_S", 1.0)
+    env = probe(paths(tmp_path, smi="nvidia-smi"))
+    assert env.gpus == ()
+    pid = int(child.read_text())
+    for _ in range(50):  # the kill is sent; give the kernel a moment to reap it
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            break
+        if state in ("Z", "X"):
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"nvidia-smi's child {pid} is still running")

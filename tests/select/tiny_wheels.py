@@ -48,7 +48,7 @@ def build_wheel(out_dir: Path, entry: dict[str, Any], init_py: str | None = None
 BROKEN = "raise ImportError('fa_attn test wheel: deliberately broken')\n"
 # Imports from pip's scratch --target directory, fails once really installed: exercises the roll back.
 BROKEN_WHEN_INSTALLED = (
-    "if 'fa-install-' not in __file__ or '/stage/' not in __file__:\n"
+    "if '/.fa-attn-install/work/stage/' not in __file__:\n"
     "    raise ImportError('fa_attn test wheel: broken once installed')\n"
 )
 

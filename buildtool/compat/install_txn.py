@@ -1,0 +1,285 @@
+"""One `fa install` into one environment: a lock, a journal, and renames that can be undone.
+
+Everything lives in `<site-packages>/.fa-attn-install/` (on the file system it installs into, so every
+step is a rename, and nothing in TMPDIR):
+
+    lock           flock'd for the whole install: one fa install per environment at a time (the kernel
+                   drops the lock when its holder dies, kill -9 included); holds the holder's pid
+    journal.json   written (atomically) before the environment changes: the phase and every rename
+    work/          this install's downloaded wheel, pip's scratch install (stage/), the previous
+                   fa-attn moved aside (old/), and the installer's TMPDIR (tmp/)
+    trash-*        a work/ being deleted (renamed first, so a half-deleted work/ is never read)
+
+The environment changes only by renaming whole top-level folders (`fa_attn/`, `fa_attn-<v>.dist-info/`):
+first the previous install's out to work/old/, then the new one's in from work/stage/. Between two
+renames a kill leaves a state the journal describes, and the next `fa install` (under the lock) undoes
+the renames that happened, in reverse, before anything else: an install that did not reach
+`committed` is rolled back, one that did is finished (its saved copy deleted). Each undo is a rename
+that checks where the folder is now, so recovering twice, or being killed while recovering, is safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import secrets
+import shutil
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from buildtool.core import atomic, interrupts
+from buildtool.errors import FaError
+
+TXN_DIR = ".fa-attn-install"
+LOCK_FILE = "lock"
+JOURNAL_FILE = "journal.json"
+WORK_DIR = "work"
+_TRASH = "trash-"
+PHASES = ("swap", "committed")  # swap: renames may have begun; committed: checked, keep it
+# The signal tests stop fa at a named step (SIGSTOP) and deliver a real signal there; nothing else
+# reads this variable (tests/select/test_install_signals.py).
+STOP_AT_ENV = "FA_INSTALL_STOP_AT"
+_POLL_S = 0.2
+
+
+class TxnError(FaError):
+    """The transaction folder cannot be used (unwritable, damaged journal, another install); exit 1."""
+
+
+@dataclass(frozen=True)
+class Move:
+    src: Path
+    dst: Path
+
+
+@dataclass(frozen=True)
+class Journal:
+    pid: int
+    phase: str
+    wheel: str  # the file being installed
+    version: str  # the fa-attn version being installed
+    previous: str | None  # the fa-attn version it replaces
+    moves: tuple[Move, ...]  # in the order they are made
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "pid": self.pid,
+            "phase": self.phase,
+            "wheel": self.wheel,
+            "version": self.version,
+            "previous": self.previous,
+            "moves": [[str(m.src), str(m.dst)] for m in self.moves],
+        }
+
+    @staticmethod
+    def from_json(data: object) -> Journal:
+        if not isinstance(data, dict) or data.get("phase") not in PHASES:
+            raise ValueError("not a journal fa wrote")
+        moves = data["moves"]
+        if not isinstance(moves, list) or not all(
+            isinstance(m, list) and len(m) == 2 and all(isinstance(p, str) for p in m) for m in moves
+        ):
+            raise ValueError("moves: not a list of [from, to] paths")
+        previous = data["previous"]
+        return Journal(
+            pid=int(data["pid"]),
+            phase=str(data["phase"]),
+            wheel=str(data["wheel"]),
+            version=str(data["version"]),
+            previous=None if previous is None else str(previous),
+            moves=tuple(Move(Path(a), Path(b)) for a, b in moves),
+        )
+
+
+def txn_root(packages: Path) -> Path:
+    return packages / TXN_DIR
+
+
+def checkpoint(step: str) -> None:
+    """A named step of the install, where the signal tests stop fa to deliver their signal."""
+    if os.environ.get(STOP_AT_ENV) == step:
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def _unwritable(path: Path, exc: OSError) -> TxnError:
+    return TxnError(
+        f"cannot write {path}: {exc.strerror or exc}; nothing installed\n"
+        f"  fix: install as a user who can write {path.parent} (its owner), or into a virtual "
+        "environment you own (python -m venv --system-site-packages DIR, then DIR/bin/fa install)"
+    )
+
+
+@contextlib.contextmanager
+def locked(packages: Path, wait_s: float, say: Callable[[str], None]) -> Iterator[Path]:
+    """Hold the environment's install lock; yields the transaction folder. Another holder: say so and
+    wait up to `wait_s` seconds, then raise TxnError (nothing changed)."""
+    root = txn_root(packages)
+    try:
+        root.mkdir(exist_ok=True)
+        fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise _unwritable(root, exc) from None
+    try:
+        if not _try_lock(fd):
+            holder = _holder(fd)
+            if wait_s <= 0:
+                raise TxnError(
+                    f"another fa install ({holder}) is installing into {packages}; nothing changed\n"
+                    "  fix: wait for it to finish, or pass --wait SECONDS to wait for it"
+                )
+            say(
+                f"another fa install ({holder}) is installing into {packages}; "
+                f"waiting up to {wait_s:g} s for it (Ctrl-C stops)"
+            )
+            deadline = time.monotonic() + wait_s
+            while not _try_lock(fd):
+                if time.monotonic() >= deadline:
+                    raise TxnError(
+                        f"gave up after {wait_s:g} s: another fa install ({_holder(fd)}) still holds "
+                        f"{root / LOCK_FILE}; nothing changed\n  fix: wait for it to finish, or re-run "
+                        "with a larger --wait"
+                    )
+                time.sleep(_POLL_S)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield root
+    finally:
+        os.close(fd)
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _holder(fd: int) -> str:
+    text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    return f"pid {text}" if text.isdigit() else "pid unknown"
+
+
+def unfinished(packages: Path) -> str | None:
+    """What a reader (fa doctor) should know of the environment's install state, changing nothing:
+    an install running now, or one interrupted that the next fa install will put right."""
+    root = txn_root(packages)
+    try:
+        fd = os.open(root / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None  # no fa install ever ran here (or the folder cannot be read)
+    try:
+        if not _try_lock(fd):
+            return f"an fa install ({_holder(fd)}) is changing fa-attn in {packages} right now"
+        left = os.path.lexists(root / JOURNAL_FILE) or os.path.lexists(root / WORK_DIR)
+    finally:
+        os.close(fd)
+    if not left:
+        return None
+    return (
+        f"an fa install into {packages} was interrupted; the next fa install rolls it back (or finishes "
+        "it) before anything else"
+    )
+
+
+def write_journal(root: Path, journal: Journal) -> None:
+    try:
+        atomic.write_json(root / JOURNAL_FILE, journal.to_json())
+    except atomic.WriteError as exc:
+        raise TxnError(f"{exc}; nothing installed") from None
+
+
+def read_journal(root: Path) -> Journal | None:
+    path = root / JOURNAL_FILE
+    try:
+        return Journal.from_json(json.loads(path.read_text()))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise TxnError(
+            f"{path}: unreadable ({exc}), so fa cannot tell what an interrupted install changed\n"
+            f"  fix: check that `import fa_attn` works (or pip uninstall fa-attn), then delete {path}"
+        ) from None
+
+
+def swap(moves: tuple[Move, ...], step: str) -> None:
+    """Make the renames in order; a SIGINT/SIGTERM during them is raised between two renames (the
+    caller then undoes what was done). A folder already in a move's place is never overwritten."""
+    for i, move in enumerate(moves, 1):
+        with interrupts.deferred():
+            if os.path.lexists(move.dst):
+                raise FileExistsError(errno.EEXIST, "in the way", str(move.dst))
+            os.rename(move.src, move.dst)
+        checkpoint(f"{step}-{i}")
+        interrupts.raise_if_interrupted()
+
+
+def undo(moves: tuple[Move, ...]) -> None:
+    """Undo the renames that were made, last first; a move not made (its source still there) is skipped."""
+    for move in reversed(moves):
+        # A source folder that is gone (work/ deleted) means this undo already happened: the folder at
+        # dst is then the one put back, not one to move away.
+        if os.path.lexists(move.dst) and not os.path.lexists(move.src) and move.src.parent.is_dir():
+            os.rename(move.dst, move.src)
+
+
+def discard(root: Path, name: str = WORK_DIR) -> None:
+    """Delete a work folder: renamed to trash-* first (one step), so it is never half there."""
+    work = root / name
+    if os.path.lexists(work):
+        trash = root / f"{_TRASH}{os.getpid()}-{secrets.token_hex(4)}"
+        os.rename(work, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+
+
+def _check_moves(root: Path, journal: Journal) -> None:
+    """A journal moves fa-attn's own folders into or out of the transaction folder, nothing else: one
+    that says otherwise was not written by fa, and is not followed."""
+    for move in journal.moves:
+        names = {move.src.name, move.dst.name}
+        ours = names <= {"fa_attn"} or all(
+            n.startswith("fa_attn-") and n.endswith(".dist-info") for n in names
+        )
+        inside = any(p.resolve().is_relative_to(root.resolve()) for p in (move.src, move.dst))
+        if not (ours and inside) or move.src.name != move.dst.name:
+            raise TxnError(
+                f"{root / JOURNAL_FILE}: moves {move.src} to {move.dst}, which fa never does; not followed\n"
+                f"  fix: check that `import fa_attn` works (or pip uninstall fa-attn), then delete "
+                f"{root / JOURNAL_FILE}"
+            )
+
+
+def finish_or_roll_back(root: Path) -> str | None:
+    """What an interrupted install left, put right: undone unless it had committed, then its work
+    folder removed. Returns what was done, for the person to read (None: nothing was left)."""
+    journal = read_journal(root)
+    if journal is not None:
+        _check_moves(root, journal)
+    leftovers = [p for p in root.iterdir() if p.name == WORK_DIR or p.name.startswith(_TRASH)]
+    if journal is None:
+        if not leftovers:
+            return None
+        for path in leftovers:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+        return "removed the leftovers of an interrupted fa install (it had not changed the environment)"
+    who = f"an interrupted fa install (pid {journal.pid}) of fa-attn {journal.version}"
+    before = f"fa-attn {journal.previous}" if journal.previous else "no fa-attn"
+    if journal.phase == "committed":
+        said = f"finished {who}: it had completed its checks, so it stays installed"
+    else:
+        undo(journal.moves)
+        said = f"rolled back {who}: {before} is installed again, as before it"
+        (root / JOURNAL_FILE).unlink()  # first: work/ without a journal is only leftovers
+    discard(root)
+    (root / JOURNAL_FILE).unlink(missing_ok=True)
+    for path in root.iterdir():
+        if path.name.startswith(_TRASH) and path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+    return said
