@@ -35,9 +35,9 @@ if _torch_version(_torch.__version__) < _MIN_TORCH:
 
 from . import bert_padding, hf
 from . import ops as _ops  # noqa: F401  (defines the fa_attn:: op schemas)
+from ._standin import flash_attn_status, install_as_flash_attn
 from .dispatch import Dispatch, FaFallbackError, FaFallbackWarning, last_dispatch
 from .dispatch import driver_version as _driver_version
-from .flash_attn_compat import flash_attn_status, install_as_flash_attn
 from .interface import explain, flash_attn_func, flash_attn_varlen_func
 from .kvcache import flash_attn_with_kvcache
 from .loader import FaUntestedTorchWarning, FaWheelMisfitWarning

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from . import decision, fallback, inputs, loader, ops, paged, preload, selfcheck
+from . import decision, fallback, inputs, loader, ops, preload, selfcheck
 from . import dispatch as _dispatch
 from ._constant import assume_constant_result as _assume_constant_result
 from .dispatch import Dispatch
@@ -260,27 +260,26 @@ def flash_attn_varlen_func(
     other sizes fall back with feature-unsupported "paged_kv"), forward only (a call that needs
     gradients falls back).
     """
+    return varlen_attention(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
+        window_size, softcap, alibi_slopes, deterministic, return_attn_probs, block_table, return_lse,
+    )  # fmt: skip
+
+
+def varlen_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: IntLike, max_seqlen_k: IntLike, dropout_p: float, softmax_scale: float | None,
+    causal: bool, window_size: WindowSize, softcap: float, alibi_slopes: torch.Tensor | None,
+    deterministic: bool, return_attn_probs: bool, block_table: torch.Tensor | None, return_lse: bool,
+    seqused_k: torch.Tensor | None = None, leftpad_k: torch.Tensor | None = None,
+) -> AttnOutput:  # fmt: skip
+    """flash_attn_varlen_func, plus the key layouts of flash-attn's extension (flash_attn_ext.varlen_fwd):
+    seqused_k and leftpad_k (inputs.check_varlen)."""
     call = inputs.check_varlen(
-        q,
-        k,
-        v,
-        cu_seqlens_q,
-        cu_seqlens_k,
-        max_seqlen_q,
-        max_seqlen_k,
-        dropout_p,
-        softmax_scale,
-        causal,
-        window_size,
-        softcap,
-        alibi_slopes,
-        deterministic,
-        block_table,
-    )
-    run_fallback: Fallback = fallback.varlen_attention
-    if block_table is not None:
-        run_fallback = paged.varlen_fallback(block_table)
-    return _attend(call, q, k, v, run_fallback, return_lse, return_attn_probs)
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
+        window_size, softcap, alibi_slopes, deterministic, block_table, seqused_k, leftpad_k,
+    )  # fmt: skip
+    return _attend(call, q, k, v, fallback.varlen_attention, return_lse, return_attn_probs)
 
 
 def explain(
