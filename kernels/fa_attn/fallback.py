@@ -115,14 +115,14 @@ def _math(
     visible = allowed.any(dim=-1, keepdim=True)  # (..., sq, 1): rows with at least one key
     # Masked entries -inf; rows with no visible key get finite zeros so softmax (and its gradient) stay
     # finite, and their probabilities are zeroed below.
-    scores = scores.masked_fill(~allowed, float("-inf")).masked_fill(~visible, 0.0)
-    probs = torch.softmax(scores, dim=-1).masked_fill(~allowed, 0.0)
+    scores = scores.masked_fill(allowed.logical_not(), float("-inf")).masked_fill(visible.logical_not(), 0.0)
+    probs = torch.softmax(scores, dim=-1).masked_fill(allowed.logical_not(), 0.0)
     if call.dropout_p > 0:
         probs = F.dropout(probs, p=call.dropout_p)
     out = torch.matmul(probs, vf).transpose(1, 2).to(q.dtype)
     lse = None
     if want_lse:
-        lse = torch.logsumexp(scores, dim=-1).masked_fill(~visible.squeeze(-1), float("inf"))
+        lse = torch.logsumexp(scores, dim=-1).masked_fill(visible.squeeze(-1).logical_not(), float("inf"))
     return out, lse
 
 
@@ -143,6 +143,13 @@ def padded_attention(
     return _math(call, q, k, v, want_lse, lengths)
 
 
+def rows_of(t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """t's rows (dim 0, or dims 0 and 1 merged when index has a second dim's flat positions) at `index`,
+    shaped index.shape + the rest. index_select rather than t[index]: the same gather, and fake CUDA
+    tensors (tests/runtime/test_no_host_reads.py) trace it on any build."""
+    return t.index_select(0, index.reshape(-1)).view(*index.shape, *t.shape[1:])
+
+
 def gather_keys(
     kv: torch.Tensor, first: torch.Tensor, width: int, block_table: torch.Tensor | None = None
 ) -> torch.Tensor:
@@ -151,11 +158,11 @@ def gather_keys(
     Slots past a sequence's end read a clamped row (masked later): nothing is checked on the host."""
     slots = first.to(torch.long).unsqueeze(1) + torch.arange(width, device=kv.device)  # (b, width)
     if block_table is None:
-        return kv[slots.clamp(0, max(kv.shape[0] - 1, 0))]
+        return rows_of(kv, slots.clamp(0, max(kv.shape[0] - 1, 0)))
     page_size = kv.shape[1]
     column = (slots // page_size).clamp(0, max(block_table.shape[1] - 1, 0))
     pages = torch.gather(block_table.to(torch.long), 1, column).clamp(0, max(kv.shape[0] - 1, 0))
-    return kv[pages, slots % page_size]
+    return rows_of(kv.flatten(0, 1), pages * page_size + slots % page_size)
 
 
 def varlen_attention(
@@ -171,20 +178,25 @@ def varlen_attention(
     if call.batch == 0 or total_q == 0:
         lse = q.new_empty((q.shape[1], total_q), dtype=torch.float32) if want_lse else None
         return q.new_zeros(q.shape), lse
-    len_q = cu_q[1:] - cu_q[:-1]
-    first_k = torch.zeros_like(cu_k[:-1]) if call.kv.block_table is not None else cu_k[:-1]
-    len_k = cu_k[1:] - cu_k[:-1] if call.kv.seqused_k is None else call.kv.seqused_k.to(torch.long)
+    # narrow, not slices: the same ops, and fake CUDA tensors (tests/runtime) trace them on any build
+    batch = call.batch
+    starts_q, ends_q = cu_q.narrow(0, 0, batch), cu_q.narrow(0, 1, batch)
+    starts_k, ends_k = cu_k.narrow(0, 0, batch), cu_k.narrow(0, 1, batch)
+    len_q = ends_q - starts_q
+    first_k = torch.zeros_like(starts_k) if call.kv.block_table is not None else starts_k
+    len_k = ends_k - starts_k if call.kv.seqused_k is None else call.kv.seqused_k.to(torch.long)
     if call.kv.leftpad_k is not None:  # keys start that many rows later (flash-attn's BlockInfo)
         pad = call.kv.leftpad_k.to(torch.long)
         first_k, len_k = first_k + pad, len_k - pad
     width_q, width_k = max(varlen.max_seqlen_q, 1), max(varlen.max_seqlen_k, 1)
-    q_pad = gather_keys(q, cu_q[:-1], width_q)
+    q_pad = gather_keys(q, starts_q, width_q)
     k_pad = gather_keys(k, first_k, width_k, call.kv.block_table)
     v_pad = gather_keys(v, first_k, width_k, call.kv.block_table)
     out, lse = padded_attention(call, q_pad, k_pad, v_pad, want_lse, (len_q, len_k))
     # Back to packed rows: row r belongs to the sequence whose offsets bracket it.
     rows = torch.arange(total_q, device=q.device)
-    seq = torch.searchsorted(cu_q[1:], rows, right=True).clamp(max=call.batch - 1)
-    pos = (rows - cu_q[seq]).clamp(0, width_q - 1)
-    packed = out[seq, pos]
-    return packed, (lse[seq, :, pos].transpose(0, 1) if lse is not None else None)
+    seq = torch.searchsorted(ends_q, rows, right=True).clamp(max=batch - 1)
+    pos = (rows - starts_q.index_select(0, seq)).clamp(0, width_q - 1)
+    flat = seq * width_q + pos
+    packed = rows_of(out.flatten(0, 1), flat)
+    return packed, (rows_of(lse.transpose(1, 2).flatten(0, 1), flat).t() if lse is not None else None)

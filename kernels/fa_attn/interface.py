@@ -10,6 +10,7 @@ kvcache.py; both end in `decide` and `run_kernels` here.
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -31,14 +32,17 @@ Fallback = Callable[
 def decide(call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Dispatch:
     """The path this call takes (memoised per device, dtype, head dim, direction and features)."""
     backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    # operator.index: under torch.compile with dynamic shapes these may be symbolic; the decision depends
+    # on their values, so the graph specialises on them (a guard; dynamo keeps int() symbolic) and the
+    # decision stays a constant.
     return _decide_for(
         call.device.type,
         call.device.index,
         call.dtype_name,
-        call.head_dim,
+        operator.index(call.head_dim),
         backward,
         tuple(sorted(_dispatch.features_of(call, backward))),
-        call.kv.page_size,
+        operator.index(call.kv.page_size),
     )
 
 

@@ -255,8 +255,10 @@ def _paged_bound(cache_seqlens: object, seqlen_new: int, capacity: int) -> None:
     a CUDA graph captures (no read is possible there)."""
     if not isinstance(cache_seqlens, torch.Tensor) or type(cache_seqlens) is not torch.Tensor:
         return
-    if cache_seqlens.numel() == 0 or may_read(cache_seqlens) or torch.compiler.is_compiling():
-        return  # host values were checked by _check_bounds; a trace has none
+    if cache_seqlens.numel() == 0 or cache_seqlens.is_meta or may_read(cache_seqlens):
+        return  # host values were checked by _check_bounds; meta tensors have none
+    if torch.compiler.is_compiling():
+        return
     if cache_seqlens.is_cuda and torch.cuda.is_current_stream_capturing():
         return
     longest = int(cache_seqlens.max().item()) + seqlen_new
@@ -308,20 +310,21 @@ def _positions(req: CacheCall, seqlen: int, per_token: bool, device: torch.devic
 def _append(
     req: CacheCall, k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 ) -> None:
-    """Write the new rows into the cache in place."""
+    """Write the new rows into the cache in place (index_copy_ into the cache's (rows * seqlen) view)."""
     device = k_cache.device
     pos = _positions(req, req.seqlen_new, True, device)  # (batch, seqlen_new) cache rows
+    width = k_cache.shape[1]
     if req.block_table is not None:
-        page = k_cache.shape[1]
-        table = req.block_table.to(torch.long)
-        first = torch.gather(table, 1, pos // page)
-        second = pos % page
+        pages = torch.gather(req.block_table.to(torch.long), 1, pos // width)
+        flat = pages * width + pos % width
     else:
         rows = req.batch_rows if req.batch_rows is not None else torch.arange(req.attn.batch, device=device)
-        first = rows.unsqueeze(1).expand_as(pos)
-        second = pos
-    k_cache[first, second] = k
-    v_cache[first, second] = v
+        flat = rows.unsqueeze(1) * width + pos
+    for cache, new in ((k_cache, k), (v_cache, v)):
+        if cache.shape[0] > 1 and cache.stride(0) != width * cache.stride(1):  # rows not one view: index
+            cache[flat // width, flat % width] = new
+        else:
+            cache.view(-1, *cache.shape[2:]).index_copy_(0, flat.reshape(-1), new.reshape(-1, *new.shape[2:]))
 
 
 def _attend_cache(
@@ -334,7 +337,7 @@ def _attend_cache(
     dispatch.report(route)
     if route.path != "fallback":
         if req.block_table is None:  # no sequence reads past row call.seqlen_k of its cache
-            k_cache, v_cache = k_cache[:, : call.seqlen_k], v_cache[:, : call.seqlen_k]
+            k_cache, v_cache = k_cache.narrow(1, 0, call.seqlen_k), v_cache.narrow(1, 0, call.seqlen_k)
         return interface.run_kernels(call, route, q, k_cache, v_cache, num_splits=req.num_splits)
     return _fallback(req, q, k_cache, v_cache, want_lse)
 
@@ -348,7 +351,7 @@ def _cache_keys(req: CacheCall, cache: torch.Tensor, first: torch.Tensor) -> tor
     slots = (first.unsqueeze(1) + torch.arange(width, device=cache.device)).clamp(
         0, max(cache.shape[1] - 1, 0)
     )
-    return cache[rows.unsqueeze(1), slots]
+    return fallback.rows_of(cache.flatten(0, 1), rows.unsqueeze(1) * cache.shape[1] + slots)
 
 
 def _fallback(
