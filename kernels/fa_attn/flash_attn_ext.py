@@ -20,7 +20,8 @@ reasons). Differences, each one a thing fa does not keep:
 from __future__ import annotations
 
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import cast
 
 import torch
@@ -91,14 +92,34 @@ def _no_dropout(p_dropout: float) -> None:
         )
 
 
+@contextmanager
+def _autograd_on() -> Iterator[None]:
+    """Autograd back on inside an operator's kernel. torch.library ops (the _wrapped_* forms, SDPA's flash
+    operators in sdpa.py) run below autograd, with its dispatch keys excluded; the recompute needs them.
+    (torch.func.vjp would need every autograd.Function on the way to support functorch.)"""
+    keys = torch._C
+    autograd = (
+        keys.DispatchKeySet(keys.DispatchKey.AutogradOther)
+        | keys.DispatchKeySet(keys.DispatchKey.AutogradNestedTensor)
+        | keys.DispatchKeySet(keys.DispatchKey.AutogradCPU)
+        | keys.DispatchKeySet(keys.DispatchKey.AutogradCUDA)
+    )
+    excluded = keys._dispatch_tls_local_exclude_set()
+    with (
+        keys._ForceDispatchKeyGuard(keys._dispatch_tls_local_include_set(), excluded - autograd),
+        torch.enable_grad(),
+    ):
+        yield
+
+
 def _grads(
     forward: Callable[[Tensor, Tensor, Tensor], Tensor], dout: Tensor, q: Tensor, k: Tensor, v: Tensor
 ) -> tuple[Tensor, Tensor, Tensor]:
     """d(q, k, v) of `forward(q, k, v) -> out` for the output gradient dout (the forward runs again)."""
-    # torch.func, not torch.autograd: inside a torch.library op (the _wrapped_* forms) autograd is off.
-    with torch.enable_grad():
-        pullback = torch.func.vjp(forward, q.detach(), k.detach(), v.detach())[1]
-        dq, dk, dv = pullback(dout)  # one cotangent per input
+    with _autograd_on():
+        leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
+        out = forward(*leaves)
+        dq, dk, dv = torch.autograd.grad(out, leaves, dout)
     return dq, dk, dv
 
 
