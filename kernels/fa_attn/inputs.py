@@ -87,6 +87,9 @@ class KvLayout:
         return frozenset(name for name, tensor in named if tensor is not None)
 
 
+_NO_LAYOUT = KvLayout()
+
+
 @dataclass(frozen=True)
 class AttnCall:
     batch: int
@@ -276,13 +279,15 @@ def make_call(
     deterministic: object,
     varlen: Varlen | None = None,
     kv: KvLayout | None = None,
+    key_len: int | None = None,
 ) -> AttnCall:
-    """The AttnCall of validated pieces; the window is normalised against seqlen_k."""
+    """The AttnCall of validated pieces; the window is normalised against seqlen_k, and the attention
+    runs over key_len keys (default seqlen_k; a KV cache normalises against its capacity)."""
     is_causal, left, right = normalize_window(window_size, bool(causal), seqlen_k)
     return AttnCall(
         batch=batch,
         seqlen_q=seqlen_q,
-        seqlen_k=seqlen_k,
+        seqlen_k=seqlen_k if key_len is None else key_len,
         heads=q.shape[-2],
         heads_k=heads_k,
         head_dim=q.shape[-1],
@@ -297,7 +302,7 @@ def make_call(
         alibi_slopes=opts.alibi_slopes,
         deterministic=bool(deterministic),
         varlen=varlen,
-        kv=kv or KvLayout(),
+        kv=_NO_LAYOUT if kv is None else kv,
     )
 
 

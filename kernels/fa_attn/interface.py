@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from . import decision, fallback, inputs, loader, ops, preload, selfcheck
+from . import call_cache, decision, fallback, inputs, loader, ops, preload, selfcheck
 from . import dispatch as _dispatch
 from ._constant import assume_constant_result as _assume_constant_result
 from .dispatch import Dispatch
@@ -29,9 +29,13 @@ Fallback = Callable[
 ]
 
 
+def needs_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+
+
 def decide(call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Dispatch:
     """The path this call takes (memoised per device, dtype, head dim, direction and features)."""
-    backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    backward = needs_backward(q, k, v)
     # operator.index: under torch.compile with dynamic shapes these may be symbolic; the decision depends
     # on their values, so the graph specialises on them (a guard; dynamo keeps int() symbolic) and the
     # decision stays a constant.
@@ -41,7 +45,7 @@ def decide(call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) ->
         call.dtype_name,
         operator.index(call.head_dim),
         backward,
-        tuple(sorted(_dispatch.features_of(call, backward))),
+        _features(call, backward),
         operator.index(call.kv.page_size),
     )
 
@@ -76,6 +80,21 @@ def _decide_for(
 _decisions: dict[tuple[Any, ...], Dispatch] = {}
 
 
+def _features(call: AttnCall, backward: bool) -> tuple[str, ...]:
+    """dispatch.features_of, sorted; kept for the calls call_cache keeps (id-keyed, checked by identity)."""
+    kept = _kept_features.get((id(call), backward))
+    if kept is not None and kept[0] is call:
+        return kept[1]
+    features = tuple(sorted(_dispatch.features_of(call, backward)))
+    if len(_kept_features) >= 1024:
+        _kept_features.clear()
+    _kept_features[(id(call), backward)] = (call, features)
+    return features
+
+
+_kept_features: dict[tuple[int, bool], tuple[AttnCall, tuple[str, ...]]] = {}
+
+
 def admit(
     call: AttnCall,
     route: Dispatch,
@@ -87,7 +106,7 @@ def admit(
 ) -> Dispatch:
     """`route` once the units it would use are verified on this GPU (selfcheck.admit: a record, or the
     first-use self-check), or the fallback when one failed or measured slower than SDPA here."""
-    backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    backward = needs_backward(q, k, v)
     return selfcheck.admit(
         route, q.device, q.dtype, call.causal, call.seqlen_k, backward, splitkv=splitkv, may_check=may_check
     )
@@ -227,9 +246,15 @@ def flash_attn_func(
     kernels cannot serve run on torch SDPA with the same semantics and warn once per reason (FA_STRICT=1
     raises instead).
     """
-    call = inputs.check_padded(
+    key = None if torch.compiler.is_compiling() else call_cache.padded_key(
         q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic
-    )
+    )  # fmt: skip
+    call = call_cache.known(key)
+    if call is None:
+        call = inputs.check_padded(
+            q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic
+        )
+        call_cache.remember(key, call)
     return _attend(call, q, k, v, fallback.attention, return_lse, return_attn_probs)
 
 

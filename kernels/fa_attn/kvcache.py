@@ -28,7 +28,7 @@ width; an int, when every sequence has the same length, bounds the keys on the h
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -66,12 +66,20 @@ class CacheCall:
     attn: AttnCall  # the attention over the cache: seqlen_k bounds every sequence's keys, kv the layout
     capacity: int  # keys one sequence's cache can hold (seqlen_cache, or pages per sequence * page size)
     seqlen_new: int  # rows of k/v appended (0: none)
-    cache_seqlens: torch.Tensor | None  # (batch,) int64 keys before the append; None: every cache is full
+    cache_seqlens: torch.Tensor | None  # (batch,) int64 keys before the append, when given as a tensor
+    uniform: int | None  # the keys before the append, when given as one int for every sequence
     leftpad: torch.Tensor | None  # (batch,) int64 first valid key per sequence
     batch_rows: torch.Tensor | None  # cache_batch_idx as int64
     block_table: torch.Tensor | None
     rotary: Rotary | None
     num_splits: int  # split-KV hint (0: heuristic); for the kernels' split-KV forward
+
+    def counts(self, device: torch.device) -> torch.Tensor | None:
+        """(batch,) int64 keys before the append; None: every cache is full. Made only where a torch op
+        needs them (rotary, the append, the fallback): the kernels take an int as it is."""
+        if self.cache_seqlens is not None or self.uniform is None:
+            return self.cache_seqlens
+        return torch.full((self.attn.batch,), self.uniform, dtype=torch.long, device=device)
 
 
 def _cache_seqlens(value: object, batch: int, device: torch.device) -> tuple[torch.Tensor | None, int | None]:
@@ -87,7 +95,7 @@ def _cache_seqlens(value: object, batch: int, device: torch.device) -> tuple[tor
     count = as_int("cache_seqlens", value)
     if count < 0:
         raise InputError(f"cache_seqlens: {count} is negative")
-    return torch.full((batch,), count, dtype=torch.long, device=device), count
+    return None, count
 
 
 def _check(
@@ -194,11 +202,22 @@ def _check(
         page_size=k_cache.shape[1] if is_paged else 0,
     )
     key_len = capacity if uniform is None else uniform + seqlen_new
-    attn = make_call(q, batch, seqlen_q, capacity, k_cache.shape[2], opts, causal, window_size, False)
     # flash-attn normalises the window against the cache's capacity; the attention then runs over key_len
-    attn = replace(attn, seqlen_k=key_len, kv=kv)
+    attn = make_call(
+        q,
+        batch,
+        seqlen_q,
+        capacity,
+        k_cache.shape[2],
+        opts,
+        causal,
+        window_size,
+        False,
+        kv=kv,
+        key_len=key_len,
+    )
     leftpad = None if pad is None else pad.to(torch.long)
-    return CacheCall(attn, capacity, seqlen_new, counts, leftpad, rows, page_table, rot, splits)
+    return CacheCall(attn, capacity, seqlen_new, counts, uniform, leftpad, rows, page_table, rot, splits)
 
 
 def _host_values(value: object) -> list[int] | None:
@@ -301,8 +320,9 @@ def _check_rotary(
 
 def _positions(req: CacheCall, seqlen: int, per_token: bool, device: torch.device) -> torch.Tensor:
     """(batch, seqlen) rotary positions: cache_seqlens[b] + t, or cache_seqlens[b] for every token."""
-    assert req.cache_seqlens is not None
-    base = req.cache_seqlens.unsqueeze(1)
+    counts = req.counts(device)
+    assert counts is not None  # rotary and the append need cache_seqlens (_check)
+    base = counts.unsqueeze(1)
     steps = torch.arange(seqlen, device=device).unsqueeze(0)
     return base + steps if per_token else base.expand(-1, seqlen)
 
@@ -336,7 +356,7 @@ def _attend_cache(
     )
     dispatch.report(route)
     if route.path != "fallback":
-        if req.block_table is None:  # no sequence reads past row call.seqlen_k of its cache
+        if req.block_table is None and call.seqlen_k < k_cache.shape[1]:  # none reads past row seqlen_k
             k_cache, v_cache = k_cache.narrow(1, 0, call.seqlen_k), v_cache.narrow(1, 0, call.seqlen_k)
         return interface.run_kernels(call, route, q, k_cache, v_cache, num_splits=req.num_splits)
     return _fallback(req, q, k_cache, v_cache, want_lse)
@@ -362,9 +382,21 @@ def _fallback(
     call = req.attn
     batch, seqlen_q = q.shape[0], q.shape[1]
     device = q.device
+    if req.block_table is None and req.leftpad is None and req.cache_seqlens is None and call.seqlen_k:
+        # Every sequence has call.seqlen_k keys from its row 0 (an int cache_seqlens, or full caches): a
+        # padded call on a view of the cache, whose plain cases SDPA serves directly.
+        keys, values = k_cache, v_cache
+        if req.batch_rows is not None:
+            keys, values = (
+                fallback.rows_of(k_cache, req.batch_rows),
+                fallback.rows_of(v_cache, req.batch_rows),
+            )
+        keys, values = keys.narrow(1, 0, call.seqlen_k), values.narrow(1, 0, call.seqlen_k)
+        return fallback.attention(call, q, keys, values, want_lse)
     first = req.leftpad if req.leftpad is not None else torch.zeros(batch, dtype=torch.long, device=device)
-    if req.cache_seqlens is not None:
-        ends = req.cache_seqlens + req.seqlen_new
+    counts = req.counts(device)
+    if counts is not None:
+        ends = counts + req.seqlen_new
     else:
         ends = torch.full((batch,), req.capacity, dtype=torch.long, device=device)
     if batch == 0 or call.seqlen_k == 0:

@@ -1,0 +1,72 @@
+"""Validated calls, kept per what validation reads: a decode loop repeats one call's shapes thousands of
+times, and checking them again each time cost more host time than the kernel (issue 26).
+
+A padded call's validation (inputs.check_padded) depends only on its tensors' metadata (type, shape,
+strides, dtype, device) and its scalar options, so `padded_key` builds a key of exactly those, and
+`remember`/`known` keep the AttnCall it gave. A call is keyed only when every part is plain data: plain
+tensors (not fake, traced or subclassed), no ALiBi tensor, a window given as a tuple of ints, numbers
+for the scalars; anything else (and any call while torch.compile traces) is validated as usual. The
+decision that follows has its own memo (interface._decide_for).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from .inputs import AttnCall
+
+_LIMIT = 512  # distinct shapes kept; a process that exceeds it starts over
+_lock = threading.Lock()
+_calls: dict[tuple[object, ...], AttnCall] = {}
+_SCALARS = (int, float)
+
+
+def padded_key(
+    q: object,
+    k: object,
+    v: object,
+    dropout_p: object,
+    softmax_scale: object,
+    causal: object,
+    window_size: object,
+    softcap: object,
+    alibi_slopes: object,
+    deterministic: object,
+) -> tuple[object, ...] | None:
+    """The key of a flash_attn_func call, or None where a part is not plain data."""
+    if type(q) is not torch.Tensor or type(k) is not torch.Tensor or type(v) is not torch.Tensor:
+        return None
+    if alibi_slopes is not None or type(window_size) is not tuple or len(window_size) != 2:
+        return None
+    if not all(type(w) is int for w in window_size):
+        return None
+    if not (isinstance(dropout_p, _SCALARS) and isinstance(softcap, _SCALARS)):
+        return None
+    if softmax_scale is not None and not isinstance(softmax_scale, _SCALARS):
+        return None
+    if type(causal) is not bool or type(deterministic) is not bool:
+        return None
+    return (
+        q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype,
+        q.device, k.device, v.device, dropout_p, softmax_scale, causal, window_size, softcap, deterministic,
+    )  # fmt: skip
+
+
+def known(key: tuple[object, ...] | None) -> AttnCall | None:
+    return None if key is None else _calls.get(key)
+
+
+def remember(key: tuple[object, ...] | None, call: AttnCall) -> None:
+    if key is None or call.alibi_slopes is not None or call.varlen is not None:
+        return  # only tensor-free calls: a kept tensor would outlive its caller
+    with _lock:
+        if len(_calls) >= _LIMIT:
+            _calls.clear()
+        _calls[key] = call
+
+
+def clear() -> None:
+    with _lock:
+        _calls.clear()
