@@ -4,7 +4,9 @@
 runs a script or `-m module` with it installed) makes `import flash_attn`, `flash_attn.flash_attn_interface`,
 `flash_attn.bert_padding` and `flash_attn.layers.rotary` resolve to fa_attn's functions in this process:
 the public functions, the private ones real code calls (flash_attn_privates.py) and the compiled
-extension's (`flash_attn_interface.flash_attn_gpu`, flash_attn_ext.py). Any other flash_attn module fails
+extension's (`flash_attn_interface.flash_attn_gpu`, flash_attn_ext.py); and the attention-adjacent
+modules in plain torch: rotary (RotaryEmbedding), the norms of `flash_attn.ops.triton.layer_norm`
+(norms.py) and `flash_attn.losses.cross_entropy.CrossEntropyLoss` (cross_entropy.py). Any other flash_attn module fails
 to import with a message naming what fa does not provide and what to use (`_NOT_PROVIDED`).
 It never shadows a real flash-attn: it does nothing when one is importable, and its finder sits at the
 end of `sys.meta_path`, behind the path finder that finds installed packages. `flash_attn_status()`
@@ -49,8 +51,15 @@ _MODULES = (
     "flash_attn.bert_padding",
     "flash_attn.layers",
     "flash_attn.layers.rotary",
+    "flash_attn.ops",
+    "flash_attn.ops.triton",
+    "flash_attn.ops.triton.layer_norm",
+    "flash_attn.losses",
+    "flash_attn.losses.cross_entropy",
 )
-_PACKAGES = frozenset({"flash_attn", "flash_attn.layers"})
+_PACKAGES = frozenset(
+    {"flash_attn", "flash_attn.layers", "flash_attn.ops", "flash_attn.ops.triton", "flash_attn.losses"}
+)
 _PUBLIC = (
     "flash_attn_func",
     "flash_attn_kvpacked_func",
@@ -74,13 +83,17 @@ _PADDING = (
 # take their own path), never with a bare "No module named".
 _NOT_PROVIDED = (
     ("flash_attn.ops.triton.rotary", "flash_attn.layers.rotary.apply_rotary_emb (fa provides it)"),
-    ("flash_attn.ops.triton.layer_norm", "torch.nn.functional.rms_norm / layer_norm"),
-    ("flash_attn.ops.rms_norm", "torch.nn.functional.rms_norm (torch.nn.RMSNorm)"),
-    ("flash_attn.ops.layer_norm", "torch.nn.functional.layer_norm (torch.nn.LayerNorm)"),
+    (
+        "flash_attn.ops.triton.cross_entropy",
+        "flash_attn.losses.cross_entropy.CrossEntropyLoss (fa provides it)",
+    ),
+    ("flash_attn.ops.triton", "torch.nn equivalents (fa provides flash_attn.ops.triton.layer_norm)"),
+    ("flash_attn.ops.rms_norm", "flash_attn.ops.triton.layer_norm.rms_norm_fn / RMSNorm (fa provides them)"),
+    ("flash_attn.ops.layer_norm", "flash_attn.ops.triton.layer_norm.layer_norm_fn (fa provides it)"),
     ("flash_attn.ops.fused_dense", "torch.nn.Linear, with torch.compile to fuse"),
     ("flash_attn.ops.activations", "torch.nn.functional.gelu / silu"),
     ("flash_attn.ops", "the torch.nn equivalents (fused with torch.compile)"),
-    ("flash_attn.losses", "torch.nn.CrossEntropyLoss (label_smoothing, ignore_index)"),
+    ("flash_attn.losses", "flash_attn.losses.cross_entropy.CrossEntropyLoss (fa provides it)"),
     ("flash_attn.modules.mha", "fa_attn.flash_attn_func inside your attention module"),
     ("flash_attn.modules", "torch.nn modules calling fa_attn's functions"),
     ("flash_attn.utils.distributed", "torch.distributed"),
@@ -109,7 +122,17 @@ def not_provided(fullname: str) -> str:
 
 def _exports(fullname: str) -> dict[str, object]:
     """What each stand-in module holds (imported lazily: fa_attn is importing while this is defined)."""
-    from . import bert_padding, flash_attn_ext, flash_attn_privates, interface, kvcache, packed, rotary
+    from . import (
+        bert_padding,
+        cross_entropy,
+        flash_attn_ext,
+        flash_attn_privates,
+        interface,
+        kvcache,
+        norms,
+        packed,
+        rotary,
+    )
 
     public = {name: getattr(interface, name, None) or getattr(packed, name, None) for name in _PUBLIC}
     public["flash_attn_with_kvcache"] = kvcache.flash_attn_with_kvcache
@@ -123,7 +146,22 @@ def _exports(fullname: str) -> dict[str, object]:
         "flash_attn.flash_attn_interface": interface_module,
         "flash_attn.bert_padding": {name: getattr(bert_padding, name) for name in _PADDING},
         "flash_attn.layers": {},
-        "flash_attn.layers.rotary": {"apply_rotary_emb": rotary.apply_rotary_emb},
+        "flash_attn.layers.rotary": {
+            "apply_rotary_emb": rotary.apply_rotary_emb,
+            "apply_rotary_emb_func": rotary.apply_rotary_emb,  # flash-attn's alias
+            "apply_rotary_emb_qkv_": rotary.apply_rotary_emb_qkv_,
+            "apply_rotary_emb_kv_": rotary.apply_rotary_emb_kv_,
+            "RotaryEmbedding": rotary.RotaryEmbedding,
+        },
+        "flash_attn.ops": {},
+        "flash_attn.ops.triton": {},
+        "flash_attn.ops.triton.layer_norm": {
+            "layer_norm_fn": norms.layer_norm_fn,
+            "rms_norm_fn": norms.rms_norm_fn,
+            "RMSNorm": norms.RMSNorm,
+        },
+        "flash_attn.losses": {},
+        "flash_attn.losses.cross_entropy": {"CrossEntropyLoss": cross_entropy.CrossEntropyLoss},
     }
     return modules[fullname]
 

@@ -141,6 +141,47 @@ SIGNATURES: dict[str, dict[str, list[tuple[str, object]]]] = {
             ("max_seqlen", None),
         ],
     },
+    "flash_attn.ops.triton.layer_norm": {
+        "layer_norm_fn": [
+            ("x", R),
+            ("weight", R),
+            ("bias", R),
+            ("residual", None),
+            ("x1", None),
+            ("weight1", None),
+            ("bias1", None),
+            ("eps", 1e-6),
+            ("dropout_p", 0.0),
+            ("rowscale", None),
+            ("prenorm", False),
+            ("residual_in_fp32", False),
+            ("zero_centered_weight", False),
+            ("is_rms_norm", False),
+            ("return_dropout_mask", False),
+            ("out_dtype", None),
+            ("out", None),
+            ("residual_out", None),
+        ],
+        "rms_norm_fn": [
+            ("x", R),
+            ("weight", R),
+            ("bias", R),
+            ("residual", None),
+            ("x1", None),
+            ("weight1", None),
+            ("bias1", None),
+            ("eps", 1e-6),
+            ("dropout_p", 0.0),
+            ("rowscale", None),
+            ("prenorm", False),
+            ("residual_in_fp32", False),
+            ("zero_centered_weight", False),
+            ("return_dropout_mask", False),
+            ("out_dtype", None),
+            ("out", None),
+            ("residual_out", None),
+        ],
+    },
     "flash_attn.bert_padding": {
         "pad_input": [("hidden_states", R), ("indices", R), ("batch", R), ("seqlen", R)],
         "unpad_input": [("hidden_states", R), ("attention_mask", R), ("unused_mask", None)],
@@ -175,4 +216,27 @@ EXTENSION: dict[str, list[str]] = {
         "leftpad_k_", "block_table_", "alibi_slopes_", "out_", "softmax_scale", "is_causal",
         "window_size_left", "window_size_right", "softcap", "is_rotary_interleaved", "num_splits",
     ],
+}  # fmt: skip
+
+# Classes: their constructors and forward, (name, default) after self.
+CLASSES: dict[str, dict[str, list[tuple[str, object]]]] = {
+    "flash_attn.layers.rotary.RotaryEmbedding": {
+        "__init__": [("dim", R), ("base", 10000.0), ("interleaved", False), ("scale_base", None), ("device", None)],
+        "forward": [("qkv", R), ("kv", None), ("seqlen_offset", 0), ("max_seqlen", None), ("num_heads_q", None)],
+    },
+    "flash_attn.ops.triton.layer_norm.RMSNorm": {
+        "__init__": [
+            ("hidden_size", R), ("eps", 1e-5), ("dropout_p", 0.0), ("zero_centered_weight", False),
+            ("device", None), ("dtype", None),
+        ],
+        "forward": [("x", R), ("residual", None), ("prenorm", False), ("residual_in_fp32", False)],
+    },
+    "flash_attn.losses.cross_entropy.CrossEntropyLoss": {
+        "__init__": [
+            ("ignore_index", -100), ("reduction", "mean"), ("label_smoothing", 0.0), ("logit_scale", 1.0),
+            ("lse_square_scale", 0.0), ("inplace_backward", False), ("process_group", None),
+            ("return_z_loss", False),
+        ],
+        "forward": [("input", R), ("target", R), ("precomputed_lse", None)],
+    },
 }  # fmt: skip

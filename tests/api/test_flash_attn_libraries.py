@@ -203,9 +203,9 @@ def test_running_the_stand_in_module_gives_no_runpy_warning() -> None:
 # Modules real projects import from flash-attn 2.8 (issue 26), and the alternative fa's message names.
 NOT_PROVIDED = {
     "flash_attn.modules.mha": "fa_attn.flash_attn_func",
-    "flash_attn.ops.triton.layer_norm": "torch.nn.functional.rms_norm",
+    "flash_attn.ops.fused_dense": "torch.nn.Linear",
+    "flash_attn.ops.rms_norm": "flash_attn.ops.triton.layer_norm.rms_norm_fn",
     "flash_attn.ops.triton.rotary": "flash_attn.layers.rotary.apply_rotary_emb",
-    "flash_attn.losses.cross_entropy": "torch.nn.CrossEntropyLoss",
     "flash_attn.utils.distributed": "torch.distributed",
     "flash_attn.models.llama": "transformers",
 }
@@ -222,7 +222,7 @@ def test_a_module_fa_does_not_provide_fails_with_fas_message(module: str) -> Non
 @pytest.mark.usefixtures("stand_in")
 def test_a_probe_that_catches_import_error_takes_its_own_path() -> None:
     try:
-        from flash_attn.ops.triton.layer_norm import rms_norm_fn  # noqa: F401
+        from flash_attn.ops.fused_dense import FusedDense  # noqa: F401
     except ImportError:
         took_own_path = True
     else:
