@@ -40,7 +40,7 @@ def padded_key(
         return None
     if alibi_slopes is not None or type(window_size) is not tuple or len(window_size) != 2:
         return None
-    if not all(type(w) is int for w in window_size):
+    if type(window_size[0]) is not int or type(window_size[1]) is not int:
         return None
     if not (isinstance(dropout_p, _SCALARS) and isinstance(softcap, _SCALARS)):
         return None

@@ -159,6 +159,8 @@ def report(dispatch: Dispatch) -> None:
         return
     if strict():
         raise FaFallbackError(_strict_message(dispatch))
+    if _warned.issuperset(reason.code for reason in dispatch.reasons):
+        return  # every reason already warned: the common case after a fallback's first call
     for reason in dispatch.reasons:
         with _report_lock:
             if reason.code in _warned:

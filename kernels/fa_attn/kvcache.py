@@ -66,7 +66,7 @@ class CacheCall:
     attn: AttnCall  # the attention over the cache: seqlen_k bounds every sequence's keys, kv the layout
     capacity: int  # keys one sequence's cache can hold (seqlen_cache, or pages per sequence * page size)
     seqlen_new: int  # rows of k/v appended (0: none)
-    cache_seqlens: torch.Tensor | None  # (batch,) int64 keys before the append, when given as a tensor
+    cache_seqlens: torch.Tensor | None  # (batch,) integer keys before the append, when given as a tensor
     uniform: int | None  # the keys before the append, when given as one int for every sequence
     leftpad: torch.Tensor | None  # (batch,) int64 first valid key per sequence
     batch_rows: torch.Tensor | None  # cache_batch_idx as int64
@@ -77,8 +77,10 @@ class CacheCall:
     def counts(self, device: torch.device) -> torch.Tensor | None:
         """(batch,) int64 keys before the append; None: every cache is full. Made only where a torch op
         needs them (rotary, the append, the fallback): the kernels take an int as it is."""
-        if self.cache_seqlens is not None or self.uniform is None:
-            return self.cache_seqlens
+        if self.cache_seqlens is not None:
+            return self.cache_seqlens.to(torch.long)
+        if self.uniform is None:
+            return None
         return torch.full((self.attn.batch,), self.uniform, dtype=torch.long, device=device)
 
 
@@ -88,10 +90,10 @@ def _cache_seqlens(value: object, batch: int, device: torch.device) -> tuple[tor
         return None, None
     if isinstance(value, torch.Tensor) and value.dim() == 1:
         check_index_tensor("cache_seqlens", value, (batch,), device)
-        return value.to(torch.long), None
+        return value, None
     if isinstance(value, torch.Tensor) and not may_read(value):  # one count for all, left on the device
         check_integer_tensor("cache_seqlens", value)
-        return value.to(device=device, dtype=torch.long).reshape(()).expand(batch), None
+        return value.to(device=device).reshape(()).expand(batch), None
     count = as_int("cache_seqlens", value)
     if count < 0:
         raise InputError(f"cache_seqlens: {count} is negative")
@@ -195,7 +197,7 @@ def _check(
     # counts the host does not know are the kernels' per-sequence key counts.
     ragged = counts is not None and uniform is None
     kv = KvLayout(
-        seqused_k=(counts + seqlen_new).to(torch.int32) if ragged and counts is not None else None,
+        seqused_k=_key_counts(counts, seqlen_new) if ragged and counts is not None else None,
         leftpad_k=pad,
         kv_batch_idx=row_index,
         block_table=page_table,
@@ -218,6 +220,13 @@ def _check(
     )
     leftpad = None if pad is None else pad.to(torch.long)
     return CacheCall(attn, capacity, seqlen_new, counts, uniform, leftpad, rows, page_table, rot, splits)
+
+
+def _key_counts(cache_seqlens: torch.Tensor, seqlen_new: int) -> torch.Tensor:
+    """The kernels' seqused_k: each sequence's keys after the append, int32, contiguous; the caller's
+    tensor itself when it already is that (a decode step without new keys makes no tensor)."""
+    counts = cache_seqlens + seqlen_new if seqlen_new else cache_seqlens
+    return counts.to(torch.int32).contiguous()
 
 
 def _host_values(value: object) -> list[int] | None:
