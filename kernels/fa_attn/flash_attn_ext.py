@@ -11,9 +11,9 @@ reasons). Differences, each one a thing fa does not keep:
 - the attention probabilities (`return_softmax`) are never materialised: that result is an empty tensor;
 - `rng_state` is zeros, and a backward with dropout raises (it cannot replay the forward's mask: use
   flash_attn_func, whose autograd keeps it);
-- a backward runs the forward again under autograd (kernels' forward and backward, or the fallback's),
-  rather than reading `out` and `softmax_lse`; `softmax_d` holds each row's sum(dout * out), as the
-  kernel's, in flash-attn's shape.
+- a backward runs fa's backward kernel on the caller's `out` and `softmax_lse` where the wheel has one
+  for the call; elsewhere (the fallback, features the backward kernels lack) it runs the forward again
+  under autograd. `softmax_d` holds each row's sum(dout * out), as the kernel's, in flash-attn's shape.
 `gen` (a torch.Generator) is accepted and unused, like `zero_tensors`.
 """
 
@@ -25,8 +25,10 @@ from contextlib import contextmanager
 from typing import cast
 
 import torch
+import torch.nn.functional as F
 
-from .inputs import InputError
+from . import dispatch, inputs, interface, preload
+from .inputs import AttnCall, InputError
 from .interface import flash_attn_func, flash_attn_varlen_func, varlen_attention
 from .kvcache import flash_attn_with_kvcache
 
@@ -112,6 +114,36 @@ def _autograd_on() -> Iterator[None]:
         yield
 
 
+def _kernel_grads(
+    call: AttnCall, dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor
+) -> tuple[Tensor, Tensor, Tensor] | None:
+    """d(q, k, v) from the backward kernel, reading the caller's out and softmax_lse as flash-attn's bwd
+    does; None where the call's backward does not run on the kernels (then the forward runs again)."""
+    with torch.enable_grad():  # the decision for a call that needs gradients
+        lq, lk, lv = (t.detach().requires_grad_(True) for t in (q, k, v))
+        route = interface.admit(call, interface.decide(call, lq, lk, lv), lq, lk, lv)
+    bwd = route.bwd
+    if route.path == "fallback" or bwd is None or route.head_dim is None:
+        return None
+    dispatch.report(route)
+    preload.before_call(route, q)
+    pad = route.head_dim - call.head_dim
+    tensors = [dout, q, k, v, out]
+    if pad:  # as the forward padded them: zero columns change neither q.k nor the kept outputs
+        tensors = [F.pad(t, (0, pad)) for t in tensors]
+    dout, q, k, v, out = (interface.row_aligned(t) for t in tensors)
+    varlen = call.varlen
+    dq, dk, dv = torch.ops.fa_attn.bwd(
+        dout.contiguous(), q, k, v, out.contiguous(), lse,
+        varlen.cu_seqlens_q if varlen else None, varlen.cu_seqlens_k if varlen else None,
+        call.seqlen_q, call.seqlen_k, call.softmax_scale, call.causal, call.window_left, call.window_right,
+        call.softcap, bwd.module, bwd.entries, list(bwd.launch),
+    )  # fmt: skip
+    if pad:
+        dq, dk, dv = (t[..., : call.head_dim] for t in (dq, dk, dv))
+    return dq, dk, dv
+
+
 def _grads(
     forward: Callable[[Tensor, Tensor, Tensor], Tensor], dout: Tensor, q: Tensor, k: Tensor, v: Tensor
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -150,7 +182,12 @@ def bwd(
             ),
         )  # fmt: skip
 
-    dq, dk, dv = _grads(forward, dout, q, k, v)
+    call = inputs.check_padded(
+        q, k, v, 0.0, softmax_scale, is_causal, (window_size_left, window_size_right), softcap, alibi_slopes_,
+        deterministic,
+    )  # fmt: skip
+    grads = _kernel_grads(call, dout, q, k, v, out, softmax_lse)
+    dq, dk, dv = grads if grads is not None else _grads(forward, dout, q, k, v)
     batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
     softmax_d = dout.new_zeros((batch, heads, _round128(seqlen_q)), dtype=torch.float32)
     softmax_d[..., :seqlen_q] = _softmax_d(dout, out)
@@ -177,7 +214,12 @@ def varlen_bwd(
             ),
         )  # fmt: skip
 
-    dq, dk, dv = _grads(forward, dout, q, k, v)
+    call = inputs.check_varlen(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 0.0, softmax_scale, is_causal,
+        (window_size_left, window_size_right), softcap, alibi_slopes_, deterministic,
+    )  # fmt: skip
+    grads = _kernel_grads(call, dout, q, k, v, out, softmax_lse)
+    dq, dk, dv = grads if grads is not None else _grads(forward, dout, q, k, v)
     total_q, heads, batch = q.shape[0], q.shape[1], cu_seqlens_q.shape[0] - 1
     softmax_d = dout.new_zeros((heads, total_q + 128 * batch), dtype=torch.float32)
     softmax_d[:, :total_q] = _softmax_d(dout, out)

@@ -150,7 +150,7 @@ def run_kernels(
     pad = route.head_dim - call.head_dim
     if pad:  # kernels need a multiple of 8; zero columns change neither q.k nor the kept outputs
         q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))
-    q, k, v = _row_aligned(q), _row_aligned(k), _row_aligned(v)
+    q, k, v = row_aligned(q), row_aligned(k), row_aligned(v)
     fwd, bwd = route.fwd, route.bwd or ops.NO_LAUNCH
     varlen, kv = call.varlen, call.kv
     splits = _split_count(call, route, q, num_splits)
@@ -184,7 +184,7 @@ def run_kernels(
     return (out[..., : call.head_dim] if pad else out), lse
 
 
-def _row_aligned(t: torch.Tensor) -> torch.Tensor:
+def row_aligned(t: torch.Tensor) -> torch.Tensor:
     """The kernels load 16-byte vectors per row: strides must be multiples of 8 elements. Copy the rare
     tensor that is not. (A misaligned start address is copied by the binding: torch.compile cannot
     trace storage_offset().)"""

@@ -5,6 +5,7 @@ ones, registered for the CPU as tests/api does) with fa's reasons, forward and b
 from __future__ import annotations
 
 import emu_harness
+import emulated
 import fa_attn
 import pytest
 import torch
@@ -60,6 +61,7 @@ def test_sdpa_flash_operator_runs_fas_kernels_forward_and_backward(monkeypatch) 
         grads = torch.autograd.grad(out, leaves, dout)
     assert route is not None
     assert route.path == "sass"
+    assert [op for op, _ in emulated.LAUNCHED] == ["fwd"]  # the backward kernel read out and lse: no re-run
     assert lse.shape == (1, 2, 33)
     bshd = [t.transpose(1, 2) for t in (q, k, v)]
     ref, _ = attention_ref(*bshd, True)

@@ -114,11 +114,16 @@ def test_compiles_with_fullgraph_and_matches_eager(name: str) -> None:
     torch.testing.assert_close(got, eager)
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "fullgraph"])
 @pytest.mark.parametrize("name", list(CALLS))
-def test_runs_on_meta_tensors(name: str) -> None:
-    """Meta tensors have shapes and no values: a host read of one raises."""
+def test_runs_on_meta_tensors(name: str, compiled: bool) -> None:
+    """Meta tensors have shapes and no values: a host read of one raises, eager or compiled."""
     fn, args, options = CALLS[name]("meta")
-    out = fn(*args, **options)
+    if compiled:
+        torch._dynamo.reset()
+        out = torch.compile(lambda *a: fn(*a, **options), fullgraph=True, backend="aot_eager")(*args)
+    else:
+        out = fn(*args, **options)
     first = out[0] if isinstance(out, tuple) else out
     assert first.device.type == "meta"
     assert first.dim() == args[0].dim() - ("qkvpacked" in name)  # out is q's layout; qkv has one more dim
