@@ -2,11 +2,11 @@
 times, and checking them again each time cost more host time than the kernel (issue 26).
 
 A padded call's validation (inputs.check_padded) depends only on its tensors' metadata (type, shape,
-strides, dtype, device) and its scalar options, so `padded_key` builds a key of exactly those, and
+last stride, dtype, device) and its scalar options, so `padded_key` builds a key of exactly those, and
 `remember`/`known` keep the AttnCall it gave. A call is keyed only when every part is plain data: plain
 tensors (not fake, traced or subclassed), no ALiBi tensor, a window given as a tuple of ints, numbers
 for the scalars; anything else (and any call while torch.compile traces) is validated as usual. The
-decision that follows has its own memo (interface._decide_for).
+decision that follows has its own memos (interface.decide).
 """
 
 from __future__ import annotations
@@ -48,8 +48,9 @@ def padded_key(
         return None
     if type(causal) is not bool or type(deterministic) is not bool:
         return None
+    # Of the strides, validation reads the last one only (the head dim must be contiguous).
     return (
-        q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype,
+        q.shape, k.shape, v.shape, q.stride(-1), k.stride(-1), v.stride(-1), q.dtype, k.dtype, v.dtype,
         q.device, k.device, v.device, dropout_p, softmax_scale, causal, window_size, softcap, deterministic,
     )  # fmt: skip
 

@@ -36,18 +36,28 @@ def needs_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
 def decide(call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Dispatch:
     """The path this call takes (memoised per device, dtype, head dim, direction and features)."""
     backward = needs_backward(q, k, v)
+    compiling = torch.compiler.is_compiling()
+    if not compiling:  # a call kept by call_cache: its route, without rebuilding the decision's key
+        kept = _kept_routes.get((id(call), backward))
+        if kept is not None and kept[0] is call:
+            return kept[1]
     # operator.index: under torch.compile with dynamic shapes these may be symbolic; the decision depends
     # on their values, so the graph specialises on them (a guard; dynamo keeps int() symbolic) and the
     # decision stays a constant.
-    return _decide_for(
+    route = _decide_for(
         call.device.type,
         call.device.index,
         call.dtype_name,
         operator.index(call.head_dim),
         backward,
-        _features(call, backward),
+        tuple(sorted(_dispatch.features_of(call, backward))),
         operator.index(call.kv.page_size),
     )
+    if not compiling:
+        if len(_kept_routes) >= 1024:
+            _kept_routes.clear()
+        _kept_routes[(id(call), backward)] = (call, route)
+    return route
 
 
 # torch.compile runs this for real while tracing and bakes the (constant) result into the graph: the
@@ -80,19 +90,9 @@ def _decide_for(
 _decisions: dict[tuple[Any, ...], Dispatch] = {}
 
 
-def _features(call: AttnCall, backward: bool) -> tuple[str, ...]:
-    """dispatch.features_of, sorted; kept for the calls call_cache keeps (id-keyed, checked by identity)."""
-    kept = _kept_features.get((id(call), backward))
-    if kept is not None and kept[0] is call:
-        return kept[1]
-    features = tuple(sorted(_dispatch.features_of(call, backward)))
-    if len(_kept_features) >= 1024:
-        _kept_features.clear()
-    _kept_features[(id(call), backward)] = (call, features)
-    return features
-
-
-_kept_features: dict[tuple[int, bool], tuple[AttnCall, tuple[str, ...]]] = {}
+# Routes of the calls decided lately, by (id(call), backward), checked by identity (an id can be reused
+# once its call is gone): call_cache keeps a decode loop's call, so its route is one lookup away.
+_kept_routes: dict[tuple[int, bool], tuple[AttnCall, Dispatch]] = {}
 
 
 def admit(
