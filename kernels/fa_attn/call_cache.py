@@ -59,9 +59,14 @@ def known(key: tuple[object, ...] | None) -> AttnCall | None:
     return None if key is None else _calls.get(key)
 
 
+def tensor_free(call: AttnCall) -> bool:
+    """Whether the call holds no tensor: only such calls are kept (a kept tensor would outlive its caller)."""
+    return call.alibi_slopes is None and call.varlen is None and not call.kv.features
+
+
 def remember(key: tuple[object, ...] | None, call: AttnCall) -> None:
-    if key is None or call.alibi_slopes is not None or call.varlen is not None:
-        return  # only tensor-free calls: a kept tensor would outlive its caller
+    if key is None or not tensor_free(call):
+        return
     with _lock:
         if len(_calls) >= _LIMIT:
             _calls.clear()

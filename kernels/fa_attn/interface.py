@@ -53,7 +53,7 @@ def decide(call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) ->
         tuple(sorted(_dispatch.features_of(call, backward))),
         operator.index(call.kv.page_size),
     )
-    if not compiling:
+    if not compiling and call_cache.tensor_free(call):
         if len(_kept_routes) >= 1024:
             _kept_routes.clear()
         _kept_routes[(id(call), backward)] = (call, route)
@@ -90,8 +90,9 @@ def _decide_for(
 _decisions: dict[tuple[Any, ...], Dispatch] = {}
 
 
-# Routes of the calls decided lately, by (id(call), backward), checked by identity (an id can be reused
-# once its call is gone): call_cache keeps a decode loop's call, so its route is one lookup away.
+# Routes of tensor-free calls decided lately, by (id(call), backward), checked by identity: call_cache
+# keeps a decode loop's call, so its route is one lookup away. (An entry keeps its call alive, so its id
+# is not reused while the entry exists; calls holding tensors are never kept.)
 _kept_routes: dict[tuple[int, bool], tuple[AttnCall, Dispatch]] = {}
 
 
