@@ -7,7 +7,8 @@ fallback an error instead of a one-time FaFallbackWarning.
 
 flash-attn's whole public API is here (the seven functions, and `fa_attn.bert_padding`);
 `install_as_flash_attn()` lets fa_attn stand in for `import flash_attn`; `fa_attn.hf.register()` makes
-it a transformers attention implementation.
+it a transformers attention implementation; on torch >= 2.13,
+`torch.nn.attention.activate_flash_attention_impl("fa")` makes it SDPA's flash path (sdpa.py).
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ if _torch_version(_torch.__version__) < _MIN_TORCH:
 
 from . import bert_padding, hf
 from . import ops as _ops  # noqa: F401  (defines the fa_attn:: op schemas)
+from . import sdpa as _sdpa
+from ._standin import flash_attn_status, install_as_flash_attn
 from .dispatch import Dispatch, FaFallbackError, FaFallbackWarning, last_dispatch
 from .dispatch import driver_version as _driver_version
-from .flash_attn_compat import flash_attn_status, install_as_flash_attn
 from .interface import explain, flash_attn_func, flash_attn_varlen_func
 from .kvcache import flash_attn_with_kvcache
 from .loader import FaUntestedTorchWarning, FaWheelMisfitWarning
@@ -57,6 +59,10 @@ __version__ = _manifest().info.version
 
 # A wheel built for another torch, C++ ABI or driver imports, says so once, and falls back.
 _warn_misfit(_manifest(), _driver_version())
+
+# torch >= 2.13: SDPA's flash path can run on fa after
+# torch.nn.attention.activate_flash_attention_impl("fa"); registering activates nothing (sdpa.py).
+_sdpa.register()
 
 __all__ = [
     "Dispatch",

@@ -44,3 +44,31 @@ def pad_input(hidden_states: torch.Tensor, indices: torch.Tensor, batch: int, se
     """Packed rows (total, ...) back to (batch, seqlen, ...), zeros where no row was."""
     output = index_put_first_axis(hidden_states, indices, batch * seqlen)
     return output.reshape(batch, seqlen, *hidden_states.shape[1:])
+
+
+def index_first_axis_residual(
+    tensor: torch.Tensor, indices: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(tensor[indices], tensor detached): flash-attn's pair for a residual branch whose gradient flows
+    back through the first item only (and through the caller's use of the second)."""
+    return tensor[indices], tensor.detach()
+
+
+def unpad_input_for_concatenated_sequences(
+    hidden_states: torch.Tensor, attention_mask_in_length: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """Several short sequences packed in each row: attention_mask_in_length (batch, seqlen) holds row b's
+    sequence lengths first, then zeros (e.g. [2, 3, 0, 0, 0, 0]: two sequences of 2 and 3 tokens) ->
+    (rows (total, ...), indices into batch * seqlen, cu_seqlens (sequences + 1,) int32, longest sequence).
+    Every sequence becomes its own varlen sequence, so none attends to its row neighbours."""
+    lengths_per_row = attention_mask_in_length.sum(dim=-1)
+    seqlen = attention_mask_in_length.shape[-1]
+    positions = torch.arange(seqlen, device=lengths_per_row.device, dtype=lengths_per_row.dtype)
+    kept = positions.expand(lengths_per_row.shape[0], seqlen) < lengths_per_row.unsqueeze(1)
+    flat_lengths = attention_mask_in_length.flatten()
+    seqlens = flat_lengths[flat_lengths != 0]
+    indices = torch.nonzero(kept.flatten(), as_tuple=False).flatten()
+    max_seqlen = int(seqlens.max().item()) if seqlens.numel() else 0
+    cu_seqlens = F.pad(torch.cumsum(seqlens, dim=0, dtype=torch.int32), (1, 0))
+    rows = index_first_axis(hidden_states.reshape(-1, *hidden_states.shape[2:]), indices)
+    return rows, indices, cu_seqlens, max_seqlen

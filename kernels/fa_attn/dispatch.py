@@ -136,7 +136,7 @@ def _decide_all_wheel(
 
 _report_lock = threading.Lock()
 _warned: set[str] = set()
-_last: list[Dispatch] = []
+_last: list[Dispatch | None] = [None]  # the most recent decision, in a one-item box
 
 
 def strict() -> bool:
@@ -153,12 +153,13 @@ def report(dispatch: Dispatch) -> None:
         if strict() and dispatch.path == "fallback":
             raise FaFallbackError(_strict_message(dispatch))
         return
-    with _report_lock:
-        _last[:] = [dispatch]
+    _last[0] = dispatch  # one store: atomic without the lock
     if dispatch.path != "fallback":
         return
     if strict():
         raise FaFallbackError(_strict_message(dispatch))
+    if _warned.issuperset(reason.code for reason in dispatch.reasons):
+        return  # every reason already warned: the common case after a fallback's first call
     for reason in dispatch.reasons:
         with _report_lock:
             if reason.code in _warned:
@@ -178,5 +179,4 @@ def _strict_message(dispatch: Dispatch) -> str:
 
 def last_dispatch() -> Dispatch | None:
     """The decision of the most recent call in this process (None before the first call)."""
-    with _report_lock:
-        return _last[0] if _last else None
+    return _last[0]

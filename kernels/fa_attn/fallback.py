@@ -13,12 +13,11 @@ ALiBi is flash-attn's kernels' bias, so the LSE matches theirs too: -slope * |i 
 except under a purely causal mask (window (-1, 0)), where flash-attn adds slope * j. Over the visible
 keys (j <= i + seqlen_k - seqlen_q) the two differ by the row constant slope * (i + seqlen_k - seqlen_q):
 the same output, and an LSE larger by that constant than the textbook one.
-Varlen calls loop over the sequences.
+Varlen, paged and KV-cache calls pad their sequences with device-side indexing and attend in one
+batch, so no length is read on the host.
 """
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -57,24 +56,43 @@ def attention(
     return _math(call, q, k, v, want_lse)
 
 
-def _allowed(call: AttnCall, sq: int, sk: int, device: torch.device) -> torch.Tensor | None:
-    """(sq, sk) bool mask of visible keys, bottom-right aligned; None when every key is visible."""
+def _allowed(
+    call: AttnCall,
+    sq: int,
+    sk: int,
+    device: torch.device,
+    lengths: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor | None:
+    """(sq, sk), or (batch, 1, sq, sk) with per-sequence `lengths` (queries, keys), bool mask of visible
+    keys, bottom-right aligned per sequence; None when every key is visible."""
     left, right = call.window_left, call.window_right
-    if left < 0 and right < 0:
+    if lengths is None and left < 0 and right < 0:
         return None
-    rows = torch.arange(sq, device=device).unsqueeze(1) + (sk - sq)  # key index on query i's diagonal
-    cols = torch.arange(sk, device=device).unsqueeze(0)
-    allowed = torch.ones(sq, sk, dtype=torch.bool, device=device)
+    rows = torch.arange(sq, device=device).unsqueeze(1)  # (sq, 1)
+    cols = torch.arange(sk, device=device).unsqueeze(0)  # (1, sk)
+    if lengths is None:
+        diagonal = rows + (sk - sq)  # key index on query i's diagonal
+        allowed = torch.ones(sq, sk, dtype=torch.bool, device=device)
+    else:
+        len_q, len_k = (n.view(-1, 1, 1, 1) for n in lengths)
+        diagonal = rows + (len_k - len_q)  # (batch, 1, sq, 1)
+        allowed = (cols < len_k).expand(-1, 1, sq, sk)
     if left >= 0:
-        allowed &= cols >= rows - left
+        allowed = allowed & (cols >= diagonal - left)
     if right >= 0:
-        allowed &= cols <= rows + right
+        allowed = allowed & (cols <= diagonal + right)
     return allowed
 
 
 def _math(
-    call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, want_lse: bool
+    call: AttnCall,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    want_lse: bool,
+    lengths: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The explicit path; `lengths`: per-sequence (queries, keys) of a batch padded to sq and sk."""
     compute = torch.float64 if q.dtype == torch.float64 else torch.float32
     heads, sq = q.shape[2], q.shape[1]
     sk = k.shape[1]
@@ -84,54 +102,101 @@ def _math(
         scores = torch.tanh(scores / call.softcap) * call.softcap
     if call.alibi_slopes is not None:
         slopes = call.alibi_slopes.to(compute).reshape(-1, heads, 1, 1)  # (1|b, h, 1, 1)
-        rows = torch.arange(sq, device=q.device).unsqueeze(1) + (sk - sq)
         cols = torch.arange(sk, device=q.device).unsqueeze(0)
         if call.causal and call.window_left < 0:  # flash-attn's causal form (module docstring)
             scores = scores + slopes * cols.to(compute)
         else:
-            scores = scores - slopes * (rows - cols).abs().to(compute)
-    allowed = _allowed(call, sq, sk, q.device)
+            rows = torch.arange(sq, device=q.device).unsqueeze(1)
+            shift = sk - sq if lengths is None else (lengths[1] - lengths[0]).view(-1, 1, 1, 1)
+            scores = scores - slopes * (rows + shift - cols).abs().to(compute)
+    allowed = _allowed(call, sq, sk, q.device, lengths)
     if allowed is None:
         allowed = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
-    visible = allowed.any(dim=-1, keepdim=True)  # (sq, 1): rows with at least one key
+    visible = allowed.any(dim=-1, keepdim=True)  # (..., sq, 1): rows with at least one key
     # Masked entries -inf; rows with no visible key get finite zeros so softmax (and its gradient) stay
     # finite, and their probabilities are zeroed below.
-    scores = scores.masked_fill(~allowed, float("-inf")).masked_fill(~visible, 0.0)
-    probs = torch.softmax(scores, dim=-1).masked_fill(~allowed, 0.0)
+    scores = scores.masked_fill(allowed.logical_not(), float("-inf")).masked_fill(visible.logical_not(), 0.0)
+    probs = torch.softmax(scores, dim=-1).masked_fill(allowed.logical_not(), 0.0)
     if call.dropout_p > 0:
         probs = F.dropout(probs, p=call.dropout_p)
     out = torch.matmul(probs, vf).transpose(1, 2).to(q.dtype)
     lse = None
     if want_lse:
-        lse = torch.logsumexp(scores, dim=-1).masked_fill(~visible.squeeze(-1), float("inf"))
+        lse = torch.logsumexp(scores, dim=-1).masked_fill(visible.squeeze(-1).logical_not(), float("inf"))
     return out, lse
+
+
+def padded_attention(
+    call: AttnCall,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    want_lse: bool,
+    lengths: tuple[torch.Tensor, torch.Tensor],
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """q (b, sq, h, d), k/v (b, sk, hk, d) where sequence i has its first lengths[0][i] queries and
+    lengths[1][i] keys (device tensors: nothing is read on the host) -> out (b, sq, h, d), lse (b, h, sq)."""
+    group = call.heads // call.heads_k
+    if group > 1:
+        k = k.repeat_interleave(group, dim=2)
+        v = v.repeat_interleave(group, dim=2)
+    return _math(call, q, k, v, want_lse, lengths)
+
+
+def rows_of(t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """t's rows (dim 0, or dims 0 and 1 merged when index has a second dim's flat positions) at `index`,
+    shaped index.shape + the rest. index_select rather than t[index]: the same gather, and fake CUDA
+    tensors (tests/runtime/test_no_host_reads.py) trace it on any build."""
+    return t.index_select(0, index.reshape(-1)).view(*index.shape, *t.shape[1:])
+
+
+def gather_keys(
+    kv: torch.Tensor, first: torch.Tensor, width: int, block_table: torch.Tensor | None = None
+) -> torch.Tensor:
+    """(batch, width, heads_k, dim): slot t of sequence b is row first[b] + t of packed kv
+    (total, heads_k, dim), or with block_table that key of a paged kv (pages, page_size, heads_k, dim).
+    Slots past a sequence's end read a clamped row (masked later): nothing is checked on the host."""
+    slots = first.to(torch.long).unsqueeze(1) + torch.arange(width, device=kv.device)  # (b, width)
+    if block_table is None:
+        return rows_of(kv, slots.clamp(0, max(kv.shape[0] - 1, 0)))
+    page_size = kv.shape[1]
+    column = (slots // page_size).clamp(0, max(block_table.shape[1] - 1, 0))
+    pages = torch.gather(block_table.to(torch.long), 1, column).clamp(0, max(kv.shape[0] - 1, 0))
+    return rows_of(kv.flatten(0, 1), pages * page_size + slots % page_size)
 
 
 def varlen_attention(
     call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, want_lse: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Packed q (total_q, h, d), k/v (total_k, hk, d) -> out (total_q, h, d), lse (h, total_q) or None."""
-    assert call.varlen is not None
-    outs, lses = [], []
-    start_q = start_k = 0
-    for index, (len_q, len_k) in enumerate(zip(call.varlen.seqlens_q, call.varlen.seqlens_k, strict=True)):
-        seq = call
-        if call.alibi_slopes is not None and call.alibi_slopes.dim() == 2:
-            seq = replace(call, alibi_slopes=call.alibi_slopes[index])
-        out, lse = attention(
-            seq,
-            q[start_q : start_q + len_q].unsqueeze(0),
-            k[start_k : start_k + len_k].unsqueeze(0),
-            v[start_k : start_k + len_k].unsqueeze(0),
-            want_lse,
-        )
-        outs.append(out.squeeze(0))
-        if lse is not None:
-            lses.append(lse.squeeze(0))
-        start_q += len_q
-        start_k += len_k
-    out = torch.cat(outs, dim=0) if outs else q.new_empty(q.shape)
-    if not want_lse:
-        return out, None
-    lse = torch.cat(lses, dim=1) if lses else q.new_empty((q.shape[1], 0), dtype=torch.float32)
-    return out, lse
+    """Packed q (total_q, h, d), k/v (total_k, hk, d) or pages (call.kv) -> out (total_q, h, d),
+    lse (h, total_q) or None. The sequences are padded to max_seqlen_q/k with device-side indexing and
+    attended in one batch: no length is read on the host (torch.compile and CUDA graphs need that)."""
+    varlen = call.varlen
+    assert varlen is not None
+    cu_q, cu_k = varlen.cu_seqlens_q.to(torch.long), varlen.cu_seqlens_k.to(torch.long)
+    total_q = q.shape[0]
+    if call.batch == 0 or total_q == 0:
+        lse = q.new_empty((q.shape[1], total_q), dtype=torch.float32) if want_lse else None
+        return q.new_zeros(q.shape), lse
+    # narrow, not slices: the same ops, and fake CUDA tensors (tests/runtime) trace them on any build
+    batch = call.batch
+    starts_q, ends_q = cu_q.narrow(0, 0, batch), cu_q.narrow(0, 1, batch)
+    starts_k, ends_k = cu_k.narrow(0, 0, batch), cu_k.narrow(0, 1, batch)
+    len_q = ends_q - starts_q
+    first_k = torch.zeros_like(starts_k) if call.kv.block_table is not None else starts_k
+    len_k = ends_k - starts_k if call.kv.seqused_k is None else call.kv.seqused_k.to(torch.long)
+    if call.kv.leftpad_k is not None:  # keys start that many rows later (flash-attn's BlockInfo)
+        pad = call.kv.leftpad_k.to(torch.long)
+        first_k, len_k = first_k + pad, len_k - pad
+    width_q, width_k = max(varlen.max_seqlen_q, 1), max(varlen.max_seqlen_k, 1)
+    q_pad = gather_keys(q, starts_q, width_q)
+    k_pad = gather_keys(k, first_k, width_k, call.kv.block_table)
+    v_pad = gather_keys(v, first_k, width_k, call.kv.block_table)
+    out, lse = padded_attention(call, q_pad, k_pad, v_pad, want_lse, (len_q, len_k))
+    # Back to packed rows: row r belongs to the sequence whose offsets bracket it.
+    rows = torch.arange(total_q, device=q.device)
+    seq = torch.searchsorted(ends_q, rows, right=True).clamp(max=batch - 1)
+    pos = (rows - starts_q.index_select(0, seq)).clamp(0, width_q - 1)
+    flat = seq * width_q + pos
+    packed = rows_of(out.flatten(0, 1), flat)
+    return packed, (rows_of(lse.transpose(1, 2).flatten(0, 1), flat).t() if lse is not None else None)

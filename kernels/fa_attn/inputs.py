@@ -8,6 +8,12 @@ Integer arguments take every integer-like that flash-attn's own code accepts, be
 pass them: Python ints, numpy integers, and one-element integer tensors on any device (transformers
 passes `max_seqlen_q=cu_seqlens.diff().max()`, a 0-d int32 tensor; flash-attn's tests pass
 `window_size` as a 2-element tensor). Reading a CUDA tensor's value is a host sync, as in flash-attn.
+
+Index tensors (cu_seqlens, block_table, cache_seqlens, cache_batch_idx, cache_leftpad) are checked
+value by value only where that reads no device memory (`may_read`): on the CPU, or with
+FA_CHECK_INDICES=1, and never while torch.compile traces or a CUDA graph captures. Otherwise their
+shapes and dtypes are checked and their values trusted, as flash-attn trusts them: one device sync per
+call is what a decode step cannot afford, and a capture or a compiled graph cannot have it at all.
 """
 
 from __future__ import annotations
@@ -15,8 +21,9 @@ from __future__ import annotations
 import itertools
 import math
 import operator
+import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import SupportsIndex
 
 import torch
@@ -32,14 +39,29 @@ FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", torch.float64: "fp64"}
 
 
+class InputError(ValueError, RuntimeError):
+    """A bad argument. A ValueError, fa's documented type; also a RuntimeError, which flash-attn raises
+    for the same checks (its C++ TORCH_CHECKs), so code written for flash-attn catches it too."""
+
+
 @dataclass(frozen=True)
 class Varlen:
-    cu_seqlens_q: torch.Tensor  # int32, (batch + 1,)
+    cu_seqlens_q: torch.Tensor  # int32, (batch + 1,), on q's device (never read on the host here)
     cu_seqlens_k: torch.Tensor
-    seqlens_q: tuple[int, ...]  # per-sequence lengths, read once on the host
-    seqlens_k: tuple[int, ...]
-    max_seqlen_q: int
+    max_seqlen_q: int  # the caller's bound on every sequence's length (flash-attn requires it)
     max_seqlen_k: int
+
+
+def may_read(t: torch.Tensor) -> bool:
+    """Whether validation may read t's values: t is a plain tensor (not fake, meta or traced) and either
+    on the CPU (no device sync) or FA_CHECK_INDICES=1 asks for it, outside compile tracing and capture."""
+    if type(t) is not torch.Tensor or torch.compiler.is_compiling():
+        return False
+    if t.device.type == "cpu":
+        return True
+    if os.environ.get("FA_CHECK_INDICES", "") in ("", "0"):
+        return False
+    return not (t.device.type == "cuda" and torch.cuda.is_current_stream_capturing())
 
 
 @dataclass(frozen=True)
@@ -63,6 +85,9 @@ class KvLayout:
             ("paged_kv", self.block_table),
         )
         return frozenset(name for name, tensor in named if tensor is not None)
+
+
+_NO_LAYOUT = KvLayout()
 
 
 @dataclass(frozen=True)
@@ -100,20 +125,25 @@ class AttnCall:
 def as_int(name: str, value: object) -> int:
     """An integer argument as a Python int: int, numpy integer, or a one-element integer tensor."""
     if isinstance(value, bool):
-        raise ValueError(f"{name}: expected an integer, got the bool {value!r}; pass an int")  # noqa: TRY004
+        raise InputError(f"{name}: expected an integer, got the bool {value!r}; pass an int")
     if isinstance(value, int):
         return value
     if isinstance(value, torch.Tensor):
-        if value.numel() != 1 or value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
-            raise ValueError(
-                f"{name}: expected an integer, got a {value.dtype} tensor of shape {tuple(value.shape)}; "
-                "pass an int or a one-element integer tensor"
-            )
-        return int(value.item())
+        return int(check_integer_tensor(name, value).item())
     try:
         return operator.index(value)  # type: ignore[arg-type]  # numpy integers, 0-d integer arrays
     except TypeError:
-        raise ValueError(f"{name}: expected an integer, got {type(value).__name__} {value!r}") from None
+        raise InputError(f"{name}: expected an integer, got {type(value).__name__} {value!r}") from None
+
+
+def check_integer_tensor(name: str, value: torch.Tensor) -> torch.Tensor:
+    """A one-element integer tensor (not read: its dtype and size only)."""
+    if value.numel() != 1 or value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
+        raise InputError(
+            f"{name}: expected an integer, got a {value.dtype} tensor of shape {tuple(value.shape)}; "
+            "pass an int or a one-element integer tensor"
+        )
+    return value
 
 
 def window_pair(window_size: object) -> tuple[int, int]:
@@ -124,7 +154,7 @@ def window_pair(window_size: object) -> tuple[int, int]:
     except TypeError:
         count = -1
     if count != 2 or isinstance(window_size, (str, bytes)):
-        raise ValueError(
+        raise InputError(
             f"window_size: expected a pair of ints (left, right), got {window_size!r}; use (-1, -1) for no window"
         )
     pair = window_size
@@ -134,16 +164,16 @@ def window_pair(window_size: object) -> tuple[int, int]:
 def check_tensor(name: str, t: object, ndim: int, layout: str) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         # ValueError for every bad argument (not TypeError), so callers catch one documented type.
-        raise ValueError(f"{name}: expected a torch.Tensor {layout}, got {type(t).__name__}")  # noqa: TRY004
+        raise InputError(f"{name}: expected a torch.Tensor {layout}, got {type(t).__name__}")
     if t.dim() != ndim:
-        raise ValueError(f"{name}: expected {ndim} dims {layout}, got shape {tuple(t.shape)}")
+        raise InputError(f"{name}: expected {ndim} dims {layout}, got shape {tuple(t.shape)}")
     if t.dtype not in FLOAT_DTYPES:
-        raise ValueError(
+        raise InputError(
             f"{name}: dtype {t.dtype} is not supported; use torch.float16 or torch.bfloat16 "
             "(kernels) or torch.float32 (fallback)"
         )
     if t.numel() > 0 and t.stride(-1) != 1:
-        raise ValueError(
+        raise InputError(
             f"{name}: the last dim must be contiguous (stride {t.stride(-1)}); pass {name}.contiguous()"
         )
     return t
@@ -155,32 +185,32 @@ def check_same(
     """k and v against q: dtype, device, head dim and GQA head counts (k/v of any layout)."""
     for name, t in ((k_name, k), (v_name, v)):
         if t.dtype != q.dtype:
-            raise ValueError(f"{name}: dtype {t.dtype} differs from q's {q.dtype}; cast q, k, v to one dtype")
+            raise InputError(f"{name}: dtype {t.dtype} differs from q's {q.dtype}; cast q, k, v to one dtype")
         if t.device != q.device:
-            raise ValueError(f"{name}: on {t.device} but q is on {q.device}; move q, k, v to one device")
+            raise InputError(f"{name}: on {t.device} but q is on {q.device}; move q, k, v to one device")
     if k.shape != v.shape:
-        raise ValueError(
+        raise InputError(
             f"{v_name}: shape {tuple(v.shape)} differs from {k_name}'s {tuple(k.shape)}; they must match"
         )
     if k.shape[-1] != q.shape[-1]:
-        raise ValueError(
+        raise InputError(
             f"{k_name}: head dim {k.shape[-1]} differs from q's {q.shape[-1]}; q, k, v need one head dim"
         )
     heads, heads_k = q.shape[-2], k.shape[-2]
     if heads_k == 0 or heads % heads_k != 0:
-        raise ValueError(
+        raise InputError(
             f"{k_name}: {heads_k} kv heads must divide q's {heads} heads (GQA/MQA); "
             "use nheads_k that divides nheads"
         )
     if q.shape[-1] == 0:
-        raise ValueError("q: head dim is 0; use a head dim of at least 1")
+        raise InputError("q: head dim is 0; use a head dim of at least 1")
 
 
 def normalize_window(window_size: object, causal: bool, seqlen_k: int) -> tuple[bool, int, int]:
     """flash-attn's normalisation: causal == window (-1, 0); sizes >= seqlen_k mean unbounded."""
     left, right = window_pair(window_size)
     if left < -1 or right < -1:
-        raise ValueError(f"window_size: ({left}, {right}) has a value below -1; use -1 for unbounded")
+        raise InputError(f"window_size: ({left}, {right}) has a value below -1; use -1 for unbounded")
     left = -1 if left >= seqlen_k else left
     right = -1 if right >= seqlen_k else right
     if causal or (left < 0 and right == 0):
@@ -202,7 +232,7 @@ def _as_float(name: str, value: object) -> float:
     try:
         return float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError, RuntimeError):
-        raise ValueError(f"{name}: expected a number, got {type(value).__name__} {value!r}") from None
+        raise InputError(f"{name}: expected a number, got {type(value).__name__} {value!r}") from None
 
 
 def check_options(
@@ -216,24 +246,24 @@ def check_options(
 ) -> Options:
     dropout = _as_float("dropout_p", dropout_p)
     if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout_p: {dropout} must be in [0, 1)")
+        raise InputError(f"dropout_p: {dropout} must be in [0, 1)")
     cap = _as_float("softcap", softcap)
     if not cap >= 0:
-        raise ValueError(f"softcap: {cap} must be >= 0 (0 turns it off)")
+        raise InputError(f"softcap: {cap} must be >= 0 (0 turns it off)")
     if alibi_slopes is not None:
         if not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.shape not in ((heads,), (batch, heads)):
             shape = tuple(alibi_slopes.shape) if isinstance(alibi_slopes, torch.Tensor) else alibi_slopes
-            raise ValueError(f"alibi_slopes: expected shape ({heads},) or ({batch}, {heads}), got {shape}")
+            raise InputError(f"alibi_slopes: expected shape ({heads},) or ({batch}, {heads}), got {shape}")
         if alibi_slopes.device != q.device:
-            raise ValueError(f"alibi_slopes: on {alibi_slopes.device} but q is on {q.device}")
+            raise InputError(f"alibi_slopes: on {alibi_slopes.device} but q is on {q.device}")
         if not alibi_slopes.is_floating_point():
-            raise ValueError("alibi_slopes: must be a float tensor (torch.float32)")
+            raise InputError("alibi_slopes: must be a float tensor (torch.float32)")
     if softmax_scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     else:
         scale = _as_float("softmax_scale", softmax_scale)
         if not math.isfinite(scale):
-            raise ValueError(f"softmax_scale: {scale} is not finite; pass None for 1/sqrt(head_dim)")
+            raise InputError(f"softmax_scale: {scale} is not finite; pass None for 1/sqrt(head_dim)")
     return Options(scale, cap, dropout, alibi_slopes)
 
 
@@ -249,13 +279,15 @@ def make_call(
     deterministic: object,
     varlen: Varlen | None = None,
     kv: KvLayout | None = None,
+    key_len: int | None = None,
 ) -> AttnCall:
-    """The AttnCall of validated pieces; the window is normalised against seqlen_k."""
+    """The AttnCall of validated pieces; the window is normalised against seqlen_k, and the attention
+    runs over key_len keys (default seqlen_k; a KV cache normalises against its capacity)."""
     is_causal, left, right = normalize_window(window_size, bool(causal), seqlen_k)
     return AttnCall(
         batch=batch,
         seqlen_q=seqlen_q,
-        seqlen_k=seqlen_k,
+        seqlen_k=seqlen_k if key_len is None else key_len,
         heads=q.shape[-2],
         heads_k=heads_k,
         head_dim=q.shape[-1],
@@ -270,7 +302,7 @@ def make_call(
         alibi_slopes=opts.alibi_slopes,
         deterministic=bool(deterministic),
         varlen=varlen,
-        kv=kv or KvLayout(),
+        kv=_NO_LAYOUT if kv is None else kv,
     )
 
 
@@ -292,7 +324,7 @@ def check_padded(
     v = check_tensor("v", v, 4, layout)
     check_same(q, k, v)
     if k.shape[0] != q.shape[0]:
-        raise ValueError(f"k: batch {k.shape[0]} differs from q's {q.shape[0]}; q, k, v need one batch size")
+        raise InputError(f"k: batch {k.shape[0]} differs from q's {q.shape[0]}; q, k, v need one batch size")
     batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
     opts = check_options(q, batch, heads, dropout_p, softmax_scale, softcap, alibi_slopes)
     return make_call(q, batch, seqlen_q, k.shape[1], k.shape[2], opts, causal, window_size, deterministic)
@@ -301,49 +333,54 @@ def check_padded(
 def check_index_tensor(name: str, t: object, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
     """An int32 index tensor (cu_seqlens, block_table, cache_seqlens, ...) of a known shape on q's device."""
     if not isinstance(t, torch.Tensor):
-        raise ValueError(f"{name}: expected a torch.int32 tensor of shape {shape}, got {type(t).__name__}")  # noqa: TRY004
+        raise InputError(f"{name}: expected a torch.int32 tensor of shape {shape}, got {type(t).__name__}")
     if t.dtype != torch.int32:
-        raise ValueError(f"{name}: dtype {t.dtype}; pass {name}.to(torch.int32)")
+        raise InputError(f"{name}: dtype {t.dtype}; pass {name}.to(torch.int32)")
     if t.device != device:
-        raise ValueError(f"{name}: on {t.device} but q is on {device}; move it to q's device")
+        raise InputError(f"{name}: on {t.device} but q is on {device}; move it to q's device")
     if tuple(t.shape) != shape:
-        raise ValueError(f"{name}: expected shape {shape}, got {tuple(t.shape)}")
+        raise InputError(f"{name}: expected shape {shape}, got {tuple(t.shape)}")
     return t
 
 
 def _check_cu_seqlens(
     name: str, cu: object, total: int | None, device: torch.device
-) -> tuple[torch.Tensor, tuple[int, ...]]:
-    """The offsets and the per-sequence lengths; `total`: rows of the packed tensor the offsets index
-    (None: paged keys)."""
+) -> tuple[torch.Tensor, tuple[int, ...] | None]:
+    """The offsets, and the per-sequence lengths where they may be read (`may_read`; else None);
+    `total`: rows of the packed tensor the offsets index (None: paged keys)."""
     if not isinstance(cu, torch.Tensor) or cu.dim() != 1:
-        raise ValueError(f"{name}: expected a 1-D torch.int32 tensor of length batch + 1")
+        raise InputError(f"{name}: expected a 1-D torch.int32 tensor of length batch + 1")
     check_index_tensor(name, cu, tuple(cu.shape), device)
     if cu.numel() < 1:
-        raise ValueError(f"{name}: is empty; it needs batch + 1 offsets starting at 0")
-    offsets = cu.tolist()  # one host sync; the kernels trust these offsets, so they are checked here
+        raise InputError(f"{name}: is empty; it needs batch + 1 offsets starting at 0")
+    if not may_read(cu):
+        return cu, None
+    offsets = cu.tolist()  # host memory: the kernels trust these offsets, so they are checked here
     if offsets[0] != 0:
-        raise ValueError(f"{name}: starts at {offsets[0]}; the first offset must be 0")
+        raise InputError(f"{name}: starts at {offsets[0]}; the first offset must be 0")
     lengths = tuple(b - a for a, b in itertools.pairwise(offsets))
     if any(n < 0 for n in lengths):
-        raise ValueError(
+        raise InputError(
             f"{name}: offsets {offsets} decrease; they must be non-decreasing (cumsum of lengths)"
         )
     if total is not None and offsets[-1] != total:
-        raise ValueError(
+        raise InputError(
             f"{name}: last offset {offsets[-1]} != {total} rows in the packed tensor; "
             "it must equal the total number of tokens"
         )
     return cu, lengths
 
 
-def _max_seqlen(name: str, value: object, lengths: tuple[int, ...], cu_name: str) -> int:
+def _max_seqlen(name: str, value: object, lengths: tuple[int, ...] | None, cu_name: str) -> int:
     """flash-attn sizes its grid by max_seqlen: one below the longest sequence would drop rows silently.
-    A larger value is allowed (flash-attn allows it: it only costs idle blocks)."""
+    A larger value is allowed (flash-attn allows it: it only costs idle blocks). Checked against the
+    lengths where they were read."""
     given = as_int(name, value)
-    longest = max(lengths, default=0)
+    if given < 0:
+        raise InputError(f"{name}: {given} is negative; pass the longest sequence's length")
+    longest = max(lengths or (), default=0)
     if given < longest:
-        raise ValueError(
+        raise InputError(
             f"{name}: {given} is smaller than the longest sequence in {cu_name} ({longest}); "
             f"pass {name} >= {longest} (the largest difference of consecutive {cu_name} offsets)"
         )
@@ -355,28 +392,31 @@ def check_block_table(
     batch: int,
     num_blocks: int,
     page_size: int,
-    lengths: tuple[int, ...],
+    lengths: tuple[int, ...] | None,
     device: torch.device,
 ) -> torch.Tensor:
-    """A paged cache's (batch, max_blocks_per_seq) int32 page table: every page a sequence reads exists."""
+    """A paged cache's (batch, max_blocks_per_seq) int32 page table; with the lengths known (None: not
+    read), no sequence needs more pages than it has, and where it may be read every page exists."""
     if not isinstance(block_table, torch.Tensor) or block_table.dim() != 2:
-        raise ValueError("block_table: expected a 2-D torch.int32 tensor (batch, max_num_blocks_per_seq)")
+        raise InputError("block_table: expected a 2-D torch.int32 tensor (batch, max_num_blocks_per_seq)")
     table = check_index_tensor("block_table", block_table, (batch, block_table.shape[1]), device)
     if page_size < 1:
-        raise ValueError("k_cache: a paged cache needs page_block_size >= 1 (its dim 1)")
+        raise InputError("k_cache: a paged cache needs page_block_size >= 1 (its dim 1)")
     capacity = table.shape[1] * page_size
-    for index, length in enumerate(lengths):
+    for index, length in enumerate(lengths or ()):
         if length > capacity:
-            raise ValueError(
+            raise InputError(
                 f"block_table: sequence {index} has {length} keys but its {table.shape[1]} pages of "
                 f"{page_size} hold {capacity}; add columns to block_table"
             )
+    if lengths is None or not may_read(table):
+        return table
     used = [-(-length // page_size) for length in lengths]
-    pages = table.tolist()  # host sync, like cu_seqlens: a bad page index would read out of bounds
+    pages = table.tolist()  # host memory: a bad page index would read out of bounds
     for index, (row, count) in enumerate(zip(pages, used, strict=True)):
         bad = [p for p in row[:count] if not 0 <= p < num_blocks]
         if bad:
-            raise ValueError(
+            raise InputError(
                 f"block_table: sequence {index} uses page {bad[0]}, outside the {num_blocks} pages of the "
                 "cache; page indices must be in [0, num_blocks)"
             )
@@ -399,9 +439,13 @@ def check_varlen(
     alibi_slopes: object,
     deterministic: object,
     block_table: object = None,
+    seqused_k: object = None,
+    leftpad_k: object = None,
 ) -> AttnCall:
     """Packed q/k/v; with block_table, k/v are a paged cache (num_blocks, page_block_size, heads_k, dim)
-    and sequence b's keys are the first cu_seqlens_k[b+1] - cu_seqlens_k[b] rows of its pages."""
+    and sequence b's keys are the first cu_seqlens_k[b+1] - cu_seqlens_k[b] rows of its pages.
+    seqused_k (batch,): keys of sequence b used, instead of its cu_seqlens_k length; leftpad_k (batch,):
+    its keys start that many rows later (flash-attn's varlen_fwd arguments)."""
     q = check_tensor("q", q, 3, "(total_tokens, heads, head_dim)")
     paged = block_table is not None
     kv_layout = (
@@ -412,20 +456,22 @@ def check_varlen(
     check_same(q, k, v)
     cu_q, lens_q = _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], q.device)
     cu_k, lens_k = _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, None if paged else k.shape[0], q.device)
-    if len(lens_q) != len(lens_k):
-        raise ValueError(
-            f"cu_seqlens_k: {len(lens_k)} sequences but cu_seqlens_q has {len(lens_q)}; "
+    batch = cu_q.shape[0] - 1
+    if cu_k.shape[0] != cu_q.shape[0]:
+        raise InputError(
+            f"cu_seqlens_k: {cu_k.shape[0] - 1} sequences but cu_seqlens_q has {batch}; "
             "both need batch + 1 offsets"
         )
+    used = None if seqused_k is None else check_index_tensor("seqused_k", seqused_k, (batch,), q.device)
+    pad = None if leftpad_k is None else check_index_tensor("leftpad_k", leftpad_k, (batch,), q.device)
     max_q = _max_seqlen("max_seqlen_q", max_seqlen_q, lens_q, "cu_seqlens_q")
-    max_k = _max_seqlen("max_seqlen_k", max_seqlen_k, lens_k, "cu_seqlens_k")
-    batch = len(lens_q)
-    kv = None
+    max_k = _max_seqlen("max_seqlen_k", max_seqlen_k, lens_k if used is None else None, "cu_seqlens_k")
+    kv = KvLayout(seqused_k=used, leftpad_k=pad)
     if paged:
         table = check_block_table(block_table, batch, k.shape[0], k.shape[1], lens_k, q.device)
-        kv = KvLayout(block_table=table, page_size=k.shape[1])
+        kv = replace(kv, block_table=table, page_size=k.shape[1])
     opts = check_options(q, batch, q.shape[1], dropout_p, softmax_scale, softcap, alibi_slopes)
-    varlen = Varlen(cu_q, cu_k, lens_q, lens_k, max_q, max_k)
+    varlen = Varlen(cu_q, cu_k, max_q, max_k)
     return make_call(
         q, batch, max_q, max_k, k.shape[-2], opts, causal, window_size, deterministic, varlen, kv
     )

@@ -10,13 +10,14 @@ kvcache.py; both end in `decide` and `run_kernels` here.
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from . import decision, fallback, inputs, loader, ops, paged, preload, selfcheck
+from . import call_cache, decision, fallback, inputs, loader, ops, preload, selfcheck
 from . import dispatch as _dispatch
 from ._constant import assume_constant_result as _assume_constant_result
 from .dispatch import Dispatch
@@ -28,18 +29,35 @@ Fallback = Callable[
 ]
 
 
+def needs_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+
+
 def decide(call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Dispatch:
     """The path this call takes (memoised per device, dtype, head dim, direction and features)."""
-    backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    return _decide_for(
+    backward = needs_backward(q, k, v)
+    compiling = torch.compiler.is_compiling()
+    if not compiling:  # a call kept by call_cache: its route, without rebuilding the decision's key
+        kept = _kept_routes.get((id(call), backward))
+        if kept is not None and kept[0] is call:
+            return kept[1]
+    # operator.index: under torch.compile with dynamic shapes these may be symbolic; the decision depends
+    # on their values, so the graph specialises on them (a guard; dynamo keeps int() symbolic) and the
+    # decision stays a constant.
+    route = _decide_for(
         call.device.type,
         call.device.index,
         call.dtype_name,
-        call.head_dim,
+        operator.index(call.head_dim),
         backward,
         tuple(sorted(_dispatch.features_of(call, backward))),
-        call.kv.page_size,
+        operator.index(call.kv.page_size),
     )
+    if not compiling and call_cache.tensor_free(call):
+        if len(_kept_routes) >= 1024:
+            _kept_routes.clear()
+        _kept_routes[(id(call), backward)] = (call, route)
+    return route
 
 
 # torch.compile runs this for real while tracing and bakes the (constant) result into the graph: the
@@ -72,6 +90,12 @@ def _decide_for(
 _decisions: dict[tuple[Any, ...], Dispatch] = {}
 
 
+# Routes of tensor-free calls decided lately, by (id(call), backward), checked by identity: call_cache
+# keeps a decode loop's call, so its route is one lookup away. (An entry keeps its call alive, so its id
+# is not reused while the entry exists; calls holding tensors are never kept.)
+_kept_routes: dict[tuple[int, bool], tuple[AttnCall, Dispatch]] = {}
+
+
 def admit(
     call: AttnCall,
     route: Dispatch,
@@ -83,7 +107,7 @@ def admit(
 ) -> Dispatch:
     """`route` once the units it would use are verified on this GPU (selfcheck.admit: a record, or the
     first-use self-check), or the fallback when one failed or measured slower than SDPA here."""
-    backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    backward = needs_backward(q, k, v)
     return selfcheck.admit(
         route, q.device, q.dtype, call.causal, call.seqlen_k, backward, splitkv=splitkv, may_check=may_check
     )
@@ -127,7 +151,7 @@ def run_kernels(
     pad = route.head_dim - call.head_dim
     if pad:  # kernels need a multiple of 8; zero columns change neither q.k nor the kept outputs
         q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))
-    q, k, v = (_row_aligned(t) for t in (q, k, v))
+    q, k, v = row_aligned(q), row_aligned(k), row_aligned(v)
     fwd, bwd = route.fwd, route.bwd or ops.NO_LAUNCH
     varlen, kv = call.varlen, call.kv
     splits = _split_count(call, route, q, num_splits)
@@ -161,11 +185,13 @@ def run_kernels(
     return (out[..., : call.head_dim] if pad else out), lse
 
 
-def _row_aligned(t: torch.Tensor) -> torch.Tensor:
+def row_aligned(t: torch.Tensor) -> torch.Tensor:
     """The kernels load 16-byte vectors per row: strides must be multiples of 8 elements. Copy the rare
     tensor that is not. (A misaligned start address is copied by the binding: torch.compile cannot
     trace storage_offset().)"""
-    if all(s % 8 == 0 for s in t.stride()[:-1]):
+    # Multiples of 8 (a power of two) exactly when their bitwise or is: one C-level reduce per tensor,
+    # which a decode step calls three times.
+    if functools.reduce(operator.or_, t.stride()[:-1], 0) % 8 == 0:
         return t
     return t.contiguous()
 
@@ -223,9 +249,15 @@ def flash_attn_func(
     kernels cannot serve run on torch SDPA with the same semantics and warn once per reason (FA_STRICT=1
     raises instead).
     """
-    call = inputs.check_padded(
+    key = None if torch.compiler.is_compiling() else call_cache.padded_key(
         q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic
-    )
+    )  # fmt: skip
+    call = call_cache.known(key)
+    if call is None:
+        call = inputs.check_padded(
+            q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic
+        )
+        call_cache.remember(key, call)
     return _attend(call, q, k, v, fallback.attention, return_lse, return_attn_probs)
 
 
@@ -260,27 +292,26 @@ def flash_attn_varlen_func(
     other sizes fall back with feature-unsupported "paged_kv"), forward only (a call that needs
     gradients falls back).
     """
+    return varlen_attention(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
+        window_size, softcap, alibi_slopes, deterministic, return_attn_probs, block_table, return_lse,
+    )  # fmt: skip
+
+
+def varlen_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: IntLike, max_seqlen_k: IntLike, dropout_p: float, softmax_scale: float | None,
+    causal: bool, window_size: WindowSize, softcap: float, alibi_slopes: torch.Tensor | None,
+    deterministic: bool, return_attn_probs: bool, block_table: torch.Tensor | None, return_lse: bool,
+    seqused_k: torch.Tensor | None = None, leftpad_k: torch.Tensor | None = None,
+) -> AttnOutput:  # fmt: skip
+    """flash_attn_varlen_func, plus the key layouts of flash-attn's extension (flash_attn_ext.varlen_fwd):
+    seqused_k and leftpad_k (inputs.check_varlen)."""
     call = inputs.check_varlen(
-        q,
-        k,
-        v,
-        cu_seqlens_q,
-        cu_seqlens_k,
-        max_seqlen_q,
-        max_seqlen_k,
-        dropout_p,
-        softmax_scale,
-        causal,
-        window_size,
-        softcap,
-        alibi_slopes,
-        deterministic,
-        block_table,
-    )
-    run_fallback: Fallback = fallback.varlen_attention
-    if block_table is not None:
-        run_fallback = paged.varlen_fallback(block_table)
-    return _attend(call, q, k, v, run_fallback, return_lse, return_attn_probs)
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
+        window_size, softcap, alibi_slopes, deterministic, block_table, seqused_k, leftpad_k,
+    )  # fmt: skip
+    return _attend(call, q, k, v, fallback.varlen_attention, return_lse, return_attn_probs)
 
 
 def explain(

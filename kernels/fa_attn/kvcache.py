@@ -18,31 +18,36 @@ shapes, by decision.num_splits or the caller's `num_splits`), each layout a kern
                    rule, a multiple of 256, always is)
 A cache in which every sequence has the same length needs none of them (the kernels see k_cache[:, :L]).
 Wheels without a feature, pages smaller than the key block, ALiBi, and calls that need gradients through
-a layout run the fallback (reason `feature-unsupported` or `backward-unsupported`). cache_seqlens given
-as a tensor is read on the host once, to check every index against the cache (a bad one would make the
-kernels read out of bounds); pass an int when every sequence has the same length to avoid the sync.
+a layout run the fallback (reason `feature-unsupported` or `backward-unsupported`). No index tensor
+(cache_seqlens, cache_batch_idx, cache_leftpad, block_table) is read on the host, except where
+inputs.may_read allows it (CPU tensors, FA_CHECK_INDICES=1) and flash-attn's own bound check on a paged
+cache (`_paged_bound`): a decode step can be captured in a CUDA graph and compiled with fullgraph=True.
+A cache_seqlens tensor makes the kernels read per-sequence key counts (seqused_k) over the whole cache
+width; an int, when every sequence has the same length, bounds the keys on the host.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
-from . import dispatch, fallback, interface, paged, rotary
+from . import dispatch, fallback, interface, rotary
 from .inputs import (
     AttnCall,
+    InputError,
     IntLike,
     KvLayout,
-    Varlen,
     WindowSize,
     as_int,
     check_block_table,
     check_index_tensor,
+    check_integer_tensor,
     check_options,
     check_same,
     check_tensor,
     make_call,
+    may_read,
 )
 
 
@@ -55,38 +60,44 @@ class Rotary:
 
 @dataclass(frozen=True)
 class CacheCall:
-    """A validated flash_attn_with_kvcache call."""
+    """A validated flash_attn_with_kvcache call. Its per-sequence facts are device tensors: nothing in
+    a call reads them on the host (inputs.may_read says where validation does)."""
 
-    attn: (
-        AttnCall  # the attention over the cache: seqlen_k is the longest sequence's key count, kv the layout
-    )
+    attn: AttnCall  # the attention over the cache: seqlen_k bounds every sequence's keys, kv the layout
     capacity: int  # keys one sequence's cache can hold (seqlen_cache, or pages per sequence * page size)
     seqlen_new: int  # rows of k/v appended (0: none)
-    cache_seqlens: tuple[int, ...] | None  # keys before the append; None: every sequence is full
-    leftpad: tuple[int, ...] | None  # first valid key per sequence
+    cache_seqlens: torch.Tensor | None  # (batch,) integer keys before the append, when given as a tensor
+    uniform: int | None  # the keys before the append, when given as one int for every sequence
+    leftpad: torch.Tensor | None  # (batch,) int64 first valid key per sequence
     batch_rows: torch.Tensor | None  # cache_batch_idx as int64
     block_table: torch.Tensor | None
     rotary: Rotary | None
     num_splits: int  # split-KV hint (0: heuristic); for the kernels' split-KV forward
 
-    @property
-    def key_starts(self) -> list[int]:
-        return list(self.leftpad) if self.leftpad is not None else [0] * self.attn.batch
+    def counts(self, device: torch.device) -> torch.Tensor | None:
+        """(batch,) int64 keys before the append; None: every cache is full. Made only where a torch op
+        needs them (rotary, the append, the fallback): the kernels take an int as it is."""
+        if self.cache_seqlens is not None:
+            return self.cache_seqlens.to(torch.long)
+        if self.uniform is None:
+            return None
+        return torch.full((self.attn.batch,), self.uniform, dtype=torch.long, device=device)
 
-    @property
-    def key_ends(self) -> list[int]:
-        if self.cache_seqlens is None:
-            return [self.capacity] * self.attn.batch
-        return [n + self.seqlen_new for n in self.cache_seqlens]
 
-
-def _cache_seqlens(value: object, batch: int, device: torch.device) -> tuple[int, ...] | None:
+def _cache_seqlens(value: object, batch: int, device: torch.device) -> tuple[torch.Tensor | None, int | None]:
+    """(per-sequence counts as an int64 device tensor, the count when the caller gave one int)."""
     if value is None:
-        return None
+        return None, None
     if isinstance(value, torch.Tensor) and value.dim() == 1:
         check_index_tensor("cache_seqlens", value, (batch,), device)
-        return tuple(value.tolist())
-    return (as_int("cache_seqlens", value),) * batch
+        return value, None
+    if isinstance(value, torch.Tensor) and not may_read(value):  # one count for all, left on the device
+        check_integer_tensor("cache_seqlens", value)
+        return value.to(device=device).reshape(()).expand(batch), None
+    count = as_int("cache_seqlens", value)
+    if count < 0:
+        raise InputError(f"cache_seqlens: {count} is negative")
+    return None, count
 
 
 def _check(
@@ -109,32 +120,35 @@ def _check(
 
     rows = None
     row_index: torch.Tensor | None = None  # cache_batch_idx, checked (int32)
-    page_table: torch.Tensor | None = None
     if is_paged:
         if cache_batch_idx is not None:
-            raise ValueError(
+            raise InputError(
                 "cache_batch_idx: not supported with a paged cache (block_table); pass one of them"
             )
         if cache_leftpad is not None:
-            raise ValueError(
+            raise InputError(
                 "cache_leftpad: not supported with a paged cache (block_table); pass one of them"
             )
         if not isinstance(block_table, torch.Tensor) or block_table.dim() != 2:
-            raise ValueError("block_table: expected a 2-D torch.int32 tensor (batch, max_num_blocks_per_seq)")
+            raise InputError("block_table: expected a 2-D torch.int32 tensor (batch, max_num_blocks_per_seq)")
         capacity = block_table.shape[1] * k_cache.shape[1]  # the table itself: check_block_table below
     else:
         capacity = k_cache.shape[1]
         if cache_batch_idx is not None:
             row_index = check_index_tensor("cache_batch_idx", cache_batch_idx, (batch,), device)
             rows = row_index.to(torch.long)
-            bad = [i for i in row_index.tolist() if not 0 <= i < k_cache.shape[0]]
+            bad = (
+                [i for i in row_index.tolist() if not 0 <= i < k_cache.shape[0]]
+                if may_read(row_index)
+                else []
+            )
             if bad:
-                raise ValueError(
+                raise InputError(
                     f"cache_batch_idx: {bad[0]} is outside the cache's {k_cache.shape[0]} rows; "
                     "indices must be in [0, batch_cache)"
                 )
         elif k_cache.shape[0] != batch:
-            raise ValueError(
+            raise InputError(
                 f"k_cache: batch {k_cache.shape[0]} differs from q's {batch}; pass cache_batch_idx to pick "
                 "cache rows, or a cache with q's batch"
             )
@@ -142,44 +156,33 @@ def _check(
     seqlen_new = 0
     if k is not None or v is not None:
         if k is None or v is None:
-            raise ValueError("k, v: pass both new keys and new values, or neither")
+            raise InputError("k, v: pass both new keys and new values, or neither")
         k = check_tensor("k", k, 4, layout)
         v = check_tensor("v", v, 4, layout)
         check_same(q, k, v)
         if k.shape[0] != batch or k.shape[2] != k_cache.shape[2]:
-            raise ValueError(
+            raise InputError(
                 f"k: shape {tuple(k.shape)} must be (batch {batch}, seqlen_new, heads_k {k_cache.shape[2]}, "
                 f"head_dim {k_cache.shape[3]}) to be appended to the cache"
             )
         if cache_seqlens is None:
-            raise ValueError("cache_seqlens: required with new k/v (where in the cache they are written)")
+            raise InputError("cache_seqlens: required with new k/v (where in the cache they are written)")
         seqlen_new = k.shape[1]
-    lengths = _cache_seqlens(cache_seqlens, batch, device)
-
-    leftpad = None
-    pad: torch.Tensor | None = None
+    counts, uniform = _cache_seqlens(cache_seqlens, batch, device)
+    if uniform is not None and uniform + seqlen_new > capacity:
+        raise InputError(
+            f"cache_seqlens: {uniform} keys + {seqlen_new} new = {uniform + seqlen_new}, more than the "
+            f"cache's {capacity}; allocate a longer cache (or more block_table columns)"
+        )
+    pad = None
     if cache_leftpad is not None:
         pad = check_index_tensor("cache_leftpad", cache_leftpad, (batch,), device)
-        leftpad = tuple(pad.tolist())
-    for b in range(batch):
-        start = leftpad[b] if leftpad else 0
-        end = lengths[b] + seqlen_new if lengths is not None else capacity
-        if lengths is not None and lengths[b] < 0:
-            raise ValueError(f"cache_seqlens: {lengths[b]} for sequence {b} is negative")
-        if end > capacity:
-            raise ValueError(
-                f"cache_seqlens: sequence {b} holds {end - seqlen_new} keys + {seqlen_new} new = {end}, more "
-                f"than the cache's {capacity}; allocate a longer cache (or more block_table columns)"
-            )
-        if not 0 <= start <= end - seqlen_new:
-            raise ValueError(
-                f"cache_leftpad: {start} for sequence {b} must be in [0, cache_seqlens] ([0, {end - seqlen_new}])"
-            )
+    _check_bounds(cache_seqlens, uniform, pad, seqlen_new, capacity, batch)
+    page_table: torch.Tensor | None = None
     if is_paged:
-        ends = [lengths[b] + seqlen_new for b in range(batch)] if lengths is not None else [capacity] * batch
-        page_table = check_block_table(
-            block_table, batch, k_cache.shape[0], k_cache.shape[1], tuple(ends), device
-        )
+        ends = _known_ends(cache_seqlens, uniform, seqlen_new, capacity, batch)
+        page_table = check_block_table(block_table, batch, k_cache.shape[0], k_cache.shape[1], ends, device)
+        _paged_bound(cache_seqlens, seqlen_new, capacity)
 
     rot = None
     if rotary_cos is not None or rotary_sin is not None:
@@ -187,55 +190,137 @@ def _check(
 
     splits = as_int("num_splits", num_splits)
     if splits < 0:
-        raise ValueError(f"num_splits: {splits} must be >= 0 (0: choose automatically)")
+        raise InputError(f"num_splits: {splits} must be >= 0 (0: choose automatically)")
     opts = check_options(q, batch, q.shape[2], 0.0, softmax_scale, softcap, alibi_slopes)
 
-    # What the kernels need beyond k_cache[:, :key_len] (a layout where every sequence has key_len keys).
-    ragged = lengths is not None and len(set(lengths)) > 1
+    # What the kernels need beyond k_cache[:, :key_len] (a layout where every sequence has key_len keys):
+    # counts the host does not know are the kernels' per-sequence key counts.
+    ragged = counts is not None and uniform is None
     kv = KvLayout(
-        seqused_k=_key_counts(cache_seqlens, seqlen_new) if ragged else None,
-        leftpad_k=pad if leftpad is not None and any(leftpad) else None,
+        seqused_k=_key_counts(counts, seqlen_new) if ragged and counts is not None else None,
+        leftpad_k=pad,
         kv_batch_idx=row_index,
         block_table=page_table,
         page_size=k_cache.shape[1] if is_paged else 0,
     )
-    key_len = capacity if lengths is None else max((n + seqlen_new for n in lengths), default=0)
-    attn = make_call(q, batch, seqlen_q, capacity, k_cache.shape[2], opts, causal, window_size, False)
+    key_len = capacity if uniform is None else uniform + seqlen_new
     # flash-attn normalises the window against the cache's capacity; the attention then runs over key_len
-    attn = replace(attn, seqlen_k=key_len, kv=kv)
-    return CacheCall(attn, capacity, seqlen_new, lengths, leftpad, rows, page_table, rot, splits)
+    attn = make_call(
+        q,
+        batch,
+        seqlen_q,
+        capacity,
+        k_cache.shape[2],
+        opts,
+        causal,
+        window_size,
+        False,
+        kv=kv,
+        key_len=key_len,
+    )
+    leftpad = None if pad is None else pad.to(torch.long)
+    return CacheCall(attn, capacity, seqlen_new, counts, uniform, leftpad, rows, page_table, rot, splits)
 
 
-def _key_counts(cache_seqlens: object, seqlen_new: int) -> torch.Tensor:
-    """Each sequence's keys after the append, int32 on the device: the kernels' seqused_k."""
-    assert isinstance(cache_seqlens, torch.Tensor)  # counts that differ between sequences are a tensor
-    return (cache_seqlens + seqlen_new).to(torch.int32)
+def _key_counts(cache_seqlens: torch.Tensor, seqlen_new: int) -> torch.Tensor:
+    """The kernels' seqused_k: each sequence's keys after the append, int32, contiguous; the caller's
+    tensor itself when it already is that (a decode step without new keys makes no tensor)."""
+    counts = cache_seqlens + seqlen_new if seqlen_new else cache_seqlens
+    return counts.to(torch.int32).contiguous()
+
+
+def _host_values(value: object) -> list[int] | None:
+    """A (batch,) index tensor's values where validation may read them (inputs.may_read), else None."""
+    if isinstance(value, torch.Tensor) and value.dim() == 1 and may_read(value):
+        return [int(n) for n in value.tolist()]
+    return None
+
+
+def _check_bounds(
+    cache_seqlens: object,
+    uniform: int | None,
+    pad: torch.Tensor | None,
+    seqlen_new: int,
+    capacity: int,
+    batch: int,
+) -> None:
+    """Every sequence's keys fit its cache and its first key is among them, where the values are host
+    data (a bad count makes the kernels read out of bounds; on a GPU, FA_CHECK_INDICES=1 checks too)."""
+    lengths = [uniform] * batch if uniform is not None else _host_values(cache_seqlens)
+    starts = _host_values(pad) if pad is not None else [0] * batch
+    for b in range(batch):
+        n = lengths[b] if lengths is not None else None
+        if n is not None and n < 0:
+            raise InputError(f"cache_seqlens: {n} for sequence {b} is negative")
+        if n is not None and n + seqlen_new > capacity:
+            raise InputError(
+                f"cache_seqlens: sequence {b} holds {n} keys + {seqlen_new} new = {n + seqlen_new}, more "
+                f"than the cache's {capacity}; allocate a longer cache (or more block_table columns)"
+            )
+        end = n if n is not None else capacity
+        if starts is not None and not 0 <= starts[b] <= end:
+            raise InputError(
+                f"cache_leftpad: {starts[b]} for sequence {b} must be in [0, cache_seqlens] ([0, {end}])"
+            )
+
+
+def _known_ends(
+    cache_seqlens: object, uniform: int | None, seqlen_new: int, capacity: int, batch: int
+) -> tuple[int, ...] | None:
+    """Each sequence's keys after the append, where known on the host (None: not read)."""
+    if cache_seqlens is None:
+        return (capacity,) * batch
+    if uniform is not None:
+        return (uniform + seqlen_new,) * batch
+    lengths = _host_values(cache_seqlens)
+    return None if lengths is None else tuple(n + seqlen_new for n in lengths)
+
+
+def _paged_bound(cache_seqlens: object, seqlen_new: int, capacity: int) -> None:
+    """flash-attn's one host check on a paged cache (mha_fwd_kvcache, flash-attn PR #2711): the longest
+    sequence fits the pages block_table gives it, else the kernels would index past the table. Like
+    flash-attn, one `.max().item()` per call on a device tensor, and never while torch.compile traces or
+    a CUDA graph captures (no read is possible there)."""
+    if not isinstance(cache_seqlens, torch.Tensor) or type(cache_seqlens) is not torch.Tensor:
+        return
+    if cache_seqlens.numel() == 0 or cache_seqlens.is_meta or may_read(cache_seqlens):
+        return  # host values were checked by _check_bounds; meta tensors have none
+    if torch.compiler.is_compiling():
+        return
+    if cache_seqlens.is_cuda and torch.cuda.is_current_stream_capturing():
+        return
+    longest = int(cache_seqlens.max().item()) + seqlen_new
+    if longest > capacity:
+        raise InputError(
+            f"block_table: the longest sequence needs {longest} keys (max(cache_seqlens) + {seqlen_new} new) "
+            f"but block_table addresses {capacity}; add columns to block_table"
+        )
 
 
 def _check_rotary(
     q: torch.Tensor, cos: object, sin: object, interleaved: object, seqlen_new: int, capacity: int
 ) -> Rotary:
     if cos is None or sin is None:
-        raise ValueError("rotary_cos, rotary_sin: pass both, or neither")
+        raise InputError("rotary_cos, rotary_sin: pass both, or neither")
     if seqlen_new == 0:
-        raise ValueError("rotary_cos: rotary embedding needs the new k and v (it rotates q and the new keys)")
+        raise InputError("rotary_cos: rotary embedding needs the new k and v (it rotates q and the new keys)")
     for name, t in (("rotary_cos", cos), ("rotary_sin", sin)):
         if not isinstance(t, torch.Tensor) or t.dim() != 2:
-            raise ValueError(f"{name}: expected a 2-D tensor (seqlen_rotary, rotary_dim / 2)")
+            raise InputError(f"{name}: expected a 2-D tensor (seqlen_rotary, rotary_dim / 2)")
         if t.dtype != q.dtype or t.device != q.device:
-            raise ValueError(
+            raise InputError(
                 f"{name}: must have q's dtype {q.dtype} and device {q.device}; pass {name}.to(q)"
             )
     assert isinstance(cos, torch.Tensor)
     assert isinstance(sin, torch.Tensor)
     if cos.shape != sin.shape:
-        raise ValueError(f"rotary_sin: shape {tuple(sin.shape)} differs from rotary_cos's {tuple(cos.shape)}")
+        raise InputError(f"rotary_sin: shape {tuple(sin.shape)} differs from rotary_cos's {tuple(cos.shape)}")
     if 2 * cos.shape[1] > q.shape[-1]:
-        raise ValueError(
+        raise InputError(
             f"rotary_cos: rotary_dim {2 * cos.shape[1]} (2 x its dim 1) is larger than head_dim {q.shape[-1]}"
         )
     if cos.shape[0] < capacity:
-        raise ValueError(
+        raise InputError(
             f"rotary_cos: {cos.shape[0]} positions, fewer than the cache's {capacity}; "
             "cos/sin need a row for every cache position"
         )
@@ -244,8 +329,9 @@ def _check_rotary(
 
 def _positions(req: CacheCall, seqlen: int, per_token: bool, device: torch.device) -> torch.Tensor:
     """(batch, seqlen) rotary positions: cache_seqlens[b] + t, or cache_seqlens[b] for every token."""
-    assert req.cache_seqlens is not None
-    base = torch.tensor(req.cache_seqlens, dtype=torch.long, device=device).unsqueeze(1)
+    counts = req.counts(device)
+    assert counts is not None  # rotary and the append need cache_seqlens (_check)
+    base = counts.unsqueeze(1)
     steps = torch.arange(seqlen, device=device).unsqueeze(0)
     return base + steps if per_token else base.expand(-1, seqlen)
 
@@ -253,21 +339,21 @@ def _positions(req: CacheCall, seqlen: int, per_token: bool, device: torch.devic
 def _append(
     req: CacheCall, k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 ) -> None:
-    """Write the new rows into the cache in place."""
-    assert req.cache_seqlens is not None
+    """Write the new rows into the cache in place (index_copy_ into the cache's (rows * seqlen) view)."""
     device = k_cache.device
     pos = _positions(req, req.seqlen_new, True, device)  # (batch, seqlen_new) cache rows
+    width = k_cache.shape[1]
     if req.block_table is not None:
-        page = k_cache.shape[1]
-        table = req.block_table.to(torch.long)
-        first = torch.gather(table, 1, pos // page)
-        second = pos % page
+        pages = torch.gather(req.block_table.to(torch.long), 1, pos // width)
+        flat = pages * width + pos % width
     else:
         rows = req.batch_rows if req.batch_rows is not None else torch.arange(req.attn.batch, device=device)
-        first = rows.unsqueeze(1).expand_as(pos)
-        second = pos
-    k_cache[first, second] = k
-    v_cache[first, second] = v
+        flat = rows.unsqueeze(1) * width + pos
+    for cache, new in ((k_cache, k), (v_cache, v)):
+        if cache.shape[0] > 1 and cache.stride(0) != width * cache.stride(1):  # rows not one view: index
+            cache[flat // width, flat % width] = new
+        else:
+            cache.view(-1, *cache.shape[2:]).index_copy_(0, flat.reshape(-1), new.reshape(-1, *new.shape[2:]))
 
 
 def _attend_cache(
@@ -279,54 +365,56 @@ def _attend_cache(
     )
     dispatch.report(route)
     if route.path != "fallback":
-        if req.block_table is None:  # no sequence reads past row call.seqlen_k of its cache
-            k_cache, v_cache = k_cache[:, : call.seqlen_k], v_cache[:, : call.seqlen_k]
+        if req.block_table is None and call.seqlen_k < k_cache.shape[1]:  # none reads past row seqlen_k
+            k_cache, v_cache = k_cache.narrow(1, 0, call.seqlen_k), v_cache.narrow(1, 0, call.seqlen_k)
         return interface.run_kernels(call, route, q, k_cache, v_cache, num_splits=req.num_splits)
     return _fallback(req, q, k_cache, v_cache, want_lse)
+
+
+def _cache_keys(req: CacheCall, cache: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
+    """(batch, seqlen_k, heads_k, dim): sequence b's keys from its first one on, read on the device."""
+    width = req.attn.seqlen_k
+    if req.block_table is not None:
+        return fallback.gather_keys(cache, first, width, req.block_table)
+    rows = req.batch_rows if req.batch_rows is not None else torch.arange(req.attn.batch, device=cache.device)
+    slots = (first.unsqueeze(1) + torch.arange(width, device=cache.device)).clamp(
+        0, max(cache.shape[1] - 1, 0)
+    )
+    return fallback.rows_of(cache.flatten(0, 1), rows.unsqueeze(1) * cache.shape[1] + slots)
 
 
 def _fallback(
     req: CacheCall, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, want_lse: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Each sequence's keys gathered into the packed layout, then the varlen fallback."""
+    """Each sequence's keys [first key, cache_seqlens + seqlen_new) gathered into a padded batch on the
+    device, then the fallback's attention with per-sequence key counts."""
     call = req.attn
     batch, seqlen_q = q.shape[0], q.shape[1]
-    starts, ends = req.key_starts, req.key_ends
-    if req.block_table is not None:
-        keys = paged.gather(k_cache, req.block_table, starts, ends)
-        values = paged.gather(v_cache, req.block_table, starts, ends)
+    device = q.device
+    if req.block_table is None and req.leftpad is None and req.cache_seqlens is None and call.seqlen_k:
+        # Every sequence has call.seqlen_k keys from its row 0 (an int cache_seqlens, or full caches): a
+        # padded call on a view of the cache, whose plain cases SDPA serves directly.
+        keys, values = k_cache, v_cache
+        if req.batch_rows is not None:
+            keys, values = (
+                fallback.rows_of(k_cache, req.batch_rows),
+                fallback.rows_of(v_cache, req.batch_rows),
+            )
+        keys, values = keys.narrow(1, 0, call.seqlen_k), values.narrow(1, 0, call.seqlen_k)
+        return fallback.attention(call, q, keys, values, want_lse)
+    first = req.leftpad if req.leftpad is not None else torch.zeros(batch, dtype=torch.long, device=device)
+    counts = req.counts(device)
+    if counts is not None:
+        ends = counts + req.seqlen_new
     else:
-        rows = req.batch_rows.tolist() if req.batch_rows is not None else list(range(batch))
-        keys = (
-            torch.cat([k_cache[r, s:e] for r, s, e in zip(rows, starts, ends, strict=True)])
-            if rows
-            else k_cache[:0, 0]
-        )
-        values = (
-            torch.cat([v_cache[r, s:e] for r, s, e in zip(rows, starts, ends, strict=True)])
-            if rows
-            else v_cache[:0, 0]
-        )
-    lens_k = tuple(e - s for s, e in zip(starts, ends, strict=True))
-
-    def offsets(lengths: list[int]) -> torch.Tensor:
-        return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
-
-    varlen = Varlen(
-        offsets([seqlen_q] * batch).to(q.device),
-        offsets(list(lens_k)).to(q.device),
-        (seqlen_q,) * batch,
-        lens_k,
-        seqlen_q,
-        max(lens_k, default=0),
-    )
-    out, lse = fallback.varlen_attention(
-        replace(call, varlen=varlen), q.reshape(batch * seqlen_q, *q.shape[2:]), keys, values, want_lse
-    )
-    out = out.reshape(q.shape)
-    if lse is not None:
-        lse = lse.reshape(lse.shape[0], batch, seqlen_q).transpose(0, 1)
-    return out, lse
+        ends = torch.full((batch,), req.capacity, dtype=torch.long, device=device)
+    if batch == 0 or call.seqlen_k == 0:
+        out = q.new_zeros(q.shape)
+        lse = q.new_full((batch, q.shape[2], seqlen_q), float("inf"), dtype=torch.float32)
+        return out, (lse if want_lse else None)
+    keys, values = _cache_keys(req, k_cache, first), _cache_keys(req, v_cache, first)
+    lengths = (torch.full((batch,), seqlen_q, dtype=torch.long, device=device), ends - first)
+    return fallback.padded_attention(call, q, keys, values, want_lse, lengths)
 
 
 def flash_attn_with_kvcache(

@@ -1,7 +1,8 @@
 """Rotary position embedding (RoPE) in plain torch, with flash-attn's conventions.
 
 `rotate` is what flash_attn_with_kvcache applies to q and the new k before the attention (kvcache.py);
-`apply_rotary_emb` is flash-attn's public helper (flash_attn.layers.rotary) with its signature.
+`apply_rotary_emb`, `apply_rotary_emb_qkv_`, `apply_rotary_emb_kv_` and `RotaryEmbedding` are flash-attn's
+public helpers (flash_attn.layers.rotary) with its signatures; the `_` forms rotate in place, as there.
 
 cos/sin are (seqlen_rotary, rotary_dim / 2); the first rotary_dim features of each head rotate, the rest
 pass through. Non-interleaved (GPT-NeoX) pairs feature i with i + rotary_dim / 2; interleaved (GPT-J)
@@ -74,3 +75,146 @@ def _offsets(seqlen_offsets: int | torch.Tensor, device: torch.device, batch: in
     if isinstance(seqlen_offsets, torch.Tensor) and seqlen_offsets.dim() == 1:
         return seqlen_offsets.to(device=device, dtype=torch.long)
     return torch.full((batch,), as_int("seqlen_offsets", seqlen_offsets), dtype=torch.long, device=device)
+
+
+def _rotate_into(
+    part: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool, offsets: int | torch.Tensor
+) -> None:
+    part.copy_(apply_rotary_emb(part, cos, sin, interleaved, False, offsets))
+
+
+def apply_rotary_emb_qkv_(
+    qkv: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    cos_k: torch.Tensor | None = None,
+    sin_k: torch.Tensor | None = None,
+    interleaved: bool = False,
+    seqlen_offsets: int | torch.Tensor = 0,
+    num_heads_q: int | None = None,
+) -> torch.Tensor:
+    """qkv (batch, seqlen, 3, heads, dim), or (batch, seqlen, num_heads_q + 2 * heads_k, dim) with
+    num_heads_q: q and k rotated in place (k with cos_k/sin_k when given); returns qkv."""
+    if qkv.dim() == 5:
+        q, k = qkv[:, :, 0], qkv[:, :, 1]
+    else:
+        if num_heads_q is None:
+            raise ValueError("num_heads_q: required when qkv is (batch, seqlen, heads_q + 2 * heads_k, dim)")
+        heads_k = (qkv.shape[2] - num_heads_q) // 2
+        q, k = qkv[:, :, :num_heads_q], qkv[:, :, num_heads_q : num_heads_q + heads_k]
+    _rotate_into(q, cos, sin, interleaved, seqlen_offsets)
+    _rotate_into(
+        k, cos if cos_k is None else cos_k, sin if sin_k is None else sin_k, interleaved, seqlen_offsets
+    )
+    return qkv
+
+
+def apply_rotary_emb_kv_(
+    kv: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    interleaved: bool = False,
+    seqlen_offsets: int | torch.Tensor = 0,
+) -> torch.Tensor:
+    """kv (batch, seqlen, 2, heads_k, dim): k rotated in place; returns kv."""
+    _rotate_into(kv[:, :, 0], cos, sin, interleaved, seqlen_offsets)
+    return kv
+
+
+class RotaryEmbedding(torch.nn.Module):
+    """flash-attn's rotary module: inv_freq = 1 / base^(2i / dim); with scale_base, XPos (queries scaled
+    up and keys down by the same power of a per-frequency scale). forward(qkv, kv=None, seqlen_offset=0,
+    max_seqlen=None, num_heads_q=None) rotates qkv in place (or q = qkv and kv), as flash-attn's."""
+
+    inv_freq: torch.Tensor
+    scale: torch.Tensor | None
+
+    def __init__(
+        self,
+        dim: int,
+        base: float = 10000.0,
+        interleaved: bool = False,
+        scale_base: float | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        self.dim = dim
+        self.base = float(base)
+        self.register_buffer("inv_freq", self._compute_inv_freq(device), persistent=False)
+        self.interleaved = interleaved
+        self.scale_base = scale_base
+        scale = (
+            (torch.arange(0, dim, 2, device=device, dtype=torch.float32) + 0.4 * dim) / (1.4 * dim)
+            if scale_base is not None
+            else None
+        )
+        self.register_buffer("scale", scale, persistent=False)
+        self._seq_len_cached = 0
+        self._cos_cached: torch.Tensor | None = None
+        self._sin_cached: torch.Tensor | None = None
+        self._cos_k_cached: torch.Tensor | None = None
+        self._sin_k_cached: torch.Tensor | None = None
+
+    def _compute_inv_freq(self, device: torch.device | str | None = None) -> torch.Tensor:
+        return 1.0 / (
+            self.base ** (torch.arange(0, self.dim, 2, device=device, dtype=torch.float32) / self.dim)
+        )
+
+    def _update_cos_sin_cache(self, seqlen: int, device: torch.device | None, dtype: torch.dtype) -> None:
+        cached = self._cos_cached
+        if (
+            cached is not None
+            and seqlen <= self._seq_len_cached
+            and cached.device == device
+            and cached.dtype == dtype
+            and not (self.training and cached.is_inference())
+        ):
+            return
+        self._seq_len_cached = seqlen
+        t = torch.arange(seqlen, device=device, dtype=torch.float32)
+        inv_freq = self.inv_freq if self.inv_freq.dtype == torch.float32 else self._compute_inv_freq(device)
+        freqs = torch.outer(t, inv_freq)  # fp32: positions times frequencies lose precision in bf16
+        if self.scale is None:
+            self._cos_cached, self._sin_cached = torch.cos(freqs).to(dtype), torch.sin(freqs).to(dtype)
+            return
+        assert self.scale_base is not None  # scale exists only with scale_base
+        power = torch.arange(seqlen, dtype=self.scale.dtype, device=self.scale.device) - seqlen // 2
+        scale = self.scale.to(device=power.device) ** (power / self.scale_base).unsqueeze(1)
+        self._cos_cached = (torch.cos(freqs) * scale).to(dtype)
+        self._sin_cached = (torch.sin(freqs) * scale).to(dtype)
+        self._cos_k_cached = (torch.cos(freqs) / scale).to(dtype)
+        self._sin_k_cached = (torch.sin(freqs) / scale).to(dtype)
+
+    def forward(
+        self,
+        qkv: torch.Tensor,
+        kv: torch.Tensor | None = None,
+        seqlen_offset: int | torch.Tensor = 0,
+        max_seqlen: int | None = None,
+        num_heads_q: int | None = None,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        seqlen = qkv.shape[1]
+        if max_seqlen is not None:
+            self._update_cos_sin_cache(max_seqlen, qkv.device, qkv.dtype)
+        elif isinstance(seqlen_offset, int):
+            self._update_cos_sin_cache(seqlen + seqlen_offset, qkv.device, qkv.dtype)
+        cos, sin = self._cos_cached, self._sin_cached
+        assert cos is not None, "a tensor seqlen_offset needs max_seqlen (flash-attn's rule)"
+        assert sin is not None
+        xpos = self.scale is not None
+        cos_k = self._cos_k_cached if xpos else None
+        sin_k = self._sin_k_cached if xpos else None
+        if kv is None:
+            return apply_rotary_emb_qkv_(
+                qkv, cos, sin, cos_k, sin_k, self.interleaved, seqlen_offset, num_heads_q
+            )
+        _rotate_into(qkv, cos, sin, self.interleaved, seqlen_offset)
+        assert cos_k is not None or not xpos
+        kv = apply_rotary_emb_kv_(
+            kv,
+            cos if cos_k is None else cos_k,
+            sin if sin_k is None else sin_k,
+            self.interleaved,
+            seqlen_offset,
+        )
+        return qkv, kv

@@ -216,3 +216,53 @@ def test_alibi_falls_back() -> None:
     q, k = rand(1, 8, 2, 32), rand(1, 8, 2, 32, seed=1)
     fa_attn.flash_attn_func(q, k, k, alibi_slopes=torch.full((2,), 0.1))
     falls_back_for("alibi")
+
+
+@pytest.mark.usefixtures("kernels")
+def test_private_varlen_backward_runs_the_backward_kernel_on_out_and_lse() -> None:
+    """flash_attn_gpu.varlen_bwd (ring attention's hot path) reads the caller's out and softmax_lse with
+    fa's backward kernel, without running the forward again."""
+    from fa_attn import flash_attn_ext
+
+    q, k, v = rand(40, 4, 32), rand(40, 2, 32, seed=1), rand(40, 2, 32, seed=2)
+    dout = rand(40, 4, 32, seed=3)
+    cu = torch.tensor([0, 17, 40], dtype=torch.int32)
+    out, lse, _, _ = flash_attn_ext.varlen_fwd(
+        q,
+        k,
+        v,
+        None,
+        cu,
+        cu,
+        None,
+        None,
+        None,
+        None,
+        23,
+        23,
+        0.0,
+        32**-0.5,
+        False,
+        True,
+        -1,
+        -1,
+        0.0,
+        False,
+        None,
+    )
+    on_kernels()
+    emulated.LAUNCHED.clear()
+    dq, dk, dv, _ = flash_attn_ext.varlen_bwd(
+        dout, q, k, v, out, lse, None, None, None, cu, cu, None, 23, 23, 0.0, 32**-0.5, False, True, -1, -1, 0.0,
+        False, None, None,
+    )  # fmt: skip
+    on_kernels()
+    assert emulated.LAUNCHED == []  # no forward ran again
+    for b, (start, end) in enumerate(((0, 17), (17, 40))):
+        leaves = [t[start:end].unsqueeze(0).float().requires_grad_() for t in (q, k, v)]
+        low_leaves = [t[start:end].unsqueeze(0).clone().requires_grad_() for t in (q, k, v)]
+        seq_dout = dout[start:end].unsqueeze(0)
+        ref = torch.autograd.grad(attention_ref(*leaves, True)[0], leaves, seq_dout.float())
+        low = torch.autograd.grad(attention_ref(*low_leaves, True, upcast=False)[0], low_leaves, seq_dout)
+        for name, ours, r, lo in zip(("dq", "dk", "dv"), (dq, dk, dv), ref, low, strict=True):
+            assert_fa2_close(f"{name}[{b}]", ours[start:end].unsqueeze(0), r, lo)

@@ -1,0 +1,316 @@
+"""The `flash_attn` stand-in: code written for flash-attn 2.x runs on fa_attn without edits.
+
+`fa_attn.install_as_flash_attn()` (or `python -m fa_attn.flash_attn_compat script.py args...`, which
+runs a script or `-m module` with it installed) makes `import flash_attn`, `flash_attn.flash_attn_interface`,
+`flash_attn.bert_padding` and `flash_attn.layers.rotary` resolve to fa_attn's functions in this process:
+the public functions, the private ones real code calls (flash_attn_privates.py) and the compiled
+extension's (`flash_attn_interface.flash_attn_gpu`, flash_attn_ext.py); and the attention-adjacent
+modules in plain torch: rotary (RotaryEmbedding), the norms of `flash_attn.ops.triton.layer_norm`
+(norms.py) and `flash_attn.losses.cross_entropy.CrossEntropyLoss` (cross_entropy.py). Any other flash_attn module fails
+to import with a message naming what fa does not provide and what to use (`_NOT_PROVIDED`).
+It never shadows a real flash-attn: it does nothing when one is importable, and its finder sits at the
+end of `sys.meta_path`, behind the path finder that finds installed packages. `flash_attn_status()`
+says which one `import flash_attn` gives, and why.
+
+What transformers checks before it uses attn_implementation="flash_attention_2"
+(transformers 5.x, utils/import_utils.py `is_flash_attn_2_available`, modeling_utils.py
+`_flash_attn_can_dispatch`), and what this module does about each:
+  1. `importlib.util.find_spec("flash_attn")` finds a module: the finder provides one.
+  2. `importlib.metadata.packages_distributions()["flash_attn"]` names a distribution "flash-attn"
+     (it tells flash-attn 2 from flash-attn 4, which is also imported as flash_attn): the finder also
+     provides distribution metadata, Name "flash-attn", top-level package "flash_attn", in this
+     process only (pip and other processes see nothing).
+  3. that distribution's version is >= 2.3.3: it is FLASH_ATTN_API plus the local label "+fa".
+  4. a CUDA (or MLU/MUSA) device is available (`torch.cuda.is_available()`), and the model's weights
+     are not all on the CPU: not ours to change. On a CPU, use `fa_attn.hf.register()` instead.
+  The answers to 1-3 are cached (functools caches) the first time transformers asks; installing clears
+  those caches when transformers is already imported.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.metadata
+import importlib.util
+import os
+import re
+import sys
+import types
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+FLASH_ATTN_API = "2.8.3"  # the flash-attn release whose public API fa_attn mirrors
+SHIM_VERSION = f"{FLASH_ATTN_API}+fa"
+_DIST_NAME = "flash-attn"
+_MODULES = (
+    "flash_attn",
+    "flash_attn.flash_attn_interface",
+    "flash_attn.bert_padding",
+    "flash_attn.layers",
+    "flash_attn.layers.rotary",
+    "flash_attn.ops",
+    "flash_attn.ops.triton",
+    "flash_attn.ops.triton.layer_norm",
+    "flash_attn.losses",
+    "flash_attn.losses.cross_entropy",
+)
+_PACKAGES = frozenset(
+    {"flash_attn", "flash_attn.layers", "flash_attn.ops", "flash_attn.ops.triton", "flash_attn.losses"}
+)
+_PUBLIC = (
+    "flash_attn_func",
+    "flash_attn_kvpacked_func",
+    "flash_attn_qkvpacked_func",
+    "flash_attn_varlen_func",
+    "flash_attn_varlen_kvpacked_func",
+    "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_with_kvcache",
+)
+_PADDING = (
+    "pad_input",
+    "unpad_input",
+    "index_first_axis",
+    "index_put_first_axis",
+    "index_first_axis_residual",
+    "unpad_input_for_concatenated_sequences",
+)
+
+# flash-attn's other modules, which fa does not provide: the prefix, and what to use instead. An import
+# of one fails with this (a ModuleNotFoundError, as without flash-attn, so `except ImportError` probes
+# take their own path), never with a bare "No module named".
+_NOT_PROVIDED = (
+    ("flash_attn.ops.triton.rotary", "flash_attn.layers.rotary.apply_rotary_emb (fa provides it)"),
+    (
+        "flash_attn.ops.triton.cross_entropy",
+        "flash_attn.losses.cross_entropy.CrossEntropyLoss (fa provides it)",
+    ),
+    ("flash_attn.ops.triton", "torch.nn equivalents (fa provides flash_attn.ops.triton.layer_norm)"),
+    ("flash_attn.ops.rms_norm", "flash_attn.ops.triton.layer_norm.rms_norm_fn / RMSNorm (fa provides them)"),
+    ("flash_attn.ops.layer_norm", "flash_attn.ops.triton.layer_norm.layer_norm_fn (fa provides it)"),
+    ("flash_attn.ops.fused_dense", "torch.nn.Linear, with torch.compile to fuse"),
+    ("flash_attn.ops.activations", "torch.nn.functional.gelu / silu"),
+    ("flash_attn.ops", "the torch.nn equivalents (fused with torch.compile)"),
+    ("flash_attn.losses", "flash_attn.losses.cross_entropy.CrossEntropyLoss (fa provides it)"),
+    ("flash_attn.modules.mha", "fa_attn.flash_attn_func inside your attention module"),
+    ("flash_attn.modules", "torch.nn modules calling fa_attn's functions"),
+    ("flash_attn.utils.distributed", "torch.distributed"),
+    ("flash_attn.utils", "torch's own utilities"),
+    ("flash_attn.models", "transformers' models with attn_implementation=fa_attn.hf.register()"),
+    ("flash_attn.layers", "torch.nn layers (fa provides flash_attn.layers.rotary)"),
+    ("flash_attn.cute", "fa_attn's functions (FlashAttention-4's CuTe kernels are not in fa)"),
+    ("flash_attn", "fa_attn's functions (fa_attn.flash_attn_status() lists what the stand-in gives)"),
+)
+
+
+def not_provided(fullname: str) -> str:
+    """The message for a flash_attn module the stand-in does not give. Python imports a dotted name's
+    parents first, so `flash_attn.ops.triton.layer_norm` fails at `flash_attn.ops`: the message names
+    what to use for that module and for each module under it."""
+    instead = next(
+        use for prefix, use in _NOT_PROVIDED if fullname == prefix or fullname.startswith(prefix + ".")
+    )
+    below = [f"for {prefix}: {use}" for prefix, use in _NOT_PROVIDED if prefix.startswith(fullname + ".")]
+    given = ", ".join(name for name in _MODULES if name not in _PACKAGES or name == "flash_attn")
+    return (
+        f"No module named {fullname!r}: fa_attn stands in for flash-attn {FLASH_ATTN_API}'s attention API "
+        f"({given}) and does not provide {fullname}; use {instead}" + "".join(f"; {line}" for line in below)
+    )
+
+
+def _exports(fullname: str) -> dict[str, object]:
+    """What each stand-in module holds (imported lazily: fa_attn is importing while this is defined)."""
+    from . import (
+        bert_padding,
+        cross_entropy,
+        flash_attn_ext,
+        flash_attn_privates,
+        interface,
+        kvcache,
+        norms,
+        packed,
+        rotary,
+    )
+
+    public = {name: getattr(interface, name, None) or getattr(packed, name, None) for name in _PUBLIC}
+    public["flash_attn_with_kvcache"] = kvcache.flash_attn_with_kvcache
+    interface_module = {
+        **public,
+        **{name: getattr(flash_attn_privates, name) for name in flash_attn_privates.NAMES},
+        "flash_attn_gpu": flash_attn_ext.module(),
+    }
+    modules: dict[str, dict[str, object]] = {
+        "flash_attn": {**public, "__version__": SHIM_VERSION},
+        "flash_attn.flash_attn_interface": interface_module,
+        "flash_attn.bert_padding": {name: getattr(bert_padding, name) for name in _PADDING},
+        "flash_attn.layers": {},
+        "flash_attn.layers.rotary": {
+            "apply_rotary_emb": rotary.apply_rotary_emb,
+            "apply_rotary_emb_func": rotary.apply_rotary_emb,  # flash-attn's alias
+            "apply_rotary_emb_qkv_": rotary.apply_rotary_emb_qkv_,
+            "apply_rotary_emb_kv_": rotary.apply_rotary_emb_kv_,
+            "RotaryEmbedding": rotary.RotaryEmbedding,
+        },
+        "flash_attn.ops": {},
+        "flash_attn.ops.triton": {},
+        "flash_attn.ops.triton.layer_norm": {
+            "layer_norm_fn": norms.layer_norm_fn,
+            "rms_norm_fn": norms.rms_norm_fn,
+            "RMSNorm": norms.RMSNorm,
+        },
+        "flash_attn.losses": {},
+        "flash_attn.losses.cross_entropy": {"CrossEntropyLoss": cross_entropy.CrossEntropyLoss},
+    }
+    return modules[fullname]
+
+
+def _real_flash_attn() -> importlib.machinery.ModuleSpec | None:
+    """The spec of an installed flash_attn that is not this stand-in, if any."""
+    module = sys.modules.get("flash_attn")
+    if module is not None and not getattr(module, "__fa_attn_shim__", False):
+        return getattr(module, "__spec__", None) or importlib.machinery.ModuleSpec("flash_attn", None)
+    for finder in sys.meta_path:
+        if finder is _FINDER or not hasattr(finder, "find_spec"):
+            continue
+        spec = finder.find_spec("flash_attn", None)
+        if spec is not None:
+            return spec
+    return None
+
+
+class _Loader(importlib.abc.Loader):
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
+        return None  # the default module object
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        module.__dict__.update(_exports(module.__name__))
+        module.__fa_attn_shim__ = True  # type: ignore[attr-defined]
+        if (
+            module.__name__ == "flash_attn"
+        ):  # flash-attn's __init__ imports it: `flash_attn.flash_attn_interface`
+            importlib.import_module("flash_attn.flash_attn_interface")
+
+
+class _ShimDistribution(importlib.metadata.Distribution):
+    """Metadata of the stand-in, for the checks transformers makes (module docstring)."""
+
+    def read_text(self, filename: str) -> str | None:
+        if filename == "METADATA":
+            return (
+                "Metadata-Version: 2.1\n"
+                f"Name: {_DIST_NAME}\n"
+                f"Version: {SHIM_VERSION}\n"
+                "Summary: fa_attn standing in for flash-attn (fa_attn.install_as_flash_attn)\n"
+            )
+        if filename == "top_level.txt":
+            return "flash_attn\n"
+        return None
+
+    def locate_file(self, path: str | os.PathLike[str]) -> Path:
+        return Path(__file__).resolve().parent / str(path)
+
+
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "flash_attn" and not fullname.startswith("flash_attn."):
+            return None
+        if _real_flash_attn() is not None:
+            return None
+        if fullname not in _MODULES:
+            raise ModuleNotFoundError(not_provided(fullname), name=fullname)
+        # A real file as origin, so the modules have a __file__ (libraries read it to find the package).
+        spec = importlib.machinery.ModuleSpec(
+            fullname, _Loader(), origin=str(_ORIGIN), is_package=fullname in _PACKAGES
+        )
+        spec.has_location = True
+        return spec
+
+    def find_distributions(self, context: object = None) -> Iterator[Any]:
+        name = getattr(context, "name", None)
+        if name is not None and _normalize(name) != _DIST_NAME:
+            return iter(())
+        if _real_flash_attn() is not None:
+            return iter(())
+        return iter((_ShimDistribution(),))
+
+
+_FINDER = _Finder()
+_ORIGIN = Path(__file__).resolve().parent / "flash_attn_compat.py"
+
+
+@dataclass(frozen=True)
+class FlashAttnStatus:
+    """Which module `import flash_attn` gives in this process."""
+
+    provider: str  # "flash-attn" (a real install), "fa_attn" (this stand-in) or "none"
+    version: str | None
+    origin: str | None  # where the real one lives; None for the stand-in
+    message: str
+
+
+def flash_attn_status() -> FlashAttnStatus:
+    """Which flash_attn is active here (without importing it)."""
+    real = _real_flash_attn()
+    if real is not None:
+        try:
+            version = importlib.metadata.version(_DIST_NAME)
+        except importlib.metadata.PackageNotFoundError:
+            version = None
+        return FlashAttnStatus(
+            "flash-attn",
+            version,
+            real.origin,
+            f"`import flash_attn` gives the installed flash-attn {version or '(version unknown)'} "
+            f"({real.origin}); fa_attn does not replace it",
+        )
+    if _FINDER in sys.meta_path:
+        return FlashAttnStatus(
+            "fa_attn",
+            SHIM_VERSION,
+            None,
+            f"`import flash_attn` gives fa_attn (flash-attn {FLASH_ATTN_API} API), installed by "
+            'fa_attn.install_as_flash_attn(); transformers\' attn_implementation="flash_attention_2" also '
+            "needs a CUDA device: on a CPU use attn_implementation=fa_attn.hf.register()",
+        )
+    return FlashAttnStatus(
+        "none", None, None, "no flash_attn here; call fa_attn.install_as_flash_attn() to let fa_attn stand in"
+    )
+
+
+def install_as_flash_attn() -> FlashAttnStatus:
+    """Let fa_attn stand in for flash_attn in this process, unless a real flash-attn is importable.
+    Returns flash_attn_status(): what `import flash_attn` gives now."""
+    if _real_flash_attn() is None and _FINDER not in sys.meta_path:
+        sys.meta_path.append(_FINDER)  # last: an installed flash-attn is always found first
+        _forget_transformers_answers()
+    return flash_attn_status()
+
+
+def uninstall_as_flash_attn() -> None:
+    """Undo install_as_flash_attn (the stand-in modules already imported stay in sys.modules until removed)."""
+    if _FINDER in sys.meta_path:
+        sys.meta_path.remove(_FINDER)
+    for name in [n for n, m in sys.modules.items() if getattr(m, "__fa_attn_shim__", False)]:
+        del sys.modules[name]
+    _forget_transformers_answers()
+
+
+def _forget_transformers_answers() -> None:
+    """transformers caches whether flash_attn is available (lru_cache); ask again after a change."""
+    utils = sys.modules.get("transformers.utils.import_utils")
+    for name in (
+        "_package_distribution_mapping",
+        "is_flash_attn_2_available",
+        "is_flash_attn_greater_or_equal",
+    ):
+        clear = getattr(getattr(utils, name, None), "cache_clear", None)
+        if clear is not None:
+            clear()

@@ -1,0 +1,242 @@
+"""flash-attn 2.8.3's signatures, recorded from its source at tag v2.8.3 (flash_attn/flash_attn_interface.py,
+flash_attn/layers/rotary.py, flash_attn/bert_padding.py, and csrc/flash_attn/flash_api.cpp for the
+compiled extension's functions, which take their arguments by position). Facts, not code: each function
+is its parameters in order, a parameter (name, default) with REQUIRED where it has none."""
+
+from __future__ import annotations
+
+REQUIRED = object()
+R = REQUIRED
+
+_PADDED_OPTIONS = [
+    ("dropout_p", 0.0), ("softmax_scale", None), ("causal", False), ("window_size", (-1, -1)),
+    ("softcap", 0.0), ("alibi_slopes", None), ("deterministic", False), ("return_attn_probs", False),
+]  # fmt: skip
+_VARLEN_Q_K = [("cu_seqlens_q", R), ("cu_seqlens_k", R), ("max_seqlen_q", R), ("max_seqlen_k", R)]
+
+SIGNATURES: dict[str, dict[str, list[tuple[str, object]]]] = {
+    "flash_attn.flash_attn_interface": {
+        "flash_attn_func": [("q", R), ("k", R), ("v", R), *_PADDED_OPTIONS],
+        "flash_attn_qkvpacked_func": [("qkv", R), *_PADDED_OPTIONS],
+        "flash_attn_kvpacked_func": [("q", R), ("kv", R), *_PADDED_OPTIONS],
+        "flash_attn_varlen_func": [
+            ("q", R),
+            ("k", R),
+            ("v", R),
+            *_VARLEN_Q_K,
+            *_PADDED_OPTIONS,
+            ("block_table", None),
+        ],
+        "flash_attn_varlen_qkvpacked_func": [
+            ("qkv", R),
+            ("cu_seqlens", R),
+            ("max_seqlen", R),
+            *_PADDED_OPTIONS,
+        ],
+        "flash_attn_varlen_kvpacked_func": [("q", R), ("kv", R), *_VARLEN_Q_K, *_PADDED_OPTIONS],
+        "flash_attn_with_kvcache": [
+            ("q", R),
+            ("k_cache", R),
+            ("v_cache", R),
+            ("k", None),
+            ("v", None),
+            ("rotary_cos", None),
+            ("rotary_sin", None),
+            ("cache_seqlens", None),
+            ("cache_batch_idx", None),
+            ("cache_leftpad", None),
+            ("block_table", None),
+            ("softmax_scale", None),
+            ("causal", False),
+            ("window_size", (-1, -1)),
+            ("softcap", 0.0),
+            ("rotary_interleaved", True),
+            ("alibi_slopes", None),
+            ("num_splits", 0),
+            ("return_softmax_lse", False),
+        ],
+        "_flash_attn_forward": [
+            ("q", R),
+            ("k", R),
+            ("v", R),
+            ("dropout_p", R),
+            ("softmax_scale", R),
+            ("causal", R),
+            ("window_size_left", R),
+            ("window_size_right", R),
+            ("softcap", R),
+            ("alibi_slopes", R),
+            ("return_softmax", R),
+        ],
+        "_flash_attn_varlen_forward": [
+            ("q", R),
+            ("k", R),
+            ("v", R),
+            *_VARLEN_Q_K,
+            ("dropout_p", R),
+            ("softmax_scale", R),
+            ("causal", R),
+            ("window_size_left", -1),
+            ("window_size_right", -1),
+            ("softcap", 0.0),
+            ("alibi_slopes", None),
+            ("return_softmax", False),
+            ("block_table", None),
+            ("leftpad_k", None),
+            ("seqused_k", None),
+            ("zero_tensors", False),
+        ],
+        "_flash_attn_backward": [
+            ("dout", R),
+            ("q", R),
+            ("k", R),
+            ("v", R),
+            ("out", R),
+            ("softmax_lse", R),
+            ("dq", R),
+            ("dk", R),
+            ("dv", R),
+            ("dropout_p", R),
+            ("softmax_scale", R),
+            ("causal", R),
+            ("window_size_left", R),
+            ("window_size_right", R),
+            ("softcap", R),
+            ("alibi_slopes", R),
+            ("deterministic", R),
+            ("rng_state", None),
+        ],
+        "_flash_attn_varlen_backward": [
+            ("dout", R),
+            ("q", R),
+            ("k", R),
+            ("v", R),
+            ("out", R),
+            ("softmax_lse", R),
+            ("dq", R),
+            ("dk", R),
+            ("dv", R),
+            *_VARLEN_Q_K,
+            ("dropout_p", R),
+            ("softmax_scale", R),
+            ("causal", R),
+            ("window_size_left", R),
+            ("window_size_right", R),
+            ("softcap", R),
+            ("alibi_slopes", R),
+            ("deterministic", R),
+            ("rng_state", None),
+            ("zero_tensors", False),
+        ],
+    },
+    "flash_attn.layers.rotary": {
+        "apply_rotary_emb": [
+            ("x", R),
+            ("cos", R),
+            ("sin", R),
+            ("interleaved", False),
+            ("inplace", False),
+            ("seqlen_offsets", 0),
+            ("cu_seqlens", None),
+            ("max_seqlen", None),
+        ],
+    },
+    "flash_attn.ops.triton.layer_norm": {
+        "layer_norm_fn": [
+            ("x", R),
+            ("weight", R),
+            ("bias", R),
+            ("residual", None),
+            ("x1", None),
+            ("weight1", None),
+            ("bias1", None),
+            ("eps", 1e-6),
+            ("dropout_p", 0.0),
+            ("rowscale", None),
+            ("prenorm", False),
+            ("residual_in_fp32", False),
+            ("zero_centered_weight", False),
+            ("is_rms_norm", False),
+            ("return_dropout_mask", False),
+            ("out_dtype", None),
+            ("out", None),
+            ("residual_out", None),
+        ],
+        "rms_norm_fn": [
+            ("x", R),
+            ("weight", R),
+            ("bias", R),
+            ("residual", None),
+            ("x1", None),
+            ("weight1", None),
+            ("bias1", None),
+            ("eps", 1e-6),
+            ("dropout_p", 0.0),
+            ("rowscale", None),
+            ("prenorm", False),
+            ("residual_in_fp32", False),
+            ("zero_centered_weight", False),
+            ("return_dropout_mask", False),
+            ("out_dtype", None),
+            ("out", None),
+            ("residual_out", None),
+        ],
+    },
+    "flash_attn.bert_padding": {
+        "pad_input": [("hidden_states", R), ("indices", R), ("batch", R), ("seqlen", R)],
+        "unpad_input": [("hidden_states", R), ("attention_mask", R), ("unused_mask", None)],
+        "unpad_input_for_concatenated_sequences": [("hidden_states", R), ("attention_mask_in_length", R)],
+    },
+}
+
+# The compiled extension (flash_attn_interface.flash_attn_gpu): pybind11 functions called by position,
+# so the count and order are the contract. Names as in flash_api.cpp.
+EXTENSION: dict[str, list[str]] = {
+    "fwd": [
+        "q", "k", "v", "out_", "alibi_slopes_", "p_dropout", "softmax_scale", "is_causal", "window_size_left",
+        "window_size_right", "softcap", "return_softmax", "gen_",
+    ],
+    "varlen_fwd": [
+        "q", "k", "v", "out_", "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "leftpad_k_", "block_table_",
+        "alibi_slopes_", "max_seqlen_q", "max_seqlen_k", "p_dropout", "softmax_scale", "zero_tensors",
+        "is_causal", "window_size_left", "window_size_right", "softcap", "return_softmax", "gen_",
+    ],
+    "bwd": [
+        "dout", "q", "k", "v", "out", "softmax_lse", "dq_", "dk_", "dv_", "alibi_slopes_", "p_dropout",
+        "softmax_scale", "is_causal", "window_size_left", "window_size_right", "softcap", "deterministic",
+        "gen_", "rng_state",
+    ],
+    "varlen_bwd": [
+        "dout", "q", "k", "v", "out", "softmax_lse", "dq_", "dk_", "dv_", "cu_seqlens_q", "cu_seqlens_k",
+        "alibi_slopes_", "max_seqlen_q", "max_seqlen_k", "p_dropout", "softmax_scale", "zero_tensors",
+        "is_causal", "window_size_left", "window_size_right", "softcap", "deterministic", "gen_", "rng_state",
+    ],
+    "fwd_kvcache": [
+        "q", "kcache", "vcache", "k_", "v_", "seqlens_k_", "rotary_cos_", "rotary_sin_", "cache_batch_idx_",
+        "leftpad_k_", "block_table_", "alibi_slopes_", "out_", "softmax_scale", "is_causal",
+        "window_size_left", "window_size_right", "softcap", "is_rotary_interleaved", "num_splits",
+    ],
+}  # fmt: skip
+
+# Classes: their constructors and forward, (name, default) after self.
+CLASSES: dict[str, dict[str, list[tuple[str, object]]]] = {
+    "flash_attn.layers.rotary.RotaryEmbedding": {
+        "__init__": [("dim", R), ("base", 10000.0), ("interleaved", False), ("scale_base", None), ("device", None)],
+        "forward": [("qkv", R), ("kv", None), ("seqlen_offset", 0), ("max_seqlen", None), ("num_heads_q", None)],
+    },
+    "flash_attn.ops.triton.layer_norm.RMSNorm": {
+        "__init__": [
+            ("hidden_size", R), ("eps", 1e-5), ("dropout_p", 0.0), ("zero_centered_weight", False),
+            ("device", None), ("dtype", None),
+        ],
+        "forward": [("x", R), ("residual", None), ("prenorm", False), ("residual_in_fp32", False)],
+    },
+    "flash_attn.losses.cross_entropy.CrossEntropyLoss": {
+        "__init__": [
+            ("ignore_index", -100), ("reduction", "mean"), ("label_smoothing", 0.0), ("logit_scale", 1.0),
+            ("lse_square_scale", 0.0), ("inplace_backward", False), ("process_group", None),
+            ("return_z_loss", False),
+        ],
+        "forward": [("input", R), ("target", R), ("precomputed_lse", None)],
+    },
+}  # fmt: skip
