@@ -66,11 +66,11 @@ def _write_simple(
     members: list[schema.IndexEntry],
     take_over: bool,
 ) -> None:
-    simple = install_lines.index_path(name)
+    simple = install_lines.index_path(name).rstrip("/")  # "simple" or "cu12/simple": the record's keys
     root_page = env.get_template("root.html.j2").render(projects=[schema.PACKAGE])
     out_files.write_text(wheel_dir, f"{simple}/index.html", root_page, take_over=take_over)
     # wheels/<index path>/fa-attn/index.html -> ../ per folder back up to wheels/, where the files are
-    depth = simple.count("/") + 1
+    depth = simple.count("/") + 2
     page = env.get_template("project.html.j2").render(
         project=schema.PACKAGE,
         wheels=[e.to_json() for e in members],
