@@ -94,6 +94,7 @@ def _build(checkout: Path, cache: Path, out: Path, platform: str, jobs: int) -> 
         "--json",
     )
     wall = time.perf_counter() - t0
+    load = os.getloadavg()[1]  # the 5-minute load average as the build ends: how busy the machine was
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if proc.returncode != 0:
@@ -109,6 +110,8 @@ def _build(checkout: Path, cache: Path, out: Path, platform: str, jobs: int) -> 
         "cxx_compiles": summary["cxx_compiles"],
         "cxx_s": summary["cxx_seconds"],
         "wheel_files": sorted(w["file"] for w in summary["wheels"]),
+        "wheel_sizes": {w["variant"]: w["size"] for w in summary["wheels"]},
+        "load_5min": round(load, 1),
     }
 
 
@@ -202,10 +205,31 @@ def _markdown(r: dict) -> str:
             f"the same wheel files: {r['same_wheels']}."
         ),
     ]
+    loads = [run["load_5min"] for name in ("baseline", "this checkout") for run in r[name]["runs"]]
+    lines.append(
+        f"Load average (5 min) as each build ended: {', '.join(map(str, loads))} on {os.cpu_count()} CPUs: "
+        "above that, other work shared the CPUs, and the CPU seconds are the figure to compare."
+    )
+    lines.append(f"Wheel sizes, this checkout: {_sizes(r['this checkout']['runs'][0]['wheel_sizes'])}.")
     if "cold_with_fetch" in r:
         c = r["cold_with_fetch"]
         lines.append(f"One cold build with the network fetches, this checkout: {c['wall_s']} s.")
     return "\n".join(lines)
+
+
+def _sizes(by_variant: dict[str, int]) -> str:
+    """The wheels' sizes by kind: per-variant wheels per CUDA major (smallest to largest), the all-wheel,
+    the universal wheel."""
+    kinds: dict[str, list[int]] = {}
+    for variant, size in by_variant.items():
+        kind = "universal" if not variant else "all-wheel" if variant == "all" else variant[:4]
+        kinds.setdefault(kind, []).append(size)
+    parts = []
+    for kind, sizes in sorted(kinds.items()):
+        low, high = min(sizes) / 2**20, max(sizes) / 2**20
+        span = f"{low:.1f} MiB" if round(low, 1) == round(high, 1) else f"{low:.1f} to {high:.1f} MiB"
+        parts.append(f"{kind} {span}" if kind != "universal" else f"universal {min(sizes) / 1024:.0f} KiB")
+    return ", ".join(parts)
 
 
 if __name__ == "__main__":

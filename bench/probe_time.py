@@ -4,6 +4,7 @@ load on the machine does not count.
 
     python bench/probe_time.py              # 20 runs each, median and min
     python bench/probe_time.py --runs 50 --json probe-time.json
+    python bench/probe_time.py --runs 15 --record   # the table into docs/figures.md (section probe)
 
 The figure that matters is the median CPU time of `fa probe --json` (target: under 0.1 s). Also shows
 what a bare `python -c pass` costs here, the floor no command can go under, and the slowest imports
@@ -59,6 +60,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--record", action="store_true", help="write the table into docs/figures.md")
     args = parser.parse_args()
     figures = {}
     for name, cmd in COMMANDS.items():
@@ -82,6 +84,29 @@ def main() -> None:
     print(f"\n{sys.version.split()[0]} on {os.cpu_count()} CPUs")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    if args.record:
+        sys.path.insert(0, str(Path(__file__).parent))
+        from figures import record  # bench/figures.py, beside this script
+
+        record("probe", _markdown(figures))
+
+
+def _markdown(figures: dict[str, dict[str, float]]) -> str:
+    rows = [
+        f"| `{name}` | {f['cpu_median_s']:.3f} | {f['cpu_min_s']:.3f} | {f['wall_median_s']:.3f} |"
+        for name, f in figures.items()
+    ]
+    runs = next(iter(figures.values()))["runs"]
+    return "\n".join(
+        [
+            f"A fresh interpreter per run, {runs} runs each; CPU seconds are the child's own (wait4), so",
+            "other load on the machine does not count; `python -c pass` is the floor no command goes under.",
+            "",
+            "| command | CPU s, median | CPU s, min | wall s, median |",
+            "| --- | --- | --- | --- |",
+            *rows,
+        ]
+    )
 
 
 if __name__ == "__main__":

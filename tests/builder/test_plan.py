@@ -667,16 +667,3 @@ def test_platform_filter_and_cpu_shards(catalog: TorchCatalog) -> None:
         make_plan(matrix(RELEASE), catalog, platform="aarch64", units=units)
     assert info.value.field == "--platform"
     assert "add it to platforms" in info.value.fix
-
-
-def test_the_example_matrix_in_docs_plans(catalog: TorchCatalog) -> None:
-    """docs/matrix.md's example is a matrix people copy: it must expand (it once named a stable_abi
-    floor that was not in its own torch list)."""
-    text = (REPO / "docs" / "matrix.md").read_text()
-    block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
-    m = matrix(block)
-    missing = [t for t in m.torch if t not in catalog.minors]  # the fixture lacks a few new minors
-    m = replace(m, torch=tuple(t for t in m.torch if t not in missing))
-    plan = make_plan(m, catalog, units=units)
-    assert any(w.form == "stable" for w in plan.wheels)
-    assert plan.wheels

@@ -1,0 +1,61 @@
+"""What the release matrix asks for: cells, wheels, kernel programs and bindings, for README's first
+command (x86_64) and for the release (both CPUs). Planning only: nothing is compiled.
+
+    python bench/plan_size.py [--record]
+
+Reads matrix.yaml and PyPI's torch catalog (cached for a day) as `fa build --dry-run` does. `--record`
+writes the table into docs/figures.md (section `plan`); tests/ci/test_figures.py plans again (offline,
+with its fixture catalog) and checks that the kernel programs, which depend only on the tree, are in
+step with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from figures import report  # bench/figures.py, beside this script
+
+from buildtool.builder.matrix import load_matrix
+from buildtool.builder.plan import Plan, make_plan
+from buildtool.builder.plan_view import plan_json
+from buildtool.builder.pypi import TorchCatalog, fetch_torch_catalog
+
+# (row label, fa build's --platform): README's first command builds x86_64 only.
+SCOPES = (("x86_64 (README's first command)", "x86_64"), ("x86_64 and aarch64 (the release)", None))
+
+
+def plans(catalog: TorchCatalog, matrix: Path = REPO / "matrix.yaml") -> dict[str, Plan]:
+    m = load_matrix(matrix)
+    return {label: make_plan(m, catalog, platform=cpu) for label, cpu in SCOPES}
+
+
+def table(by_scope: dict[str, Plan]) -> str:
+    rows = [
+        "| CPUs | cells | covered | wheels | kernel programs | bindings |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for label, plan in by_scope.items():
+        t = plan_json(plan, lambda _: False)["totals"]  # fa build --dry-run --json's own counts
+        rows.append(
+            f"| {label} | {t['cells']} | {t['covered']} | {t['wheels']} | {t['compile_jobs']} | "
+            f"{t['binding_jobs']} |"
+        )
+    return "\n".join(rows)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--record", action="store_true", help="write the table into docs/figures.md")
+    args = ap.parse_args()
+    body = table(plans(fetch_torch_catalog()))
+    report("plan", body, args.record)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
