@@ -20,15 +20,11 @@ from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.progress import (
-    BarColumn,
     DownloadColumn,
     MofNCompleteColumn,
     Progress,
     ProgressColumn,
     TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
 )
 from rich.table import Table
 from rich.text import Text
@@ -38,7 +34,7 @@ from buildtool.builder import binding as binding_mod
 from buildtool.builder.compile import CompileStats, CompileTask, KernelTree, compile_all
 from buildtool.builder.plan import BindingJob, Plan, WheelSpec
 from buildtool.core import atomic, binding_forms
-from buildtool.core.console import counted, plain_console
+from buildtool.core.console import counted, plain_console, progress_columns
 from buildtool.core.fetch import ProgressHook
 
 T = TypeVar("T")
@@ -81,17 +77,7 @@ class _Bars:
 
     def __init__(self, console: Console, enabled: bool) -> None:
         def bars(count: ProgressColumn) -> Progress:
-            # Elapsed, then the time left ("eta") rich estimates from the recent rate.
-            eta = TimeRemainingColumn(compact=True, elapsed_when_finished=False)
-            columns = (
-                TextColumn("{task.description}"),
-                BarColumn(),
-                count,
-                TimeElapsedColumn(),
-                TextColumn("eta"),
-                eta,
-            )
-            return Progress(*columns, console=console, disable=not enabled, transient=False)
+            return Progress(*progress_columns(count), console=console, disable=not enabled, transient=False)
 
         self._progress = bars(MofNCompleteColumn())  # kernels, bindings, wheels: done of total
         self._bytes = bars(DownloadColumn())  # toolkit and header downloads: bytes

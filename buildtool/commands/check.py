@@ -12,19 +12,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import MofNCompleteColumn, Progress
 from rich.table import Table
 from rich.text import Text
 
 from buildtool.commands._shared import JsonOpt, print_json
-from buildtool.core.console import plain_console
+from buildtool.core.console import plain_console, progress_columns
 from buildtool.errors import FaError, UsageError
 
 
@@ -110,15 +103,8 @@ def check_cmd(
 def _progress_bar() -> Iterator[Callable[[int, int, str], None]]:
     """A bar on stderr with the unit being checked, elapsed time and the time left (hidden when stderr
     is not a terminal: scripts read --json, logs need no bar)."""
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("eta"),
-        TimeRemainingColumn(compact=True, elapsed_when_finished=False),
-    )
     console = plain_console(stderr=True)
+    columns = progress_columns(MofNCompleteColumn())
     with Progress(*columns, console=console, disable=not console.is_terminal, transient=True) as bar:
         task = bar.add_task("units", total=None)
 

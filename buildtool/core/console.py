@@ -6,6 +6,13 @@ Every string fa prints may hold user text (a path, a GPU name, a compiler log); 
 from __future__ import annotations
 
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    ProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 
 def plain_console(stderr: bool = False) -> Console:
@@ -15,3 +22,10 @@ def plain_console(stderr: bool = False) -> Console:
 def counted(n: int, noun: str) -> str:
     """ "1 wheel", "20 wheels": a count and its noun, for people."""
     return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def progress_columns(count: ProgressColumn) -> tuple[ProgressColumn, ...]:
+    """The columns of every fa progress bar: what it is doing, the bar, `count` (done of total, or
+    bytes), the time elapsed, then the time left ("eta") rich estimates from the recent rate."""
+    eta = TimeRemainingColumn(compact=True, elapsed_when_finished=False)
+    return (TextColumn("{task.description}"), BarColumn(), count, TimeElapsedColumn(), TextColumn("eta"), eta)
