@@ -186,6 +186,8 @@ class _Watch:
 
 
 class _WatchedHTTP(http.client.HTTPConnection):
+    """A connection whose socket the watch arms as soon as it is open (HTTPS: after the handshake)."""
+
     def __init__(self, *args: Any, watch: _Watch, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._watch = watch
@@ -196,15 +198,8 @@ class _WatchedHTTP(http.client.HTTPConnection):
         self._watch.arm(self.sock)
 
 
-class _WatchedHTTPS(http.client.HTTPSConnection):
-    def __init__(self, *args: Any, watch: _Watch, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._watch = watch
-
-    def connect(self) -> None:
-        super().connect()
-        assert self.sock is not None
-        self._watch.arm(self.sock)
+class _WatchedHTTPS(_WatchedHTTP, http.client.HTTPSConnection):
+    """HTTPSConnection's connect (TCP, then TLS) runs as _WatchedHTTP's super().connect()."""
 
 
 class _HTTPHandler(urllib.request.HTTPHandler):

@@ -106,12 +106,9 @@ def _num(x: float) -> str:
     return "non-finite" if math.isinf(x) else f"{x:.3g}"
 
 
-def tensors(problem: Problem, device: torch.device) -> tuple[torch.Tensor, ...]:
-    """q, k, v, dout of a padded problem, from its seed (made on the CPU: the same numbers everywhere)."""
-    return _random(problem, problem.batch, problem.seqlen_q, problem.seqlen_k, device)
-
-
 def _random(p: Problem, rows: int, sq: int, sk: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """q, k, v, dout of `rows` sequences, from the problem's seed (made on the CPU: the same numbers on
+    every device)."""
     gen = torch.Generator().manual_seed(p.seed)
     shape_q, shape_k = (rows, sq, p.heads, p.head_dim), (rows, sk, p.heads_k, p.head_dim)
     return tuple(
@@ -121,11 +118,11 @@ def _random(p: Problem, rows: int, sq: int, sk: int, device: torch.device) -> tu
 
 
 def inputs(problem: Problem, device: torch.device) -> Inputs:
-    """The problem's tensors: padded as `tensors`; varlen packs its sequences' tokens (total, h, d) with
+    """The problem's tensors: padded (b, s, h, d); varlen packs its sequences' tokens (total, h, d) with
     cu_seqlens; kvcache keeps (b, seqlen_k, h_k, d) caches with each sequence's used rows in seqused_k."""
     seqs = problem.sequences()
     if problem.layout == "padded":
-        q, k, v, dout = tensors(problem, device)
+        q, k, v, dout = _random(problem, problem.batch, problem.seqlen_q, problem.seqlen_k, device)
         return Inputs(q, k, v, dout, None, None, None, problem.seqlen_q, problem.seqlen_k)
     if problem.layout == "kvcache":
         q, k, v, dout = _random(problem, len(seqs), problem.seqlen_q, problem.seqlen_k, device)
