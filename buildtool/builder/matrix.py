@@ -66,6 +66,16 @@ class MatrixError(InputError):
     """A value in matrix.yaml (or on the command line) that fa cannot work with."""
 
 
+def arch_option(arch: str, source: str) -> tuple[int, int]:
+    """The compute capability `--arch` names ("8.6" -> (8, 6)); MatrixError naming the option else."""
+    try:
+        return versions.parse_arch(arch)
+    except ValueError:
+        raise MatrixError(
+            source, "--arch", f"{arch!r} is not a compute capability", 'write it like "8.6"'
+        ) from None
+
+
 @dataclass(frozen=True)
 class KernelFilter:
     """Optional `kernels:` key: build only some kernel units (quick dev builds and tests).

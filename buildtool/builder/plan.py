@@ -28,6 +28,7 @@ from buildtool.builder.matrix import (
     MIN_TORCH,
     Matrix,
     MatrixError,
+    arch_option,
     python_version,
 )
 from buildtool.builder.pypi import TorchCatalog, TorchFile
@@ -323,12 +324,7 @@ def _sass_for(gpu_sm: str, major: int, source: str) -> str:
     """The arch to compile SASS for a GPU of compute capability `gpu_sm` with CUDA `major`: the GPU's
     own, or the highest one of its major the toolkit targets below it (SASS runs on a higher minor)."""
     toolkit = cuda_facts.TOOLKITS[major]
-    try:
-        gpu = versions.parse_arch(gpu_sm)
-    except ValueError:
-        raise MatrixError(
-            source, "--arch", f"{gpu_sm!r} is not a compute capability", 'write it like "8.6"'
-        ) from None
+    gpu = arch_option(gpu_sm, source)
     fitting = [
         a for a in toolkit.archs if versions.parse_arch(a)[0] == gpu[0] and versions.parse_arch(a) <= gpu
     ]

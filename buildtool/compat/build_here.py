@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from buildtool.builder.compile import KernelTree
-from buildtool.builder.matrix import Matrix, MatrixError, load_matrix
+from buildtool.builder.matrix import Matrix, MatrixError, arch_option, load_matrix
 from buildtool.builder.pipeline import BuildSummary, execute
 from buildtool.builder.plan import Plan, local_plan
 from buildtool.compat.env import Env
@@ -106,12 +106,7 @@ def _check_cuda(env: Env, cuda: int, source: str) -> None:
 def _check_arch(env: Env, arch: str, source: str) -> None:
     """--arch must give SASS that runs on GPU 0 (fa install installs for this machine): SASS runs on
     the same major at an equal or higher minor only. Without a GPU to compare, any arch goes."""
-    try:
-        wanted = versions.parse_arch(arch)
-    except ValueError:
-        raise MatrixError(
-            source, "--arch", f"{arch!r} is not a compute capability", 'write it like "8.6"'
-        ) from None
+    wanted = arch_option(arch, source)
     if not env.gpus:
         return
     gpu = env.gpus[0].sm
