@@ -6,10 +6,33 @@ serve onto the real kernels run by tests/emu's CPU emulator instead.
 
 from __future__ import annotations
 
+import importlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+
+import fa_attn
+import pytest
+from fa_attn import flash_attn_compat
 
 HERE = Path(__file__).resolve().parent
 for folder in (HERE, HERE.parent / "emu", HERE.parent / "gpu"):  # reference, emu_harness, attn_reference
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
+
+
+@pytest.fixture
+def clean_flash_attn() -> Iterator[None]:
+    """No stand-in and no flash_attn modules before and after a test."""
+    flash_attn_compat.uninstall_as_flash_attn()
+    yield
+    flash_attn_compat.uninstall_as_flash_attn()
+    for name in [n for n in sys.modules if n == "flash_attn" or n.startswith("flash_attn.")]:
+        del sys.modules[name]
+    importlib.invalidate_caches()
+
+
+@pytest.fixture
+def stand_in(clean_flash_attn: None) -> None:  # noqa: ARG001 (its setup and teardown are the point)
+    """The stand-in installed for one test, on a clean slate (clean_flash_attn)."""
+    fa_attn.install_as_flash_attn()

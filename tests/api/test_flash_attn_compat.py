@@ -19,17 +19,6 @@ from fa_attn import flash_attn_compat
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def clean_flash_attn():
-    """No stand-in and no flash_attn modules before and after a test."""
-    flash_attn_compat.uninstall_as_flash_attn()
-    yield
-    flash_attn_compat.uninstall_as_flash_attn()
-    for name in [n for n in sys.modules if n == "flash_attn" or n.startswith("flash_attn.")]:
-        del sys.modules[name]
-    importlib.invalidate_caches()
-
-
 @pytest.mark.usefixtures("clean_flash_attn")
 def test_no_flash_attn_without_opting_in() -> None:
     assert importlib.util.find_spec("flash_attn") is None

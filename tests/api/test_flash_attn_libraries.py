@@ -24,18 +24,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::fa_attn.FaFallbackWarning")
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def stand_in():
-    """The stand-in installed for one test; no flash_attn modules before or after."""
-    flash_attn_compat.uninstall_as_flash_attn()
-    fa_attn.install_as_flash_attn()
-    yield
-    flash_attn_compat.uninstall_as_flash_attn()
-    for name in [n for n in sys.modules if n == "flash_attn" or n.startswith("flash_attn.")]:
-        del sys.modules[name]
-    importlib.invalidate_caches()
-
-
 def run_python(code: str, *, stand_in: bool) -> subprocess.CompletedProcess[str]:
     """`code` in a fresh interpreter (library imports are process-wide state), with or without the stand-in."""
     prelude = "import fa_attn; fa_attn.install_as_flash_attn()\n" if stand_in else ""

@@ -6,24 +6,13 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import sys
 
-import fa_attn
 import pytest
 import torch
 import torch.nn.functional as F
-from fa_attn import flash_attn_compat
 from flash_attn_2_8_3 import CLASSES, REQUIRED
 
-
-@pytest.fixture(autouse=True)
-def stand_in():
-    flash_attn_compat.uninstall_as_flash_attn()
-    fa_attn.install_as_flash_attn()
-    yield
-    flash_attn_compat.uninstall_as_flash_attn()
-    for name in [n for n in sys.modules if n == "flash_attn" or n.startswith("flash_attn.")]:
-        del sys.modules[name]
+pytestmark = pytest.mark.usefixtures("stand_in")
 
 
 @pytest.mark.parametrize("path", list(CLASSES))
