@@ -6,7 +6,7 @@ Both views are built from the same `plan_json` dict, so the table and the JSON n
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rich import box
@@ -183,10 +183,25 @@ def _wheels_table(data: dict[str, Any]) -> Table:
     return table
 
 
-def _skipped_lines(data: dict[str, Any]) -> list[Text]:
+def _runs(values: list[str], order: Sequence[str]) -> str:
+    """Values as spans of runs that are unbroken in the matrix's own order ("3.13t-3.15t 3.10"), so a
+    skipped-cells line stays one line at 80 columns; a value outside `order` stands alone."""
+    index = {v: i for i, v in enumerate(order)}
+    runs: list[list[str]] = []
+    for v in sorted(values, key=lambda v: index.get(v, len(order))):
+        last = runs[-1][-1] if runs else None
+        if last is not None and v in index and last in index and index[v] == index[last] + 1:
+            runs[-1].append(v)
+        else:
+            runs.append([v])
+    return " ".join(_span(run) if len(run) > 2 else " ".join(run) for run in runs)
+
+
+def _skipped_lines(data: dict[str, Any], pythons: Sequence[str]) -> list[Text]:
     """One entry per exclude entry, and one per torch minor for the Pythons PyPI has no torch build
     for, so the list stays short; the JSON has every cell with its own reason. Each entry is its
-    cells on one line and the reason below it, indented (prose wraps; nothing is cut)."""
+    cells on one line (Pythons as runs of the matrix's `pythons` order) and the reason below it,
+    indented (prose wraps; nothing is cut)."""
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for s in data["skipped"]:
         key = (
@@ -204,10 +219,10 @@ def _skipped_lines(data: dict[str, Any]) -> list[Text]:
         )
         torch = _span(list(dict.fromkeys(c["torch"] for c in cells)))
         cuda = " ".join(dict.fromkeys(str(c["cuda"]) for c in cells))
-        pythons = " ".join(dict.fromkeys(c["python"] for c in cells))
+        skipped_pythons = _runs(list(dict.fromkeys(c["python"] for c in cells)), pythons)
         n = len(cells)
         lines.append(
-            Text(f"  {counted(n, 'cell')}: {platform}, torch {torch}, CUDA {cuda}, Python {pythons}")
+            Text(f"  {counted(n, 'cell')}: {platform}, torch {torch}, CUDA {cuda}, Python {skipped_pythons}")
         )
         lines.append(Text(f"      {reason}"))
     return lines
@@ -228,7 +243,7 @@ def plan_renderable(plan: Plan, cache_status: CacheStatus) -> Group:
     data = plan_json(plan, cache_status)
     parts: list[Any] = [_wheels_table(data)]
     if data["skipped"]:
-        parts += _skipped_lines(data)
+        parts += _skipped_lines(data, plan.matrix.python)
     parts.append(_totals_line(data))
     return Group(*parts)
 

@@ -581,6 +581,21 @@ def test_repo_matrix_plans_against_the_fixture(catalog: TorchCatalog) -> None:
     assert not any(w.cuda_major == 13 and Version(w.torch_minor) < Version("2.9") for w in plan.wheels)
 
 
+def test_repo_matrix_dry_run_fits_80_columns_without_wrapping(catalog: TorchCatalog) -> None:
+    """README's matrix at 80 columns: each skipped-cells entry stays on one line (its Pythons as runs
+    of the matrix's order), its reason on the next; no line is longer than 80."""
+    m = load_matrix(REPO / "matrix.yaml", tiles=TILES)
+    m = replace(m, torch=tuple(t for t in m.torch if t in catalog.minors))
+    console = Console(record=True, width=80)
+    console.print(plan_renderable(make_plan(m, catalog, units=units), lambda _: False))
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    entries = [i for i, line in enumerate(lines) if line.startswith("  ") and " cells: " in line]
+    assert len(entries) > 10
+    assert all(lines[i + 1].startswith("      ") and " cells: " not in lines[i + 1] for i in entries)
+    assert any(line.endswith("Python 3.13t-3.15t") for line in lines)  # torch 2.5/2.6's unbuilt Pythons
+
+
 def test_repo_matrix_with_the_real_kernel_table(catalog: TorchCatalog) -> None:
     """kernels/tiles.py and matrix.yaml agree: every default and listed arch has kernels."""
     tiles = kernels_src.tiles()
