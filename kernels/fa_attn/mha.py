@@ -497,7 +497,8 @@ class MHA(nn.Module):
                 projected = _causal_conv(self.dwconv_qkv, projected)
             qkv = projected.unflatten(-1, (3, h, d))
             return qkv[..., 0, :, :], qkv[..., 1:, :, :], qkv
-        q, kv = projected[..., : h * d], projected[..., h * d :]  # slices: split's views can't change in place
+        # slices, not split(): rotary changes q and k in place, which split's outputs forbid
+        q, kv = projected[..., : h * d], projected[..., h * d :]
         if self.dwconv:
             q, kv = _causal_conv(self.dwconv_q, q), _causal_conv(self.dwconv_kv, kv)
         return q.unflatten(-1, (h, d)), kv.unflatten(-1, (2, hkv, d)), None
