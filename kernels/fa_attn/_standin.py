@@ -6,8 +6,10 @@ runs a script or `-m module` with it installed) makes `import flash_attn`, `flas
 the public functions, the private ones real code calls (flash_attn_privates.py) and the compiled
 extension's (`flash_attn_interface.flash_attn_gpu`, flash_attn_ext.py); and the attention-adjacent
 modules in plain torch: rotary (RotaryEmbedding), the norms of `flash_attn.ops.triton.layer_norm`
-(norms.py) and `flash_attn.losses.cross_entropy.CrossEntropyLoss` (cross_entropy.py). Any other flash_attn module fails
-to import with a message naming what fa does not provide and what to use (`_NOT_PROVIDED`).
+(norms.py), `flash_attn.losses.cross_entropy.CrossEntropyLoss` (cross_entropy.py), and
+`flash_attn.modules.mha.MHA` with its inner modules (mha.py; `flash_attn.utils.generation.InferenceParams`
+for its decode). Any other flash_attn module fails to import with a message naming what fa does not
+provide and what to use (`_NOT_PROVIDED`).
 It never shadows a real flash-attn: it does nothing when one is importable, and its finder sits at the
 end of `sys.meta_path`, behind the path finder that finds installed packages. `flash_attn_status()`
 says which one `import flash_attn` gives, and why.
@@ -56,9 +58,38 @@ _MODULES = (
     "flash_attn.ops.triton.layer_norm",
     "flash_attn.losses",
     "flash_attn.losses.cross_entropy",
+    "flash_attn.modules",
+    "flash_attn.modules.mha",
+    "flash_attn.utils",
+    "flash_attn.utils.generation",
 )
 _PACKAGES = frozenset(
-    {"flash_attn", "flash_attn.layers", "flash_attn.ops", "flash_attn.ops.triton", "flash_attn.losses"}
+    {
+        "flash_attn",
+        "flash_attn.layers",
+        "flash_attn.ops",
+        "flash_attn.ops.triton",
+        "flash_attn.losses",
+        "flash_attn.modules",
+        "flash_attn.utils",
+    }
+)
+# flash_attn.modules.mha's names (mha.py); its imports of the packed functions and RotaryEmbedding are
+# among them because real code imports them from there (nanotron: flash_attn_varlen_kvpacked_func).
+_MHA = (
+    "MHA",
+    "ParallelMHA",
+    "FlashSelfAttention",
+    "FlashCrossAttention",
+    "SelfAttention",
+    "CrossAttention",
+    "get_alibi_slopes",
+    "RotaryEmbedding",
+    "flash_attn_qkvpacked_func",
+    "flash_attn_kvpacked_func",
+    "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_varlen_kvpacked_func",
+    "flash_attn_with_kvcache",
 )
 _PUBLIC = (
     "flash_attn_func",
@@ -94,10 +125,21 @@ _NOT_PROVIDED = (
     ("flash_attn.ops.activations", "torch.nn.functional.gelu / silu"),
     ("flash_attn.ops", "the torch.nn equivalents (fused with torch.compile)"),
     ("flash_attn.losses", "flash_attn.losses.cross_entropy.CrossEntropyLoss (fa provides it)"),
-    ("flash_attn.modules.mha", "fa_attn.flash_attn_func inside your attention module"),
-    ("flash_attn.modules", "torch.nn modules calling fa_attn's functions"),
+    (
+        "flash_attn.modules.mlp",
+        "torch.nn.Linear with F.gelu / F.silu (fa provides flash_attn.modules.mha.MHA)",
+    ),
+    (
+        "flash_attn.modules.block",
+        "a torch.nn.Module of flash_attn.modules.mha.MHA, an MLP and a norm (fa provides MHA)",
+    ),
+    ("flash_attn.modules.embedding", "torch.nn.Embedding"),
+    (
+        "flash_attn.modules",
+        "torch.nn modules calling fa_attn's functions (fa provides flash_attn.modules.mha)",
+    ),
     ("flash_attn.utils.distributed", "torch.distributed"),
-    ("flash_attn.utils", "torch's own utilities"),
+    ("flash_attn.utils", "torch's own utilities (fa provides flash_attn.utils.generation.InferenceParams)"),
     ("flash_attn.models", "transformers' models with attn_implementation=fa_attn.hf.register()"),
     ("flash_attn.layers", "torch.nn layers (fa provides flash_attn.layers.rotary)"),
     ("flash_attn.cute", "fa_attn's functions (FlashAttention-4's CuTe kernels are not in fa)"),
@@ -129,6 +171,7 @@ def _exports(fullname: str) -> dict[str, object]:
         flash_attn_privates,
         interface,
         kvcache,
+        mha,
         norms,
         packed,
         rotary,
@@ -162,6 +205,10 @@ def _exports(fullname: str) -> dict[str, object]:
         },
         "flash_attn.losses": {},
         "flash_attn.losses.cross_entropy": {"CrossEntropyLoss": cross_entropy.CrossEntropyLoss},
+        "flash_attn.modules": {},
+        "flash_attn.modules.mha": {name: getattr(mha, name) for name in _MHA},
+        "flash_attn.utils": {},
+        "flash_attn.utils.generation": {"InferenceParams": mha.InferenceParams},
     }
     return modules[fullname]
 

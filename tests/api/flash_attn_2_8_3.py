@@ -1,6 +1,7 @@
 """flash-attn 2.8.3's signatures, recorded from its source at tag v2.8.3 (flash_attn/flash_attn_interface.py,
-flash_attn/layers/rotary.py, flash_attn/bert_padding.py, and csrc/flash_attn/flash_api.cpp for the
-compiled extension's functions, which take their arguments by position). Facts, not code: each function
+flash_attn/layers/rotary.py, flash_attn/bert_padding.py, flash_attn/modules/mha.py, and
+csrc/flash_attn/flash_api.cpp for the compiled extension's functions, which take their arguments by
+position). Facts, not code: each function
 is its parameters in order, a parameter (name, default) with REQUIRED where it has none."""
 
 from __future__ import annotations
@@ -238,5 +239,46 @@ CLASSES: dict[str, dict[str, list[tuple[str, object]]]] = {
             ("return_z_loss", False),
         ],
         "forward": [("input", R), ("target", R), ("precomputed_lse", None)],
+    },
+    "flash_attn.modules.mha.MHA": {
+        "__init__": [
+            ("embed_dim", R), ("num_heads", R), ("num_heads_kv", None), ("cross_attn", False),
+            ("qkv_proj_bias", True), ("out_proj_bias", True), ("dropout", 0.0), ("softmax_scale", None),
+            ("causal", False), ("layer_idx", None), ("dwconv", False), ("rotary_emb_dim", 0),
+            ("rotary_emb_base", 10000.0), ("rotary_emb_scale_base", None), ("rotary_emb_interleaved", False),
+            ("use_alibi", False), ("window_size", (-1, -1)), ("fused_bias_fc", False), ("use_flash_attn", False),
+            ("return_residual", False), ("checkpointing", False), ("device", None), ("dtype", None),
+        ],
+        # ("kwargs", R) is **kwargs (test_flash_attn_mha checks its kind)
+        "forward": [
+            ("x", R), ("x_kv", None), ("key_padding_mask", None), ("cu_seqlens", None), ("max_seqlen", None),
+            ("mixer_subset", None), ("inference_params", None), ("kwargs", R),
+        ],
+        "allocate_inference_cache": [("batch_size", R), ("max_seqlen", R), ("dtype", None)],
+    },
+    "flash_attn.modules.mha.FlashSelfAttention": {
+        "__init__": [
+            ("causal", False), ("softmax_scale", None), ("attention_dropout", 0.0), ("window_size", (-1, -1)),
+            ("alibi_slopes", None), ("deterministic", False),
+        ],
+        "forward": [("qkv", R), ("causal", None), ("cu_seqlens", None), ("max_seqlen", None)],
+    },
+    "flash_attn.modules.mha.FlashCrossAttention": {
+        "__init__": [
+            ("causal", False), ("softmax_scale", None), ("attention_dropout", 0.0), ("alibi_slopes", None),
+            ("window_size", (-1, -1)), ("deterministic", False),
+        ],
+        "forward": [
+            ("q", R), ("kv", R), ("causal", None), ("cu_seqlens", None), ("max_seqlen", None),
+            ("cu_seqlens_k", None), ("max_seqlen_k", None),
+        ],
+    },
+    "flash_attn.modules.mha.SelfAttention": {
+        "__init__": [("causal", False), ("softmax_scale", None), ("attention_dropout", 0.0)],
+        "forward": [("qkv", R), ("causal", None), ("key_padding_mask", None)],
+    },
+    "flash_attn.modules.mha.CrossAttention": {
+        "__init__": [("causal", False), ("softmax_scale", None), ("attention_dropout", 0.0)],
+        "forward": [("q", R), ("kv", R), ("causal", None), ("key_padding_mask", None)],
     },
 }  # fmt: skip
