@@ -158,9 +158,10 @@ def report(dispatch: Dispatch) -> None:
         return
     if strict():
         raise FaFallbackError(_strict_message(dispatch))
-    if _warned.issuperset(reason.code for reason in dispatch.reasons):
-        return  # every reason already warned: the common case after a fallback's first call
-    for reason in dispatch.reasons:
+    reasons = dispatch.reasons
+    if len(reasons) == 1 and reasons[0].code in _warned:
+        return  # the common case after a fallback's first call: its one reason is warned already
+    for reason in reasons:
         with _report_lock:
             if reason.code in _warned:
                 continue

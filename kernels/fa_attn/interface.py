@@ -151,7 +151,8 @@ def run_kernels(
     pad = route.head_dim - call.head_dim
     if pad:  # kernels need a multiple of 8; zero columns change neither q.k nor the kept outputs
         q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))
-    q, k, v = row_aligned(q), row_aligned(k), row_aligned(v)
+    if not _multiples_of_8(q.stride()[:-1] + k.stride()[:-1] + v.stride()[:-1]):
+        q, k, v = row_aligned(q), row_aligned(k), row_aligned(v)
     fwd, bwd = route.fwd, route.bwd or ops.NO_LAUNCH
     varlen, kv = call.varlen, call.kv
     splits = _split_count(call, route, q, num_splits)
@@ -189,11 +190,13 @@ def row_aligned(t: torch.Tensor) -> torch.Tensor:
     """The kernels load 16-byte vectors per row: strides must be multiples of 8 elements. Copy the rare
     tensor that is not. (A misaligned start address is copied by the binding: torch.compile cannot
     trace storage_offset().)"""
-    # Multiples of 8 (a power of two) exactly when their bitwise or is: one C-level reduce per tensor,
-    # which a decode step calls three times.
-    if functools.reduce(operator.or_, t.stride()[:-1], 0) % 8 == 0:
-        return t
-    return t.contiguous()
+    return t if _multiples_of_8(t.stride()[:-1]) else t.contiguous()
+
+
+def _multiples_of_8(strides: tuple[int, ...]) -> bool:
+    # Multiples of 8 (a power of two) exactly when their bitwise or is: one C-level reduce, which a
+    # decode step's q, k and v share.
+    return functools.reduce(operator.or_, strides, 0) % 8 == 0
 
 
 def _finish(
@@ -249,9 +252,8 @@ def flash_attn_func(
     kernels cannot serve run on torch SDPA with the same semantics and warn once per reason (FA_STRICT=1
     raises instead).
     """
-    key = None if torch.compiler.is_compiling() else call_cache.padded_key(
-        q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic
-    )  # fmt: skip
+    options = (dropout_p, softmax_scale, causal, softcap, alibi_slopes, deterministic)
+    key = None if torch.compiler.is_compiling() else call_cache.key("padded", q, k, v, options, window_size)
     call = call_cache.known(key)
     if call is None:
         call = inputs.check_padded(

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import dispatch, fallback, interface, rotary
+from . import call_cache, dispatch, fallback, interface, rotary
 from .inputs import (
     AttnCall,
     InputError,
@@ -400,7 +400,8 @@ def _fallback(
                 fallback.rows_of(k_cache, req.batch_rows),
                 fallback.rows_of(v_cache, req.batch_rows),
             )
-        keys, values = keys.narrow(1, 0, call.seqlen_k), values.narrow(1, 0, call.seqlen_k)
+        if call.seqlen_k < keys.shape[1]:  # (a narrow costs a torch call: a full cache needs none)
+            keys, values = keys.narrow(1, 0, call.seqlen_k), values.narrow(1, 0, call.seqlen_k)
         return fallback.attention(call, q, keys, values, want_lse)
     first = req.leftpad if req.leftpad is not None else torch.zeros(batch, dtype=torch.long, device=device)
     counts = req.counts(device)
@@ -452,10 +453,20 @@ def flash_attn_with_kvcache(
     Returns out like q, and softmax_lse (batch, heads, seqlen_q) fp32 with return_softmax_lse=True.
     No backward (as flash-attn). Which layouts run on the kernels: the module docstring.
     """
-    req = _check(
-        q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
-        block_table, softmax_scale, causal, window_size, softcap, rotary_interleaved, alibi_slopes, num_splits,
+    options = (
+        rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal,
+        softcap, rotary_interleaved, alibi_slopes, num_splits,
     )  # fmt: skip
+    compiling = torch.compiler.is_compiling()
+    key = None if compiling else call_cache.key("kvcache", q, k_cache, v_cache, options, window_size, (k, v))
+    req = call_cache.known(key)
+    if req is None:
+        req = _check(
+            q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
+            block_table, softmax_scale, causal, window_size, softcap, rotary_interleaved, alibi_slopes,
+            num_splits,
+        )  # fmt: skip
+        call_cache.remember(key, req)
     if req.rotary is not None:
         assert k is not None  # rotary needs the new keys (_check_rotary)
         cos, sin, interleaved = req.rotary.cos, req.rotary.sin, req.rotary.interleaved

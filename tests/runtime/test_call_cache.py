@@ -11,10 +11,10 @@ from fa_attn import call_cache, interface
 pytestmark = pytest.mark.filterwarnings("ignore::fa_attn.FaFallbackWarning")
 
 
-def key(q, k, v, **options):
-    args = {"dropout_p": 0.0, "softmax_scale": None, "causal": False, "window_size": (-1, -1), "softcap": 0.0,
-            "alibi_slopes": None, "deterministic": False, **options}  # fmt: skip
-    return call_cache.padded_key(q, k, v, *args.values())
+def key(q, k, v, window_size=(-1, -1), **options):
+    args = {"dropout_p": 0.0, "softmax_scale": None, "causal": False, "softcap": 0.0, "alibi_slopes": None,
+            "deterministic": False, **options}  # fmt: skip
+    return call_cache.key("padded", q, k, v, tuple(args.values()), window_size)
 
 
 def test_a_repeated_call_is_validated_once() -> None:
