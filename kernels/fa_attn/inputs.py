@@ -21,12 +21,13 @@ from __future__ import annotations
 import itertools
 import math
 import operator
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import SupportsIndex
 
 import torch
+
+from ._env import reader
 
 # The public API's argument and result types. An integer argument is any integer-like flash-attn's
 # callers pass: an int, a numpy integer, a one-element integer tensor; a window is a pair of them.
@@ -52,6 +53,9 @@ class Varlen:
     max_seqlen_k: int
 
 
+_FA_CHECK_INDICES = reader("FA_CHECK_INDICES")
+
+
 def may_read(t: torch.Tensor) -> bool:
     """Whether validation may read t's values: t is a plain tensor (not fake, meta or traced) and either
     on the CPU (no device sync) or FA_CHECK_INDICES=1 asks for it, outside compile tracing and capture."""
@@ -59,7 +63,7 @@ def may_read(t: torch.Tensor) -> bool:
         return False
     if t.device.type == "cpu":
         return True
-    if os.environ.get("FA_CHECK_INDICES", "") in ("", "0"):
+    if _FA_CHECK_INDICES() in ("", "0"):
         return False
     return not (t.device.type == "cuda" and torch.cuda.is_current_stream_capturing())
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import call_cache, dispatch, fallback, interface, rotary
+from . import call_cache, fallback, interface, rotary
 from .inputs import (
     AttnCall,
     InputError,
@@ -360,10 +360,7 @@ def _attend_cache(
     req: CacheCall, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, want_lse: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     call = req.attn
-    route = interface.admit(
-        call, interface.decide(call, q, k_cache, v_cache), q, k_cache, v_cache, splitkv=True
-    )
-    dispatch.report(route)
+    route = interface.route_for(call, q, k_cache, v_cache, splitkv=True)
     if route.path != "fallback":
         if req.block_table is None and call.seqlen_k < k_cache.shape[1]:  # none reads past row seqlen_k
             k_cache, v_cache = k_cache.narrow(1, 0, call.seqlen_k), v_cache.narrow(1, 0, call.seqlen_k)
@@ -389,8 +386,6 @@ def _fallback(
     """Each sequence's keys [first key, cache_seqlens + seqlen_new) gathered into a padded batch on the
     device, then the fallback's attention with per-sequence key counts."""
     call = req.attn
-    batch, seqlen_q = q.shape[0], q.shape[1]
-    device = q.device
     if req.block_table is None and req.leftpad is None and req.cache_seqlens is None and call.seqlen_k:
         # Every sequence has call.seqlen_k keys from its row 0 (an int cache_seqlens, or full caches): a
         # padded call on a view of the cache, whose plain cases SDPA serves directly.
@@ -403,6 +398,8 @@ def _fallback(
         if call.seqlen_k < keys.shape[1]:  # (a narrow costs a torch call: a full cache needs none)
             keys, values = keys.narrow(1, 0, call.seqlen_k), values.narrow(1, 0, call.seqlen_k)
         return fallback.attention(call, q, keys, values, want_lse)
+    batch, seqlen_q = q.shape[0], q.shape[1]
+    device = q.device
     first = req.leftpad if req.leftpad is not None else torch.zeros(batch, dtype=torch.long, device=device)
     counts = req.counts(device)
     if counts is not None:
