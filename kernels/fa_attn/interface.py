@@ -162,8 +162,8 @@ def run_kernels(
     preload.before_call(route, q)  # the route's kernels load here, never inside a graph capture
     pad = route.head_dim - call.head_dim
     if pad:  # kernels need a multiple of 8; zero columns change neither q.k nor the kept outputs
-        q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))
-    if not _multiples_of_8(q.stride()[:-1] + k.stride()[:-1] + v.stride()[:-1]):
+        q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))  # (contiguous: rows aligned)
+    elif not call.rows_aligned:
         q, k, v = row_aligned(q), row_aligned(k), row_aligned(v)
     splits = _split_count(call, route, q, num_splits)
     if splits > 1 and route.splitkv is not None:
@@ -210,13 +210,7 @@ def row_aligned(t: torch.Tensor) -> torch.Tensor:
     """The kernels load 16-byte vectors per row: strides must be multiples of 8 elements. Copy the rare
     tensor that is not. (A misaligned start address is copied by the binding: torch.compile cannot
     trace storage_offset().)"""
-    return t if _multiples_of_8(t.stride()[:-1]) else t.contiguous()
-
-
-def _multiples_of_8(strides: tuple[int, ...]) -> bool:
-    # Multiples of 8 (a power of two) exactly when their bitwise or is: one C-level reduce, which a
-    # decode step's q, k and v share.
-    return functools.reduce(operator.or_, strides, 0) % 8 == 0
+    return t if inputs.multiples_of_8(t.stride()[:-1]) else t.contiguous()
 
 
 def _finish(

@@ -207,10 +207,11 @@ def _check(
     # flash-attn normalises the window against the cache's capacity; the attention then runs over key_len
     attn = make_call(
         q,
+        k_cache,
+        v_cache,
         batch,
         seqlen_q,
         capacity,
-        k_cache.shape[2],
         opts,
         causal,
         window_size,
