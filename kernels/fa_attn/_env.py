@@ -35,6 +35,6 @@ def reader(name: str) -> Callable[[], str]:
         if os.environ is not _ENVIRON:
             return slow()
         value = _DATA.get(key)
-        return "" if value is None else _DECODE(value)  # type: ignore[misc]
+        return "" if value is None else _DECODE(value)
 
     return read

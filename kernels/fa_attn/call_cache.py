@@ -21,7 +21,7 @@ from .inputs import AttnCall
 
 _LIMIT = 512  # distinct calls kept; a process that exceeds it starts over
 _lock = threading.Lock()
-_kept: dict[tuple[object, ...], Any] = {}
+_kept: dict[tuple[object, ...] | None, Any] = {}  # (None is never a key: see remember)
 _PLAIN = frozenset({type(None), bool, int, float})
 
 Key = tuple[object, ...]
@@ -52,7 +52,7 @@ def key(
     ):
         return None
     # Unrolled for q, k, v: a decode step builds this key every call.
-    found = (
+    found: Key = (
         kind, options, types, window, q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype,
         k.device, v.shape, v.stride(), v.dtype, v.device,
     )  # fmt: skip
@@ -66,9 +66,9 @@ def key(
     return found
 
 
-def known(key: Key | None) -> Any:
-    """What validation gave for this key, or None (never seen, or not keyable)."""
-    return None if key is None else _kept.get(key)
+# known(key): what validation gave for this key, or None (never seen, or None: not keyable, never kept).
+# The dict's own get: a decode step calls it every time, and a Python frame around it costs.
+known = _kept.get
 
 
 def tensor_free(call: AttnCall) -> bool:
