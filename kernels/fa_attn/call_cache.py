@@ -74,7 +74,15 @@ known = _kept.get
 def tensor_free(call: AttnCall) -> bool:
     """Whether an AttnCall holds no tensor: only such calls are kept (a kept tensor would outlive its
     caller). Keyed calls are (`key` refuses tensor options); interface.decide asks of any call."""
-    return call.alibi_slopes is None and call.varlen is None and not call.kv.features
+    kv = call.kv  # (its tensors one by one: KvLayout.features builds a set)
+    return (
+        call.alibi_slopes is None
+        and call.varlen is None
+        and kv.seqused_k is None
+        and kv.leftpad_k is None
+        and kv.kv_batch_idx is None
+        and kv.block_table is None
+    )
 
 
 def remember(key: Key | None, validated: object) -> None:
