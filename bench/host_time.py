@@ -151,6 +151,9 @@ def main() -> int:
     results["kvcache_kernel_path_overhead_us"] = round(
         results["kernel_path_flash_attn_with_kvcache"] - results["op_call"], 2
     )
+    results["kvcache_tensor_lengths_kernel_path_overhead_us"] = round(
+        results["kernel_path_flash_attn_with_kvcache_tensor_lengths"] - results["op_call"], 2
+    )
     results["fallback_overhead_us"] = round(results["fallback_flash_attn_func"] - results["sdpa_call"], 2)
     results["kvcache_fallback_overhead_us"] = round(
         results["fallback_flash_attn_with_kvcache"] - results["sdpa_call"], 2

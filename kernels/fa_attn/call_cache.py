@@ -1,78 +1,99 @@
 """Validated calls, kept per what validation reads: a decode loop repeats one call's shapes thousands of
 times, and checking them again each time cost more host time than the kernel (issue 26).
 
-A padded call's validation (inputs.check_padded) depends only on its tensors' metadata (type, shape,
-last stride, dtype, device) and its scalar options, so `padded_key` builds a key of exactly those, and
-`remember`/`known` keep the AttnCall it gave. A call is keyed only when every part is plain data: plain
-tensors (not fake, traced or subclassed), no ALiBi tensor, a window given as a tuple of ints, numbers
-for the scalars; anything else (and any call while torch.compile traces) is validated as usual. The
-decision that follows has its own memos (interface.decide).
+A call's validation (inputs.check_padded, kvcache's check) depends only on its tensors' metadata (type,
+shape, strides, dtype, device) and on its other arguments' values when those are plain data, so `key`
+builds a key of exactly those, and `remember`/`known` keep what validation gave. A call is keyed only
+when every part is plain: plain tensors (not fake, traced or subclassed) where tensors are validated by
+their metadata, and None, bools, ints, floats or tuples of ints for the rest; a tensor among the rest
+(ALiBi slopes, cache_seqlens, an index tensor) and any call while torch.compile traces is validated as
+usual. So nothing kept holds a tensor. The decision that follows has its own memos (interface.decide).
 """
 
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import torch
 
 from .inputs import AttnCall
 
-_LIMIT = 512  # distinct shapes kept; a process that exceeds it starts over
+_LIMIT = 512  # distinct calls kept; a process that exceeds it starts over
 _lock = threading.Lock()
-_calls: dict[tuple[object, ...], AttnCall] = {}
-_SCALARS = (int, float)
+_kept: dict[tuple[object, ...] | None, Any] = {}  # (None is never a key: see remember)
+_PLAIN = frozenset({type(None), bool, int, float})
+
+Key = tuple[object, ...]
 
 
-def padded_key(
+def key(
+    kind: str,
     q: object,
     k: object,
     v: object,
-    dropout_p: object,
-    softmax_scale: object,
-    causal: object,
-    window_size: object,
-    softcap: object,
-    alibi_slopes: object,
-    deterministic: object,
-) -> tuple[object, ...] | None:
-    """The key of a flash_attn_func call, or None where a part is not plain data."""
+    options: tuple[object, ...],
+    window: object,
+    more: tuple[object, ...] = (),
+) -> Key | None:
+    """The key of a call of `kind` ("padded", "kvcache"): the metadata of its tensors q, k, v and of the
+    optional tensors `more` (None stays None), its options with their types (validation tells 1, 1.0
+    and True apart; a dict would not) and its window size; None where a part is not plain data."""
     if type(q) is not torch.Tensor or type(k) is not torch.Tensor or type(v) is not torch.Tensor:
         return None
-    if alibi_slopes is not None or type(window_size) is not tuple or len(window_size) != 2:
+    types = tuple(map(type, options))
+    if not _PLAIN.issuperset(types):
         return None
-    if type(window_size[0]) is not int or type(window_size[1]) is not int:
+    if (
+        type(window) is not tuple
+        or len(window) != 2
+        or type(window[0]) is not int
+        or type(window[1]) is not int
+    ):
         return None
-    if not (isinstance(dropout_p, _SCALARS) and isinstance(softcap, _SCALARS)):
-        return None
-    if softmax_scale is not None and not isinstance(softmax_scale, _SCALARS):
-        return None
-    if type(causal) is not bool or type(deterministic) is not bool:
-        return None
-    # Of the strides, validation reads the last one only (the head dim must be contiguous).
-    return (
-        q.shape, k.shape, v.shape, q.stride(-1), k.stride(-1), v.stride(-1), q.dtype, k.dtype, v.dtype,
-        q.device, k.device, v.device, dropout_p, softmax_scale, causal, window_size, softcap, deterministic,
+    # Unrolled for q, k, v: a decode step builds this key every call.
+    found: Key = (
+        kind, options, types, window, q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype,
+        k.device, v.shape, v.stride(), v.dtype, v.device,
     )  # fmt: skip
+    for t in more:
+        if type(t) is torch.Tensor:
+            found += (t.shape, t.stride(), t.dtype, t.device)
+        elif t is None:
+            found += (None,)
+        else:
+            return None
+    return found
 
 
-def known(key: tuple[object, ...] | None) -> AttnCall | None:
-    return None if key is None else _calls.get(key)
+# known(key): what validation gave for this key, or None (never seen, or None: not keyable, never kept).
+# The dict's own get: a decode step calls it every time, and a Python frame around it costs.
+known = _kept.get
 
 
 def tensor_free(call: AttnCall) -> bool:
-    """Whether the call holds no tensor: only such calls are kept (a kept tensor would outlive its caller)."""
-    return call.alibi_slopes is None and call.varlen is None and not call.kv.features
+    """Whether an AttnCall holds no tensor: only such calls are kept (a kept tensor would outlive its
+    caller). Keyed calls are (`key` refuses tensor options); interface.decide asks of any call."""
+    kv = call.kv  # (its tensors one by one: KvLayout.features builds a set)
+    return (
+        call.alibi_slopes is None
+        and call.varlen is None
+        and kv.seqused_k is None
+        and kv.leftpad_k is None
+        and kv.kv_batch_idx is None
+        and kv.block_table is None
+    )
 
 
-def remember(key: tuple[object, ...] | None, call: AttnCall) -> None:
-    if key is None or not tensor_free(call):
+def remember(key: Key | None, validated: object) -> None:
+    if key is None:
         return
     with _lock:
-        if len(_calls) >= _LIMIT:
-            _calls.clear()
-        _calls[key] = call
+        if len(_kept) >= _LIMIT:
+            _kept.clear()
+        _kept[key] = validated
 
 
 def clear() -> None:
     with _lock:
-        _calls.clear()
+        _kept.clear()

@@ -8,7 +8,6 @@ instead when FA_STRICT=1.
 
 from __future__ import annotations
 
-import os
 import threading
 import warnings
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from pathlib import Path
 import torch
 
 from . import all_wheel, decision
+from ._env import reader
 from .decision import Call, Device, Dispatch
 from .inputs import AttnCall
 from .reasons import Reason
@@ -139,8 +139,11 @@ _warned: set[str] = set()
 _last: list[Dispatch | None] = [None]  # the most recent decision, in a one-item box
 
 
+_FA_STRICT = reader("FA_STRICT")
+
+
 def strict() -> bool:
-    return os.environ.get("FA_STRICT", "") not in ("", "0")
+    return _FA_STRICT() not in ("", "0")
 
 
 def report(dispatch: Dispatch) -> None:
@@ -158,9 +161,10 @@ def report(dispatch: Dispatch) -> None:
         return
     if strict():
         raise FaFallbackError(_strict_message(dispatch))
-    if _warned.issuperset(reason.code for reason in dispatch.reasons):
-        return  # every reason already warned: the common case after a fallback's first call
-    for reason in dispatch.reasons:
+    reasons = dispatch.reasons
+    if len(reasons) == 1 and reasons[0].code in _warned:
+        return  # the common case after a fallback's first call: its one reason is warned already
+    for reason in reasons:
         with _report_lock:
             if reason.code in _warned:
                 continue
@@ -168,8 +172,8 @@ def report(dispatch: Dispatch) -> None:
         warnings.warn(
             f"fa_attn falls back to torch SDPA [{reason.code}]: {reason.message}. Fix: {reason.fix}",
             FaFallbackWarning,
-            stacklevel=4,
-        )  # user -> flash_attn_* -> _attend -> report
+            stacklevel=5,
+        )  # user -> flash_attn_* -> _attend -> route_for -> report
 
 
 def _strict_message(dispatch: Dispatch) -> str:

@@ -18,15 +18,17 @@ call is what a decode step cannot afford, and a capture or a compiled graph cann
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import operator
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import SupportsIndex
 
 import torch
+
+from ._env import reader
 
 # The public API's argument and result types. An integer argument is any integer-like flash-attn's
 # callers pass: an int, a numpy integer, a one-element integer tensor; a window is a pair of them.
@@ -52,6 +54,9 @@ class Varlen:
     max_seqlen_k: int
 
 
+_FA_CHECK_INDICES = reader("FA_CHECK_INDICES")
+
+
 def may_read(t: torch.Tensor) -> bool:
     """Whether validation may read t's values: t is a plain tensor (not fake, meta or traced) and either
     on the CPU (no device sync) or FA_CHECK_INDICES=1 asks for it, outside compile tracing and capture."""
@@ -59,7 +64,7 @@ def may_read(t: torch.Tensor) -> bool:
         return False
     if t.device.type == "cpu":
         return True
-    if os.environ.get("FA_CHECK_INDICES", "") in ("", "0"):
+    if _FA_CHECK_INDICES() in ("", "0"):
         return False
     return not (t.device.type == "cuda" and torch.cuda.is_current_stream_capturing())
 
@@ -112,6 +117,9 @@ class AttnCall:
     # The KV-cache layout the kernels read (kvcache.py, paged varlen); dispatch.features_of adds its
     # features, and run_kernels passes its tensors.
     kv: KvLayout = field(default_factory=KvLayout)
+    # Every row stride of q, k and v a multiple of 8, as the kernels load rows (interface.row_aligned);
+    # validated once with the rest, so a repeated call does not ask its tensors again.
+    rows_aligned: bool = False
 
     @property
     def dtype_name(self) -> str:
@@ -269,10 +277,11 @@ def check_options(
 
 def make_call(
     q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
     batch: int,
     seqlen_q: int,
     seqlen_k: int,
-    heads_k: int,
     opts: Options,
     causal: object,
     window_size: object,
@@ -289,7 +298,7 @@ def make_call(
         seqlen_q=seqlen_q,
         seqlen_k=seqlen_k if key_len is None else key_len,
         heads=q.shape[-2],
-        heads_k=heads_k,
+        heads_k=k.shape[-2],
         head_dim=q.shape[-1],
         dtype=q.dtype,
         device=q.device,
@@ -303,7 +312,14 @@ def make_call(
         deterministic=bool(deterministic),
         varlen=varlen,
         kv=_NO_LAYOUT if kv is None else kv,
+        rows_aligned=multiples_of_8(q.stride()[:-1] + k.stride()[:-1] + v.stride()[:-1]),
     )
+
+
+def multiples_of_8(strides: tuple[int, ...]) -> bool:
+    """Whether every stride is a multiple of 8 (16-byte rows of fp16/bf16)."""
+    # Multiples of 8 (a power of two) exactly when their bitwise or is: one C-level reduce.
+    return functools.reduce(operator.or_, strides, 0) % 8 == 0
 
 
 def check_padded(
@@ -327,7 +343,7 @@ def check_padded(
         raise InputError(f"k: batch {k.shape[0]} differs from q's {q.shape[0]}; q, k, v need one batch size")
     batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
     opts = check_options(q, batch, heads, dropout_p, softmax_scale, softcap, alibi_slopes)
-    return make_call(q, batch, seqlen_q, k.shape[1], k.shape[2], opts, causal, window_size, deterministic)
+    return make_call(q, k, v, batch, seqlen_q, k.shape[1], opts, causal, window_size, deterministic)
 
 
 def check_index_tensor(name: str, t: object, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
@@ -472,6 +488,4 @@ def check_varlen(
         kv = replace(kv, block_table=table, page_size=k.shape[1])
     opts = check_options(q, batch, q.shape[1], dropout_p, softmax_scale, softcap, alibi_slopes)
     varlen = Varlen(cu_q, cu_k, max_q, max_k)
-    return make_call(
-        q, batch, max_q, max_k, k.shape[-2], opts, causal, window_size, deterministic, varlen, kv
-    )
+    return make_call(q, k, v, batch, max_q, max_k, opts, causal, window_size, deterministic, varlen, kv)

@@ -113,6 +113,18 @@ def admit(
     )
 
 
+def route_for(
+    call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, splitkv: bool = False
+) -> Dispatch:
+    """The path a call runs on, admitted (a fallback needs no admission) and reported (last_dispatch(),
+    the warning or FA_STRICT's error)."""
+    route = decide(call, q, k, v)
+    if route.path != "fallback":
+        route = admit(call, route, q, k, v, splitkv=splitkv)
+    _dispatch.report(route)
+    return route
+
+
 def _split_count(call: AttnCall, route: Dispatch, q: torch.Tensor, requested: int) -> int:
     """How many shares of the keys the split-KV forward takes (decision.num_splits: flash-attn's
     `num_splits`, 0 = its heuristic, 1 = no split); 1 where the wheel has no split-KV kernel or a
@@ -150,50 +162,55 @@ def run_kernels(
     preload.before_call(route, q)  # the route's kernels load here, never inside a graph capture
     pad = route.head_dim - call.head_dim
     if pad:  # kernels need a multiple of 8; zero columns change neither q.k nor the kept outputs
-        q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))
-    q, k, v = row_aligned(q), row_aligned(k), row_aligned(v)
-    fwd, bwd = route.fwd, route.bwd or ops.NO_LAUNCH
-    varlen, kv = call.varlen, call.kv
+        q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))  # (contiguous: rows aligned)
+    elif not call.rows_aligned:
+        q, k, v = row_aligned(q), row_aligned(k), row_aligned(v)
     splits = _split_count(call, route, q, num_splits)
-    # Both forwards start with the call's tensors and scalars (ops.py's schemas); the launch data differ.
-    call_args = (
-        q,
-        k,
-        v,
-        varlen.cu_seqlens_q if varlen else None,
-        varlen.cu_seqlens_k if varlen else None,
-        kv.seqused_k,
-        kv.leftpad_k,
-        kv.kv_batch_idx,
-        kv.block_table,
-        call.seqlen_q,
-        call.seqlen_k,
-        call.softmax_scale,
-        call.causal,
-        call.window_left,
-        call.window_right,
-        call.softcap,
-    )
-    launch: tuple[object, ...]
+    if splits > 1 and route.splitkv is not None:
+        out, lse = torch.ops.fa_attn.fwd_splitkv(q, k, v, *_op_args(call, route, splits))
+    else:
+        out, lse = torch.ops.fa_attn.fwd(q, k, v, *_op_args(call, route, 1))
+    return (out[..., : call.head_dim] if pad else out), lse
+
+
+def _op_args(call: AttnCall, route: Dispatch, splits: int) -> tuple[object, ...]:
+    """The forward op's arguments after q, k, v (ops.py's schemas): the call's index tensors and scalars,
+    then the launch data of the split-KV forward (splits > 1) or of the forward and its backward. Kept
+    per tensor-free call and route, like the route itself (decide): a decode step repeats them."""
+    compiling = torch.compiler.is_compiling()
+    memo = (id(call), id(route), splits)
+    kept = None if compiling else _kept_args.get(memo)
+    if kept is not None and kept[0] is call and kept[1] is route:
+        return kept[2]
+    varlen, kv = call.varlen, call.kv
+    args: tuple[object, ...] = (
+        varlen.cu_seqlens_q if varlen else None, varlen.cu_seqlens_k if varlen else None, kv.seqused_k,
+        kv.leftpad_k, kv.kv_batch_idx, kv.block_table, call.seqlen_q, call.seqlen_k, call.softmax_scale,
+        call.causal, call.window_left, call.window_right, call.softcap,
+    )  # fmt: skip
     if splits > 1 and route.splitkv is not None:
         split = route.splitkv
-        launch = (splits, split.module, split.entries, list(split.launch))
-        out, lse = torch.ops.fa_attn.fwd_splitkv(*call_args, *launch)
+        args += (splits, split.module, split.entries, list(split.launch))
     else:
-        launch = (fwd.module, fwd.entries, list(fwd.launch), bwd.module, bwd.entries, list(bwd.launch))
-        out, lse = torch.ops.fa_attn.fwd(*call_args, *launch)
-    return (out[..., : call.head_dim] if pad else out), lse
+        fwd, bwd = route.fwd or ops.NO_LAUNCH, route.bwd or ops.NO_LAUNCH
+        args += (fwd.module, fwd.entries, list(fwd.launch), bwd.module, bwd.entries, list(bwd.launch))
+    if not compiling and call_cache.tensor_free(call):
+        if len(_kept_args) >= 1024:
+            _kept_args.clear()
+        _kept_args[memo] = (call, route, args)
+    return args
+
+
+# The op arguments of tensor-free calls lately run, by (id(call), id(route), splits), checked by identity
+# (an entry keeps its call and route alive, so their ids are not reused while it exists).
+_kept_args: dict[tuple[int, int, int], tuple[AttnCall, Dispatch, tuple[object, ...]]] = {}
 
 
 def row_aligned(t: torch.Tensor) -> torch.Tensor:
     """The kernels load 16-byte vectors per row: strides must be multiples of 8 elements. Copy the rare
     tensor that is not. (A misaligned start address is copied by the binding: torch.compile cannot
     trace storage_offset().)"""
-    # Multiples of 8 (a power of two) exactly when their bitwise or is: one C-level reduce per tensor,
-    # which a decode step calls three times.
-    if functools.reduce(operator.or_, t.stride()[:-1], 0) % 8 == 0:
-        return t
-    return t.contiguous()
+    return t if inputs.multiples_of_8(t.stride()[:-1]) else t.contiguous()
 
 
 def _finish(
@@ -214,8 +231,7 @@ def _attend(
     return_lse: bool,
     return_attn_probs: bool,
 ) -> AttnOutput:
-    route = admit(call, decide(call, q, k, v), q, k, v)
-    _dispatch.report(route)
+    route = route_for(call, q, k, v)
     lse: torch.Tensor | None
     if route.path != "fallback":  # (a field, not a property: torch.compile reads it)
         out, lse = run_kernels(call, route, q, k, v)
@@ -249,9 +265,8 @@ def flash_attn_func(
     kernels cannot serve run on torch SDPA with the same semantics and warn once per reason (FA_STRICT=1
     raises instead).
     """
-    key = None if torch.compiler.is_compiling() else call_cache.padded_key(
-        q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic
-    )  # fmt: skip
+    options = (dropout_p, softmax_scale, causal, softcap, alibi_slopes, deterministic)
+    key = None if torch.compiler.is_compiling() else call_cache.key("padded", q, k, v, options, window_size)
     call = call_cache.known(key)
     if call is None:
         call = inputs.check_padded(

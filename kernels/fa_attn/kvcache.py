@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import dispatch, fallback, interface, rotary
+from . import call_cache, fallback, interface, rotary
 from .inputs import (
     AttnCall,
     InputError,
@@ -207,10 +207,11 @@ def _check(
     # flash-attn normalises the window against the cache's capacity; the attention then runs over key_len
     attn = make_call(
         q,
+        k_cache,
+        v_cache,
         batch,
         seqlen_q,
         capacity,
-        k_cache.shape[2],
         opts,
         causal,
         window_size,
@@ -360,10 +361,7 @@ def _attend_cache(
     req: CacheCall, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, want_lse: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     call = req.attn
-    route = interface.admit(
-        call, interface.decide(call, q, k_cache, v_cache), q, k_cache, v_cache, splitkv=True
-    )
-    dispatch.report(route)
+    route = interface.route_for(call, q, k_cache, v_cache, splitkv=True)
     if route.path != "fallback":
         if req.block_table is None and call.seqlen_k < k_cache.shape[1]:  # none reads past row seqlen_k
             k_cache, v_cache = k_cache.narrow(1, 0, call.seqlen_k), v_cache.narrow(1, 0, call.seqlen_k)
@@ -389,8 +387,6 @@ def _fallback(
     """Each sequence's keys [first key, cache_seqlens + seqlen_new) gathered into a padded batch on the
     device, then the fallback's attention with per-sequence key counts."""
     call = req.attn
-    batch, seqlen_q = q.shape[0], q.shape[1]
-    device = q.device
     if req.block_table is None and req.leftpad is None and req.cache_seqlens is None and call.seqlen_k:
         # Every sequence has call.seqlen_k keys from its row 0 (an int cache_seqlens, or full caches): a
         # padded call on a view of the cache, whose plain cases SDPA serves directly.
@@ -400,8 +396,11 @@ def _fallback(
                 fallback.rows_of(k_cache, req.batch_rows),
                 fallback.rows_of(v_cache, req.batch_rows),
             )
-        keys, values = keys.narrow(1, 0, call.seqlen_k), values.narrow(1, 0, call.seqlen_k)
+        if call.seqlen_k < keys.shape[1]:  # (a narrow costs a torch call: a full cache needs none)
+            keys, values = keys.narrow(1, 0, call.seqlen_k), values.narrow(1, 0, call.seqlen_k)
         return fallback.attention(call, q, keys, values, want_lse)
+    batch, seqlen_q = q.shape[0], q.shape[1]
+    device = q.device
     first = req.leftpad if req.leftpad is not None else torch.zeros(batch, dtype=torch.long, device=device)
     counts = req.counts(device)
     if counts is not None:
@@ -452,10 +451,20 @@ def flash_attn_with_kvcache(
     Returns out like q, and softmax_lse (batch, heads, seqlen_q) fp32 with return_softmax_lse=True.
     No backward (as flash-attn). Which layouts run on the kernels: the module docstring.
     """
-    req = _check(
-        q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
-        block_table, softmax_scale, causal, window_size, softcap, rotary_interleaved, alibi_slopes, num_splits,
+    options = (
+        rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal,
+        softcap, rotary_interleaved, alibi_slopes, num_splits,
     )  # fmt: skip
+    compiling = torch.compiler.is_compiling()
+    key = None if compiling else call_cache.key("kvcache", q, k_cache, v_cache, options, window_size, (k, v))
+    req = call_cache.known(key)
+    if req is None:
+        req = _check(
+            q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
+            block_table, softmax_scale, causal, window_size, softcap, rotary_interleaved, alibi_slopes,
+            num_splits,
+        )  # fmt: skip
+        call_cache.remember(key, req)
     if req.rotary is not None:
         assert k is not None  # rotary needs the new keys (_check_rotary)
         cos, sin, interleaved = req.rotary.cos, req.rotary.sin, req.rotary.interleaved

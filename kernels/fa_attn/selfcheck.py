@@ -19,7 +19,6 @@ FA_SELF_CHECK: first-use (default), strict, off (no check, no record read). docs
 
 from __future__ import annotations
 
-import os
 import threading
 import warnings
 from collections.abc import Callable
@@ -30,6 +29,7 @@ import torch
 
 from . import loader
 from ._constant import assume_constant_result as _assume_constant_result
+from ._env import reader
 from .decision import Dispatch, KernelLaunch
 from .dispatch import driver_version
 from .reasons import Reason
@@ -48,15 +48,18 @@ class FaSelfCheckWarning(UserWarning):
     """A unit of fa's kernels failed its check on this GPU: its calls run on torch SDPA."""
 
 
+_FA_SELF_CHECK, _FA_ROUTE = reader("FA_SELF_CHECK"), reader("FA_ROUTE")
+
+
 def mode() -> str:
-    value = os.environ.get("FA_SELF_CHECK", "first-use").strip() or "first-use"
+    value = _FA_SELF_CHECK().strip() or "first-use"
     if value not in MODES:
         raise ValueError(f"FA_SELF_CHECK={value!r}: use one of {', '.join(MODES)} (default first-use)")
     return value
 
 
 def route_mode() -> str:
-    value = os.environ.get("FA_ROUTE", "auto").strip() or "auto"
+    value = _FA_ROUTE().strip() or "auto"
     if value not in ROUTES:
         raise ValueError(f"FA_ROUTE={value!r}: use auto (default: SDPA where fa measured slower) or fa")
     return value
