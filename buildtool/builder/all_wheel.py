@@ -10,7 +10,7 @@ decided by measurement (docs/build.md, "The all-wheel"; bench/all_wheel_size.py)
 - an older major (11) ships its archs too, without PTX: it is the one drivers below the main major's
   floor (450-524) run, and a GPU newer than its archs needs a newer driver anyway;
 - a newer major (13) ships only the archs no kept major ships (Jetson Thor's 11.0 when the matrix
-  lists it: CUDA 12 cannot target it), and PTX only for an arch newer than every other: on a driver that runs the main major's
+  lists it, in the aarch64 all-wheel: CUDA 12 cannot target it, and the x86_64 wheels leave it out), and PTX only for an arch newer than every other: on a driver that runs the main major's
   cubin, its own cubin for the same arch adds bytes and no measured benefit (no GPU here to measure
   a speed-up).
 """

@@ -6,7 +6,9 @@ torch minor and C++ ABI, never on CUDA or Python (no Python C API: wheels are py
 binding serves every CUDA major. With `stable_abi` the minors from that floor on share one
 stable-ABI binding (buildtool/core/binding_forms.py), so they share one wheel per (CPU, CUDA major). A Python version only decides coverage: a cell is covered when
 PyPI has a torch build of that minor for that Python on Linux for the cell's CPU. Each CPU in
-`platforms` (x86_64, aarch64) gets its own bindings and wheels; the kernel compile jobs are the same.
+`platforms` (x86_64, aarch64) gets its own bindings and wheels; the kernel compile jobs are the same,
+but for the SASS of archs whose GPUs only come with the other CPU (cuda_facts.ONE_CPU_ARCHS: Jetson
+Thor's 11.0 is in aarch64 wheels only), which that CPU's wheels leave out (Plan.dropped_sass says so).
 
 Pure: the catalog and the kernel table come in as arguments; nothing is downloaded or compiled.
 """
@@ -59,6 +61,20 @@ class SkippedCell:
     cell: Cell
     reason: str  # a sentence for people, naming the cell's torch and Python or the exclude entry
     code: str = ""  # SKIP_EXCLUDED | SKIP_NO_TORCH_BUILD, for grouping and scripts
+
+
+@dataclass(frozen=True)
+class DroppedSass:
+    """An arch of the matrix whose SASS one CPU's wheels of a CUDA major leave out, and why."""
+
+    platform: str  # the CPU whose wheels go without it
+    cuda_major: int
+    arch: str
+
+    @property
+    def reason(self) -> str:
+        cpu, gpus = cuda_facts.ONE_CPU_ARCHS[self.arch]
+        return f"sm {self.arch} GPUs ({gpus}) only come with {cpu} CPUs"
 
 
 SKIP_EXCLUDED = "excluded"
@@ -130,6 +146,8 @@ class Plan:
     platform: str | None = None  # the CPU when the plan keeps one CPU's wheels (fa build --platform)
     # matrix.yaml all_wheel: one per CPU, made of the wheels' own compiles and bindings (all_wheel.py)
     all_wheels: tuple[AllWheelSpec, ...] = ()
+    # the matrix's archs whose SASS a CPU's wheels leave out (reported like skipped cells: by shard 1)
+    dropped_sass: tuple[DroppedSass, ...] = ()
 
 
 def cxx11abi_in_label(torch_minor: str, cxx11abi: bool) -> bool:
@@ -170,6 +188,12 @@ def make_plan(
                 "remove it, or use a published minor (fa build --refresh re-reads PyPI)",
             )
     kernels = {m: _kernels_for_major(matrix, m, units) for m in matrix.cuda}
+    per_cpu: dict[tuple[str, int], _MajorKernels] = {}
+
+    def kernels_of(cpu: str, cuda: int) -> _MajorKernels:
+        if (cpu, cuda) not in per_cpu:
+            per_cpu[cpu, cuda] = _for_cpu(matrix, cuda, kernels[cuda], cpu)
+        return per_cpu[cpu, cuda]
 
     skipped: list[SkippedCell] = []
     covered: dict[tuple[str, int, str], list[Cell]] = {}
@@ -192,13 +216,18 @@ def make_plan(
         release = catalog.minors[torch].builds[cpu]
         for abi in matrix.abis(torch):
             binding = BindingJob(torch, release.oldest, abi, release.header_source, cpu)
-            wheels.append(_kernel_wheel(matrix, cuda, torch, abi, tuple(cells), kernels[cuda], binding))
+            wheels.append(
+                _kernel_wheel(matrix, cuda, torch, abi, tuple(cells), kernels_of(cpu, cuda), binding)
+            )
     for (cpu, cuda), cells in stable_cells.items():
         binding = _stable_binding(matrix, catalog, cpu)
         wheels.append(
-            _kernel_wheel(matrix, cuda, binding.torch_minor, None, tuple(cells), kernels[cuda], binding)
+            _kernel_wheel(
+                matrix, cuda, binding.torch_minor, None, tuple(cells), kernels_of(cpu, cuda), binding
+            )
         )
     wheels.sort(key=_wheel_sort_key)
+    dropped = _dropped(kernels, per_cpu)
 
     if platform is not None:
         if platform not in matrix.platforms:
@@ -211,8 +240,9 @@ def make_plan(
         keep_universal = platform == matrix.platforms[0]
         wheels = [w for w in wheels if w.platform == platform or (w.platform is None and keep_universal)]
         skipped = [s for s in skipped if s.cell.platform == platform]
+        dropped = [d for d in dropped if d.platform == platform]
     alls = all_wheel_specs(wheels, matrix.version) if matrix.all_wheel else ()
-    plan = _assemble(matrix, wheels, skipped, platform=platform, all_wheels=alls)
+    plan = _assemble(matrix, wheels, skipped, platform=platform, all_wheels=alls, dropped=dropped)
     if shard is None:
         return plan
     # Skipped cells are reported once, by shard 1 (with the universal wheel), so the shards' reports
@@ -225,6 +255,7 @@ def make_plan(
         shard,
         platform=platform,
         all_wheels=alls if first else (),
+        dropped=dropped if first else (),
     )
 
 
@@ -300,6 +331,9 @@ def local_plan(
         binding = BindingJob(str(stable_floor), torch_version, True, None, platform, binding_forms.STABLE)
     else:
         binding = BindingJob(minor, torch_version, cxx11abi, None, platform)
+    # The one GPU's arch (`sass`) is built as asked: it names this machine's own GPU.
+    kernels = {m: _kernels_for_major(local, m, units) for m in cuda}
+    per_cpu = {(platform, m): kernels[m] if sass else _for_cpu(local, m, kernels[m], platform) for m in cuda}
     wheels = [
         _kernel_wheel(
             local,
@@ -307,7 +341,7 @@ def local_plan(
             binding.torch_minor,
             None if stable else cxx11abi,
             (Cell(minor, m, python, platform),),
-            _kernels_for_major(local, m, units),
+            per_cpu[platform, m],
             binding,
             one_arch=archs[m][0] if sass is not None else None,
         )
@@ -317,7 +351,7 @@ def local_plan(
     # the release's (no local label) while holding one arch.
     with_all = matrix is not None and matrix.all_wheel and sass is None
     alls = all_wheel_specs(wheels, local.version) if with_all else ()
-    return _assemble(local, wheels, [], all_wheels=alls)
+    return _assemble(local, wheels, [], all_wheels=alls, dropped=_dropped(kernels, per_cpu))
 
 
 def _sass_for(gpu_sm: str, major: int, source: str) -> str:
@@ -416,6 +450,37 @@ def _kernels_for_major(matrix: Matrix, major: int, units: Units) -> _MajorKernel
     return _MajorKernels(tuple(sass), ptx, tuple(jobs))
 
 
+def _for_cpu(matrix: Matrix, major: int, kernels: _MajorKernels, cpu: str) -> _MajorKernels:
+    """`kernels` without the SASS no GPU beside a `cpu` CPU runs (cuda_facts.ONE_CPU_ARCHS). The jobs
+    left are a subset of the major's, so the CPUs still share every compile. PTX is kept: it JITs to
+    any newer arch, whatever the CPU."""
+    sass = tuple(a for a in kernels.sass if cuda_facts.sass_of_use_on(a, cpu))
+    if sass == kernels.sass:
+        return kernels
+    jobs = tuple(j for j in kernels.jobs if j.image == "ptx" or j.arch in sass)
+    if not jobs:
+        gone = "; ".join(DroppedSass(cpu, major, a).reason for a in kernels.sass)
+        raise MatrixError(
+            matrix.source,
+            f'archs."{major}"',
+            f"no arch of CUDA {major} is of use in {cpu} wheels: {gone}",
+            f"add an arch of GPUs that {cpu} machines have, or exclude {{platform: {cpu}, cuda: {major}}}",
+        )
+    return _MajorKernels(sass, kernels.ptx, jobs)
+
+
+def _dropped(
+    kernels: dict[int, _MajorKernels], per_cpu: dict[tuple[str, int], _MajorKernels]
+) -> list[DroppedSass]:
+    """What each CPU's wheels left out of their major's SASS, in CPU and major order."""
+    return [
+        DroppedSass(cpu, major, arch)
+        for cpu, major in sorted(per_cpu, key=lambda k: (cpus.PLATFORMS.index(k[0]), k[1]))
+        for arch in kernels[major].sass
+        if arch not in per_cpu[cpu, major].sass
+    ]
+
+
 def _kernel_wheel(
     matrix: Matrix,
     cuda: int,
@@ -472,6 +537,7 @@ def _assemble(
     *,
     platform: str | None = None,
     all_wheels: Sequence[AllWheelSpec] = (),
+    dropped: Sequence[DroppedSass] = (),
 ) -> Plan:
     jobs = [job for w in wheels for job in w.compile_jobs] + [j for a in all_wheels for j in a.compile_jobs]
     bindings = [w.binding for w in wheels if w.binding is not None]
@@ -485,6 +551,7 @@ def _assemble(
         shard=shard,
         platform=platform,
         all_wheels=tuple(all_wheels),
+        dropped_sass=tuple(dropped),
     )
 
 

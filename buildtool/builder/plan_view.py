@@ -35,6 +35,10 @@ def plan_json(plan: Plan, cache_status: CacheStatus) -> dict[str, Any]:
         "wheels": [_wheel_json(w, cached) for w in plan.wheels]
         + [_all_json(a, cached) for a in plan.all_wheels],
         "skipped": [{**_cell_json(s.cell), "code": s.code, "reason": s.reason} for s in plan.skipped],
+        "dropped_sass": [
+            {"platform": d.platform, "cuda_major": d.cuda_major, "arch": d.arch, "reason": d.reason}
+            for d in plan.dropped_sass
+        ],
         "compile_jobs": [
             {
                 "cuda_major": j.cuda_major,
@@ -228,6 +232,20 @@ def _skipped_lines(data: dict[str, Any], pythons: Sequence[str]) -> list[Text]:
     return lines
 
 
+def _dropped_lines(data: dict[str, Any]) -> list[Text]:
+    """One entry per (CPU, arch): the CUDA majors whose wheels of that CPU leave its SASS out, and why
+    (its GPUs never sit beside that CPU), so an arch the matrix lists does not vanish unexplained."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for d in data["dropped_sass"]:
+        groups.setdefault((d["platform"], d["arch"]), []).append(d)
+    lines = [Text("SASS left out", style="italic")]
+    for (platform, arch), entries in groups.items():
+        majors = " ".join(str(d["cuda_major"]) for d in entries)
+        lines.append(Text(f"  sm {arch} in {platform} wheels (CUDA {majors})"))
+        lines.append(Text(f"      {entries[0]['reason']}"))
+    return lines
+
+
 def _totals_line(data: dict[str, Any]) -> str:
     t = data["totals"]
     wheels = counted(t["wheels"], "wheel")
@@ -244,6 +262,8 @@ def plan_renderable(plan: Plan, cache_status: CacheStatus) -> Group:
     parts: list[Any] = [_wheels_table(data)]
     if data["skipped"]:
         parts += _skipped_lines(data, plan.matrix.python)
+    if data["dropped_sass"]:
+        parts += _dropped_lines(data)
     parts.append(_totals_line(data))
     return Group(*parts)
 

@@ -121,6 +121,28 @@ TOOLKITS: dict[int, Toolkit] = {
 }
 
 
+# Archs whose GPUs only ever come as the integrated GPU of a system-on-chip with one kind of CPU: their
+# SASS is of use only in that CPU's wheels (fa builds x86_64 and aarch64; cpus.py). Arch -> (the CPU,
+# the GPUs). Sources: 8.7 is Jetson Orin and DRIVE Orin (NVIDIA's CUDA GPUs list), whose SoC has Arm
+# Cortex-A78AE cores; 11.0 is Thor (ollama/ollama#11999: "AGX Thor is CC 11.0, which requires CUDA
+# v13"), whose SoC has Arm Neoverse-V3AE cores, and 10.1 is Thor's name before CUDA 13 (PTX ISA 9.0
+# added sm_110 as the renamed sm_101); 12.1 is GB10 (DGX Spark and its OEM twins), a Grace Blackwell
+# SoC with Arm cores. Were 12.1 ever paired with an x86_64 CPU, little would be lost: 12.0's SASS (in
+# every default list) runs on it (same major, lower minor).
+ONE_CPU_ARCHS: dict[str, tuple[str, str]] = {
+    "8.7": ("aarch64", "Jetson Orin, DRIVE Orin"),
+    "10.1": ("aarch64", "Thor, CUDA 12's name for it"),
+    "11.0": ("aarch64", "Jetson Thor, DRIVE Thor"),
+    "12.1": ("aarch64", "GB10: DGX Spark"),
+}
+
+
+def sass_of_use_on(arch: str, cpu: str) -> bool:
+    """Whether a GPU of `arch` can sit beside a `cpu` CPU, so that a `cpu` wheel wants its SASS."""
+    only = ONE_CPU_ARCHS.get(arch)
+    return only is None or only[0] == cpu
+
+
 # CUDA major -> the newest torch minor with a build for it; a major not listed still gets new ones.
 TORCH_LAST_MINOR: dict[int, str] = {11: "2.7", 12: "2.14"}
 

@@ -20,6 +20,7 @@ from buildtool.builder.plan import (
     SKIP_EXCLUDED,
     SKIP_NO_TORCH_BUILD,
     Cell,
+    DroppedSass,
     local_plan,
     make_plan,
     parse_shard,
@@ -34,7 +35,7 @@ from buildtool.builder.pypi import (
     fetch_torch_catalog,
     simple_json_from_response,
 )
-from buildtool.core import fetch, kernels_src
+from buildtool.core import cuda_facts, fetch, kernels_src
 
 DATA = Path(__file__).with_name("data")
 REPO = Path(__file__).resolve().parents[2]
@@ -603,7 +604,7 @@ def test_repo_matrix_with_the_real_kernel_table(catalog: TorchCatalog) -> None:
     m = replace(m, torch=tuple(t for t in m.torch if t in catalog.minors))
     plan = make_plan(m, catalog)
     for w in plan.wheels[1:]:
-        assert w.sass == m.archs[w.cuda_major]
+        assert w.sass == tuple(a for a in m.archs[w.cuda_major] if cuda_facts.sass_of_use_on(a, w.platform))
         assert w.ptx == m.ptx[w.cuda_major]
         expected = sum(len(tiles.units(a)) for a in w.sass) + len(tiles.units(w.ptx))
         assert len(w.compile_jobs) == expected
@@ -657,7 +658,10 @@ def test_each_cpu_gets_its_own_bindings_and_shares_the_kernels(catalog: TorchCat
     assert all(w.cuda_major != 11 and w.binding.platform == "aarch64" for w in arm)
     assert all(w.binding.header_source.platform_tag.endswith("_aarch64") for w in arm)
     assert {w.name for w in both.wheels} == {w.name for w in x86.wheels} | {w.name for w in arm}
-    assert set(both.compile_jobs) == set(plan_of(RELEASE, catalog).compile_jobs)  # no job per CPU
+    # No job per CPU: the x86_64 wheels' jobs are the release's but Thor's SASS (aarch64 SoCs only).
+    thor = {j for j in both.compile_jobs if j.arch == "11.0" and j.image == "sass"}
+    assert thor
+    assert set(both.compile_jobs) - thor == set(x86.compile_jobs)
     assert len(both.binding_jobs) == len({(b.torch_minor, b.cxx11abi, b.platform) for b in both.binding_jobs})
     # Every cell of every CPU is covered by a wheel of that CPU, or skipped with the CPU named.
     for w in both.wheels:
@@ -682,3 +686,78 @@ def test_platform_filter_and_cpu_shards(catalog: TorchCatalog) -> None:
         make_plan(matrix(RELEASE), catalog, platform="aarch64", units=units)
     assert info.value.field == "--platform"
     assert "add it to platforms" in info.value.fix
+
+
+THOR = ARM + 'archs: {"13": ["8.0", "11.0", "12.0"]}\nall_wheel: true\n'
+
+
+def test_sass_only_in_the_wheels_of_the_cpu_its_gpus_come_with(catalog: TorchCatalog) -> None:
+    """Jetson Thor (11.0) is an aarch64 SoC: its SASS is in the aarch64 cu13 wheels only, compiled once
+    for the release and not at all for an x86_64-only build; the dry run says why it is missing."""
+    m = matrix(THOR)
+    release = make_plan(m, catalog, units=units)
+    cu13 = {w.platform: w for w in release.wheels if w.cuda_major == 13}
+    assert cu13["aarch64"].sass == ("8.0", "11.0", "12.0")
+    assert cu13["x86_64"].sass == ("8.0", "12.0")
+    assert cu13["x86_64"].ptx == "12.0"
+    assert {j.arch for j in cu13["x86_64"].compile_jobs} == {"8.0", "12.0"}
+    assert set(cu13["x86_64"].compile_jobs) < set(cu13["aarch64"].compile_jobs)  # shared, not per CPU
+    thor_jobs = [j for j in release.compile_jobs if j.arch == "11.0"]
+    assert len(thor_jobs) == len(units("11.0"))
+    assert release.dropped_sass == (DroppedSass("x86_64", 13, "11.0"),)
+    alls = {a.platform: {k.cuda_major: k.sass for k in a.kernel_sets} for a in release.all_wheels}
+    assert "11.0" in alls["aarch64"][13]
+    assert not any("11.0" in sass for sass in alls["x86_64"].values())
+
+    x86 = make_plan(m, catalog, platform="x86_64", units=units)
+    assert not [j for j in x86.compile_jobs if j.arch == "11.0"]
+    assert len(x86.compile_jobs) == len(release.compile_jobs) - len(thor_jobs)
+    assert make_plan(m, catalog, platform="aarch64", units=units).dropped_sass == ()
+    data = plan_json(x86, lambda _: False)
+    assert data["dropped_sass"] == [
+        {
+            "platform": "x86_64",
+            "cuda_major": 13,
+            "arch": "11.0",
+            "reason": "sm 11.0 GPUs (Jetson Thor, DRIVE Thor) only come with aarch64 CPUs",
+        }
+    ]
+    console = Console(width=80, record=True)
+    console.print(plan_renderable(x86, lambda _: False))
+    text = console.export_text()
+    assert "  sm 11.0 in x86_64 wheels (CUDA 13)\n      sm 11.0 GPUs (Jetson Thor" in text
+    # Shards report it once, with the skipped cells.
+    assert [bool(make_plan(m, catalog, (k, 2), units=units).dropped_sass) for k in (1, 2)] == [True, False]
+
+
+def test_a_major_left_with_no_kernels_for_a_cpu(catalog: TorchCatalog) -> None:
+    """A major whose only arch is another CPU's, without PTX: one error with the field and two fixes;
+    excluding that CPU's cells of the major is one of them, and it works."""
+    text = ARM + 'archs: {"13": ["11.0"]}\nptx: {"13": null}\n'
+    with pytest.raises(MatrixError) as info:
+        plan_of(text, catalog)
+    assert info.value.field == 'archs."13"'
+    assert "no arch of CUDA 13 is of use in x86_64 wheels" in info.value.problem
+    assert "exclude {platform: x86_64, cuda: 13}" in info.value.fix
+    fixed = text.replace("exclude: [", "exclude: [{platform: x86_64, cuda: 13}, ")
+    plan = plan_of(fixed, catalog)
+    assert {w.platform for w in plan.wheels if w.cuda_major == 13} == {"aarch64"}
+    assert plan.dropped_sass == ()
+
+
+def test_local_plan_drops_other_cpus_sass_but_builds_the_gpu_asked_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An x86_64 machine's `fa build --local` leaves Thor's SASS out like the release does; `fa install
+    --build --arch 11.0` (`sass`) names the GPU to build for, so it gets what it asked for."""
+    from buildtool.core import cpus
+
+    monkeypatch.setattr(cpus.platform, "machine", lambda: "x86_64")
+    m = matrix('torch: ["2.9"]\ncuda: [13]\npython: ["3.12"]\narchs: {"13": ["9.0", "11.0"]}\n')
+    plan = local_plan("2.9.1", True, "3.12", (13,), m, units=units)
+    assert plan.wheels[0].sass == ("9.0",)
+    assert plan.wheels[0].ptx == "11.0"  # PTX JITs to newer archs whatever the CPU
+    assert plan.dropped_sass == (DroppedSass("x86_64", 13, "11.0"),)
+    one = local_plan("2.9.1", True, "3.12", (13,), m, units=units, sass="11.0")
+    assert one.wheels[0].sass == ("11.0",)
+    assert one.dropped_sass == ()
