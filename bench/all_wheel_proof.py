@@ -43,7 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from stable_abi_proof import Row, arm_torch, dynsyms, qemu_check, sh
+from stable_abi_proof import Row, arm_torch, dynsyms, load_check, qemu_check, sh
 
 from buildtool.core.cpus import AARCH64
 from buildtool.core.runtime import all_wheel, schema
@@ -107,15 +107,10 @@ def x86_row(version: str, wheel: Path, work: Path) -> ProofRow:
             row.notes.append(done.stderr[-400:])
             return row
     row.install = "ok (--find-links, no flags)"
-    done = sh([py, "-c", CHECK], cwd=work, env=dict(os.environ, PYTHONWARNINGS="ignore"))
-    if done.returncode != 0:
-        row.load = "FAIL (import)"
-        row.notes.append(done.stderr[-400:])
+    facts = load_check(row, py, CHECK, work)
+    if facts is None:
         return row
-    facts = json.loads(done.stdout.strip().splitlines()[-1])
     row.torch = f"{facts['torch']} cxx11abi={str(facts['cxx11abi']).lower()}"
-    row.load = "ok" if facts["load"] is None else f"FAIL ({facts['load']})"
-    row.ops = "fwd+bwd CUDA" if all(facts["ops"].values()) else f"FAIL {facts['ops']}"
     row.binding = Path(str(facts["binding"])).name
     row.seconds = round(time.perf_counter() - t0, 1)
     shutil.rmtree(venv, ignore_errors=True)  # gigabytes each

@@ -45,22 +45,23 @@ class SmLimits:
     blocks: int
 
 
-# Per compute capability; 8.8 and 11.0 have no published row we could check: assumed like 8.6 / 10.0.
+# Per compute capability, as published.
 SM_LIMITS: dict[str, SmLimits] = {
     "7.5": SmLimits(64 * 1024, 0, 1024, 16),
     "8.0": SmLimits(164 * 1024, 1024, 2048, 32),
     "8.6": SmLimits(100 * 1024, 1024, 1536, 16),
     "8.7": SmLimits(164 * 1024, 1024, 1536, 16),
-    "8.8": SmLimits(100 * 1024, 1024, 1536, 16),
     "8.9": SmLimits(100 * 1024, 1024, 1536, 24),
     "9.0": SmLimits(228 * 1024, 1024, 2048, 32),
     "10.0": SmLimits(228 * 1024, 1024, 2048, 32),
     "10.1": SmLimits(228 * 1024, 1024, 2048, 32),
     "10.3": SmLimits(228 * 1024, 1024, 2048, 32),
-    "11.0": SmLimits(228 * 1024, 1024, 2048, 32),
     "12.0": SmLimits(100 * 1024, 1024, 1536, 32),
     "12.1": SmLimits(100 * 1024, 1024, 1536, 32),
 }
+# 8.8 and 11.0 have no published row we could check: assumed like 8.6 and 10.0.
+SM_LIMITS["8.8"] = SM_LIMITS["8.6"]
+SM_LIMITS["11.0"] = SM_LIMITS["10.0"]
 
 
 @dataclass(frozen=True)

@@ -176,6 +176,20 @@ CHECK = textwrap.dedent("""
 """)
 
 
+def load_check(row: Row, py: str, check: str, work: Path) -> dict | None:
+    """Run `check` (a script printing a JSON line with "load" and "ops") in the venv of `py`, and fill
+    row.load and row.ops from its answer; None, with the error noted, when it could not run."""
+    done = sh([py, "-c", check], cwd=work, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    if done.returncode != 0:
+        row.load = "FAIL (import)"
+        row.notes.append(done.stderr[-400:])
+        return None
+    facts = json.loads(done.stdout.strip().splitlines()[-1])
+    row.load = "ok" if facts["load"] is None else f"FAIL ({facts['load']})"
+    row.ops = "fwd+bwd CUDA" if all(facts["ops"].values()) else f"FAIL {facts['ops']}"
+    return facts
+
+
 def x86_row(version: str, wheels_dir: Path, wheel: Path, work: Path, wheelhouse: list[Path]) -> Row:
     row = Row("x86_64", version)
     t0 = time.perf_counter()
@@ -211,15 +225,10 @@ def x86_row(version: str, wheels_dir: Path, wheel: Path, work: Path, wheelhouse:
         row.notes.append(str(out.get("message"))[-300:])
         return row
     row.install = f"ok ({out['variant']})"
-    done = sh([py, "-c", CHECK], cwd=work, env=dict(os.environ, PYTHONWARNINGS="ignore"))
-    if done.returncode != 0:
-        row.load = "FAIL"
-        row.notes.append(done.stderr[-400:])
+    facts = load_check(row, py, CHECK, work)
+    if facts is None:
         return row
-    facts = json.loads(done.stdout.strip().splitlines()[-1])
     row.torch = facts["torch"]
-    row.load = "ok" if facts["load"] is None else f"FAIL ({facts['load']})"
-    row.ops = "fwd+bwd CUDA" if all(facts["ops"].values()) else f"FAIL {facts['ops']}"
     row.symbols, notes = symbol_check(Path(facts["binding"]), Path(facts["libtorch_cpu"]))
     row.notes += notes
     smoke = sh(

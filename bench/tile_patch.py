@@ -4,8 +4,8 @@ tiles.py keeps one default tile per (arch family, direction, head-dim bucket) in
 tables of FAMILIES (docs/contracts.md section 2). `patch_text` rewrites the entries of the buckets
 whose winner differs, each as the table writes tiles (`_T(128, 64, 8)`: the module's alias of the
 tile class, the dataclass fields in order, trailing defaults left out). A table the family shares with
-another (`bwd=_BWD_SM80`) or computes (a dict comprehension) becomes the family's own literal, so any
-other family keeps its tiles. The patched source is then
+another (`bwd=_BWD_SM80`), that another table is built from (`{**_FWD_SM80, ...}`) or that it computes
+(a dict comprehension) becomes the family's own literal, so any other family keeps its tiles. The patched source is then
 loaded as a module and every family's default_tile is compared with what was asked: the patch is
 returned only if exactly the winners changed. A table laid out otherwise raises PatchError, and the
 winners (autotune.json) are applied by hand.
@@ -58,14 +58,13 @@ def _family_call(tree: ast.Module, family: str) -> ast.Call:
 
 
 def _own_literal(tree: ast.Module, value: ast.expr) -> ast.Dict | None:
-    """The dict literal of int buckets a family's table is, written inline or as a module-level name no
-    other family uses; None for anything else (shared, or computed)."""
+    """The dict literal of int buckets a family's table is, written inline or as a module-level name
+    nothing else reads (no other family's keyword, no table built from it: `{**_FWD_SM80, ...}`); None
+    for anything else (shared, or computed)."""
     if isinstance(value, ast.Name):
         users = sum(
-            isinstance(kw.value, ast.Name) and kw.value.id == value.id
+            isinstance(node, ast.Name) and node.id == value.id and isinstance(node.ctx, ast.Load)
             for node in ast.walk(tree)
-            if isinstance(node, ast.Call)
-            for kw in node.keywords
         )
         assigned = _assigned(tree, value.id)
         value = assigned if users == 1 and assigned is not None else value

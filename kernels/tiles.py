@@ -298,16 +298,8 @@ _BWD_SM80 = {
     224: _B(32, 64, 8, 1, True),
     256: _B(64, 32, 8, 1, True),
 }
-_BWD_SM90 = {
-    32: _B(64, 128, 8, 2),
-    64: _B(64, 128, 8, 2),
-    96: _B(64, 64, 8, 2),
-    128: _B(64, 64, 8, 2),
-    160: _B(32, 64, 8, 2),
-    192: _B(32, 64, 8, 2),
-    224: _B(32, 64, 8, 2),
-    256: _B(64, 32, 8, 2),
-}
+# sm90 on: sm80's blocks, two stages at every head dim (227 KB holds them) and dQ by vector reds.
+_BWD_SM90 = {d: dataclasses.replace(t, stages=2, dq_smem=False) for d, t in _BWD_SM80.items()}
 _BWD_SM86 = {
     32: _B(64, 128, 8, 2, True),
     64: _B(64, 128, 8, 1, True),

@@ -56,13 +56,8 @@
 // Correctness of this file is not verified on a GPU here; the GPU tests under tests/gpu check it.
 
 #include "attention.cuh"
+#include "unit.cuh"  // kHeadDim, kBlockM, kBlockN, kWarps, kThreads, kStages from tiles.py's defines
 
-#if !defined(FA_HEAD_DIM) || !defined(FA_BLOCK_M) || !defined(FA_BLOCK_N) || !defined(FA_WARPS)
-#error "compile with -DFA_HEAD_DIM -DFA_BLOCK_M -DFA_BLOCK_N -DFA_WARPS (kernels/tiles.py)"
-#endif
-#ifndef FA_STAGES
-#define FA_STAGES 1
-#endif
 #ifndef FA_DQ_SMEM
 #define FA_DQ_SMEM 0
 #endif
@@ -70,15 +65,8 @@
 namespace fa {
 namespace bwd {
 
-constexpr int kHeadDim = FA_HEAD_DIM;
-constexpr int kBlockM = FA_BLOCK_M;
-constexpr int kBlockN = FA_BLOCK_N;
-constexpr int kWarps = FA_WARPS;
-constexpr int kThreads = kWarps * 32;
-constexpr int kStages = FA_STAGES;
 constexpr bool kDqViaSmem = FA_DQ_SMEM != 0;
 
-static_assert(kStages == 1 || kStages == 2, "FA_STAGES is 1 or 2");
 static_assert(kHeadDim % 32 == 0 && kBlockN % 32 == 0 && kBlockM % 16 == 0, "tile sizes: see tiles.cuh");
 
 using QTile = SmemTile<kBlockM, kHeadDim>;   // Q and dO

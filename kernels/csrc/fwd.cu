@@ -57,13 +57,8 @@
 // Correctness of this file is not verified on a GPU here; the GPU tests under tests/gpu check it.
 
 #include "attention.cuh"
+#include "unit.cuh"  // kHeadDim, kBlockM, kBlockN, kWarps, kThreads, kStages from tiles.py's defines
 
-#if !defined(FA_HEAD_DIM) || !defined(FA_BLOCK_M) || !defined(FA_BLOCK_N) || !defined(FA_WARPS)
-#error "compile with -DFA_HEAD_DIM -DFA_BLOCK_M -DFA_BLOCK_N -DFA_WARPS (kernels/tiles.py)"
-#endif
-#ifndef FA_STAGES
-#define FA_STAGES 1
-#endif
 #ifndef FA_Q_IN_REGS
 #define FA_Q_IN_REGS 0
 #endif
@@ -74,15 +69,8 @@
 namespace fa {
 namespace fwd {
 
-constexpr int kHeadDim = FA_HEAD_DIM;
-constexpr int kBlockM = FA_BLOCK_M;
-constexpr int kBlockN = FA_BLOCK_N;
-constexpr int kWarps = FA_WARPS;
-constexpr int kThreads = kWarps * 32;
-constexpr int kStages = FA_STAGES;
 constexpr bool kQInRegs = FA_Q_IN_REGS != 0;
 
-static_assert(kStages == 1 || kStages == 2, "FA_STAGES is 1 or 2");
 static_assert(kBlockN % 16 == 0 && kHeadDim % 32 == 0, "tile sizes must be multiples of 16 / 32");
 
 // Every warp owns whole rows (the softmax reduces within a warp): the rows are split over all warps.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -68,6 +69,21 @@ def broken_tree(tmp_path: Path, fixture_tree: Path) -> Path:
 def fa_command(*args: str) -> list[str]:
     """`fa ARGS` as a child process of this checkout's buildtool."""
     return [sys.executable, "-m", "buildtool.cli", *args]
+
+
+def pip_download(dest: Path, *args: str) -> list[str]:
+    """The files the real pip downloads into `dest` for ARGS (an index or folder and a requirement),
+    without dependencies; the user's pip configuration and cache are left out, so only the index under
+    test answers."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(dest), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_NO_CACHE_DIR": "1"},
+    )
+    assert done.returncode == 0, done.stderr
+    return sorted(p.name for p in dest.iterdir())
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from buildtool.builder import index_page
 from buildtool.compat import picker
 from buildtool.compat.env import env_from_json
 from buildtool.core.runtime import schema
+from tests.builder.conftest import fa_command, pip_download
 from tests.select.fixture_index import all_wheel_index, fixture_index
 
 REPO = Path(__file__).resolve().parents[2]
@@ -255,6 +256,13 @@ def test_the_table_lists_every_wheel_and_sorts_by_a_heading(site, browser):
     assert th.get_attribute("aria-sort") == "descending"
 
 
+def _fa_index(folder: Path) -> subprocess.CompletedProcess[str]:
+    """`fa index FOLDER`, run as a user runs it."""
+    return subprocess.run(
+        fa_command("index", str(folder)), check=False, capture_output=True, text=True, cwd=REPO
+    )
+
+
 def test_fa_index_writes_the_page(tmp_path):
     """`fa index` on a folder of real wheels writes index.html, whose embedded answers name the wheel
     doctor picks, with the wheel's real sha256."""
@@ -263,13 +271,7 @@ def test_fa_index_writes_the_page(tmp_path):
 
     kernel = build_wheel(tmp_path, kernel_entry(12, "2.5", False))
     build_wheel(tmp_path, universal_entry())
-    done = subprocess.run(
-        [sys.executable, "-m", "buildtool.cli", "index", str(tmp_path)],
-        check=False,
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
+    done = _fa_index(tmp_path)
     assert done.returncode == 0, done.stderr
     data = _embedded((tmp_path / index_page.PAGE).read_text())
     env = env_from_json(json.loads((ENVS / "aws-a10g-pypi-torch.json").read_text())["env"])
@@ -283,15 +285,7 @@ def test_fa_index_writes_the_page(tmp_path):
     line = wheel["pip"].replace(data["base_url"], tmp_path.as_uri())
     args = line.split()
     assert args[:2] == ["pip", "install"]
-    dest = tmp_path / "fetched"
-    done = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--dest", str(dest), *args[2:]],
-        check=False,
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
-    assert [p.name for p in dest.iterdir()] == [kernel.name]
+    assert pip_download(tmp_path / "fetched", *args[2:]) == [kernel.name]
 
 
 def test_an_index_with_the_universal_wheel_alone_still_answers(tmp_path):
@@ -318,13 +312,7 @@ def test_fa_index_leaves_an_index_html_it_did_not_write(tmp_path):
     build_wheel(tmp_path, universal_entry())
     own = tmp_path / index_page.PAGE
     own.write_text("<!DOCTYPE html><title>our landing page</title>\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "buildtool.cli", "index", str(tmp_path)],
-        check=False,
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
+    done = _fa_index(tmp_path)
     assert done.returncode == 0, done.stderr
     assert own.read_text() == "<!DOCTYPE html><title>our landing page</title>\n"
     assert "is not fa's page: left as it is" in " ".join(done.stdout.split())  # wrapped at 80 columns

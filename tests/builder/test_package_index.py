@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from buildtool.builder.matrix import Matrix
 from buildtool.builder.plan import BindingJob, Cell, CompileJob, WheelSpec, universal_wheel
 from buildtool.cli import app
 from buildtool.core.fetch import sha256_file
+from tests.builder.conftest import pip_download
 
 JOBS = (
     CompileJob(12, "8.0", "sass", "fwd_fp16_d64"),
@@ -177,26 +177,8 @@ def test_index_json_and_pep503_pages_pip_accepts(fixture_tree, images, host_lib,
     assert a.path.name not in (out / "simple" / "fa-attn" / "index.html").read_text()
     variant_index = (out / "cu12-torch2.8" / "simple").as_uri()
     for source in (["--index-url", variant_index], ["--no-index", "--find-links", str(out)]):
-        dl = tmp_path / ("dl" + source[0])
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "-q",
-                "--no-deps",
-                "-d",
-                str(dl),
-                *source,
-                "fa-attn==0.1.0+cu12torch2.8",
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert proc.returncode == 0, proc.stderr
-        assert [p.name for p in dl.iterdir()] == [a.path.name]
+        fetched = pip_download(tmp_path / ("dl" + source[0]), *source, "fa-attn==0.1.0+cu12torch2.8")
+        assert fetched == [a.path.name]
 
 
 def test_fa_index_merges_shards(fixture_tree, images, host_lib, tmp_path):

@@ -6,10 +6,7 @@ binding has been built here (README)."""
 
 from __future__ import annotations
 
-import os
 import struct
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -22,6 +19,7 @@ from buildtool.compat.doctor import build_report, report_json
 from buildtool.compat.env import env_from_json
 from buildtool.compat.wheel_index import load_index
 from buildtool.core.wheel_file import wheel_entry
+from tests.builder.conftest import pip_download
 from tests.select.fixture_index import kernel_entry
 from tests.select.tiny_wheels import build_wheel
 
@@ -113,27 +111,8 @@ def test_pip_for_windows_takes_the_windows_wheel_from_the_variant_index(wheels: 
     got = tmp_path / "got"
     windows = ["--platform", "win_amd64", "--python-version", "3.12", "--implementation", "cp"]
     source = ["--index-url", (wheels / "cu12" / "simple").as_uri(), "fa-attn==0.1.0"]
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "-q",
-            "--no-deps",
-            "-d",
-            str(got),
-            "--only-binary=:all:",
-            *windows,
-            *source,
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_NO_CACHE_DIR": "1"},
-    )
-    assert done.returncode == 0, done.stderr
-    assert [p.name for p in got.iterdir()] == ["fa_attn-0.1.0+cu12torch2.10plus-py3-none-win_amd64.whl"]
+    fetched = pip_download(got, "--only-binary=:all:", *windows, *source)
+    assert fetched == ["fa_attn-0.1.0+cu12torch2.10plus-py3-none-win_amd64.whl"]
 
 
 def test_a_windows_machine_with_torch_below_the_floor_is_told_why(wheels: Path, tmp_path: Path) -> None:

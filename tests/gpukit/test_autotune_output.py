@@ -112,6 +112,23 @@ def test_the_patch_applies_and_changes_exactly_the_winners(tmp_path: Path) -> No
     assert tile_patch.make_patch({}) == ""
 
 
+@pytest.mark.skipif(shutil.which("patch") is None, reason="needs patch(1)")
+def test_a_winner_in_a_table_others_are_built_from_changes_only_its_family(tmp_path: Path) -> None:
+    """sm80's forward table is the base of sm86's, sm90's and so on (`{**_FWD_SM80, ...}`): sm80 gets
+    its own literal with the winner, the tables built from the base keep their tiles."""
+    winner = tiles.FwdTile(64, 128, 4)
+    assert tiles.FAMILIES["sm80"].fwd[128] != winner
+    diff = tile_patch.make_patch({("sm80", "fwd"): {128: winner}})
+    (tmp_path / "kernels").mkdir()
+    shutil.copy(REPO / "kernels" / "tiles.py", tmp_path / "kernels" / "tiles.py")
+    (tmp_path / "tiles.patch").write_text(diff)
+    subprocess.run(["patch", "-p1", "-s", "-i", "tiles.patch"], cwd=tmp_path, check=True)
+    patched = tile_patch._load(tmp_path / "kernels" / "tiles.py")
+    assert patched.FAMILIES["sm80"].fwd[128].label == winner.label
+    for name in ("sm86", "sm90", "sm100", "sm120"):
+        assert patched.FAMILIES[name].fwd[128].label == tiles.FAMILIES[name].fwd[128].label, name
+
+
 def test_a_table_the_writer_cannot_find_is_reported() -> None:
     with pytest.raises(tile_patch.PatchError, match="no FAMILIES\\['sm99'\\]"):
         tile_patch.make_patch({("sm99", "fwd"): {128: tiles.FwdTile(64, 128, 4)}})

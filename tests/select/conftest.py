@@ -1,10 +1,15 @@
 """What the doctor/install tests share, once each: a typical machine (`machine()` as JSON, `env()` typed),
-and the fixture index of the repo's matrix.yaml (fixture_index.py) as data and as a directory."""
+the fixture index of the repo's matrix.yaml (fixture_index.py) as data and as a directory, and a test venv
+that runs this checkout's fa (`make_venv`, `run_fa`)."""
 
 from __future__ import annotations
 
 import copy
 import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +17,8 @@ import pytest
 
 from buildtool.compat.env import Env, env_from_json
 from tests.select.fixture_index import fixture_index
+
+REPO = Path(__file__).resolve().parents[2]
 
 # An A100 node with PyPI's torch 2.5.1 (CUDA 12.4, old C++ ABI) and a 550 driver.
 MACHINE: dict[str, Any] = {
@@ -47,3 +54,34 @@ def index_dir(tmp_path_factory: pytest.TempPathFactory, index_data: dict[str, An
     d = tmp_path_factory.mktemp("index")
     (d / "index.json").write_text(json.dumps(index_data))
     return d
+
+
+def make_venv(where: Path) -> Path:
+    """A venv at `where` that sees torch through the system site-packages and has no pip of its own (the
+    system pip, visible the same way, installs into it); its python."""
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(where)], check=True
+    )
+    return where / "bin" / "python"
+
+
+def this_checkout() -> dict[str, str]:
+    """The environment that runs this checkout's fa in a test venv: the venv sees the base
+    interpreter's site-packages, which may hold another checkout's fa (an editable install) or none
+    (when the tests themselves run in a venv)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+
+
+def run_fa(
+    python: Path, *args: str, cwd: Path, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`fa ARGS` run by a test venv's `python` as this checkout's fa (env: this_checkout())."""
+    return subprocess.run(
+        [str(python), "-m", "buildtool.cli", *args],
+        env=this_checkout() if env is None else env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )

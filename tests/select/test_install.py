@@ -7,9 +7,7 @@ from __future__ import annotations
 import functools
 import http.server
 import json
-import os
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from buildtool.compat.probe import probe
+from tests.select.conftest import make_venv, run_fa, this_checkout
 from tests.select.tiny_wheels import BROKEN_WHEN_INSTALLED, build_wheelhouse
 
 # Each test makes a venv and runs pip several times (about 10 s each): slow, but still run in CI.
@@ -25,12 +24,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def venv(tmp_path: Path) -> Path:
-    # No pip of its own: the system pip (visible through --system-site-packages) installs into the venv.
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(tmp_path / "venv")],
-        check=True,
-    )
-    return tmp_path / "venv" / "bin" / "python"
+    return make_venv(tmp_path / "venv")
 
 
 @pytest.fixture
@@ -40,26 +34,8 @@ def wheelhouse(tmp_path: Path) -> Path:
     return build_wheelhouse(tmp_path / "wheels", env.torch.minor, bool(env.torch.cxx11abi))
 
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def this_checkout() -> dict[str, str]:
-    """The environment that runs this checkout's fa in a test venv: the venv sees the base
-    interpreter's site-packages, which may hold another checkout's fa (an editable install) or none
-    (when the tests themselves run in a venv)."""
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-
-
 def fa(python: Path, *args: str, cwd: Path) -> tuple[int, dict]:
-    done = subprocess.run(
-        [str(python), "-m", "buildtool.cli", *args, "--json"],
-        check=False,
-        env=this_checkout(),
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_fa(python, *args, "--json", cwd=cwd)
     assert done.stdout, done.stderr
     return done.returncode, json.loads(done.stdout)
 
@@ -207,14 +183,7 @@ def test_no_wheel_exits_1(venv: Path, tmp_path: Path):
 def test_build_needs_a_cuda_major_and_an_arch_it_cannot_guess(venv: Path, tmp_path: Path):
     """CI's torch is a CPU build and the machine has no GPU: --build says which option to pass (exit 2)."""
     for args, missing in ((["--build"], "--cuda"), (["--build", "--cuda", "12"], "--arch")):
-        done = subprocess.run(
-            [str(venv), "-m", "buildtool.cli", "install", *args],
-            check=False,
-            env=this_checkout(),
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-        )
+        done = run_fa(venv, "install", *args, cwd=tmp_path)
         assert done.returncode == 2, done.stderr
         assert missing in done.stderr, done.stderr
         assert "fix:" in done.stderr, done.stderr
@@ -289,15 +258,7 @@ def test_pip_variables_that_move_files_are_ignored_and_named(venv: Path, wheelho
     elsewhere = tmp_path / "elsewhere"
     moved = {"PIP_TARGET": "t", "PIP_PREFIX": "p", "PIP_ROOT": "r"}
     env = {**this_checkout(), **{k: str(elsewhere / v) for k, v in moved.items()}, "PIP_USER": "1"}
-    done = subprocess.run(
-        [str(venv), "-m", "buildtool.cli", "install", "--wheels", str(wheelhouse)],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = run_fa(venv, "install", "--wheels", str(wheelhouse), cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert installed(venv) == f"0.1.0+{expected_variant()}"
     assert not elsewhere.exists()
@@ -382,11 +343,7 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
 def test_a_full_file_system_is_named_before_anything_is_written(
     small_fs: Path, wheelhouse: Path, tmp_path: Path
 ):
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(small_fs / "venv")],
-        check=True,
-    )
-    python = small_fs / "venv" / "bin" / "python"
+    python = make_venv(small_fs / "venv")
     rc, out = fa(python, "install", "--wheels", str(wheelhouse), cwd=tmp_path)
     assert rc == 1
     site = _site_packages(python)

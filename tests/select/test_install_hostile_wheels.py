@@ -12,7 +12,6 @@ import json
 import stat
 import struct
 import subprocess
-import sys
 import threading
 import zipfile
 from collections.abc import Callable, Iterator
@@ -24,8 +23,9 @@ from buildtool.compat import wheel_members
 from buildtool.compat.probe import probe
 from buildtool.compat.wheel_index import entry_from_wheel
 from buildtool.core.runtime import schema
+from tests.select.conftest import make_venv, run_fa
 from tests.select.fixture_index import kernel_entry
-from tests.select.test_install import expected_variant, installed, this_checkout
+from tests.select.test_install import expected_variant, installed
 from tests.select.tiny_wheels import build_wheel, build_wheelhouse
 
 pytestmark = pytest.mark.slow
@@ -40,11 +40,7 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("venv")
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(root / "v")], check=True
-    )
-    return root / "v" / "bin" / "python"
+    return make_venv(tmp_path_factory.mktemp("venv") / "v")
 
 
 def _entry() -> dict:
@@ -213,15 +209,7 @@ def test_a_hostile_member_is_refused_and_nothing_changes(
     folder = kind.replace(" ", "-").replace(".", "dot").replace("'", "")
     hostile_house(root / folder, **spec)
     before = _site_listing(venv)
-    done = subprocess.run(
-        [str(venv), "-m", "buildtool.cli", "install", "--index", url + folder + "/", "--json"],
-        env=this_checkout(),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = run_fa(venv, "install", "--index", url + folder + "/", "--json", cwd=tmp_path)
     assert done.returncode == 1, done.stderr
     out = json.loads(done.stdout)
     assert member in out["message"], out["message"]
@@ -250,26 +238,14 @@ def test_the_honest_wheel_passes(tmp_path: Path):
 
 
 def test_an_older_version_needs_allow_downgrade(tmp_path: Path):
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(tmp_path / "v")],
-        check=True,
-    )
-    venv = tmp_path / "v" / "bin" / "python"
+    venv = make_venv(tmp_path / "v")
     torch = probe().torch
     assert torch is not None
     new = build_wheelhouse(tmp_path / "new", torch.minor, bool(torch.cxx11abi), version="0.2.0")
     old = build_wheelhouse(tmp_path / "old", torch.minor, bool(torch.cxx11abi), version="0.1.0")
 
     def fa(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(venv), "-m", "buildtool.cli", "install", *args, "--json"],
-            env=this_checkout(),
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+        return run_fa(venv, "install", *args, "--json", cwd=tmp_path)
 
     assert fa("--wheels", str(new)).returncode == 0
     refused = fa("--wheels", str(old))

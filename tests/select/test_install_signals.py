@@ -12,7 +12,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,7 +19,8 @@ import pytest
 
 from buildtool.compat import install_txn
 from buildtool.compat.probe import probe
-from tests.select.test_install import expected_variant, installed, this_checkout
+from tests.select.conftest import make_venv, run_fa, this_checkout
+from tests.select.test_install import expected_variant, installed
 from tests.select.tiny_wheels import build_wheelhouse
 
 pytestmark = [
@@ -65,10 +65,7 @@ def template(tmp_path_factory: pytest.TempPathFactory, houses: tuple[Path, Path]
     """A venv with fa-attn 0.1.0 installed by fa, copied for each test."""
     root = tmp_path_factory.mktemp("template")
     venv = root / "venv"
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True
-    )
-    done = _fa(venv / "bin" / "python", "install", "--wheels", str(houses[0]), cwd=root)
+    done = _fa(make_venv(venv), "install", "--wheels", str(houses[0]), cwd=root)
     assert done.returncode == 0, done.stderr
     return venv
 
@@ -100,15 +97,7 @@ def _env(tmp: Path, **extra: str) -> dict[str, str]:
 
 
 def _fa(python: Path, *args: str, cwd: Path, **extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(python), "-m", "buildtool.cli", *args],
-        env=_env(cwd / "tmpdir", **extra),
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return run_fa(python, *args, cwd=cwd, env=_env(cwd / "tmpdir", **extra))
 
 
 class Run:

@@ -3,6 +3,7 @@ it, and the environment JSON's validation (every error names the field and the f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -263,36 +264,15 @@ def test_windows_driver_from_nvidia_smi_exe_where_the_driver_installs_it(tmp_pat
     system32 = tmp_path / "System32" / "nvidia-smi.exe"
     system32.parent.mkdir()
     system32.symlink_to(smi)
-    found = probe(
-        ProbePaths(
-            sys_driver_version=tmp_path / "absent",
-            proc_driver_version=tmp_path / "absent",
-            nvidia_smi="no-such-smi",
-            use_nvml=False,
-            torch_dir=tmp_path / "no-torch",
-            windows_nvidia_smi=(tmp_path / "NVSMI" / "nvidia-smi.exe", system32),
-            os="windows",
-        )
-    )
+    where = (tmp_path / "NVSMI" / "nvidia-smi.exe", system32)
+    found = probe(dataclasses.replace(paths(tmp_path), windows_nvidia_smi=where, os="windows"))
     assert (found.os, found.glibc, found.driver) == ("windows", None, "566.36")
     assert [(g.name, g.sm) for g in found.gpus] == [("NVIDIA GeForce RTX 4090", "8.9")]
 
 
 def test_linux_never_looks_in_windows_locations(tmp_path: Path):
     smi = Path(_fake_smi(tmp_path, 'echo "566.36, NVIDIA GeForce RTX 4090, 8.9, 24564"\n')) / "nvidia-smi"
-    found = probe(
-        ProbePaths(
-            sys_driver_version=tmp_path / "absent",
-            proc_driver_version=tmp_path / "absent",
-            nvidia_smi="no-such-smi",
-            use_nvml=False,
-            torch_dir=tmp_path / "no-torch",
-            device_tree_compatible=tmp_path / "absent",
-            tegra_release=tmp_path / "absent",
-            windows_nvidia_smi=(smi,),
-            os="linux",
-        )
-    )
+    found = probe(dataclasses.replace(paths(tmp_path), windows_nvidia_smi=(smi,), os="linux"))
     assert (found.driver, found.gpus) == (None, ())
 
 
