@@ -179,7 +179,6 @@ _ABSENT: dict[str, tuple[str, ...]] = {
         "layer_norm_linear_fn", "layer_norm_ref", "maybe_contiguous", "maybe_contiguous_lastdim",
         "rms_norm_ref", "triton_autotune_configs", "triton_op",
     ),
-    "flash_attn.losses": ("cross_entropy",),
     "flash_attn.losses.cross_entropy": ("cross_entropy_loss",),
     "flash_attn.modules": ("block", "embedding", "mlp"),
     "flash_attn.modules.mha": (

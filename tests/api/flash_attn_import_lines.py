@@ -10,7 +10,7 @@ Nothing else of those projects is copied: only the statement and owner/name.
 
 FLASH_ATTN_2_8_3 holds the 141 statements a real flash-attn 2.8.3 satisfies (each module and name checked
 against its source at tag v2.8.3: a top-level definition, import or submodule); NOT_IN_FLASH_ATTN_2_8_3
-the 8 it does not (flash-attn 1.x names, FlashAttention-4 modules newer than 2.8.3), which must not
+the 8 it does not (flash-attn 1.x names, flash_attn.cute modules and names newer than 2.8.3), which must not
 resolve with the stand-in either.
 """
 
