@@ -9,7 +9,8 @@ modules in plain torch: rotary (RotaryEmbedding), the norms of `flash_attn.ops.t
 (norms.py), `flash_attn.losses.cross_entropy.CrossEntropyLoss` (cross_entropy.py), and
 `flash_attn.modules.mha.MHA` with its inner modules (mha.py; `flash_attn.utils.generation.InferenceParams`
 for its decode). Any other flash_attn module fails to import with a message naming what fa does not
-provide and what to use (`_NOT_PROVIDED`).
+provide and what to use (`_NOT_PROVIDED`), and so does a name of flash-attn 2.8.3's that a module given
+here lacks (`_ABSENT`, `_module_getattr`).
 It never shadows a real flash-attn: it does nothing when one is importable, and its finder sits at the
 end of `sys.meta_path`, behind the path finder that finds installed packages. `flash_attn_status()`
 says which one `import flash_attn` gives, and why.
