@@ -9,7 +9,8 @@ modules in plain torch: rotary (RotaryEmbedding), the norms of `flash_attn.ops.t
 (norms.py), `flash_attn.losses.cross_entropy.CrossEntropyLoss` (cross_entropy.py), and
 `flash_attn.modules.mha.MHA` with its inner modules (mha.py; `flash_attn.utils.generation.InferenceParams`
 for its decode). Any other flash_attn module fails to import with a message naming what fa does not
-provide and what to use (`_NOT_PROVIDED`).
+provide and what to use (`_NOT_PROVIDED`), and so does a name of flash-attn 2.8.3's that a module given
+here lacks (`_ABSENT`, `_module_getattr`).
 It never shadows a real flash-attn: it does nothing when one is importable, and its finder sits at the
 end of `sys.meta_path`, behind the path finder that finds installed packages. `flash_attn_status()`
 says which one `import flash_attn` gives, and why.
@@ -35,6 +36,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.metadata
 import importlib.util
+import opcode
 import os
 import re
 import sys
@@ -47,6 +49,7 @@ from typing import Any
 FLASH_ATTN_API = "2.8.3"  # the flash-attn release whose public API fa_attn mirrors
 SHIM_VERSION = f"{FLASH_ATTN_API}+fa"
 _DIST_NAME = "flash-attn"
+_STANDS_IN = f"fa_attn stands in for flash-attn {FLASH_ATTN_API}'s attention API"  # in every refusal
 _MODULES = (
     "flash_attn",
     "flash_attn.flash_attn_interface",
@@ -147,6 +150,98 @@ _NOT_PROVIDED = (
 )
 
 
+# flash-attn 2.8.3's names in the modules the stand-in gives, which fa does not provide: each module's
+# top-level definitions, its re-exports of flash_attn's and einops' names, and a package's submodules
+# (recorded from flash-attn's source at tag v2.8.3). Importing one fails with fa's message
+# (missing_name); a name flash-attn does not have either fails as Python fails it.
+_ABSENT: dict[str, tuple[str, ...]] = {
+    "flash_attn": (
+        "cute", "flash_attn_triton", "flash_attn_triton_amd", "flash_attn_triton_og",
+        "flash_blocksparse_attention", "flash_blocksparse_attn_interface", "models",
+    ),
+    "flash_attn.flash_attn_interface": (
+        "FlashAttnFunc", "FlashAttnKVPackedFunc", "FlashAttnQKVPackedFunc", "FlashAttnVarlenFunc",
+        "FlashAttnVarlenKVPackedFunc", "FlashAttnVarlenQKVPackedFunc", "USE_TRITON_ROCM",
+        "_flash_attn_backward_fake", "_flash_attn_forward_fake", "_flash_attn_varlen_backward_fake",
+        "_flash_attn_varlen_forward_fake", "_get_block_size_n", "_torch_custom_op_wrapper",
+        "_torch_register_fake_wrapper", "noop_custom_op_wrapper", "noop_register_fake_wrapper",
+    ),
+    "flash_attn.bert_padding": ("IndexFirstAxis", "IndexFirstAxisResidual", "IndexPutFirstAxis", "rearrange", "repeat"),
+    "flash_attn.layers": ("patch_embed",),
+    "flash_attn.layers.rotary": (
+        "ApplyRotaryEmb", "ApplyRotaryEmbKV_", "ApplyRotaryEmbQKV_", "_apply_rotary_emb_qkv", "apply_rotary",
+        "apply_rotary_emb_torch", "rotate_half", "rearrange", "repeat",
+    ),
+    "flash_attn.ops": ("activations", "fused_dense", "layer_norm", "rms_norm"),
+    "flash_attn.ops.triton": ("cross_entropy", "k_activations", "linear", "mlp", "rotary"),
+    "flash_attn.ops.triton.layer_norm": (
+        "LayerNormFn", "LayerNormLinearFn", "_layer_norm_bwd", "_layer_norm_bwd_impl", "_layer_norm_bwd_kernel",
+        "_layer_norm_fwd", "_layer_norm_fwd_1pass_kernel", "_layer_norm_fwd_impl", "custom_bwd", "custom_fwd",
+        "layer_norm_linear_fn", "layer_norm_ref", "maybe_contiguous", "maybe_contiguous_lastdim",
+        "rms_norm_ref", "triton_autotune_configs", "triton_op",
+    ),
+    "flash_attn.losses.cross_entropy": ("cross_entropy_loss",),
+    "flash_attn.modules": ("block", "embedding", "mlp"),
+    "flash_attn.modules.mha": (
+        "ColumnParallelLinear", "RowParallelLinear", "_update_kv_cache", "get_dim_for_local_rank",
+        "rearrange", "repeat",
+    ),
+    "flash_attn.utils": ("benchmark", "distributed", "library", "pretrained", "testing", "torch"),
+    "flash_attn.utils.generation": (
+        "DecodingCGCache", "GenerationMixin", "GreedySearchDecoderOnlyOutput", "SampleDecoderOnlyOutput",
+        "allocate_inference_cache", "capture_graph", "decode", "decode_speculative",
+        "modify_logits_for_top_k_filtering", "modify_logits_for_top_p_filtering", "sample",
+        "sample_speculative", "update_graph_cache", "rearrange", "repeat",
+    ),
+}  # fmt: skip
+_EINOPS = (
+    "rearrange",
+    "repeat",
+)  # flash-attn's modules import them from einops, a dependency of flash-attn's
+_IMPORT_FROM = opcode.opmap["IMPORT_FROM"]
+
+
+def missing_name(module: str, name: str) -> str | None:
+    """Why the stand-in's `module` lacks a name flash-attn 2.8.3's has, and what to use (None: flash-attn
+    2.8.3 lacks it too)."""
+    if name not in _ABSENT.get(module, ()):
+        return None
+    submodule = f"{module}.{name}"
+    if module in _PACKAGES:  # a package's absent names are its submodules
+        return not_provided(submodule)
+    if name in _EINOPS:
+        instead = (
+            f"`from einops import {name}` (flash-attn re-exports einops' {name} here; pip install einops)"
+        )
+    else:
+        gives = sorted(key for key in _exports(module) if not key.startswith("_"))
+        instead = f"what {module} gives here: {', '.join(gives)}" if gives else "fa_attn's functions"
+    return f"{_STANDS_IN} and does not provide {submodule}; use {instead}"
+
+
+def _module_getattr(module: str) -> Any:
+    """A stand-in module's __getattr__: flash-attn 2.8.3's names that fa lacks fail with fa's message.
+    `from m import x` turns an AttributeError into its own "cannot import name" text (and an exception
+    cannot be both an ImportError and an AttributeError: their layouts conflict), while hasattr() and
+    getattr(m, x, default) swallow only AttributeError. So the error is an ImportError when the caller is
+    executing IMPORT_FROM, and an AttributeError (carrying the same message) otherwise."""
+
+    def __getattr__(name: str) -> object:
+        if name in _EINOPS and name in _ABSENT.get(module, ()) and importlib.util.find_spec("einops"):
+            return getattr(importlib.import_module("einops"), name)
+        why = missing_name(module, name)
+        if why is None:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}", name=name)
+        caller = sys._getframe(1)
+        if 0 <= caller.f_lasti < len(caller.f_code.co_code) and (
+            caller.f_code.co_code[caller.f_lasti] == _IMPORT_FROM
+        ):
+            raise ImportError(f"cannot import name {name!r} from {module!r}: {why}", name=module)
+        raise AttributeError(f"module {module!r} has no attribute {name!r}: {why}", name=name)
+
+    return __getattr__
+
+
 def not_provided(fullname: str) -> str:
     """The message for a flash_attn module the stand-in does not give. Python imports a dotted name's
     parents first, so `flash_attn.ops.triton.layer_norm` fails at `flash_attn.ops`: the message names
@@ -157,8 +252,8 @@ def not_provided(fullname: str) -> str:
     below = [f"for {prefix}: {use}" for prefix, use in _NOT_PROVIDED if prefix.startswith(fullname + ".")]
     given = ", ".join(name for name in _MODULES if name not in _PACKAGES or name == "flash_attn")
     return (
-        f"No module named {fullname!r}: fa_attn stands in for flash-attn {FLASH_ATTN_API}'s attention API "
-        f"({given}) and does not provide {fullname}; use {instead}" + "".join(f"; {line}" for line in below)
+        f"No module named {fullname!r}: {_STANDS_IN} ({given}) and does not provide {fullname}; use {instead}"
+        + "".join(f"; {line}" for line in below)
     )
 
 
@@ -233,6 +328,7 @@ class _Loader(importlib.abc.Loader):
 
     def exec_module(self, module: types.ModuleType) -> None:
         module.__dict__.update(_exports(module.__name__))
+        module.__getattr__ = _module_getattr(module.__name__)  # type: ignore[method-assign]
         module.__fa_attn_shim__ = True  # type: ignore[attr-defined]
         if (
             module.__name__ == "flash_attn"

@@ -133,7 +133,21 @@ def _varlen_backward_fake(
     return q.new_empty((q.shape[1], q.shape[0] + 128 * batch), dtype=torch.float32)
 
 
+# flash_attn_interface's two helpers, which ring-attention code imports with the privates
+# (maybe_contiguous before calling _flash_attn_forward, round_multiple to size softmax_lse).
+def maybe_contiguous(x: Tensor | None) -> Tensor | None:
+    """x with a contiguous last dimension (what the kernels take), as flash-attn 2.8.3's helper."""
+    return x.contiguous() if x is not None and x.stride(-1) != 1 else x
+
+
+def round_multiple(x: int, m: int) -> int:
+    """x rounded up to a multiple of m, as flash-attn 2.8.3's helper."""
+    return (x + m - 1) // m * m
+
+
 NAMES = (
+    "maybe_contiguous",
+    "round_multiple",
     "_flash_attn_forward",
     "_flash_attn_varlen_forward",
     "_flash_attn_backward",
