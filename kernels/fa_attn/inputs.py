@@ -120,6 +120,9 @@ class AttnCall:
     # Every row stride of q, k and v a multiple of 8, as the kernels load rows (interface.row_aligned);
     # validated once with the rest, so a repeated call does not ask its tensors again.
     rows_aligned: bool = False
+    # The tensor-free call this one was made from by `with_layout` (kvcache's kept calls): the calls made
+    # from one share its decision and op arguments (interface), as they differ only in their tensors.
+    kept: AttnCall | None = field(default=None, compare=False, repr=False)
 
     @property
     def dtype_name(self) -> str:
@@ -128,6 +131,14 @@ class AttnCall:
     @property
     def has_window(self) -> bool:
         return self.window_left >= 0 or (self.window_right >= 0 and not self.causal)
+
+    def with_layout(self, kv: KvLayout) -> AttnCall:
+        """This tensor-free call over this call's KV-cache tensors `kv` (same features, page size),
+        `kept` saying whence. Made without __init__ (a copy of the fields): a decode step makes one per
+        call, and a frozen dataclass's __init__ costs a few µs."""
+        made = object.__new__(AttnCall)
+        made.__dict__.update(self.__dict__, kv=kv, kept=self)
+        return made
 
 
 def as_int(name: str, value: object) -> int:

@@ -37,9 +37,10 @@ def decide(call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) ->
     """The path this call takes (memoised per device, dtype, head dim, direction and features)."""
     backward = needs_backward(q, k, v)
     compiling = torch.compiler.is_compiling()
+    owner = call if call.kept is None else call.kept  # calls made from one kept call share its route
     if not compiling:  # a call kept by call_cache: its route, without rebuilding the decision's key
-        kept = _kept_routes.get((id(call), backward))
-        if kept is not None and kept[0] is call:
+        kept = _kept_routes.get((id(owner), backward))
+        if kept is not None and kept[0] is owner:
             return kept[1]
     # operator.index: under torch.compile with dynamic shapes these may be symbolic; the decision depends
     # on their values, so the graph specialises on them (a guard; dynamo keeps int() symbolic) and the
@@ -53,10 +54,10 @@ def decide(call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) ->
         tuple(sorted(_dispatch.features_of(call, backward))),
         operator.index(call.kv.page_size),
     )
-    if not compiling and call_cache.tensor_free(call):
+    if not compiling and call_cache.tensor_free(owner):
         if len(_kept_routes) >= 1024:
             _kept_routes.clear()
-        _kept_routes[(id(call), backward)] = (call, route)
+        _kept_routes[(id(owner), backward)] = (owner, route)
     return route
 
 
@@ -91,8 +92,10 @@ _decisions: dict[tuple[Any, ...], Dispatch] = {}
 
 
 # Routes of tensor-free calls decided lately, by (id(call), backward), checked by identity: call_cache
-# keeps a decode loop's call, so its route is one lookup away. (An entry keeps its call alive, so its id
-# is not reused while the entry exists; calls holding tensors are never kept.)
+# keeps a decode loop's call, so its route is one lookup away. A call made from a kept one (`kept`:
+# kvcache attaches a call's index tensors to a kept template) is decided under its template, whose calls
+# all have the same features (the tensors' presence is in call_cache's key). (An entry keeps its call
+# alive, so its id is not reused while the entry exists; calls holding tensors are never kept.)
 _kept_routes: dict[tuple[int, bool], tuple[AttnCall, Dispatch]] = {}
 
 
@@ -165,45 +168,63 @@ def run_kernels(
         q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))  # (contiguous: rows aligned)
     elif not call.rows_aligned:
         q, k, v = row_aligned(q), row_aligned(k), row_aligned(v)
-    splits = _split_count(call, route, q, num_splits)
-    if splits > 1 and route.splitkv is not None:
-        out, lse = torch.ops.fa_attn.fwd_splitkv(q, k, v, *_op_args(call, route, splits))
+    split, args = _launch(call, route, q, num_splits)
+    if split:
+        out, lse = torch.ops.fa_attn.fwd_splitkv(q, k, v, *args)
     else:
-        out, lse = torch.ops.fa_attn.fwd(q, k, v, *_op_args(call, route, 1))
+        out, lse = torch.ops.fa_attn.fwd(q, k, v, *args)
     return (out[..., : call.head_dim] if pad else out), lse
 
 
-def _op_args(call: AttnCall, route: Dispatch, splits: int) -> tuple[object, ...]:
-    """The forward op's arguments after q, k, v (ops.py's schemas): the call's index tensors and scalars,
-    then the launch data of the split-KV forward (splits > 1) or of the forward and its backward. Kept
-    per tensor-free call and route, like the route itself (decide): a decode step repeats them."""
+def _launch(
+    call: AttnCall, route: Dispatch, q: torch.Tensor, num_splits: int
+) -> tuple[bool, tuple[object, ...]]:
+    """Whether the split-KV forward runs (_split_count), and the forward op's arguments after q, k, v
+    (ops.py's schemas): the call's index tensors and scalars, then the launch data of the split-KV
+    forward or of the forward and its backward. All but the index tensors depend on the call's shapes
+    and the route only, so they are kept per tensor-free call (or the kept call it was made from:
+    AttnCall.kept) and route, like the route itself (decide): a decode step repeats them."""
     compiling = torch.compiler.is_compiling()
-    memo = (id(call), id(route), splits)
+    owner = call if call.kept is None else call.kept
+    memo = (id(owner), id(route), num_splits)
     kept = None if compiling else _kept_args.get(memo)
-    if kept is not None and kept[0] is call and kept[1] is route:
-        return kept[2]
+    if kept is None or kept[0] is not owner or kept[1] is not route:
+        splits = _split_count(call, route, q, num_splits)
+        split = route.splitkv if splits > 1 else None
+        tail: tuple[object, ...] = (
+            call.seqlen_q, call.seqlen_k, call.softmax_scale, call.causal, call.window_left, call.window_right,
+            call.softcap,
+        )  # fmt: skip
+        if split is not None:
+            tail += (splits, split.module, split.entries, list(split.launch))
+        else:
+            fwd, bwd = route.fwd or ops.NO_LAUNCH, route.bwd or ops.NO_LAUNCH
+            tail += (fwd.module, fwd.entries, list(fwd.launch), bwd.module, bwd.entries, list(bwd.launch))
+        # A tensor-free call's arguments whole; a made call's without its tensors (never kept).
+        whole = _index_args(call) + tail if call.kept is None else None
+        kept = (owner, route, split is not None, tail, whole)
+        if not compiling and call_cache.tensor_free(owner):
+            if len(_kept_args) >= 1024:
+                _kept_args.clear()
+            _kept_args[memo] = kept
+    whole = kept[4]
+    return kept[2], (_index_args(call) + kept[3] if whole is None else whole)
+
+
+def _index_args(call: AttnCall) -> tuple[torch.Tensor | None, ...]:
     varlen, kv = call.varlen, call.kv
-    args: tuple[object, ...] = (
+    return (
         varlen.cu_seqlens_q if varlen else None, varlen.cu_seqlens_k if varlen else None, kv.seqused_k,
-        kv.leftpad_k, kv.kv_batch_idx, kv.block_table, call.seqlen_q, call.seqlen_k, call.softmax_scale,
-        call.causal, call.window_left, call.window_right, call.softcap,
+        kv.leftpad_k, kv.kv_batch_idx, kv.block_table,
     )  # fmt: skip
-    if splits > 1 and route.splitkv is not None:
-        split = route.splitkv
-        args += (splits, split.module, split.entries, list(split.launch))
-    else:
-        fwd, bwd = route.fwd or ops.NO_LAUNCH, route.bwd or ops.NO_LAUNCH
-        args += (fwd.module, fwd.entries, list(fwd.launch), bwd.module, bwd.entries, list(bwd.launch))
-    if not compiling and call_cache.tensor_free(call):
-        if len(_kept_args) >= 1024:
-            _kept_args.clear()
-        _kept_args[memo] = (call, route, args)
-    return args
 
 
-# The op arguments of tensor-free calls lately run, by (id(call), id(route), splits), checked by identity
-# (an entry keeps its call and route alive, so their ids are not reused while it exists).
-_kept_args: dict[tuple[int, int, int], tuple[AttnCall, Dispatch, tuple[object, ...]]] = {}
+# What _launch found for tensor-free calls lately run, by (id(call), id(route), num_splits), checked by
+# identity (an entry keeps its call and route alive, so their ids are not reused while it exists):
+# (call, route, split-KV or not, the arguments after the index tensors, all the arguments or None).
+_kept_args: dict[
+    tuple[int, int, int], tuple[AttnCall, Dispatch, bool, tuple[object, ...], tuple[object, ...] | None]
+] = {}
 
 
 def row_aligned(t: torch.Tensor) -> torch.Tensor:
