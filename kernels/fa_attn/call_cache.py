@@ -56,20 +56,20 @@ def key(
     ):
         return None
     # Unrolled for q, k, v: a decode step builds this key every call.
-    found: Key = (
+    found = [
         kind, options, types, window, q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype,
         k.device, v.shape, v.stride(), v.dtype, v.device,
-    )  # fmt: skip
-    for t in more:  # each part's first item says its kind: a torch.Size, None, or a type
-        if type(t) is torch.Tensor:
+    ]  # fmt: skip
+    for t in more:  # each part's first item says its kind: None, a torch.Size, or a type
+        if t is None:
+            found.append(None)
+        elif type(t) is torch.Tensor:
             found += (t.shape, t.stride(), t.dtype, t.device)
-        elif t is None:
-            found += (None,)
         elif type(t) in _PLAIN:
             found += (type(t), t)
         else:
             return None
-    return found
+    return tuple(found)
 
 
 # known(key): what validation gave for this key, or None (never seen, or None: not keyable, never kept).

@@ -24,11 +24,13 @@ import math
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import SupportsIndex
+from typing import SupportsIndex, TypeVar
 
 import torch
 
 from ._env import reader
+
+_T = TypeVar("_T")
 
 # The public API's argument and result types. An integer argument is any integer-like flash-attn's
 # callers pass: an int, a numpy integer, a one-element integer tensor; a window is a pair of them.
@@ -136,9 +138,16 @@ class AttnCall:
         """This tensor-free call over this call's KV-cache tensors `kv` (same features, page size),
         `kept` saying whence. Made without __init__ (a copy of the fields): a decode step makes one per
         call, and a frozen dataclass's __init__ costs a few µs."""
-        made = object.__new__(AttnCall)
-        made.__dict__.update(self.__dict__, kv=kv, kept=self)
-        return made
+        return copy_with(self, kv=kv, kept=self)
+
+
+def copy_with(obj: _T, **changes: object) -> _T:
+    """A copy of the frozen dataclass `obj` with `changes`, made without __init__ (dataclasses.replace
+    runs it: about a µs per object, which a decode step making a call's objects cannot spend). Only for
+    fields whose values were validated already."""
+    made = object.__new__(type(obj))
+    made.__dict__.update(obj.__dict__, **changes)
+    return made
 
 
 def as_int(name: str, value: object) -> int:

@@ -33,9 +33,13 @@ def needs_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
 
 
-def decide(call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Dispatch:
-    """The path this call takes (memoised per device, dtype, head dim, direction and features)."""
-    backward = needs_backward(q, k, v)
+def decide(
+    call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backward: bool | None = None
+) -> Dispatch:
+    """The path this call takes (memoised per device, dtype, head dim, direction and features);
+    `backward`: needs_backward(q, k, v) where the caller has it."""
+    if backward is None:
+        backward = needs_backward(q, k, v)
     compiling = torch.compiler.is_compiling()
     owner = call if call.kept is None else call.kept  # calls made from one kept call share its route
     if not compiling:  # a call kept by call_cache: its route, without rebuilding the decision's key
@@ -107,10 +111,12 @@ def admit(
     v: torch.Tensor,
     splitkv: bool = False,
     may_check: bool = True,
+    backward: bool | None = None,
 ) -> Dispatch:
     """`route` once the units it would use are verified on this GPU (selfcheck.admit: a record, or the
     first-use self-check), or the fallback when one failed or measured slower than SDPA here."""
-    backward = needs_backward(q, k, v)
+    if backward is None:
+        backward = needs_backward(q, k, v)
     return selfcheck.admit(
         route, q.device, q.dtype, call.causal, call.seqlen_k, backward, splitkv=splitkv, may_check=may_check
     )
@@ -121,9 +127,10 @@ def route_for(
 ) -> Dispatch:
     """The path a call runs on, admitted (a fallback needs no admission) and reported (last_dispatch(),
     the warning or FA_STRICT's error)."""
-    route = decide(call, q, k, v)
+    backward = needs_backward(q, k, v)
+    route = decide(call, q, k, v, backward)
     if route.path != "fallback":
-        route = admit(call, route, q, k, v, splitkv=splitkv)
+        route = admit(call, route, q, k, v, splitkv, True, backward)
     _dispatch.report(route)
     return route
 

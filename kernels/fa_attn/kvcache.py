@@ -46,6 +46,7 @@ from .inputs import (
     check_options,
     check_same,
     check_tensor,
+    copy_with,
     make_call,
     may_read,
 )
@@ -237,9 +238,9 @@ def _bind(
     rot = None
     if rotary_cos is not None and rotary_sin is not None:
         rot = Rotary(rotary_cos, rotary_sin, bool(rotary_interleaved))
-    return CacheCall(
-        attn, shape.capacity, shape.seqlen_new, counts, shape.uniform, cache_leftpad, cache_batch_idx,
-        block_table, rot, shape.num_splits,
+    return copy_with(
+        shape, attn=attn, cache_seqlens=counts, leftpad=cache_leftpad, batch_rows=cache_batch_idx,
+        block_table=block_table, rotary=rot,
     )  # fmt: skip
 
 
@@ -268,7 +269,9 @@ def _key_counts(cache_seqlens: torch.Tensor, seqlen_new: int) -> torch.Tensor:
     """The kernels' seqused_k: each sequence's keys after the append, int32, contiguous; the caller's
     tensor itself when it already is that (a decode step without new keys makes no tensor)."""
     counts = cache_seqlens + seqlen_new if seqlen_new else cache_seqlens
-    return counts.to(torch.int32).contiguous()
+    if counts.dtype != torch.int32:  # (a 1-D cache_seqlens is int32: _check; .to costs a torch call)
+        counts = counts.to(torch.int32)
+    return counts.contiguous()
 
 
 def _host_values(value: object) -> list[int] | None:
