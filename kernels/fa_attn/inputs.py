@@ -64,11 +64,11 @@ def may_read(t: torch.Tensor) -> bool:
     on the CPU (no device sync) or FA_CHECK_INDICES=1 asks for it, outside compile tracing and capture."""
     if type(t) is not torch.Tensor or torch.compiler.is_compiling():
         return False
-    if t.device.type == "cpu":
+    if t.is_cpu:  # (is_cpu, is_cuda: no torch.device made; a decode step asks at every call)
         return True
     if _FA_CHECK_INDICES() in ("", "0"):
         return False
-    return not (t.device.type == "cuda" and torch.cuda.is_current_stream_capturing())
+    return not (t.is_cuda and torch.cuda.is_current_stream_capturing())
 
 
 @dataclass(frozen=True)

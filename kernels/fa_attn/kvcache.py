@@ -213,34 +213,21 @@ def _bind(
     `shape` itself when there are none. What the kernels need beyond k_cache[:, :key_len] (a layout where
     every sequence has key_len keys): counts the host does not know are the kernels' per-sequence key
     counts (seqused_k)."""
-    counts = None
+    attn, counts, used = shape.attn, None, None
     if isinstance(cache_seqlens, torch.Tensor) and shape.uniform is None:
         counts = cache_seqlens
         if cache_seqlens.dim() == 0:  # one count for all, left on the device
-            counts = cache_seqlens.to(device=shape.attn.device).reshape(()).expand(shape.attn.batch)
-    if (
-        counts is None
-        and cache_batch_idx is None
-        and cache_leftpad is None
-        and block_table is None
-        and (rotary_cos is None)
-    ):
+            counts = cache_seqlens.to(device=attn.device).reshape(()).expand(attn.batch)
+        used = _key_counts(counts, shape.seqlen_new)
+    elif cache_batch_idx is None and cache_leftpad is None and block_table is None and rotary_cos is None:
         return shape
-    attn = shape.attn.with_layout(
-        KvLayout(
-            seqused_k=None if counts is None else _key_counts(counts, shape.seqlen_new),
-            leftpad_k=cache_leftpad,
-            kv_batch_idx=cache_batch_idx,
-            block_table=block_table,
-            page_size=shape.attn.kv.page_size,
-        )
-    )
     rot = None
     if rotary_cos is not None and rotary_sin is not None:
         rot = Rotary(rotary_cos, rotary_sin, bool(rotary_interleaved))
+    kv = KvLayout(used, cache_leftpad, cache_batch_idx, block_table, attn.kv.page_size)
     return copy_with(
-        shape, attn=attn, cache_seqlens=counts, leftpad=cache_leftpad, batch_rows=cache_batch_idx,
-        block_table=block_table, rotary=rot,
+        shape, attn=attn.with_layout(kv), cache_seqlens=counts, leftpad=cache_leftpad,
+        batch_rows=cache_batch_idx, block_table=block_table, rotary=rot,
     )  # fmt: skip
 
 
