@@ -81,17 +81,21 @@ class KvLayout:
     kv_batch_idx: torch.Tensor | None = None  # (batch,) each sequence's row of k/v
     block_table: torch.Tensor | None = None  # (batch, pages per sequence): k/v are pages
     page_size: int = 0  # keys per page with block_table (k/v's dim 1)
+    # The kernel features (tiles.FEATURES, decision.KV_LAYOUT_FEATURES) this layout needs: its tensors'
+    # and those given, for a layout whose tensors travel beside it (kvcache: a kept call is tensor-free,
+    # each call passes its own tensors to interface.run_kernels).
+    features: frozenset[str] = frozenset()
 
-    @property
-    def features(self) -> frozenset[str]:
-        """The kernel features (tiles.FEATURES, decision.KV_LAYOUT_FEATURES) this layout needs."""
+    def __post_init__(self) -> None:
         named = (
             ("seqused_k", self.seqused_k),
             ("leftpad_k", self.leftpad_k),
             ("cache_batch_idx", self.kv_batch_idx),
             ("paged_kv", self.block_table),
         )
-        return frozenset(name for name, tensor in named if tensor is not None)
+        present = frozenset(name for name, tensor in named if tensor is not None)
+        if not present <= self.features:
+            object.__setattr__(self, "features", self.features | present)
 
 
 _NO_LAYOUT = KvLayout()
@@ -122,9 +126,6 @@ class AttnCall:
     # Every row stride of q, k and v a multiple of 8, as the kernels load rows (interface.row_aligned);
     # validated once with the rest, so a repeated call does not ask its tensors again.
     rows_aligned: bool = False
-    # The tensor-free call this one was made from by `with_layout` (kvcache's kept calls): the calls made
-    # from one share its decision and op arguments (interface), as they differ only in their tensors.
-    kept: AttnCall | None = field(default=None, compare=False, repr=False)
 
     @property
     def dtype_name(self) -> str:
@@ -133,12 +134,6 @@ class AttnCall:
     @property
     def has_window(self) -> bool:
         return self.window_left >= 0 or (self.window_right >= 0 and not self.causal)
-
-    def with_layout(self, kv: KvLayout) -> AttnCall:
-        """This tensor-free call over this call's KV-cache tensors `kv` (same features, page size),
-        `kept` saying whence. Made without __init__ (a copy of the fields): a decode step makes one per
-        call, and a frozen dataclass's __init__ costs a few µs."""
-        return copy_with(self, kv=kv, kept=self)
 
 
 def copy_with(obj: _T, **changes: object) -> _T:

@@ -33,18 +33,13 @@ def needs_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
 
 
-def decide(
-    call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backward: bool | None = None
-) -> Dispatch:
-    """The path this call takes (memoised per device, dtype, head dim, direction and features);
-    `backward`: needs_backward(q, k, v) where the caller has it."""
-    if backward is None:
-        backward = needs_backward(q, k, v)
+def decide(call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Dispatch:
+    """The path this call takes (memoised per device, dtype, head dim, direction and features)."""
+    backward = needs_backward(q, k, v)
     compiling = torch.compiler.is_compiling()
-    owner = call if call.kept is None else call.kept  # calls made from one kept call share its route
     if not compiling:  # a call kept by call_cache: its route, without rebuilding the decision's key
-        kept = _kept_routes.get((id(owner), backward))
-        if kept is not None and kept[0] is owner:
+        kept = _kept_routes.get((id(call), backward))
+        if kept is not None and kept[0] is call:
             return kept[1]
     # operator.index: under torch.compile with dynamic shapes these may be symbolic; the decision depends
     # on their values, so the graph specialises on them (a guard; dynamo keeps int() symbolic) and the
@@ -58,10 +53,10 @@ def decide(
         tuple(sorted(_dispatch.features_of(call, backward))),
         operator.index(call.kv.page_size),
     )
-    if not compiling and call_cache.tensor_free(owner):
+    if not compiling and call_cache.tensor_free(call):
         if len(_kept_routes) >= 1024:
             _kept_routes.clear()
-        _kept_routes[(id(owner), backward)] = (owner, route)
+        _kept_routes[(id(call), backward)] = (call, route)
     return route
 
 
@@ -96,10 +91,9 @@ _decisions: dict[tuple[Any, ...], Dispatch] = {}
 
 
 # Routes of tensor-free calls decided lately, by (id(call), backward), checked by identity: call_cache
-# keeps a decode loop's call, so its route is one lookup away. A call made from a kept one (`kept`:
-# kvcache attaches a call's index tensors to a kept template) is decided under its template, whose calls
-# all have the same features (the tensors' presence is in call_cache's key). (An entry keeps its call
-# alive, so its id is not reused while the entry exists; calls holding tensors are never kept.)
+# keeps a decode loop's call, so its route is one lookup away (a KV-cache call's too: its AttnCall is
+# tensor-free, its index tensors travel beside it, run_kernels' `index`). (An entry keeps its call alive,
+# so its id is not reused while the entry exists; calls holding tensors are never kept.)
 _kept_routes: dict[tuple[int, bool], tuple[AttnCall, Dispatch]] = {}
 
 
@@ -111,12 +105,10 @@ def admit(
     v: torch.Tensor,
     splitkv: bool = False,
     may_check: bool = True,
-    backward: bool | None = None,
 ) -> Dispatch:
     """`route` once the units it would use are verified on this GPU (selfcheck.admit: a record, or the
     first-use self-check), or the fallback when one failed or measured slower than SDPA here."""
-    if backward is None:
-        backward = needs_backward(q, k, v)
+    backward = needs_backward(q, k, v)
     return selfcheck.admit(
         route, q.device, q.dtype, call.causal, call.seqlen_k, backward, splitkv=splitkv, may_check=may_check
     )
@@ -127,10 +119,9 @@ def route_for(
 ) -> Dispatch:
     """The path a call runs on, admitted (a fallback needs no admission) and reported (last_dispatch(),
     the warning or FA_STRICT's error)."""
-    backward = needs_backward(q, k, v)
-    route = decide(call, q, k, v, backward)
+    route = decide(call, q, k, v)
     if route.path != "fallback":
-        route = admit(call, route, q, k, v, splitkv, True, backward)
+        route = admit(call, route, q, k, v, splitkv=splitkv)
     _dispatch.report(route)
     return route
 
@@ -161,12 +152,19 @@ def _sm_count(device: torch.device) -> int:
 
 
 def run_kernels(
-    call: AttnCall, route: Dispatch, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_splits: int = 0
+    call: AttnCall,
+    route: Dispatch,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    num_splits: int = 0,
+    index: IndexArgs | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Our forward op (and its autograd backward) on padded or packed q, k, v, or k/v of the call's
     KV-cache layout (call.kv: pages, cache rows, per-sequence lengths; call.seqlen_k is the longest
     sequence's keys); for calls without a backward, the split-KV forward when `num_splits` (flash-attn's:
-    0 = heuristic) says so."""
+    0 = heuristic) says so. `index`: the index tensors when they travel beside a tensor-free call (the
+    KV cache's: inputs.KvLayout.features says which), else the call's own."""
     assert route.fwd is not None
     assert route.head_dim is not None
     preload.before_call(route, q)  # the route's kernels load here, never inside a graph capture
@@ -175,7 +173,7 @@ def run_kernels(
         q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))  # (contiguous: rows aligned)
     elif not call.rows_aligned:
         q, k, v = row_aligned(q), row_aligned(k), row_aligned(v)
-    split, args = _launch(call, route, q, num_splits)
+    split, args = _launch(call, route, q, num_splits, index)
     if split:
         out, lse = torch.ops.fa_attn.fwd_splitkv(q, k, v, *args)
     else:
@@ -184,18 +182,17 @@ def run_kernels(
 
 
 def _launch(
-    call: AttnCall, route: Dispatch, q: torch.Tensor, num_splits: int
+    call: AttnCall, route: Dispatch, q: torch.Tensor, num_splits: int, index: IndexArgs | None
 ) -> tuple[bool, tuple[object, ...]]:
     """Whether the split-KV forward runs (_split_count), and the forward op's arguments after q, k, v
-    (ops.py's schemas): the call's index tensors and scalars, then the launch data of the split-KV
-    forward or of the forward and its backward. All but the index tensors depend on the call's shapes
-    and the route only, so they are kept per tensor-free call (or the kept call it was made from:
-    AttnCall.kept) and route, like the route itself (decide): a decode step repeats them."""
+    (ops.py's schemas): the index tensors (`index`, else the call's) and the call's scalars, then the
+    launch data of the split-KV forward or of the forward and its backward. All but the index tensors
+    depend on the call's shapes and the route only, so they are kept per tensor-free call and route,
+    like the route itself (decide): a decode step repeats them."""
     compiling = torch.compiler.is_compiling()
-    owner = call if call.kept is None else call.kept
-    memo = (id(owner), id(route), num_splits)
+    memo = (id(call), id(route), num_splits)
     kept = None if compiling else _kept_args.get(memo)
-    if kept is None or kept[0] is not owner or kept[1] is not route:
+    if kept is None or kept[0] is not call or kept[1] is not route:
         splits = _split_count(call, route, q, num_splits)
         split = route.splitkv if splits > 1 else None
         tail: tuple[object, ...] = (
@@ -207,18 +204,19 @@ def _launch(
         else:
             fwd, bwd = route.fwd or ops.NO_LAUNCH, route.bwd or ops.NO_LAUNCH
             tail += (fwd.module, fwd.entries, list(fwd.launch), bwd.module, bwd.entries, list(bwd.launch))
-        # A tensor-free call's arguments whole; a made call's without its tensors (never kept).
-        whole = _index_args(call) + tail if call.kept is None else None
-        kept = (owner, route, split is not None, tail, whole)
-        if not compiling and call_cache.tensor_free(owner):
+        kept = (call, route, split is not None, tail, _index_args(call) + tail)
+        if not compiling and call_cache.tensor_free(call):
             if len(_kept_args) >= 1024:
                 _kept_args.clear()
             _kept_args[memo] = kept
-    whole = kept[4]
-    return kept[2], (_index_args(call) + kept[3] if whole is None else whole)
+    return kept[2], (kept[4] if index is None else index + kept[3])
 
 
-def _index_args(call: AttnCall) -> tuple[torch.Tensor | None, ...]:
+# The op's index tensors: cu_seqlens_q, cu_seqlens_k, seqused_k, leftpad_k, kv_batch_idx, block_table.
+IndexArgs = tuple[torch.Tensor | None, ...]
+
+
+def _index_args(call: AttnCall) -> IndexArgs:
     varlen, kv = call.varlen, call.kv
     return (
         varlen.cu_seqlens_q if varlen else None, varlen.cu_seqlens_k if varlen else None, kv.seqused_k,
@@ -228,9 +226,9 @@ def _index_args(call: AttnCall) -> tuple[torch.Tensor | None, ...]:
 
 # What _launch found for tensor-free calls lately run, by (id(call), id(route), num_splits), checked by
 # identity (an entry keeps its call and route alive, so their ids are not reused while it exists):
-# (call, route, split-KV or not, the arguments after the index tensors, all the arguments or None).
+# (call, route, split-KV or not, the arguments after the index tensors, all the arguments).
 _kept_args: dict[
-    tuple[int, int, int], tuple[AttnCall, Dispatch, bool, tuple[object, ...], tuple[object, ...] | None]
+    tuple[int, int, int], tuple[AttnCall, Dispatch, bool, tuple[object, ...], tuple[object, ...]]
 ] = {}
 
 

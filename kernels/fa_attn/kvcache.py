@@ -50,6 +50,7 @@ from .inputs import (
     make_call,
     may_read,
 )
+from .interface import IndexArgs
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,9 @@ class CacheCall:
     block_table: torch.Tensor | None
     rotary: Rotary | None
     num_splits: int  # split-KV hint (0: heuristic); for the kernels' split-KV forward
+    # The kernels' index tensors (interface.IndexArgs: seqused_k, leftpad_k, kv_batch_idx, block_table;
+    # no cu_seqlens), beside `attn`, which holds none; None: there are none.
+    index: IndexArgs | None
 
     def counts(self, device: torch.device) -> torch.Tensor | None:
         """(batch,) int64 keys before the append; None: every cache is full. Made only where a torch op
@@ -178,8 +182,16 @@ def _check(
         raise InputError(f"num_splits: {splits} must be >= 0 (0: choose automatically)")
     opts = check_options(q, batch, q.shape[2], 0.0, softmax_scale, softcap, alibi_slopes)
 
-    # The layout's tensors are attached per call (_bind); here its page size only.
-    kv = KvLayout(page_size=k_cache.shape[1] if is_paged else 0)
+    # The layout's features and page size; its tensors are each call's (_bind), passed beside the call.
+    # Counts the host does not know are the kernels' per-sequence key counts (seqused_k).
+    needs = (
+        ("seqused_k", isinstance(cache_seqlens, torch.Tensor) and uniform is None),
+        ("leftpad_k", cache_leftpad is not None),
+        ("cache_batch_idx", cache_batch_idx is not None),
+        ("paged_kv", is_paged),
+    )
+    features = frozenset(name for name, needed in needs if needed)
+    kv = KvLayout(page_size=k_cache.shape[1] if is_paged else 0, features=features)
     key_len = capacity if uniform is None else uniform + seqlen_new
     # flash-attn normalises the window against the cache's capacity; the attention then runs over key_len
     attn = make_call(
@@ -196,7 +208,7 @@ def _check(
         kv=kv,
         key_len=key_len,
     )
-    return CacheCall(attn, capacity, seqlen_new, None, uniform, None, None, None, None, splits)
+    return CacheCall(attn, capacity, seqlen_new, None, uniform, None, None, None, None, splits, None)
 
 
 def _bind(
@@ -210,9 +222,8 @@ def _bind(
     rotary_interleaved: object,
 ) -> CacheCall:
     """The call `shape` (_check's, validated for these arguments' metadata) with this call's tensors:
-    `shape` itself when there are none. What the kernels need beyond k_cache[:, :key_len] (a layout where
-    every sequence has key_len keys): counts the host does not know are the kernels' per-sequence key
-    counts (seqused_k)."""
+    `shape` itself when there are none. Its AttnCall stays shape's (tensor-free: its route and op
+    arguments are kept, interface.decide); the kernels' index tensors go beside it (`index`)."""
     attn, counts, used = shape.attn, None, None
     if isinstance(cache_seqlens, torch.Tensor) and shape.uniform is None:
         counts = cache_seqlens
@@ -224,10 +235,9 @@ def _bind(
     rot = None
     if rotary_cos is not None and rotary_sin is not None:
         rot = Rotary(rotary_cos, rotary_sin, bool(rotary_interleaved))
-    kv = KvLayout(used, cache_leftpad, cache_batch_idx, block_table, attn.kv.page_size)
     return copy_with(
-        shape, attn=attn.with_layout(kv), cache_seqlens=counts, leftpad=cache_leftpad,
-        batch_rows=cache_batch_idx, block_table=block_table, rotary=rot,
+        shape, cache_seqlens=counts, leftpad=cache_leftpad, batch_rows=cache_batch_idx, block_table=block_table,
+        rotary=rot, index=(None, None, used, cache_leftpad, cache_batch_idx, block_table),
     )  # fmt: skip
 
 
@@ -405,7 +415,7 @@ def _attend_cache(
     if route.path != "fallback":
         if req.block_table is None and call.seqlen_k < k_cache.shape[1]:  # none reads past row seqlen_k
             k_cache, v_cache = k_cache.narrow(1, 0, call.seqlen_k), v_cache.narrow(1, 0, call.seqlen_k)
-        return interface.run_kernels(call, route, q, k_cache, v_cache, num_splits=req.num_splits)
+        return interface.run_kernels(call, route, q, k_cache, v_cache, req.num_splits, req.index)
     return _fallback(req, q, k_cache, v_cache, want_lse)
 
 
