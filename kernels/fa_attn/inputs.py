@@ -24,13 +24,11 @@ import math
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import SupportsIndex, TypeVar
+from typing import SupportsIndex
 
 import torch
 
 from ._env import reader
-
-_T = TypeVar("_T")
 
 # The public API's argument and result types. An integer argument is any integer-like flash-attn's
 # callers pass: an int, a numpy integer, a one-element integer tensor; a window is a pair of them.
@@ -134,15 +132,6 @@ class AttnCall:
     @property
     def has_window(self) -> bool:
         return self.window_left >= 0 or (self.window_right >= 0 and not self.causal)
-
-
-def copy_with(obj: _T, **changes: object) -> _T:
-    """A copy of the frozen dataclass `obj` with `changes`, made without __init__ (dataclasses.replace
-    runs it: about a µs per object, which a decode step making a call's objects cannot spend). Only for
-    fields whose values were validated already."""
-    made = object.__new__(type(obj))
-    made.__dict__.update(obj.__dict__, **changes)
-    return made
 
 
 def as_int(name: str, value: object) -> int:

@@ -29,6 +29,7 @@ width; an int, when every sequence has the same length, bounds the keys on the h
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -46,7 +47,6 @@ from .inputs import (
     check_options,
     check_same,
     check_tensor,
-    copy_with,
     make_call,
     may_read,
 )
@@ -60,12 +60,11 @@ class Rotary:
     interleaved: bool
 
 
-@dataclass(frozen=True)
-class CacheCall:
+class CacheCall(NamedTuple):
     """A validated flash_attn_with_kvcache call. Its per-sequence facts are device tensors: nothing in
     a call reads them on the host (inputs.may_read says where validation does). `_check` makes one
     without tensors (a template, kept by call_cache per the arguments' metadata), `_bind` attaches a
-    call's own."""
+    call's own. (A NamedTuple: a decode step makes one per call, a third of a frozen dataclass's cost.)"""
 
     attn: AttnCall  # the attention over the cache: seqlen_k bounds every sequence's keys, kv the layout
     capacity: int  # keys one sequence's cache can hold (seqlen_cache, or pages per sequence * page size)
@@ -235,9 +234,10 @@ def _bind(
     rot = None
     if rotary_cos is not None and rotary_sin is not None:
         rot = Rotary(rotary_cos, rotary_sin, bool(rotary_interleaved))
-    return copy_with(
-        shape, cache_seqlens=counts, leftpad=cache_leftpad, batch_rows=cache_batch_idx, block_table=block_table,
-        rotary=rot, index=(None, None, used, cache_leftpad, cache_batch_idx, block_table),
+    index = (None, None, used, cache_leftpad, cache_batch_idx, block_table)
+    return CacheCall(
+        shape.attn, shape.capacity, shape.seqlen_new, counts, shape.uniform, cache_leftpad, cache_batch_idx,
+        block_table, rot, shape.num_splits, index,
     )  # fmt: skip
 
 
