@@ -274,7 +274,7 @@ def _key_counts(cache_seqlens: torch.Tensor, seqlen_new: int) -> torch.Tensor:
 def _host_values(value: object) -> list[int] | None:
     """A (batch,) index tensor's values where validation may read them (inputs.may_read), else None."""
     if isinstance(value, torch.Tensor) and value.dim() == 1 and may_read(value):
-        return [int(n) for n in value.tolist()]
+        return value.tolist()  # (an integer tensor's: ints)
     return None
 
 
@@ -292,9 +292,11 @@ def _check_bounds(
     if pad is None and not isinstance(cache_seqlens, torch.Tensor):
         return
     lengths = [uniform] * batch if uniform is not None else _host_values(cache_seqlens)
-    starts = _host_values(pad) if pad is not None else [0] * batch
-    if lengths is None and starts is None:
-        return
+    starts = _host_values(pad) if pad is not None else None  # (None: every first key is 0)
+    if starts is None and (
+        lengths is None or not lengths or (min(lengths) >= 0 and max(lengths) + seqlen_new <= capacity)
+    ):
+        return  # nothing to read, or every count fits (min and max: no Python loop over the batch)
     for b in range(batch):
         n = lengths[b] if lengths is not None else None
         if n is not None and n < 0:
