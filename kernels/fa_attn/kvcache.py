@@ -219,10 +219,12 @@ def _bind(
     rotary_cos: torch.Tensor | None,
     rotary_sin: torch.Tensor | None,
     rotary_interleaved: object,
+    cache_rows: int,
 ) -> CacheCall:
-    """The call `shape` (_check's, validated for these arguments' metadata) with this call's tensors:
-    `shape` itself when there are none. Its AttnCall stays shape's (tensor-free: its route and op
-    arguments are kept, interface.decide); the kernels' index tensors go beside it (`index`)."""
+    """The call `shape` (_check's, validated for these arguments' metadata) with this call's tensors,
+    their values checked (_check_values); `shape` itself when there are none. Its AttnCall stays shape's
+    (tensor-free: its route and op arguments are kept, interface.decide); the kernels' index tensors go
+    beside it (`index`). cache_rows: k_cache's dim 0."""
     attn, counts, used = shape.attn, None, None
     if isinstance(cache_seqlens, torch.Tensor) and shape.uniform is None:
         counts = cache_seqlens
@@ -235,10 +237,12 @@ def _bind(
     if rotary_cos is not None and rotary_sin is not None:
         rot = Rotary(rotary_cos, rotary_sin, bool(rotary_interleaved))
     index = (None, None, used, cache_leftpad, cache_batch_idx, block_table)
-    return CacheCall(
+    req = CacheCall(
         shape.attn, shape.capacity, shape.seqlen_new, counts, shape.uniform, cache_leftpad, cache_batch_idx,
         block_table, rot, shape.num_splits, index,
     )  # fmt: skip
+    _check_values(req, cache_seqlens, cache_rows)
+    return req
 
 
 def _check_values(req: CacheCall, cache_seqlens: object, cache_rows: int) -> None:
@@ -509,11 +513,8 @@ def flash_attn_with_kvcache(
     """
     options = (softmax_scale, causal, softcap, rotary_interleaved, alibi_slopes, num_splits)
     tensors = (k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad, block_table)
-    key = None
-    if not torch.compiler.is_compiling() and not (
-        isinstance(cache_seqlens, torch.Tensor) and cache_seqlens.dim() == 0  # read as an int where it may be
-    ):
-        key = call_cache.key("kvcache", q, k_cache, v_cache, options, window_size, tensors)
+    compiling = torch.compiler.is_compiling()
+    key = None if compiling else call_cache.key("kvcache", q, k_cache, v_cache, options, window_size, tensors)
     shape = call_cache.known(key)
     if shape is None:
         shape = _check(
@@ -521,13 +522,12 @@ def flash_attn_with_kvcache(
             block_table, softmax_scale, causal, window_size, softcap, rotary_interleaved, alibi_slopes,
             num_splits,
         )  # fmt: skip
-        call_cache.remember(key, shape)
+        if not (isinstance(cache_seqlens, torch.Tensor) and shape.uniform is not None):  # (a value read)
+            call_cache.remember(key, shape)
     req = _bind(
         shape, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, rotary_cos, rotary_sin,
-        rotary_interleaved,
+        rotary_interleaved, k_cache.shape[0],
     )  # fmt: skip
-    if req is not shape:
-        _check_values(req, cache_seqlens, k_cache.shape[0])
     if req.rotary is not None:
         assert k is not None  # rotary needs the new keys (_check_rotary)
         cos, sin, interleaved = req.rotary.cos, req.rotary.sin, req.rotary.interleaved
