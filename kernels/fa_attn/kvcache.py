@@ -78,7 +78,7 @@ class CacheCall(NamedTuple):
     num_splits: int  # split-KV hint (0: heuristic); for the kernels' split-KV forward
     # The kernels' index tensors (interface.IndexArgs: seqused_k, leftpad_k, kv_batch_idx, block_table;
     # no cu_seqlens), beside `attn`, which holds none; None: there are none.
-    index: IndexArgs | None
+    index_args: IndexArgs | None
 
     def counts(self, device: torch.device) -> torch.Tensor | None:
         """(batch,) int64 keys before the append; None: every cache is full. Made only where a torch op
@@ -224,7 +224,7 @@ def _bind(
     """The call `shape` (_check's, validated for these arguments' metadata) with this call's tensors,
     their values checked (_check_values); `shape` itself when there are none. Its AttnCall stays shape's
     (tensor-free: its route and op arguments are kept, interface.decide); the kernels' index tensors go
-    beside it (`index`). cache_rows: k_cache's dim 0."""
+    beside it (`index_args`). cache_rows: k_cache's dim 0."""
     attn, counts, used = shape.attn, None, None
     if isinstance(cache_seqlens, torch.Tensor) and shape.uniform is None:
         counts = cache_seqlens
@@ -421,7 +421,7 @@ def _attend_cache(
     if route.path != "fallback":
         if req.block_table is None and call.seqlen_k < k_cache.shape[1]:  # none reads past row seqlen_k
             k_cache, v_cache = k_cache.narrow(1, 0, call.seqlen_k), v_cache.narrow(1, 0, call.seqlen_k)
-        return interface.run_kernels(call, route, q, k_cache, v_cache, req.num_splits, req.index)
+        return interface.run_kernels(call, route, q, k_cache, v_cache, req.num_splits, req.index_args)
     return _fallback(req, q, k_cache, v_cache, want_lse)
 
 

@@ -97,7 +97,7 @@ def test_kvcache_index_tensors_are_keyed_by_metadata_and_never_kept() -> None:
     fa_attn.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=lengths)
     template = call_cache.known(key)
     assert template is not None
-    assert template.index is None  # a template: no tensor
+    assert template.index_args is None  # a template: no tensor
     assert template.cache_seqlens is None
     assert template.attn.kv.features == {"seqused_k"}  # which tensors each call passes beside it
     alive = weakref.ref(lengths)
