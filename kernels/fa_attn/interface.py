@@ -120,8 +120,9 @@ def route_for(
     """The path a call runs on, admitted (a fallback needs no admission) and reported (last_dispatch(),
     the warning or FA_STRICT's error)."""
     route = decide(call, q, k, v)
-    if route.path != "fallback":
-        route = admit(call, route, q, k, v, splitkv=splitkv)
+    if route.path != "fallback":  # (admit's body, one frame less per call)
+        backward = needs_backward(q, k, v)
+        route = selfcheck.admit(route, q.device, q.dtype, call.causal, call.seqlen_k, backward, splitkv)
     _dispatch.report(route)
     return route
 

@@ -250,6 +250,12 @@ def _check_values(req: CacheCall, cache_seqlens: object, cache_rows: int) -> Non
     allows (CPU tensors, FA_CHECK_INDICES=1), and flash-attn's own bound on a paged cache. cache_rows:
     k_cache's dim 0 (the pages of a paged cache)."""
     attn, rows = req.attn, req.batch_rows
+    if rows is None and req.leftpad is None and req.block_table is None:  # a decode step: counts only
+        if type(cache_seqlens) is torch.Tensor and cache_seqlens.dim() == 1 and may_read(cache_seqlens):
+            lengths = cache_seqlens.tolist()
+            if lengths and (min(lengths) < 0 or max(lengths) + req.seqlen_new > req.capacity):
+                _check_bounds(cache_seqlens, None, None, req.seqlen_new, req.capacity, attn.batch)  # raises
+        return
     if rows is not None and may_read(rows):
         batch_cache = cache_rows
         bad = [i for i in rows.tolist() if not 0 <= i < batch_cache]
@@ -524,10 +530,14 @@ def flash_attn_with_kvcache(
         )  # fmt: skip
         if not (isinstance(cache_seqlens, torch.Tensor) and shape.uniform is not None):  # (a value read)
             call_cache.remember(key, shape)
-    req = _bind(
-        shape, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, rotary_cos, rotary_sin,
-        rotary_interleaved, k_cache.shape[0],
-    )  # fmt: skip
+    req = shape
+    if not (  # (asked here: a call with none of them pays no _bind frame)
+        cache_batch_idx is None and cache_leftpad is None and block_table is None and rotary_cos is None
+    ) or isinstance(cache_seqlens, torch.Tensor):
+        req = _bind(
+            shape, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, rotary_cos, rotary_sin,
+            rotary_interleaved, k_cache.shape[0],
+        )  # fmt: skip
     if req.rotary is not None:
         assert k is not None  # rotary needs the new keys (_check_rotary)
         cos, sin, interleaved = req.rotary.cos, req.rotary.sin, req.rotary.interleaved
