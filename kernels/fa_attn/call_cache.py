@@ -67,7 +67,7 @@ def key(
             found += more
         else:
             for t, of_type in zip(more, kinds, strict=True):
-                if of_type is torch.Tensor:
+                if type(t) is torch.Tensor:  # (not of_type: mypy narrows on this)
                     found += (t.shape, t.stride(), t.dtype, t.device)
                 elif of_type in _PLAIN:
                     found.append(t)
