@@ -60,19 +60,15 @@ def key(
         kind, options, types, window, q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype,
         k.device, v.shape, v.stride(), v.dtype, v.device,
     ]  # fmt: skip
-    if more:  # their types, then each one's value, or a tensor's metadata (its type says which)
-        kinds = tuple(map(type, more))
-        found.append(kinds)
-        if _PLAIN.issuperset(kinds):  # (a KV-cache call without index tensors: no Python loop)
-            found += more
+    for t in more:  # each part's first item says its kind: None, a torch.Size, or a type
+        if t is None:
+            found.append(None)
+        elif type(t) is torch.Tensor:
+            found += (t.shape, t.stride(), t.dtype, t.device)
+        elif type(t) in _PLAIN:
+            found += (type(t), t)
         else:
-            for t, of_type in zip(more, kinds, strict=True):
-                if type(t) is torch.Tensor:  # (not of_type: mypy narrows on this)
-                    found += (t.shape, t.stride(), t.dtype, t.device)
-                elif of_type in _PLAIN:
-                    found.append(t)
-                else:
-                    return None
+            return None
     return tuple(found)
 
 
