@@ -517,10 +517,23 @@ def flash_attn_with_kvcache(
     Returns out like q, and softmax_lse (batch, heads, seqlen_q) fp32 with return_softmax_lse=True.
     No backward (as flash-attn). Which layouts run on the kernels: the module docstring.
     """
-    options = (softmax_scale, causal, softcap, rotary_interleaved, alibi_slopes, num_splits)
-    tensors = (k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad, block_table)
-    compiling = torch.compiler.is_compiling()
-    key = None if compiling else call_cache.key("kvcache", q, k_cache, v_cache, options, window_size, tensors)
+    # Without index tensors or rotary (an int cache_seqlens), every option is plain data, typed in one
+    # pass; with them, they are keyed one by one (metadata), and each call's are attached (_bind).
+    plain = (
+        cache_batch_idx is None and cache_leftpad is None and block_table is None and rotary_cos is None
+    ) and not isinstance(cache_seqlens, torch.Tensor)
+    key = None
+    if not torch.compiler.is_compiling():
+        if plain:
+            options = (
+                rotary_sin, cache_seqlens, softmax_scale, causal, softcap, rotary_interleaved, alibi_slopes,
+                num_splits,
+            )  # fmt: skip
+            key = call_cache.key("kvcache", q, k_cache, v_cache, options, window_size, (k, v))
+        else:
+            scalars = (softmax_scale, causal, softcap, rotary_interleaved, alibi_slopes, num_splits)
+            tensors = (k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad, block_table)  # fmt: skip
+            key = call_cache.key("kvcache-index", q, k_cache, v_cache, scalars, window_size, tensors)
     shape = call_cache.known(key)
     if shape is None:
         shape = _check(
@@ -531,9 +544,7 @@ def flash_attn_with_kvcache(
         if not (isinstance(cache_seqlens, torch.Tensor) and shape.uniform is not None):  # (a value read)
             call_cache.remember(key, shape)
     req = shape
-    if not (  # (asked here: a call with none of them pays no _bind frame)
-        cache_batch_idx is None and cache_leftpad is None and block_table is None and rotary_cos is None
-    ) or isinstance(cache_seqlens, torch.Tensor):
+    if not plain:
         req = _bind(
             shape, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, rotary_cos, rotary_sin,
             rotary_interleaved, k_cache.shape[0],

@@ -61,9 +61,13 @@ def test_calls_holding_tensors_are_never_kept() -> None:
 
 
 def kvcache_key(q, cache, cache_seqlens=None, cache_batch_idx=None, block_table=None):
+    """flash_attn_with_kvcache's key: options in one tuple without index tensors, else those keyed apart."""
+    if cache_batch_idx is None and block_table is None and not isinstance(cache_seqlens, torch.Tensor):
+        options = (None, cache_seqlens, None, False, 0.0, True, None, 0)  # rotary_sin, cache_seqlens, ...
+        return call_cache.key("kvcache", q, cache, cache, options, (-1, -1), (None, None))
     options = (None, False, 0.0, True, None, 0)  # softmax_scale, causal, softcap, rotary_interleaved, ...
     tensors = (None, None, None, None, cache_seqlens, cache_batch_idx, None, block_table)
-    return call_cache.key("kvcache", q, cache, cache, options, (-1, -1), tensors)
+    return call_cache.key("kvcache-index", q, cache, cache, options, (-1, -1), tensors)
 
 
 def test_a_repeated_kvcache_call_is_validated_once() -> None:
