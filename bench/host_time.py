@@ -7,6 +7,10 @@ median of rounds, on the CPU:
                 direct call of that no-op op: the difference is fa's host time per kernel call.
                 The route is the one the decision would give a GPU (interface._decide_for is answered
                 with a kernel route, so decide's own per-call work still runs); FA_SELF_CHECK=off.
+                bf16 calls get a route with a split-KV unit (the GPU's SM count answered: 108), so the
+                KV-cache case runs fwd_splitkv as a decode step does on a GPU.
+  first use     the same with FA_SELF_CHECK=first-use (the default), the units answered as a GPU's
+                first-use self-check passed them (selfcheck._admission) and no `fa check` record.
   fallback      flash_attn_func on the CPU (fa's fallback: torch SDPA) against a direct SDPA call on the
                 same (batch, seqlen, heads, dim) tensors (transposed in and out), and
                 flash_attn_with_kvcache (int cache_seqlens) against that same SDPA call.
@@ -38,11 +42,16 @@ os.environ["FA_SELF_CHECK"] = "off"
 import fa_attn
 import torch
 import torch.nn.functional as F
-from fa_attn import interface
+from fa_attn import interface, selfcheck
 from fa_attn.decision import Dispatch, KernelLaunch
 
 HEADS, HEAD_DIM, KEYS = 8, 64, 256
 FWD = KernelLaunch("/pkg/kernels/sm_80/fwd_fp16_d64.cubin", "fa_fwd", (64, 128, 128, 64, 49152, 0))
+SPLIT = KernelLaunch(
+    "/pkg/kernels/sm_80/fwd_splitkv_bf16_d64.cubin",
+    "fa_fwd_splitkv fa_fwd_splitkv_combine",
+    (64, 128, 64, 64, 32768, 0),
+)
 
 
 def per_call_us(cases: dict[str, Callable[[], object]], calls: int, rounds: int) -> dict[str, float]:
@@ -102,8 +111,12 @@ def main() -> int:
     # ---- the kernel path, with the op a no-op ----
     lib = no_op_kernels()
     route = Dispatch("sass", "8.0", (), HEAD_DIM, FWD, None)
-    real_decide_for = interface._decide_for
-    interface._decide_for = lambda *_facts: route  # type: ignore[assignment]
+    split_route = Dispatch("sass", "8.0", (), HEAD_DIM, FWD, None, SPLIT)
+    real = interface._decide_for, interface._sm_count, selfcheck._admission, selfcheck._record
+    interface._decide_for = lambda _type, _index, dtype, *_facts: split_route if dtype == "bf16" else route  # type: ignore[assignment]
+    interface._sm_count = lambda _device: 108  # type: ignore[assignment]
+    selfcheck._admission = lambda *_facts: ("", "", "", "self-check")  # type: ignore[assignment]
+    selfcheck._record = lambda _device: None  # type: ignore[assignment]
     try:
         q = torch.randn(1, 1, HEADS, HEAD_DIM, generator=gen).half()
         k = torch.randn(1, KEYS, HEADS, HEAD_DIM, generator=gen).half()
@@ -122,10 +135,32 @@ def main() -> int:
             "kernel_path_flash_attn_with_kvcache_tensor_lengths",
             lambda: fa_attn.flash_attn_with_kvcache(q, cache_k, cache_v, cache_seqlens=lengths),
         )
+        # Split-KV: what the decode step launches on a GPU (decision.num_splits gives 4 here).
+        qb, kb, vb = q.bfloat16(), cache_k.bfloat16(), cache_v.bfloat16()
+        split_args = (qb, kb, vb, None, None, lengths, None, None, None, 1, KEYS, 0.125, False, -1, 0, 0.0)
+        split_launch = (4, SPLIT.module, SPLIT.entries, list(SPLIT.launch))
+        measure("op_call_splitkv", lambda: torch.ops.fa_attn.fwd_splitkv(*split_args, *split_launch))
+        measure(
+            "kernel_path_flash_attn_with_kvcache_splitkv",
+            lambda: fa_attn.flash_attn_with_kvcache(qb, kb, vb, cache_seqlens=lengths),
+        )
         results.update(per_call_us(cases, args.calls, args.rounds))
+        # FA_SELF_CHECK's default: the admission's per-call work, with the units verified.
+        os.environ["FA_SELF_CHECK"] = "first-use"
+        first_use = {
+            "op_call": cases["op_call"],
+            "first_use_flash_attn_func": cases["kernel_path_flash_attn_func"],
+            "first_use_flash_attn_with_kvcache_tensor_lengths": cases[
+                "kernel_path_flash_attn_with_kvcache_tensor_lengths"
+            ],
+        }
+        measured = per_call_us(first_use, args.calls, args.rounds)
+        results["first_use_op_call"] = measured.pop("op_call")
+        results.update(measured)
         cases.clear()
     finally:
-        interface._decide_for = real_decide_for  # type: ignore[assignment]
+        os.environ["FA_SELF_CHECK"] = "off"
+        interface._decide_for, interface._sm_count, selfcheck._admission, selfcheck._record = real  # type: ignore[assignment]
         lib._destroy()
 
     # ---- the fallback, against SDPA ----
@@ -153,6 +188,15 @@ def main() -> int:
     )
     results["kvcache_tensor_lengths_kernel_path_overhead_us"] = round(
         results["kernel_path_flash_attn_with_kvcache_tensor_lengths"] - results["op_call"], 2
+    )
+    results["kvcache_splitkv_kernel_path_overhead_us"] = round(
+        results["kernel_path_flash_attn_with_kvcache_splitkv"] - results["op_call_splitkv"], 2
+    )
+    results["first_use_kernel_path_overhead_us"] = round(
+        results["first_use_flash_attn_func"] - results["first_use_op_call"], 2
+    )
+    results["first_use_kvcache_tensor_lengths_kernel_path_overhead_us"] = round(
+        results["first_use_flash_attn_with_kvcache_tensor_lengths"] - results["first_use_op_call"], 2
     )
     results["fallback_overhead_us"] = round(results["fallback_flash_attn_func"] - results["sdpa_call"], 2)
     results["kvcache_fallback_overhead_us"] = round(

@@ -5,9 +5,11 @@ A call's validation (inputs.check_padded, kvcache's check) depends only on its t
 shape, strides, dtype, device) and on its other arguments' values when those are plain data, so `key`
 builds a key of exactly those, and `remember`/`known` keep what validation gave. A call is keyed only
 when every part is plain: plain tensors (not fake, traced or subclassed) where tensors are validated by
-their metadata, and None, bools, ints, floats or tuples of ints for the rest; a tensor among the rest
-(ALiBi slopes, cache_seqlens, an index tensor) and any call while torch.compile traces is validated as
-usual. So nothing kept holds a tensor. The decision that follows has its own memos (interface.decide).
+their metadata, and None, bools, ints, floats or tuples of ints for the rest; ALiBi slopes and any call
+while torch.compile traces are validated as usual. A KV-cache call's index tensors (cache_seqlens,
+block_table, ...) are keyed by their metadata, and what is kept is a template without them, to which
+each call attaches its own (kvcache._bind); their values are never read for the key. So nothing kept
+holds a tensor. The decision that follows has its own memos (interface.decide).
 """
 
 from __future__ import annotations
@@ -36,9 +38,11 @@ def key(
     window: object,
     more: tuple[object, ...] = (),
 ) -> Key | None:
-    """The key of a call of `kind` ("padded", "kvcache"): the metadata of its tensors q, k, v and of the
-    optional tensors `more` (None stays None), its options with their types (validation tells 1, 1.0
-    and True apart; a dict would not) and its window size; None where a part is not plain data."""
+    """The key of a call of `kind` ("padded", "kvcache"): the metadata of its tensors q, k, v, its
+    options with their types (validation tells 1, 1.0 and True apart; a dict would not), its window
+    size, and `more`: tensors by their metadata (never their values), None, or plain values with their
+    types; None where a part is not plain data. A caller passing tensors in `more` keeps only what
+    validation found of their metadata (kvcache's tensor-free templates)."""
     if type(q) is not torch.Tensor or type(k) is not torch.Tensor or type(v) is not torch.Tensor:
         return None
     types = tuple(map(type, options))
@@ -52,18 +56,20 @@ def key(
     ):
         return None
     # Unrolled for q, k, v: a decode step builds this key every call.
-    found: Key = (
+    found = [
         kind, options, types, window, q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype,
         k.device, v.shape, v.stride(), v.dtype, v.device,
-    )  # fmt: skip
-    for t in more:
-        if type(t) is torch.Tensor:
+    ]  # fmt: skip
+    for t in more:  # each part's first item says its kind: None, a torch.Size, or a type
+        if t is None:
+            found.append(None)
+        elif type(t) is torch.Tensor:
             found += (t.shape, t.stride(), t.dtype, t.device)
-        elif t is None:
-            found += (None,)
+        elif type(t) in _PLAIN:
+            found += (type(t), t)
         else:
             return None
-    return found
+    return tuple(found)
 
 
 # known(key): what validation gave for this key, or None (never seen, or None: not keyable, never kept).

@@ -62,11 +62,11 @@ def may_read(t: torch.Tensor) -> bool:
     on the CPU (no device sync) or FA_CHECK_INDICES=1 asks for it, outside compile tracing and capture."""
     if type(t) is not torch.Tensor or torch.compiler.is_compiling():
         return False
-    if t.device.type == "cpu":
+    if t.is_cpu:  # (is_cpu, is_cuda: no torch.device made; a decode step asks at every call)
         return True
     if _FA_CHECK_INDICES() in ("", "0"):
         return False
-    return not (t.device.type == "cuda" and torch.cuda.is_current_stream_capturing())
+    return not (t.is_cuda and torch.cuda.is_current_stream_capturing())
 
 
 @dataclass(frozen=True)
@@ -79,17 +79,21 @@ class KvLayout:
     kv_batch_idx: torch.Tensor | None = None  # (batch,) each sequence's row of k/v
     block_table: torch.Tensor | None = None  # (batch, pages per sequence): k/v are pages
     page_size: int = 0  # keys per page with block_table (k/v's dim 1)
+    # The kernel features (tiles.FEATURES, decision.KV_LAYOUT_FEATURES) this layout needs: its tensors'
+    # and those given, for a layout whose tensors travel beside it (kvcache: a kept call is tensor-free,
+    # each call passes its own tensors to interface.run_kernels).
+    features: frozenset[str] = frozenset()
 
-    @property
-    def features(self) -> frozenset[str]:
-        """The kernel features (tiles.FEATURES, decision.KV_LAYOUT_FEATURES) this layout needs."""
+    def __post_init__(self) -> None:
         named = (
             ("seqused_k", self.seqused_k),
             ("leftpad_k", self.leftpad_k),
             ("cache_batch_idx", self.kv_batch_idx),
             ("paged_kv", self.block_table),
         )
-        return frozenset(name for name, tensor in named if tensor is not None)
+        present = frozenset(name for name, tensor in named if tensor is not None)
+        if not present <= self.features:
+            object.__setattr__(self, "features", self.features | present)
 
 
 _NO_LAYOUT = KvLayout()

@@ -91,8 +91,9 @@ _decisions: dict[tuple[Any, ...], Dispatch] = {}
 
 
 # Routes of tensor-free calls decided lately, by (id(call), backward), checked by identity: call_cache
-# keeps a decode loop's call, so its route is one lookup away. (An entry keeps its call alive, so its id
-# is not reused while the entry exists; calls holding tensors are never kept.)
+# keeps a decode loop's call, so its route is one lookup away (a KV-cache call's too: its AttnCall is
+# tensor-free, its index tensors travel beside it, run_kernels' `index`). (An entry keeps its call alive,
+# so its id is not reused while the entry exists; calls holding tensors are never kept.)
 _kept_routes: dict[tuple[int, bool], tuple[AttnCall, Dispatch]] = {}
 
 
@@ -119,8 +120,9 @@ def route_for(
     """The path a call runs on, admitted (a fallback needs no admission) and reported (last_dispatch(),
     the warning or FA_STRICT's error)."""
     route = decide(call, q, k, v)
-    if route.path != "fallback":
-        route = admit(call, route, q, k, v, splitkv=splitkv)
+    if route.path != "fallback":  # (admit's body, one frame less per call)
+        backward = needs_backward(q, k, v)
+        route = selfcheck.admit(route, q.device, q.dtype, call.causal, call.seqlen_k, backward, splitkv)
     _dispatch.report(route)
     return route
 
@@ -151,12 +153,19 @@ def _sm_count(device: torch.device) -> int:
 
 
 def run_kernels(
-    call: AttnCall, route: Dispatch, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_splits: int = 0
+    call: AttnCall,
+    route: Dispatch,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    num_splits: int = 0,
+    index: IndexArgs | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Our forward op (and its autograd backward) on padded or packed q, k, v, or k/v of the call's
     KV-cache layout (call.kv: pages, cache rows, per-sequence lengths; call.seqlen_k is the longest
     sequence's keys); for calls without a backward, the split-KV forward when `num_splits` (flash-attn's:
-    0 = heuristic) says so."""
+    0 = heuristic) says so. `index`: the index tensors when they travel beside a tensor-free call (the
+    KV cache's: inputs.KvLayout.features says which), else the call's own."""
     assert route.fwd is not None
     assert route.head_dim is not None
     preload.before_call(route, q)  # the route's kernels load here, never inside a graph capture
@@ -165,45 +174,63 @@ def run_kernels(
         q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))  # (contiguous: rows aligned)
     elif not call.rows_aligned:
         q, k, v = row_aligned(q), row_aligned(k), row_aligned(v)
-    splits = _split_count(call, route, q, num_splits)
-    if splits > 1 and route.splitkv is not None:
-        out, lse = torch.ops.fa_attn.fwd_splitkv(q, k, v, *_op_args(call, route, splits))
+    split, args = _launch(call, route, q, num_splits, index)
+    if split:
+        out, lse = torch.ops.fa_attn.fwd_splitkv(q, k, v, *args)
     else:
-        out, lse = torch.ops.fa_attn.fwd(q, k, v, *_op_args(call, route, 1))
+        out, lse = torch.ops.fa_attn.fwd(q, k, v, *args)
     return (out[..., : call.head_dim] if pad else out), lse
 
 
-def _op_args(call: AttnCall, route: Dispatch, splits: int) -> tuple[object, ...]:
-    """The forward op's arguments after q, k, v (ops.py's schemas): the call's index tensors and scalars,
-    then the launch data of the split-KV forward (splits > 1) or of the forward and its backward. Kept
-    per tensor-free call and route, like the route itself (decide): a decode step repeats them."""
+def _launch(
+    call: AttnCall, route: Dispatch, q: torch.Tensor, num_splits: int, index: IndexArgs | None
+) -> tuple[bool, tuple[object, ...]]:
+    """Whether the split-KV forward runs (_split_count), and the forward op's arguments after q, k, v
+    (ops.py's schemas): the index tensors (`index`, else the call's) and the call's scalars, then the
+    launch data of the split-KV forward or of the forward and its backward. All but the index tensors
+    depend on the call's shapes and the route only, so they are kept per tensor-free call and route,
+    like the route itself (decide): a decode step repeats them."""
     compiling = torch.compiler.is_compiling()
-    memo = (id(call), id(route), splits)
+    memo = (id(call), id(route), num_splits)
     kept = None if compiling else _kept_args.get(memo)
-    if kept is not None and kept[0] is call and kept[1] is route:
-        return kept[2]
+    if kept is None or kept[0] is not call or kept[1] is not route:
+        splits = _split_count(call, route, q, num_splits)
+        split = route.splitkv if splits > 1 else None
+        tail: tuple[object, ...] = (
+            call.seqlen_q, call.seqlen_k, call.softmax_scale, call.causal, call.window_left, call.window_right,
+            call.softcap,
+        )  # fmt: skip
+        if split is not None:
+            tail += (splits, split.module, split.entries, list(split.launch))
+        else:
+            fwd, bwd = route.fwd or ops.NO_LAUNCH, route.bwd or ops.NO_LAUNCH
+            tail += (fwd.module, fwd.entries, list(fwd.launch), bwd.module, bwd.entries, list(bwd.launch))
+        kept = (call, route, split is not None, tail, _index_args(call) + tail)
+        if not compiling and call_cache.tensor_free(call):
+            if len(_kept_args) >= 1024:
+                _kept_args.clear()
+            _kept_args[memo] = kept
+    return kept[2], (kept[4] if index is None else index + kept[3])
+
+
+# The op's index tensors: cu_seqlens_q, cu_seqlens_k, seqused_k, leftpad_k, kv_batch_idx, block_table.
+IndexArgs = tuple[torch.Tensor | None, ...]
+
+
+def _index_args(call: AttnCall) -> IndexArgs:
     varlen, kv = call.varlen, call.kv
-    args: tuple[object, ...] = (
+    return (
         varlen.cu_seqlens_q if varlen else None, varlen.cu_seqlens_k if varlen else None, kv.seqused_k,
-        kv.leftpad_k, kv.kv_batch_idx, kv.block_table, call.seqlen_q, call.seqlen_k, call.softmax_scale,
-        call.causal, call.window_left, call.window_right, call.softcap,
+        kv.leftpad_k, kv.kv_batch_idx, kv.block_table,
     )  # fmt: skip
-    if splits > 1 and route.splitkv is not None:
-        split = route.splitkv
-        args += (splits, split.module, split.entries, list(split.launch))
-    else:
-        fwd, bwd = route.fwd or ops.NO_LAUNCH, route.bwd or ops.NO_LAUNCH
-        args += (fwd.module, fwd.entries, list(fwd.launch), bwd.module, bwd.entries, list(bwd.launch))
-    if not compiling and call_cache.tensor_free(call):
-        if len(_kept_args) >= 1024:
-            _kept_args.clear()
-        _kept_args[memo] = (call, route, args)
-    return args
 
 
-# The op arguments of tensor-free calls lately run, by (id(call), id(route), splits), checked by identity
-# (an entry keeps its call and route alive, so their ids are not reused while it exists).
-_kept_args: dict[tuple[int, int, int], tuple[AttnCall, Dispatch, tuple[object, ...]]] = {}
+# What _launch found for tensor-free calls lately run, by (id(call), id(route), num_splits), checked by
+# identity (an entry keeps its call and route alive, so their ids are not reused while it exists):
+# (call, route, split-KV or not, the arguments after the index tensors, all the arguments).
+_kept_args: dict[
+    tuple[int, int, int], tuple[AttnCall, Dispatch, bool, tuple[object, ...], tuple[object, ...]]
+] = {}
 
 
 def row_aligned(t: torch.Tensor) -> torch.Tensor:

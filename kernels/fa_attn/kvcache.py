@@ -29,6 +29,7 @@ width; an int, when every sequence has the same length, bounds the keys on the h
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -49,6 +50,7 @@ from .inputs import (
     make_call,
     may_read,
 )
+from .interface import IndexArgs
 
 
 @dataclass(frozen=True)
@@ -58,21 +60,25 @@ class Rotary:
     interleaved: bool
 
 
-@dataclass(frozen=True)
-class CacheCall:
+class CacheCall(NamedTuple):
     """A validated flash_attn_with_kvcache call. Its per-sequence facts are device tensors: nothing in
-    a call reads them on the host (inputs.may_read says where validation does)."""
+    a call reads them on the host (inputs.may_read says where validation does). `_check` makes one
+    without tensors (a template, kept by call_cache per the arguments' metadata), `_bind` attaches a
+    call's own. (A NamedTuple: a decode step makes one per call, a third of a frozen dataclass's cost.)"""
 
     attn: AttnCall  # the attention over the cache: seqlen_k bounds every sequence's keys, kv the layout
     capacity: int  # keys one sequence's cache can hold (seqlen_cache, or pages per sequence * page size)
     seqlen_new: int  # rows of k/v appended (0: none)
     cache_seqlens: torch.Tensor | None  # (batch,) integer keys before the append, when given as a tensor
     uniform: int | None  # the keys before the append, when given as one int for every sequence
-    leftpad: torch.Tensor | None  # (batch,) int64 first valid key per sequence
-    batch_rows: torch.Tensor | None  # cache_batch_idx as int64
+    leftpad: torch.Tensor | None  # (batch,) int32 first valid key per sequence (cache_leftpad)
+    batch_rows: torch.Tensor | None  # (batch,) int32 cache row per sequence (cache_batch_idx)
     block_table: torch.Tensor | None
     rotary: Rotary | None
     num_splits: int  # split-KV hint (0: heuristic); for the kernels' split-KV forward
+    # The kernels' index tensors (interface.IndexArgs: seqused_k, leftpad_k, kv_batch_idx, block_table;
+    # no cu_seqlens), beside `attn`, which holds none; None: there are none.
+    index_args: IndexArgs | None
 
     def counts(self, device: torch.device) -> torch.Tensor | None:
         """(batch,) int64 keys before the append; None: every cache is full. Made only where a torch op
@@ -84,20 +90,21 @@ class CacheCall:
         return torch.full((self.attn.batch,), self.uniform, dtype=torch.long, device=device)
 
 
-def _cache_seqlens(value: object, batch: int, device: torch.device) -> tuple[torch.Tensor | None, int | None]:
-    """(per-sequence counts as an int64 device tensor, the count when the caller gave one int)."""
+def _uniform_count(value: object, batch: int, device: torch.device) -> int | None:
+    """cache_seqlens checked: the count, when one for every sequence is known on the host (an int, or a
+    one-element tensor validation may read); None when there is none or the device holds them (_bind)."""
     if value is None:
-        return None, None
+        return None
     if isinstance(value, torch.Tensor) and value.dim() == 1:
         check_index_tensor("cache_seqlens", value, (batch,), device)
-        return value, None
+        return None
     if isinstance(value, torch.Tensor) and not may_read(value):  # one count for all, left on the device
         check_integer_tensor("cache_seqlens", value)
-        return value.to(device=device).reshape(()).expand(batch), None
+        return None
     count = as_int("cache_seqlens", value)
     if count < 0:
         raise InputError(f"cache_seqlens: {count} is negative")
-    return None, count
+    return count
 
 
 def _check(
@@ -118,8 +125,6 @@ def _check(
     batch, seqlen_q = q.shape[0], q.shape[1]
     device = q.device
 
-    rows = None
-    row_index: torch.Tensor | None = None  # cache_batch_idx, checked (int32)
     if is_paged:
         if cache_batch_idx is not None:
             raise InputError(
@@ -135,18 +140,7 @@ def _check(
     else:
         capacity = k_cache.shape[1]
         if cache_batch_idx is not None:
-            row_index = check_index_tensor("cache_batch_idx", cache_batch_idx, (batch,), device)
-            rows = row_index.to(torch.long)
-            bad = (
-                [i for i in row_index.tolist() if not 0 <= i < k_cache.shape[0]]
-                if may_read(row_index)
-                else []
-            )
-            if bad:
-                raise InputError(
-                    f"cache_batch_idx: {bad[0]} is outside the cache's {k_cache.shape[0]} rows; "
-                    "indices must be in [0, batch_cache)"
-                )
+            check_index_tensor("cache_batch_idx", cache_batch_idx, (batch,), device)
         elif k_cache.shape[0] != batch:
             raise InputError(
                 f"k_cache: batch {k_cache.shape[0]} differs from q's {batch}; pass cache_batch_idx to pick "
@@ -168,41 +162,35 @@ def _check(
         if cache_seqlens is None:
             raise InputError("cache_seqlens: required with new k/v (where in the cache they are written)")
         seqlen_new = k.shape[1]
-    counts, uniform = _cache_seqlens(cache_seqlens, batch, device)
+    uniform = _uniform_count(cache_seqlens, batch, device)
     if uniform is not None and uniform + seqlen_new > capacity:
         raise InputError(
             f"cache_seqlens: {uniform} keys + {seqlen_new} new = {uniform + seqlen_new}, more than the "
             f"cache's {capacity}; allocate a longer cache (or more block_table columns)"
         )
-    pad = None
     if cache_leftpad is not None:
-        pad = check_index_tensor("cache_leftpad", cache_leftpad, (batch,), device)
-    _check_bounds(cache_seqlens, uniform, pad, seqlen_new, capacity, batch)
-    page_table: torch.Tensor | None = None
-    if is_paged:
-        ends = _known_ends(cache_seqlens, uniform, seqlen_new, capacity, batch)
-        page_table = check_block_table(block_table, batch, k_cache.shape[0], k_cache.shape[1], ends, device)
-        _paged_bound(cache_seqlens, seqlen_new, capacity)
+        check_index_tensor("cache_leftpad", cache_leftpad, (batch,), device)
+    if is_paged:  # the table's metadata; its values: _check_values
+        check_block_table(block_table, batch, k_cache.shape[0], k_cache.shape[1], None, device)
 
-    rot = None
     if rotary_cos is not None or rotary_sin is not None:
-        rot = _check_rotary(q, rotary_cos, rotary_sin, rotary_interleaved, seqlen_new, capacity)
+        _check_rotary(q, rotary_cos, rotary_sin, rotary_interleaved, seqlen_new, capacity)
 
     splits = as_int("num_splits", num_splits)
     if splits < 0:
         raise InputError(f"num_splits: {splits} must be >= 0 (0: choose automatically)")
     opts = check_options(q, batch, q.shape[2], 0.0, softmax_scale, softcap, alibi_slopes)
 
-    # What the kernels need beyond k_cache[:, :key_len] (a layout where every sequence has key_len keys):
-    # counts the host does not know are the kernels' per-sequence key counts.
-    ragged = counts is not None and uniform is None
-    kv = KvLayout(
-        seqused_k=_key_counts(counts, seqlen_new) if ragged and counts is not None else None,
-        leftpad_k=pad,
-        kv_batch_idx=row_index,
-        block_table=page_table,
-        page_size=k_cache.shape[1] if is_paged else 0,
+    # The layout's features and page size; its tensors are each call's (_bind), passed beside the call.
+    # Counts the host does not know are the kernels' per-sequence key counts (seqused_k).
+    needs = (
+        ("seqused_k", isinstance(cache_seqlens, torch.Tensor) and uniform is None),
+        ("leftpad_k", cache_leftpad is not None),
+        ("cache_batch_idx", cache_batch_idx is not None),
+        ("paged_kv", is_paged),
     )
+    features = frozenset(name for name, needed in needs if needed)
+    kv = KvLayout(page_size=k_cache.shape[1] if is_paged else 0, features=features)
     key_len = capacity if uniform is None else uniform + seqlen_new
     # flash-attn normalises the window against the cache's capacity; the attention then runs over key_len
     attn = make_call(
@@ -219,21 +207,84 @@ def _check(
         kv=kv,
         key_len=key_len,
     )
-    leftpad = None if pad is None else pad.to(torch.long)
-    return CacheCall(attn, capacity, seqlen_new, counts, uniform, leftpad, rows, page_table, rot, splits)
+    return CacheCall(attn, capacity, seqlen_new, None, uniform, None, None, None, None, splits, None)
+
+
+def _bind(
+    shape: CacheCall,
+    cache_seqlens: object,
+    cache_batch_idx: torch.Tensor | None,
+    cache_leftpad: torch.Tensor | None,
+    block_table: torch.Tensor | None,
+    rotary_cos: torch.Tensor | None,
+    rotary_sin: torch.Tensor | None,
+    rotary_interleaved: object,
+    cache_rows: int,
+) -> CacheCall:
+    """The call `shape` (_check's, validated for these arguments' metadata) with this call's tensors,
+    their values checked (_check_values); `shape` itself when there are none. Its AttnCall stays shape's
+    (tensor-free: its route and op arguments are kept, interface.decide); the kernels' index tensors go
+    beside it (`index_args`). cache_rows: k_cache's dim 0."""
+    attn, counts, used = shape.attn, None, None
+    if isinstance(cache_seqlens, torch.Tensor) and shape.uniform is None:
+        counts = cache_seqlens
+        if cache_seqlens.dim() == 0:  # one count for all, left on the device
+            counts = cache_seqlens.to(device=attn.device).reshape(()).expand(attn.batch)
+        used = _key_counts(counts, shape.seqlen_new)
+    elif cache_batch_idx is None and cache_leftpad is None and block_table is None and rotary_cos is None:
+        return shape
+    rot = None
+    if rotary_cos is not None and rotary_sin is not None:
+        rot = Rotary(rotary_cos, rotary_sin, bool(rotary_interleaved))
+    index = (None, None, used, cache_leftpad, cache_batch_idx, block_table)
+    req = CacheCall(
+        shape.attn, shape.capacity, shape.seqlen_new, counts, shape.uniform, cache_leftpad, cache_batch_idx,
+        block_table, rot, shape.num_splits, index,
+    )  # fmt: skip
+    _check_values(req, cache_seqlens, cache_rows)
+    return req
+
+
+def _check_values(req: CacheCall, cache_seqlens: object, cache_rows: int) -> None:
+    """The checks that read index tensors' values, at every call that has them: where inputs.may_read
+    allows (CPU tensors, FA_CHECK_INDICES=1), and flash-attn's own bound on a paged cache. cache_rows:
+    k_cache's dim 0 (the pages of a paged cache)."""
+    attn, rows = req.attn, req.batch_rows
+    if rows is None and req.leftpad is None and req.block_table is None:  # a decode step: counts only
+        if type(cache_seqlens) is torch.Tensor and cache_seqlens.dim() == 1 and may_read(cache_seqlens):
+            lengths = cache_seqlens.tolist()
+            if lengths and (min(lengths) < 0 or max(lengths) + req.seqlen_new > req.capacity):
+                _check_bounds(cache_seqlens, None, None, req.seqlen_new, req.capacity, attn.batch)  # raises
+        return
+    if rows is not None and may_read(rows):
+        batch_cache = cache_rows
+        bad = [i for i in rows.tolist() if not 0 <= i < batch_cache]
+        if bad:
+            raise InputError(
+                f"cache_batch_idx: {bad[0]} is outside the cache's {batch_cache} rows; "
+                "indices must be in [0, batch_cache)"
+            )
+    _check_bounds(cache_seqlens, req.uniform, req.leftpad, req.seqlen_new, req.capacity, attn.batch)
+    if req.block_table is not None:
+        ends = _known_ends(cache_seqlens, req.uniform, req.seqlen_new, req.capacity, attn.batch)
+        if ends is not None:
+            check_block_table(req.block_table, attn.batch, cache_rows, attn.kv.page_size, ends, attn.device)
+        _paged_bound(cache_seqlens, req.seqlen_new, req.capacity)
 
 
 def _key_counts(cache_seqlens: torch.Tensor, seqlen_new: int) -> torch.Tensor:
     """The kernels' seqused_k: each sequence's keys after the append, int32, contiguous; the caller's
     tensor itself when it already is that (a decode step without new keys makes no tensor)."""
     counts = cache_seqlens + seqlen_new if seqlen_new else cache_seqlens
-    return counts.to(torch.int32).contiguous()
+    if counts.dtype != torch.int32:  # (a 1-D cache_seqlens is int32: _check; .to costs a torch call)
+        counts = counts.to(torch.int32)
+    return counts.contiguous()
 
 
 def _host_values(value: object) -> list[int] | None:
     """A (batch,) index tensor's values where validation may read them (inputs.may_read), else None."""
     if isinstance(value, torch.Tensor) and value.dim() == 1 and may_read(value):
-        return [int(n) for n in value.tolist()]
+        return value.tolist()  # (an integer tensor's: ints)
     return None
 
 
@@ -246,9 +297,16 @@ def _check_bounds(
     batch: int,
 ) -> None:
     """Every sequence's keys fit its cache and its first key is among them, where the values are host
-    data (a bad count makes the kernels read out of bounds; on a GPU, FA_CHECK_INDICES=1 checks too)."""
+    data (a bad count makes the kernels read out of bounds; on a GPU, FA_CHECK_INDICES=1 checks too).
+    An int count alone was checked by _check."""
+    if pad is None and not isinstance(cache_seqlens, torch.Tensor):
+        return
     lengths = [uniform] * batch if uniform is not None else _host_values(cache_seqlens)
-    starts = _host_values(pad) if pad is not None else [0] * batch
+    starts = _host_values(pad) if pad is not None else None  # (None: every first key is 0)
+    if starts is None and (
+        lengths is None or not lengths or (min(lengths) >= 0 and max(lengths) + seqlen_new <= capacity)
+    ):
+        return  # nothing to read, or every count fits (min and max: no Python loop over the batch)
     for b in range(batch):
         n = lengths[b] if lengths is not None else None
         if n is not None and n < 0:
@@ -348,7 +406,11 @@ def _append(
         pages = torch.gather(req.block_table.to(torch.long), 1, pos // width)
         flat = pages * width + pos % width
     else:
-        rows = req.batch_rows if req.batch_rows is not None else torch.arange(req.attn.batch, device=device)
+        rows = (
+            req.batch_rows.long()
+            if req.batch_rows is not None
+            else torch.arange(req.attn.batch, device=device)
+        )
         flat = rows.unsqueeze(1) * width + pos
     for cache, new in ((k_cache, k), (v_cache, v)):
         if cache.shape[0] > 1 and cache.stride(0) != width * cache.stride(1):  # rows not one view: index
@@ -365,7 +427,7 @@ def _attend_cache(
     if route.path != "fallback":
         if req.block_table is None and call.seqlen_k < k_cache.shape[1]:  # none reads past row seqlen_k
             k_cache, v_cache = k_cache.narrow(1, 0, call.seqlen_k), v_cache.narrow(1, 0, call.seqlen_k)
-        return interface.run_kernels(call, route, q, k_cache, v_cache, num_splits=req.num_splits)
+        return interface.run_kernels(call, route, q, k_cache, v_cache, req.num_splits, req.index_args)
     return _fallback(req, q, k_cache, v_cache, want_lse)
 
 
@@ -374,7 +436,11 @@ def _cache_keys(req: CacheCall, cache: torch.Tensor, first: torch.Tensor) -> tor
     width = req.attn.seqlen_k
     if req.block_table is not None:
         return fallback.gather_keys(cache, first, width, req.block_table)
-    rows = req.batch_rows if req.batch_rows is not None else torch.arange(req.attn.batch, device=cache.device)
+    rows = (
+        req.batch_rows.long()
+        if req.batch_rows is not None
+        else torch.arange(req.attn.batch, device=cache.device)
+    )
     slots = (first.unsqueeze(1) + torch.arange(width, device=cache.device)).clamp(
         0, max(cache.shape[1] - 1, 0)
     )
@@ -392,16 +458,16 @@ def _fallback(
         # padded call on a view of the cache, whose plain cases SDPA serves directly.
         keys, values = k_cache, v_cache
         if req.batch_rows is not None:
-            keys, values = (
-                fallback.rows_of(k_cache, req.batch_rows),
-                fallback.rows_of(v_cache, req.batch_rows),
-            )
+            rows = req.batch_rows.long()
+            keys, values = fallback.rows_of(k_cache, rows), fallback.rows_of(v_cache, rows)
         if call.seqlen_k < keys.shape[1]:  # (a narrow costs a torch call: a full cache needs none)
             keys, values = keys.narrow(1, 0, call.seqlen_k), values.narrow(1, 0, call.seqlen_k)
         return fallback.attention(call, q, keys, values, want_lse)
     batch, seqlen_q = q.shape[0], q.shape[1]
     device = q.device
-    first = req.leftpad if req.leftpad is not None else torch.zeros(batch, dtype=torch.long, device=device)
+    first = (
+        req.leftpad.long() if req.leftpad is not None else torch.zeros(batch, dtype=torch.long, device=device)
+    )
     counts = req.counts(device)
     if counts is not None:
         ends = counts + req.seqlen_new
@@ -451,20 +517,38 @@ def flash_attn_with_kvcache(
     Returns out like q, and softmax_lse (batch, heads, seqlen_q) fp32 with return_softmax_lse=True.
     No backward (as flash-attn). Which layouts run on the kernels: the module docstring.
     """
-    options = (
-        rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal,
-        softcap, rotary_interleaved, alibi_slopes, num_splits,
-    )  # fmt: skip
-    compiling = torch.compiler.is_compiling()
-    key = None if compiling else call_cache.key("kvcache", q, k_cache, v_cache, options, window_size, (k, v))
-    req = call_cache.known(key)
-    if req is None:
-        req = _check(
+    # Without index tensors or rotary (an int cache_seqlens), every option is plain data, typed in one
+    # pass; with them, they are keyed one by one (metadata), and each call's are attached (_bind).
+    plain = (
+        cache_batch_idx is None and cache_leftpad is None and block_table is None and rotary_cos is None
+    ) and not isinstance(cache_seqlens, torch.Tensor)
+    key = None
+    if not torch.compiler.is_compiling():
+        if plain:
+            options = (
+                rotary_sin, cache_seqlens, softmax_scale, causal, softcap, rotary_interleaved, alibi_slopes,
+                num_splits,
+            )  # fmt: skip
+            key = call_cache.key("kvcache", q, k_cache, v_cache, options, window_size, (k, v))
+        else:
+            scalars = (softmax_scale, causal, softcap, rotary_interleaved, alibi_slopes, num_splits)
+            tensors = (k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad, block_table)  # fmt: skip
+            key = call_cache.key("kvcache-index", q, k_cache, v_cache, scalars, window_size, tensors)
+    shape = call_cache.known(key)
+    if shape is None:
+        shape = _check(
             q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
             block_table, softmax_scale, causal, window_size, softcap, rotary_interleaved, alibi_slopes,
             num_splits,
         )  # fmt: skip
-        call_cache.remember(key, req)
+        if not (isinstance(cache_seqlens, torch.Tensor) and shape.uniform is not None):  # (a value read)
+            call_cache.remember(key, shape)
+    req = shape
+    if not plain:
+        req = _bind(
+            shape, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, rotary_cos, rotary_sin,
+            rotary_interleaved, k_cache.shape[0],
+        )  # fmt: skip
     if req.rotary is not None:
         assert k is not None  # rotary needs the new keys (_check_rotary)
         cos, sin, interleaved = req.rotary.cos, req.rotary.sin, req.rotary.interleaved

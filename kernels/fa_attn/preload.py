@@ -20,6 +20,10 @@ from .decision import Dispatch, KernelLaunch
 
 _lock = threading.Lock()
 _loaded: set[tuple[str, int]] = set()  # (module path, CUDA device index) loaded in this process
+# Routes whose every module is loaded, by (id(route), device index) -> route, checked by identity (an
+# entry keeps its route alive, so its id is not reused): a decode step's call is one lookup, without
+# asking CUDA whether it captures or taking the lock once per module.
+_ready: dict[tuple[int, int], Dispatch] = {}
 
 
 def on_gpu(t: torch.Tensor) -> bool:
@@ -33,9 +37,12 @@ def capturing() -> bool:
 def before_call(route: Dispatch, q: torch.Tensor) -> None:
     """Load the route's modules on q's device if this process has not yet, unless this is a trace
     (torch.compile: the compiled graph calls the ops itself) or a capture (nothing may load there)."""
-    if not on_gpu(q) or torch.compiler.is_compiling() or capturing():
+    if not on_gpu(q) or torch.compiler.is_compiling():
         return
-    device = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    index = q.device.index
+    device = index if index is not None else torch.cuda.current_device()
+    if _ready.get((id(route), device)) is route or capturing():
+        return
     for launch in (route.fwd, route.bwd, route.splitkv):
         if launch is None or not launch.module:
             continue
@@ -46,6 +53,10 @@ def before_call(route: Dispatch, q: torch.Tensor) -> None:
         _load(launch, q)
         with _lock:
             _loaded.add(key)
+    with _lock:
+        if len(_ready) >= 1024:
+            _ready.clear()
+        _ready[(id(route), device)] = route
 
 
 def _load(launch: KernelLaunch, like: torch.Tensor) -> None:

@@ -91,6 +91,9 @@ _warned: set[str] = set()
 # splitkv, mode) -> (route, its admitted Dispatch, its units).
 _admitted: dict[tuple[Any, ...], tuple[Dispatch, Dispatch, Units]] = {}
 _unchecked: dict[int, tuple[Dispatch, Dispatch]] = {}  # FA_SELF_CHECK=off: id(route) -> (route, unchecked)
+# _slower's answers, so a decode step does not look the record up again: (id(units), device, seqlen_k)
+# -> (units, the reason or None); the record of a device is read once per process (until reset).
+_slower_kept: dict[tuple[int, torch.device, int], tuple[Units, Reason | None]] = {}
 # What the checks run on (tests swap in their own device identity); kept as module attributes.
 key_of: Callable[[torch.device], records.RecordKey] = record_key
 in_capture: Callable[[torch.device], bool] = capturing
@@ -102,6 +105,7 @@ def reset() -> None:
         _verdicts.clear()
         _records.clear()
         _admitted.clear()
+        _slower_kept.clear()
         _warned.clear()
 
 
@@ -302,6 +306,19 @@ def _slower(units: Units, device: torch.device, seqlen_k: object) -> Reason | No
     """slower-than-sdpa when a record measured a unit of the call slower than SDPA at this length."""
     if route_mode() == "fa" or not isinstance(seqlen_k, int):  # symbolic under torch.compile: not routed
         return None
+    memo = (id(units), device, seqlen_k)
+    kept = _slower_kept.get(memo)
+    if kept is not None and kept[0] is units:
+        return kept[1]
+    reason = _slower_in_record(units, device, seqlen_k)
+    with _lock:
+        if len(_slower_kept) >= 1024:
+            _slower_kept.clear()
+        _slower_kept[memo] = (units, reason)
+    return reason
+
+
+def _slower_in_record(units: Units, device: torch.device, seqlen_k: int) -> Reason | None:
     found = _record(device)
     if found is None:
         return None

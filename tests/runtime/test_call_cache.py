@@ -3,7 +3,9 @@ and anything validation reads still decides (a different dtype still raises, opt
 
 from __future__ import annotations
 
+import gc
 import os
+import weakref
 
 import fa_attn
 import pytest
@@ -58,11 +60,20 @@ def test_calls_holding_tensors_are_never_kept() -> None:
     assert all(call_cache.tensor_free(call) for call, _ in interface._kept_routes.values())
 
 
+def kvcache_key(q, cache, cache_seqlens=None, cache_batch_idx=None, block_table=None):
+    """flash_attn_with_kvcache's key: options in one tuple without index tensors, else those keyed apart."""
+    if cache_batch_idx is None and block_table is None and not isinstance(cache_seqlens, torch.Tensor):
+        options = (None, cache_seqlens, None, False, 0.0, True, None, 0)  # rotary_sin, cache_seqlens, ...
+        return call_cache.key("kvcache", q, cache, cache, options, (-1, -1), (None, None))
+    options = (None, False, 0.0, True, None, 0)  # softmax_scale, causal, softcap, rotary_interleaved, ...
+    tensors = (None, None, None, None, cache_seqlens, cache_batch_idx, None, block_table)
+    return call_cache.key("kvcache-index", q, cache, cache, options, (-1, -1), tensors)
+
+
 def test_a_repeated_kvcache_call_is_validated_once() -> None:
     q, cache = torch.randn(2, 1, 2, 8), torch.randn(2, 6, 2, 8)
     fa_attn.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=4)
-    options = (None, None, 4, None, None, None, None, False, 0.0, True, None, 0)
-    key = call_cache.key("kvcache", q, cache, cache, options, (-1, -1), (None, None))
+    key = kvcache_key(q, cache, 4)
     kept = call_cache.known(key)
     assert kept is not None
     assert kept.uniform == 4
@@ -80,11 +91,51 @@ def test_a_kvcache_call_that_validation_refuses_still_raises_after_a_good_one() 
         fa_attn.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=7)  # more than the cache holds
 
 
-def test_kvcache_calls_with_index_tensors_are_not_keyed() -> None:
+def test_kvcache_index_tensors_are_keyed_by_metadata_and_never_kept() -> None:
     q, cache = torch.randn(2, 1, 2, 8), torch.randn(2, 6, 2, 8)
     lengths = torch.tensor([3, 5], dtype=torch.int32)
-    options = (None, None, lengths, None, None, None, None, False, 0.0, True, None, 0)
-    assert call_cache.key("kvcache", q, cache, cache, options, (-1, -1), (None, None)) is None
+    key = kvcache_key(q, cache, lengths)
+    assert key == kvcache_key(q, cache, torch.tensor([6, 1], dtype=torch.int32))  # values: not in the key
+    assert key != kvcache_key(q, cache, lengths.long())
+    assert key != kvcache_key(q, cache, 3)
+    fa_attn.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=lengths)
+    template = call_cache.known(key)
+    assert template is not None
+    assert template.index_args is None  # a template: no tensor
+    assert template.cache_seqlens is None
+    assert template.attn.kv.features == {"seqused_k"}  # which tensors each call passes beside it
+    alive = weakref.ref(lengths)
+    del lengths
+    gc.collect()
+    assert alive() is None  # nothing kept a reference to the caller's tensor
+
+
+def test_each_kvcache_call_attends_with_its_own_lengths() -> None:
+    gen = torch.Generator().manual_seed(0)
+    q, cache = torch.randn(2, 1, 2, 8, generator=gen), torch.randn(2, 6, 2, 8, generator=gen)
+    for values in ([3, 5], [6, 1], [2, 2]):
+        lengths = torch.tensor(values, dtype=torch.int32)
+        got = fa_attn.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=lengths)
+        for b, n in enumerate(values):  # each sequence on its own, with an int count
+            want = fa_attn.flash_attn_with_kvcache(
+                q[b : b + 1], cache[b : b + 1], cache[b : b + 1], cache_seqlens=n
+            )
+            torch.testing.assert_close(got[b : b + 1], want)
+
+
+def test_a_bad_index_value_after_good_ones_still_raises() -> None:
+    q, cache = torch.randn(2, 1, 2, 8), torch.randn(2, 6, 2, 8)
+    fa_attn.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=torch.tensor([3, 5], dtype=torch.int32))
+    with pytest.raises(ValueError, match="cache_seqlens"):  # CPU values are read: more than the cache holds
+        fa_attn.flash_attn_with_kvcache(
+            q, cache, cache, cache_seqlens=torch.tensor([3, 7], dtype=torch.int32)
+        )
+    rows = torch.tensor([0, 1], dtype=torch.int32)
+    fa_attn.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=4, cache_batch_idx=rows)
+    with pytest.raises(ValueError, match="cache_batch_idx"):
+        fa_attn.flash_attn_with_kvcache(
+            q, cache, cache, cache_seqlens=4, cache_batch_idx=torch.tensor([0, 2], dtype=torch.int32)
+        )
 
 
 def test_the_environment_is_read_at_each_call(monkeypatch) -> None:

@@ -276,6 +276,7 @@ def test_first_eager_call_loads_the_routes_kernels_and_capture_never_does(
     and any call under graph capture, issues none (the binding's side: tests/runtime/test_launch_checks)."""
     monkeypatch.setattr(fa_attn.preload, "on_gpu", lambda _t: True)
     monkeypatch.setattr(fa_attn.preload, "_loaded", set())
+    monkeypatch.setattr(fa_attn.preload, "_ready", {})
     capture = [True]
     monkeypatch.setattr(fa_attn.preload, "capturing", lambda: capture[0])
     q, k, v = (torch.randn(1, 4, 2, 24, dtype=torch.float64) for _ in range(3))
