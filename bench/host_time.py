@@ -18,7 +18,9 @@ median of rounds, on the CPU:
 Shapes: decode, 1 query x 256 keys x 8 heads x head dim 64 (batch 1). The target: at most 10 µs above
 the op call, and the fallback at most 10 µs above SDPA.
 
-    python bench/host_time.py [--rounds 7] [--calls 2000] [--json FILE]
+    python bench/host_time.py [--rounds 7] [--calls 2000] [--json FILE] [--record]
+
+`--record` writes the overheads into docs/figures.md (section `host-time`).
 
 Not a test: numbers depend on the machine; run two checkouts' copies in turns to compare.
 """
@@ -40,6 +42,7 @@ sys.path.insert(0, str(REPO / "kernels"))
 os.environ["FA_SELF_CHECK"] = "off"
 
 import fa_attn
+import figures  # bench/figures.py, beside this script
 import torch
 import torch.nn.functional as F
 from fa_attn import interface, selfcheck
@@ -98,6 +101,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--record", action="store_true", help="write the overheads into docs/figures.md")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
@@ -205,7 +209,42 @@ def main() -> int:
     print(json.dumps(results, indent=2))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
+    if args.record:
+        figures.record("host-time", overhead_table(results, args.rounds, args.calls))
     return 0
+
+
+# (what the row measures, its field): the overheads, each a difference of two medians.
+OVERHEADS = (
+    ("flash_attn_func, kernel path", "kernel_path_overhead_us"),
+    ("flash_attn_with_kvcache, int cache_seqlens, kernel path", "kvcache_kernel_path_overhead_us"),
+    (
+        "flash_attn_with_kvcache, cache_seqlens tensor, kernel path",
+        "kvcache_tensor_lengths_kernel_path_overhead_us",
+    ),
+    ("the same, split-KV forward", "kvcache_splitkv_kernel_path_overhead_us"),
+    ("flash_attn_func, FA_SELF_CHECK=first-use", "first_use_kernel_path_overhead_us"),
+    (
+        "cache_seqlens tensor, FA_SELF_CHECK=first-use",
+        "first_use_kvcache_tensor_lengths_kernel_path_overhead_us",
+    ),
+    ("flash_attn_func, fallback (above SDPA)", "fallback_overhead_us"),
+    ("flash_attn_with_kvcache, fallback (above SDPA)", "kvcache_fallback_overhead_us"),
+)
+
+
+def overhead_table(results: dict[str, float], rounds: int, calls: int) -> str:
+    rows = [
+        (
+            f"Decode shape (1 query x 256 keys x 8 heads x 64, batch 1); CPU µs of the calling thread per "
+            f"call, median of {rounds} rounds of {calls} calls; the target is at most 10."
+        ),
+        "",
+        "| call | µs above the op |",
+        "| --- | --- |",
+    ]
+    rows += [f"| {label} | {results[field]:.1f} |" for label, field in OVERHEADS]
+    return "\n".join(rows)
 
 
 if __name__ == "__main__":
