@@ -146,13 +146,14 @@ def strict() -> bool:
     return _FA_STRICT() not in ("", "0")
 
 
-def report(dispatch: Dispatch) -> None:
+def report(dispatch: Dispatch, compiling: bool | None = None) -> None:
     """Records the decision for last_dispatch(); warns once per reason code, or raises under FA_STRICT.
 
     While torch.compile traces a call this runs at trace time only; the record and the warning are
     skipped there (they are side effects the compiled graph cannot replay), FA_STRICT still raises.
+    compiling: torch.compiler.is_compiling() when the caller asked already (None: asked here).
     """
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() if compiling is None else compiling:
         if strict() and dispatch.path == "fallback":
             raise FaFallbackError(_strict_message(dispatch))
         return

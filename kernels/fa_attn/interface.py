@@ -120,10 +120,13 @@ def route_for(
     """The path a call runs on, admitted (a fallback needs no admission) and reported (last_dispatch(),
     the warning or FA_STRICT's error)."""
     route = decide(call, q, k, v)
+    compiling = torch.compiler.is_compiling()  # (asked once for admit and report: a decode step asks)
     if route.path != "fallback":  # (admit's body, one frame less per call)
-        backward = needs_backward(q, k, v)
-        route = selfcheck.admit(route, q.device, q.dtype, call.causal, call.seqlen_k, backward, splitkv)
-    _dispatch.report(route)
+        backward, device, causal = needs_backward(q, k, v), q.device, call.causal
+        route = selfcheck.admit(
+            route, device, q.dtype, causal, call.seqlen_k, backward, splitkv, True, compiling
+        )
+    _dispatch.report(route, compiling)
     return route
 
 

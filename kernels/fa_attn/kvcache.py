@@ -518,10 +518,12 @@ def flash_attn_with_kvcache(
     No backward (as flash-attn). Which layouts run on the kernels: the module docstring.
     """
     # Without index tensors or rotary (an int cache_seqlens), every option is plain data, typed in one
-    # pass; with them, they are keyed one by one (metadata), and each call's are attached (_bind).
-    plain = (
+    # pass; with them, they are keyed one by one (metadata), and each call's are attached (_bind). A
+    # decode step's only index tensor is cache_seqlens: keyed beside k, v, without the absent ones.
+    lengths_only = (
         cache_batch_idx is None and cache_leftpad is None and block_table is None and rotary_cos is None
-    ) and not isinstance(cache_seqlens, torch.Tensor)
+    )
+    plain = lengths_only and not isinstance(cache_seqlens, torch.Tensor)
     key = None
     if not torch.compiler.is_compiling():
         if plain:
@@ -530,6 +532,12 @@ def flash_attn_with_kvcache(
                 num_splits,
             )  # fmt: skip
             key = call_cache.key("kvcache", q, k_cache, v_cache, options, window_size, (k, v))
+        elif lengths_only:  # (rotary_sin without rotary_cos: a tensor option, so not keyed)
+            lengths_options = (
+                rotary_sin, softmax_scale, causal, softcap, rotary_interleaved, alibi_slopes, num_splits,
+            )  # fmt: skip
+            more = (k, v, cache_seqlens)
+            key = call_cache.key("kvcache-lengths", q, k_cache, v_cache, lengths_options, window_size, more)
         else:
             scalars = (softmax_scale, causal, softcap, rotary_interleaved, alibi_slopes, num_splits)
             tensors = (k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad, block_table)  # fmt: skip

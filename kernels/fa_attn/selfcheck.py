@@ -215,10 +215,12 @@ def admit(
     backward: bool,
     splitkv: bool = False,
     may_check: bool = True,
+    compiling: bool | None = None,
 ) -> Dispatch:
     """`route` with how its units were verified, or the fallback when a unit failed, cannot be verified
     under strict, or was measured slower than SDPA near seqlen_k. may_check False (explain()): answer
-    from what is known, never run a kernel."""
+    from what is known, never run a kernel. compiling: torch.compiler.is_compiling() when the caller
+    asked already (None: asked here; a decode step asks once)."""
     if route.path == "fallback":
         return route
     chosen = mode()
@@ -227,7 +229,8 @@ def admit(
         if unchecked is None or unchecked[0] is not route:
             unchecked = _unchecked[id(route)] = (route, replace(route, verified="off"))
         return unchecked[1]
-    compiling = torch.compiler.is_compiling()
+    if compiling is None:
+        compiling = torch.compiler.is_compiling()
     memo = (id(route), device, dtype, causal, backward, splitkv, chosen)
     known = None if compiling else _admitted.get(memo)
     if known is not None and known[0] is route:  # settled for this route: only the speed can differ
@@ -303,18 +306,22 @@ def _traced(
 
 
 def _slower(units: Units, device: torch.device, seqlen_k: object) -> Reason | None:
-    """slower-than-sdpa when a record measured a unit of the call slower than SDPA at this length."""
-    if route_mode() == "fa" or not isinstance(seqlen_k, int):  # symbolic under torch.compile: not routed
+    """slower-than-sdpa when a record measured a unit of the call slower than SDPA at this length, unless
+    FA_ROUTE=fa (read only when there is such a reason: a decode step mostly has none)."""
+    if not isinstance(seqlen_k, int):  # symbolic under torch.compile: not routed
         return None
     memo = (id(units), device, seqlen_k)
     kept = _slower_kept.get(memo)
     if kept is not None and kept[0] is units:
-        return kept[1]
-    reason = _slower_in_record(units, device, seqlen_k)
-    with _lock:
-        if len(_slower_kept) >= 1024:
-            _slower_kept.clear()
-        _slower_kept[memo] = (units, reason)
+        reason = kept[1]
+    else:
+        reason = _slower_in_record(units, device, seqlen_k)
+        with _lock:
+            if len(_slower_kept) >= 1024:
+                _slower_kept.clear()
+            _slower_kept[memo] = (units, reason)
+    if reason is None or route_mode() == "fa":
+        return None
     return reason
 
 

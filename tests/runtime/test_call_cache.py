@@ -61,10 +61,16 @@ def test_calls_holding_tensors_are_never_kept() -> None:
 
 
 def kvcache_key(q, cache, cache_seqlens=None, cache_batch_idx=None, block_table=None):
-    """flash_attn_with_kvcache's key: options in one tuple without index tensors, else those keyed apart."""
+    """flash_attn_with_kvcache's key: options in one tuple without index tensors; a lengths tensor alone
+    (a decode step) beside k, v; else every index tensor keyed apart."""
     if cache_batch_idx is None and block_table is None and not isinstance(cache_seqlens, torch.Tensor):
         options = (None, cache_seqlens, None, False, 0.0, True, None, 0)  # rotary_sin, cache_seqlens, ...
         return call_cache.key("kvcache", q, cache, cache, options, (-1, -1), (None, None))
+    if cache_batch_idx is None and block_table is None:
+        options = (None, None, False, 0.0, True, None, 0)  # rotary_sin, softmax_scale, causal, ...
+        return call_cache.key(
+            "kvcache-lengths", q, cache, cache, options, (-1, -1), (None, None, cache_seqlens)
+        )
     options = (None, False, 0.0, True, None, 0)  # softmax_scale, causal, softcap, rotary_interleaved, ...
     tensors = (None, None, None, None, cache_seqlens, cache_batch_idx, None, block_table)
     return call_cache.key("kvcache-index", q, cache, cache, options, (-1, -1), tensors)
