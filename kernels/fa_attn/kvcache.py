@@ -219,19 +219,22 @@ def _bind(
     rotary_cos: torch.Tensor | None,
     rotary_sin: torch.Tensor | None,
     rotary_interleaved: object,
-    cache_rows: int,
+    k_cache: torch.Tensor,
 ) -> CacheCall:
     """The call `shape` (_check's, validated for these arguments' metadata) with this call's tensors,
-    their values checked (_check_values); `shape` itself when there are none. Its AttnCall stays shape's
-    (tensor-free: its route and op arguments are kept, interface.decide); the kernels' index tensors go
-    beside it (`index_args`). cache_rows: k_cache's dim 0."""
+    their values checked (_check_counts, _check_values); `shape` itself when there are none. Its AttnCall
+    stays shape's (tensor-free: its route and op arguments are kept, interface.decide); the kernels' index
+    tensors go beside it (`index_args`)."""
     attn, counts, used = shape.attn, None, None
+    counts_only = cache_batch_idx is None and cache_leftpad is None and block_table is None
     if isinstance(cache_seqlens, torch.Tensor) and shape.uniform is None:
         counts = cache_seqlens
         if cache_seqlens.dim() == 0:  # one count for all, left on the device
             counts = cache_seqlens.to(device=attn.device).reshape(()).expand(attn.batch)
+        elif counts_only and may_read(cache_seqlens):  # a decode step: its counts are all to check
+            _check_counts(cache_seqlens, shape.seqlen_new, shape.capacity, attn.batch)
         used = _key_counts(counts, shape.seqlen_new)
-    elif cache_batch_idx is None and cache_leftpad is None and block_table is None and rotary_cos is None:
+    elif counts_only and rotary_cos is None:
         return shape
     rot = None
     if rotary_cos is not None and rotary_sin is not None:
@@ -241,21 +244,24 @@ def _bind(
         shape.attn, shape.capacity, shape.seqlen_new, counts, shape.uniform, cache_leftpad, cache_batch_idx,
         block_table, rot, shape.num_splits, index,
     )  # fmt: skip
-    _check_values(req, cache_seqlens, cache_rows)
+    if not counts_only:
+        _check_values(req, cache_seqlens, k_cache.shape[0])
     return req
 
 
+def _check_counts(cache_seqlens: torch.Tensor, seqlen_new: int, capacity: int, batch: int) -> None:
+    """A (batch,) cache_seqlens that validation may read (inputs.may_read), without other index tensors:
+    every sequence's keys after the append fit its cache."""
+    lengths = cache_seqlens.tolist()
+    if lengths and (min(lengths) < 0 or max(lengths) + seqlen_new > capacity):
+        _check_bounds(cache_seqlens, None, None, seqlen_new, capacity, batch)  # raises
+
+
 def _check_values(req: CacheCall, cache_seqlens: object, cache_rows: int) -> None:
-    """The checks that read index tensors' values, at every call that has them: where inputs.may_read
-    allows (CPU tensors, FA_CHECK_INDICES=1), and flash-attn's own bound on a paged cache. cache_rows:
-    k_cache's dim 0 (the pages of a paged cache)."""
+    """The checks that read index tensors' values, with cache_batch_idx, cache_leftpad or block_table
+    (without them: _check_counts): where inputs.may_read allows (CPU tensors, FA_CHECK_INDICES=1), and
+    flash-attn's own bound on a paged cache. cache_rows: k_cache's dim 0 (the pages of a paged cache)."""
     attn, rows = req.attn, req.batch_rows
-    if rows is None and req.leftpad is None and req.block_table is None:  # a decode step: counts only
-        if type(cache_seqlens) is torch.Tensor and cache_seqlens.dim() == 1 and may_read(cache_seqlens):
-            lengths = cache_seqlens.tolist()
-            if lengths and (min(lengths) < 0 or max(lengths) + req.seqlen_new > req.capacity):
-                _check_bounds(cache_seqlens, None, None, req.seqlen_new, req.capacity, attn.batch)  # raises
-        return
     if rows is not None and may_read(rows):
         batch_cache = cache_rows
         bad = [i for i in rows.tolist() if not 0 <= i < batch_cache]
@@ -555,7 +561,7 @@ def flash_attn_with_kvcache(
     if not plain:
         req = _bind(
             shape, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, rotary_cos, rotary_sin,
-            rotary_interleaved, k_cache.shape[0],
+            rotary_interleaved, k_cache,
         )  # fmt: skip
     if req.rotary is not None:
         assert k is not None  # rotary needs the new keys (_check_rotary)

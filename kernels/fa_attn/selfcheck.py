@@ -88,8 +88,8 @@ _verdicts: dict[tuple[str, str, str], Reason | None] = {}
 _records: dict[str, records.Record | None] = {}
 _warned: set[str] = set()
 # Verified routes, so a call after the first pays a lookup: (id(route), device, dtype, causal, backward,
-# splitkv, mode) -> (route, its admitted Dispatch, its units).
-_admitted: dict[tuple[Any, ...], tuple[Dispatch, Dispatch, Units]] = {}
+# splitkv, mode) -> (route, its admitted Dispatch, its units, _slower's reasons by seqlen_k before FA_ROUTE).
+_admitted: dict[tuple[Any, ...], tuple[Dispatch, Dispatch, Units, dict[int, Reason | None]]] = {}
 _unchecked: dict[int, tuple[Dispatch, Dispatch]] = {}  # FA_SELF_CHECK=off: id(route) -> (route, unchecked)
 # _slower's answers, so a decode step does not look the record up again: (id(units), device, seqlen_k)
 # -> (units, the reason or None); the record of a device is read once per process (until reset).
@@ -234,7 +234,16 @@ def admit(
     memo = (id(route), device, dtype, causal, backward, splitkv, chosen)
     known = None if compiling else _admitted.get(memo)
     if known is not None and known[0] is route:  # settled for this route: only the speed can differ
-        admitted, units = known[1], known[2]
+        admitted, units, lengths = known[1], known[2], known[3]
+        if seqlen_k in lengths:  # (a decode step's length: a lookup, no memo key to build)
+            slower = lengths[seqlen_k]
+        else:
+            slower = _slower(units, device, seqlen_k)
+            if isinstance(seqlen_k, int) and len(lengths) < 1024:
+                lengths[seqlen_k] = slower
+        if slower is not None and route_mode() != "fa":
+            return Dispatch("fallback", None, (slower,))
+        return admitted
     else:
         units = tuple((d, u.module, u.entries, u.launch) for d, u in _units(route, backward, splitkv))
         if compiling:
@@ -247,10 +256,10 @@ def admit(
         admitted = replace(route, verified=how)
         if how in ("record", "self-check") and not compiling:
             with _lock:
-                _admitted[memo] = (route, admitted, units)
+                _admitted[memo] = (route, admitted, units, {})
     if not compiling:
         slower = _slower(units, device, seqlen_k)
-        if slower is not None:
+        if slower is not None and route_mode() != "fa":
             return Dispatch("fallback", None, (slower,))
     return admitted
 
@@ -306,8 +315,8 @@ def _traced(
 
 
 def _slower(units: Units, device: torch.device, seqlen_k: object) -> Reason | None:
-    """slower-than-sdpa when a record measured a unit of the call slower than SDPA at this length, unless
-    FA_ROUTE=fa (read only when there is such a reason: a decode step mostly has none)."""
+    """slower-than-sdpa when a record measured a unit of the call slower than SDPA at this length (the
+    caller drops it under FA_ROUTE=fa, read only when there is such a reason: a decode step has none)."""
     if not isinstance(seqlen_k, int):  # symbolic under torch.compile: not routed
         return None
     memo = (id(units), device, seqlen_k)
@@ -320,8 +329,6 @@ def _slower(units: Units, device: torch.device, seqlen_k: object) -> Reason | No
             if len(_slower_kept) >= 1024:
                 _slower_kept.clear()
             _slower_kept[memo] = (units, reason)
-    if reason is None or route_mode() == "fa":
-        return None
     return reason
 
 
