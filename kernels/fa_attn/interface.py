@@ -33,9 +33,13 @@ def needs_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
 
 
-def decide(call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Dispatch:
-    """The path this call takes (memoised per device, dtype, head dim, direction and features)."""
-    backward = needs_backward(q, k, v)
+def decide(
+    call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backward: bool | None = None
+) -> Dispatch:
+    """The path this call takes (memoised per device, dtype, head dim, direction and features).
+    backward: needs_backward(q, k, v) when the caller asked already (None: asked here)."""
+    if backward is None:
+        backward = needs_backward(q, k, v)
     compiling = torch.compiler.is_compiling()
     if not compiling:  # a call kept by call_cache: its route, without rebuilding the decision's key
         kept = _kept_routes.get((id(call), backward))
@@ -119,10 +123,11 @@ def route_for(
 ) -> Dispatch:
     """The path a call runs on, admitted (a fallback needs no admission) and reported (last_dispatch(),
     the warning or FA_STRICT's error)."""
-    route = decide(call, q, k, v)
-    compiling = torch.compiler.is_compiling()  # (asked once for admit and report: a decode step asks)
+    # Asked once for decide, admit and report, which would each ask (a decode step pays every question).
+    backward, compiling = needs_backward(q, k, v), torch.compiler.is_compiling()
+    route = decide(call, q, k, v, backward)
     if route.path != "fallback":  # (admit's body, one frame less per call)
-        backward, device, causal = needs_backward(q, k, v), q.device, call.causal
+        device, causal = q.device, call.causal
         route = selfcheck.admit(
             route, device, q.dtype, causal, call.seqlen_k, backward, splitkv, True, compiling
         )

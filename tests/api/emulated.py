@@ -47,8 +47,9 @@ def gpu_key(_device: torch.device) -> selfcheck.records.RecordKey:
     return selfcheck.records.RecordKey("emulated-wheel", "emulated sm 8.0", ARCH, "", torch.__version__)
 
 
-def _decide(call, q, k, v) -> dispatch.Dispatch:
-    backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+def _decide(call, q, k, v, backward=None) -> dispatch.Dispatch:
+    if backward is None:
+        backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     facts = dispatch.CallFacts(
         Device("cuda", ARCH),
         Call(
