@@ -37,12 +37,15 @@ def key(
     options: tuple[object, ...],
     window: object,
     more: tuple[object, ...] = (),
+    indices: tuple[object, ...] = (),
 ) -> Key | None:
     """The key of a call of `kind` ("padded", "kvcache"): the metadata of its tensors q, k, v, its
     options with their types (validation tells 1, 1.0 and True apart; a dict would not), its window
     size, and `more`: tensors by their metadata (never their values), None, or plain values with their
-    types; None where a part is not plain data. A caller passing tensors in `more` keeps only what
-    validation found of their metadata (kvcache's tensor-free templates)."""
+    types; None where a part is not plain data. `indices`: the same for index tensors, keyed without
+    their strides (inputs.check_index_tensor reads dtype, device and shape; the kernels' copies are made
+    per call). A caller passing tensors keeps only what validation found of their metadata (kvcache's
+    tensor-free templates)."""
     if type(q) is not torch.Tensor or type(k) is not torch.Tensor or type(v) is not torch.Tensor:
         return None
     types = tuple(map(type, options))
@@ -65,6 +68,15 @@ def key(
             found.append(None)
         elif type(t) is torch.Tensor:
             found += (t.shape, t.stride(), t.dtype, t.device)
+        elif type(t) in _PLAIN:
+            found += (type(t), t)
+        else:
+            return None
+    for t in indices:
+        if t is None:
+            found.append(None)
+        elif type(t) is torch.Tensor:
+            found += (t.shape, t.dtype, t.device)
         elif type(t) in _PLAIN:
             found += (type(t), t)
         else:

@@ -542,12 +542,15 @@ def flash_attn_with_kvcache(
             lengths_options = (
                 rotary_sin, softmax_scale, causal, softcap, rotary_interleaved, alibi_slopes, num_splits,
             )  # fmt: skip
-            more = (k, v, cache_seqlens)
-            key = call_cache.key("kvcache-lengths", q, k_cache, v_cache, lengths_options, window_size, more)
+            key = call_cache.key(
+                "kvcache-lengths", q, k_cache, v_cache, lengths_options, window_size, (k, v), (cache_seqlens,)
+            )  # fmt: skip
         else:
             scalars = (softmax_scale, causal, softcap, rotary_interleaved, alibi_slopes, num_splits)
-            tensors = (k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad, block_table)  # fmt: skip
-            key = call_cache.key("kvcache-index", q, k_cache, v_cache, scalars, window_size, tensors)
+            key = call_cache.key(
+                "kvcache-index", q, k_cache, v_cache, scalars, window_size, (k, v, rotary_cos, rotary_sin),
+                (cache_seqlens, cache_batch_idx, cache_leftpad, block_table),
+            )  # fmt: skip
     shape = call_cache.known(key)
     if shape is None:
         shape = _check(

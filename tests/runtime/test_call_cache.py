@@ -69,11 +69,11 @@ def kvcache_key(q, cache, cache_seqlens=None, cache_batch_idx=None, block_table=
     if cache_batch_idx is None and block_table is None:
         options = (None, None, False, 0.0, True, None, 0)  # rotary_sin, softmax_scale, causal, ...
         return call_cache.key(
-            "kvcache-lengths", q, cache, cache, options, (-1, -1), (None, None, cache_seqlens)
+            "kvcache-lengths", q, cache, cache, options, (-1, -1), (None, None), (cache_seqlens,)
         )
     options = (None, False, 0.0, True, None, 0)  # softmax_scale, causal, softcap, rotary_interleaved, ...
-    tensors = (None, None, None, None, cache_seqlens, cache_batch_idx, None, block_table)
-    return call_cache.key("kvcache-index", q, cache, cache, options, (-1, -1), tensors)
+    indices = (cache_seqlens, cache_batch_idx, None, block_table)
+    return call_cache.key("kvcache-index", q, cache, cache, options, (-1, -1), (None,) * 4, indices)
 
 
 def test_a_repeated_kvcache_call_is_validated_once() -> None:
