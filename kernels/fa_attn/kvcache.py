@@ -89,6 +89,13 @@ class CacheCall(NamedTuple):
             return None
         return torch.full((self.attn.batch,), self.uniform, dtype=torch.long, device=device)
 
+    def rows(self, device: torch.device) -> torch.Tensor:
+        """(batch,) int64 cache row per sequence: cache_batch_idx, else row b for sequence b. Made only
+        where a torch op indexes the cache with them (the append, the fallback's gather)."""
+        if self.batch_rows is not None:
+            return self.batch_rows.long()
+        return torch.arange(self.attn.batch, device=device)
+
 
 def _uniform_count(value: object, batch: int, device: torch.device) -> int | None:
     """cache_seqlens checked: the count, when one for every sequence is known on the host (an int, or a
@@ -412,12 +419,7 @@ def _append(
         pages = torch.gather(req.block_table.to(torch.long), 1, pos // width)
         flat = pages * width + pos % width
     else:
-        rows = (
-            req.batch_rows.long()
-            if req.batch_rows is not None
-            else torch.arange(req.attn.batch, device=device)
-        )
-        flat = rows.unsqueeze(1) * width + pos
+        flat = req.rows(device).unsqueeze(1) * width + pos
     for cache, new in ((k_cache, k), (v_cache, v)):
         if cache.shape[0] > 1 and cache.stride(0) != width * cache.stride(1):  # rows not one view: index
             cache[flat // width, flat % width] = new
@@ -442,11 +444,7 @@ def _cache_keys(req: CacheCall, cache: torch.Tensor, first: torch.Tensor) -> tor
     width = req.attn.seqlen_k
     if req.block_table is not None:
         return fallback.gather_keys(cache, first, width, req.block_table)
-    rows = (
-        req.batch_rows.long()
-        if req.batch_rows is not None
-        else torch.arange(req.attn.batch, device=cache.device)
-    )
+    rows = req.rows(cache.device)
     slots = (first.unsqueeze(1) + torch.arange(width, device=cache.device)).clamp(
         0, max(cache.shape[1] - 1, 0)
     )
@@ -464,7 +462,7 @@ def _fallback(
         # padded call on a view of the cache, whose plain cases SDPA serves directly.
         keys, values = k_cache, v_cache
         if req.batch_rows is not None:
-            rows = req.batch_rows.long()
+            rows = req.rows(q.device)
             keys, values = fallback.rows_of(k_cache, rows), fallback.rows_of(v_cache, rows)
         if call.seqlen_k < keys.shape[1]:  # (a narrow costs a torch call: a full cache needs none)
             keys, values = keys.narrow(1, 0, call.seqlen_k), values.narrow(1, 0, call.seqlen_k)
