@@ -259,8 +259,7 @@ def _bind(
 def _check_counts(cache_seqlens: torch.Tensor, seqlen_new: int, capacity: int, batch: int) -> None:
     """A (batch,) cache_seqlens that validation may read (inputs.may_read), without other index tensors:
     every sequence's keys after the append fit its cache."""
-    lengths = cache_seqlens.tolist()
-    if lengths and (min(lengths) < 0 or max(lengths) + seqlen_new > capacity):
+    if not _all_fit(cache_seqlens.tolist(), seqlen_new, capacity):
         _check_bounds(cache_seqlens, None, None, seqlen_new, capacity, batch)  # raises
 
 
@@ -301,6 +300,12 @@ def _host_values(value: object) -> list[int] | None:
     return None
 
 
+def _all_fit(lengths: list[int], seqlen_new: int, capacity: int) -> bool:
+    """Every count is >= 0 and fits the cache with the new keys (by min and max: no Python loop over the
+    batch; _check_bounds' loop names the sequence that does not)."""
+    return not lengths or (min(lengths) >= 0 and max(lengths) + seqlen_new <= capacity)
+
+
 def _check_bounds(
     cache_seqlens: object,
     uniform: int | None,
@@ -316,10 +321,8 @@ def _check_bounds(
         return
     lengths = [uniform] * batch if uniform is not None else _host_values(cache_seqlens)
     starts = _host_values(pad) if pad is not None else None  # (None: every first key is 0)
-    if starts is None and (
-        lengths is None or not lengths or (min(lengths) >= 0 and max(lengths) + seqlen_new <= capacity)
-    ):
-        return  # nothing to read, or every count fits (min and max: no Python loop over the batch)
+    if starts is None and (lengths is None or _all_fit(lengths, seqlen_new, capacity)):
+        return  # nothing to read, or every count fits
     for b in range(batch):
         n = lengths[b] if lengths is not None else None
         if n is not None and n < 0:
