@@ -77,23 +77,6 @@ _PACKAGES = frozenset(
         "flash_attn.utils",
     }
 )
-# flash_attn.modules.mha's names (mha.py); its imports of the packed functions and RotaryEmbedding are
-# among them because real code imports them from there (nanotron: flash_attn_varlen_kvpacked_func).
-_MHA = (
-    "MHA",
-    "ParallelMHA",
-    "FlashSelfAttention",
-    "FlashCrossAttention",
-    "SelfAttention",
-    "CrossAttention",
-    "get_alibi_slopes",
-    "RotaryEmbedding",
-    "flash_attn_qkvpacked_func",
-    "flash_attn_kvpacked_func",
-    "flash_attn_varlen_qkvpacked_func",
-    "flash_attn_varlen_kvpacked_func",
-    "flash_attn_with_kvcache",
-)
 _PUBLIC = (
     "flash_attn_func",
     "flash_attn_kvpacked_func",
@@ -301,7 +284,7 @@ def _exports(fullname: str) -> dict[str, object]:
         "flash_attn.losses": {},
         "flash_attn.losses.cross_entropy": {"CrossEntropyLoss": cross_entropy.CrossEntropyLoss},
         "flash_attn.modules": {},
-        "flash_attn.modules.mha": {name: getattr(mha, name) for name in _MHA},
+        "flash_attn.modules.mha": {name: getattr(mha, name) for name in mha.__all__},
         "flash_attn.utils": {},
         "flash_attn.utils.generation": {"InferenceParams": mha.InferenceParams},
     }

@@ -46,12 +46,14 @@ from .rotary import RotaryEmbedding, apply_rotary_emb
 
 Tensor = torch.Tensor
 
+# What the stand-in's flash_attn.modules.mha gives (_standin._exports): flash-attn's module's names, with
+# the packed functions and RotaryEmbedding it imports, because real code imports them from there
+# (nanotron: flash_attn_varlen_kvpacked_func). InferenceParams is flash_attn.utils.generation's.
 __all__ = [
     "MHA",
     "CrossAttention",
     "FlashCrossAttention",
     "FlashSelfAttention",
-    "InferenceParams",
     "ParallelMHA",
     "RotaryEmbedding",
     "SelfAttention",
