@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+import yaml
 
 from buildtool.commands import _options
 from buildtool.commands._shared import IndexOpt, JsonOpt, WheelsOpt, load_wheel_index, print_json
@@ -17,6 +18,8 @@ from buildtool.compat.env import Env, env_from_file
 from buildtool.compat.probe import probe
 from buildtool.core.console import plain_console
 from buildtool.errors import UsageError
+
+_MATRIX_MAX_BYTES = 1 << 20  # a matrix.yaml is a few KB
 
 
 def _load_env(path: Path | None) -> Env:
@@ -34,7 +37,9 @@ def doctor_cmd(
     ] = None,
     wheels: WheelsOpt = None,
     index: IndexOpt = None,
-    dtype: Annotated[str, typer.Option(help="fp16 | bf16 | fp32")] = "bf16",
+    dtype: Annotated[
+        str | None, typer.Option(help="fp16 | bf16 | fp32 (default: answer for fp16 and for bf16)")
+    ] = None,
     head_dim: Annotated[int, typer.Option("--head-dim", help="Head dimension of the call")] = 128,
     backward: Annotated[bool, typer.Option("--backward", help="The call also needs backward")] = False,
     show_all: Annotated[
@@ -45,7 +50,8 @@ def doctor_cmd(
     """Which wheel fits, why the others don't, and what the runtime will do on this GPU.
 
     Exit codes: 0 ok/ok-jit, 1 fallback or no wheel, 2 usage."""
-    _options.one_of(dtype, DTYPES, "--dtype")
+    if dtype is not None:
+        _options.one_of(dtype, DTYPES, "--dtype")
     if head_dim <= 0:
         raise UsageError(f"--head-dim {head_dim}: use a positive head dimension like 128")
     if env_file is not None:
@@ -55,12 +61,43 @@ def doctor_cmd(
         state = install_txn.unfinished(Path(sysconfig.get_path("platlib")))
         if state:
             sys.stderr.write(f"note: {state}\n")
-    report = doctor.build_report(env, load_wheel_index(wheels, index), Request(dtype, head_dim, backward))
+    # Without --dtype: fa install's choice (made for bf16, Request's default) answered for fp16 and bf16.
+    request = Request(head_dim=head_dim, backward=backward)
+    if dtype is not None:
+        request = Request(dtype, head_dim, backward)
+    report = doctor.build_report(
+        env,
+        load_wheel_index(wheels, index),
+        request,
+        doctor.BOTH_DTYPES if dtype is None else (dtype,),
+        matrix_platforms(wheels, index),
+    )
     if as_json:
         print_json(doctor.report_json(report))
     else:
         doctor.render(report, plain_console(), show_all)
-    return doctor.EXIT_CODES[report.selection.verdict]
+    return doctor.EXIT_CODES[report.answer.verdict]
+
+
+def matrix_platforms(wheels: Path | None, index: str | None) -> list[str] | None:
+    """The platforms of the matrix.yaml a local wheel folder was built from, when one is found (the
+    folder's parent's, else the current folder's, as README's `fa build --matrix matrix.yaml` leaves
+    them); None for an --index URL or when there is none. Only read, for a fix to name the build's
+    --platform; a matrix that does not parse counts as none (fa build reports its errors)."""
+    if index is not None:
+        return None
+    folder = (wheels or Path("wheels")).resolve()
+    for candidate in (folder.parent / "matrix.yaml", Path.cwd() / "matrix.yaml"):
+        try:
+            if not candidate.is_file() or candidate.stat().st_size > _MATRIX_MAX_BYTES:
+                continue
+            data = yaml.safe_load(candidate.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+        found = data.get("platforms") if isinstance(data, dict) else None
+        if isinstance(found, list) and all(isinstance(p, str) for p in found):
+            return found
+    return None
 
 
 def register(app: typer.Typer) -> None:

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
-from rich.padding import Padding
 from rich.text import Text
 
-from buildtool.compat import verified
-from buildtool.compat.choose import Dispatch, Reason, Request, Selection, WheelFit, select
+from buildtool.compat import index_fixes, verified
+from buildtool.compat.choose import (
+    DTYPES,
+    VERDICTS,
+    Dispatch,
+    Memo,
+    Reason,
+    Request,
+    Selection,
+    WheelFit,
+    runtime_for,
+    select,
+)
 from buildtool.compat.env import Env, env_to_json
 from buildtool.compat.fit import as_installed
 from buildtool.compat.wheel_index import WheelIndex, base_url, missing_pages
@@ -37,6 +48,22 @@ VERDICT_TEXT = {
 }
 
 
+# The dtypes doctor answers for when the call's dtype is not given: the two fa's kernels run.
+BOTH_DTYPES = ("fp16", "bf16")
+
+
+@dataclass(frozen=True)
+class DtypeAnswer:
+    """What the chosen wheel does for calls of one dtype: GPU 0's verdict and its reasons, and each GPU's
+    answer (none without a GPU)."""
+
+    dtype: str
+    verdict: str
+    deciding: tuple[Reason, ...]
+    runtime: Dispatch  # GPU 0's (or the machine's without a GPU)
+    gpus: tuple[Dispatch, ...]
+
+
 @dataclass(frozen=True)
 class DoctorReport:
     env: Env
@@ -47,13 +74,88 @@ class DoctorReport:
     install: install_lines.InstallLines | None = None
     # a local folder without the index pages the lines name: run `fa index` there first
     missing_page: str | None = None
+    # the answer per dtype asked about (fp16 and bf16 when --dtype is not given), the deciding one first
+    dtypes: tuple[DtypeAnswer, ...] = ()
+
+    @property
+    def answer(self) -> DtypeAnswer:
+        """The dtype whose answer is the verdict: the best of those asked (bf16, fa install's, on a tie)."""
+        return self.dtypes[0]
 
 
-def build_report(env: Env, index: WheelIndex, request: Request) -> DoctorReport:
+def by_dtype(
+    entries: Sequence[schema.IndexEntry],
+    env: Env,
+    selection: Selection,
+    request: Request,
+    dtypes: Sequence[str],
+    facts: index_fixes.IndexFacts,
+    memo: Memo | None = None,
+) -> tuple[DtypeAnswer, ...]:
+    """The chosen wheel's answer for each dtype, best verdict first. `selection` is fa install's choice
+    (made for request.dtype); another dtype asks choose.select again and keeps its verdict and reasons when
+    it picks the same wheel, else says what this wheel does with that dtype."""
+    chosen = selection.selected
+    found = []
+    for dtype in dtypes:
+        sel = selection
+        if dtype != request.dtype:
+            sel = select(entries, env, dataclasses.replace(request, dtype=dtype), memo)
+        if sel.selected != chosen:
+            asked = dataclasses.replace(request, dtype=dtype)
+            runs = [runtime_for(chosen, env, gpu, asked, selection.stack, memo) for gpu in env.gpus]
+            runtime = runs[0] if runs else runtime_for(chosen, env, None, asked, selection.stack, memo)
+            verdict = {"sass": "ok", "ptx": "ok-jit"}.get(runtime.path, "fallback")
+            deciding = () if verdict != "fallback" else runtime.reasons
+            sel = dataclasses.replace(
+                sel, verdict=verdict, deciding=deciding, runtime=runtime, gpus=(), selected=chosen
+            )
+            gpus = tuple(runs)
+        else:
+            gpus = tuple(a.runtime for a in sel.gpus)
+        fixed = tuple(dataclasses.replace(r, reasons=_refined(r.reasons, env, chosen, facts)) for r in gpus)
+        found.append(
+            DtypeAnswer(
+                dtype,
+                sel.verdict,
+                index_fixes.refine_all(sel.deciding, env, chosen, facts),
+                dataclasses.replace(sel.runtime, reasons=_refined(sel.runtime.reasons, env, chosen, facts)),
+                fixed,
+            )
+        )
+    # The best verdict decides; on a tie the dtype fa install chose for (request.dtype) goes first.
+    found.sort(key=lambda a: (VERDICTS.index(a.verdict), a.dtype != request.dtype))
+    return tuple(found)
+
+
+def _refined(
+    found: Sequence[Reason], env: Env, chosen: schema.IndexEntry | None, facts: index_fixes.IndexFacts
+) -> tuple[Reason, ...]:
+    return index_fixes.refine_all(found, env, chosen, facts)
+
+
+def build_report(
+    env: Env,
+    index: WheelIndex,
+    request: Request,
+    dtypes: Sequence[str] | None = None,
+    matrix_platforms: Sequence[str] | None = None,
+) -> DoctorReport:
+    """Doctor's answer for `env`: fa install's choice (made for `request`) and what it does for each of
+    `dtypes` (default: request.dtype alone). `matrix_platforms`: the platforms of the matrix the wheel
+    folder was built from, when known (a fix may name the build's --platform)."""
+    facts = index_fixes.IndexFacts.of(index.entries, matrix_platforms)
     selection = select(index.entries, env, request)
+    answers = by_dtype(index.entries, env, selection, request, dtypes or (request.dtype,), facts)
+    chosen = selection.selected
+    wheels = tuple(
+        dataclasses.replace(w, reasons=index_fixes.refine_all(w.reasons, env, chosen, facts))
+        for w in selection.wheels
+    )
+    selection = dataclasses.replace(selection, wheels=wheels)
     lines = missing = None
-    if selection.selected is not None:
-        lines = install_lines.install_lines(selection.selected, base_url(index))
+    if chosen is not None:
+        lines = install_lines.install_lines(chosen, base_url(index))
         page = missing_pages(index, install_lines.index_path(lines.index_name))
         missing = None if page is None else str(page)
     return DoctorReport(
@@ -63,6 +165,7 @@ def build_report(env: Env, index: WheelIndex, request: Request) -> DoctorReport:
         selection=selection,
         install=lines,
         missing_page=missing,
+        dtypes=answers,
     )
 
 
@@ -103,28 +206,41 @@ def _runtime_json(runtime: Dispatch) -> dict[str, Any]:
 
 
 def report_json(report: DoctorReport) -> dict[str, Any]:
-    sel = report.selection
+    sel, answer = report.selection, report.answer
     return {
-        "verdict": sel.verdict,
+        "verdict": answer.verdict,
+        # the dtype whose answer is the verdict (the best of those asked; `dtypes` has each)
+        "dtype": answer.dtype,
         "selected": sel.selected.file if sel.selected else None,
         "variant": sel.selected.info.variant if sel.selected else None,
         # the all-wheel: the binding and CUDA major it uses here (null for any other wheel)
         "acts_as": _acts_as_json(sel.selected, report.env),
-        "codes": list(sel.codes),
-        "because": _reasons_json(sel.deciding),
+        "codes": [r.code for r in answer.deciding],
+        "because": _reasons_json(answer.deciding),
         "why": sel.why,
         "warnings": _reasons_json(sel.warnings),
-        "runtime": _runtime_json(sel.runtime),
+        "runtime": _runtime_json(answer.runtime),
+        "dtypes": [
+            {
+                "dtype": a.dtype,
+                "verdict": a.verdict,
+                "codes": [r.code for r in a.deciding],
+                "because": _reasons_json(a.deciding),
+                "runtime": _runtime_json(a.runtime),
+            }
+            for a in report.dtypes
+        ],
         "gpus": [
             {
-                "index": a.index,
-                "name": a.gpu.name,
-                "sm": a.gpu.sm,
-                "runtime": _runtime_json(a.runtime),
-                "explain": explain(a.runtime, a.gpu.sm),  # another arch's image serving it, or ""
-                "check": verified.summary(a.gpu.name, a.gpu.sm, verified.installed_wheel()),
+                "index": g.index,
+                "name": g.gpu.name,
+                "sm": g.gpu.sm,
+                "runtime": _runtime_json(answer.gpus[i]),
+                "dtypes": {a.dtype: _runtime_json(a.gpus[i]) for a in report.dtypes},
+                "explain": explain(answer.gpus[i], g.gpu.sm),  # another arch's image serving it, or ""
+                "check": verified.summary(g.gpu.name, g.gpu.sm, verified.installed_wheel()),
             }
-            for a in sel.gpus
+            for i, g in enumerate(sel.gpus)
         ],
         "stack": _reasons_json(sel.stack),
         "wheels": [
@@ -138,7 +254,8 @@ def report_json(report: DoctorReport) -> dict[str, Any]:
             for w in sel.wheels
         ],
         "request": {
-            "dtype": report.request.dtype,
+            "dtype": answer.dtype,
+            "dtypes": [a.dtype for a in report.dtypes],
             "head_dim": report.request.head_dim,
             "backward": report.request.backward,
         },
@@ -147,18 +264,6 @@ def report_json(report: DoctorReport) -> dict[str, Any]:
         # pip and uv lines for the selected wheel (null when nothing is selected)
         "install": _install_json(report),
     }
-
-
-def _reason_text(reasons: Sequence[Reason], fixes: bool = True) -> Text:
-    text = Text()
-    for i, r in enumerate(reasons):
-        if i:
-            text.append("\n")
-        text.append(r.code, style="bold red")
-        text.append(f" {r.message}")
-        if fixes:
-            text.append(f"\n  fix: {r.fix}", style="cyan")
-    return text
 
 
 def _env_line(env: Env) -> str:
@@ -259,97 +364,172 @@ def other_cpus(wheels: Sequence[WheelFit], env: Env) -> list[WheelFit]:
     return others if ours else []
 
 
+def _item(console: Console, text: Text | str, indent: int = 0, hang: int = 2) -> None:
+    """One item at `indent`, its wrapped lines `hang` further in, so they read as part of it."""
+    text = Text(text) if isinstance(text, str) else text
+    width = max(console.width - indent - hang, 20)
+    for i, line in enumerate(text.wrap(console, width)):
+        line.rstrip()
+        console.print(Text(" " * (indent + (hang if i else 0))) + line, soft_wrap=True)
+
+
+def _reasons(console: Console, found: Sequence[Reason], indent: int) -> None:
+    for r in found:
+        _item(console, Text.assemble((r.code, "bold red"), f" {r.message}"), indent)
+        _item(console, Text(f"fix: {r.fix}", style="cyan"), indent + 2)
+
+
+def _verdict_line(report: DoctorReport) -> Text:
+    answer = report.answer
+    text = Text(f"verdict: {answer.verdict}", style=_VERDICT_STYLE[answer.verdict])
+    others = [a for a in report.dtypes[1:] if a.verdict != answer.verdict]
+    if len(report.dtypes) > 1 and others and report.selection.selected is not None:
+        text.append(f" for {answer.dtype}", style=_VERDICT_STYLE[answer.verdict])
+    text.append(f" ({VERDICT_TEXT[answer.verdict]})", style="default")
+    for other in others:
+        text.append(f"; {other.dtype}: {other.verdict}", style=_VERDICT_STYLE[other.verdict])
+    return text
+
+
+def _gpu_rows(report: DoctorReport) -> list[tuple[str, list[int]]]:
+    """GPUs with the same name, arch, answers and verification share a row: "GPUs 0-7 (H100, sm 9.0)"."""
+    rows: dict[tuple[Any, ...], list[int]] = {}
+    for i, g in enumerate(report.selection.gpus):
+        key = (g.gpu.name, g.gpu.sm, tuple(a.gpus[i] for a in report.dtypes), _verified(g.gpu))
+        rows.setdefault(key, []).append(i)
+    out = []
+    for (name, sm, *_rest), indexes in rows.items():
+        label = f"GPU {indexes[0]}" if len(indexes) == 1 else f"GPUs {', '.join(map(str, indexes))}"
+        out.append((f"{label} {name} (sm {sm})", indexes))
+    return out
+
+
+def _verified(gpu: Any) -> str:
+    return verified.line(gpu.name, gpu.sm, verified.installed_wheel()).strip()
+
+
+def _render_gpus(report: DoctorReport, console: Console) -> None:
+    """What runs for each dtype asked, GPU by GPU: the first screen's second half."""
+    req, sel = report.request, report.selection
+    call = f"head dim {req.head_dim}, {'forward+backward' if req.backward else 'forward'}"
+    dtypes = sorted(report.dtypes, key=lambda a: DTYPES.index(a.dtype))
+    if not sel.gpus:
+        if sel.selected is not None:
+            _item(console, f"No GPU, {call}:")
+            _render_dtypes(report, console, [(a.dtype, a.runtime) for a in dtypes], None)
+        return
+    for label, indexes in _gpu_rows(report):
+        first = indexes[0]
+        gpu = sel.gpus[first].gpu
+        _item(console, f"{label}, {call}:")
+        _render_dtypes(report, console, [(a.dtype, a.gpus[first]) for a in dtypes], gpu.sm)
+        _item(console, _verified(gpu), 2)
+
+
+def _render_dtypes(
+    report: DoctorReport, console: Console, runs: Sequence[tuple[str, Dispatch]], sm: str | None
+) -> None:
+    """One line per answer ("fp16, bf16: SASS for sm 8.0" when they agree), with what explains it and
+    its reasons unless they are the verdict's own (printed under because:)."""
+    same: dict[Dispatch, list[str]] = {}
+    for dtype, runtime in runs:
+        same.setdefault(runtime, []).append(dtype)
+    for runtime, names in same.items():
+        _item(console, f"{', '.join(names)}: {runtime_line(runtime)}", 2)
+        if sm is not None and explain(runtime, sm):
+            _item(console, explain(runtime, sm), 4)
+        if runtime.reasons and runtime.reasons != report.answer.deciding:
+            _reasons(console, runtime.reasons, 4)
+
+
 def render(report: DoctorReport, console: Console, show_all: bool = False) -> None:
-    """The report for people, at 80 columns: the machine, the stack, the wheels grouped by their
-    reasons (other CPUs' wheels set aside unless `show_all`), each reason's fix once, the choice, what
-    the runtime does on each GPU and the verdict with what decides it."""
-    sel, req = report.selection, report.request
-    console.print(Text("Machine", style="bold"))
-    console.print(Text(_env_line(report.env)))
+    """The report for people, answers first (the first screen at 80 columns): the verdict, the wheel fa
+    install picks and its pip line, what runs for each dtype on each GPU and, when calls fall back or
+    nothing fits, why and what to do. Then the machine, the other wheels as a count (each with its
+    reasons and their fixes under `show_all`), and the other ways to install."""
+    sel = report.selection
+    answer = report.answer
+    console.print(_verdict_line(report), soft_wrap=True)
+    if sel.selected is not None:
+        _item(console, f"wheel: {wheel_name(sel.selected)} (fa install picks it)")
+        if sel.selected.info.all_wheel:
+            _item(console, f"it acts here as: {acts_as(sel.selected, report.env)}", 2)
+        if report.install is not None:
+            console.print(Text(report.install.pip), soft_wrap=True)
+        if report.missing_page is not None:
+            note = f"  {report.missing_page} is missing: run fa index on the wheel folder first"
+            console.print(Text(note, style="yellow"), soft_wrap=True)  # a path: kept whole
+    _render_gpus(report, console)
+    if answer.deciding:
+        stack_codes = {r.code for r in sel.stack}
+        own = [r for r in answer.deciding if r.code not in stack_codes]
+        console.print("because:")
+        if len(own) < len(answer.deciding):
+            _item(console, f"the stack beneath fa (below): {', '.join(sorted(stack_codes))}", 2)
+        _reasons(console, own, 2)
+    if sel.why:
+        why = sel.why
+        for w in sel.wheels:  # variants at 80 columns; the file names are in --json
+            why = why.replace(w.entry.file, wheel_name(w.entry))
+        _item(console, f"why this wheel: {why}")
+    for warning in sel.warnings:
+        _item(
+            console,
+            Text.assemble(("warning ", "bold yellow"), (warning.code, "bold yellow"), f" {warning.message}"),
+        )
+    if len(sel.gpus) > 1:
+        console.print("(the verdict is GPU 0's: torch's default device cuda:0)", style="dim")
+
+    console.print(Text("\nMachine", style="bold"))
+    for line in _env_line(report.env).splitlines():
+        _item(console, line, 2)
     if sel.stack:
         console.print(Text("\nThe stack beneath fa", style="bold"))
-        console.print(_reason_text(sel.stack))
+        _reasons(console, sel.stack, 2)
+    _render_wheels(report, console, show_all)
+    _render_install(report, console)
 
+
+def _render_wheels(report: DoctorReport, console: Console, show_all: bool) -> None:
+    """The other wheels: a count (`show_all`: each group with its reasons, and their fixes when the
+    verdict is not ok)."""
+    sel = report.selection
     hidden = [] if show_all else other_cpus(sel.wheels, report.env)
     shown = [w for w in sel.wheels if w not in hidden]
+    fit = sum(w.fits for w in shown)
     title = Text(f"\nWheels in {report.index_location}", style="bold")
-    if hidden:
-        n = len(hidden)
-        title.append(f" ({n} for other CPUs not shown: --all shows them)", style="default")
-    console.print(title)
+    console.print(title, soft_wrap=True)
+    if not show_all:
+        count = f"{fit} fit here, {len(shown) - fit} do not"
+        if hidden:
+            count += f", {len(hidden)} for other CPUs not counted"
+        _item(console, f"{count} (fa doctor --all lists each with its reasons)", 2)
+        return
     for group in _groups(shown):
         mark = Text("yes ", style="green") if group[0].fits else Text("no  ", style="red")
-        console.print(Text.assemble(mark, _group_label([w.entry for w in group], len(shown))))
+        _item(console, Text.assemble(mark, _group_label([w.entry for w in group], len(shown))), 2, 4)
         if not group[0].fits:
-            console.print(Padding(_group_reasons(group), (0, 0, 0, 4)))
+            for line in _group_reasons(group).split("\n"):
+                _item(console, line, 6)
     fixes = sorted(
         {(r.code, r.fix) for w in shown for r in w.reasons},
         key=lambda f: (reasons.code_order(f[0]), f[1]),
     )
-    if fixes:
+    if fixes and report.answer.verdict not in ("ok", "ok-jit"):
         console.print(Text("\nFixes", style="bold"))
-    for code, fix in fixes:
-        console.print(Text.assemble((code, "bold red"), (f": {fix}", "cyan")))
-
-    call = f"{req.dtype}, head dim {req.head_dim}, {'forward+backward' if req.backward else 'forward'}"
-    console.print(Text("\nChoice", style="bold"))
-    console.print(Text(f"fa install picks: {wheel_name(sel.selected) if sel.selected else 'nothing'}"))
-    if sel.selected is not None and sel.selected.info.all_wheel:
-        console.print(Text(f"it acts here as: {acts_as(sel.selected, report.env)}"))
-    if sel.why:
-        console.print(Text(f"why: {sel.why}"))
-    for warning in sel.warnings:
-        console.print(
-            Text.assemble(("warning ", "bold yellow"), (warning.code, "bold yellow"), f" {warning.message}")
-        )
-    for answer in sel.gpus:
-        console.print(
-            Text(
-                f"GPU {answer.index} ({answer.gpu.name}, sm {answer.gpu.sm}), {call}: "
-                f"{runtime_line(answer.runtime)}"
-            )
-        )
-        if explain(answer.runtime, answer.gpu.sm):
-            console.print(Text(f"  {explain(answer.runtime, answer.gpu.sm)}"))
-        if answer.runtime.reasons:
-            console.print(_reason_text(answer.runtime.reasons))
-        console.print(Text(verified.line(answer.gpu.name, answer.gpu.sm, verified.installed_wheel())))
-    if not sel.gpus and sel.selected is not None:
-        console.print(Text(f"No GPU, {call}: {runtime_line(sel.runtime)}"))
-
-    _render_install(report, console)
-
-    verdict = Text(f"\nverdict: {sel.verdict}", style=_VERDICT_STYLE[sel.verdict])
-    verdict.append(f" ({VERDICT_TEXT[sel.verdict]})", style="default")
-    console.print(verdict)
-    # The stack's reasons are printed above already: name them here, do not repeat them.
-    stack_codes = {r.code for r in sel.stack}
-    own = [r for r in sel.deciding if r.code not in stack_codes]
-    if sel.deciding:
-        console.print("because:")
-    if sel.deciding and len(own) < len(sel.deciding):
-        console.print(Text(f"  the stack beneath fa (above): {', '.join(sorted(stack_codes))}"))
-    if own:
-        console.print(_reason_text(own))
-    if len(sel.gpus) > 1:
-        console.print("(the verdict is GPU 0's: torch's default device cuda:0)", style="dim")
+        for code, fix in fixes:
+            _item(console, Text.assemble((code, "bold red"), (f": {fix}", "cyan")), 2)
 
 
 def _render_install(report: DoctorReport, console: Console) -> None:
-    """The lines that install the chosen wheel with plain pip or uv, never wrapped (they are pasted)."""
+    """The other lines that install the chosen wheel (uv, pyproject.toml), never wrapped (they are pasted);
+    the pip line is at the top."""
     lines = report.install
     if lines is None:
         return
     where = f"index {lines.index_name}" if lines.index_name else "the root index (the all-wheels)"
-    console.print(Text(f"\nWith pip or uv ({where})", style="bold"))
-    if report.missing_page is not None:
-        console.print(
-            Text(f"{report.missing_page} is missing: run fa index on the wheel folder first"),
-            style="yellow",
-            soft_wrap=True,
-        )
-    for line in (lines.pip, lines.uv):
-        console.print(Text(line), soft_wrap=True)
+    console.print(Text(f"\nWith uv ({where}; pip's line is at the top)", style="bold"))
+    console.print(Text(lines.uv), soft_wrap=True)
     console.print(Text("pyproject.toml, for uv sync:"))
     for line in lines.uv_pyproject.splitlines():
         console.print(Text(f"  {line}" if line else ""), soft_wrap=True)

@@ -17,7 +17,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from buildtool.compat.env import Env
-from buildtool.core.cpus import canonical, windows_cpu
+from buildtool.core.cpus import RELEASE_GLIBC, RELEASE_MANYLINUX, canonical, windows_cpu
 from buildtool.core.cuda_facts import TOOLKITS, TORCH_LAST_MINOR
 from buildtool.core.runtime import all_wheel, decision, reasons, schema, versions
 
@@ -134,7 +134,7 @@ def _tag_reasons(entry: schema.IndexEntry, env: Env, supported: TagIndex) -> lis
                 Reason(
                     "glibc-too-old",
                     f"the wheel needs glibc {needed}; this system has {env.glibc}",
-                    f"use a system with glibc >= {needed} (e.g. a newer distribution or container)",
+                    _glibc_fix(needed, env),
                 )
             )
         else:
@@ -165,6 +165,20 @@ def _platform_fix(entry: schema.IndexEntry, env: Env) -> str:
             "from their floor on), or the universal wheel (fallback only)"
         )
     return "run on Linux x86_64 or aarch64 or Windows x86_64, or use the universal wheel (fallback only)"
+
+
+def _glibc_fix(needed: str, env: Env) -> str:
+    """A wheel built above the release's manylinux floor (a local build is tagged by the glibc it ran
+    on) on a system that meets the floor: the release's wheels fit, only this build does not."""
+    release = ".".join(map(str, RELEASE_GLIBC))
+    have = tuple(int(p) for p in (env.glibc or "0.0").split(".")[:2])
+    if have >= RELEASE_GLIBC and tuple(int(p) for p in needed.split(".")) > RELEASE_GLIBC:
+        return (
+            f"the release's {RELEASE_MANYLINUX} wheels fit glibc {env.glibc} (`fa install --index` with "
+            f"the release's index); this one is a local build, which needs the glibc it was built on "
+            f"({needed}): build on glibc {release} to {env.glibc} for one that fits here"
+        )
+    return f"use a system with glibc >= {needed} (e.g. a newer distribution or container)"
 
 
 def _glibc_needed(wheel_platforms: set[str], env: Env) -> str | None:

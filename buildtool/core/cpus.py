@@ -19,6 +19,10 @@ X86_64 = "x86_64"
 AARCH64 = "aarch64"
 PLATFORMS = (X86_64, AARCH64)
 DEFAULT_PLATFORMS = (X86_64,)
+# The glibc floor of the release's Linux wheels: they are built in cibuildwheel's manylinux_2_28 images
+# (release/workflow.py). A wheel built elsewhere is tagged by the glibc it links against, often newer.
+RELEASE_GLIBC = (2, 28)
+RELEASE_MANYLINUX = "manylinux_{}_{}".format(*RELEASE_GLIBC)
 
 # Other spellings people (and platform.machine() on some systems) use for the same CPUs.
 ALIASES = {"amd64": X86_64, "x64": X86_64, "x86-64": X86_64, "arm64": AARCH64, "armv8": AARCH64}

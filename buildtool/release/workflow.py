@@ -25,6 +25,7 @@ from packaging.version import Version
 
 from buildtool.builder.matrix import Matrix, MatrixError
 from buildtool.builder.platform_tag import TORCH_LIBS
+from buildtool.core.cpus import RELEASE_MANYLINUX
 from buildtool.release import pins
 
 TEMPLATE = "release.yml.j2"
@@ -52,8 +53,8 @@ class Platform:
 
 # Where each CPU of matrix.yaml's `platforms` is built.
 PLATFORMS = {
-    "x86_64": Platform("x86_64", "ubuntu-24.04", "manylinux_2_28"),
-    "aarch64": Platform("aarch64", "ubuntu-24.04-arm", "manylinux_2_28"),
+    "x86_64": Platform("x86_64", "ubuntu-24.04", RELEASE_MANYLINUX),
+    "aarch64": Platform("aarch64", "ubuntu-24.04-arm", RELEASE_MANYLINUX),
 }
 
 

@@ -41,9 +41,29 @@ def test_doctor_exit_codes(tmp_path: Path, index_dir: Path, case: str, rc: int):
     assert result.exit_code == rc, result.output
 
 
-def test_doctor_json_shape(tmp_path: Path, index_dir: Path, index_data: dict):
-    result = doctor("--env", str(env_file(tmp_path, "t4-colab-bf16")), "--wheels", str(index_dir), "--json")
+def test_doctor_answers_fp16_and_bf16_when_no_dtype_is_given(tmp_path: Path, index_dir: Path):
+    """A T4 runs fp16 from SASS and has no bf16 kernels: the verdict is fp16's ok, and bf16's fallback
+    with dtype-unsupported is said for bf16 alone (doctor once answered bf16 only: "fallback")."""
+    env = str(env_file(tmp_path, "t4-colab-bf16"))
+    result = doctor("--env", env, "--wheels", str(index_dir), "--json")
     out = json.loads(result.stdout)
+    assert (result.exit_code, out["verdict"], out["dtype"], out["codes"]) == (0, "ok", "fp16", [])
+    answers = {a["dtype"]: a for a in out["dtypes"]}
+    assert (answers["fp16"]["verdict"], answers["fp16"]["runtime"]["path"]) == ("ok", "sass")
+    assert (answers["bf16"]["verdict"], answers["bf16"]["codes"]) == ("fallback", ["dtype-unsupported"])
+    assert out["gpus"][0]["dtypes"]["bf16"]["reasons"][0]["code"] == "dtype-unsupported"
+    assert out["gpus"][0]["dtypes"]["fp16"]["path"] == "sass"
+    text = " ".join(doctor("--env", env, "--wheels", str(index_dir)).stdout.split())
+    assert text.startswith("verdict: ok for fp16 (our kernels run from SASS on this GPU); bf16: fallback")
+    assert "fp16: SASS for sm 7.5" in text
+    assert "bf16: fallback to torch SDPA dtype-unsupported no bf16 kernels for sm 7.5" in text
+
+
+def test_doctor_json_shape(tmp_path: Path, index_dir: Path, index_data: dict):
+    env = str(env_file(tmp_path, "t4-colab-bf16"))
+    result = doctor("--env", env, "--wheels", str(index_dir), "--dtype", "bf16", "--json")
+    out = json.loads(result.stdout)
+    assert result.exit_code == 1
     assert out["verdict"] == "fallback"
     assert out["codes"] == ["dtype-unsupported"]
     assert out["selected"] == "fa_attn-0.1.0+cu12torch2.5cxx11abifalse-py3-none-manylinux_2_28_x86_64.whl"
@@ -154,7 +174,7 @@ def test_human_report_has_a_fix_under_each_reason(index_dir: Path):
     assert "verdict: no-wheel" in text
     assert "torch-version-mismatch" in text
     assert "arch-unsupported" in text
-    because = text.split("because:")[1].strip().splitlines()
+    because = text.split("because:")[1].split("\n\n")[0].strip().splitlines()
     assert [line.strip().startswith("fix:") for line in because] == [False, True, False, True]
 
 
@@ -199,21 +219,25 @@ def test_the_human_report_names_variants_and_groups_wheels_that_share_their_reas
     index_dir: Path, index_data: dict
 ):
     env = env_from_json(json.loads((ENVS / "torch-missing.json").read_text())["env"])
+    report = build_report(env, load_index(str(index_dir)), Request())
     console = Console(record=True, width=80)
-    render(build_report(env, load_index(str(index_dir)), Request()), console)
+    render(report, console)
     text = console.export_text()
-    assert ".whl" not in text  # variants at 80 columns; the file names are in --json
-    table = text.split("Wheels in")[1].split("Choice")[0]
+    # Without --all the other wheels are a count, with the way to list them.
+    aarch64 = sum(w.get("platform") == "aarch64" for w in index_data["wheels"])
+    others = len(index_data["wheels"]) - aarch64
+    count = f"0 fit here, {others} do not, {aarch64} for other CPUs not counted (fa doctor --all lists"
+    assert count in " ".join(text.split())
+    assert "cu12torch" not in text
+    everything = Console(record=True, width=80)
+    render(report, everything, show_all=True)
+    full = everything.export_text()
+    assert ".whl" not in full  # variants at 80 columns; the file names are in --json
+    table = full.split("Wheels in")[1].split("\nFixes")[0]
     assert re.search(r"\b\d+ wheels:", table)
     assert table.count("torch-missing") < len(index_data["wheels"]) / 4
-    assert all(len(line) <= 80 for line in text.splitlines())
-    # This x86_64 machine's report sets the aarch64 wheels aside, and says how to see them.
-    assert "aarch64" not in table
-    aarch64 = sum(w.get("platform") == "aarch64" for w in index_data["wheels"])
-    assert f"({aarch64} for other CPUs not shown: --all shows them)" in " ".join(table.split())
-    everything = Console(record=True, width=80)
-    render(build_report(env, load_index(str(index_dir)), Request()), everything, show_all=True)
-    assert "aarch64" in everything.export_text().split("Wheels in")[1]
+    assert "aarch64" in table
+    assert all(len(line) <= 80 for line in full.splitlines())
 
 
 def test_doctor_prints_the_pip_and_uv_lines_of_the_chosen_wheel(tmp_path: Path, index_dir: Path):
