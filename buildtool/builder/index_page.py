@@ -18,6 +18,7 @@ import jinja2
 
 from buildtool.builder import out_files
 from buildtool.compat import picker
+from buildtool.core.console import size_text
 from buildtool.core.runtime import schema
 
 PAGE = "index.html"
@@ -68,12 +69,6 @@ def _archs(info: schema.WheelInfo) -> tuple[str, str]:
         ptx = "; ".join(f"{k.cuda_major}: {k.ptx}" for k in info.kernel_sets if k.ptx) or "none"
         return sass, ptx
     return " ".join(info.sass) or "none", info.ptx or "none"
-
-
-def size_text(size: int | None) -> str:
-    if size is None:
-        return "unknown"
-    return f"{size / 1e6:.1f} MB" if size >= 100_000 else f"{size} byte{'' if size == 1 else 's'}"
 
 
 def wheel_rows(entries: Sequence[schema.IndexEntry]) -> list[dict[str, Any]]:

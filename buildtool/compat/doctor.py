@@ -93,34 +93,32 @@ def by_dtype(
     memo: Memo | None = None,
 ) -> tuple[DtypeAnswer, ...]:
     """The chosen wheel's answer for each dtype, best verdict first. `selection` is fa install's choice
-    (made for request.dtype); another dtype asks choose.select again and keeps its verdict and reasons when
-    it picks the same wheel, else says what this wheel does with that dtype."""
+    (made for request.dtype). With a kernel wheel chosen, another dtype's answer is what the runtime does
+    with it (choose.runtime_for, as select decides it); with the universal wheel or nothing, select is
+    asked again for that dtype, whose reasons name what a kernel wheel would do on the GPU."""
     chosen = selection.selected
     found = []
     for dtype in dtypes:
-        sel = selection
-        if dtype != request.dtype:
-            sel = select(entries, env, dataclasses.replace(request, dtype=dtype), memo)
-        if sel.selected != chosen:
-            asked = dataclasses.replace(request, dtype=dtype)
-            runs = [runtime_for(chosen, env, gpu, asked, selection.stack, memo) for gpu in env.gpus]
-            runtime = runs[0] if runs else runtime_for(chosen, env, None, asked, selection.stack, memo)
-            verdict = {"sass": "ok", "ptx": "ok-jit"}.get(runtime.path, "fallback")
-            deciding = () if verdict != "fallback" else runtime.reasons
-            sel = dataclasses.replace(
-                sel, verdict=verdict, deciding=deciding, runtime=runtime, gpus=(), selected=chosen
-            )
-            gpus = tuple(runs)
+        asked = dataclasses.replace(request, dtype=dtype)
+        if dtype == request.dtype:
+            verdict, deciding, runtime = selection.verdict, selection.deciding, selection.runtime
+            gpus = tuple(a.runtime for a in selection.gpus)
+        elif chosen is None or chosen.info.universal:
+            again = select(entries, env, asked, memo)
+            verdict, deciding, runtime = again.verdict, again.deciding, again.runtime
+            gpus = tuple(runtime_for(chosen, env, g, asked, selection.stack, memo) for g in env.gpus)
         else:
-            gpus = tuple(a.runtime for a in sel.gpus)
-        fixed = tuple(dataclasses.replace(r, reasons=_refined(r.reasons, env, chosen, facts)) for r in gpus)
+            gpus = tuple(runtime_for(chosen, env, g, asked, selection.stack, memo) for g in env.gpus)
+            runtime = gpus[0] if gpus else runtime_for(chosen, env, None, asked, selection.stack, memo)
+            verdict = {"sass": "ok", "ptx": "ok-jit"}.get(runtime.path, "fallback")
+            deciding = runtime.reasons if verdict == "fallback" else ()
         found.append(
             DtypeAnswer(
                 dtype,
-                sel.verdict,
-                index_fixes.refine_all(sel.deciding, env, chosen, facts),
-                dataclasses.replace(sel.runtime, reasons=_refined(sel.runtime.reasons, env, chosen, facts)),
-                fixed,
+                verdict,
+                index_fixes.refine_all(deciding, env, chosen, facts),
+                _refined(runtime, env, chosen, facts),
+                tuple(_refined(g, env, chosen, facts) for g in gpus),
             )
         )
     # The best verdict decides; on a tie the dtype fa install chose for (request.dtype) goes first.
@@ -129,9 +127,10 @@ def by_dtype(
 
 
 def _refined(
-    found: Sequence[Reason], env: Env, chosen: schema.IndexEntry | None, facts: index_fixes.IndexFacts
-) -> tuple[Reason, ...]:
-    return index_fixes.refine_all(found, env, chosen, facts)
+    runtime: Dispatch, env: Env, chosen: schema.IndexEntry | None, facts: index_fixes.IndexFacts
+) -> Dispatch:
+    fixed = index_fixes.refine_all(runtime.reasons, env, chosen, facts)
+    return runtime if fixed == runtime.reasons else dataclasses.replace(runtime, reasons=fixed)
 
 
 def build_report(
@@ -315,6 +314,15 @@ def acts_as(entry: schema.IndexEntry, env: Env) -> str:
     return f"binding {label}, CUDA {view.cuda_major} kernels"
 
 
+def readable_why(selection: Selection) -> str:
+    """`why` with the wheels named as people tell them apart (wheel_name), not by file name."""
+    why = selection.why
+    for w in selection.wheels:
+        if w.entry.file in why:
+            why = why.replace(w.entry.file, wheel_name(w.entry))
+    return why
+
+
 def wheel_name(entry: schema.IndexEntry) -> str:
     """A wheel as people tell them apart: its variant and CPU ("cu12torch2.8 x86_64", "universal");
     the file name is in --json."""
@@ -468,10 +476,7 @@ def render(report: DoctorReport, console: Console, show_all: bool = False) -> No
             _item(console, f"the stack beneath fa (below): {', '.join(sorted(stack_codes))}", 2)
         _reasons(console, own, 2)
     if sel.why:
-        why = sel.why
-        for w in sel.wheels:  # variants at 80 columns; the file names are in --json
-            why = why.replace(w.entry.file, wheel_name(w.entry))
-        _item(console, f"why this wheel: {why}")
+        _item(console, f"why this wheel: {readable_why(sel)}")
     for warning in sel.warnings:
         _item(
             console,

@@ -23,6 +23,7 @@ Reason = reasons.Reason
 # The fixes that send the user to `fa install`'s own choice: circular once that choice is made.
 _TORCH_CODES = ("torch-version-mismatch", "torch-below-floor")
 _ABI_CODE = "cxx11abi-mismatch"
+_REFINED = frozenset({*_TORCH_CODES, _ABI_CODE, "binding-unavailable", "unsupported-platform"})
 
 
 @dataclass(frozen=True)
@@ -116,8 +117,10 @@ def refine(reason: Reason, env: Env, selected: schema.IndexEntry | None, facts: 
 
 
 def refine_all(
-    found: Iterable[Reason], env: Env, selected: schema.IndexEntry | None, facts: IndexFacts
+    found: Sequence[Reason], env: Env, selected: schema.IndexEntry | None, facts: IndexFacts
 ) -> tuple[Reason, ...]:
+    if not any(r.code in _REFINED for r in found):
+        return tuple(found)
     return tuple(refine(r, env, selected, facts) for r in found)
 
 

@@ -15,23 +15,28 @@ asked at index time:
 - Python: grouped by what every wheel says of it (its tags and Requires-Python, from fit.wheel_reasons):
   Pythons that every wheel treats the same share their answers. Nothing else in a choice reads Python.
 
-The Linux answers assume the newest glibc a wheel's manylinux tag asks for (`GLIBC_NOTE`).
+- glibc (Linux): the ranges between the floors the wheels' manylinux tags name, and one below them all.
+
+Each machine is answered for fp16 and for bf16 (`DTYPES`: the page's dtype choice), with `fa doctor`'s
+by_dtype, and every fix is read against the whole index (index_fixes.py) as doctor reads it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from buildtool.compat import doctor
+from buildtool.compat import doctor, index_fixes
 from buildtool.compat.choose import Memo, Reason, Request, Selection, select
 from buildtool.compat.env import Env, Gpu
 from buildtool.compat.fit import TagIndex, supported_tags, wheel_reasons
 from buildtool.core import install_lines
+from buildtool.core.console import size_text
 from buildtool.core.cpus import AARCH64, PLATFORMS, X86_64, canonical
 from buildtool.core.cuda_facts import TOOLKITS
 from buildtool.core.installed import TorchInfo
@@ -87,24 +92,56 @@ class Option:
 class Machine:
     """One combination the picker offers: its key (an option id per axis) and the Env it stands for."""
 
-    key: tuple[str, ...]  # platform, torch, cuda, abi, python group, gpu, driver
+    key: tuple[str, ...]  # platform, glibc, torch, cuda, abi, python group, gpu, driver
     env: Env
 
 
-AXES = ("platform", "torch", "cuda", "abi", "python", "gpu", "driver")
+AXES = ("platform", "glibc", "torch", "cuda", "abi", "python", "gpu", "driver")
+# The dtypes each machine is answered for (the page's dtype choice), and the one it opens on.
+DTYPES = doctor.BOTH_DTYPES
+DEFAULT_DTYPE = "bf16"
+# The machine the page opens on, where the first option of an axis is not the most common one: an
+# H100 (the first family is the newest, RTX 50xx).
+DEFAULTS = {"gpu": "9.0", "python": DEFAULT_PYTHON, "dtype": DEFAULT_DTYPE}
+NO_GLIBC = "none"  # the glibc option of an OS without glibc (Windows)
 
 
 # ---------------------------------------------------------------------------------------------------
 # The axes, from the wheels
 
 
-def glibc_assumed(entries: Sequence[schema.IndexEntry]) -> str:
-    """The newest glibc a wheel's manylinux tag asks for ("2.28"), which the Linux answers assume."""
-    needs = [(2, 17)]
+def glibc_floors(entries: Sequence[schema.IndexEntry]) -> list[tuple[int, int]]:
+    """The glibc each Linux wheel's manylinux tag asks for, oldest first (manylinux2014 is 2.17)."""
+    needs = set()
     for entry in entries:
-        for match in re.finditer(r"manylinux_(\d+)_(\d+)_", entry.platform_tag or ""):
-            needs.append((int(match[1]), int(match[2])))
-    return "{}.{}".format(*max(needs))
+        tag = entry.platform_tag or ""
+        if tag.startswith("manylinux2014"):
+            needs.add((2, 17))
+        for match in re.finditer(r"manylinux_(\d+)_(\d+)_", tag):
+            needs.add((int(match[1]), int(match[2])))
+    return sorted(needs)
+
+
+def glibc_options(entries: Sequence[schema.IndexEntry]) -> list[tuple[Option, str]]:
+    """(option, the glibc it is asked at), newest first: one range from each floor a wheel's tag names up
+    to the next, and one below them all. Every tag compares glibc with one of these floors, so a range
+    has one answer (Linux wheels without a manylinux tag: one range, any glibc)."""
+    floors = glibc_floors(entries)
+    if not floors:
+        return [(Option("any", "any"), "2.39")]
+    text = ["{}.{}".format(*f) for f in floors]
+    options = []
+    for i, floor in enumerate(text):
+        if i + 1 == len(floors):
+            label = f"{floor} or newer"
+        else:
+            upper = floors[i + 1]
+            label = f"{floor} to {upper[0]}.{upper[1] - 1}" if upper[1] else f"{floor} to {upper[0] - 1}.x"
+        options.append((Option(floor, label), floor))
+    lowest = floors[0]
+    below = f"{lowest[0]}.{lowest[1] - 1}" if lowest[1] else f"{lowest[0] - 1}.99"
+    options.insert(0, (Option(below, f"older than {text[0]}"), below))
+    return list(reversed(options))
 
 
 def driver_floors(entries: Sequence[schema.IndexEntry], os_name: str) -> list[str]:
@@ -122,15 +159,26 @@ def driver_floors(entries: Sequence[schema.IndexEntry], os_name: str) -> list[st
 
 
 def driver_options(floors: Sequence[str]) -> list[tuple[Option, str]]:
-    """(option, the driver it is asked at): one range per floor, newest first, and one below them all."""
+    """(option, the driver it is asked at): one range per floor, newest first, then one below them all,
+    labelled as nvidia-smi prints a driver ("575.51.03 to 580.65.05")."""
     options = []
     for i, floor in enumerate(floors):
-        upper = f" (below {floors[i + 1]})" if i + 1 < len(floors) else " or newer"
+        upper = f" to {_just_below(floors[i + 1])}" if i + 1 < len(floors) else " or newer"
         options.append((Option(floor, f"{floor}{upper}"), floor))
     lowest = versions.parse_driver(floors[0])
     below = f"{lowest[0] - 1}.0" if lowest[1:] == (0, 0) else f"{lowest[0]}.0"
-    options.append((Option(below, f"older than {floors[0]}"), below))
-    return list(reversed(options))
+    return [*reversed(options), (Option(below, f"older than {floors[0]}"), below)]
+
+
+def _just_below(driver: str) -> str:
+    """The last driver number below `driver` as people read one: 580.65.06 -> 580.65.05, 580 -> 579.x."""
+    parts = driver.split(".")
+    for i in range(len(parts) - 1, -1, -1):
+        if int(parts[i]) > 0:
+            width = len(parts[i])
+            lower = [*parts[:i], str(int(parts[i]) - 1).zfill(width)]
+            return ".".join(lower) + (".x" if i + 1 < len(parts) or len(parts) == 1 else "")
+    return driver
 
 
 def _minor_key(minor: str) -> tuple[int, int]:
@@ -169,6 +217,14 @@ def torch_builds(entries: Sequence[schema.IndexEntry], cpu: str | None) -> dict[
     floor = versions.MIN_TORCH
     if not builds:  # no kernel wheel (the universal wheel alone): torch from fa's floor, CPU or not
         builds[versions.version_text(floor)] = {}
+    # Every minor between the lowest and the newest, so that a torch the wheels skip (2.6 beside an
+    # all-wheel of 2.5, 2.7 and 2.10+; 2.12 where a stable wheel's tests skipped it) is found on the page
+    # and answered: with the CUDA majors of the minor below it, which its wheels would be built for.
+    ordered = sorted(builds, key=_minor_key)
+    for lower, upper in itertools.pairwise(ordered):
+        (major, low), high = _minor_key(lower), _minor_key(upper)[1]
+        for minor in range(low + 1, high if _minor_key(upper)[0] == major else low + 1):
+            builds[f"{major}.{minor}"] = {m: set() for m in builds[lower]}
     lowest = min(builds, key=_minor_key)
     below = f"{floor[0]}.{floor[1] - 1}"  # one minor below fa's floor, with the lowest minor's CUDA majors
     if floor[1] > 0 and _minor_key(below) < _minor_key(lowest):
@@ -225,7 +281,7 @@ class Platform:
     def label(self) -> str:
         return f"{OS_LABELS.get(self.os, self.os)} {self.cpu}{CPU_NOTES.get(self.cpu, '')}"
 
-    def base(self, glibc: str) -> Env:
+    def base(self, glibc: str | None) -> Env:
         """A machine of this platform with nothing installed (the default Python)."""
         return Env(self.os, self.cpu, glibc if self.os == "linux" else None, DEFAULT_PYTHON, None, None, ())
 
@@ -262,35 +318,51 @@ def platforms(entries: Sequence[schema.IndexEntry]) -> list[Platform]:
 
 def machines(entries: Sequence[schema.IndexEntry]) -> Iterator[Machine]:
     """Every combination the picker offers, each with the Env `fa doctor --env` would read for it, in the
-    order the page offers them (the first of each axis is its default)."""
-    glibc = glibc_assumed(entries)
+    order the page offers them (the first of each axis is its default, but for DEFAULTS)."""
     offered = platforms(entries)
-    groups = sorted(set(python_groups(entries, [p.base(glibc) for p in offered]).values()), key=_python_order)
+    groups = sorted(set(python_groups(entries, _bases(entries, offered)).values()), key=_python_order)
     for platform in offered:
         cpu, os_name = platform.cpu, platform.os
         drivers = driver_options(driver_floors(entries, os_name))
         builds = torch_builds(entries, cpu)  # torch's builds are the CPU's, whichever OS has wheels
-        for minor in sorted(builds, key=_minor_key, reverse=True):
-            majors: list[int | None] = [*sorted(builds[minor], reverse=True), None]
-            for major in majors:
-                abis = builds[minor].get(major, set()) if major and os_name == "linux" else set()
-                for abi in _abi_options(abis):
-                    torch = TorchInfo(minor, None if major is None else f"{major}.x", None, abi)
-                    for python in groups:
-                        for gpu_option, gpu in _gpu_options(cpu):
-                            for driver_option, driver in drivers if gpu else [(Option(NO_DRIVER, ""), None)]:
-                                key = (
-                                    platform.id,
-                                    minor,
-                                    CPU_TORCH if major is None else str(major),
-                                    AUTO_ABI if abi is None else str(abi).lower(),
-                                    python,
-                                    gpu_option.id,
-                                    driver_option.id,
-                                )
-                                gpus = () if gpu is None else (gpu,)
-                                env = dataclasses.replace(platform.base(glibc), python=python, torch=torch)
-                                yield Machine(key, dataclasses.replace(env, driver=driver, gpus=gpus))
+        glibcs = glibc_options(entries) if os_name == "linux" else [(Option(NO_GLIBC, ""), None)]
+        for glibc_option, glibc in glibcs:
+            for minor in sorted(builds, key=_minor_key, reverse=True):
+                majors: list[int | None] = [*sorted(builds[minor], reverse=True), None]
+                for major in majors:
+                    abis = builds[minor].get(major, set()) if major and os_name == "linux" else set()
+                    for abi in _abi_options(abis):
+                        torch = TorchInfo(minor, None if major is None else f"{major}.x", None, abi)
+                        for python in groups:
+                            for gpu_option, gpu in _gpu_options(cpu):
+                                for driver_option, driver in (
+                                    drivers if gpu else [(Option(NO_DRIVER, ""), None)]
+                                ):
+                                    key = (
+                                        platform.id,
+                                        glibc_option.id,
+                                        minor,
+                                        CPU_TORCH if major is None else str(major),
+                                        AUTO_ABI if abi is None else str(abi).lower(),
+                                        python,
+                                        gpu_option.id,
+                                        driver_option.id,
+                                    )
+                                    gpus = () if gpu is None else (gpu,)
+                                    env = dataclasses.replace(
+                                        platform.base(glibc),
+                                        python=python,
+                                        torch=torch,
+                                        driver=driver,
+                                        gpus=gpus,
+                                    )
+                                    yield Machine(key, env)
+
+
+def _bases(entries: Sequence[schema.IndexEntry], offered: Sequence[Platform]) -> list[Env]:
+    """A machine of each platform and glibc the page offers, with nothing installed."""
+    glibcs = [g for _o, g in glibc_options(entries)]
+    return [p.base(g) for p in offered for g in (glibcs if p.os == "linux" else [None])]
 
 
 def _python_order(python: str) -> int:
@@ -331,6 +403,7 @@ def _wheel(entry: schema.IndexEntry) -> dict[str, Any]:
         "file": entry.file,
         "name": doctor.wheel_name(entry),
         "size": entry.size,
+        "size_text": size_text(entry.size),
         "sha256": entry.sha256,
         "index": lines.index_name,
         "pip": lines.pip,
@@ -351,24 +424,26 @@ class Tables:
         return self.reasons.add({"code": r.code, "message": r.message, "fix": r.fix})
 
 
-def answer(selection: Selection, env: Env, tables: Tables) -> dict[str, Any]:
-    """What the page shows for one machine, in `fa doctor`'s words: the verdict, the wheel and the lines
-    that install it (`wheel`, an index into `wheels`), what GPU 0 runs and why this wheel (`runtime`,
-    `acts_as`, `why`: indexes into `texts`), and the reasons behind a fallback or a no-fit (`because`,
-    indexes into `reasons`, each with its message and fix)."""
+def answer(
+    selection: Selection, dtype: doctor.DtypeAnswer, env: Env, tables: Tables, facts: index_fixes.IndexFacts
+) -> dict[str, Any]:
+    """What the page shows for one machine and dtype, in `fa doctor`'s words: the verdict, the wheel and
+    the lines that install it (`wheel`, an index into `wheels`), what the GPU runs and why this wheel
+    (`runtime`, `acts_as`, `why`: indexes into `texts`), and the reasons behind a fallback or a no-fit
+    (`because`, indexes into `reasons`, each with its message and a fix read against the whole index)."""
     entry = selection.selected
-    found: dict[str, Any] = {"verdict": selection.verdict}
+    found: dict[str, Any] = {"verdict": dtype.verdict}
     if entry is not None:
         found["wheel"] = tables.wheels.add_once(entry.file, lambda: _wheel(entry))
         if entry.info.all_wheel:
             found["acts_as"] = tables.texts.add(doctor.acts_as(entry, env))
-        gpu = f"GPU 0 ({env.gpus[0].name}, sm {env.gpus[0].sm})" if env.gpus else "No GPU"
-        found["runtime"] = tables.texts.add(f"{gpu}: {doctor.runtime_line(selection.runtime)}")
-    found["because"] = [tables.reason(r) for r in selection.deciding]
+        found["runtime"] = tables.texts.add(doctor.runtime_line(dtype.runtime))
+    found["because"] = [tables.reason(r) for r in dtype.deciding]
     if selection.why:
-        found["why"] = tables.texts.add(selection.why)
+        found["why"] = tables.texts.add(doctor.readable_why(selection))
     if selection.warnings:
-        found["warnings"] = [tables.reason(r) for r in selection.warnings]
+        warnings = index_fixes.refine_all(selection.warnings, env, entry, facts)
+        found["warnings"] = [tables.reason(r) for r in warnings]
     return found
 
 
@@ -382,14 +457,20 @@ def page_data(entries: Sequence[schema.IndexEntry], request: Request | None = No
     memo = Memo()
     tree: dict[str, Any] = {}
     tables = Tables()
+    facts = index_fixes.IndexFacts.of(entries)
     for machine in machines(entries):
-        found = answer(select(entries, machine.env, request, memo), machine.env, tables)
+        selection = select(entries, machine.env, request, memo)
+        dtypes = doctor.by_dtype(entries, machine.env, selection, request, DTYPES, facts, memo)
+        by_name = {a.dtype: a for a in dtypes}
         node = tree
         for part in machine.key[:-1]:
             node = node.setdefault(part, {})
-        node[machine.key[-1]] = tables.answers.add(found)
+        # The leaf: an answer per dtype, in DTYPES' order.
+        node[machine.key[-1]] = [
+            tables.answers.add(answer(selection, by_name[d], machine.env, tables, facts)) for d in DTYPES
+        ]
     offered = platforms(entries)
-    groups = python_groups(entries, [p.base(glibc_assumed(entries)) for p in offered])
+    groups = python_groups(entries, _bases(entries, offered))
     return {
         "axes": list(AXES),
         "options": _options(entries, offered),
@@ -406,7 +487,9 @@ def page_data(entries: Sequence[schema.IndexEntry], request: Request | None = No
         "verdicts": dict(doctor.VERDICT_TEXT),
         "tell": TELL,
         "base_url": BASE_URL,
-        "assumes": {"glibc": glibc_assumed(entries), "request": dataclasses.asdict(request)},
+        "dtypes": list(DTYPES),
+        "defaults": DEFAULTS,
+        "assumes": {"request": dataclasses.asdict(request)},
     }
 
 
@@ -431,10 +514,13 @@ def _options(
         Option(AUTO_ABI, "as torch's build implies"),
     ]
     gpus = {o.id: o for p in offered for o, _gpu in _gpu_options(p.cpu)}
+    order = [sm for sm, _label, _cpus in GPU_FAMILIES] + [NO_GPU]
+    gpus = {sm: gpus[sm] for sm in order if sm in gpus}
     floors = {f for p in offered for f in driver_floors(entries, p.os)}
     drivers = [o for o, _d in driver_options(sorted(floors, key=versions.parse_driver))]
     return {
         "platform": listed([Option(p.id, p.label) for p in offered]),
+        "glibc": listed([*(o for o, _g in glibc_options(entries)), Option(NO_GLIBC, "not Linux")]),
         "torch": listed(torch),
         "cuda": listed(cuda),
         "abi": listed(abi),
@@ -452,7 +538,14 @@ def option_key(env: Env, data: dict[str, Any]) -> tuple[str, ...]:
     torch = env.torch
     minor = versions.torch_minor(torch.version) if torch else ""
     platform = Platform(env.os, canonical(env.arch) or env.arch).id
-    minors = data["tree"][platform]
+    glibcs = data["tree"][platform]
+    glibc = NO_GLIBC
+    if env.os == "linux":
+        have = versions.torch_version(env.glibc or "0.0")  # "2.31" reads as (2, 31) like a torch minor
+        offered = sorted((g for g in glibcs if g != "any"), key=versions.torch_version)
+        at_or_below = [g for g in offered if versions.torch_version(g) <= have]
+        glibc = "any" if "any" in glibcs else (at_or_below[-1] if at_or_below else offered[0])
+    minors = glibcs[glibc]
     oldest = min(minors, key=_minor_key)
     if minor not in minors and minor and _minor_key(minor) < _minor_key(oldest):
         minor = oldest  # "2.3 or older"
@@ -474,4 +567,4 @@ def option_key(env: Env, data: dict[str, Any]) -> tuple[str, ...]:
             default=floors[0],
             key=versions.parse_driver,
         )
-    return (platform, minor, cuda, abi, python, gpu, driver)
+    return (platform, glibc, minor, cuda, abi, python, gpu, driver)

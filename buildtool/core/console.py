@@ -24,6 +24,18 @@ def counted(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
+def mib(n: int) -> str:
+    """A size as fa prints every size: "9.2 MiB" (binary, 1 MiB = 1,048,576 bytes)."""
+    return f"{n / (1 << 20):.1f} MiB"
+
+
+def size_text(size: int | None) -> str:
+    """A file's size for people: MiB from 0.1 MiB up, else its bytes; "unknown" without one."""
+    if size is None:
+        return "unknown"
+    return mib(size) if size >= (1 << 20) // 10 else counted(size, "byte")
+
+
 def progress_columns(count: ProgressColumn) -> tuple[ProgressColumn, ...]:
     """The columns of every fa progress bar: what it is doing, the bar, `count` (done of total, or
     bytes), the time elapsed, then the time left ("eta") rich estimates from the recent rate."""

@@ -1,7 +1,9 @@
 """index.html in a real headless browser (Debian's chromium through its chromedriver, driven by selenium):
 for machines of the test corpus (tests/select/envs), the line the page shows names the wheel
-`fa doctor --env` picks, a no-fit answer shows doctor's reasons; the page loads with no console error,
-makes no network request, reads at 360 and 1440 px, labels every control and sorts its table.
+`fa doctor --env` picks, a no-fit answer shows doctor's reasons, for fp16 and for bf16; the page loads
+with no console error, makes no network request, reads at 1280x900 and on a 390x844 phone (no command
+broken inside a word, every column of the table shown), opens on a machine that is not a red answer,
+labels every control and sorts its table.
 
 Skipped only when chromium, its driver or selenium is missing (.ci/run installs chromium with apt)."""
 
@@ -137,7 +139,7 @@ def _doctor(env_files: list[Path], wheels: Path) -> dict[str, Any]:
     return {Path(k).stem: v for k, v in json.loads(done.stdout).items()}
 
 
-def _pick(browser, key: tuple[str, ...], python: str) -> None:
+def _pick(browser, key: tuple[str, ...], python: str, dtype: str = "bf16") -> None:
     from selenium.webdriver.support.ui import Select
 
     for axis, value in zip(picker.AXES, key, strict=True):
@@ -146,6 +148,7 @@ def _pick(browser, key: tuple[str, ...], python: str) -> None:
             Select(element).select_by_value(python if axis == "python" else value)
         else:  # a one-option axis (the ABI where wheels do not differ in it, the driver without a GPU)
             assert element.get_attribute("value") == value
+    Select(browser.find_element("id", "pick-dtype")).select_by_value(dtype)
 
 
 def _shown(browser) -> dict[str, Any]:
@@ -153,6 +156,7 @@ def _shown(browser) -> dict[str, Any]:
     const $ = (id) => document.getElementById(id);
     return {verdict: $("verdict").dataset.verdict, install: !$("install").hidden,
             file: $("wheel-file").textContent, pip: $("line-pip").textContent, uv: $("line-uv").textContent,
+            runtime: $("runtime").textContent, size: $("wheel-size").textContent,
             codes: Array.from(document.querySelectorAll("#because .code-name")).map((e) => e.textContent),
             because: $("because").innerText};
     """
@@ -165,18 +169,19 @@ def test_the_page_names_the_wheel_doctor_picks(site, browser):
     browser.get((folder / index_page.PAGE).as_uri())
     reports = _doctor([ENVS / f"{name}.json" for name in CASES], folder)
     no_fit = 0
-    for name in CASES:
+    for name, dtype in [(c, d) for c in CASES for d in ("fp16", "bf16")]:
         env_file = ENVS / f"{name}.json"
         env = env_from_json(json.loads(env_file.read_text())["env"])
-        _pick(browser, picker.option_key(env, data), env.python)
+        _pick(browser, picker.option_key(env, data), env.python, dtype)
         shown = _shown(browser)
         report = reports[name]
-        assert shown["verdict"] == report["verdict"], name
-        assert shown["codes"] == report["codes"], name
+        (answer,) = [a for a in report["dtypes"] if a["dtype"] == dtype]
+        assert shown["verdict"] == answer["verdict"], (name, dtype)
+        assert shown["codes"] == answer["codes"], (name, dtype)
         if report["selected"] is None:
             no_fit += 1
             assert not shown["install"], name
-            for reason in report["because"]:  # worded as doctor words them (the numbers are the page's)
+            for reason in answer["because"]:  # worded as doctor words them (the numbers are the page's)
                 assert reason["fix"].split(" ")[0] in shown["because"], name
             continue
         assert shown["file"] == report["selected"], name
@@ -192,7 +197,9 @@ def test_no_console_error_and_no_network_request(site, browser):
     browser.get("about:blank")  # so the page is loaded again, not scrolled to a fragment
     browser.get_log("performance")  # drop what earlier tests did
     browser.get_log("browser")
-    browser.get((folder / index_page.PAGE).as_uri() + "#linux-x86_64/2.13/13/auto/3.12/9.0/580.65.06")
+    browser.get(
+        (folder / index_page.PAGE).as_uri() + "#linux-x86_64/2.28/2.13/13/auto/3.12/9.0/580.65.06/bf16"
+    )
     browser.find_element("id", "pick-gpu").send_keys("A")  # a change runs the page's script again
     assert [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "WARNING")] == []
     requested = []
@@ -205,10 +212,10 @@ def test_no_console_error_and_no_network_request(site, browser):
 
 
 @needs_browser
-@pytest.mark.parametrize("width", [360, 1440])
-def test_readable_at_width(site, browser, width):
+@pytest.mark.parametrize(("width", "height"), [(390, 844), (1280, 900)])
+def test_readable_at_width(site, browser, width, height):
     folder, _data = site
-    browser.set_window_size(width, 900)
+    browser.set_window_size(width, height)
     browser.get((folder / index_page.PAGE).as_uri())
     # Nothing but the table's own scrolling region is wider than the window.
     overflow = browser.execute_script(
@@ -278,7 +285,7 @@ def test_fa_index_writes_the_page(tmp_path):
     node = data["tree"]
     for part in picker.option_key(env, data):
         node = node[part]
-    wheel = data["wheels"][data["answers"][node]["wheel"]]
+    wheel = data["wheels"][data["answers"][node[data["dtypes"].index("bf16")]]["wheel"]]
     assert wheel["file"] == kernel.name
     assert wheel["sha256"] == schema.read_index(json.loads((tmp_path / "index.json").read_text()))[0].sha256
     # The page's pip line, with this folder for the base as the page's script puts it, fetches that wheel.
@@ -300,8 +307,8 @@ def test_an_index_with_the_universal_wheel_alone_still_answers(tmp_path):
 
 
 def _leaves(node: Any) -> list[int]:
-    if isinstance(node, int):
-        return [node]
+    if isinstance(node, list):  # an answer per dtype
+        return node
     return [leaf for child in node.values() for leaf in _leaves(child)]
 
 
@@ -329,7 +336,8 @@ def test_each_os_labels_its_own_driver_ranges(site, browser):
     folder, data = site
     for platform in data["options"]["platform"]:
         browser.get("about:blank")
-        browser.get((folder / index_page.PAGE).as_uri() + f"#{platform['id']}/2.12/12/auto/3.12/8.9/")
+        glibc = "2.28" if platform["id"].startswith("linux") else "none"
+        browser.get((folder / index_page.PAGE).as_uri() + f"#{platform['id']}/{glibc}/2.12/12/auto/3.12/8.9/")
         shown = browser.execute_script(
             "return Array.from(document.getElementById('pick-driver').options).map((o) => o.text)"
         )
