@@ -223,8 +223,8 @@ def torch_builds(entries: Sequence[schema.IndexEntry], cpu: str | None) -> dict[
     ordered = sorted(builds, key=_minor_key)
     for lower, upper in itertools.pairwise(ordered):
         (major, low), high = _minor_key(lower), _minor_key(upper)[1]
-        for minor in range(low + 1, high if _minor_key(upper)[0] == major else low + 1):
-            builds[f"{major}.{minor}"] = {m: set() for m in builds[lower]}
+        for skipped in range(low + 1, high if _minor_key(upper)[0] == major else low + 1):
+            builds[f"{major}.{skipped}"] = {m: set() for m in builds[lower]}
     lowest = min(builds, key=_minor_key)
     below = f"{floor[0]}.{floor[1] - 1}"  # one minor below fa's floor, with the lowest minor's CUDA majors
     if floor[1] > 0 and _minor_key(below) < _minor_key(lowest):
