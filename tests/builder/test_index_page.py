@@ -21,7 +21,7 @@ import pytest
 from buildtool.builder import index_page
 from buildtool.compat import picker
 from buildtool.compat.env import env_from_json
-from buildtool.core.runtime import schema
+from buildtool.core.runtime import schema, versions
 from tests.builder.conftest import fa_command, pip_download
 from tests.select.fixture_index import all_wheel_index, fixture_index
 
@@ -43,14 +43,15 @@ FLAGS = (
     "--disable-sync",
 )
 # Machines of the corpus a person finds on the page: an OS and CPU the wheels are built for, a torch the
-# index serves, a GPU family the picker offers. The rest are answered by `fa doctor` only (glibc 2.17,
-# macOS, sm 13.0, torch 2.16, ...).
+# index serves, a GPU family the picker offers. The rest are answered by `fa doctor` only (macOS,
+# sm 13.0, torch 2.16, ...).
 CASES = (
     "a100-ngc-24.10",
     "aws-a10g-pypi-torch",
     "b200-sm100",
     "cpu-only-torch",
     "driver470-cu12-wheels-only",
+    "centos7-glibc217",  # glibc 2.17: no manylinux_2_28 wheel installs, the universal wheel does
     "driver520-torch-cu118",
     "gb10-dgx-spark",
     "gh200-ngc-aarch64",
@@ -66,6 +67,9 @@ CASES = (
     "t4-colab-bf16",
     "v100-sm70",
 )
+
+DESKTOP = (1280, 900)
+PHONE = (390, 844)
 
 needs_browser = pytest.mark.skipif(
     CHROMIUM is None or CHROMEDRIVER is None,
@@ -103,7 +107,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.set_window_size(1440, 1000)
+    driver.set_window_size(*DESKTOP)
     yield driver
     driver.quit()
 
@@ -222,7 +226,7 @@ def test_readable_at_width(site, browser, width, height):
         "return document.documentElement.scrollWidth - document.documentElement.clientWidth"
     )
     assert overflow <= 0
-    browser.set_window_size(1440, 1000)
+    browser.set_window_size(*DESKTOP)
 
 
 @needs_browser
@@ -342,3 +346,177 @@ def test_each_os_labels_its_own_driver_ranges(site, browser):
             "return Array.from(document.getElementById('pick-driver').options).map((o) => o.text)"
         )
         assert shown == list(data["driver_labels"][platform["id"]].values()), platform["id"]
+
+
+def _machine(case: str, **change: Any):
+    """A corpus machine, some fields changed (env_from_json's shape)."""
+    return env_from_json({**json.loads((ENVS / f"{case}.json").read_text())["env"], **change})
+
+
+def _open(browser, folder: Path, fragment: str = "") -> None:
+    browser.get("about:blank")  # so a fragment alone is a new load
+    browser.get((folder / index_page.PAGE).as_uri() + fragment)
+
+
+@needs_browser
+def test_the_page_opens_on_the_most_common_machine_and_never_on_a_red_answer(site, browser):
+    """It once opened on driver "older than 450.80.02" with CUDA 13: a red answer nobody has."""
+    folder, _data = site
+    _open(browser, folder)
+    shown = _shown(browser)
+    assert shown["verdict"] in ("ok", "ok-jit"), shown
+    assert browser.find_element("id", "preset").is_displayed()
+    assert "H100" in browser.execute_script(
+        "return document.getElementById('pick-gpu').selectedOptions[0].text"
+    )
+    # Drivers newest first, the range below them all last, each labelled as nvidia-smi prints one.
+    options = browser.execute_script(
+        "return Array.from(document.getElementById('pick-driver').options).map((o) => [o.value, o.text])"
+    )
+    assert browser.find_element("id", "pick-driver").get_attribute("value") == options[0][0]
+    floors = [value for value, _label in options[:-1]]
+    assert floors == sorted(floors, key=versions.parse_driver, reverse=True)
+    assert options[0][1].endswith(" or newer")
+    assert options[-1][1].startswith("older than ")
+    assert not [label for _v, label in options if "(below" in label]
+    assert "575.51.03 to 579.x" in [label for _v, label in options]
+    # A choice made hides the note: the answer is then the reader's.
+    browser.find_element("id", "pick-dtype").send_keys("f")
+    assert not browser.find_element("id", "preset").is_displayed()
+
+
+@needs_browser
+def test_the_chosen_gpu_family_is_shown_not_its_first_gpu(site, browser):
+    """Picking RTX 40xx once showed "GPU 0 (L4, sm 8.9)"."""
+    folder, data = site
+    env = _machine("aws-a10g-pypi-torch", gpus=[{"name": "NVIDIA GeForce RTX 4090", "sm": "8.9"}])
+    _open(browser, folder)
+    _pick(browser, picker.option_key(env, data), env.python)
+    runtime = _shown(browser)["runtime"]
+    assert "RTX 40xx" in runtime
+    assert "(L4, sm 8.9)" not in runtime
+    assert "bf16, SASS for sm 8." in runtime
+
+
+@needs_browser
+def test_a_t4_runs_fp16_and_only_bf16_falls_back(site, browser):
+    folder, data = site
+    env = _machine("t4-colab-bf16")
+    _open(browser, folder)
+    _pick(browser, picker.option_key(env, data), env.python, "fp16")
+    assert _shown(browser)["verdict"] == "ok"
+    _pick(browser, picker.option_key(env, data), env.python, "bf16")
+    shown = _shown(browser)
+    assert (shown["verdict"], shown["codes"]) == ("fallback", ["dtype-unsupported"])
+
+
+@needs_browser
+def test_no_wheel_is_recommended_that_the_chosen_glibc_cannot_install(site, browser):
+    """A glibc 2.27 T4 (older than the wheels' manylinux_2_28) once got a manylinux_2_28 wheel."""
+    import re
+
+    folder, data = site
+    labels = {o["id"]: o["label"] for o in data["options"]["glibc"]}
+    for glibc in ("2.31", "2.27", "2.17"):
+        env = _machine("t4-colab-bf16", glibc=glibc)
+        key = picker.option_key(env, data)
+        _open(browser, folder)
+        _pick(browser, key, env.python, "fp16")
+        shown = _shown(browser)
+        needs = re.search(r"manylinux_(\d+)_(\d+)_", shown["file"]) if shown["install"] else None
+        if needs:
+            assert (int(needs[1]), int(needs[2])) <= tuple(map(int, glibc.split("."))), (glibc, shown["file"])
+        if glibc == "2.31":
+            assert labels[key[1]] == "2.28 or newer"
+            assert shown["verdict"] == "ok"
+        else:
+            assert labels[key[1]] == "older than 2.28"
+            assert shown["file"].endswith("-py3-none-any.whl")
+            assert "glibc-too-old" in shown["codes"]
+
+
+@needs_browser
+def test_a_phone_never_breaks_a_command_inside_a_word_and_shows_every_column(site, browser):
+    """At 390x844 pip lines once broke as `fa-⏎attn==0.1.0` and the table showed 3 of its 9 columns."""
+    folder, _data = site
+    browser.set_window_size(*PHONE)
+    try:
+        _open(browser, folder)
+        broken = browser.execute_script(
+            r"""
+            const broken = [];
+            for (const el of document.querySelectorAll("pre, .hint code")) {
+              const walk = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+              for (let node = walk.nextNode(); node; node = walk.nextNode()) {
+                const text = node.textContent;
+                for (const match of text.matchAll(/\S+/g)) {
+                  const range = document.createRange();
+                  range.setStart(node, match.index);
+                  range.setEnd(node, match.index + match[0].length);
+                  const tops = new Set(Array.from(range.getClientRects()).map((r) => Math.round(r.top)));
+                  if (tops.size > 1) broken.push(el.id + ": " + match[0]);
+                }
+              }
+            }
+            return broken;
+            """
+        )
+        assert broken == []
+        cells = browser.execute_script(
+            """
+            const row = document.querySelector("#wheels tbody tr");
+            return Array.from(row.cells).map((c) => {
+              const r = c.getBoundingClientRect();
+              return [c.dataset.label, r.left >= 0 && r.right <= window.innerWidth && r.width > 0];
+            });
+            """
+        )
+        assert len(cells) == 8
+        assert all(inside for _label, inside in cells), cells
+    finally:
+        browser.set_window_size(*DESKTOP)
+
+
+def test_sizes_are_in_mib_as_the_cli_prints_them():
+    from tests.select.fixture_index import universal_entry
+
+    entry = {**universal_entry(), "size": 9_680_000}
+    entries = schema.read_index({"schema": 1, "package": "fa-attn", "wheels": [entry]})
+    assert index_page.wheel_rows(entries)[0]["size_text"] == "9.2 MiB"
+    page = index_page.render(entries)
+    assert "9.2 MiB" in page
+    assert " MB" not in page
+
+
+def test_every_torch_minor_the_wheels_serve_is_offered_and_one_without_a_wheel_says_what_to_do(tmp_path):
+    """Per-minor wheels for 2.5 and 2.7 and a stable-ABI wheel tested with 2.10, 2.11 and 2.13: 2.12 is
+    served (the stable ABI), 2.6, 2.8 and 2.9 are not, and each is on the page with its answer."""
+    from tests.select.fixture_index import kernel_entry, universal_entry
+
+    wheels = [
+        kernel_entry(12, "2.5", False),
+        kernel_entry(12, "2.7", True),
+        kernel_entry(12, "2.10", None, tested=("2.10", "2.11", "2.13")),
+        universal_entry(),
+    ]
+    entries = schema.read_index({"schema": 1, "package": "fa-attn", "wheels": wheels})
+    data = _embedded(index_page.write_page(tmp_path, entries).read_text())
+    minors = [o["id"] for o in data["options"]["torch"]]
+    assert {"2.5", "2.6", "2.7", "2.8", "2.9", "2.10", "2.11", "2.12", "2.13"} <= set(minors)
+
+    def shown(minor: str, cxx11abi: bool) -> dict:
+        torch = {"version": f"{minor}.0+cu124", "cuda": "12.4", "hip": None, "cxx11abi": cxx11abi}
+        env = _machine("aws-a10g-pypi-torch", torch=torch, driver={"version": "580.65.06"})
+        node = data["tree"]
+        for part in picker.option_key(env, data):
+            node = node[part]
+        return data["answers"][node[data["dtypes"].index("bf16")]]
+
+    stable = shown("2.12", True)
+    assert stable["verdict"] == "ok"
+    assert "2.10plus" in data["wheels"][stable["wheel"]]["file"]
+    missing = shown("2.6", False)
+    assert missing["verdict"] in ("fallback", "no-wheel")
+    fixes = [data["reasons"][i]["fix"] for i in missing["because"]]
+    assert any("no wheel here serves torch 2.6" in f and "fa install --build" in f for f in fixes), fixes
+    assert not any("`fa install` picks it" in f for f in fixes), fixes
