@@ -21,9 +21,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "kernels")]
 
-from buildtool.builder import index_page  # noqa: E402
-from buildtool.core.runtime import schema  # noqa: E402
-from tests.select.fixture_index import all_wheel_index, fixture_index  # noqa: E402
+from buildtool.builder import index_page
+from buildtool.core.runtime import schema
+from tests.select.fixture_index import all_wheel_index, fixture_index
 
 # The T4 of docs/using.md's caption, as the page's address keeps a choice (picker.AXES, then the dtype).
 T4 = "#linux-x86_64/2.28/2.5/12/false/3.12/7.5/525.60.13/bf16"

@@ -196,6 +196,9 @@ class CheckReport:
 
 
 NO_GPU_FIX = "run it where nvidia-smi lists a GPU; without one: fa check --emulate"
+# `python -m fa_attn.check` runs where only the wheel is installed: the emulator is fa's source, not the
+# wheel's, so the fix says where it runs (one line: the report reads at 80 columns).
+WHEEL_NO_GPU_FIX = "run it where nvidia-smi lists a GPU; `fa check --emulate` needs a checkout"
 
 
 def no_gpu_report() -> CheckReport:
@@ -307,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         return worker()
     report = check_gpus(bench=args.bench, write=not args.no_record)
+    if report.verdict == "no-gpu":
+        report.fix = WHEEL_NO_GPU_FIX
     if args.json:
         print(json.dumps(report.to_json(), indent=1))
     else:
