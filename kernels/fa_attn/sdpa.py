@@ -24,6 +24,7 @@ Not verified on a GPU: tests/api runs it with the emulated kernels.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -32,6 +33,7 @@ from torch.library import Library
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from . import flash_attn_ext
+from .dispatch import FaFallbackWarning
 from .interface import flash_attn_func
 
 NAME = "fa"
@@ -65,8 +67,17 @@ class Handle:
         self.library = None  # dropping the Library deregisters its kernels (as torch's FA4 adapter does)
 
 
+NO_CUDA = (
+    "fa is now SDPA's flash path on CUDA, but torch sees no CUDA device here: SDPA calls on this machine "
+    "keep running torch's own CPU kernels, not fa (fa_attn's functions still run, on its fallback)"
+)
+
+
 def activate() -> Handle:
-    """The registry's register_fn: fa's implementations of SDPA's flash operators."""
+    """The registry's register_fn: fa's implementations of SDPA's flash operators. Without a CUDA device
+    they can never be reached, which is said once, here, instead of nothing happening silently."""
+    if DISPATCH_KEY == "CUDA" and not torch.cuda.is_available():
+        warnings.warn(NO_CUDA, FaFallbackWarning, stacklevel=3)
     library = Library("aten", "IMPL", DISPATCH_KEY)
     library.impl("_scaled_dot_product_flash_attention", _forward, DISPATCH_KEY)
     library.impl("_scaled_dot_product_flash_attention_backward", _backward, DISPATCH_KEY)
