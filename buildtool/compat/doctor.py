@@ -407,7 +407,9 @@ def _gpu_rows(report: DoctorReport) -> list[tuple[str, list[int]]]:
         rows.setdefault(key, []).append(i)
     out = []
     for (name, sm, *_rest), indexes in rows.items():
-        label = f"GPU {indexes[0]}" if len(indexes) == 1 else f"GPUs {', '.join(map(str, indexes))}"
+        run = indexes == list(range(indexes[0], indexes[-1] + 1))
+        numbers = f"{indexes[0]}-{indexes[-1]}" if run else ", ".join(map(str, indexes))
+        label = f"GPU {indexes[0]}" if len(indexes) == 1 else f"GPUs {numbers}"
         out.append((f"{label} {name} (sm {sm})", indexes))
     return out
 

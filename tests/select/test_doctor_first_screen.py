@@ -180,3 +180,13 @@ def test_no_gpu_machine_answers_both_dtypes_once(tmp_path: Path, index_dir: Path
     _code, out = doctor("--env", str(env_file(tmp_path, "cpu-only-torch")), "--wheels", str(index_dir))
     assert "fp16, bf16: fallback to torch SDPA" in out
     assert universal_entry()["file"] not in out
+
+
+def test_eight_alike_gpus_share_one_answer(tmp_path: Path, index_dir: Path) -> None:
+    """An 8-GPU node answers once for the eight (a row each pushed the answer off the first screen)."""
+    h100 = {"name": "NVIDIA H100 80GB HBM3", "sm": "9.0", "memory_mib": 81559}
+    env = env_file(tmp_path, "h100-driver535-torch27-cu128", gpus=[h100] * 8, driver={"version": "580.65.06"})
+    _code, out = doctor("--env", str(env), "--wheels", str(index_dir))
+    screen = out.splitlines()[:SCREEN]
+    assert any(line.startswith("GPUs 0-7 NVIDIA H100 80GB HBM3 (sm 9.0)") for line in screen), out
+    assert "GPU 1 " not in out
