@@ -96,7 +96,7 @@ def check_cmd(
     else:
         with _progress_bar() as on_unit:
             report = check.check_gpus(bench=bench, write=not no_record, on_unit=on_unit)
-    if plot is not None and report.verdict != "no-gpu":
+    if plot is not None and report.verdict not in ("no-gpu", "no-units"):
         _plot(report, plot)
     if as_json:
         print_json(report.to_json())
@@ -124,7 +124,7 @@ def _print_table(check: Any, report: Any) -> None:
     """fa_attn.check's cells (unit_row, footer) in a rich table at 80 columns; each failure's message in
     full under the table."""
     console = plain_console()
-    if report.verdict == "no-gpu":
+    if report.verdict in ("no-gpu", "no-units"):
         check.render(report, console.print)
         return
     gpus = ", ".join(f"{g['index']}: {g.get('gpu', '?')}" for g in report.gpus)

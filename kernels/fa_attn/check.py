@@ -9,7 +9,8 @@ illegal address, a hang or a crash marks that unit failed and the check goes on.
 (verify/record.py) that every later process reads (fa_attn.selfcheck).
 
 Not verified on a GPU: this project has none; `fa check --emulate` runs the same unit checks on the CPU
-emulator. Exit codes: 0 every unit passed, 1 a unit failed or no GPU (verdict no-gpu), 2 bad input.
+emulator. Exit codes: 0 every unit passed, 1 a unit failed, no GPU (verdict no-gpu) or no unit the
+runtime would use (verdict no-units: a check of nothing is not a pass), 2 bad input.
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ import textwrap
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from . import decision, loader
+from . import decision, dispatch, loader
+from .reasons import Reason
 from .verify import record as records
 from .verify.unitcheck import Outcome, Problem, check_backward, check_forward, key_block, query_block
 
@@ -172,24 +175,51 @@ def summarize(job: Job, outcomes: list[Outcome]) -> UnitReport:
     )  # fmt: skip
 
 
-def jobs_for(device: int, manifest: Any = None) -> list[Job]:
-    """The units the runtime would use on GPU `device`, one job each."""
-    man = manifest or loader.manifest()
+def jobs_for(device: int, manifest: Any = None) -> tuple[list[Job], list[Reason]]:
+    """The units the runtime would use on GPU `device`, one job each, and, when there are none, why
+    (the runtime's fallback reasons)."""
     major, minor = torch.cuda.get_device_capability(device)
     props = torch.cuda.get_device_properties(device)
     gpu = decision.Device("cuda", f"{major}.{minor}", getattr(props, "shared_memory_per_block_optin", None))
+    return jobs_on(gpu, device, manifest or loader.manifest())
+
+
+def jobs_on(
+    gpu: decision.Device,
+    index: int,
+    man: Any,
+    driver: Callable[[], str | None] = dispatch.driver_version,
+    package_dir: Path = loader.PACKAGE_DIR,
+) -> tuple[list[Job], list[Reason]]:
+    """The units the runtime would use on `gpu` (CUDA device `index`): for every kernel file of the
+    manifest, the call it serves decided by the runtime's own code (dispatch.decide: the per-variant
+    wheel's decision, or the all-wheel's choice of kernel set by this GPU and driver), one job per unit
+    the decision names. With none, the reasons the calls fall back (one per code)."""
     seen: dict[str, Job] = {}
+    why: dict[str, Reason] = {}
     for kernel in man.kernels:
         call = decision.Call(kernel.dtype, kernel.head_dim, backward=kernel.direction == "bwd")
-        route = decision.decide(man.info, gpu, call, man.kernels, loader.PACKAGE_DIR)
+        route = dispatch.decide(dispatch.CallFacts(gpu, call), man, lambda: None, driver, package_dir)
+        for reason in route.reasons:
+            why.setdefault(reason.code, reason)
         for direction, launch in (("fwd", route.fwd), ("bwd", route.bwd), ("splitkv", route.splitkv)):
             if launch is None or not launch.module or launch.module in seen:
                 continue
             unit = records.unit_name(launch.module)
             seen[launch.module] = Job(
-                unit, direction, kernel.dtype, launch.module, launch.entries, launch.launch, device
+                unit, direction, kernel.dtype, launch.module, launch.entries, launch.launch, index
             )
-    return sorted(seen.values(), key=lambda j: j.unit)
+    if not man.kernels:
+        why.setdefault("binding-unavailable", NO_KERNELS)
+    jobs = sorted(seen.values(), key=lambda j: j.unit)
+    return jobs, ([] if jobs else list(why.values()))
+
+
+NO_KERNELS = Reason(
+    "binding-unavailable",
+    "this fa-attn has no kernels (the universal wheel, or a source checkout)",
+    "install the fa-attn wheel for your torch and CUDA major (`fa install`)",
+)
 
 
 def run_isolated(job: Job, timeout: float = UNIT_TIMEOUT_S) -> UnitReport:
@@ -237,7 +267,7 @@ def worker() -> int:
 
 @dataclass
 class CheckReport:
-    verdict: str  # "pass" | "fail" | "no-gpu"
+    verdict: str  # "pass" | "fail" | "no-gpu" | "no-units"
     gpus: list[dict[str, Any]]
     units: list[UnitReport]
     records: list[str]
@@ -263,6 +293,13 @@ NO_GPU_FIX = "run it where nvidia-smi lists a GPU; without one: fa check --emula
 
 def no_gpu_report() -> CheckReport:
     return CheckReport("no-gpu", [], [], [], NO_GPU_FIX)
+
+
+def nothing_to_check(why: list[Reason]) -> CheckReport:
+    """No unit to check on any GPU: verdict no-units (exit 1, never a pass of nothing), with why the
+    runtime would use no kernel here and what to do."""
+    reason = why[0] if why else NO_KERNELS
+    return CheckReport("no-units", [], [], [], f"{reason.message} [{reason.code}]; fix: {reason.fix}")
 
 
 def verdict_of(units: Iterable[UnitReport]) -> str:
@@ -303,6 +340,11 @@ def render(report: CheckReport, out: Callable[[str], None] = print) -> None:
         out("fa check: no NVIDIA GPU visible (verdict no-gpu)")
         out(f"fix: {report.fix}")
         return
+    if report.verdict == "no-units":
+        out("fa check: no kernel unit the runtime would use here (verdict no-units)")
+        for line in textwrap.wrap(report.fix, 78):
+            out(line)
+        return
     out(f"{'unit':<34} {'dir':<7} {'verdict':<7} {'error/bound':>11} {'speed':>8}   gpu")
     for u in report.units:
         unit, direction, verdict, ratio, speed, gpu = unit_row(u)
@@ -338,7 +380,14 @@ def check_gpus(bench: bool = False, write: bool = True, on_unit: Progress | None
     from . import selfcheck  # the record key the runtime reads
 
     gpus, units, written = [], [], []
-    all_jobs = [(i, job) for i in range(torch.cuda.device_count()) for job in jobs_for(i)]
+    all_jobs: list[tuple[int, Job]] = []
+    why: list[Reason] = []
+    for i in range(torch.cuda.device_count()):
+        jobs, reasons = jobs_for(i)
+        all_jobs += [(i, job) for job in jobs]
+        why += reasons
+    if not all_jobs:
+        return nothing_to_check(why)
     on_unit = on_unit or line_progress()
     for n, (_, job) in enumerate(all_jobs):
         on_unit(n, len(all_jobs), job.unit)
