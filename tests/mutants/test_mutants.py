@@ -24,9 +24,12 @@ REPO = Path(__file__).resolve().parents[2]
 CSRC = REPO / "kernels" / "csrc"
 BY_NAME = {m.name: m for m in MUTANTS}
 
-pytestmark = pytest.mark.skipif(
-    shutil.which(os.environ.get("CXX", "g++")) is None, reason="the kernel emulator needs g++"
-)
+pytestmark = [
+    pytest.mark.slow,  # compiles 31 altered units (in parallel)
+    pytest.mark.skipif(
+        shutil.which(os.environ.get("CXX", "g++")) is None, reason="the kernel emulator needs g++"
+    ),
+]
 
 
 def altered(m: Mutant, root: Path) -> Path:
