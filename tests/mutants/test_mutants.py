@@ -79,6 +79,18 @@ def test_the_set_is_large_and_every_selection_exists() -> None:
         assert m.problem in problem_names(job), f"{m.name}: {m.unit} has no problem {m.problem}"
 
 
+def test_the_docs_count_the_set_as_it_is() -> None:
+    """README and docs/checking.md quote the set's size and how many wait for the new emulator."""
+    waiting = sum(bool(m.needs) for m in MUTANTS)
+    readme = (REPO / "README.md").read_text()
+    today = len(MUTANTS) - waiting
+    quoted = f"the project's {len(MUTANTS)} one-line faults in kernels/csrc ({today} today; {waiting} wait"
+    assert quoted in " ".join(readme.split()), "README's What is verified: update the mutant counts"
+    checking = " ".join((REPO / "docs" / "checking.md").read_text().split())
+    assert f"one-line faults in kernels/csrc ({len(MUTANTS)}:" in checking
+    assert f"{waiting} faults wait for the emulator" in checking
+
+
 def test_the_unaltered_sources_pass_every_selection() -> None:
     """The baseline: each (unit, problem) the gate uses passes on the real kernels, so a failure below is
     the fault's."""
