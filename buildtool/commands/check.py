@@ -62,6 +62,10 @@ def check_cmd(
     unit: Annotated[
         list[str] | None, typer.Option("--unit", help="With --emulate: only units whose name has this")
     ] = None,
+    problem: Annotated[
+        list[str] | None,
+        typer.Option("--problem", help="With --emulate: only the problems of this name (docs/checking.md)"),
+    ] = None,
     source: Annotated[
         Path | None, typer.Option("--source", help="With --emulate: kernel sources (a csrc copy)")
     ] = None,
@@ -75,8 +79,10 @@ def check_cmd(
     """Verify the installed kernels on this machine's GPUs against an fp32 reference.
 
     Exit codes: 0 every unit passed, 1 a unit failed or no GPU, 2 bad input."""
-    if not emulate and (unit or source or arch != "8.0"):
-        raise UsageError("--arch, --unit and --source go with --emulate; drop them or add --emulate")
+    if not emulate and (unit or source or problem or arch != "8.0"):
+        raise UsageError(
+            "--arch, --unit, --problem and --source go with --emulate; drop them or add --emulate"
+        )
     if emulate and bench:
         raise UsageError("--bench times a GPU; the emulator's speed means nothing: drop --bench")
     if plot is not None and not bench:
@@ -86,11 +92,11 @@ def check_cmd(
         from buildtool.emucheck.run import check_emulated
 
         with _progress_bar() as on_unit:
-            report = check_emulated(arch, tuple(unit or ()), source, on_unit)
+            report = check_emulated(arch, tuple(unit or ()), source, on_unit, tuple(problem or ()))
     else:
         with _progress_bar() as on_unit:
             report = check.check_gpus(bench=bench, write=not no_record, on_unit=on_unit)
-    if plot is not None and report.verdict != "no-gpu":
+    if plot is not None and report.verdict not in ("no-gpu", "no-units"):
         _plot(report, plot)
     if as_json:
         print_json(report.to_json())
@@ -118,7 +124,7 @@ def _print_table(check: Any, report: Any) -> None:
     """fa_attn.check's cells (unit_row, footer) in a rich table at 80 columns; each failure's message in
     full under the table."""
     console = plain_console()
-    if report.verdict == "no-gpu":
+    if report.verdict in ("no-gpu", "no-units"):
         check.render(report, console.print)
         return
     gpus = ", ".join(f"{g['index']}: {g.get('gpu', '?')}" for g in report.gpus)

@@ -19,7 +19,9 @@ from fa_attn.check import (
     summarize,
     verdict_of,
 )
-from fa_attn.decision import GRID_CODES
+from fa_attn.check import problems as check_problems
+from fa_attn.decision import GRID_CODES, KernelLaunch
+from fa_attn.verify.unitcheck import key_block, query_block
 
 from buildtool.emucheck.harness import emulator
 from buildtool.emucheck.ops import kernels_on_cpu
@@ -50,8 +52,14 @@ def emulated_jobs(arch: str, only: tuple[str, ...]) -> list[tuple[Job, Any]]:
 
 
 def check_emulated(
-    arch: str, only: tuple[str, ...] = (), csrc: Path | None = None, on_unit: Progress | None = None
+    arch: str,
+    only: tuple[str, ...] = (),
+    csrc: Path | None = None,
+    on_unit: Progress | None = None,
+    problems: tuple[str, ...] = (),
 ) -> CheckReport:
+    """Every unit of `arch` whose name contains one of `only` (all when empty), each on its problems
+    named in `problems` (all when empty: fa_attn.check.problems)."""
     if arch not in ARCHES:
         raise UsageError(f"--arch {arch}: use one of {', '.join(ARCHES)}")
     harness = emulator()
@@ -60,6 +68,9 @@ def check_emulated(
             f"--source {csrc}: not a kernel source folder (no fwd.cu); use a copy of kernels/csrc"
         )
     jobs = emulated_jobs(arch, only)
+    _check_problem_names(jobs, problems)
+    if problems:  # only the units that have a selected problem
+        jobs = [(job, u) for job, u in jobs if set(problems) & set(problem_names(job))]
     libs: dict[str, Any] = {}
     units: list[UnitReport] = []
     on_unit = on_unit or line_progress()
@@ -69,7 +80,7 @@ def check_emulated(
             try:
                 if job.module not in libs:
                     libs[job.module] = harness.Emulated(unit, arch, *(() if csrc is None else (csrc,)))
-                units.append(summarize(job, run_job(job, torch.device("cpu"), medium=False)))
+                units.append(summarize(job, run_job(job, torch.device("cpu"), False, problems)))
             except Exception as err:  # noqa: BLE001 (a build or launch failure is this unit's verdict)
                 text = f"{type(err).__name__}: {err}".replace("\n", " ")[:300]
                 units.append(
@@ -80,3 +91,26 @@ def check_emulated(
     on_unit(len(jobs), len(jobs), "")
     gpu = {"index": 0, "gpu": f"CPU emulator, sm {arch}", "sm": arch}
     return CheckReport(verdict_of(units), [gpu], units, [])
+
+
+def problem_names(job: Job) -> list[str]:
+    """The names of a unit's emulated problems (fa_attn.check.problems, without the medium shapes)."""
+    launch = KernelLaunch(job.module, job.entries, job.launch)
+    dtype = torch.bfloat16 if job.dtype == "bf16" else torch.float16
+    chosen = check_problems(
+        dtype, job.launch[0], job.direction, key_block(launch), False, query_block(launch)
+    )
+    return [p.name for p in chosen]
+
+
+def _check_problem_names(jobs: list[tuple[Job, Any]], names: tuple[str, ...]) -> None:
+    """--problem: each name must be a problem of some selected unit (a typo checks nothing)."""
+    if not names:
+        return
+    known = {name for job, _ in jobs for name in problem_names(job)}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise UsageError(
+            f"--problem {', '.join(unknown)}: no selected unit has such a problem "
+            f"(problems: {', '.join(sorted(known))})"
+        )

@@ -9,7 +9,8 @@ illegal address, a hang or a crash marks that unit failed and the check goes on.
 (verify/record.py) that every later process reads (fa_attn.selfcheck).
 
 Not verified on a GPU: this project has none; `fa check --emulate` runs the same unit checks on the CPU
-emulator. Exit codes: 0 every unit passed, 1 a unit failed or no GPU (verdict no-gpu), 2 bad input.
+emulator. Exit codes: 0 every unit passed, 1 a unit failed, no GPU (verdict no-gpu) or no unit the
+runtime would use (verdict no-units: a check of nothing is not a pass), 2 bad input.
 """
 
 from __future__ import annotations
@@ -23,13 +24,15 @@ import textwrap
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from . import decision, loader
+from . import decision, dispatch, loader
+from .reasons import Reason
 from .verify import record as records
-from .verify.unitcheck import Outcome, Problem, check_backward, check_forward, key_block
+from .verify.unitcheck import Outcome, Problem, check_backward, check_forward, key_block, query_block
 
 UNIT_TIMEOUT_S = 300.0  # one unit's worker: its problems, and a hang's limit
 BENCH_SEQLENS = (512, 2048, 8192)
@@ -65,34 +68,97 @@ class UnitReport:
 
 
 def problems(
-    dtype: torch.dtype, head_dim: int, direction: str, block_n: int = 64, medium: bool = True
+    dtype: torch.dtype,
+    head_dim: int,
+    direction: str,
+    block_n: int = 64,
+    medium: bool = True,
+    block_m: int = 64,
 ) -> list[Problem]:
-    """The shapes a unit is checked on: tiny (two key blocks: block_n and 15 keys) and medium (not on the
-    emulator), causal and not, GQA, fewer queries than keys (bottom-right causal); then the other
-    layouts the runtime sends the same kernels: varlen (two packed sequences; forward and backward) and
-    a KV cache whose sequences use different numbers of rows (forward and split-KV: inference only)."""
-    two = block_n + 15
-    shapes = [(two, two, 2, 2, "padded"), (40, two, 2, 1, "padded")]
-    shapes += [(512, 512, 4, 2, "padded")] if medium else []
-    shapes += [(two, two, 2, 1, "varlen")] + ([(300, 700, 4, 2, "varlen")] if medium else [])
-    if direction == "fwd":
-        shapes += [(16, two, 2, 1, "kvcache")]
-    if direction == "splitkv":  # decode-like: few queries, keys in at least two blocks (two splits)
-        shapes = [(1, two, 2, 1, "padded"), (1, two, 2, 1, "kvcache")]
-        shapes += [(8, 512, 4, 4, "padded"), (1, 1000, 4, 1, "kvcache")] if medium else []
-    return [
-        Problem(dtype, head_dim, causal, sq, sk, h, hk, seed=i, layout=layout)
-        for i, (sq, sk, h, hk, layout) in enumerate(shapes)
-        for causal in (False, True)
+    """The problems a unit (bucket `head_dim`, tile block_m x block_n) is checked on: one per code path
+    its kernels branch on (docs/checking.md's coverage table, generated from kernels/csrc by
+    buildtool/emucheck/coverage.py), each as small as that path allows at the unit's real tile sizes.
+
+    Several query and key blocks with a partial last tile of each, padded batch 2, causal and not;
+    rows that see no key; GQA groups 2, 4 and 8 (MQA); the head dims below the bucket (the first above
+    the next smaller bucket, an odd multiple of 8, and the next, a multiple of 16); a softmax_scale not
+    1/sqrt(d); left, right and two-sided windows and a causal one; softcap; varlen with empty
+    sequences (no queries, no keys). Forward and split-KV add the KV-cache layouts: seqused_k,
+    leftpad_k, cache_batch_idx and pages of one and of two key blocks; split-KV runs every problem in
+    2 shares and adds a problem with more shares than key blocks (an empty share). Then, where a GPU
+    runs them (`medium`), a medium shape of each layout."""
+    m, n = block_m, block_n
+    sq, sk = m + 17, 2 * n + 15  # two query blocks and three key blocks, the last of each partial
+    short = (17, n + 15)  # one partial query block, two key blocks
+    lower = max((b for b in (0, 32, 64, 96, 128, 160, 192, 224) if b < head_dim), default=0)
+    out: list[tuple[str, dict[str, Any]]] = [
+        _named("blocks", seqlen_q=sq, seqlen_k=sk, batch=2),
+        _named("blocks-causal", seqlen_q=sq, seqlen_k=sk, batch=2, causal=True),
+        _named("no-key-rows", seqlen_q=sq, seqlen_k=9, causal=True),  # rows < sq - 9 see no key
+        _named("gqa2", seqlen_q=short[0], seqlen_k=short[1], heads=4, heads_k=2),
+        _named("gqa4", seqlen_q=short[0], seqlen_k=short[1], heads=8, heads_k=2),
+        _named("mqa", seqlen_q=short[0], seqlen_k=short[1], heads=8, heads_k=1),
     ]
+    out += [
+        _named(f"hdim{d}", seqlen_q=short[0], seqlen_k=short[1], head_dim=d)
+        for d in (lower + 8, lower + 16)
+        if d < head_dim
+    ]
+    out += [
+        _named("scale", seqlen_q=short[0], seqlen_k=short[1], scale=0.37),
+        _named("window-left", seqlen_q=sq, seqlen_k=sk, window=(n // 2 + 3, -1)),
+        _named("window-right", seqlen_q=sq, seqlen_k=sk, window=(-1, n // 4 + 1)),
+        _named("window-both", seqlen_q=sq, seqlen_k=sk, window=(n // 2 + 5, 9)),
+        _named("window-causal", seqlen_q=sq, seqlen_k=sk, window=(n + 7, -1), causal=True),
+        _named("softcap", seqlen_q=short[0], seqlen_k=short[1], softcap=2.5),
+    ]
+    # varlen's sequences: a long one, one without queries, one without keys, a short one
+    empty = ((sq, sk), (0, n + 3), (17, 0), (m // 2 + 1, n // 2 + 7))
+    out += [
+        _named("varlen", seqlen_q=sq, seqlen_k=sk, layout="varlen", lengths=empty),
+        _named("varlen-causal", seqlen_q=sq, seqlen_k=sk, layout="varlen", lengths=empty, causal=True),
+    ]
+    if direction != "bwd":  # the KV-cache layouts: forward and split-KV only (no KV-cache backward)
+        cache: dict[str, Any] = {
+            "seqlen_q": short[0],
+            "seqlen_k": sk + 8,
+            "lengths": ((short[0], sk), (short[0], n + 3)),
+        }
+        out += [
+            _named("kvcache", **cache, layout="kvcache"),
+            _named("leftpad", **cache, layout="kvcache", leftpad=True, causal=True),
+            _named("cache-batch-idx", **cache, layout="kvcache", cache_rows=True),
+            _named(f"paged{n}", **cache, layout="paged", page_size=n),
+            _named(f"paged{2 * n}", **cache, layout="paged", page_size=2 * n, causal=True),
+        ]
+    if direction == "splitkv":  # a share with no key block: the combine weighs it 0
+        out.append(_named("splits-empty", seqlen_q=sq, seqlen_k=sk, splits=4, causal=True))
+    if medium:  # on a GPU: a medium shape of each layout too
+        out += [
+            _named("medium", seqlen_q=512, seqlen_k=512, heads=4, heads_k=2, causal=True),
+            _named("medium-varlen", seqlen_q=300, seqlen_k=700, heads=4, heads_k=2, layout="varlen"),
+        ]
+        if direction == "splitkv":
+            out.append(
+                _named("medium-decode", seqlen_q=1, seqlen_k=1000, heads=4, heads_k=1, layout="kvcache")
+            )
+    base: dict[str, Any] = {"dtype": dtype, "head_dim": head_dim, "causal": False}
+    return [Problem(**{**base, **kw, "seed": i, "name": name}) for i, (name, kw) in enumerate(out)]
 
 
-def run_job(job: Job, device: torch.device, medium: bool = True) -> list[Outcome]:
-    """Every problem of one unit (in this process: the worker)."""
+def _named(name: str, **fields: Any) -> tuple[str, dict[str, Any]]:
+    return name, fields
+
+
+def run_job(job: Job, device: torch.device, medium: bool = True, only: tuple[str, ...] = ()) -> list[Outcome]:
+    """Every problem of one unit (in this process: the worker); `only`: those of these names."""
     launch = decision.KernelLaunch(job.module, job.entries, job.launch)
     dtype = torch.bfloat16 if job.dtype == "bf16" else torch.float16
     out = []
-    for problem in problems(dtype, job.launch[0], job.direction, key_block(launch), medium):
+    chosen = problems(dtype, job.launch[0], job.direction, key_block(launch), medium, query_block(launch))
+    for problem in chosen:
+        if only and problem.name not in only:
+            continue
         if job.direction == "bwd":
             out.append(check_backward(launch, problem, device))
         else:
@@ -109,24 +175,51 @@ def summarize(job: Job, outcomes: list[Outcome]) -> UnitReport:
     )  # fmt: skip
 
 
-def jobs_for(device: int, manifest: Any = None) -> list[Job]:
-    """The units the runtime would use on GPU `device`, one job each."""
-    man = manifest or loader.manifest()
+def jobs_for(device: int, manifest: Any = None) -> tuple[list[Job], list[Reason]]:
+    """The units the runtime would use on GPU `device`, one job each, and, when there are none, why
+    (the runtime's fallback reasons)."""
     major, minor = torch.cuda.get_device_capability(device)
     props = torch.cuda.get_device_properties(device)
     gpu = decision.Device("cuda", f"{major}.{minor}", getattr(props, "shared_memory_per_block_optin", None))
+    return jobs_on(gpu, device, manifest or loader.manifest())
+
+
+def jobs_on(
+    gpu: decision.Device,
+    index: int,
+    man: Any,
+    driver: Callable[[], str | None] = dispatch.driver_version,
+    package_dir: Path = loader.PACKAGE_DIR,
+) -> tuple[list[Job], list[Reason]]:
+    """The units the runtime would use on `gpu` (CUDA device `index`): for every kernel file of the
+    manifest, the call it serves decided by the runtime's own code (dispatch.decide: the per-variant
+    wheel's decision, or the all-wheel's choice of kernel set by this GPU and driver), one job per unit
+    the decision names. With none, the reasons the calls fall back (one per code)."""
     seen: dict[str, Job] = {}
+    why: dict[str, Reason] = {}
     for kernel in man.kernels:
         call = decision.Call(kernel.dtype, kernel.head_dim, backward=kernel.direction == "bwd")
-        route = decision.decide(man.info, gpu, call, man.kernels, loader.PACKAGE_DIR)
+        route = dispatch.decide(dispatch.CallFacts(gpu, call), man, lambda: None, driver, package_dir)
+        for reason in route.reasons:
+            why.setdefault(reason.code, reason)
         for direction, launch in (("fwd", route.fwd), ("bwd", route.bwd), ("splitkv", route.splitkv)):
             if launch is None or not launch.module or launch.module in seen:
                 continue
             unit = records.unit_name(launch.module)
             seen[launch.module] = Job(
-                unit, direction, kernel.dtype, launch.module, launch.entries, launch.launch, device
+                unit, direction, kernel.dtype, launch.module, launch.entries, launch.launch, index
             )
-    return sorted(seen.values(), key=lambda j: j.unit)
+    if not man.kernels:
+        why.setdefault("binding-unavailable", NO_KERNELS)
+    jobs = sorted(seen.values(), key=lambda j: j.unit)
+    return jobs, ([] if jobs else list(why.values()))
+
+
+NO_KERNELS = Reason(
+    "binding-unavailable",
+    "this fa-attn has no kernels (the universal wheel, or a source checkout)",
+    "install the fa-attn wheel for your torch and CUDA major (`fa install`)",
+)
 
 
 def run_isolated(job: Job, timeout: float = UNIT_TIMEOUT_S) -> UnitReport:
@@ -174,7 +267,7 @@ def worker() -> int:
 
 @dataclass
 class CheckReport:
-    verdict: str  # "pass" | "fail" | "no-gpu"
+    verdict: str  # "pass" | "fail" | "no-gpu" | "no-units"
     gpus: list[dict[str, Any]]
     units: list[UnitReport]
     records: list[str]
@@ -203,6 +296,13 @@ WHEEL_NO_GPU_FIX = "run it where nvidia-smi lists a GPU; `fa check --emulate` ne
 
 def no_gpu_report() -> CheckReport:
     return CheckReport("no-gpu", [], [], [], NO_GPU_FIX)
+
+
+def nothing_to_check(why: list[Reason]) -> CheckReport:
+    """No unit to check on any GPU: verdict no-units (exit 1, never a pass of nothing), with why the
+    runtime would use no kernel here and what to do."""
+    reason = why[0] if why else NO_KERNELS
+    return CheckReport("no-units", [], [], [], f"{reason.message} [{reason.code}]; fix: {reason.fix}")
 
 
 def verdict_of(units: Iterable[UnitReport]) -> str:
@@ -243,6 +343,11 @@ def render(report: CheckReport, out: Callable[[str], None] = print) -> None:
         out("fa check: no NVIDIA GPU visible (verdict no-gpu)")
         out(f"fix: {report.fix}")
         return
+    if report.verdict == "no-units":
+        out("fa check: no kernel unit the runtime would use here (verdict no-units)")
+        for line in textwrap.wrap(report.fix, 78):
+            out(line)
+        return
     out(f"{'unit':<34} {'dir':<7} {'verdict':<7} {'error/bound':>11} {'speed':>8}   gpu")
     for u in report.units:
         unit, direction, verdict, ratio, speed, gpu = unit_row(u)
@@ -278,7 +383,14 @@ def check_gpus(bench: bool = False, write: bool = True, on_unit: Progress | None
     from . import selfcheck  # the record key the runtime reads
 
     gpus, units, written = [], [], []
-    all_jobs = [(i, job) for i in range(torch.cuda.device_count()) for job in jobs_for(i)]
+    all_jobs: list[tuple[int, Job]] = []
+    why: list[Reason] = []
+    for i in range(torch.cuda.device_count()):
+        jobs, reasons = jobs_for(i)
+        all_jobs += [(i, job) for job in jobs]
+        why += reasons
+    if not all_jobs:
+        return nothing_to_check(why)
     on_unit = on_unit or line_progress()
     for n, (_, job) in enumerate(all_jobs):
         on_unit(n, len(all_jobs), job.unit)

@@ -47,6 +47,14 @@ def test_bad_input_exits_2() -> None:
     assert "--emulate" in done.stderr
 
 
+def test_an_unknown_problem_exits_2_naming_the_problems() -> None:
+    done = run("-m", "buildtool.cli", "check", "--emulate", "--unit", "fwd_fp16_d32", "--problem", "nosuch")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "--problem nosuch" in done.stderr
+    assert "window-left" in done.stderr  # the problems there are
+    assert "Traceback" not in done.stderr
+
+
 def emulator_or_skip() -> None:
     if shutil.which(os.environ.get("CXX", "g++")) is None:
         pytest.skip("the kernel emulator needs a host C++ compiler (g++)")
@@ -74,17 +82,20 @@ MUTATIONS = {
         "x = (8 * j + e < keys_left) & (rel >= lo) & (rel <= hi) ? x : -pos_inf();",
         "x = (8 * j + e < keys_left) & (rel >= lo) & (rel < hi) ? x : -pos_inf();",
         "padded",
+        "blocks-causal",
     ),
     "varlen-offset": (
         "attention.cuh",
         "s.k_row0 = p.cu_seqlens_k[b];",
         "s.k_row0 = p.cu_seqlens_k[b] / 2;",
         "varlen",
+        "varlen",
     ),
     "kvcache-used-rows": (
         "attention.cuh",
         "if (p.seqused_k != nullptr) end = p.seqused_k[b];",
         "if (p.seqused_k != nullptr) end = p.seqused_k[0];",
+        "kvcache",
         "kvcache",
     ),
 }
@@ -93,16 +104,18 @@ MUTATIONS = {
 @pytest.mark.parametrize("mutation", sorted(MUTATIONS))
 def test_emulate_fails_naming_the_unit_on_a_broken_kernel(tmp_path: Path, mutation: str) -> None:
     emulator_or_skip()
-    file, line, broken, layout = MUTATIONS[mutation]
+    file, line, broken, layout, problem = MUTATIONS[mutation]
     csrc = tmp_path / "csrc"
     shutil.copytree(REPO / "kernels" / "csrc", csrc)
     source = (csrc / file).read_text()
     assert source.count(line) == 1, "the mutation's target line changed"
     (csrc / file).write_text(source.replace(line, broken))
-    done = run("-m", "buildtool.cli", "check", "--emulate", "--unit", "fwd_fp16_d32", "--source", str(csrc))
+    unit = ["--unit", "fwd_fp16_d32", "--problem", problem]
+    done = run("-m", "buildtool.cli", "check", "--emulate", *unit, "--source", str(csrc))
     assert done.returncode == 1, done.stdout + done.stderr
     assert "sm_80/fwd_fp16_d32" in done.stdout
     assert "out: error" in done.stdout
-    assert f" {layout} " in done.stdout  # the failing problem is named, with its layout
+    assert f"[{problem}]" in done.stdout  # the failing problem is named, with its layout
+    assert f" {layout} " in done.stdout
     assert "verdict fail" in done.stdout
     assert "Traceback" not in done.stdout + done.stderr

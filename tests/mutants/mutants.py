@@ -1,0 +1,244 @@
+"""The project's own one-line faults in kernels/csrc: the mutant gate (docs/checking.md).
+
+Each fault is one line of the kernel sources changed the way a slip of the pen would change it, with the
+smallest `fa check --emulate` selection that must catch it: one unit (on one arch) and one of its
+problems (fa_attn.check.problems). tests/mutants/test_mutants.py applies each to a copy of
+kernels/csrc and runs that selection, so CI runs one problem per fault; the same selection by hand:
+
+    fa check --emulate --arch 8.0 --unit fwd_fp16_d32 --problem scale --source /path/to/altered/csrc
+
+`needs` names what the check cannot see yet: faults that only an emulator running blocks interleaved
+(a plain add where dQ needs an atomic) or executing primitives.cuh's own inline PTX can catch. Their
+tests are strict xfails that flip when that emulator lands (the `emu` branch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NEEDS_EMU = "needs the emulator that interleaves blocks and runs primitives.cuh's PTX (the emu branch)"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    category: str  # the code path it breaks (docs/checking.md's coverage table)
+    file: str  # in kernels/csrc
+    old: str  # occurs exactly once in the file
+    new: str
+    unit: str  # the unit of the selection (its name on `arch`)
+    problem: str  # the problem of the selection
+    arch: str = "8.0"
+    needs: str = ""  # "": the check must catch it today
+
+    def command(self, csrc: str = "DIR") -> str:
+        """The `fa check` line that must fail on this fault (applied to a copy of kernels/csrc in DIR)."""
+        return (
+            f"fa check --emulate --arch {self.arch} --unit {self.unit} --problem {self.problem} "
+            f"--source {csrc}"
+        )
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    # softmax_scale: the caller's scale replaced by the bucket's 1/sqrt(d)
+    Mutant(
+        "fwd-scale-ignored", "scale", "fwd.cu",
+        "blk.logit_scale = blk.softcap ? p.softcap * kLog2e : p.scale_softmax_log2;",
+        "blk.logit_scale = blk.softcap ? p.softcap * kLog2e : kLog2e / sqrtf(static_cast<float>(kHeadDim));",
+        "fwd_fp16_d32", "scale",
+    ),
+    Mutant(
+        "bwd-dk-scale-ignored", "scale", "bwd.cu",
+        "const float sc = params.scale_softmax;",
+        "const float sc = 1.f / sqrtf(static_cast<float>(kHeadDim));",
+        "bwd_fp16_d32", "scale",
+    ),
+    # the sliding window
+    Mutant(
+        "fwd-window-left-off-by-one", "window", "fwd.cu",
+        "const int lo = band.left < 0 ? -kFar : -band.left;",
+        "const int lo = band.left < 0 ? -kFar : 1 - band.left;",
+        "fwd_fp16_d32", "window-left",
+    ),
+    Mutant(
+        "bwd-window-left-off-by-one", "window", "attention.cuh",
+        "(left < 0 || key >= row + diag - left);",
+        "(left < 0 || key > row + diag - left);",
+        "bwd_fp16_d32", "window-left",
+    ),
+    Mutant(
+        "fwd-window-right-off-by-one", "window", "fwd.cu",
+        "const int hi = band.right < 0 ? kFar : band.right;",
+        "const int hi = band.right < 0 ? kFar : band.right + 1;",
+        "fwd_fp16_d32", "window-right",
+    ),
+    Mutant(
+        "causal-diagonal-off-by-one", "causal", "attention.cuh",
+        "const int right = p.is_causal ? 0 : p.window_right;",
+        "const int right = p.is_causal ? 1 : p.window_right;",
+        "bwd_fp16_d32", "blocks-causal",
+    ),
+    # softcap
+    Mutant(
+        "fwd-softcap-scaled-wrongly", "softcap", "fwd.cu",
+        "blk.tanh_scale = blk.softcap ? p.scale_softmax / p.softcap : 0.f;",
+        "blk.tanh_scale = blk.softcap ? p.scale_softmax * p.softcap : 0.f;",
+        "fwd_fp16_d32", "softcap",
+    ),
+    Mutant(
+        "bwd-softcap-derivative", "softcap", "bwd.cu",
+        "dtanh = 1.f - raw * raw;",
+        "dtanh = 1.f - raw;",
+        "bwd_fp16_d32", "softcap",
+    ),
+    # padded batch > 1: another batch's rows
+    Mutant(
+        "bwd-batch-row-sums", "batch", "attention.cuh",
+        "s.dsum_row0 = bh * p.seqlen_q_rounded;",
+        "s.dsum_row0 = h * p.seqlen_q_rounded;",
+        "bwd_fp16_d32", "blocks",
+    ),
+    Mutant(
+        "fwd-batch-lse-rows", "batch", "attention.cuh",
+        "s.lse_row0 = bh * p.seqlen_q;",
+        "s.lse_row0 = h * p.seqlen_q;",
+        "fwd_fp16_d32", "blocks",
+    ),
+    # split-KV: shares, query blocks x splits, the combine
+    Mutant(
+        "splitkv-shares-overlap", "split-kv", "fwd.cu",
+        "blk.keys.end = min(blk.keys.end, (split + 1) * per);",
+        "blk.keys.end = min(blk.keys.end, (split + 1) * per + 1);",
+        "splitkv_fp16_d32", "blocks",
+    ),
+    Mutant(
+        "splitkv-query-block-of-split", "split-kv", "fwd.cu",
+        "const Block blk = block_of(params, blockIdx.x / splits, gridDim.x / splits, split, splits);",
+        "const Block blk = block_of(params, blockIdx.x % (gridDim.x / splits), gridDim.x / splits, split, splits);",
+        "splitkv_fp16_d32", "blocks",
+    ),
+    Mutant(
+        "splitkv-combine-weights", "split-kv", "fwd.cu",
+        "const float w = exp_diff(lse_s[i * s.lse_rows], lse);",
+        "const float w = exp_diff(lse_s[i * s.lse_rows], mx);",
+        "splitkv_fp16_d32", "blocks",
+    ),
+    Mutant(
+        "splitkv-empty-share-weighs", "split-kv", "fwd.cu",
+        "sum > 0.f ? (st.max[mt][hh] * blk.logit_scale + log2_approx(sum)) * kLn2 : -pos_inf();",
+        "sum > 0.f ? (st.max[mt][hh] * blk.logit_scale + log2_approx(sum)) * kLn2 : 0.f;",
+        "splitkv_fp16_d32", "splits-empty",
+    ),
+    # paged KV
+    Mutant(
+        "paged-row-in-page", "paged", "attention.cuh",
+        "return base + pages[key0 / page_size] * page_stride + (key0 % page_size) * row_stride;",
+        "return base + pages[key0 / page_size] * page_stride;",
+        "fwd_fp16_d32", "paged128",
+    ),
+    Mutant(
+        "paged-table-row-stride", "paged", "attention.cuh",
+        "s.k_pages = p.block_table + b * p.block_table_batch_stride;",
+        "s.k_pages = p.block_table + b * p.page_block_size;",
+        "splitkv_fp16_d32", "paged128",
+    ),
+    # rows that see no key
+    Mutant(
+        "fwd-no-key-row-divides", "no-key rows", "fwd.cu",
+        "inv[hh] = sum > 0.f ? rcp_approx(sum) : 0.f;",
+        "inv[hh] = rcp_approx(sum);",
+        "fwd_fp16_d32", "no-key-rows",
+    ),
+    Mutant(
+        "fwd-no-key-row-max", "no-key rows", "fwd.cu",
+        "const float max2 = mx == -pos_inf() ? 0.f : mx * logit_scale;",
+        "const float max2 = mx * logit_scale;",
+        "fwd_fp16_d32", "no-key-rows",
+    ),
+    # head dims below the bucket
+    Mutant(
+        "partial-k-step-skipped", "head dim", "attention.cuh",
+        "if (k0 >= k_limit) break;",
+        "if (k0 + 16 > k_limit) break;",
+        "fwd_fp16_d32", "hdim8",
+    ),
+    Mutant(
+        "load-ignores-head-dim", "head dim", "tiles.cuh",
+        "const bool ok = row < valid_rows && col < valid_cols;",
+        "const bool ok = row < valid_rows;",
+        "bwd_fp16_d64", "hdim40",
+    ),
+    # GQA / MQA head mapping
+    Mutant(
+        "gqa-head-mapping", "gqa", "attention.cuh",
+        "s.kv_head = h / (p.heads / p.heads_k);",
+        "s.kv_head = h % p.heads_k;",
+        "fwd_fp16_d32", "gqa4",
+    ),
+    # the query block an output row lands in
+    Mutant(
+        "fwd-lse-wrong-query-block", "query blocks", "fwd.cu",
+        "const int row = blk.row0 + warp_row + mt * 16 + g + hh * 8;",
+        "const int row = warp_row + mt * 16 + g + hh * 8;",
+        "fwd_fp16_d32", "blocks",
+    ),
+    # varlen with empty sequences
+    Mutant(
+        "varlen-key-count", "varlen", "attention.cuh",
+        "end = p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b];",
+        "end = max(1, p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b]);",
+        "fwd_fp16_d32", "varlen",
+    ),
+    Mutant(
+        "bwd-varlen-row-sums-head", "varlen", "attention.cuh",
+        "s.dsum_row0 = s.lse_row0;",
+        "s.dsum_row0 = start;",
+        "bwd_fp16_d32", "varlen",
+    ),
+    # the KV-cache layouts
+    Mutant(
+        "leftpad-first-sequence", "leftpad", "attention.cuh",
+        "const int first = p.leftpad_k != nullptr ? p.leftpad_k[b] : 0;",
+        "const int first = p.leftpad_k != nullptr ? p.leftpad_k[0] : 0;",
+        "fwd_fp16_d32", "leftpad",
+    ),
+    Mutant(
+        "cache-batch-idx-ignored", "cache_batch_idx", "attention.cuh",
+        "s.k_batch = p.kv_batch_idx != nullptr ? p.kv_batch_idx[b] : b;",
+        "s.k_batch = b;",
+        "splitkv_fp16_d32", "cache-batch-idx",
+    ),
+    Mutant(
+        "seqused-k-one-short", "seqused_k", "attention.cuh",
+        "if (p.seqused_k != nullptr) end = p.seqused_k[b];",
+        "if (p.seqused_k != nullptr) end = p.seqused_k[b] - 1;",
+        "fwd_fp16_d32", "kvcache",
+    ),
+    # the backward's preprocess: D = rowsum(dO * O) from packed halves
+    Mutant(
+        "unpack-high-half", "bwd preprocess", "composed.cuh",
+        "FA_DEVICE float unpack_hi(u32 v) { return elem_to_float(static_cast<u16>(v >> 16)); }",
+        "FA_DEVICE float unpack_hi(u32 v) { return elem_to_float(static_cast<u16>(v >> 15)); }",
+        "bwd_fp16_d32", "blocks",
+    ),
+    # bf16 units: the other dtype's conversion (in primitives.cuh, which only the new emulator runs)
+    Mutant(
+        "bf16-output-rounding", "dtype", "primitives.cuh",
+        'asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));',
+        'asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(lo), "f"(hi));',
+        "fwd_bf16_d32", "blocks", needs=NEEDS_EMU,
+    ),
+    # faults only an emulator that interleaves blocks / runs the real PTX can see
+    Mutant(
+        "dq-plain-add", "dq atomics", "bwd.cu",
+        "red_add_f32(dq + r * kb.dq_accum_row_stride + c, bits_to_float(ld_shared32(staged + (r * kDqPitch + c) * 4)));",
+        "dq[r * kb.dq_accum_row_stride + c] += bits_to_float(ld_shared32(staged + (r * kDqPitch + c) * 4));",
+        "bwd_fp16_d32", "blocks", needs=NEEDS_EMU,
+    ),
+    Mutant(
+        "ptx-exp2-is-log2", "primitives PTX", "primitives.cuh",
+        'asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));',
+        'asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));',
+        "fwd_fp16_d32", "blocks", needs=NEEDS_EMU,
+    ),
+)  # fmt: skip
