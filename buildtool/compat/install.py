@@ -198,7 +198,7 @@ def run_install(
     site = read_site(plan.installer.python)
     with install_txn.locked(site.packages, options.wait_s, say) as root:
         install_txn.checkpoint("locked")
-        recovered = install_txn.finish_or_roll_back(root)
+        recovered = install_txn.finish_or_roll_back(root, (site.packages, site.purelib))
         if recovered:
             say(recovered)
         site = read_site(plan.installer.python)  # as it is now: another install may have just ended
@@ -240,7 +240,7 @@ def _transaction(
     steps = _Steps(plan.installer, entry, root, log)
     wheel, contents = steps.fetch(index, plan.source)
     stage = steps.stage(wheel, site.packages)
-    location = steps.swap_in(stage, site.purelib if contents.purelib else site.packages, previous)
+    location = steps.swap_in(stage, site.purelib if contents.purelib else site.packages, previous, site)
     return InstallResult(
         installed=entry.info.version,
         previous=previous.version if previous else None,
@@ -324,10 +324,10 @@ class _Steps:
         install_txn.checkpoint("trial-imported")
         return stage
 
-    def swap_in(self, stage: Path, target: Path, previous: Installed | None) -> str:
+    def swap_in(self, stage: Path, target: Path, previous: Installed | None, site: Site) -> str:
         """The previous fa-attn's folders renamed aside, the new ones renamed in from `stage`, each rename
-        journaled first; then `import fa_attn` in a fresh interpreter, and the commit (or the undo).
-        Returns where `import fa_attn` finds it."""
+        journaled first (only moves the next recovery would follow); then `import fa_attn` in a fresh
+        interpreter, and the commit (or the undo). Returns where `import fa_attn` finds it."""
         entry, old = self.entry, self.work / "old"
         old.mkdir()
         tops = [PACKAGE_DIR, f"{PACKAGE_DIR}-{entry.info.version}.dist-info"]  # the package first
@@ -341,6 +341,7 @@ class _Steps:
             previous=previous.version if previous else None,
             moves=outs + ins,
         )
+        install_txn.check_moves(self.root, (site.packages, site.purelib), journal.moves)
         install_txn.write_journal(self.root, journal)
         try:
             try:

@@ -35,10 +35,11 @@ import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Refused", "locked", "read_bytes", "read_json", "write_atomic"]
+__all__ = ["Held", "Holder", "Refused", "held_by", "locked", "read_bytes", "read_json", "write_atomic"]
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -53,14 +54,19 @@ _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _BRACKET = re.compile(rb"[\[\]{}]")
 
 
-class Refused(Exception):
-    """One of fa's own files that fa will not read, write or lock: `path` is the file, `reason` a
-    sentence saying what is wrong with it and what to do."""
+_MOVE_AWAY = "move it away (fa makes its own), then re-run"
 
-    def __init__(self, path: Path | str, reason: str) -> None:
-        super().__init__(f"{path}: {reason}")
+
+class Refused(Exception):
+    """One of fa's own files that fa will not read, write or lock: `path` is the file, `problem` what is
+    wrong with it, `fix` what to do; `reason` says both in one sentence."""
+
+    def __init__(self, path: Path | str, problem: str, fix: str = _MOVE_AWAY) -> None:
         self.path = Path(path)
-        self.reason = reason
+        self.problem = problem
+        self.fix = fix
+        self.reason = f"{problem}: {fix}"
+        super().__init__(f"{path}: {self.reason}")
 
 
 def _trusted_uid(uid: int) -> bool:
@@ -97,8 +103,9 @@ def _link_refusal(path: Path) -> Refused:
         target = ""
     return Refused(
         path,
-        f"is a symbolic link{target}; fa never follows a link in place of one of its own files or "
-        f"folders: move the link away and re-run",
+        f"is a symbolic link{target}, and fa never follows a link in place of one of its own files or "
+        "folders",
+        "move the link away, then re-run",
     )
 
 
@@ -111,9 +118,7 @@ def _open_folder(folder: Path) -> int:
         if exc.errno == errno.ELOOP or os.path.islink(folder):
             raise _link_refusal(folder) from None
         if exc.errno == errno.ENOTDIR:
-            raise Refused(
-                folder, "is not a folder, where fa keeps its files: move it away and re-run"
-            ) from None
+            raise Refused(folder, "is not a folder, where fa keeps its files") from None
         raise
     owner = os.fstat(fd).st_uid
     if not _trusted_uid(owner):
@@ -121,23 +126,29 @@ def _open_folder(folder: Path) -> int:
         raise Refused(
             folder,
             f"belongs to {_who(owner)}, not to this user or root, so another user could replace fa's "
-            f"files in it: use a folder you own",
+            "files in it",
+            "run fa as its owner, or use a folder you own",
         )
     return fd
 
 
-def _check_private(path: Path, st: os.stat_result) -> None:
+def _check_owner(path: Path, st: os.stat_result) -> None:
     if not _trusted_uid(st.st_uid):
         raise Refused(
             path,
-            f"belongs to {_who(st.st_uid)}, not to this user or root, so fa does not trust what it "
-            f"says: delete it if you did not write it, or re-create it as this user",
+            f"belongs to {_who(st.st_uid)}, not to this user or root, so fa does not trust it",
+            "move it away if you did not write it, or make it again as this user",
         )
+
+
+def _check_private(path: Path, st: os.stat_result) -> None:
+    _check_owner(path, st)
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise Refused(
             path,
             f"is writable by other users (mode {stat.filemode(st.st_mode)}), so fa does not trust what "
-            f"it says: chmod go-w {path} if its content is yours",
+            "it says",
+            f"chmod go-w {path} if its content is yours, else move it away",
         )
 
 
@@ -152,22 +163,16 @@ def _open_regular(path: Path, flags: int, *, private: bool, mode: int = _FILE_MO
             if exc.errno == errno.ELOOP:
                 raise _link_refusal(path) from None
             if exc.errno == errno.EISDIR:
-                raise Refused(
-                    path,
-                    "is a folder, where fa keeps a file of its own: move the folder away and re-run",
-                ) from None
+                raise Refused(path, "is a folder, where fa keeps a file of its own") from None
             if exc.errno == errno.ENXIO:  # a FIFO without a reader, opened for writing
-                raise Refused(path, "is a FIFO (named pipe), not a file: move it away and re-run") from None
+                raise Refused(path, "is a FIFO (named pipe), where fa keeps a file of its own") from None
             raise
     finally:
         os.close(folder_fd)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise Refused(
-                path,
-                f"is {_kind(st.st_mode)}, where fa keeps a file of its own: move it away and re-run",
-            )
+            raise Refused(path, f"is {_kind(st.st_mode)}, where fa keeps a file of its own")
         if private:
             _check_private(path, st)
     except BaseException:
@@ -197,10 +202,7 @@ def read_bytes(path: Path | str, *, limit: int, private: bool = False) -> bytes:
 
 
 def _too_big(size: int, limit: int) -> str:
-    return (
-        f"holds {size} bytes or more, more than the {limit} a file of this kind may hold; it is not one "
-        f"fa wrote: move it away and re-run"
-    )
+    return f"holds {size} bytes or more, more than the {limit} a file of this kind may hold"
 
 
 def json_depth(data: bytes) -> int:
@@ -221,19 +223,13 @@ def read_json(path: Path | str, *, limit: int, max_depth: int = 64, private: boo
     path = Path(path)
     data = read_bytes(path, limit=limit, private=private)
     if (depth := json_depth(data)) > max_depth:
-        raise Refused(
-            path,
-            f"nests {depth} levels deep, more than the {max_depth} a file of this kind has; it is not "
-            f"one fa wrote: move it away and re-run",
-        )
+        raise Refused(path, f"nests {depth} levels deep, more than the {max_depth} a file of this kind has")
     try:
         return json.loads(data.decode("utf-8").removeprefix("\ufeff"))
     except UnicodeDecodeError as exc:
-        raise Refused(
-            path, f"is not UTF-8 text (byte {exc.start}); it is not one fa wrote: move it away and re-run"
-        ) from None
+        raise Refused(path, f"is not UTF-8 text (byte {exc.start})") from None
     except ValueError as exc:
-        raise Refused(path, f"is not JSON ({exc}): move it away and re-run") from None
+        raise Refused(path, f"is not JSON ({exc})") from None
 
 
 def write_atomic(path: Path | str, data: bytes, *, mode: int = _FILE_MODE) -> None:
@@ -251,10 +247,7 @@ def write_atomic(path: Path | str, data: bytes, *, mode: int = _FILE_MODE) -> No
             if stat.S_ISLNK(st.st_mode):
                 raise _link_refusal(path)
             if not stat.S_ISREG(st.st_mode):
-                raise Refused(
-                    path,
-                    f"is {_kind(st.st_mode)}, where fa writes a file of its own: move it away and re-run",
-                )
+                raise Refused(path, f"is {_kind(st.st_mode)}, where fa writes a file of its own")
         tmp = f"{path.name}{_TMP_MARK}{os.getpid()}-{secrets.token_hex(4)}"
         fd = os.open(
             tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, mode, dir_fd=folder_fd
@@ -279,13 +272,35 @@ def write_atomic(path: Path | str, data: bytes, *, mode: int = _FILE_MODE) -> No
         os.close(folder_fd)
 
 
-def _holder(fd: int) -> str:
-    """Who holds a lock, as its holder wrote it (`pid command`)."""
+@dataclass(frozen=True)
+class Holder:
+    """The process holding a lock, as it wrote itself into the lock file."""
+
+    pid: int | None  # None: the file does not say (not written by fa)
+    command: str
+
+    def __str__(self) -> str:
+        if self.pid is None:
+            return "a process that did not say who it is"
+        return f"pid {self.pid}" + (f" ({self.command})" if self.command else "")
+
+
+class Held(Refused):
+    """A lock another process held past the timeout."""
+
+    def __init__(self, path: Path | str, holder: Holder, timeout: float) -> None:
+        super().__init__(
+            path,
+            f"is held by {holder}, still after {timeout:g} s",
+            "wait for that process to finish (or stop it), then re-run",
+        )
+        self.holder = holder
+
+
+def _holder(fd: int) -> Holder:
     text = os.pread(fd, 256, 0).decode("utf-8", "replace").strip()
     pid, _, command = text.partition(" ")
-    if not pid.isdigit():
-        return "a process that did not say who it is"
-    return f"pid {pid}" + (f" ({command})" if command else "")
+    return Holder(int(pid), command) if pid.isdigit() and len(pid) < 10 else Holder(None, "")
 
 
 def _try_flock(fd: int) -> bool:
@@ -300,30 +315,42 @@ def _try_flock(fd: int) -> bool:
 
 @contextlib.contextmanager
 def locked(
-    path: Path | str, *, timeout: float, waiting: Callable[[str], None] | None = None
+    path: Path | str, *, timeout: float, waiting: Callable[[Holder], None] | None = None
 ) -> Iterator[None]:
     """Hold an exclusive lock on the file `path` (created if absent; only ever a regular file in a real
-    folder, never through a link, never truncated unless it is one). Another holder: `waiting` is told
-    once (who holds it, where), and the lock is tried until `timeout` seconds have passed, then
-    Refused names the holder and the lock. The kernel drops the lock when its holder dies."""
+    folder, owned by this user or root, never through a link). Another holder: `waiting` is told
+    once who it is (when `timeout` > 0), and the lock is tried until `timeout` seconds have passed,
+    then Held names the holder and the lock. The kernel drops the lock when its holder dies."""
     path = Path(path)
     fd = _open_regular(path, os.O_RDWR | os.O_CREAT, private=False)
     try:
+        _check_owner(path, os.fstat(fd))  # fa writes its pid into it: never into another user's file
         if not _try_flock(fd):
             deadline = time.monotonic() + timeout
             if waiting is not None and timeout > 0:
-                waiting(f"{path} is held by {_holder(fd)}; waiting up to {timeout:g} s for it")
+                waiting(_holder(fd))
             while not _try_flock(fd):
                 if time.monotonic() >= deadline:
-                    raise Refused(
-                        path,
-                        f"is held by {_holder(fd)}, still after {timeout:g} s: wait for that process "
-                        f"to finish (or stop it), then re-run",
-                    )
+                    raise Held(path, _holder(fd), timeout)
                 time.sleep(_LOCK_POLL_S)
         command = " ".join(Path(a).name if i == 0 else a for i, a in enumerate(sys.argv))[:200]
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()} {command}\n".encode(errors="replace"), 0)
         yield
+    finally:
+        os.close(fd)
+
+
+def held_by(path: Path | str) -> Holder | None:
+    """Who holds the lock `path` now (None: no one, or there is no such file), changing nothing; Refused
+    as locked() refuses."""
+    try:
+        fd = _open_regular(Path(path), os.O_RDONLY, private=False)
+    except FileNotFoundError:
+        return None
+    try:
+        if _try_flock(fd):
+            return None  # closing the file drops the lock just taken
+        return _holder(fd)
     finally:
         os.close(fd)
