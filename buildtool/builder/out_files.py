@@ -18,17 +18,19 @@ import contextlib
 import json
 import os
 import stat
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-
-from filelock import FileLock
 
 from buildtool.core import atomic
 from buildtool.core.fetch import sha256_file
-from buildtool.errors import UsageError
+from buildtool.core.runtime import ownfiles
+from buildtool.errors import FaError, UsageError
 
 RECORD = ".fa-written.json"
 MAX_RECORD_BYTES = 4 << 20  # a path and a hash per file: a release folder's record is a few KB
+# Another fa build or index holding the folder's lock writes a few files; a minute is far past that.
+LOCK_WAIT_S = 60.0
 
 
 class OutFileError(UsageError):
@@ -40,40 +42,67 @@ def _record_path(root: Path) -> Path:
 
 
 def written(root: Path) -> dict[str, list[str]]:
-    """The record: relative path -> the sha256s fa wrote there (two while a rename is under way)."""
+    """The record: relative path -> the sha256s fa wrote there (two while a rename is under way). Read
+    as fa's own file (ownfiles): a link, FIFO, device, folder, deep or oversized JSON, or another
+    user's record is refused by name (exit 2) and left where it is."""
     path = _record_path(root)
     try:
-        with path.open("rb") as f:
-            data = f.read(MAX_RECORD_BYTES + 1)
+        raw = ownfiles.read_json(path, limit=MAX_RECORD_BYTES, private=True)
     except FileNotFoundError:
         return {}
+    except ownfiles.Refused as exc:
+        raise OutFileError(
+            f"{_refused(exc, root)} (without it, fa treats every file in the folder as not its own)"
+        ) from None
     except OSError as exc:
-        raise OutFileError(f"{path}: cannot read it ({exc.strerror}); fix: check its permissions") from None
-    try:
-        raw = json.loads(data) if len(data) <= MAX_RECORD_BYTES else None
-    except ValueError:
-        raw = None
+        raise OutFileError(f"{path}: cannot read it ({exc.strerror})\n  fix: check its permissions") from None
     files = raw.get("files") if isinstance(raw, dict) else None
     if not isinstance(files, dict) or not all(
         isinstance(k, str) and isinstance(v, list) and all(isinstance(h, str) for h in v)
         for k, v in files.items()
     ):
         raise OutFileError(
-            f"{path}: not the record of files fa wrote here; fix: restore it, or move it away (fa then "
+            f"{path}: not the record of files fa wrote here\n  fix: restore it, or move it away (fa then "
             "treats every file in the folder as not its own)"
         )
     return files
 
 
+def _refused(exc: ownfiles.Refused, root: Path) -> str:
+    return f"{exc.path}: {exc.problem}; nothing written in {root}\n  fix: {exc.fix}"
+
+
+def _waiting(lock: Path, root: Path) -> Callable[[ownfiles.Holder], None]:
+    def say(holder: ownfiles.Holder) -> None:
+        print(
+            f"{lock}: held by {holder} (another fa build or fa index writing into {root}); waiting up "
+            f"to {LOCK_WAIT_S:g} s for it",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return say
+
+
 @contextlib.contextmanager
 def _locked(root: Path) -> Iterator[dict[str, list[str]]]:
-    """The record, read and then saved under the folder's lock (two builds into one --out)."""
+    """The record, read and then saved under the folder's lock (two builds into one --out). A lock
+    held by another process: said on stderr at once, waited for LOCK_WAIT_S, then FaError naming it."""
     inside(root, RECORD)
     lock = inside(root, f"{RECORD}.lock")
-    with FileLock(str(lock)):
-        files = written(root)
-        yield files
-        atomic.write_json(_record_path(root), {"files": files})
+    try:
+        with ownfiles.locked(lock, timeout=LOCK_WAIT_S, waiting=_waiting(lock, root)):
+            files = written(root)
+            yield files
+            ownfiles.write_atomic(
+                _record_path(root), (json.dumps({"files": files}, indent=2, sort_keys=True) + "\n").encode()
+            )
+    except ownfiles.Held as exc:
+        raise FaError(_refused(exc, root)) from None
+    except ownfiles.Refused as exc:
+        raise OutFileError(_refused(exc, root)) from None
+    except OSError as exc:
+        raise atomic.WriteError(_record_path(root), exc) from None
 
 
 def inside(root: Path, rel: str) -> Path:

@@ -18,6 +18,7 @@ from buildtool.builder.compile import KernelTree
 from buildtool.cli import app
 from buildtool.core.fetch import sha256_file
 from tests.builder.test_package_index import _build, _spec, host_lib, images  # noqa: F401 (fixtures)
+from tests.hostile import OWN_FILE_HAZARDS, plant
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -182,5 +183,67 @@ def test_two_processes_writing_into_one_folder_record_every_file(tmp_path):
 
 def test_a_damaged_record_is_named(tmp_path):
     (tmp_path / out_files.RECORD).write_text("[1, 2")
-    with pytest.raises(out_files.OutFileError, match=r"\.fa-written\.json: not the record"):
+    with pytest.raises(out_files.OutFileError, match=r"\.fa-written\.json: is not JSON"):
         out_files.write_text(tmp_path, "index.json", "{}")
+
+
+def _fa_index(folder: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "buildtool.cli", "index", str(folder)],
+        cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("hazard", OWN_FILE_HAZARDS)
+def test_the_record_is_read_only_as_fas_own_file(tmp_path, hazard):
+    """Round three: a FIFO as .fa-written.json hung fa index, /dev/zero read until MemoryError."""
+    record = tmp_path / out_files.RECORD
+    intact = plant(record, hazard)
+    done = _fa_index(tmp_path, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert f"{record}: " in done.stderr
+    assert "fix: " in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "index.json").exists()
+    intact()
+
+
+@pytest.mark.parametrize("hazard", [h for h in OWN_FILE_HAZARDS if h != "deep"])
+def test_the_record_lock_is_only_ever_fas_own_file(tmp_path, hazard):
+    """Round three: a folder as the lock gave IsADirectoryError; a link was followed."""
+    lock = tmp_path / f"{out_files.RECORD}.lock"
+    intact = plant(lock, hazard)
+    done = _fa_index(tmp_path, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert f"{lock}: " in done.stderr
+    assert "fix: " in done.stderr
+    assert "Traceback" not in done.stderr
+    intact()
+
+
+def test_a_held_record_lock_says_who_holds_it_then_waits(tmp_path):
+    """Round three: a held .fa-written.json.lock made fa index wait forever with no output."""
+    lock = tmp_path / f"{out_files.RECORD}.lock"
+    code = (
+        "import sys, time; from buildtool.core.runtime import ownfiles\n"
+        f"with ownfiles.locked({str(lock)!r}, timeout=0):\n"
+        "    print('held', flush=True); time.sleep(120)\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == "held\n"
+        index_run = subprocess.Popen(
+            [sys.executable, "-m", "buildtool.cli", "index", str(tmp_path)],
+            cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert index_run.stderr is not None
+        said = index_run.stderr.readline()  # blocks until fa says something
+        assert f"{lock}" in said
+        assert f"pid {holder.pid}" in said
+        assert "waiting up to" in said
+    finally:
+        holder.kill()
+        holder.wait()
+    assert index_run.wait(timeout=60) == 0
+    assert (tmp_path / "index.json").is_file()
