@@ -49,7 +49,7 @@ from buildtool.compat.install_site import (
 from buildtool.compat.install_txn import Move
 from buildtool.compat.wheel_index import WheelIndex, WheelIndexError, fetch_wheel, wheel_location
 from buildtool.core import children, interrupts
-from buildtool.core.runtime import schema
+from buildtool.core.runtime import ownfiles, schema
 from buildtool.errors import FaError
 
 # What `import fa_attn` in a fresh interpreter finds: its file and the fa-attn version installed.
@@ -430,9 +430,9 @@ def _staged(stage: Path) -> tuple[str | None, str | None]:
     ]
     version = dists[0].version if len(dists) == 1 else None
     try:
-        manifest = json.loads((stage / PACKAGE_DIR / "manifest.json").read_text())
+        manifest = ownfiles.read_json(stage / PACKAGE_DIR / "manifest.json", limit=schema.MANIFEST_MAX_BYTES)
         variant = manifest.get("variant") if isinstance(manifest, dict) else None
-    except (OSError, ValueError):
+    except (OSError, ownfiles.Refused):
         variant = None
     return version, variant
 

@@ -10,7 +10,8 @@ since each sits where a careless or hostile environment can put something else i
 - at most `limit` bytes, checked on the open file before reading (no MemoryError);
 - JSON nested at most `max_depth` deep, checked before json.loads (no RecursionError);
 - with `private=True` (a file whose content fa acts on: a record, the journal), owned by this user or
-  root and writable by no one else;
+  root and writable by no one else; with `any_owner=True` (a file that comes with installed code: a
+  wheel's manifest, as trusted as the code beside it), in a folder of anyone's (a shared environment);
 - written atomically (a temporary beside it, fsynced, renamed over it), never over a link, a folder or
   anything but a regular file;
 - locked with flock, waiting at most `timeout` seconds, then refused naming the holder and the lock.
@@ -109,9 +110,9 @@ def _link_refusal(path: Path) -> Refused:
     )
 
 
-def _open_folder(folder: Path) -> int:
+def _open_folder(folder: Path, *, any_owner: bool = False) -> int:
     """The folder opened without following a link; refused unless it is a real folder owned by this
-    user or root."""
+    user or root (or, with `any_owner`, by anyone)."""
     try:
         fd = os.open(folder, os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC)
     except OSError as exc:
@@ -121,7 +122,7 @@ def _open_folder(folder: Path) -> int:
             raise Refused(folder, "is not a folder, where fa keeps its files") from None
         raise
     owner = os.fstat(fd).st_uid
-    if not _trusted_uid(owner):
+    if not any_owner and not _trusted_uid(owner):
         os.close(fd)
         raise Refused(
             folder,
@@ -152,10 +153,12 @@ def _check_private(path: Path, st: os.stat_result) -> None:
         )
 
 
-def _open_regular(path: Path, flags: int, *, private: bool, mode: int = _FILE_MODE) -> int:
+def _open_regular(
+    path: Path, flags: int, *, private: bool, any_owner: bool = False, mode: int = _FILE_MODE
+) -> int:
     """The file opened without following a link or blocking, checked to be a regular file."""
     path = Path(path)
-    folder_fd = _open_folder(path.parent)
+    folder_fd = _open_folder(path.parent, any_owner=any_owner)
     try:
         try:
             fd = os.open(path.name, flags | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC, mode, dir_fd=folder_fd)
@@ -181,13 +184,15 @@ def _open_regular(path: Path, flags: int, *, private: bool, mode: int = _FILE_MO
     return fd
 
 
-def read_bytes(path: Path | str, *, limit: int, private: bool = False) -> bytes:
+def read_bytes(path: Path | str, *, limit: int, private: bool = False, any_owner: bool = False) -> bytes:
     """The file's bytes. Raises FileNotFoundError when it is absent (or its folder is), Refused
     when it is not a regular file of at most `limit` bytes in a real folder of this user's or root's
     (and, with `private`, owned by this user or root and not writable by others), and OSError for a
-    file the system will not give (permissions)."""
+    file the system will not give (permissions). `any_owner`: a file that comes with installed code (a
+    wheel's manifest), which is as trusted as the code beside it, whoever installed it; its folder
+    may then be anyone's (a shared environment's)."""
     path = Path(path)
-    fd = _open_regular(path, os.O_RDONLY, private=private)
+    fd = _open_regular(path, os.O_RDONLY, private=private, any_owner=any_owner)
     try:
         size = os.fstat(fd).st_size
         if size > limit:
@@ -217,11 +222,13 @@ def json_depth(data: bytes) -> int:
     return deepest
 
 
-def read_json(path: Path | str, *, limit: int, max_depth: int = 64, private: bool = False) -> Any:
+def read_json(
+    path: Path | str, *, limit: int, max_depth: int = 64, private: bool = False, any_owner: bool = False
+) -> Any:
     """The file's JSON value (read_bytes's rules, UTF-8 with or without a byte order mark). Refused
     also when it is not JSON or nests deeper than `max_depth`."""
     path = Path(path)
-    data = read_bytes(path, limit=limit, private=private)
+    data = read_bytes(path, limit=limit, private=private, any_owner=any_owner)
     if (depth := json_depth(data)) > max_depth:
         raise Refused(path, f"nests {depth} levels deep, more than the {max_depth} a file of this kind has")
     try:

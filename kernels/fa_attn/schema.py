@@ -36,6 +36,7 @@ SCHEMA_MINOR = 3
 PACKAGE = "fa-attn"  # the distribution
 DIST = "fa_attn"  # the import package and the wheel file name's prefix
 MANIFEST_PATH = f"{DIST}/manifest.json"  # inside every wheel
+MANIFEST_MAX_BYTES = 16 << 20  # an all-wheel's manifest, a few thousand kernel files, is under 2 MB
 BINDING_FILE = "libfa_attn_ops.so"  # the host binding, inside fa_attn/
 
 IMAGES = ("sass", "ptx")
