@@ -31,6 +31,9 @@ RECORD = ".fa-written.json"
 MAX_RECORD_BYTES = 4 << 20  # a path and a hash per file: a release folder's record is a few KB
 # Another fa build or index holding the folder's lock writes a few files; a minute is far past that.
 LOCK_WAIT_S = 60.0
+# In every page fa writes in a wheel folder (the pages' <meta name="generator">).
+GENERATOR = "fa index"
+GENERATOR_MARK = f'<meta name="generator" content="{GENERATOR}">'.encode()
 
 
 class OutFileError(UsageError):
@@ -134,13 +137,33 @@ def own(root: Path, rel: str) -> bool:
     return recorded is not None and path.is_file() and sha256_file(path) in recorded
 
 
-def claim(root: Path, rel: str) -> Path:
-    """root/rel, which fa may now replace; OutFileError when fa did not write what is there."""
+def made_by_fa(path: Path) -> bool:
+    """Whether the file at `path`, though not in this folder's record, is one fa makes in a wheel folder
+    (a shard's index.json or pages, copied in with its wheels): an index.json of fa's schema, or a page
+    carrying GENERATOR_MARK. A user's own simple/index.html (their other projects' index) is not."""
+    try:
+        data = ownfiles.read_bytes(path, limit=MAX_RECORD_BYTES)
+    except (OSError, ownfiles.Refused):
+        return False
+    if path.suffix == ".html":
+        return GENERATOR_MARK in data
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and "schema" in doc and isinstance(doc.get("wheels"), list)
+
+
+def claim(root: Path, rel: str, *, take_over: bool = False) -> Path:
+    """root/rel, which fa may now replace; OutFileError when fa did not write what is there. With
+    `take_over` (`fa index DIR`, asked to rewrite the index), also a file fa made elsewhere
+    (made_by_fa: a shard's, copied in)."""
     path = inside(root, rel)
-    if own(root, rel):
+    if own(root, rel) or (take_over and path.is_file() and made_by_fa(path)):
         return path
     if rel not in written(root):
-        problem = "fa did not write it (it is not in the record of what fa wrote here)"
+        problem = "fa did not write it (it is not in the record of what fa wrote here"
+        problem += ", nor a file fa makes)" if take_over else ")"
     else:
         problem = "it changed since fa wrote it (its sha256 is not the one fa recorded)"
     raise OutFileError(
@@ -158,8 +181,8 @@ def note(root: Path, rel: str, sha256: str, *, pending: bool = False) -> None:
 @contextlib.contextmanager
 def writing(root: Path, rel: str, *, take_over: bool = False) -> Iterator[Path]:
     """atomic.writing for root/rel, recorded: refused unless fa wrote what is there (or, with
-    `take_over`, for `fa index DIR`, which is asked to rewrite the index, whoever wrote it)."""
-    path = inside(root, rel) if take_over else claim(root, rel)
+    `take_over`, for `fa index DIR`, which is asked to rewrite the index, fa made it elsewhere)."""
+    path = claim(root, rel, take_over=take_over)
     atomic.ensure_dir(path.parent)
     inside(root, rel)  # the folders just made are ours; anything else in the way was checked above
     with atomic.writing(path) as tmp:

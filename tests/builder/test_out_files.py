@@ -5,6 +5,8 @@ silently) and merges wheels of other platforms into the index instead of deletin
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -17,6 +19,7 @@ from buildtool.builder import index, out_files, package
 from buildtool.builder.compile import KernelTree
 from buildtool.cli import app
 from buildtool.core.fetch import sha256_file
+from buildtool.core.runtime import schema
 from tests.builder.test_package_index import _build, _spec, host_lib, images  # noqa: F401 (fixtures)
 from tests.hostile import OWN_FILE_HAZARDS, plant
 
@@ -83,7 +86,7 @@ def test_nothing_is_written_through_a_linked_folder(built, tmp_path, folder):
 
 def test_fa_index_takes_over_the_index_but_never_follows_a_link(built, tmp_path):
     out, _ = built
-    (out / "index.json").write_text("an old index\n")
+    (out / "index.json").write_text(json.dumps(schema.index_json([])))  # a shard's, copied in
     result = CliRunner().invoke(app, ["index", str(out)])
     assert result.exit_code == 0, result.output
     assert json.loads((out / "index.json").read_text())["wheels"]
@@ -247,3 +250,47 @@ def test_a_held_record_lock_says_who_holds_it_then_waits(tmp_path):
         holder.wait()
     assert index_run.wait(timeout=60) == 0
     assert (tmp_path / "index.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("rel", "text"),
+    [
+        ("simple/index.html", "<html><a href='mypkg/'>mypkg</a></html>\n"),  # their other projects
+        ("simple/fa-attn/index.html", "<html>my own links</html>\n"),
+        ("index.json", "an old index of mine\n"),
+    ],
+)
+def test_fa_index_never_replaces_a_users_own_index_files(built, rel, text):
+    """Round three: fa index replaced a user's own simple/index.html without a word."""
+    out, _ = built
+    (out / rel).parent.mkdir(parents=True, exist_ok=True)
+    (out / rel).write_text(text)
+    result = CliRunner().invoke(app, ["index", str(out)])
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2, result.output
+    assert f"{out / rel}: fa did not write it" in said
+    assert "fix: move it out of" in said
+    assert (out / rel).read_text() == text
+
+
+def test_fa_index_takes_over_the_pages_of_a_shard_copied_in(built, tmp_path):
+    out, _ = built
+    shard = tmp_path / "shard"
+    shard.mkdir()
+    assert CliRunner().invoke(app, ["index", str(shard)]).exit_code == 0
+    shutil.copytree(shard / "simple", out / "simple")
+    result = CliRunner().invoke(app, ["index", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "simple/fa-attn/index.html" in out_files.written(out)  # rewritten, now recorded as fa's
+
+
+def test_fa_index_of_an_empty_argument_is_bad_input(tmp_path):
+    """Round three: `fa index ""` indexed the current folder."""
+    done = subprocess.run(
+        [sys.executable, "-m", "buildtool.cli", "index", ""],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'kernels'}"},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "DIRECTORY: is empty" in done.stderr
+    assert list(tmp_path.iterdir()) == []
