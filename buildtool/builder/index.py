@@ -21,7 +21,7 @@ from typing import Any
 import jinja2
 
 from buildtool.builder import index_page, out_files
-from buildtool.core import install_lines
+from buildtool.core import install_lines, wheel_members
 from buildtool.core.runtime import schema
 from buildtool.core.wheel_file import wheel_entry
 
@@ -40,13 +40,18 @@ def write_index(wheel_dir: Path, *, take_over: bool = False) -> dict[str, Any]:
     wheels copied in are merged), except that a wheel fa wrote must still have the sha256 it wrote. The
     index files are replaced only if fa wrote them (out_files' record), unless `take_over` (`fa index
     DIR`, asked to rewrite them: then also those fa made elsewhere, a shard's; never a user's own); the
-    page never replaces a user's index.html; nothing is written through a link."""
+    page never replaces a user's index.html; nothing is written through a link. A wheel fa install
+    would refuse (core/wheel_members.py) is refused here, before anything is written."""
     wheels = sorted(wheel_dir.glob("fa_attn-*.whl"))  # temporaries are named *.whl.fa-tmp-*: not matched
     entries = []
     for path in wheels:
         out_files.inside(wheel_dir, path.name)  # a linked wheel is not followed
         entry = wheel_entry(path)
         out_files.check_kept(wheel_dir, path.name, entry.sha256)
+        try:  # what fa install would refuse is not listed: files outside fa_attn/, links, a zip bomb
+            wheel_members.check(path, entry)
+        except wheel_members.HostileWheel as exc:
+            raise exc.with_outcome("nothing indexed") from None
         entries.append(entry)
     index = schema.index_json(entries)
     out_files.write_json(wheel_dir, "index.json", index, take_over=take_over)

@@ -2,7 +2,7 @@
 
 Under the environment's install lock, and after putting right whatever an interrupted install left:
 fetch the selected wheel (its sha256, name, metadata and manifest checked against the index), check
-what it may contain (compat/wheel_members.py), let pip (or uv) install it into a scratch folder beside
+what it may contain (core/wheel_members.py), let pip (or uv) install it into a scratch folder beside
 site-packages (`--target`, `--no-deps --no-index`, isolated from pip's configuration and PIP_*
 variables), import it from there, and only then swap it in: the previous fa-attn's folders are renamed
 aside, the new ones renamed in, `import fa_attn` is checked in a fresh interpreter, and the swap is
@@ -32,7 +32,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from buildtool.compat import install_txn, wheel_members
+from buildtool.compat import install_txn
 from buildtool.compat.choose import Selection
 from buildtool.compat.install_site import (
     DIST_NAME,
@@ -48,7 +48,7 @@ from buildtool.compat.install_site import (
 )
 from buildtool.compat.install_txn import Move
 from buildtool.compat.wheel_index import WheelIndex, WheelIndexError, fetch_wheel, wheel_location
-from buildtool.core import children, interrupts
+from buildtool.core import children, interrupts, wheel_members
 from buildtool.core.runtime import ownfiles, schema
 from buildtool.errors import FaError
 

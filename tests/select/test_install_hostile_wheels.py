@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.compat import wheel_members
+from buildtool.core import wheel_members
 from buildtool.compat.probe import probe
 from buildtool.compat.wheel_index import entry_from_wheel
 from buildtool.core.runtime import schema
