@@ -34,6 +34,8 @@ LOCK_WAIT_S = 60.0
 # In every page fa writes in a wheel folder (the pages' <meta name="generator">).
 GENERATOR = "fa index"
 GENERATOR_MARK = f'<meta name="generator" content="{GENERATOR}">'.encode()
+# A file fa wrote that changed since, set aside before fa writes it again (set_aside_if_changed).
+CHANGED_MARK = ".fa-changed-"
 
 
 class OutFileError(UsageError):
@@ -169,6 +171,34 @@ def claim(root: Path, rel: str, *, take_over: bool = False) -> Path:
     raise OutFileError(
         f"{path}: {problem}, so fa will not overwrite it; fix: move it out of {root}, or pass another --out"
     )
+
+
+def set_aside_if_changed(root: Path, rel: str) -> Path | None:
+    """A file fa wrote at root/rel that changed since (a tampered wheel) renamed, in the same folder,
+    to `<rel>.fa-changed-<its sha256's first 12>`: kept for inspection, out of the way of the file fa is
+    about to write again (a name fa index does not list). Returns where it went (None: nothing to do).
+    A file fa did not write is never moved (claim refuses it)."""
+    path = inside(root, rel)
+    recorded = written(root).get(rel)
+    if recorded is None or not path.is_file() or path.is_symlink():
+        return None
+    digest = sha256_file(path)
+    if digest in recorded:
+        return None
+    aside = inside(root, f"{rel}{CHANGED_MARK}{digest[:12]}")
+    if os.path.lexists(aside):
+        raise OutFileError(
+            f"{path}: changed since fa wrote it, and {aside.name} is already in the way of setting it "
+            f"aside\n  fix: move both out of {root}, then re-run"
+        )
+    os.rename(path, aside)
+    print(
+        f"{path}: changed since fa wrote it (sha256 {digest}, fa wrote {recorded[-1]}); set aside as "
+        f"{aside.name}, and written again",
+        file=sys.stderr,
+        flush=True,
+    )
+    return aside
 
 
 def note(root: Path, rel: str, sha256: str, *, pending: bool = False) -> None:

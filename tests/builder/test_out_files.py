@@ -117,13 +117,26 @@ def test_a_tampered_wheel_is_not_reindexed(built):
     assert (out / "index.json").read_text() == before
 
 
-def test_a_tampered_wheel_is_not_overwritten_by_a_rebuild(built, fixture_tree, images, host_lib):  # noqa: F811
+def test_a_tampered_wheel_is_set_aside_and_written_again_by_a_rebuild(
+    built,
+    fixture_tree,
+    images,  # noqa: F811
+    host_lib,  # noqa: F811
+    capfd,
+):
+    """Round three: a tampered wheel in --out survived a rebuild (refused, kept in place, the build
+    failed). Now it is kept beside, under a name fa index does not list, and the wheel written again."""
     out, wheel = built
+    fresh = wheel.read_bytes()
     _tamper(wheel)
     tampered = wheel.read_bytes()
-    with pytest.raises(out_files.OutFileError, match="changed since fa wrote it"):
-        _build(_spec("2.8"), out, fixture_tree, images, host_lib)
-    assert wheel.read_bytes() == tampered
+    _build(_spec("2.8"), out, fixture_tree, images, host_lib)
+    assert wheel.read_bytes() == fresh
+    (aside,) = out.glob(f"{wheel.name}{out_files.CHANGED_MARK}*")
+    assert aside.read_bytes() == tampered
+    assert "set aside as" in capfd.readouterr().err
+    index.write_index(out)  # the rebuilt wheel is fa's again; the one set aside is not listed
+    assert [e["file"] for e in json.loads((out / "index.json").read_text())["wheels"]] == [wheel.name]
 
 
 def test_a_users_wheel_of_the_same_name_is_not_overwritten(fixture_tree, images, host_lib, tmp_path):  # noqa: F811
