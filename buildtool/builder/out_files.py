@@ -120,6 +120,11 @@ def inside(root: Path, rel: str) -> Path:
             mode = os.lstat(path).st_mode
         except FileNotFoundError:
             break
+        except NotADirectoryError:
+            raise OutFileError(
+                f"{path.parent}: not a folder, where fa writes {rel}\n  fix: move it out of {root}, then "
+                "re-run (or pass another --out)"
+            ) from None
         except OSError as exc:
             raise OutFileError(f"{path}: cannot look at it ({exc.strerror})") from None
         if stat.S_ISLNK(mode):
@@ -163,6 +168,12 @@ def claim(root: Path, rel: str, *, take_over: bool = False) -> Path:
     path = inside(root, rel)
     if own(root, rel) or (take_over and path.is_file() and made_by_fa(path)):
         return path
+    if not path.is_file():
+        kind = "a folder" if path.is_dir() else "not a regular file (a FIFO, a device?)"
+        raise OutFileError(
+            f"{path}: {kind}, where fa writes a file of its own; left as it is\n  fix: move it out of "
+            f"{root}, then re-run (or pass another --out)"
+        )
     if rel not in written(root):
         problem = "fa did not write it (it is not in the record of what fa wrote here"
         problem += ", nor a file fa makes)" if take_over else ")"

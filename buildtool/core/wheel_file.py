@@ -225,7 +225,10 @@ def _check_dist_info(zf: zipfile.ZipFile, path: Path, version: Version, tag: str
 
 def _open(path: Path) -> zipfile.ZipFile:
     if not path.is_file():  # a FIFO would block the zip reader forever, a device never end
-        raise WheelDirError(f"{path}: not a regular file, so not a wheel; remove it")
+        kind = "a folder" if path.is_dir() else "not a regular file (a FIFO, a device?)"
+        raise WheelDirError(
+            f"{path}: {kind}, so not a wheel\n  fix: move it out of {path.parent}, then re-run"
+        )
     return zipfile.ZipFile(path)
 
 

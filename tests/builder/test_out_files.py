@@ -307,3 +307,38 @@ def test_fa_index_of_an_empty_argument_is_bad_input(tmp_path):
     assert done.returncode == 2, done.stderr
     assert "DIRECTORY: is empty" in done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("rel", "hazard", "named"),
+    [
+        ("index.json", "fifo", "index.json: not a regular file"),
+        ("index.json", "folder", "index.json: a folder"),
+        ("simple/fa-attn/index.html", "folder", "index.html: a folder"),
+        ("simple", "file", "simple: not a folder, where fa writes simple/index.html"),
+        ("simple", "fifo", "simple: not a folder, where fa writes simple/index.html"),
+    ],
+)
+def test_a_folder_or_fifo_where_an_index_file_belongs_is_named_and_kept(tmp_path, rel, hazard, named):
+    path = tmp_path / rel
+    if hazard == "file":
+        path.write_text("a user's notes\n")
+        intact = lambda: path.read_text() == "a user's notes\n"
+    else:
+        check = plant(path, hazard)
+        intact = lambda: check() is None
+    done = _fa_index(tmp_path, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert named in done.stderr
+    assert "fix: move it out of" in done.stderr
+    assert intact()
+
+
+@pytest.mark.parametrize("hazard", ["folder", "fifo"])
+def test_a_folder_or_fifo_named_like_a_wheel_is_named(tmp_path, hazard):
+    intact = plant(tmp_path / "fa_attn-0.1.0-py3-none-any.whl", hazard)
+    done = _fa_index(tmp_path, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert "so not a wheel" in done.stderr
+    assert "fix: move it out of" in done.stderr
+    intact()
