@@ -345,3 +345,28 @@ def test_a_malformed_mirror_is_named_by_its_variable(monkeypatch, mirror):
 def test_an_upper_case_mirror_scheme_is_read_as_a_url(monkeypatch):
     monkeypatch.setenv("FA_PYPI_SIMPLE", "HTTPS://mirror.example/simple/")
     assert fetch.simple_index() == "https://mirror.example/simple"
+
+
+def _served(body: bytes) -> bytes:
+    return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+
+
+def test_a_byte_order_mark_is_read_past_over_http_as_in_a_file():
+    """Round three: a UTF-8 BOM before index.json over HTTP was 'not JSON (Unexpected UTF-8 BOM)',
+    where the same file on disk is read."""
+    with raw_server() as server:
+        server.answers["/index.json"] = _served(b"\xef\xbb\xbf" + json.dumps(INDEX).encode())
+        index = load_index(server.url)
+    assert [e.file for e in index.entries] == [INDEX["wheels"][0]["file"]]
+
+
+def test_a_utf16_index_over_http_is_named_as_such():
+    body = json.dumps(INDEX).encode("utf-16")  # with its byte order mark
+    with raw_server() as server:
+        server.answers["/index.json"] = _served(body)
+        url = server.url
+        done = fa_doctor(url)
+    assert done.returncode == EXIT_USAGE, done.stderr
+    assert f"{url}index.json: UTF-16 text" in done.stderr
+    assert "fix: " in done.stderr
+    assert "Traceback" not in done.stderr
