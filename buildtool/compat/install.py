@@ -50,6 +50,7 @@ from buildtool.compat.install_txn import Move
 from buildtool.compat.wheel_index import WheelIndex, WheelIndexError, fetch_wheel, wheel_location
 from buildtool.core import children, interrupts, wheel_members
 from buildtool.core.runtime import ownfiles, schema
+from buildtool.core.textfile import shown
 from buildtool.errors import FaError
 
 # What `import fa_attn` in a fresh interpreter finds: its file and the fa-attn version installed.
@@ -219,7 +220,12 @@ def _refuse_older(installed: str, entry: schema.IndexEntry) -> None:
     try:
         new, old = Version(Version(entry.info.version).public), Version(Version(installed).public)
     except InvalidVersion:
-        return  # an installed version PEP 440 cannot read is not one fa can call newer
+        # Not silently: which is newer cannot be told, so replacing it may be a downgrade.
+        raise InstallError(
+            f"the installed fa-attn {shown(installed)} and {entry.file} cannot be compared (not both PEP "
+            "440 versions), so installing it may be a downgrade; nothing installed\n  fix: pass "
+            "--allow-downgrade to install it anyway"
+        ) from None
     if new < old:
         raise InstallError(
             f"{entry.file} is fa-attn {new}, older than the installed {installed}: a downgrade; nothing "

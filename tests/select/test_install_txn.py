@@ -189,3 +189,18 @@ def test_the_install_lock_is_only_ever_fas_own_file(tmp_path: Path, hazard: str)
         pass
     assert "fix: " in str(caught.value)
     intact()
+
+
+@pytest.mark.parametrize("installed", ["not-a-version", "0.3.0.dev-x_y"])
+def test_an_installed_version_fa_cannot_compare_is_not_replaced_silently(installed: str):
+    """Round three: an installed version PEP 440 cannot read was replaced without a word, whatever the
+    new one was (a silent downgrade path); now it needs --allow-downgrade."""
+    from buildtool.compat import install
+    from buildtool.compat.wheel_index import entry_from_dict
+    from tests.select.fixture_index import kernel_entry
+
+    entry = entry_from_dict(kernel_entry(12, "2.8", True), "entry")
+    with pytest.raises(install.InstallError, match="cannot be compared") as caught:
+        install._refuse_older(installed, entry)
+    assert "fix: pass --allow-downgrade" in str(caught.value)
+    install._refuse_older(entry.info.version, entry)  # the same version: not a downgrade
