@@ -83,3 +83,34 @@ def test_a_shard_that_is_not_k_of_n_is_named(text):
     assert "--shard" in str(err.value)
     assert len(str(err.value)) < 300
     assert "\x1b" not in str(err.value)
+
+
+def test_a_full_cache_does_not_fail_the_catalog_it_could_not_keep(tmp_path, simple_json, caplog):
+    """Round three: with FA_CACHE on a full disk, `fa build --dry-run` failed (exit 1) after reading the
+    torch catalog, because caching it failed; the cache is an optimisation. A real full file system."""
+    import subprocess
+
+    mount = tmp_path / "full"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], check=False, capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        (mount / "filler").write_bytes(b"\0" * (64 << 10))  # exactly full (tmpfs rounds to pages)
+    except OSError:
+        pass
+    try:
+        cache = mount / "pypi" / "torch.json"
+
+        def read(_url: str, _headers: dict[str, str]) -> bytes:
+            return json.dumps(simple_json).encode()
+
+        catalog = fetch_torch_catalog(read=read, cache_file=cache)
+        assert "2.4" in catalog.minors
+        assert not cache.exists()
+        assert "the torch catalog is not cached" in caplog.text
+        assert "No space left on device" in caplog.text
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
