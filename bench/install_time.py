@@ -28,9 +28,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from buildtool.core import wheel_members
 from buildtool.compat.probe import probe
 from buildtool.compat.wheel_index import entry_from_wheel
+from buildtool.core import wheel_members
 from tests.select.fixture_index import kernel_entry
 from tests.select.tiny_wheels import build_wheel, build_wheelhouse
 

@@ -210,30 +210,22 @@ def _fa_index(folder: Path, timeout: float = 120) -> subprocess.CompletedProcess
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("hazard", OWN_FILE_HAZARDS)
-def test_the_record_is_read_only_as_fas_own_file(tmp_path, hazard):
-    """Round three: a FIFO as .fa-written.json hung fa index, /dev/zero read until MemoryError."""
-    record = tmp_path / out_files.RECORD
-    intact = plant(record, hazard)
+@pytest.mark.parametrize(
+    ("name", "hazard"),
+    [(out_files.RECORD, h) for h in OWN_FILE_HAZARDS]
+    + [(f"{out_files.RECORD}.lock", h) for h in OWN_FILE_HAZARDS if h != "deep"],  # a lock's bytes are fa's
+)
+def test_the_record_and_its_lock_are_only_ever_fas_own_files(tmp_path, name, hazard):
+    """Round three: a FIFO as .fa-written.json hung fa index, /dev/zero read until MemoryError; a
+    folder as its lock gave IsADirectoryError, a linked lock was followed."""
+    path = tmp_path / name
+    intact = plant(path, hazard)
     done = _fa_index(tmp_path, timeout=60)
     assert done.returncode == 2, done.stderr
-    assert f"{record}: " in done.stderr
+    assert f"{path}: " in done.stderr
     assert "fix: " in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "index.json").exists()
-    intact()
-
-
-@pytest.mark.parametrize("hazard", [h for h in OWN_FILE_HAZARDS if h != "deep"])
-def test_the_record_lock_is_only_ever_fas_own_file(tmp_path, hazard):
-    """Round three: a folder as the lock gave IsADirectoryError; a link was followed."""
-    lock = tmp_path / f"{out_files.RECORD}.lock"
-    intact = plant(lock, hazard)
-    done = _fa_index(tmp_path, timeout=60)
-    assert done.returncode == 2, done.stderr
-    assert f"{lock}: " in done.stderr
-    assert "fix: " in done.stderr
-    assert "Traceback" not in done.stderr
     intact()
 
 
