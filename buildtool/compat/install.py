@@ -347,7 +347,12 @@ class _Steps:
             previous=previous.version if previous else None,
             moves=outs + ins,
         )
-        install_txn.check_moves(self.root, (site.packages, site.purelib), journal.moves)
+        stray = install_txn.stray_move(self.root, (site.packages, site.purelib), journal.moves)
+        if stray is not None:  # fa journals only moves its recovery would follow
+            raise InstallError(
+                f"would move {stray.src} to {stray.dst}, outside {site.packages} and {site.purelib}, "
+                "where fa installs; nothing installed\n  fix: pip uninstall fa-attn, then re-run"
+            )
         install_txn.write_journal(self.root, journal)
         try:
             try:

@@ -252,28 +252,26 @@ def discard(root: Path, name: str = WORK_DIR) -> None:
         shutil.rmtree(trash, ignore_errors=True)
 
 
-def check_moves(root: Path, sites: tuple[Path, ...], moves: tuple[Move, ...]) -> None:
-    """Each move is one fa makes: the package or its .dist-info (same name at both ends) between a
-    site folder (`sites`: where the environment keeps packages) and work/old or work/stage of the
-    transaction folder `root`, one end in each. Anything else raises TxnError: a journal that says
-    otherwise was not written by fa, and is neither followed nor deleted."""
+def stray_move(root: Path, sites: tuple[Path, ...], moves: tuple[Move, ...]) -> Move | None:
+    """The first move fa never makes (None: all are fa's). fa's moves: the package or its .dist-info
+    (same name at both ends) between a site folder (`sites`: where the environment keeps packages) and
+    work/old or work/stage of the transaction folder `root`, one end in each, named as written (no
+    "..")."""
     homes = {p.resolve() for p in sites}
     work = {(root / WORK_DIR / end).resolve() for end in _WORK_ENDS}
     for move in moves:
         ends = (move.src, move.dst)
         names_ok = move.src.name == move.dst.name and _OWN_TOP.fullmatch(move.src.name) is not None
         # The folder each end sits in, resolved; the end itself is never resolved (it may be a link
-        # to be moved as it is, and it must be named as written: no "..").
+        # to be moved as it is).
         parents = [p.parent.resolve() for p in ends]
         plain = all(".." not in p.parts and p.is_absolute() for p in ends)
         in_site = [parent in homes for parent in parents]
         in_work = [parent in work for parent in parents]
         one_each = sorted(in_site) == [False, True] and in_work == [not s for s in in_site]
         if not (names_ok and plain and one_each):
-            raise TxnError(
-                f"{root / JOURNAL_FILE}: moves {move.src} to {move.dst}, which fa never does; not followed, "
-                f"nothing changed, the journal kept for inspection\n{_journal_fix(root / JOURNAL_FILE)}"
-            )
+            return move
+    return None
 
 
 def finish_or_roll_back(root: Path, sites: tuple[Path, ...]) -> str | None:
@@ -282,8 +280,12 @@ def finish_or_roll_back(root: Path, sites: tuple[Path, ...]) -> str | None:
     journal may move folders to or from. Returns what was done, for the person to read (None: nothing
     was left)."""
     journal = read_journal(root)
-    if journal is not None:
-        check_moves(root, sites, journal.moves)
+    stray = None if journal is None else stray_move(root, sites, journal.moves)
+    if stray is not None:  # not written by fa: neither followed nor deleted
+        raise TxnError(
+            f"{root / JOURNAL_FILE}: moves {stray.src} to {stray.dst}, which fa never does; not followed, "
+            f"nothing changed, the journal kept for inspection\n{_journal_fix(root / JOURNAL_FILE)}"
+        )
     leftovers = [p for p in root.iterdir() if p.name == WORK_DIR or p.name.startswith(_TRASH)]
     if journal is None:
         if not leftovers:
