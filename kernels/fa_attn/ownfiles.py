@@ -31,7 +31,6 @@ import errno
 import json
 import os
 import re
-import secrets
 import stat
 import sys
 import time
@@ -255,7 +254,7 @@ def write_atomic(path: Path | str, data: bytes, *, mode: int = _FILE_MODE) -> No
                 raise _link_refusal(path)
             if not stat.S_ISREG(st.st_mode):
                 raise Refused(path, f"is {_kind(st.st_mode)}, where fa writes a file of its own")
-        tmp = f"{path.name}{_TMP_MARK}{os.getpid()}-{secrets.token_hex(4)}"
+        tmp = f"{path.name}{_TMP_MARK}{os.getpid()}-{os.urandom(4).hex()}"
         fd = os.open(
             tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, mode, dir_fd=folder_fd
         )
