@@ -6,12 +6,14 @@ parser returns or raises fa's own error, with a short, printable message."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
 import stat
+import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -203,3 +205,21 @@ def plant(path: Path, hazard: str) -> Callable[[], None]:
     else:
         raise ValueError(hazard)
     return intact
+
+
+@contextlib.contextmanager
+def small_filesystem(mount: Path, size: str) -> Iterator[Path]:
+    """A real file system of `size` (tmpfs, "1m", "64k") mounted at `mount` (made), as root; the test
+    is skipped where mounting is not allowed."""
+    import pytest
+
+    mount.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], check=False, capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)

@@ -322,7 +322,9 @@ class BindingFile:
     torch: str = _field(_torch_minor, since=3)  # the minor it is built for; the floor of the stable form
     cxx11abi: bool | None = _field(_opt_bool, since=3)  # None: the stable form (any ABI)
     binding_form: str = _field(_one_of("aten", "stable"), since=3)
-    torch_tested: tuple[str, ...] = _field(_tuple_of(_torch_minor), since=3)  # the minors the release smoke-tests it with
+    torch_tested: tuple[str, ...] = _field(
+        _tuple_of(_torch_minor), since=3
+    )  # the minors the release smoke-tests it with
 
 
 @dataclass(frozen=True)

@@ -298,7 +298,9 @@ def test_fa_index_refuses_a_torch_tested_that_is_no_torch_minor_before_writing(
     built = _build(_spec("2.8"), tmp_path / "built", fixture_tree, images, host_lib).path
     house = tmp_path / "house"
     house.mkdir()
-    _rewrite(built, house / built.name, {"fa_attn/manifest.json": _manifest_with(built, torch_tested=["2.x"])})
+    _rewrite(
+        built, house / built.name, {"fa_attn/manifest.json": _manifest_with(built, torch_tested=["2.x"])}
+    )
     result = CliRunner().invoke(app, ["index", str(house)])
     said = " ".join(result.output.split())
     assert result.exit_code == 1, result.output

@@ -28,6 +28,7 @@ from buildtool.compat.wheel_index import (
 )
 from buildtool.core import atomic, fetch
 from buildtool.errors import EXIT_FAILED, EXIT_USAGE
+from tests.hostile import small_filesystem
 from tests.select.fixture_index import kernel_entry
 from tests.select.raw_http import raw_server, redirect, response, trickle
 
@@ -303,15 +304,8 @@ def test_a_server_declaring_a_terabyte_is_refused_before_a_byte(tmp_path):
 @pytest.fixture
 def small_disk(tmp_path):
     """A 1 MiB file system (tmpfs), as root; skipped where mounting is not allowed."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], check=False, capture_output=True
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
-    yield mount
-    subprocess.run(["umount", str(mount)], check=True)
+    with small_filesystem(tmp_path / "small", "1m") as mount:
+        yield mount
 
 
 def test_a_download_larger_than_the_free_space_is_refused_before_a_byte(small_disk):
