@@ -42,8 +42,15 @@ class OutFileError(UsageError):
     """A file or link in the output folder that fa must not replace or follow (exit 2)."""
 
 
+def _own_path(root: Path, name: str) -> Path:
+    """root/name for ownfiles: the folder the person named is resolved once (`--out wheels` may be a
+    link to where the wheels live); fa's own names in it are never followed."""
+    inside(root, name)
+    return Path(os.path.realpath(root)) / name
+
+
 def _record_path(root: Path) -> Path:
-    return root / RECORD
+    return _own_path(root, RECORD)
 
 
 def written(root: Path) -> dict[str, list[str]]:
@@ -93,8 +100,7 @@ def _waiting(lock: Path, root: Path) -> Callable[[ownfiles.Holder], None]:
 def _locked(root: Path) -> Iterator[dict[str, list[str]]]:
     """The record, read and then saved under the folder's lock (two builds into one --out). A lock
     held by another process: said on stderr at once, waited for LOCK_WAIT_S, then FaError naming it."""
-    inside(root, RECORD)
-    lock = inside(root, f"{RECORD}.lock")
+    lock = _own_path(root, f"{RECORD}.lock")
     try:
         with ownfiles.locked(lock, timeout=LOCK_WAIT_S, waiting=_waiting(lock, root)):
             files = written(root)

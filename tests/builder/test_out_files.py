@@ -334,3 +334,15 @@ def test_a_folder_or_fifo_named_like_a_wheel_is_named(tmp_path, hazard):
     assert "so not a wheel" in done.stderr
     assert "fix: move it out of" in done.stderr
     intact()
+
+
+def test_an_out_folder_given_as_a_link_is_used(tmp_path):
+    """The folder a person names may be a link (`wheels -> /data/wheels`): resolved once; fa's own
+    files in it are still never followed."""
+    real = tmp_path / "data" / "wheels"
+    real.mkdir(parents=True)
+    (tmp_path / "wheels").symlink_to(real)
+    done = _fa_index(tmp_path / "wheels", timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert (real / out_files.RECORD).is_file()
+    assert (real / "index.json").is_file()
