@@ -46,7 +46,7 @@ def _own_path(root: Path, name: str) -> Path:
     """root/name for ownfiles: the folder the person named is resolved once (`--out wheels` may be a
     link to where the wheels live); fa's own names in it are never followed."""
     inside(root, name)
-    return Path(os.path.realpath(root)) / name
+    return ownfiles.named(root, name)
 
 
 def _record_path(root: Path) -> Path:

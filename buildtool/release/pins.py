@@ -52,7 +52,7 @@ def load(path: Path = PINS_FILE) -> dict[str, Pin]:
     """The pins, read as fa's own file (ownfiles: a regular file, never through a link, at most
     PINS_MAX_BYTES); anything else is InputError (exit 2) naming it."""
     try:
-        raw = ownfiles.read_json(path, limit=PINS_MAX_BYTES)
+        raw = ownfiles.read_json(ownfiles.named(path.parent, path.name), limit=PINS_MAX_BYTES)
     except ownfiles.Refused as exc:
         raise InputError(str(exc.path), None, exc.problem, f"{exc.fix} (or restore it from git)") from None
     except OSError as exc:
@@ -78,7 +78,10 @@ def load(path: Path = PINS_FILE) -> dict[str, Pin]:
 def save(pins: dict[str, Pin], path: Path = PINS_FILE) -> None:
     data = {name: {"sha": p.sha, "tag": p.tag} for name, p in sorted(pins.items())}
     try:
-        ownfiles.write_atomic(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
+        ownfiles.write_atomic(
+            ownfiles.named(path.parent, path.name),
+            (json.dumps(data, indent=2, sort_keys=True) + "\n").encode(),
+        )
     except ownfiles.Refused as exc:
         raise InputError(str(exc.path), None, exc.problem, exc.fix) from None
     except OSError as exc:

@@ -39,7 +39,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Held", "Holder", "Refused", "held_by", "locked", "read_bytes", "read_json", "write_atomic"]
+__all__ = [
+    "Held",
+    "Holder",
+    "Refused",
+    "held_by",
+    "locked",
+    "named",
+    "read_bytes",
+    "read_json",
+    "write_atomic",
+]
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -67,6 +77,13 @@ class Refused(Exception):
         self.fix = fix
         self.reason = f"{problem}: {fix}"
         super().__init__(f"{path}: {self.reason}")
+
+
+def named(folder: Path | str, name: str) -> Path:
+    """fa's own file `name` in a folder a person named (`--out wheels`, `--pins dir/pins.json`'s
+    folder): the folder is resolved once (it may be a link to where the files live, the person's
+    choice); `name`, fa's own, is then never followed."""
+    return Path(os.path.realpath(folder)) / name
 
 
 def _trusted_uid(uid: int) -> bool:

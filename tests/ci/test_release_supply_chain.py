@@ -252,3 +252,12 @@ def test_the_pins_file_is_read_only_as_fas_own_file(tmp_path, hazard):
         assert "fix: " in done.stderr
         assert "Traceback" not in done.stderr
     intact()
+
+
+def test_a_pins_file_in_a_linked_folder_is_read(tmp_path):
+    """The folder a person names may be a link; the pins file itself never is."""
+    real = tmp_path / "real"
+    real.mkdir()
+    pins.save({"actions/checkout": pins.Pin("0" * 40, "v4.1.0")}, real / "pins.json")
+    (tmp_path / "linked").symlink_to(real)
+    assert pins.load(tmp_path / "linked" / "pins.json") == {"actions/checkout": pins.Pin("0" * 40, "v4.1.0")}
