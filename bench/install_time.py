@@ -1,5 +1,5 @@
 """What `fa install`'s checks and transaction cost: `fa install` replacing fa-attn 0.1.0 by 0.2.0 in a
-venv, with pip and with uv side by side, and the member check (compat/wheel_members.py) alone on a
+venv, with pip and with uv side by side, and the member check (core/wheel_members.py) alone on a
 wheel shaped like a release's kernel wheel (about 210 members, 3.3 MiB packed).
 
     python bench/install_time.py            # 5 installs per installer, 20 member checks; medians
@@ -28,9 +28,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from buildtool.compat import wheel_members
 from buildtool.compat.probe import probe
 from buildtool.compat.wheel_index import entry_from_wheel
+from buildtool.core import wheel_members
 from tests.select.fixture_index import kernel_entry
 from tests.select.tiny_wheels import build_wheel, build_wheelhouse
 

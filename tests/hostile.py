@@ -6,10 +6,14 @@ parser returns or raises fa's own error, with a short, printable message."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
+import os
+import stat
+import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -146,3 +150,76 @@ def fa_errors_only_from_file(name: str, data: bytes, load: Callable[[Path], T]) 
         path = Path(tmp) / name
         path.write_bytes(data)
         return fa_errors_only(lambda: load(path))
+
+
+# What a careless or hostile environment puts where fa keeps a file of its own (kernels/fa_attn/
+# ownfiles.py refuses each): `plant(path, hazard)` puts it there and returns a check that it is still
+# there, untouched, after fa ran.
+OWN_FILE_HAZARDS = ("symlink", "fifo", "dev_zero", "deep", "foreign", "folder")
+OTHER_UID = 12345  # neither this user nor root
+
+
+def plant(path: Path, hazard: str) -> Callable[[], None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if hazard == "symlink":
+        target = path.parent / f"users-{path.name}"
+        target.write_text("the user's own words\n")
+        path.symlink_to(target)
+
+        def intact() -> None:
+            assert path.is_symlink()
+            assert target.read_text() == "the user's own words\n"
+
+    elif hazard == "fifo":
+        os.mkfifo(path)
+
+        def intact() -> None:
+            assert stat.S_ISFIFO(path.lstat().st_mode)
+
+    elif hazard == "dev_zero":  # a character device: /dev/zero's numbers, made in place (needs root)
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 5))
+
+        def intact() -> None:
+            assert stat.S_ISCHR(path.lstat().st_mode)
+
+    elif hazard == "deep":
+        path.write_bytes(b"[" * 100_000)
+
+        def intact() -> None:
+            assert path.read_bytes() == b"[" * 100_000
+
+    elif hazard == "foreign":  # another user's file (needs root to give it away)
+        path.write_text("{}")
+        os.chown(path, OTHER_UID, OTHER_UID)
+
+        def intact() -> None:
+            assert path.stat().st_uid == OTHER_UID
+            assert path.read_text() == "{}"
+
+    elif hazard == "folder":
+        (path / "inside").mkdir(parents=True)
+
+        def intact() -> None:
+            assert (path / "inside").is_dir()
+
+    else:
+        raise ValueError(hazard)
+    return intact
+
+
+@contextlib.contextmanager
+def small_filesystem(mount: Path, size: str) -> Iterator[Path]:
+    """A real file system of `size` (tmpfs, "1m", "64k") mounted at `mount` (made), as root; the test
+    is skipped where mounting is not allowed."""
+    import pytest
+
+    mount.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], check=False, capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)

@@ -21,12 +21,12 @@ from typing import Any
 import jinja2
 
 from buildtool.builder import index_page, out_files
-from buildtool.core import install_lines
+from buildtool.core import install_lines, wheel_members
 from buildtool.core.runtime import schema
 from buildtool.core.wheel_file import wheel_entry
 
-# In every project page fa writes (what fa owns in the folder is out_files' record, not this mark).
-GENERATOR = "fa index"
+# In every page fa writes: what `fa index DIR` may take over of files not in out_files' record.
+GENERATOR = out_files.GENERATOR
 
 
 def _env() -> jinja2.Environment:
@@ -39,14 +39,19 @@ def write_index(wheel_dir: Path, *, take_over: bool = False) -> dict[str, Any]:
     wheel_dir/index.html from the *.whl files there: every one, whoever wrote it (other platforms'
     wheels copied in are merged), except that a wheel fa wrote must still have the sha256 it wrote. The
     index files are replaced only if fa wrote them (out_files' record), unless `take_over` (`fa index
-    DIR`, asked to rewrite them); the page never replaces a user's index.html; nothing is written
-    through a link."""
+    DIR`, asked to rewrite them: then also those fa made elsewhere, a shard's; never a user's own); the
+    page never replaces a user's index.html; nothing is written through a link. A wheel fa install
+    would refuse (core/wheel_members.py) is refused here, before anything is written."""
     wheels = sorted(wheel_dir.glob("fa_attn-*.whl"))  # temporaries are named *.whl.fa-tmp-*: not matched
     entries = []
     for path in wheels:
         out_files.inside(wheel_dir, path.name)  # a linked wheel is not followed
         entry = wheel_entry(path)
         out_files.check_kept(wheel_dir, path.name, entry.sha256)
+        try:  # what fa install would refuse is not listed: files outside fa_attn/, links, a zip bomb
+            wheel_members.check(path, entry)
+        except wheel_members.HostileWheel as exc:
+            raise exc.with_outcome("nothing indexed") from None
         entries.append(entry)
     index = schema.index_json(entries)
     out_files.write_json(wheel_dir, "index.json", index, take_over=take_over)
@@ -67,7 +72,7 @@ def _write_simple(
     take_over: bool,
 ) -> None:
     simple = install_lines.index_path(name).rstrip("/")  # "simple" or "cu12/simple": the record's keys
-    root_page = env.get_template("root.html.j2").render(projects=[schema.PACKAGE])
+    root_page = env.get_template("root.html.j2").render(projects=[schema.PACKAGE], generator=GENERATOR)
     out_files.write_text(wheel_dir, f"{simple}/index.html", root_page, take_over=take_over)
     # wheels/<index path>/fa-attn/index.html -> ../ per folder back up to wheels/, where the files are
     depth = simple.count("/") + 2

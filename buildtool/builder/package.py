@@ -219,7 +219,9 @@ def write_wheel(
     record_arc = f"{dist_info}/RECORD"
     files[record_arc] = _record(files, record_arc)
     name = wheel_name(version, platform)
-    # A wheel of this name that fa did not write, or that changed since, is refused, never replaced.
+    # A wheel of this name that fa did not write is refused, never replaced; one fa wrote that changed
+    # since (tampered) is set aside, kept, and written again.
+    out_files.set_aside_if_changed(out_dir, name)
     dest = out_files.claim(out_dir, name)
     if not _same_wheel(dest, record_arc, files[record_arc]):
         with out_files.writing(out_dir, name) as tmp:

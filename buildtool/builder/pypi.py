@@ -125,7 +125,10 @@ def fetch_torch_catalog(
         log.warning("%s unreachable (%s); using the cached torch catalog from %.0f h ago", url, e, age_h)
         return catalog_from_simple_json(cached)
     data = simple_json_from_response(body, url)
-    atomic.write_json(path, {**data, SOURCE_KEY: url})
+    try:
+        atomic.write_json(path, {**data, SOURCE_KEY: url})
+    except atomic.WriteError as e:  # a full or read-only FA_CACHE: the answer is read, only not kept
+        log.warning("the torch catalog is not cached (%s)", str(e).replace("\n", ";"))
     return catalog_from_simple_json(data)
 
 

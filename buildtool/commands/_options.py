@@ -118,3 +118,32 @@ def path(value: Path, option: str) -> Path:
                 f"file systems allow names of at most {MAX_NAME_BYTES} bytes; pass a shorter path",
             )
     return value
+
+
+def git_source(value: str, option: str = "--from") -> str:
+    """Where git repositories are: a URL of one of pins.GIT_SCHEMES with a host (file:// with a path),
+    or an existing local folder. Never anything git would read as an option (a leading "-") or as
+    another transport (`ext::...`), nor empty."""
+    from buildtool.release.pins import GIT_SCHEMES
+
+    accepts = (
+        f"pass a URL ({', '.join(s + '://' for s in GIT_SCHEMES)}) or a local folder, "
+        f"e.g. {option} https://github.com"
+    )
+    if not value.strip():
+        raise InputError(option, None, "is empty", accepts)
+    if value.startswith("-"):
+        raise InputError(
+            option, None, f"{shown(value)} starts with '-', which git would read as an option", accepts
+        )
+    if not value.isprintable():
+        raise InputError(option, None, f"{shown(value)} holds a control character", accepts)
+    scheme, sep, rest = value.partition("://")
+    if sep:
+        host = rest.split("/", 1)[0]
+        if scheme.lower() not in GIT_SCHEMES or not (host or scheme.lower() == "file") or not rest:
+            raise InputError(option, None, f"{shown(value)} is not a URL git may fetch from", accepts)
+        return value
+    if "::" in value or not Path(value).is_dir():
+        raise InputError(option, None, f"{shown(value)} is neither a URL nor a folder", accepts)
+    return str(Path(value).resolve())

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from buildtool.builder.matrix import load_matrix
+from buildtool.commands import _options
 from buildtool.core import atomic
 from buildtool.core.console import plain_console
 from buildtool.errors import FaError
@@ -60,6 +61,7 @@ def pins_cmd(
 ) -> None:
     """Show the commits the release workflow's actions are pinned to; --refresh updates them (then run
     `fa ci render`)."""
+    base = _options.git_source(base, "--from")
     current = pins.load(pins_file)
     console = plain_console()
     if not refresh:

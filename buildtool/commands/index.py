@@ -20,14 +20,23 @@ from buildtool.errors import UsageError
 def register(app: typer.Typer) -> None:
     @app.command("index")
     def index_cmd(
-        directory: Annotated[Path, typer.Argument(help="a directory of fa-attn wheels (e.g. merged shards)")],
+        given: Annotated[
+            str,
+            typer.Argument(metavar="DIRECTORY", help="a directory of fa-attn wheels (e.g. merged shards)"),
+        ],
     ) -> None:
         """Rewrite DIRECTORY/index.json and DIRECTORY/simple/ from the wheels in it."""
-        _options.path(directory, "DIRECTORY")
+        if not given.strip():  # Path("") is ".": an empty value (an unset variable) would index here
+            raise UsageError(
+                "DIRECTORY: is empty\n  fix: pass the folder holding the .whl files (`fa index .` for "
+                "this one)"
+            )
+        directory = _options.path(Path(given), "DIRECTORY")
         if not directory.is_dir():
             raise UsageError(f"{directory}: not a directory\n  fix: pass the folder holding the .whl files")
         # WheelDirError (exit 1): a file there is not our wheel. Asked to rewrite the index: replaces
-        # index.json and simple/ whoever wrote them, never through a link.
+        # index.json and simple/ that fa made (here, or a shard's copied in), never a user's own, never
+        # through a link.
         data = index.write_index(directory, take_over=True)
         count = len(data["wheels"]) + len(data["all_wheels"])
         console = plain_console()

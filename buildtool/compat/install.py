@@ -2,7 +2,7 @@
 
 Under the environment's install lock, and after putting right whatever an interrupted install left:
 fetch the selected wheel (its sha256, name, metadata and manifest checked against the index), check
-what it may contain (compat/wheel_members.py), let pip (or uv) install it into a scratch folder beside
+what it may contain (core/wheel_members.py), let pip (or uv) install it into a scratch folder beside
 site-packages (`--target`, `--no-deps --no-index`, isolated from pip's configuration and PIP_*
 variables), import it from there, and only then swap it in: the previous fa-attn's folders are renamed
 aside, the new ones renamed in, `import fa_attn` is checked in a fresh interpreter, and the swap is
@@ -32,7 +32,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from buildtool.compat import install_txn, wheel_members
+from buildtool.compat import install_txn
 from buildtool.compat.choose import Selection
 from buildtool.compat.install_site import (
     DIST_NAME,
@@ -48,8 +48,9 @@ from buildtool.compat.install_site import (
 )
 from buildtool.compat.install_txn import Move
 from buildtool.compat.wheel_index import WheelIndex, WheelIndexError, fetch_wheel, wheel_location
-from buildtool.core import children, interrupts
-from buildtool.core.runtime import schema
+from buildtool.core import children, interrupts, wheel_members
+from buildtool.core.runtime import ownfiles, schema
+from buildtool.core.textfile import shown
 from buildtool.errors import FaError
 
 # What `import fa_attn` in a fresh interpreter finds: its file and the fa-attn version installed.
@@ -198,7 +199,7 @@ def run_install(
     site = read_site(plan.installer.python)
     with install_txn.locked(site.packages, options.wait_s, say) as root:
         install_txn.checkpoint("locked")
-        recovered = install_txn.finish_or_roll_back(root)
+        recovered = install_txn.finish_or_roll_back(root, (site.packages, site.purelib))
         if recovered:
             say(recovered)
         site = read_site(plan.installer.python)  # as it is now: another install may have just ended
@@ -219,7 +220,12 @@ def _refuse_older(installed: str, entry: schema.IndexEntry) -> None:
     try:
         new, old = Version(Version(entry.info.version).public), Version(Version(installed).public)
     except InvalidVersion:
-        return  # an installed version PEP 440 cannot read is not one fa can call newer
+        # Not silently: which is newer cannot be told, so replacing it may be a downgrade.
+        raise InstallError(
+            f"the installed fa-attn {shown(installed)} and {entry.file} cannot be compared (not both PEP "
+            "440 versions), so installing it may be a downgrade; nothing installed\n  fix: pass "
+            "--allow-downgrade to install it anyway"
+        ) from None
     if new < old:
         raise InstallError(
             f"{entry.file} is fa-attn {new}, older than the installed {installed}: a downgrade; nothing "
@@ -240,7 +246,7 @@ def _transaction(
     steps = _Steps(plan.installer, entry, root, log)
     wheel, contents = steps.fetch(index, plan.source)
     stage = steps.stage(wheel, site.packages)
-    location = steps.swap_in(stage, site.purelib if contents.purelib else site.packages, previous)
+    location = steps.swap_in(stage, site.purelib if contents.purelib else site.packages, previous, site)
     return InstallResult(
         installed=entry.info.version,
         previous=previous.version if previous else None,
@@ -324,10 +330,10 @@ class _Steps:
         install_txn.checkpoint("trial-imported")
         return stage
 
-    def swap_in(self, stage: Path, target: Path, previous: Installed | None) -> str:
+    def swap_in(self, stage: Path, target: Path, previous: Installed | None, site: Site) -> str:
         """The previous fa-attn's folders renamed aside, the new ones renamed in from `stage`, each rename
-        journaled first; then `import fa_attn` in a fresh interpreter, and the commit (or the undo).
-        Returns where `import fa_attn` finds it."""
+        journaled first (only moves the next recovery would follow); then `import fa_attn` in a fresh
+        interpreter, and the commit (or the undo). Returns where `import fa_attn` finds it."""
         entry, old = self.entry, self.work / "old"
         old.mkdir()
         tops = [PACKAGE_DIR, f"{PACKAGE_DIR}-{entry.info.version}.dist-info"]  # the package first
@@ -341,6 +347,12 @@ class _Steps:
             previous=previous.version if previous else None,
             moves=outs + ins,
         )
+        stray = install_txn.stray_move(self.root, (site.packages, site.purelib), journal.moves)
+        if stray is not None:  # fa journals only moves its recovery would follow
+            raise InstallError(
+                f"would move {stray.src} to {stray.dst}, outside {site.packages} and {site.purelib}, "
+                "where fa installs; nothing installed\n  fix: pip uninstall fa-attn, then re-run"
+            )
         install_txn.write_journal(self.root, journal)
         try:
             try:
@@ -429,9 +441,9 @@ def _staged(stage: Path) -> tuple[str | None, str | None]:
     ]
     version = dists[0].version if len(dists) == 1 else None
     try:
-        manifest = json.loads((stage / PACKAGE_DIR / "manifest.json").read_text())
+        manifest = ownfiles.read_json(stage / PACKAGE_DIR / "manifest.json", limit=schema.MANIFEST_MAX_BYTES)
         variant = manifest.get("variant") if isinstance(manifest, dict) else None
-    except (OSError, ValueError):
+    except (OSError, ownfiles.Refused):
         variant = None
     return version, variant
 

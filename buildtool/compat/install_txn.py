@@ -22,18 +22,18 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from buildtool.core import atomic, interrupts
+from buildtool.core import interrupts
+from buildtool.core.runtime import ownfiles
 from buildtool.errors import FaError
 
 TXN_DIR = ".fa-attn-install"
@@ -45,7 +45,12 @@ PHASES = ("swap", "committed")  # swap: renames may have begun; committed: check
 # The signal tests stop fa at a named step (SIGSTOP) and deliver a real signal there; nothing else
 # reads this variable (tests/select/test_install_signals.py).
 STOP_AT_ENV = "FA_INSTALL_STOP_AT"
-_POLL_S = 0.2
+# A journal lists a few renames of a few paths: 1 MiB is far past any fa writes.
+JOURNAL_MAX_BYTES = 1 << 20
+# The folders fa moves: the package and its .dist-info (a PEP 440 version, as a wheel name spells it).
+_OWN_TOP = re.compile(r"fa_attn|fa_attn-[A-Za-z0-9.+!_]+\.dist-info", re.ASCII)
+# Where a move's work/ end is: the previous install set aside, or the trial install.
+_WORK_ENDS = ("old", "stage")
 
 
 class TxnError(FaError):
@@ -115,55 +120,51 @@ def _unwritable(path: Path, exc: OSError) -> TxnError:
     )
 
 
+def _refused(exc: ownfiles.Refused, what: str) -> TxnError:
+    return TxnError(f"{exc.path}: {exc.problem}; {what}\n  fix: {exc.fix}")
+
+
 @contextlib.contextmanager
 def locked(packages: Path, wait_s: float, say: Callable[[str], None]) -> Iterator[Path]:
     """Hold the environment's install lock; yields the transaction folder. Another holder: say so and
-    wait up to `wait_s` seconds, then raise TxnError (nothing changed)."""
+    wait up to `wait_s` seconds, then raise TxnError (nothing changed). The folder and the lock are
+    fa's own files (ownfiles): a link, another user's folder or a non-file there is refused, untouched."""
     root = txn_root(packages)
     try:
         root.mkdir(exist_ok=True)
-        fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except FileExistsError:
+        pass  # a file, a link or a FIFO in its place: the lock below names it
     except OSError as exc:
         raise _unwritable(root, exc) from None
+
+    def waiting(holder: ownfiles.Holder) -> None:
+        say(
+            f"another fa install ({_pid(holder)}) is installing into {packages}; "
+            f"waiting up to {wait_s:g} s for it (Ctrl-C stops)"
+        )
+
     try:
-        if not _try_lock(fd):
-            holder = _holder(fd)
-            if wait_s <= 0:
-                raise TxnError(
-                    f"another fa install ({holder}) is installing into {packages}; nothing changed\n"
-                    "  fix: wait for it to finish, or pass --wait SECONDS to wait for it"
-                )
-            say(
-                f"another fa install ({holder}) is installing into {packages}; "
-                f"waiting up to {wait_s:g} s for it (Ctrl-C stops)"
-            )
-            deadline = time.monotonic() + wait_s
-            while not _try_lock(fd):
-                if time.monotonic() >= deadline:
-                    raise TxnError(
-                        f"gave up after {wait_s:g} s: another fa install ({_holder(fd)}) still holds "
-                        f"{root / LOCK_FILE}; nothing changed\n  fix: wait for it to finish, or re-run "
-                        "with a larger --wait"
-                    )
-                time.sleep(_POLL_S)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        yield root
-    finally:
-        os.close(fd)
+        with ownfiles.locked(root / LOCK_FILE, timeout=max(wait_s, 0), waiting=waiting):
+            yield root
+    except ownfiles.Held as exc:
+        if wait_s <= 0:
+            raise TxnError(
+                f"another fa install ({_pid(exc.holder)}) is installing into {packages}; nothing changed\n"
+                "  fix: wait for it to finish, or pass --wait SECONDS to wait for it"
+            ) from None
+        raise TxnError(
+            f"gave up after {wait_s:g} s: another fa install ({_pid(exc.holder)}) still holds "
+            f"{root / LOCK_FILE}; nothing changed\n  fix: wait for it to finish, or re-run "
+            "with a larger --wait"
+        ) from None
+    except ownfiles.Refused as exc:
+        raise _refused(exc, "nothing changed") from None
+    except OSError as exc:
+        raise _unwritable(root, exc) from None
 
 
-def _try_lock(fd: int) -> bool:
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
-
-
-def _holder(fd: int) -> str:
-    text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-    return f"pid {text}" if text.isdigit() else "pid unknown"
+def _pid(holder: ownfiles.Holder) -> str:
+    return "pid unknown" if holder.pid is None else f"pid {holder.pid}"
 
 
 def unfinished(packages: Path) -> str | None:
@@ -171,15 +172,14 @@ def unfinished(packages: Path) -> str | None:
     an install running now, or one interrupted that the next fa install will put right."""
     root = txn_root(packages)
     try:
-        fd = os.open(root / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+        holder = ownfiles.held_by(root / LOCK_FILE)
+    except ownfiles.Refused as exc:
+        return f"fa install will refuse to install here: {exc.path}: {exc.reason}"
     except OSError:
         return None  # no fa install ever ran here (or the folder cannot be read)
-    try:
-        if not _try_lock(fd):
-            return f"an fa install ({_holder(fd)}) is changing fa-attn in {packages} right now"
-        left = os.path.lexists(root / JOURNAL_FILE) or os.path.lexists(root / WORK_DIR)
-    finally:
-        os.close(fd)
+    if holder is not None:
+        return f"an fa install ({_pid(holder)}) is changing fa-attn in {packages} right now"
+    left = os.path.lexists(root / JOURNAL_FILE) or os.path.lexists(root / WORK_DIR)
     if not left:
         return None
     return (
@@ -189,22 +189,36 @@ def unfinished(packages: Path) -> str | None:
 
 
 def write_journal(root: Path, journal: Journal) -> None:
+    path = root / JOURNAL_FILE
     try:
-        atomic.write_json(root / JOURNAL_FILE, journal.to_json())
-    except atomic.WriteError as exc:
-        raise TxnError(f"{exc}; nothing installed") from None
+        ownfiles.write_atomic(path, (json.dumps(journal.to_json(), indent=2) + "\n").encode())
+    except ownfiles.Refused as exc:
+        raise _refused(exc, "nothing installed") from None
+    except OSError as exc:
+        raise TxnError(f"cannot write {path}: {exc.strerror or exc}; nothing installed") from None
+
+
+def _journal_fix(path: Path) -> str:
+    return f"  fix: check that `import fa_attn` works (or pip uninstall fa-attn), then move {path} away"
 
 
 def read_journal(root: Path) -> Journal | None:
+    """The journal, read as fa's own file (ownfiles: a regular file of this user's, at most 1 MiB);
+    anything else raises TxnError naming it, and it is left where it is for inspection."""
     path = root / JOURNAL_FILE
     try:
-        return Journal.from_json(json.loads(path.read_text()))
+        return Journal.from_json(ownfiles.read_json(path, limit=JOURNAL_MAX_BYTES, private=True))
     except FileNotFoundError:
         return None
+    except ownfiles.Refused as exc:
+        raise TxnError(
+            f"{exc.path}: {exc.problem}, so fa cannot tell what an interrupted install changed; "
+            f"nothing changed\n{_journal_fix(path)}"
+        ) from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise TxnError(
             f"{path}: unreadable ({exc}), so fa cannot tell what an interrupted install changed\n"
-            f"  fix: check that `import fa_attn` works (or pip uninstall fa-attn), then delete {path}"
+            f"{_journal_fix(path)}"
         ) from None
 
 
@@ -238,29 +252,40 @@ def discard(root: Path, name: str = WORK_DIR) -> None:
         shutil.rmtree(trash, ignore_errors=True)
 
 
-def _check_moves(root: Path, journal: Journal) -> None:
-    """A journal moves fa-attn's own folders into or out of the transaction folder, nothing else: one
-    that says otherwise was not written by fa, and is not followed."""
-    for move in journal.moves:
-        names = {move.src.name, move.dst.name}
-        ours = names <= {"fa_attn"} or all(
-            n.startswith("fa_attn-") and n.endswith(".dist-info") for n in names
-        )
-        inside = any(p.resolve().is_relative_to(root.resolve()) for p in (move.src, move.dst))
-        if not (ours and inside) or move.src.name != move.dst.name:
-            raise TxnError(
-                f"{root / JOURNAL_FILE}: moves {move.src} to {move.dst}, which fa never does; not followed\n"
-                f"  fix: check that `import fa_attn` works (or pip uninstall fa-attn), then delete "
-                f"{root / JOURNAL_FILE}"
-            )
+def stray_move(root: Path, sites: tuple[Path, ...], moves: tuple[Move, ...]) -> Move | None:
+    """The first move fa never makes (None: all are fa's). fa's moves: the package or its .dist-info
+    (same name at both ends) between a site folder (`sites`: where the environment keeps packages) and
+    work/old or work/stage of the transaction folder `root`, one end in each, named as written (no
+    "..")."""
+    homes = {p.resolve() for p in sites}
+    work = {(root / WORK_DIR / end).resolve() for end in _WORK_ENDS}
+    for move in moves:
+        ends = (move.src, move.dst)
+        names_ok = move.src.name == move.dst.name and _OWN_TOP.fullmatch(move.src.name) is not None
+        # The folder each end sits in, resolved; the end itself is never resolved (it may be a link
+        # to be moved as it is).
+        parents = [p.parent.resolve() for p in ends]
+        plain = all(".." not in p.parts and p.is_absolute() for p in ends)
+        in_site = [parent in homes for parent in parents]
+        in_work = [parent in work for parent in parents]
+        one_each = sorted(in_site) == [False, True] and in_work == [not s for s in in_site]
+        if not (names_ok and plain and one_each):
+            return move
+    return None
 
 
-def finish_or_roll_back(root: Path) -> str | None:
+def finish_or_roll_back(root: Path, sites: tuple[Path, ...]) -> str | None:
     """What an interrupted install left, put right: undone unless it had committed, then its work
-    folder removed. Returns what was done, for the person to read (None: nothing was left)."""
+    folder removed. `sites` are the environment's package folders, the only places outside `root` a
+    journal may move folders to or from. Returns what was done, for the person to read (None: nothing
+    was left)."""
     journal = read_journal(root)
-    if journal is not None:
-        _check_moves(root, journal)
+    stray = None if journal is None else stray_move(root, sites, journal.moves)
+    if stray is not None:  # not written by fa: neither followed nor deleted
+        raise TxnError(
+            f"{root / JOURNAL_FILE}: moves {stray.src} to {stray.dst}, which fa never does; not followed, "
+            f"nothing changed, the journal kept for inspection\n{_journal_fix(root / JOURNAL_FILE)}"
+        )
     leftovers = [p for p in root.iterdir() if p.name == WORK_DIR or p.name.startswith(_TRASH)]
     if journal is None:
         if not leftovers:

@@ -114,8 +114,14 @@ def _read_url(url: str) -> str:
         data = fetch.read_url(url, max_bytes=MAX_INDEX_BYTES, deadline_s=INDEX_DEADLINE_S)
     except fetch.FetchError as exc:
         raise IndexServerError(f"{exc} (--index)") from None
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise WheelIndexError(
+            f"{url}: UTF-16 text (a byte order mark), not the UTF-8 index.json fa writes\n  fix: serve it "
+            "as fa index wrote it (UTF-8), or re-run fa index on the wheels"
+        )
     try:
-        return data.decode("utf-8")
+        # A UTF-8 byte order mark (some editors and servers add one) is read past, as in a local file.
+        return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError:
         raise WheelIndexError(
             f"{url}: not UTF-8 text, so not an index.json fa wrote; check the --index URL"

@@ -81,9 +81,12 @@ def check_agreement(file: str, info: schema.WheelInfo) -> None:
     try:
         name, file_version, _, tags = parse_wheel_filename(file)
     except InvalidWheelFilename as e:
-        raise Disagreement("file", f"{file!r} is not a wheel file name ({e})") from None
+        why = str(e).split(":", 1)[0]  # packaging's reason, without the name again (it may be long)
+        raise Disagreement("file", f"{schema.shown(file)} is not a wheel file name ({why})") from None
     if canonicalize_name(name) != schema.PACKAGE:
-        raise Disagreement("file", f"{file!r} is a wheel of {name!r}, not of {schema.PACKAGE}")
+        raise Disagreement(
+            "file", f"{schema.shown(file)} is a wheel of {schema.shown(name)}, not of {schema.PACKAGE}"
+        )
     if len(tags) != 1:
         raise Disagreement(
             "file", f"{file!r} carries {len(tags)} tags; fa's wheels carry one, py3-none-<platform>"
@@ -225,7 +228,10 @@ def _check_dist_info(zf: zipfile.ZipFile, path: Path, version: Version, tag: str
 
 def _open(path: Path) -> zipfile.ZipFile:
     if not path.is_file():  # a FIFO would block the zip reader forever, a device never end
-        raise WheelDirError(f"{path}: not a regular file, so not a wheel; remove it")
+        kind = "a folder" if path.is_dir() else "not a regular file (a FIFO, a device?)"
+        raise WheelDirError(
+            f"{path}: {kind}, so not a wheel\n  fix: move it out of {path.parent}, then re-run"
+        )
     return zipfile.ZipFile(path)
 
 

@@ -20,11 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from buildtool.core import atomic
+from buildtool.core.runtime import ownfiles
 from buildtool.errors import FaError, InputError
 
 PINS_FILE = Path(__file__).parent / "action_pins.json"
 GITHUB = "https://github.com"
+PINS_MAX_BYTES = 1 << 20  # a few dozen actions take a few KB
 LS_REMOTE_TIMEOUT_S = 60
+# The transports git may use for --from (not ext::, which runs a command, nor fd::).
+GIT_SCHEMES = ("https", "http", "ssh", "git", "file")
 _SHA = re.compile(r"[0-9a-f]{40}")
 _NAME = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 _RELEASE_TAG = re.compile(r"v(\d{1,6})\.(\d{1,6})\.(\d{1,6})")  # v4.1.0; not v4, not v4-beta
@@ -45,10 +49,16 @@ class Pin:
 
 
 def load(path: Path = PINS_FILE) -> dict[str, Pin]:
+    """The pins, read as fa's own file (ownfiles: a regular file, never through a link, at most
+    PINS_MAX_BYTES); anything else is InputError (exit 2) naming it."""
     try:
-        raw = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(str(path), None, f"cannot read it ({exc})", "restore it from git") from None
+        raw = ownfiles.read_json(ownfiles.named(path.parent, path.name), limit=PINS_MAX_BYTES)
+    except ownfiles.Refused as exc:
+        raise InputError(str(exc.path), None, exc.problem, f"{exc.fix} (or restore it from git)") from None
+    except OSError as exc:
+        raise InputError(
+            str(path), None, f"cannot read it ({exc.strerror or exc})", "restore it from git"
+        ) from None
     if not isinstance(raw, dict):
         raise InputError(str(path), None, "not a JSON object", "restore it from git")
     pins = {}
@@ -66,7 +76,16 @@ def load(path: Path = PINS_FILE) -> dict[str, Pin]:
 
 
 def save(pins: dict[str, Pin], path: Path = PINS_FILE) -> None:
-    atomic.write_json(path, {name: {"sha": p.sha, "tag": p.tag} for name, p in sorted(pins.items())})
+    data = {name: {"sha": p.sha, "tag": p.tag} for name, p in sorted(pins.items())}
+    try:
+        ownfiles.write_atomic(
+            ownfiles.named(path.parent, path.name),
+            (json.dumps(data, indent=2, sort_keys=True) + "\n").encode(),
+        )
+    except ownfiles.Refused as exc:
+        raise InputError(str(exc.path), None, exc.problem, exc.fix) from None
+    except OSError as exc:
+        raise atomic.WriteError(path, exc) from None
 
 
 def uses(pins: dict[str, Pin], name: str) -> str:
@@ -100,14 +119,20 @@ def newest_release(ls_remote: str, major: str) -> Pin | None:
 
 
 def ls_remote(url: str) -> str:
+    """`git ls-remote --tags` of `url`: after `--`, so no value is read as an option, and with only the
+    transports GIT_SCHEMES names (GIT_ALLOW_PROTOCOL)."""
     try:
         done = subprocess.run(
-            ["git", "ls-remote", "--tags", url],
+            ["git", "ls-remote", "--tags", "--", url],
             capture_output=True,
             text=True,
             timeout=LS_REMOTE_TIMEOUT_S,
             check=False,
-            env={**os.environ, "GIT_TERMINAL_PROMPT": "0"},  # never ask for a password
+            env={
+                **os.environ,
+                "GIT_TERMINAL_PROMPT": "0",  # never ask for a password
+                "GIT_ALLOW_PROTOCOL": ":".join(GIT_SCHEMES),
+            },
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise PinsError(f"git ls-remote --tags {url}: {exc}; check the network and retry") from None

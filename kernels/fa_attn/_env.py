@@ -38,3 +38,31 @@ def reader(name: str) -> Callable[[], str]:
         return "" if value is None else _DECODE(value)
 
     return read
+
+
+# How a switch is spelled on and off (case and surrounding blanks aside); unset is off.
+_ON = frozenset({"1", "true", "yes", "on"})
+_OFF = frozenset({"", "0", "false", "no", "off"})
+
+
+def switch(name: str) -> Callable[[], bool]:
+    """A function that says at each call whether the switch `name` is on: 1/true/yes/on, or off:
+    unset, 0/false/no/off. Any other value raises ValueError naming the variable and the spellings
+    (FA_STRICT=false turned strict mode on when any non-empty value but "0" did)."""
+    read = reader(name)
+
+    def on() -> bool:
+        value = read()
+        if value in _OFF:  # unset: the common case, answered first
+            return False
+        if value in _ON:
+            return True
+        word = value.strip().lower()
+        if word in _ON or word in _OFF:
+            return word in _ON
+        raise ValueError(
+            f"{name}={value!r}: use 1, true, yes or on to turn it on; 0, false, no or off (or unset it) "
+            "to turn it off"
+        )
+
+    return on

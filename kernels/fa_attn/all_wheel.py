@@ -22,7 +22,7 @@ from pathlib import Path
 from .decision import STABLE, Call, Device, Dispatch, binding_problems, decide, driver_too_old, fallback
 from .reasons import Reason
 from .schema import BindingFile, KernelFile, KernelSet, WheelInfo
-from .versions import driver_at_least, parse_driver, torch_minor
+from .versions import driver_at_least, parse_driver, torch_minor, torch_version
 
 VARIANT = "all"  # WheelInfo.variant of the all-wheel; its version has no local label
 # Best first: what `fa install` prefers among wheels (buildtool/compat/choose.py) and a kernel set here.
@@ -83,6 +83,29 @@ def kernel_sets_for(info: WheelInfo, driver: str | None, torch_cuda: int | None)
     else:
         usable = [k for k in info.kernel_sets if torch_cuda is None or k.cuda_major <= torch_cuda]
     return sorted(usable, key=lambda k: (k.cuda_major != torch_cuda, -k.cuda_major))
+
+
+def built_for(info: WheelInfo) -> str:
+    """What the all-wheel serves, for a person: every binding's torch and every kernel set's CUDA major
+    ("torch 2.5 (cxx11abi=false), 2.7 (cxx11abi=true) or 2.10 and later (stable ABI); CUDA 12 (driver
+    >= 525.60.13) or 13 (driver >= 580.65.06)"), not the one binding nearest the running torch."""
+
+    def binding(b: BindingFile) -> str:
+        if b.binding_form == STABLE:
+            return f"{b.torch} and later (stable ABI)"
+        return b.torch + ("" if b.cxx11abi is None else f" (cxx11abi={str(b.cxx11abi).lower()})")
+
+    def kernels(k: KernelSet) -> str:
+        return f"{k.cuda_major} (driver >= {k.min_driver})"
+
+    bindings = sorted(info.bindings, key=lambda b: (torch_version(b.torch), b.binding_form == STABLE))
+    sets = sorted(info.kernel_sets, key=lambda k: k.cuda_major)
+    return f"torch {_or_list([binding(b) for b in bindings])}; CUDA {_or_list([kernels(k) for k in sets])}"
+
+
+def _or_list(items: list[str]) -> str:
+    items = list(dict.fromkeys(items))
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} or {items[-1]}"
 
 
 def lowest_driver_set(info: WheelInfo) -> KernelSet:

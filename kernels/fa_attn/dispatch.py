@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from . import all_wheel, decision
-from ._env import reader
+from ._env import switch
 from .decision import Call, Device, Dispatch
 from .inputs import AttnCall
 from .reasons import Reason
@@ -139,11 +139,7 @@ _warned: set[str] = set()
 _last: list[Dispatch | None] = [None]  # the most recent decision, in a one-item box
 
 
-_FA_STRICT = reader("FA_STRICT")
-
-
-def strict() -> bool:
-    return _FA_STRICT() not in ("", "0")
+strict = switch("FA_STRICT")
 
 
 def report(dispatch: Dispatch, compiling: bool | None = None) -> None:

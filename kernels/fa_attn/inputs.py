@@ -28,7 +28,7 @@ from typing import SupportsIndex
 
 import torch
 
-from ._env import reader
+from ._env import switch
 
 # The public API's argument and result types. An integer argument is any integer-like flash-attn's
 # callers pass: an int, a numpy integer, a one-element integer tensor; a window is a pair of them.
@@ -54,7 +54,7 @@ class Varlen:
     max_seqlen_k: int
 
 
-_FA_CHECK_INDICES = reader("FA_CHECK_INDICES")
+_FA_CHECK_INDICES = switch("FA_CHECK_INDICES")
 
 
 def may_read(t: torch.Tensor) -> bool:
@@ -64,7 +64,7 @@ def may_read(t: torch.Tensor) -> bool:
         return False
     if t.is_cpu:  # (is_cpu, is_cuda: no torch.device made; a decode step asks at every call)
         return True
-    if _FA_CHECK_INDICES() in ("", "0"):
+    if not _FA_CHECK_INDICES():
         return False
     return not (t.is_cuda and torch.cuda.is_current_stream_capturing())
 

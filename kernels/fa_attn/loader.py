@@ -18,18 +18,17 @@ torch SDPA with the reason.
 from __future__ import annotations
 
 import dataclasses
-import json
 import threading
 import warnings
 from pathlib import Path
 
 import torch
 
-from . import all_wheel
+from . import all_wheel, ownfiles
 from ._version import __version__
 from .decision import binding_problems, driver_too_old, untested_torch
 from .reasons import Reason
-from .schema import Manifest, universal_info
+from .schema import BINDING_FILE, MANIFEST_MAX_BYTES, Manifest, WheelInfo, universal_info
 
 
 class FaUntestedTorchWarning(UserWarning):
@@ -42,6 +41,8 @@ class FaWheelMisfitWarning(UserWarning):
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 MANIFEST_FILE = PACKAGE_DIR / "manifest.json"
+# What only a wheel with kernels holds beside its manifest (the all-wheel: bindings/).
+_KERNEL_PARTS = ("kernels", "bindings", BINDING_FILE)
 
 # What a wheel without kernels says about itself; a source checkout behaves as one.
 UNIVERSAL_MANIFEST = Manifest(info=universal_info(__version__), kernels=())
@@ -57,12 +58,28 @@ def manifest() -> Manifest:
 
 
 def read_manifest(path: Path) -> tuple[Manifest, str | None]:
-    """The manifest at `path`, or the universal one and why it could not be read (None: no problem)."""
-    if not path.is_file():
-        return UNIVERSAL_MANIFEST, None
+    """The manifest at `path`, or the universal one and why it could not be read (None: no problem).
+    Read as one of fa's own files (ownfiles: never through a link, a regular file of at most
+    MANIFEST_MAX_BYTES, not deeper than 64), in a folder of whoever installed it (a shared environment's
+    owner). No manifest is the universal wheel's state, unless kernels or a binding are beside it: then
+    it is a damaged install, and said so."""
     try:
-        return Manifest.from_json(json.loads(path.read_text(encoding="utf-8"))), None
-    except (OSError, ValueError) as err:  # SchemaError is a ValueError
+        data = ownfiles.read_json(path, limit=MANIFEST_MAX_BYTES, any_owner=True)
+    except FileNotFoundError:
+        held = [n for n in _KERNEL_PARTS if (path.parent / n).exists()]
+        if not held:
+            return UNIVERSAL_MANIFEST, None
+        return UNIVERSAL_MANIFEST, (
+            f"{path} is missing, but this fa-attn holds {' and '.join(held)}: a damaged install, not the "
+            "universal wheel"
+        )
+    except ownfiles.Refused as err:
+        return UNIVERSAL_MANIFEST, f"{err.path}: {err.problem}"
+    except OSError as err:
+        return UNIVERSAL_MANIFEST, f"{path}: {err.strerror or err}"
+    try:
+        return Manifest.from_json(data), None
+    except ValueError as err:  # SchemaError is a ValueError
         # A damaged install must not break `import fa_attn`; calls fall back and say why.
         return UNIVERSAL_MANIFEST, f"{path}: {err}"
 
@@ -117,18 +134,26 @@ def misfits(man: Manifest, driver: str | None) -> list[Reason]:
     return [*problems, *([too_old] if too_old else [])]
 
 
+def built_for(info: WheelInfo) -> str:
+    """What a wheel serves, for a person: the all-wheel's every binding and CUDA major, or a per-variant
+    wheel's one."""
+    if info.all_wheel:
+        return all_wheel.built_for(info)
+    built = f"torch {info.torch}" + (" and later (stable ABI)" if info.binding_form == "stable" else "")
+    if info.cxx11abi is not None and info.binding_form != "stable":
+        built += f", cxx11abi={str(info.cxx11abi).lower()}"
+    return built + f", CUDA {info.cuda_major} (driver >= {info.min_driver})"
+
+
 def warn_misfit(man: Manifest, driver: str | None) -> None:
-    """One warning at import when the installed wheel does not fit: the wheel, what it was built for,
-    what is here, and the fix."""
-    man = as_this_torch(man)
+    """One warning at import when the installed wheel does not fit: the wheel, what it was built for
+    (all of it: the all-wheel's every binding, not the one nearest this torch), what is here, and the
+    fix."""
     found = misfits(man, driver)
     if not found:
         return
     info = man.info
-    built = f"torch {info.torch}" + (" and later (stable ABI)" if info.binding_form == "stable" else "")
-    if info.cxx11abi is not None and info.binding_form != "stable":
-        built += f", cxx11abi={str(info.cxx11abi).lower()}"
-    built += f", CUDA {info.cuda_major} (driver >= {info.min_driver})"
+    built = built_for(info)
     here = (
         f"torch {torch.__version__} (CUDA {torch.version.cuda or 'none'}, "
         f"cxx11abi={str(bool(torch._C._GLIBCXX_USE_CXX11_ABI)).lower()}), driver {driver or 'none found'}"

@@ -36,6 +36,7 @@ SCHEMA_MINOR = 3
 PACKAGE = "fa-attn"  # the distribution
 DIST = "fa_attn"  # the import package and the wheel file name's prefix
 MANIFEST_PATH = f"{DIST}/manifest.json"  # inside every wheel
+MANIFEST_MAX_BYTES = 16 << 20  # an all-wheel's manifest, a few thousand kernel files, is under 2 MB
 BINDING_FILE = "libfa_attn_ops.so"  # the host binding, inside fa_attn/
 
 IMAGES = ("sass", "ptx")
@@ -321,7 +322,9 @@ class BindingFile:
     torch: str = _field(_torch_minor, since=3)  # the minor it is built for; the floor of the stable form
     cxx11abi: bool | None = _field(_opt_bool, since=3)  # None: the stable form (any ABI)
     binding_form: str = _field(_one_of("aten", "stable"), since=3)
-    torch_tested: tuple[str, ...] = _field(_strs, since=3)  # the minors the release smoke-tests it with
+    torch_tested: tuple[str, ...] = _field(
+        _tuple_of(_torch_minor), since=3
+    )  # the minors the release smoke-tests it with
 
 
 @dataclass(frozen=True)
@@ -363,7 +366,7 @@ class WheelInfo:
     binding_form: str | None = _field(_opt_str, since=2, absent=None)
     # The torch minors the release smoke-tests the wheel with, oldest first (a stable-ABI wheel: every
     # listed minor from its floor on); a newer torch gets the torch-newer-than-tested warning.
-    torch_tested: tuple[str, ...] = _field(_strs, since=2, absent=())
+    torch_tested: tuple[str, ...] = _field(_tuple_of(_torch_minor), since=2, absent=())
     features: tuple[str, ...] = _field(_strs, since=1, absent=())  # what the kernels implement
     coverage: tuple[Coverage, ...] = _field(_rows(Coverage), absent=())
     # The all-wheel (variant "all", 1.3): every binding and every CUDA major's kernels in one wheel; its

@@ -4,6 +4,7 @@ catalog (so a mirror-only network could not plan), a damaged cached catalog repo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -16,6 +17,7 @@ from buildtool.builder.compile import usable_workers
 from buildtool.builder.pypi import SIMPLE_URL, CatalogError, fetch_torch_catalog
 from buildtool.cli import app
 from buildtool.core import fetch
+from tests.hostile import small_filesystem
 
 DATA = Path(__file__).parent / "data"
 
@@ -83,3 +85,21 @@ def test_a_shard_that_is_not_k_of_n_is_named(text):
     assert "--shard" in str(err.value)
     assert len(str(err.value)) < 300
     assert "\x1b" not in str(err.value)
+
+
+def test_a_full_cache_does_not_fail_the_catalog_it_could_not_keep(tmp_path, simple_json, caplog):
+    """Round three: with FA_CACHE on a full disk, `fa build --dry-run` failed (exit 1) after reading the
+    torch catalog, because caching it failed; the cache is an optimisation. A real full file system."""
+    with small_filesystem(tmp_path / "full", "64k") as mount:
+        with contextlib.suppress(OSError):  # full, whatever tmpfs rounds the size to
+            (mount / "filler").write_bytes(b"\0" * (64 << 10))
+        cache = mount / "pypi" / "torch.json"
+
+        def read(_url: str, _headers: dict[str, str]) -> bytes:
+            return json.dumps(simple_json).encode()
+
+        catalog = fetch_torch_catalog(read=read, cache_file=cache)
+        assert "2.4" in catalog.minors
+        assert not cache.exists()
+        assert "the torch catalog is not cached" in caplog.text
+        assert "No space left on device" in caplog.text

@@ -288,3 +288,24 @@ def test_fa_index_refuses_special_files_without_blocking(tmp_path):
     result = CliRunner().invoke(app, ["index", str(tmp_path)])
     assert result.exit_code == 1
     assert "not a regular file" in result.output
+
+
+def test_fa_index_refuses_a_torch_tested_that_is_no_torch_minor_before_writing(
+    fixture_tree, images, host_lib, tmp_path
+):
+    """Round three: torch_tested ["2.x"] passed the agreement check, then fa index died writing the
+    page (a traceback), after index.json was written."""
+    built = _build(_spec("2.8"), tmp_path / "built", fixture_tree, images, host_lib).path
+    house = tmp_path / "house"
+    house.mkdir()
+    _rewrite(
+        built, house / built.name, {"fa_attn/manifest.json": _manifest_with(built, torch_tested=["2.x"])}
+    )
+    result = CliRunner().invoke(app, ["index", str(house)])
+    said = " ".join(result.output.split())
+    assert result.exit_code == 1, result.output
+    assert "torch_tested" in said
+    assert "'2.x'" in said
+    assert "Traceback" not in said
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert sorted(p.name for p in house.iterdir()) == [built.name]

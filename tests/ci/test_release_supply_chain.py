@@ -201,3 +201,63 @@ def test_refresh_with_no_release_of_the_major_names_the_action(tmp_path):
     assert result.exit_code == 1
     assert "no release tag v4.x.y; pin actions/checkout by hand" in result.output
     assert pins_file.read_text() == before
+
+
+def test_no_from_value_reaches_git_as_an_option(tmp_path):
+    """Round three: `--from "--upload-pack=touch pwned;"` was passed to git as an option, and git ran
+    it (from a checkout with a remote, whose origin it then asked); now exit 2 naming --from."""
+    origin = tmp_path / "origin"
+    _action_repo(origin, "x", [("v1.0.0", False)])
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    _git(checkout, "init", "-q")
+    _git(checkout, "remote", "add", "origin", str(origin / "x"))
+    pins_file = tmp_path / "pins.json"
+    pins.save({"actions/checkout": pins.Pin("0" * 40, "v4.1.0")}, pins_file)
+    for value in (
+        "--upload-pack=touch pwned;",
+        "-c",
+        "",
+        "  ",
+        "not a url",
+        "ext::sh -c touch% pwned",
+        "ftp://example.com",
+        "https://",
+        "file",  # a word, not a folder here
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "buildtool.cli", "ci", "pins", "--refresh", "--pins", str(pins_file),
+             "--from", value],
+            cwd=checkout, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert done.returncode == 2, (value, done.stdout, done.stderr)
+        assert "--from: " in done.stderr, (value, done.stderr)
+        assert "fix: pass a URL" in done.stderr
+        assert not (checkout / "pwned").exists()
+
+
+@pytest.mark.parametrize("hazard", ["symlink", "fifo", "dev_zero", "deep", "folder"])
+def test_the_pins_file_is_read_only_as_fas_own_file(tmp_path, hazard):
+    from tests.hostile import plant
+
+    pins_file = tmp_path / "pins.json"
+    intact = plant(pins_file, hazard)
+    for refresh in ([], ["--refresh", "--from", str(tmp_path)]):
+        done = subprocess.run(
+            [sys.executable, "-m", "buildtool.cli", "ci", "pins", "--pins", str(pins_file), *refresh],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert f"{pins_file}: " in done.stderr
+        assert "fix: " in done.stderr
+        assert "Traceback" not in done.stderr
+    intact()
+
+
+def test_a_pins_file_in_a_linked_folder_is_read(tmp_path):
+    """The folder a person names may be a link; the pins file itself never is."""
+    real = tmp_path / "real"
+    real.mkdir()
+    pins.save({"actions/checkout": pins.Pin("0" * 40, "v4.1.0")}, real / "pins.json")
+    (tmp_path / "linked").symlink_to(real)
+    assert pins.load(tmp_path / "linked" / "pins.json") == {"actions/checkout": pins.Pin("0" * 40, "v4.1.0")}

@@ -75,3 +75,74 @@ def test_import_time_check_reads_it_as_the_wheel_for_this_torch():
     assert loader.misfits(man, "470.82.01") == []  # CUDA 11's floor is 450.80.02
     assert [r.code for r in loader.misfits(man, "440.33.01")] == ["driver-too-old"]
     assert loader.as_this_torch(man).info.binding == "bindings/libfa_attn_ops-torch2.10plus.so"
+
+
+@pytest.mark.parametrize("torch_here", ["2.6.0", "2.9.1"])
+def test_the_misfit_warning_names_every_torch_the_all_wheel_serves(monkeypatch, torch_here: str):
+    """Round three: under torch 2.6 or 2.9 the all-wheel warned "built for torch 2.5" (the binding
+    nearest the running torch), although it serves 2.5, 2.7 and 2.10 on."""
+    import warnings
+
+    import torch
+    from fa_attn import loader
+
+    monkeypatch.setattr(torch, "__version__", torch_here)  # this machine has one torch: describe another
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader.warn_misfit(manifest(), "550.54.15")
+    (said,) = [str(w.message) for w in caught if w.category is loader.FaWheelMisfitWarning]
+    assert "built for torch 2.7 (cxx11abi=true) or 2.10 and later (stable ABI); CUDA 11" in said
+    assert f"torch {torch_here}" in said
+    assert "[torch-version-mismatch" in said or "[torch-below-floor" in said
+
+
+def test_a_missing_manifest_beside_kernels_is_a_damaged_install_not_the_universal_wheel(tmp_path: Path):
+    """Round three: an all-wheel without its manifest read "this fa-attn is the universal wheel"."""
+    from fa_attn import loader
+
+    (tmp_path / "bindings").mkdir()
+    man, problem = loader.read_manifest(tmp_path / "manifest.json")
+    assert man == loader.UNIVERSAL_MANIFEST
+    assert problem is not None
+    assert "manifest.json is missing, but this fa-attn holds bindings: a damaged install" in problem
+    reason = loader.static_binding_problem(man, problem)
+    assert reason is not None
+    assert "universal wheel" not in reason.message.replace("not the universal wheel", "")
+    assert reason.fix == "reinstall fa-attn"
+    (tmp_path / "bindings").rmdir()
+    assert loader.read_manifest(tmp_path / "manifest.json") == (loader.UNIVERSAL_MANIFEST, None)
+
+
+@pytest.mark.parametrize("hazard", ["symlink", "fifo", "dev_zero", "deep", "folder"])
+def test_the_manifest_is_read_only_as_fas_own_file(tmp_path: Path, hazard: str):
+    from fa_attn import loader
+
+    from tests.hostile import plant
+
+    path = tmp_path / "manifest.json"
+    intact = plant(path, hazard)
+    man, problem = loader.read_manifest(path)  # a FIFO would hang the import; /dev/zero: MemoryError
+    assert man == loader.UNIVERSAL_MANIFEST
+    assert problem is not None
+    assert problem.startswith(f"{path}: ")
+    intact()
+
+
+def test_a_manifest_in_another_users_environment_is_read(tmp_path: Path):
+    """A shared environment installed by another user: its manifest is as trusted as its code."""
+    import json
+    import os
+
+    from fa_attn import loader
+
+    from tests.hostile import OTHER_UID
+
+    if os.geteuid() != 0:
+        pytest.skip("giving a folder to another user needs root")
+    package = tmp_path / "fa_attn"
+    package.mkdir()
+    data = manifest().to_json()
+    (package / "manifest.json").write_text(json.dumps(data))
+    for path in (package / "manifest.json", package):
+        os.chown(path, OTHER_UID, OTHER_UID)
+    assert loader.read_manifest(package / "manifest.json") == (loader.Manifest.from_json(data), None)

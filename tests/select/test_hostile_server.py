@@ -28,6 +28,7 @@ from buildtool.compat.wheel_index import (
 )
 from buildtool.core import atomic, fetch
 from buildtool.errors import EXIT_FAILED, EXIT_USAGE
+from tests.hostile import small_filesystem
 from tests.select.fixture_index import kernel_entry
 from tests.select.raw_http import raw_server, redirect, response, trickle
 
@@ -303,15 +304,8 @@ def test_a_server_declaring_a_terabyte_is_refused_before_a_byte(tmp_path):
 @pytest.fixture
 def small_disk(tmp_path):
     """A 1 MiB file system (tmpfs), as root; skipped where mounting is not allowed."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], check=False, capture_output=True
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
-    yield mount
-    subprocess.run(["umount", str(mount)], check=True)
+    with small_filesystem(tmp_path / "small", "1m") as mount:
+        yield mount
 
 
 def test_a_download_larger_than_the_free_space_is_refused_before_a_byte(small_disk):
@@ -345,3 +339,28 @@ def test_a_malformed_mirror_is_named_by_its_variable(monkeypatch, mirror):
 def test_an_upper_case_mirror_scheme_is_read_as_a_url(monkeypatch):
     monkeypatch.setenv("FA_PYPI_SIMPLE", "HTTPS://mirror.example/simple/")
     assert fetch.simple_index() == "https://mirror.example/simple"
+
+
+def _served(body: bytes) -> bytes:
+    return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+
+
+def test_a_byte_order_mark_is_read_past_over_http_as_in_a_file():
+    """Round three: a UTF-8 BOM before index.json over HTTP was 'not JSON (Unexpected UTF-8 BOM)',
+    where the same file on disk is read."""
+    with raw_server() as server:
+        server.answers["/index.json"] = _served(b"\xef\xbb\xbf" + json.dumps(INDEX).encode())
+        index = load_index(server.url)
+    assert [e.file for e in index.entries] == [INDEX["wheels"][0]["file"]]
+
+
+def test_a_utf16_index_over_http_is_named_as_such():
+    body = json.dumps(INDEX).encode("utf-16")  # with its byte order mark
+    with raw_server() as server:
+        server.answers["/index.json"] = _served(body)
+        url = server.url
+        done = fa_doctor(url)
+    assert done.returncode == EXIT_USAGE, done.stderr
+    assert f"{url}index.json: UTF-16 text" in done.stderr
+    assert "fix: " in done.stderr
+    assert "Traceback" not in done.stderr

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from buildtool.cli import app
-from buildtool.compat.wheel_index import WheelIndexError, entry_from_dict
+from buildtool.compat.wheel_index import WheelIndexError, entry_from_dict, load_index
 from tests.select.fixture_index import kernel_entry, universal_entry
 
 
@@ -106,3 +106,17 @@ def test_a_local_build_label_is_read():
 def test_a_local_build_label_holds_its_one_arch_alone(sass, ptx):
     with pytest.raises(WheelIndexError, match=r"wheels\[0\]\.sass: .*holds sm 80's SASS alone"):
         entry_from_dict(_local_build(sass, ptx), "index.json: wheels[0]")
+
+
+def test_an_over_long_file_name_in_an_entry_is_quoted_short(tmp_path):
+    """Round three: a 300-character file name in an index entry was quoted whole, twice."""
+    from tests.select.fixture_index import fixture_index
+
+    data = fixture_index()
+    data["wheels"][0]["file"] = "a" * 300 + ".whl"
+    (tmp_path / "index.json").write_text(json.dumps(data))
+    with pytest.raises(WheelIndexError) as caught:
+        load_index(str(tmp_path))
+    assert caught.value.exit_code == 2
+    assert "is not a wheel file name (Invalid wheel filename (wrong number of parts))" in str(caught.value)
+    assert len(str(caught.value)) < 400

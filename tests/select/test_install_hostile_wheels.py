@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from buildtool.compat import wheel_members
 from buildtool.compat.probe import probe
 from buildtool.compat.wheel_index import entry_from_wheel
+from buildtool.core import wheel_members
 from buildtool.core.runtime import schema
 from tests.select.conftest import make_venv, run_fa
 from tests.select.fixture_index import kernel_entry

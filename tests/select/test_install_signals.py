@@ -262,7 +262,7 @@ def test_kill_9_is_put_right_by_the_next_run(
         time.sleep(0.1)
     assert not _alive(kids)
     root = _site(venv) / install_txn.TXN_DIR
-    said = install_txn.finish_or_roll_back(root)
+    said = install_txn.finish_or_roll_back(root, (root.parent,))
     assert said is not None
     if step == "committed":
         assert said.startswith("finished")
@@ -270,7 +270,9 @@ def test_kill_9_is_put_right_by_the_next_run(
     else:
         assert said.startswith("rolled back" if step != "staged" else "removed the leftovers")
         _assert_whole(venv, OLD)
-    assert install_txn.finish_or_roll_back(root) is None  # once is enough, and twice is harmless
+    assert (
+        install_txn.finish_or_roll_back(root, (root.parent,)) is None
+    )  # once is enough, and twice is harmless
 
 
 def test_kill_9_mid_swap_then_fa_install_rolls_back_says_so_and_installs(

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from buildtool.compat import wheel_members
+from buildtool.core import wheel_members
 from buildtool.core.runtime import schema
 from tests.select.fixture_index import kernel_entry
 

@@ -51,7 +51,17 @@ _CHUNK = 1 << 20
 
 
 class HostileWheel(FaError):
-    """A wheel holding something fa's wheels never hold; exit 1. The message names the member."""
+    """A wheel holding something fa's wheels never hold; exit 1. The message names the member, and
+    what the refusal left undone (`outcome`: nothing installed, nothing indexed)."""
+
+    def __init__(self, head: str, outcome: str = "nothing installed") -> None:
+        super().__init__(
+            f"{head}; {outcome}\n  fix: install from an index you trust, or rebuild the wheel with fa build"
+        )
+        self.head = head
+
+    def with_outcome(self, outcome: str) -> HostileWheel:
+        return HostileWheel(self.head, outcome)
 
 
 @dataclass(frozen=True)
@@ -87,8 +97,7 @@ def _refuse(wheel: Path, member: str | None, problem: str) -> HostileWheel:
     where = f"{wheel.name}: {shown(member)}" if member is not None else wheel.name
     return HostileWheel(
         f"{where}: {problem}; refusing it (fa-attn wheels hold only {PACKAGE_DIR}/ and their .dist-info, "
-        "each file listed in RECORD); nothing installed\n"
-        "  fix: install from an index you trust, or rebuild the wheel with fa build"
+        "each file listed in RECORD)"
     )
 
 
