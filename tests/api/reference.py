@@ -86,3 +86,60 @@ def assert_close(
         err = (ours[~inf] - ref[~inf]).abs().max().item()
         tol = ulps * torch.finfo(dtype).eps * max(1.0, ref[~inf].abs().max().item())
         assert err <= tol, f"{name}: max error {err:.3e} > {tol:.3e} ({ulps} eps of {dtype})"
+
+
+def sequence_backward(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    causal: bool = False,
+    window: tuple[int, int] = (-1, -1),
+    scale: float | None = None,
+    softcap: float = 0.0,
+    slopes: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """flash-attn's backward formula for one sequence, from the out and lse it is given (ring attention
+    passes merged ones): P = exp(S - lse) on the visible keys, D_i = sum_d dout * out, dS = P (dP - D) with
+    dP = dout v^T, times 1 - tanh^2 under softcap; dq = scale dS k, dk = scale dS^T q, dv = P^T dout.
+    dout/q/out (sq, h, d), k/v (sk, hk, d), lse (h, sq) as flash-attn returns it (flash_attn_lse) -> fp64
+    dq, dk, dv (kv heads summed over their query heads)."""
+    sq, h, d = q.shape
+    sk, hk = k.shape[0], k.shape[1]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    left, right = (window[0], 0) if causal else window
+    i = torch.arange(sq, dtype=torch.float64).reshape(-1, 1) + (sk - sq)
+    j = torch.arange(sk, dtype=torch.float64).reshape(1, -1)
+    visible = torch.ones(sq, sk, dtype=torch.bool)
+    if right >= 0:
+        visible &= j <= i + right
+    if left >= 0:
+        visible &= j >= i - left
+    kv_head = torch.arange(h) // (h // hk)
+    qd, kd, vd, dod, od = (
+        q.double(),
+        k.double()[:, kv_head],
+        v.double()[:, kv_head],
+        dout.double(),
+        out.double(),
+    )
+    raw = torch.einsum("ihd,jhd->hij", qd, kd) * scale
+    scores, chain = raw, torch.ones_like(raw)
+    if softcap > 0:
+        scores = softcap * torch.tanh(raw / softcap)
+        chain = 1 - torch.tanh(raw / softcap) ** 2
+    lse = lse.double()
+    if slopes is not None:
+        scores = scores - slopes.double().reshape(h, 1, 1) * (i - j).abs()
+        lse = lse - (flash_attn_lse(torch.zeros(h, sq), slopes, causal and left < 0, sq, sk).double())
+    probs = torch.exp(scores - lse.unsqueeze(-1)).masked_fill(~visible, 0.0)
+    d_rows = (dod * od).sum(-1).t().unsqueeze(-1)  # (h, sq, 1)
+    dscores = probs * (torch.einsum("ihd,jhd->hij", dod, vd) - d_rows) * chain
+    dq = torch.einsum("hij,jhd->ihd", dscores, kd) * scale
+    dk_per_head = torch.einsum("hij,ihd->jhd", dscores, qd) * scale
+    dv_per_head = torch.einsum("hij,ihd->jhd", probs, dod)
+    dk = torch.zeros(sk, hk, d, dtype=torch.float64).index_add_(1, kv_head, dk_per_head)
+    dv = torch.zeros(sk, hk, d, dtype=torch.float64).index_add_(1, kv_head, dv_per_head)
+    return dq, dk, dv
