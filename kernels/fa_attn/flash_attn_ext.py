@@ -196,9 +196,12 @@ def fwd_kvcache(
     return [_into(out_, out), lse]
 
 
+NAMES = ("fwd", "varlen_fwd", "bwd", "varlen_bwd", "fwd_kvcache")
+
+
 def module() -> types.ModuleType:
     """The extension as a module object, named as flash-attn's (`flash_attn_2_cuda`)."""
     ext = types.ModuleType("flash_attn_2_cuda", "fa_attn standing in for flash-attn's compiled extension")
-    for function in (fwd, varlen_fwd, bwd, varlen_bwd, fwd_kvcache):
-        setattr(ext, function.__name__, function)
+    for name in NAMES:
+        setattr(ext, name, globals()[name])
     return ext

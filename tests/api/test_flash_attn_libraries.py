@@ -194,7 +194,7 @@ NOT_PROVIDED = {
     "flash_attn.modules.block": "flash_attn.modules.mha.MHA",
     "flash_attn.ops.fused_dense": "torch.nn.Linear",
     "flash_attn.ops.rms_norm": "flash_attn.ops.triton.layer_norm.rms_norm_fn",
-    "flash_attn.ops.triton.rotary": "flash_attn.layers.rotary.apply_rotary_emb",
+    "flash_attn.ops.triton.cross_entropy": "flash_attn.losses.cross_entropy.CrossEntropyLoss",
     "flash_attn.utils.distributed": "torch.distributed",
     "flash_attn.models.llama": "transformers",
 }
