@@ -434,6 +434,7 @@ def install_as_flash_attn() -> FlashAttnStatus:
     if _real_flash_attn() is None and _FINDER not in sys.meta_path:
         sys.meta_path.append(_FINDER)  # last: an installed flash-attn is always found first
         _forget_transformers_answers()
+        _refresh_diffusers()
     return flash_attn_status()
 
 
@@ -444,6 +445,7 @@ def uninstall_as_flash_attn() -> None:
     for name in [n for n, m in sys.modules.items() if getattr(m, "__fa_attn_shim__", False)]:
         del sys.modules[name]
     _forget_transformers_answers()
+    _refresh_diffusers()
 
 
 def _forget_transformers_answers() -> None:
@@ -457,3 +459,34 @@ def _forget_transformers_answers() -> None:
         clear = getattr(getattr(utils, name, None), "cache_clear", None)
         if clear is not None:
             clear()
+
+
+# diffusers.models.attention_dispatch's names for flash-attn 2: the functions it imports from each module.
+_DIFFUSERS_IMPORTS = {
+    "flash_attn": ("flash_attn_func", "flash_attn_varlen_func"),
+    "flash_attn.flash_attn_interface": ("_wrapped_flash_attn_backward", "_wrapped_flash_attn_forward"),
+}
+
+
+def _refresh_diffusers() -> None:
+    """diffusers decides at import whether flash_attn is there: utils.import_utils keeps
+    (_flash_attn_available, _flash_attn_version), and models.attention_dispatch keeps _CAN_USE_FLASH_ATTN
+    and the functions it imported (None without flash_attn). Ask diffusers' own probe again, and set the
+    dispatch module's names as its import would have."""
+    utils = sys.modules.get("diffusers.utils.import_utils")
+    probe = getattr(utils, "_is_package_available", None)
+    if utils is None or probe is None or not hasattr(utils, "_flash_attn_available"):
+        return
+    available, version = probe("flash_attn")
+    utils.__dict__.update(_flash_attn_available=available, _flash_attn_version=version)
+    dispatch = sys.modules.get("diffusers.models.attention_dispatch")
+    if dispatch is None or not hasattr(dispatch, "_CAN_USE_FLASH_ATTN"):
+        return
+    required = getattr(dispatch, "_REQUIRED_FLASH_VERSION", "0")
+    usable = bool(utils.is_flash_attn_available() and utils.is_flash_attn_version(">=", required))
+    for module_name, names in _DIFFUSERS_IMPORTS.items():
+        module = importlib.import_module(module_name) if usable else None
+        for name in names:
+            if hasattr(dispatch, name):
+                setattr(dispatch, name, getattr(module, name) if module is not None else None)
+    dispatch.__dict__["_CAN_USE_FLASH_ATTN"] = usable

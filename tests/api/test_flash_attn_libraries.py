@@ -118,6 +118,25 @@ def test_diffusers_flash_backend_runs_through_fa_attn(probes: dict[bool, str]) -
     assert path == "fallback"  # fa_attn ran the call (on a CPU, its fallback)
 
 
+def test_installing_after_diffusers_is_imported_enables_its_flash_backend() -> None:
+    """diffusers decides at import whether flash_attn is there (_CAN_USE_FLASH_ATTN and the functions it
+    imported): installing the stand-in afterwards must refresh that, as it does transformers' caches."""
+    need("diffusers")
+    code = (
+        "from diffusers.models import attention_dispatch as d\n"
+        "print('BEFORE', d._CAN_USE_FLASH_ATTN)\n"
+        "import fa_attn; fa_attn.install_as_flash_attn()\n"
+        "print('AFTER', d._CAN_USE_FLASH_ATTN)\n" + DIFFUSERS_FLASH
+    )
+    result = run_python(code, stand_in=False)
+    lines = result.stdout.splitlines()
+    assert "BEFORE False" in lines, result.stderr[-2000:]
+    assert "AFTER True" in lines, result.stderr[-2000:]
+    diff = _lines(result.stdout, "DIFFUSERS_DIFF")
+    assert diff, result.stderr[-2000:]
+    assert float(diff[0].split()[1]) < 1e-5
+
+
 def test_transformers_sees_flash_attn_only_with_the_stand_in(probes: dict[bool, str]) -> None:
     """Steps 1-3 of its check pass (_standin.py's docstring); step 4, a CUDA device, is the machine's."""
     need("transformers")

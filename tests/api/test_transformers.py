@@ -179,7 +179,7 @@ def test_a_model_with_attention_sinks_is_refused_not_approximated() -> None:
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=fa_attn.hf.register())
     ids = torch.randint(0, 101, (1, 6))
-    with torch.no_grad(), pytest.raises(ValueError, match="s_aux.*sinks.*eager"):
+    with torch.no_grad(), pytest.raises(ValueError, match=r"s_aux.*sinks.*eager"):
         model(ids)
     model.set_attn_implementation("eager")
     with torch.no_grad():
