@@ -237,3 +237,56 @@ def test_rotary_embedding_matches_transformers_gpt_neox(rotary_dim: int) -> None
     out.backward(grad)
     torch.autograd.backward([q_ref, k_ref, ref_qkv[:, :, 2]], [grad[:, :, 0], grad[:, :, 1], grad[:, :, 2]])
     torch.testing.assert_close(qkv.grad, ref_qkv.grad, rtol=1e-6, atol=1e-6)
+
+
+def test_modernberts_unpadded_rotary_call_site() -> None:
+    """transformers 4.48-4.57's ModernBERT imports flash_attn.ops.triton.rotary.apply_rotary at module import
+    and calls it inside its own autograd Function on the packed (total, 3, heads, dim) qkv: q and k as one
+    (total, 2 * heads, dim) view rotated in place with cu_seqlens, and the conjugate in place for the
+    gradient. The same calls here, against the reference."""
+    from flash_attn.ops.triton.rotary import apply_rotary
+
+    class UnpaddedRotary(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, qkv, cos, sin, cu_seqlens, max_seqlen):
+            qkv = qkv.contiguous()
+            total, _three, _heads, dim = qkv.shape
+            qk = qkv[:, :2].view(total, -1, dim)
+            apply_rotary(
+                qk, cos, sin, seqlen_offsets=0, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen, inplace=True
+            )
+            ctx.save_for_backward(cos, sin, cu_seqlens)
+            ctx.max_seqlen = max_seqlen
+            return qkv
+
+        @staticmethod
+        def backward(ctx, grad):
+            cos, sin, cu_seqlens = ctx.saved_tensors
+            grad = grad.contiguous()
+            total, _three, _heads, dim = grad.shape
+            dqk = grad[:, :2].view(total, -1, dim)
+            apply_rotary(
+                dqk, cos, sin, seqlen_offsets=0, cu_seqlens=cu_seqlens, max_seqlen=ctx.max_seqlen, inplace=True,
+                conjugate=True,
+            )  # fmt: skip
+            return grad, None, None, None, None
+
+    g = torch.Generator().manual_seed(15)
+    cu = torch.tensor([0, 3, 8], dtype=torch.int32)
+    cos, sin = tables(8, 8, torch.float64, g)
+    qkv = torch.randn(8, 3, 2, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    original = qkv.detach().clone()  # in place: ModernBERT's qkv is contiguous, so the Function rotates it
+    out = UnpaddedRotary.apply(qkv, cos, sin, cu, 5)
+    grad = torch.randn_like(out)
+    out.backward(grad.clone())  # its backward rotates the gradient it gets in place, as ModernBERT's
+    for b in range(2):
+        rows = slice(int(cu[b]), int(cu[b + 1]))
+        positions = positions_of(1, rows.stop - rows.start, 0)
+        for part in (0, 1):
+            want = reference(original[rows, part][None], cos, sin, positions, False)[0]
+            torch.testing.assert_close(out.detach()[rows, part], want)
+            torch.testing.assert_close(
+                qkv.grad[rows, part], reference(grad[rows, part][None], cos, -sin, positions, False)[0]
+            )
+        torch.testing.assert_close(out.detach()[rows, 2], original[rows, 2])
+        torch.testing.assert_close(qkv.grad[rows, 2], grad[rows, 2])
