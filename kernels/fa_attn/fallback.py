@@ -147,21 +147,25 @@ def _math(
     return out, lse
 
 
-def backward(
-    call: AttnCall,
-    dout: torch.Tensor,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    out: torch.Tensor,
-    lse: torch.Tensor,
-    lengths: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+Grads = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+# A backward's inputs: dout, q, k, v, out and the softmax LSE, in flash-attn's order.
+BackwardInputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def backward(call: AttnCall, tensors: BackwardInputs) -> Grads:
     """flash-attn's backward from the caller's out and lse, which need not be this call's own (ring
     attention passes those merged over every key block): P = exp(S - lse), D = rowsum(dout * out),
     dS = P * (dout v^T - D), dq = scale * dS k, dk = scale * dS^T q, dv = P^T dout (softcap's chain rule
-    on dS). q/dout/out (b, sq, h, d), k/v (b, sk, hk, d), lse (b, h, sq) -> dq, dk, dv in their dtypes;
-    with `lengths`, queries past a sequence's length add nothing."""
+    on dS). Padded: dout/q/out (b, sq, h, d), k/v (b, sk, hk, d), lse (b, h, sq); varlen (call.varlen):
+    packed rows (total, heads, d), lse (h, total_q). -> dq, dk, dv shaped and typed as q, k, v."""
+    return _varlen_backward(call, tensors) if call.varlen is not None else _backward(call, tensors)
+
+
+def _backward(
+    call: AttnCall, tensors: BackwardInputs, lengths: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> Grads:
+    """The padded backward; with `lengths`, queries past a sequence's length add nothing."""
+    dout, q, k, v, out, lse = tensors
     group = call.heads // call.heads_k
     compute = _compute_dtype(q)
     qf, kf, vf, dof, of = (t.transpose(1, 2).to(compute) for t in (q, k, v, dout, out))  # (b, h, s, d)
@@ -278,17 +282,9 @@ def varlen_attention(
     return packed, (rows_of(lse.transpose(1, 2).flatten(0, 1), at.flat).t() if lse is not None else None)
 
 
-def varlen_backward(
-    call: AttnCall,
-    dout: torch.Tensor,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    out: torch.Tensor,
-    lse: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`backward` of packed rows: q/dout/out (total_q, h, d), k/v (total_k, hk, d), lse (h, total_q) ->
-    dq, dk, dv packed as q, k, v. Keys no sequence reads get zeros."""
+def _varlen_backward(call: AttnCall, tensors: BackwardInputs) -> Grads:
+    """The backward of packed rows, padded as varlen_attention pads them; keys no sequence reads get zeros."""
+    dout, q, k, v, out, lse = tensors
     total_q = q.shape[0]
     if call.batch == 0 or total_q == 0:
         return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
@@ -296,7 +292,7 @@ def varlen_backward(
     q_pad, dout_pad, out_pad = (gather_keys(t, at.starts_q, at.width_q) for t in (q, dout, out))
     lse_pad = gather_keys(lse.t(), at.starts_q, at.width_q).transpose(1, 2)  # (b, h, width_q)
     k_pad, v_pad = (gather_keys(t, at.first_k, at.width_k) for t in (k, v))
-    dq_pad, dk_pad, dv_pad = backward(call, dout_pad, q_pad, k_pad, v_pad, out_pad, lse_pad, at.lengths)
+    dq_pad, dk_pad, dv_pad = _backward(call, (dout_pad, q_pad, k_pad, v_pad, out_pad, lse_pad), at.lengths)
     dq = rows_of(dq_pad.flatten(0, 1), at.flat)
     # Key slots past a sequence's end read a clamped row and got exact zeros: adding them changes nothing.
     slots = at.first_k.unsqueeze(1) + torch.arange(at.width_k, device=k.device)

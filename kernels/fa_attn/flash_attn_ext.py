@@ -145,7 +145,7 @@ def bwd(
         deterministic,
     )  # fmt: skip
     grads = _kernel_grads(call, dout, q, k, v, out, softmax_lse)
-    dq, dk, dv = grads if grads is not None else fallback.backward(call, dout, q, k, v, out, softmax_lse)
+    dq, dk, dv = grads if grads is not None else fallback.backward(call, (dout, q, k, v, out, softmax_lse))
     batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
     softmax_d = dout.new_zeros((batch, heads, _round128(seqlen_q)), dtype=torch.float32)
     softmax_d[..., :seqlen_q] = _softmax_d(dout, out)
@@ -167,9 +167,7 @@ def varlen_bwd(
         (window_size_left, window_size_right), softcap, alibi_slopes_, deterministic,
     )  # fmt: skip
     grads = _kernel_grads(call, dout, q, k, v, out, softmax_lse)
-    if grads is None:
-        grads = fallback.varlen_backward(call, dout, q, k, v, out, softmax_lse)
-    dq, dk, dv = grads
+    dq, dk, dv = grads if grads is not None else fallback.backward(call, (dout, q, k, v, out, softmax_lse))
     total_q, heads, batch = q.shape[0], q.shape[1], cu_seqlens_q.shape[0] - 1
     softmax_d = dout.new_zeros((heads, total_q + 128 * batch), dtype=torch.float32)
     softmax_d[:, :total_q] = _softmax_d(dout, out)

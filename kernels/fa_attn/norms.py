@@ -14,6 +14,8 @@ F.linear) are given too.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -199,27 +201,22 @@ def _reference(
     return outputs[0] if len(outputs) == 1 else outputs
 
 
-def layer_norm_ref(
-    x: Tensor, weight: Tensor, bias: Tensor | None, residual: Tensor | None = None, x1: Tensor | None = None,
-    weight1: Tensor | None = None, bias1: Tensor | None = None, eps: float = 1e-6, dropout_p: float = 0.0,
-    rowscale: Tensor | None = None, prenorm: bool = False, zero_centered_weight: bool = False,
-    dropout_mask: Tensor | None = None, dropout_mask1: Tensor | None = None, upcast: bool = False,
-) -> Tensor | tuple[Tensor, ...]:  # fmt: skip
-    """flash-attn's unfused LayerNorm reference (dropout from the given masks when passed)."""
-    return _reference(
-        x, weight, bias, residual, x1, weight1, bias1, eps, dropout_p, rowscale, prenorm, zero_centered_weight,
-        dropout_mask, dropout_mask1, upcast, rms=False,
-    )  # fmt: skip
+def _reference_fn(rms: bool, what: str) -> Callable[..., Tensor | tuple[Tensor, ...]]:
+    def reference(
+        x: Tensor, weight: Tensor, bias: Tensor | None, residual: Tensor | None = None, x1: Tensor | None = None,
+        weight1: Tensor | None = None, bias1: Tensor | None = None, eps: float = 1e-6, dropout_p: float = 0.0,
+        rowscale: Tensor | None = None, prenorm: bool = False, zero_centered_weight: bool = False,
+        dropout_mask: Tensor | None = None, dropout_mask1: Tensor | None = None, upcast: bool = False,
+    ) -> Tensor | tuple[Tensor, ...]:  # fmt: skip
+        return _reference(
+            x, weight, bias, residual, x1, weight1, bias1, eps, dropout_p, rowscale, prenorm,
+            zero_centered_weight, dropout_mask, dropout_mask1, upcast, rms,
+        )  # fmt: skip
+
+    reference.__name__ = reference.__qualname__ = f"{'rms' if rms else 'layer'}_norm_ref"
+    reference.__doc__ = f"flash-attn's unfused {what} reference (dropout from the given masks when passed)."
+    return reference
 
 
-def rms_norm_ref(
-    x: Tensor, weight: Tensor, bias: Tensor | None, residual: Tensor | None = None, x1: Tensor | None = None,
-    weight1: Tensor | None = None, bias1: Tensor | None = None, eps: float = 1e-6, dropout_p: float = 0.0,
-    rowscale: Tensor | None = None, prenorm: bool = False, zero_centered_weight: bool = False,
-    dropout_mask: Tensor | None = None, dropout_mask1: Tensor | None = None, upcast: bool = False,
-) -> Tensor | tuple[Tensor, ...]:  # fmt: skip
-    """flash-attn's unfused RMSNorm reference: x / sqrt(mean(x^2) + eps) * weight (+ bias)."""
-    return _reference(
-        x, weight, bias, residual, x1, weight1, bias1, eps, dropout_p, rowscale, prenorm, zero_centered_weight,
-        dropout_mask, dropout_mask1, upcast, rms=True,
-    )  # fmt: skip
+layer_norm_ref = _reference_fn(False, "LayerNorm")
+rms_norm_ref = _reference_fn(True, "RMSNorm: x / sqrt(mean(x^2) + eps) * weight (+ bias)")

@@ -70,19 +70,17 @@ class _ApplyRotary(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any,
-        x: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        interleaved: bool = False,
-        inplace: bool = False,
-        seqlen_offsets: int | torch.Tensor = 0,
-        cu_seqlens: torch.Tensor | None = None,
-        max_seqlen: int | None = None,  # noqa: ARG004 (flash-attn's arguments; cu_seqlens gives the lengths)
+        ctx: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *options: Any
     ) -> torch.Tensor:
+        """options: apply_rotary_emb's after sin (interleaved, inplace, seqlen_offsets, cu_seqlens,
+        max_seqlen), as many as the caller passes; max_seqlen is not needed (cu_seqlens gives the lengths)."""
+        interleaved, inplace, seqlen_offsets, cu_seqlens, _ = _with_defaults(
+            options, (False, False, 0, None, None)
+        )
         out = _rotated(x, cos, sin, interleaved, seqlen_offsets, cu_seqlens)
         ctx.save_for_backward(cos, sin, cu_seqlens, *_tensor_offsets(seqlen_offsets))
         ctx.options = (interleaved, seqlen_offsets if isinstance(seqlen_offsets, int) else None)
+        ctx.arguments = 3 + len(options)
         if inplace:
             return x.copy_(out)
         return out
@@ -93,7 +91,17 @@ class _ApplyRotary(torch.autograd.Function):
         interleaved, int_offsets = ctx.options
         offsets = tensor_offsets[0] if tensor_offsets else int_offsets
         dx = _rotated(dout, cos, -sin, interleaved, offsets, cu_seqlens)
-        return dx, None, None, None, None, None, None, None
+        return (dx, *_nones(ctx.arguments - 1))
+
+
+def _nones(count: int) -> tuple[None, ...]:
+    """No gradient for a Function's arguments after the first."""
+    return (None,) * count
+
+
+def _with_defaults(given: tuple[Any, ...], defaults: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A Function's optional arguments: those given, then the defaults of the rest."""
+    return (*given, *defaults[len(given) :])
 
 
 def _tensor_offsets(seqlen_offsets: int | torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -148,21 +156,19 @@ class _ApplyRotaryPacked(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any,
-        qkv: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        cos_k: torch.Tensor | None = None,
-        sin_k: torch.Tensor | None = None,
-        interleaved: bool = False,
-        seqlen_offsets: int | torch.Tensor = 0,
-        num_heads_q: int | None = None,
+        ctx: Any, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *options: Any
     ) -> torch.Tensor:
+        """options: apply_rotary_emb_qkv_'s after sin (cos_k, sin_k, interleaved, seqlen_offsets,
+        num_heads_q), as many as the caller passes (flash-attn's Function takes them with its defaults)."""
+        cos_k, sin_k, interleaved, seqlen_offsets, num_heads_q = _with_defaults(
+            options, (None, None, False, 0, None)
+        )
         cos_k = cos if cos_k is None else cos_k
         sin_k = sin if sin_k is None else sin_k
         _rotate_parts(qkv, cos, sin, cos_k, sin_k, interleaved, seqlen_offsets, num_heads_q)
         ctx.save_for_backward(cos, sin, cos_k, sin_k, *_tensor_offsets(seqlen_offsets))
         ctx.options = (interleaved, seqlen_offsets if isinstance(seqlen_offsets, int) else None, num_heads_q)
+        ctx.arguments = 3 + len(options)
         return qkv
 
     @staticmethod
@@ -172,7 +178,7 @@ class _ApplyRotaryPacked(torch.autograd.Function):
         offsets = tensor_offsets[0] if tensor_offsets else int_offsets
         dqkv = dout.clone()
         _rotate_parts(dqkv, cos, -sin, cos_k, -sin_k, interleaved, offsets, num_heads_q)
-        return dqkv, None, None, None, None, None, None, None
+        return (dqkv, *_nones(ctx.arguments - 1))
 
 
 def _rotate_parts(
@@ -217,18 +223,18 @@ class _ApplyRotaryKV(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any,
-        kv: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        interleaved: bool = False,
-        seqlen_offsets: int | torch.Tensor = 0,
+        ctx: Any, kv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *options: Any
     ) -> torch.Tensor:
-        return _ApplyRotaryPacked.forward(ctx, kv, cos, sin, cos, sin, interleaved, seqlen_offsets, -1)
+        """options: apply_rotary_emb_kv_'s after sin (interleaved, seqlen_offsets)."""
+        interleaved, seqlen_offsets = _with_defaults(options, (False, 0))
+        out = _ApplyRotaryPacked.forward(ctx, kv, cos, sin, cos, sin, interleaved, seqlen_offsets, -1)
+        ctx.arguments = 3 + len(options)
+        return out
 
     @staticmethod
     def backward(ctx: Any, dout: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        return _ApplyRotaryPacked.backward(ctx, dout)[:5]
+        grads: tuple[torch.Tensor | None, ...] = _ApplyRotaryPacked.backward(ctx, dout)
+        return grads
 
 
 def apply_rotary_emb_kv_(
