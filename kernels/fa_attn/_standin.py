@@ -49,6 +49,9 @@ from typing import Any
 FLASH_ATTN_API = "2.8.3"  # the flash-attn release whose public API fa_attn mirrors
 SHIM_VERSION = f"{FLASH_ATTN_API}+fa"
 _DIST_NAME = "flash-attn"
+# The compiled extension's module: flash-attn 2.8.3 imports it as flash_attn_gpu, and older code imports
+# it directly (`import flash_attn_2_cuda`); the stand-in gives it under that name too.
+_EXTENSION = "flash_attn_2_cuda"
 _STANDS_IN = f"fa_attn stands in for flash-attn {FLASH_ATTN_API}'s attention API"  # in every refusal
 _MODULES = (
     "flash_attn",
@@ -59,12 +62,14 @@ _MODULES = (
     "flash_attn.ops",
     "flash_attn.ops.triton",
     "flash_attn.ops.triton.layer_norm",
+    "flash_attn.ops.triton.rotary",
     "flash_attn.losses",
     "flash_attn.losses.cross_entropy",
     "flash_attn.modules",
     "flash_attn.modules.mha",
     "flash_attn.utils",
     "flash_attn.utils.generation",
+    _EXTENSION,
 )
 _PACKAGES = frozenset(
     {
@@ -99,12 +104,14 @@ _PADDING = (
 # of one fails with this (a ModuleNotFoundError, as without flash-attn, so `except ImportError` probes
 # take their own path), never with a bare "No module named".
 _NOT_PROVIDED = (
-    ("flash_attn.ops.triton.rotary", "flash_attn.layers.rotary.apply_rotary_emb (fa provides it)"),
     (
         "flash_attn.ops.triton.cross_entropy",
         "flash_attn.losses.cross_entropy.CrossEntropyLoss (fa provides it)",
     ),
-    ("flash_attn.ops.triton", "torch.nn equivalents (fa provides flash_attn.ops.triton.layer_norm)"),
+    (
+        "flash_attn.ops.triton",
+        "torch.nn equivalents (fa provides flash_attn.ops.triton.layer_norm and flash_attn.ops.triton.rotary)",
+    ),
     ("flash_attn.ops.rms_norm", "flash_attn.ops.triton.layer_norm.rms_norm_fn / RMSNorm (fa provides them)"),
     ("flash_attn.ops.layer_norm", "flash_attn.ops.triton.layer_norm.layer_norm_fn (fa provides it)"),
     ("flash_attn.ops.fused_dense", "torch.nn.Linear, with torch.compile to fuse"),
@@ -151,17 +158,14 @@ _ABSENT: dict[str, tuple[str, ...]] = {
     ),
     "flash_attn.bert_padding": ("IndexFirstAxis", "IndexFirstAxisResidual", "IndexPutFirstAxis", "rearrange", "repeat"),
     "flash_attn.layers": ("patch_embed",),
-    "flash_attn.layers.rotary": (
-        "ApplyRotaryEmb", "ApplyRotaryEmbKV_", "ApplyRotaryEmbQKV_", "_apply_rotary_emb_qkv", "apply_rotary",
-        "apply_rotary_emb_torch", "rotate_half", "rearrange", "repeat",
-    ),
+    "flash_attn.layers.rotary": ("_apply_rotary_emb_qkv", "rearrange", "repeat"),
     "flash_attn.ops": ("activations", "fused_dense", "layer_norm", "rms_norm"),
-    "flash_attn.ops.triton": ("cross_entropy", "k_activations", "linear", "mlp", "rotary"),
+    "flash_attn.ops.triton": ("cross_entropy", "k_activations", "linear", "mlp"),
+    "flash_attn.ops.triton.rotary": ("rotary_kernel",),
     "flash_attn.ops.triton.layer_norm": (
         "LayerNormFn", "LayerNormLinearFn", "_layer_norm_bwd", "_layer_norm_bwd_impl", "_layer_norm_bwd_kernel",
         "_layer_norm_fwd", "_layer_norm_fwd_1pass_kernel", "_layer_norm_fwd_impl", "custom_bwd", "custom_fwd",
-        "layer_norm_linear_fn", "layer_norm_ref", "maybe_contiguous", "maybe_contiguous_lastdim",
-        "rms_norm_ref", "triton_autotune_configs", "triton_op",
+        "maybe_contiguous", "maybe_contiguous_lastdim", "triton_autotune_configs", "triton_op",
     ),
     "flash_attn.losses.cross_entropy": ("cross_entropy_loss",),
     "flash_attn.modules": ("block", "embedding", "mlp"),
@@ -272,6 +276,12 @@ def _exports(fullname: str) -> dict[str, object]:
             "apply_rotary_emb_func": rotary.apply_rotary_emb,  # flash-attn's alias
             "apply_rotary_emb_qkv_": rotary.apply_rotary_emb_qkv_,
             "apply_rotary_emb_kv_": rotary.apply_rotary_emb_kv_,
+            "apply_rotary_emb_torch": rotary.apply_rotary_emb_torch,
+            "apply_rotary": rotary.apply_rotary,  # flash-attn imports it here from ops.triton.rotary
+            "rotate_half": rotary.rotate_half,
+            "ApplyRotaryEmb": rotary._ApplyRotary,
+            "ApplyRotaryEmbQKV_": rotary._ApplyRotaryPacked,
+            "ApplyRotaryEmbKV_": rotary._ApplyRotaryKV,
             "RotaryEmbedding": rotary.RotaryEmbedding,
         },
         "flash_attn.ops": {},
@@ -280,13 +290,20 @@ def _exports(fullname: str) -> dict[str, object]:
             "layer_norm_fn": norms.layer_norm_fn,
             "rms_norm_fn": norms.rms_norm_fn,
             "RMSNorm": norms.RMSNorm,
+            "layer_norm_ref": norms.layer_norm_ref,
+            "rms_norm_ref": norms.rms_norm_ref,
+            "layer_norm_linear_fn": norms.layer_norm_linear_fn,
         },
+        "flash_attn.ops.triton.rotary": {"apply_rotary": rotary.apply_rotary},
         "flash_attn.losses": {},
         "flash_attn.losses.cross_entropy": {"CrossEntropyLoss": cross_entropy.CrossEntropyLoss},
         "flash_attn.modules": {},
         "flash_attn.modules.mha": {name: getattr(mha, name) for name in mha.__all__},
         "flash_attn.utils": {},
         "flash_attn.utils.generation": {"InferenceParams": mha.InferenceParams},
+        _EXTENSION: {
+            name: getattr(interface_module["flash_attn_gpu"], name) for name in flash_attn_ext.NAMES
+        },
     }
     return modules[fullname]
 
@@ -346,7 +363,7 @@ class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(
         self, fullname: str, path: Sequence[str] | None = None, target: types.ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != "flash_attn" and not fullname.startswith("flash_attn."):
+        if fullname != "flash_attn" and not fullname.startswith("flash_attn.") and fullname != _EXTENSION:
             return None
         if _real_flash_attn() is not None:
             return None
@@ -417,6 +434,7 @@ def install_as_flash_attn() -> FlashAttnStatus:
     if _real_flash_attn() is None and _FINDER not in sys.meta_path:
         sys.meta_path.append(_FINDER)  # last: an installed flash-attn is always found first
         _forget_transformers_answers()
+        _refresh_diffusers()
     return flash_attn_status()
 
 
@@ -427,6 +445,7 @@ def uninstall_as_flash_attn() -> None:
     for name in [n for n, m in sys.modules.items() if getattr(m, "__fa_attn_shim__", False)]:
         del sys.modules[name]
     _forget_transformers_answers()
+    _refresh_diffusers()
 
 
 def _forget_transformers_answers() -> None:
@@ -440,3 +459,34 @@ def _forget_transformers_answers() -> None:
         clear = getattr(getattr(utils, name, None), "cache_clear", None)
         if clear is not None:
             clear()
+
+
+# diffusers.models.attention_dispatch's names for flash-attn 2: the functions it imports from each module.
+_DIFFUSERS_IMPORTS = {
+    "flash_attn": ("flash_attn_func", "flash_attn_varlen_func"),
+    "flash_attn.flash_attn_interface": ("_wrapped_flash_attn_backward", "_wrapped_flash_attn_forward"),
+}
+
+
+def _refresh_diffusers() -> None:
+    """diffusers decides at import whether flash_attn is there: utils.import_utils keeps
+    (_flash_attn_available, _flash_attn_version), and models.attention_dispatch keeps _CAN_USE_FLASH_ATTN
+    and the functions it imported (None without flash_attn). Ask diffusers' own probe again, and set the
+    dispatch module's names as its import would have."""
+    utils = sys.modules.get("diffusers.utils.import_utils")
+    probe = getattr(utils, "_is_package_available", None)
+    if utils is None or probe is None or not hasattr(utils, "_flash_attn_available"):
+        return
+    available, version = probe("flash_attn")
+    utils.__dict__.update(_flash_attn_available=available, _flash_attn_version=version)
+    dispatch = sys.modules.get("diffusers.models.attention_dispatch")
+    if dispatch is None or not hasattr(dispatch, "_CAN_USE_FLASH_ATTN"):
+        return
+    required = getattr(dispatch, "_REQUIRED_FLASH_VERSION", "0")
+    usable = bool(utils.is_flash_attn_available() and utils.is_flash_attn_version(">=", required))
+    for module_name, names in _DIFFUSERS_IMPORTS.items():
+        module = importlib.import_module(module_name) if usable else None
+        for name in names:
+            if hasattr(dispatch, name):
+                setattr(dispatch, name, getattr(module, name) if module is not None else None)
+    dispatch.__dict__["_CAN_USE_FLASH_ATTN"] = usable

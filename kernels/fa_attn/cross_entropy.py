@@ -5,7 +5,9 @@ Per row, with logits scaled by logit_scale and lse their logsumexp (or precomput
 lse - logit[target], or with label_smoothing s, lse - s * mean(logits) - (1 - s) * logit[target]; the
 z-loss lse_square_scale * lse^2 is added to it; rows whose target is ignore_index give 0. "mean" divides
 the sum by the rows not ignored (flash-attn's rule, not torch's weighted mean). Losses are fp32.
-return_z_loss=True also returns the z-loss part (detached, for logging, as flash-attn's). Not provided:
+return_z_loss=True also returns the z-loss part (detached, for logging, as flash-attn's). With
+precomputed_lse, the gradient is flash-attn's: the logits' softmax comes from that lse, and the lse
+tensor itself gets no gradient. Not provided:
 process_group (tensor-parallel vocab shards): it raises; inplace_backward is accepted and has no effect.
 """
 
@@ -52,7 +54,11 @@ class CrossEntropyLoss(torch.nn.Module):
     ) -> Tensor | tuple[Tensor, Tensor]:
         """input (batch, vocab), target (batch,) -> losses (batch,) with reduction "none", else a scalar."""
         logits = input.float() * self.logit_scale
-        lse = torch.logsumexp(logits, dim=-1) if precomputed_lse is None else precomputed_lse.float()
+        lse = (
+            torch.logsumexp(logits, dim=-1)
+            if precomputed_lse is None
+            else _given_lse(logits, precomputed_lse)
+        )
         ignored = target == self.ignore_index
         in_range = (target >= 0) & (target < logits.shape[-1]) & ~ignored
         picked = logits.gather(-1, torch.where(in_range, target, 0).unsqueeze(-1)).squeeze(-1)
@@ -75,3 +81,12 @@ class CrossEntropyLoss(torch.nn.Module):
         if self.reduction == "sum":
             return values.sum()
         return values
+
+
+def _given_lse(logits: Tensor, precomputed_lse: Tensor) -> Tensor:
+    """precomputed_lse's values, differentiated as flash-attn's backward does: the logits get the softmax
+    exp(logit - lse) taken from the given lse (as if it were their logsumexp), and the lse tensor gets no
+    gradient (its backward returns None for it). The added term is zero in value."""
+    lse = precomputed_lse.detach().float()
+    softmax_sum = torch.exp(logits - lse.unsqueeze(-1)).sum(-1)
+    return lse + (softmax_sum - softmax_sum.detach())

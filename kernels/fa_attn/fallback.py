@@ -19,6 +19,8 @@ batch, so no length is read on the host.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
@@ -84,6 +86,41 @@ def _allowed(
     return allowed
 
 
+def _logits(
+    call: AttnCall,
+    qf: torch.Tensor,
+    kf: torch.Tensor,
+    lengths: tuple[torch.Tensor, torch.Tensor] | None,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """qf (b, h, sq, d), kf (b, h, sk, d) in the compute dtype -> the scores with softcap and ALiBi
+    (b, h, sq, sk), tanh(raw / softcap) (None without softcap: the backward's chain rule), and the
+    visible keys (sq, sk) or (b, 1, sq, sk)."""
+    heads, sq, sk = qf.shape[1], qf.shape[2], kf.shape[2]
+    compute, device = qf.dtype, qf.device
+    scores = torch.matmul(qf, kf.transpose(-1, -2)) * call.softmax_scale
+    capped = None
+    if call.softcap > 0:
+        capped = torch.tanh(scores / call.softcap)
+        scores = capped * call.softcap
+    if call.alibi_slopes is not None:
+        slopes = call.alibi_slopes.to(compute).reshape(-1, heads, 1, 1)  # (1|b, h, 1, 1)
+        cols = torch.arange(sk, device=device).unsqueeze(0)
+        if call.causal and call.window_left < 0:  # flash-attn's causal form (module docstring)
+            scores = scores + slopes * cols.to(compute)
+        else:
+            rows = torch.arange(sq, device=device).unsqueeze(1)
+            shift = sk - sq if lengths is None else (lengths[1] - lengths[0]).view(-1, 1, 1, 1)
+            scores = scores - slopes * (rows + shift - cols).abs().to(compute)
+    allowed = _allowed(call, sq, sk, device, lengths)
+    if allowed is None:
+        allowed = torch.ones(sq, sk, dtype=torch.bool, device=device)
+    return scores, capped, allowed
+
+
+def _compute_dtype(q: torch.Tensor) -> torch.dtype:
+    return torch.float64 if q.dtype == torch.float64 else torch.float32
+
+
 def _math(
     call: AttnCall,
     q: torch.Tensor,
@@ -93,25 +130,9 @@ def _math(
     lengths: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The explicit path; `lengths`: per-sequence (queries, keys) of a batch padded to sq and sk."""
-    compute = torch.float64 if q.dtype == torch.float64 else torch.float32
-    heads, sq = q.shape[2], q.shape[1]
-    sk = k.shape[1]
+    compute = _compute_dtype(q)
     qf, kf, vf = (t.transpose(1, 2).to(compute) for t in (q, k, v))  # (b, h, s, d)
-    scores = torch.matmul(qf, kf.transpose(-1, -2)) * call.softmax_scale
-    if call.softcap > 0:
-        scores = torch.tanh(scores / call.softcap) * call.softcap
-    if call.alibi_slopes is not None:
-        slopes = call.alibi_slopes.to(compute).reshape(-1, heads, 1, 1)  # (1|b, h, 1, 1)
-        cols = torch.arange(sk, device=q.device).unsqueeze(0)
-        if call.causal and call.window_left < 0:  # flash-attn's causal form (module docstring)
-            scores = scores + slopes * cols.to(compute)
-        else:
-            rows = torch.arange(sq, device=q.device).unsqueeze(1)
-            shift = sk - sq if lengths is None else (lengths[1] - lengths[0]).view(-1, 1, 1, 1)
-            scores = scores - slopes * (rows + shift - cols).abs().to(compute)
-    allowed = _allowed(call, sq, sk, q.device, lengths)
-    if allowed is None:
-        allowed = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
+    scores, _, allowed = _logits(call, qf, kf, lengths)
     visible = allowed.any(dim=-1, keepdim=True)  # (..., sq, 1): rows with at least one key
     # Masked entries -inf; rows with no visible key get finite zeros so softmax (and its gradient) stay
     # finite, and their probabilities are zeroed below.
@@ -124,6 +145,49 @@ def _math(
     if want_lse:
         lse = torch.logsumexp(scores, dim=-1).masked_fill(visible.squeeze(-1).logical_not(), float("inf"))
     return out, lse
+
+
+Grads = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+# A backward's inputs: dout, q, k, v, out and the softmax LSE, in flash-attn's order.
+BackwardInputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def backward(call: AttnCall, tensors: BackwardInputs) -> Grads:
+    """flash-attn's backward from the caller's out and lse, which need not be this call's own (ring
+    attention passes those merged over every key block): P = exp(S - lse), D = rowsum(dout * out),
+    dS = P * (dout v^T - D), dq = scale * dS k, dk = scale * dS^T q, dv = P^T dout (softcap's chain rule
+    on dS). Padded: dout/q/out (b, sq, h, d), k/v (b, sk, hk, d), lse (b, h, sq); varlen (call.varlen):
+    packed rows (total, heads, d), lse (h, total_q). -> dq, dk, dv shaped and typed as q, k, v."""
+    return _varlen_backward(call, tensors) if call.varlen is not None else _backward(call, tensors)
+
+
+def _backward(
+    call: AttnCall, tensors: BackwardInputs, lengths: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> Grads:
+    """The padded backward; with `lengths`, queries past a sequence's length add nothing."""
+    dout, q, k, v, out, lse = tensors
+    group = call.heads // call.heads_k
+    compute = _compute_dtype(q)
+    qf, kf, vf, dof, of = (t.transpose(1, 2).to(compute) for t in (q, k, v, dout, out))  # (b, h, s, d)
+    if group > 1:  # query head i reads kv head i // group; its gradients are summed back below
+        kf, vf = (t.repeat_interleave(group, dim=1) for t in (kf, vf))
+    scores, capped, allowed = _logits(call, qf, kf, lengths)
+    if lengths is not None:  # padded query rows: no gradient flows from them
+        rows = torch.arange(scores.shape[2], device=q.device).view(1, 1, -1, 1)
+        allowed = allowed & (rows < lengths[0].view(-1, 1, 1, 1))
+    # A row that saw no key has lse +inf: exp(-inf) = 0 there, as in flash-attn.
+    probs = torch.exp(scores - lse.to(compute).unsqueeze(-1)).masked_fill(allowed.logical_not(), 0.0)
+    d_rows = (dof * of).sum(-1, keepdim=True)  # (b, h, sq, 1)
+    dscores = probs * (torch.matmul(dof, vf.transpose(-1, -2)) - d_rows)
+    if capped is not None:
+        dscores = dscores * (1 - capped.square())
+    dq = torch.matmul(dscores, kf) * call.softmax_scale
+    dk = torch.matmul(dscores.transpose(-1, -2), qf) * call.softmax_scale
+    dv = torch.matmul(probs.transpose(-1, -2), dof)
+    if group > 1:
+        b, _, sk, d = dk.shape
+        dk, dv = (t.view(b, call.heads_k, group, sk, d).sum(2) for t in (dk, dv))
+    return dq.transpose(1, 2).to(q.dtype), dk.transpose(1, 2).to(k.dtype), dv.transpose(1, 2).to(v.dtype)
 
 
 def padded_attention(
@@ -165,19 +229,22 @@ def gather_keys(
     return rows_of(kv.flatten(0, 1), pages * page_size + slots % page_size)
 
 
-def varlen_attention(
-    call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, want_lse: bool
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Packed q (total_q, h, d), k/v (total_k, hk, d) or pages (call.kv) -> out (total_q, h, d),
-    lse (h, total_q) or None. The sequences are padded to max_seqlen_q/k with device-side indexing and
-    attended in one batch: no length is read on the host (torch.compile and CUDA graphs need that)."""
+@dataclass(frozen=True)
+class _Layout:
+    """Where a varlen call's packed rows sit in the padded batch it attends in (device tensors only)."""
+
+    starts_q: torch.Tensor  # (b,) first packed query row of each sequence
+    first_k: torch.Tensor  # (b,) first key row (or slot, paged) of each sequence
+    lengths: tuple[torch.Tensor, torch.Tensor]  # (b,) queries and keys per sequence
+    width_q: int
+    width_k: int
+    flat: torch.Tensor  # (total_q,) each packed query row's index in the flattened (b * width_q) rows
+
+
+def _layout(call: AttnCall, total_q: int, device: torch.device) -> _Layout:
     varlen = call.varlen
     assert varlen is not None
     cu_q, cu_k = varlen.cu_seqlens_q.to(torch.long), varlen.cu_seqlens_k.to(torch.long)
-    total_q = q.shape[0]
-    if call.batch == 0 or total_q == 0:
-        lse = q.new_empty((q.shape[1], total_q), dtype=torch.float32) if want_lse else None
-        return q.new_zeros(q.shape), lse
     # narrow, not slices: the same ops, and fake CUDA tensors (tests/runtime) trace them on any build
     batch = call.batch
     starts_q, ends_q = cu_q.narrow(0, 0, batch), cu_q.narrow(0, 1, batch)
@@ -189,14 +256,47 @@ def varlen_attention(
         pad = call.kv.leftpad_k.to(torch.long)
         first_k, len_k = first_k + pad, len_k - pad
     width_q, width_k = max(varlen.max_seqlen_q, 1), max(varlen.max_seqlen_k, 1)
-    q_pad = gather_keys(q, starts_q, width_q)
-    k_pad = gather_keys(k, first_k, width_k, call.kv.block_table)
-    v_pad = gather_keys(v, first_k, width_k, call.kv.block_table)
-    out, lse = padded_attention(call, q_pad, k_pad, v_pad, want_lse, (len_q, len_k))
     # Back to packed rows: row r belongs to the sequence whose offsets bracket it.
-    rows = torch.arange(total_q, device=q.device)
+    rows = torch.arange(total_q, device=device)
     seq = torch.searchsorted(ends_q, rows, right=True).clamp(max=batch - 1)
     pos = (rows - starts_q.index_select(0, seq)).clamp(0, width_q - 1)
-    flat = seq * width_q + pos
-    packed = rows_of(out.flatten(0, 1), flat)
-    return packed, (rows_of(lse.transpose(1, 2).flatten(0, 1), flat).t() if lse is not None else None)
+    return _Layout(starts_q, first_k, (len_q, len_k), width_q, width_k, seq * width_q + pos)
+
+
+def varlen_attention(
+    call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, want_lse: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Packed q (total_q, h, d), k/v (total_k, hk, d) or pages (call.kv) -> out (total_q, h, d),
+    lse (h, total_q) or None. The sequences are padded to max_seqlen_q/k with device-side indexing and
+    attended in one batch: no length is read on the host (torch.compile and CUDA graphs need that)."""
+    total_q = q.shape[0]
+    if call.batch == 0 or total_q == 0:
+        lse = q.new_empty((q.shape[1], total_q), dtype=torch.float32) if want_lse else None
+        return q.new_zeros(q.shape), lse
+    at = _layout(call, total_q, q.device)
+    q_pad = gather_keys(q, at.starts_q, at.width_q)
+    k_pad = gather_keys(k, at.first_k, at.width_k, call.kv.block_table)
+    v_pad = gather_keys(v, at.first_k, at.width_k, call.kv.block_table)
+    out, lse = padded_attention(call, q_pad, k_pad, v_pad, want_lse, at.lengths)
+    packed = rows_of(out.flatten(0, 1), at.flat)
+    return packed, (rows_of(lse.transpose(1, 2).flatten(0, 1), at.flat).t() if lse is not None else None)
+
+
+def _varlen_backward(call: AttnCall, tensors: BackwardInputs) -> Grads:
+    """The backward of packed rows, padded as varlen_attention pads them; keys no sequence reads get zeros."""
+    dout, q, k, v, out, lse = tensors
+    total_q = q.shape[0]
+    if call.batch == 0 or total_q == 0:
+        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    at = _layout(call, total_q, q.device)
+    q_pad, dout_pad, out_pad = (gather_keys(t, at.starts_q, at.width_q) for t in (q, dout, out))
+    lse_pad = gather_keys(lse.t(), at.starts_q, at.width_q).transpose(1, 2)  # (b, h, width_q)
+    k_pad, v_pad = (gather_keys(t, at.first_k, at.width_k) for t in (k, v))
+    dq_pad, dk_pad, dv_pad = _backward(call, (dout_pad, q_pad, k_pad, v_pad, out_pad, lse_pad), at.lengths)
+    dq = rows_of(dq_pad.flatten(0, 1), at.flat)
+    # Key slots past a sequence's end read a clamped row and got exact zeros: adding them changes nothing.
+    slots = at.first_k.unsqueeze(1) + torch.arange(at.width_k, device=k.device)
+    slots = slots.clamp(0, max(k.shape[0] - 1, 0)).reshape(-1)
+    dk = torch.zeros_like(k).index_add_(0, slots, dk_pad.flatten(0, 1))
+    dv = torch.zeros_like(v).index_add_(0, slots, dv_pad.flatten(0, 1))
+    return dq, dk, dv

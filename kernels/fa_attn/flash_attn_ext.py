@@ -11,25 +11,24 @@ reasons). Differences, each one a thing fa does not keep:
 - the attention probabilities (`return_softmax`) are never materialised: that result is an empty tensor;
 - `rng_state` is zeros, and a backward with dropout raises (it cannot replay the forward's mask: use
   flash_attn_func, whose autograd keeps it);
-- a backward runs fa's backward kernel on the caller's `out` and `softmax_lse` where the wheel has one
-  for the call; elsewhere (the fallback, features the backward kernels lack) it runs the forward again
-  under autograd. `softmax_d` holds each row's sum(dout * out), as the kernel's, in flash-attn's shape.
+- none in the backward's values: it reads the caller's `out` and `softmax_lse` (ring attention passes
+  those merged over key blocks) on fa's backward kernel where the wheel has one for the call, and
+  elsewhere (the fallback, features the backward kernels lack) with flash-attn's formula in torch
+  (fallback.backward). `softmax_d` holds each row's sum(dout * out), as the kernel's, in flash-attn's shape.
 `gen` (a torch.Generator) is accepted and unused, like `zero_tensors`.
 """
 
 from __future__ import annotations
 
 import types
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import cast
 
 import torch
 import torch.nn.functional as F
 
-from . import dispatch, inputs, interface, preload
+from . import dispatch, fallback, inputs, interface, preload
 from .inputs import AttnCall, InputError
-from .interface import flash_attn_func, flash_attn_varlen_func, varlen_attention
+from .interface import flash_attn_func, varlen_attention
 from .kvcache import flash_attn_with_kvcache
 
 Tensor = torch.Tensor
@@ -94,26 +93,6 @@ def _no_dropout(p_dropout: float) -> None:
         )
 
 
-@contextmanager
-def _autograd_on() -> Iterator[None]:
-    """Autograd back on inside an operator's kernel. torch.library ops (the _wrapped_* forms, SDPA's flash
-    operators in sdpa.py) run below autograd, with its dispatch keys excluded; the recompute needs them.
-    (torch.func.vjp would need every autograd.Function on the way to support functorch.)"""
-    keys = torch._C
-    autograd = (
-        keys.DispatchKeySet(keys.DispatchKey.AutogradOther)
-        | keys.DispatchKeySet(keys.DispatchKey.AutogradNestedTensor)
-        | keys.DispatchKeySet(keys.DispatchKey.AutogradCPU)
-        | keys.DispatchKeySet(keys.DispatchKey.AutogradCUDA)
-    )
-    excluded = keys._dispatch_tls_local_exclude_set()
-    with (
-        keys._ForceDispatchKeyGuard(keys._dispatch_tls_local_include_set(), excluded - autograd),
-        torch.enable_grad(),
-    ):
-        yield
-
-
 def _kernel_grads(
     call: AttnCall, dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor
 ) -> tuple[Tensor, Tensor, Tensor] | None:
@@ -144,17 +123,6 @@ def _kernel_grads(
     return dq, dk, dv
 
 
-def _grads(
-    forward: Callable[[Tensor, Tensor, Tensor], Tensor], dout: Tensor, q: Tensor, k: Tensor, v: Tensor
-) -> tuple[Tensor, Tensor, Tensor]:
-    """d(q, k, v) of `forward(q, k, v) -> out` for the output gradient dout (the forward runs again)."""
-    with _autograd_on():
-        leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
-        out = forward(*leaves)
-        dq, dk, dv = torch.autograd.grad(out, leaves, dout)
-    return dq, dk, dv
-
-
 def _softmax_d(dout: Tensor, out: Tensor) -> Tensor:
     """sum over the head dim of dout * out, fp32, heads before rows: (..., heads, rows)."""
     return (dout.float() * out.float()).sum(-1).transpose(-1, -2)
@@ -172,22 +140,12 @@ def bwd(
 ) -> list[Tensor]:  # fmt: skip
     """mha_bwd -> [dq, dk, dv, softmax_d (batch, heads, seqlen_q rounded up to 128)]."""
     _no_dropout(p_dropout)
-
-    def forward(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        return cast(
-            Tensor,
-            flash_attn_func(
-                q, k, v, 0.0, softmax_scale, is_causal, (window_size_left, window_size_right), softcap,
-                alibi_slopes_, deterministic,
-            ),
-        )  # fmt: skip
-
     call = inputs.check_padded(
         q, k, v, 0.0, softmax_scale, is_causal, (window_size_left, window_size_right), softcap, alibi_slopes_,
         deterministic,
     )  # fmt: skip
     grads = _kernel_grads(call, dout, q, k, v, out, softmax_lse)
-    dq, dk, dv = grads if grads is not None else _grads(forward, dout, q, k, v)
+    dq, dk, dv = grads if grads is not None else fallback.backward(call, (dout, q, k, v, out, softmax_lse))
     batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
     softmax_d = dout.new_zeros((batch, heads, _round128(seqlen_q)), dtype=torch.float32)
     softmax_d[..., :seqlen_q] = _softmax_d(dout, out)
@@ -204,22 +162,12 @@ def varlen_bwd(
     """mha_varlen_bwd -> [dq, dk, dv, softmax_d (heads, total_q + 128 * batch), rows in the first total_q
     columns]."""
     _no_dropout(p_dropout)
-
-    def forward(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        return cast(
-            Tensor,
-            flash_attn_varlen_func(
-                q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 0.0, softmax_scale,
-                is_causal, (window_size_left, window_size_right), softcap, alibi_slopes_, deterministic,
-            ),
-        )  # fmt: skip
-
     call = inputs.check_varlen(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 0.0, softmax_scale, is_causal,
         (window_size_left, window_size_right), softcap, alibi_slopes_, deterministic,
     )  # fmt: skip
     grads = _kernel_grads(call, dout, q, k, v, out, softmax_lse)
-    dq, dk, dv = grads if grads is not None else _grads(forward, dout, q, k, v)
+    dq, dk, dv = grads if grads is not None else fallback.backward(call, (dout, q, k, v, out, softmax_lse))
     total_q, heads, batch = q.shape[0], q.shape[1], cu_seqlens_q.shape[0] - 1
     softmax_d = dout.new_zeros((heads, total_q + 128 * batch), dtype=torch.float32)
     softmax_d[:, :total_q] = _softmax_d(dout, out)
@@ -246,9 +194,12 @@ def fwd_kvcache(
     return [_into(out_, out), lse]
 
 
+NAMES = ("fwd", "varlen_fwd", "bwd", "varlen_bwd", "fwd_kvcache")
+
+
 def module() -> types.ModuleType:
     """The extension as a module object, named as flash-attn's (`flash_attn_2_cuda`)."""
     ext = types.ModuleType("flash_attn_2_cuda", "fa_attn standing in for flash-attn's compiled extension")
-    for function in (fwd, varlen_fwd, bwd, varlen_bwd, fwd_kvcache):
-        setattr(ext, function.__name__, function)
+    for name in NAMES:
+        setattr(ext, name, globals()[name])
     return ext

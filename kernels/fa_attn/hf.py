@@ -9,6 +9,9 @@ unpadded with its 2-D mask and run through flash_attn_varlen_func (left or right
 decode); a padding-free batch (sequences packed in one row, positions restarting per sequence, or
 cu_seq_lens_q/k passed by the caller) runs varlen on the packed rows; anything else runs flash_attn_func.
 
+A model whose attention passes sinks (`s_aux`, as gpt-oss) is refused at its first call with a reason:
+fa computes no sinks, and dropping them would change the outputs.
+
 Transformers' own flash_attention_2 code path can run on fa_attn too, through the flash_attn stand-in
 (flash_attn_compat.py says what transformers checks for it); that path needs a CUDA device.
 """
@@ -81,6 +84,12 @@ def attention_forward(
 ) -> tuple[torch.Tensor, None]:
     """transformers' attention-function contract: query/key/value (batch, heads, seqlen, head_dim) ->
     (out (batch, seqlen, heads, head_dim), None)."""
+    if kwargs.get("s_aux") is not None:
+        raise ValueError(
+            f"s_aux: {type(module).__name__} passes attention sinks (an extra logit per head, as gpt-oss), which "
+            "fa_attn does not compute (nor does flash-attn 2.8.3, whose flash_attention_2 transformers refuses for "
+            'such models); dropping them would change the outputs. Use attn_implementation="eager" or "sdpa"'
+        )
     if attention_mask is not None and attention_mask.dim() != 2:
         raise ValueError(
             f"attention_mask: fa_attn takes transformers' 2-D padding mask, got shape {tuple(attention_mask.shape)}; "

@@ -442,7 +442,7 @@ class MHA(nn.Module):
             context = self._decode(q, kv, inference_params)
         else:
             if self.rotary_emb_dim > 0:
-                self._rotate(q, kv, qkv, cu_seqlens, max_seqlen)
+                q, kv, qkv = self._rotate(q, kv, qkv, cu_seqlens, max_seqlen)
             context = self._attend(q, kv, qkv, key_padding_mask, cu_seqlens, max_seqlen, kwargs)
         out = self.out_proj(context.flatten(-2))
         return (out, x) if self.return_residual else out
@@ -507,14 +507,16 @@ class MHA(nn.Module):
 
     def _rotate(
         self, q: Tensor, kv: Tensor, qkv: Tensor | None, cu_seqlens: Tensor | None, max_seqlen: int | None
-    ) -> None:
-        """Rotary on q and k in place, from position 0 of each sequence (packed: of each cu_seqlens span)."""
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """q, kv (and qkv) with rotary on q and k, from position 0 of each sequence (packed: of each
+        cu_seqlens span). The rotations are autograd Functions (rotary.py): use the tensors returned."""
         if cu_seqlens is None and qkv is not None:
-            self.rotary_emb(qkv)
-            return
+            qkv = self.rotary_emb(qkv)
+            return qkv[..., 0, :, :], qkv[..., 1:, :, :], qkv
+        # q and kv may be views of one projection: rotate out of place, so neither rotation writes
+        # into the other's base (autograd forbids that for a Function's outputs).
         if cu_seqlens is None:
-            self.rotary_emb(q, kv)
-            return
+            max_seqlen = q.shape[1]
         assert max_seqlen is not None
         rotary = self.rotary_emb
         rotary._update_cos_sin_cache(max_seqlen, q.device, q.dtype)
@@ -526,8 +528,12 @@ class MHA(nn.Module):
         sin_k = rotary._sin_k_cached if xpos else sin
         assert cos_k is not None
         assert sin_k is not None
-        apply_rotary_emb(q, cos, sin, rotary.interleaved, True, 0, cu_seqlens, max_seqlen)
-        apply_rotary_emb(kv[:, 0], cos_k, sin_k, rotary.interleaved, True, 0, cu_seqlens, max_seqlen)
+        q = apply_rotary_emb(q, cos, sin, rotary.interleaved, False, 0, cu_seqlens, max_seqlen)
+        k = apply_rotary_emb(
+            kv.select(-3, 0), cos_k, sin_k, rotary.interleaved, False, 0, cu_seqlens, max_seqlen
+        )
+        kv = torch.stack((k, kv.select(-3, 1)), dim=-3)
+        return q, kv, None if qkv is None else torch.cat((q.unsqueeze(-3), kv), dim=-3)
 
     def _run(self, module: nn.Module, *tensors: Tensor, **options: Any) -> Tensor:
         if self.checkpointing:  # recompute the attention in backward instead of keeping its activations

@@ -6,10 +6,15 @@ One call: x (with optional dropout and rowscale) plus the optional parallel inpu
 residual is the new residual; the norm of that, in fp32, times weight (weight + 1 with
 zero_centered_weight) plus bias, in out_dtype (default x's dtype), is y; with weight1/bias1 a second
 norm y1 of the same sum. prenorm=True also returns the residual: in residual's dtype, fp32 with
-residual_in_fp32, else x's dtype. return_dropout_mask is not provided (fa keeps no mask): it raises.
+residual_in_fp32, else x's dtype. With return_dropout_mask, the keep masks of the dropout (bool, x's
+shape; None without dropout, mask1 None without x1) follow the outputs, as flash-attn returns them.
+layer_norm_ref / rms_norm_ref (flash-attn's unfused references) and layer_norm_linear_fn (the norm, then
+F.linear) are given too.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -38,18 +43,15 @@ def layer_norm_fn(
     out_dtype: torch.dtype | None = None, out: Tensor | None = None, residual_out: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, ...]:  # fmt: skip
     """y; (y, residual) with prenorm; (y, y1[, residual]) with weight1."""
-    if return_dropout_mask:
-        raise InputError(
-            "return_dropout_mask: fa_attn's layer_norm_fn keeps no dropout mask; pass False (torch.nn.Dropout "
-            "before the norm gives you the mask's effect)"
-        )
     if x1 is not None and rowscale is not None:
         raise InputError("rowscale: not supported with the parallel input x1 (as in flash-attn)")
     if rowscale is not None:
         x = x * rowscale[..., None]
+    mask = mask1 = None
     if dropout_p > 0:
-        x = F.dropout(x, p=dropout_p)
-        x1 = F.dropout(x1, p=dropout_p) if x1 is not None else None
+        x, mask = _dropout(x, dropout_p)
+        if x1 is not None:
+            x1, mask1 = _dropout(x1, dropout_p)
     residual_dtype = (
         residual.dtype if residual is not None else (torch.float32 if residual_in_fp32 else x.dtype)
     )
@@ -69,7 +71,16 @@ def layer_norm_fn(
         outputs += (_norm(summed, weight1, bias1, eps, is_rms_norm, zero_centered_weight).to(dtype),)
     if prenorm:
         outputs += (summed,)
+    if return_dropout_mask:
+        masked: tuple[Tensor | None, ...] = (*outputs, mask, mask1)
+        return masked  # type: ignore[return-value]  # flash-attn's layout: masks None without dropout
     return outputs[0] if len(outputs) == 1 else outputs
+
+
+def _dropout(x: Tensor, p: float) -> tuple[Tensor, Tensor]:
+    """x with dropout, and its keep mask (bool, x's shape)."""
+    keep = torch.rand(x.shape, device=x.device) >= p
+    return x.masked_fill(~keep, 0.0) / (1.0 - p), keep
 
 
 def rms_norm_fn(
@@ -124,3 +135,88 @@ class RMSNorm(torch.nn.Module):
             residual_in_fp32=residual_in_fp32,
             zero_centered_weight=self.zero_centered_weight,
         )
+
+
+def layer_norm_linear_fn(
+    x: Tensor, norm_weight: Tensor, norm_bias: Tensor | None, linear_weight: Tensor,
+    linear_bias: Tensor | None, residual: Tensor | None = None, eps: float = 1e-6, prenorm: bool = False,
+    residual_in_fp32: bool = False, is_rms_norm: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:  # fmt: skip
+    """F.linear of the norm (layer_norm_fn's, in x's dtype, then linear_weight's); (out, residual) with
+    prenorm."""
+    y, summed = layer_norm_fn(
+        x, norm_weight, norm_bias, residual, eps=eps, prenorm=True, residual_in_fp32=residual_in_fp32,
+        is_rms_norm=is_rms_norm,
+    )  # fmt: skip
+    out = F.linear(y.to(linear_weight.dtype), linear_weight, linear_bias)
+    return (out, summed) if prenorm else out
+
+
+def _reference(
+    x: Tensor, weight: Tensor, bias: Tensor | None, residual: Tensor | None, x1: Tensor | None,
+    weight1: Tensor | None, bias1: Tensor | None, eps: float, dropout_p: float, rowscale: Tensor | None,
+    prenorm: bool, zero_centered_weight: bool, dropout_mask: Tensor | None, dropout_mask1: Tensor | None,
+    upcast: bool, rms: bool,
+) -> Tensor | tuple[Tensor, ...]:  # fmt: skip
+    """flash-attn's unfused reference: in the inputs' dtypes (fp32 with upcast), outputs in x's dtype."""
+    dtype = x.dtype
+
+    def up(t: Tensor | None) -> Tensor | None:
+        return t.float() if upcast and t is not None else t
+
+    x, weight, bias, residual, x1 = up(x), up(weight), up(bias), up(residual), up(x1)  # type: ignore[assignment]
+    weight1, bias1 = up(weight1), up(bias1)
+    if zero_centered_weight:
+        weight = weight + 1.0
+        weight1 = weight1 + 1.0 if weight1 is not None else None
+    if x1 is not None and rowscale is not None:
+        raise InputError("rowscale: not supported with the parallel input x1 (as in flash-attn)")
+    if rowscale is not None:
+        x = x * rowscale[..., None]
+    if dropout_p > 0:
+        x = (
+            x.masked_fill(~dropout_mask, 0.0) / (1 - dropout_p)
+            if dropout_mask is not None
+            else F.dropout(x, dropout_p)
+        )
+        if x1 is not None:
+            x1 = (
+                x1.masked_fill(~dropout_mask1, 0.0) / (1 - dropout_p)
+                if dropout_mask1 is not None
+                else F.dropout(x1, dropout_p)
+            )
+    if x1 is not None:
+        x = x + x1
+    if residual is not None:
+        x = (x + residual).to(x.dtype)
+
+    def norm(w: Tensor, b: Tensor | None) -> Tensor:
+        if rms:
+            y = x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps) * w
+            return (y + b if b is not None else y).to(dtype)
+        return F.layer_norm(x.to(w.dtype), x.shape[-1:], w, b, eps).to(dtype)
+
+    outputs = (norm(weight, bias),) + ((norm(weight1, bias1),) if weight1 is not None else ())
+    outputs += (x,) if prenorm else ()
+    return outputs[0] if len(outputs) == 1 else outputs
+
+
+def _reference_fn(rms: bool, what: str) -> Callable[..., Tensor | tuple[Tensor, ...]]:
+    def reference(
+        x: Tensor, weight: Tensor, bias: Tensor | None, residual: Tensor | None = None, x1: Tensor | None = None,
+        weight1: Tensor | None = None, bias1: Tensor | None = None, eps: float = 1e-6, dropout_p: float = 0.0,
+        rowscale: Tensor | None = None, prenorm: bool = False, zero_centered_weight: bool = False,
+        dropout_mask: Tensor | None = None, dropout_mask1: Tensor | None = None, upcast: bool = False,
+    ) -> Tensor | tuple[Tensor, ...]:  # fmt: skip
+        return _reference(
+            x, weight, bias, residual, x1, weight1, bias1, eps, dropout_p, rowscale, prenorm,
+            zero_centered_weight, dropout_mask, dropout_mask1, upcast, rms,
+        )  # fmt: skip
+
+    reference.__name__ = reference.__qualname__ = f"{'rms' if rms else 'layer'}_norm_ref"
+    reference.__doc__ = f"flash-attn's unfused {what} reference (dropout from the given masks when passed)."
+    return reference
+
+
+layer_norm_ref = _reference_fn(False, "LayerNorm")
+rms_norm_ref = _reference_fn(True, "RMSNorm: x / sqrt(mean(x^2) + eps) * weight (+ bias)")

@@ -15,7 +15,7 @@ runs with SDPA's flash backend excluded, so it never calls back into itself.
 
 What differs from torch's FA2: dropout is refused (fa keeps no RNG state to replay it in the backward:
 use dropout 0, or restore torch's implementation); the backward is flash_attn_ext.bwd (fa's backward
-kernel on out and logsumexp, or on the fallback the forward again under autograd). On torch before
+kernel on out and logsumexp, or on the fallback flash-attn's formula on them). On torch before
 2.13 there is no registry: `supported()` is False,
 nothing is registered, and SDPA keeps torch's implementation; call fa_attn's functions directly there.
 Not verified on a GPU: tests/api runs it with the emulated kernels.

@@ -45,6 +45,12 @@ _LAYER_NORM_FN = [
     ("residual_out", None),
 ]
 
+# layer_norm_ref's and rms_norm_ref's (flash-attn's unfused references).
+_NORM_REF = [
+    *_LAYER_NORM_FN[:11], ("zero_centered_weight", False), ("dropout_mask", None), ("dropout_mask1", None),
+    ("upcast", False),
+]  # fmt: skip
+
 SIGNATURES: dict[str, dict[str, list[tuple[str, object]]]] = {
     "flash_attn.flash_attn_interface": {
         "flash_attn_func": [("q", R), ("k", R), ("v", R), *_PADDED_OPTIONS],
@@ -121,6 +127,25 @@ SIGNATURES: dict[str, dict[str, list[tuple[str, object]]]] = {
         "_flash_attn_varlen_backward": [*_BWD_TENSORS, *_VARLEN_Q_K, *_BWD_OPTIONS, ("zero_tensors", False)],
     },
     "flash_attn.layers.rotary": {
+        "apply_rotary_emb_torch": [("x", R), ("cos", R), ("sin", R), ("interleaved", False)],
+        "rotate_half": [("x", R), ("interleaved", False)],
+        "apply_rotary_emb_qkv_": [
+            ("qkv", R),
+            ("cos", R),
+            ("sin", R),
+            ("cos_k", None),
+            ("sin_k", None),
+            ("interleaved", False),
+            ("seqlen_offsets", 0),
+            ("num_heads_q", None),
+        ],
+        "apply_rotary_emb_kv_": [
+            ("kv", R),
+            ("cos", R),
+            ("sin", R),
+            ("interleaved", False),
+            ("seqlen_offsets", 0),
+        ],
         "apply_rotary_emb": [
             ("x", R),
             ("cos", R),
@@ -135,6 +160,33 @@ SIGNATURES: dict[str, dict[str, list[tuple[str, object]]]] = {
     "flash_attn.ops.triton.layer_norm": {
         "layer_norm_fn": _LAYER_NORM_FN,
         "rms_norm_fn": [p for p in _LAYER_NORM_FN if p[0] != "is_rms_norm"],
+        "layer_norm_ref": _NORM_REF,
+        "rms_norm_ref": _NORM_REF,
+        "layer_norm_linear_fn": [
+            ("x", R),
+            ("norm_weight", R),
+            ("norm_bias", R),
+            ("linear_weight", R),
+            ("linear_bias", R),
+            ("residual", None),
+            ("eps", 1e-6),
+            ("prenorm", False),
+            ("residual_in_fp32", False),
+            ("is_rms_norm", False),
+        ],
+    },
+    "flash_attn.ops.triton.rotary": {
+        "apply_rotary": [
+            ("x", R),
+            ("cos", R),
+            ("sin", R),
+            ("seqlen_offsets", 0),
+            ("cu_seqlens", None),
+            ("max_seqlen", None),
+            ("interleaved", False),
+            ("inplace", False),
+            ("conjugate", False),
+        ],
     },
     "flash_attn.bert_padding": {
         "pad_input": [("hidden_states", R), ("indices", R), ("batch", R), ("seqlen", R)],

@@ -14,17 +14,18 @@ import math
 import torch
 
 
-def sequence_attention(
+def _scores(
     q: torch.Tensor,
     k: torch.Tensor,
-    v: torch.Tensor,
     causal: bool = False,
     window: tuple[int, int] = (-1, -1),
     scale: float | None = None,
     softcap: float = 0.0,
     slopes: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """q (sq, h, d), k/v (sk, hk, d) -> out (sq, h, d) fp64, lse (h, sq) fp64, probs (h, sq, sk) fp64."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float]:
+    """q (sq, h, d), k (sk, hk, d) -> fp64 scores (h, sq, sk) with softcap and ALiBi (not masked), their
+    derivative by the raw scores (1 - tanh^2 under softcap), the visible keys (sq, sk), each query head's
+    kv head, and the scale."""
     sq, h, d = q.shape
     sk, hk = k.shape[0], k.shape[1]
     scale = 1.0 / math.sqrt(d) if scale is None else scale
@@ -39,16 +40,26 @@ def sequence_attention(
     if left >= 0:
         visible &= j >= i - left
     kv_head = torch.arange(h) // (h // hk)
-    qd, kd, vd = q.double(), k.double()[:, kv_head], v.double()[:, kv_head]
-    scores = torch.einsum("ihd,jhd->hij", qd, kd) * scale
+    scores = torch.einsum("ihd,jhd->hij", q.double(), k.double()[:, kv_head]) * scale
+    chain = torch.ones_like(scores)
     if softcap > 0:
+        chain = 1 - torch.tanh(scores / softcap) ** 2
         scores = softcap * torch.tanh(scores / softcap)
     if slopes is not None:
         scores = scores - slopes.double().reshape(h, 1, 1) * (i - j).abs()
+    return scores, chain, visible, kv_head, scale
+
+
+def sequence_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **options: object
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q (sq, h, d), k/v (sk, hk, d); options causal, window, scale, softcap, slopes (as _scores) ->
+    out (sq, h, d) fp64, lse (h, sq) fp64, probs (h, sq, sk) fp64."""
+    scores, _, visible, kv_head, _ = _scores(q, k, **options)  # type: ignore[arg-type]
     scores = scores.masked_fill(~visible, -math.inf)
     lse = torch.logsumexp(scores, dim=-1)
     probs = torch.exp(scores - lse.unsqueeze(-1)).nan_to_num(0.0)
-    out = torch.einsum("hij,jhd->ihd", probs, vd)
+    out = torch.einsum("hij,jhd->ihd", probs, v.double()[:, kv_head])
     return out, lse.masked_fill(~visible.any(-1), math.inf), probs
 
 
@@ -86,3 +97,30 @@ def assert_close(
         err = (ours[~inf] - ref[~inf]).abs().max().item()
         tol = ulps * torch.finfo(dtype).eps * max(1.0, ref[~inf].abs().max().item())
         assert err <= tol, f"{name}: max error {err:.3e} > {tol:.3e} ({ulps} eps of {dtype})"
+
+
+def sequence_backward(
+    dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+    **options: object,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """flash-attn's backward formula for one sequence, from the out and lse it is given (ring attention
+    passes merged ones): P = exp(S - lse) on the visible keys, D_i = sum_d dout * out, dS = P (dP - D) with
+    dP = dout v^T, times 1 - tanh^2 under softcap; dq = scale dS k, dk = scale dS^T q, dv = P^T dout.
+    dout/q/out (sq, h, d), k/v (sk, hk, d), lse (h, sq) as flash-attn returns it (flash_attn_lse);
+    options as sequence_attention's -> fp64 dq, dk, dv (kv heads summed over their query heads)."""
+    scores, chain, visible, kv_head, scale = _scores(q, k, **options)  # type: ignore[arg-type]
+    sq, h, d = q.shape
+    sk, hk = k.shape[0], k.shape[1]
+    slopes = options.get("slopes")
+    causal_only = bool(options.get("causal")) and options.get("window", (-1, -1))[0] < 0  # type: ignore[index]
+    given = lse.double() - flash_attn_lse(torch.zeros(h, sq), slopes, causal_only, sq, sk).double()  # type: ignore[arg-type]
+    probs = torch.exp(scores - given.unsqueeze(-1)).masked_fill(~visible, 0.0)
+    dod, od, kd, vd = dout.double(), out.double(), k.double()[:, kv_head], v.double()[:, kv_head]
+    d_rows = (dod * od).sum(-1).t().unsqueeze(-1)  # (h, sq, 1)
+    dscores = probs * (torch.einsum("ihd,jhd->hij", dod, vd) - d_rows) * chain
+    dq = torch.einsum("hij,jhd->ihd", dscores, kd) * scale
+    dk_per_head = torch.einsum("hij,ihd->jhd", dscores, q.double()) * scale
+    dv_per_head = torch.einsum("hij,ihd->jhd", probs, dod)
+    dk = torch.zeros(sk, hk, d, dtype=torch.float64).index_add_(1, kv_head, dk_per_head)
+    dv = torch.zeros(sk, hk, d, dtype=torch.float64).index_add_(1, kv_head, dv_per_head)
+    return dq, dk, dv

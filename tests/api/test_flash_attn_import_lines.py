@@ -65,16 +65,16 @@ def test_each_absent_name_fails_with_fas_message(module: str) -> None:
 
 
 def test_fas_message_reaches_imports_in_functions_and_parenthesised_lists() -> None:
-    def rotary_import() -> object:
-        from flash_attn.layers.rotary import (  # type: ignore[attr-defined]
-            RotaryEmbedding,
-            rotate_half,
+    def norm_import() -> object:
+        from flash_attn.ops.triton.layer_norm import (  # type: ignore[attr-defined]
+            LayerNormFn,
+            RMSNorm,
         )
 
-        return RotaryEmbedding, rotate_half
+        return RMSNorm, LayerNormFn
 
-    with pytest.raises(ImportError, match=f"rotate_half.*{_STANDS_IN}"):
-        rotary_import()
+    with pytest.raises(ImportError, match=f"LayerNormFn.*{_STANDS_IN}"):
+        norm_import()
 
 
 def test_names_flash_attn_lacks_fail_as_python_fails_them() -> None:

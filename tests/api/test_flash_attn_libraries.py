@@ -118,6 +118,67 @@ def test_diffusers_flash_backend_runs_through_fa_attn(probes: dict[bool, str]) -
     assert path == "fallback"  # fa_attn ran the call (on a CPU, its fallback)
 
 
+def test_installing_after_diffusers_is_imported_enables_its_flash_backend() -> None:
+    """diffusers decides at import whether flash_attn is there (_CAN_USE_FLASH_ATTN and the functions it
+    imported): installing the stand-in afterwards must refresh that, as it does transformers' caches."""
+    need("diffusers")
+    code = (
+        "from diffusers.models import attention_dispatch as d\n"
+        "print('BEFORE', d._CAN_USE_FLASH_ATTN)\n"
+        "import fa_attn; fa_attn.install_as_flash_attn()\n"
+        "print('AFTER', d._CAN_USE_FLASH_ATTN)\n" + DIFFUSERS_FLASH
+    )
+    result = run_python(code, stand_in=False)
+    lines = result.stdout.splitlines()
+    assert "BEFORE False" in lines, result.stderr[-2000:]
+    assert "AFTER True" in lines, result.stderr[-2000:]
+    diff = _lines(result.stdout, "DIFFUSERS_DIFF")
+    assert diff, result.stderr[-2000:]
+    assert float(diff[0].split()[1]) < 1e-5
+
+
+DIFFUSERS_RING_BACKWARD = """
+import torch, torch.nn.functional as F
+from diffusers.models import attention_dispatch as d
+
+class Ctx:  # what torch.autograd gives diffusers' ops: saved tensors and attributes
+    def save_for_backward(self, *tensors):
+        self.saved_tensors = tensors
+
+g = torch.Generator().manual_seed(0)
+q, k, v, dout = (torch.randn(2, 8, 4, 16, generator=g, dtype=torch.float64) for _ in range(4))
+blocks = (slice(0, 4), slice(4, 8))
+ctxs, outs, lses = [], [], []
+for s in blocks:
+    ctx = Ctx()
+    out, lse = d._flash_attention_forward_op(ctx, q, k[:, s], v[:, s], scale=0.3, return_lse=True)
+    ctxs.append(ctx); outs.append(out); lses.append(lse)
+lse = torch.logsumexp(torch.stack(lses), dim=0)  # (B, S, H): diffusers' layout
+out = sum(o * torch.exp(l - lse).unsqueeze(-1) for o, l in zip(outs, lses))
+grads = [d._flash_attention_backward_op(c, dout, query=q, key=k[:, s], value=v[:, s], out=out, lse=lse)
+         for c, s in zip(ctxs, blocks)]
+dq = sum(gr[0] for gr in grads)
+dk, dv = (torch.cat([gr[i] for gr in grads], dim=1) for i in (1, 2))
+leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+ref = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in leaves), scale=0.3).transpose(1, 2)
+want = torch.autograd.grad(ref, leaves, dout)
+print('RING_OUT', float((out - ref).abs().max()))
+print('RING_GRAD', max(float((a - b).abs().max()) for a, b in zip((dq, dk, dv), want)))
+"""
+
+
+def test_diffusers_context_parallel_backward_reads_the_merged_out_and_lse() -> None:
+    """diffusers' ring attention (TemplatedRingAttention) re-drives its flash backward op once per key block
+    with the out and lse merged over all blocks; here its own forward and backward ops in one process, two
+    blocks: the gradients are full attention's (off by 1.95 with main's private backward, 1e-15 outputs both)."""
+    need("diffusers")
+    result = run_python(DIFFUSERS_RING_BACKWARD, stand_in=True)
+    out_err, grad_err = (_lines(result.stdout, word) for word in ("RING_OUT", "RING_GRAD"))
+    assert out_err, result.stderr[-3000:]
+    assert float(out_err[0].split()[1]) < 1e-6
+    assert float(grad_err[0].split()[1]) < 1e-6
+
+
 def test_transformers_sees_flash_attn_only_with_the_stand_in(probes: dict[bool, str]) -> None:
     """Steps 1-3 of its check pass (_standin.py's docstring); step 4, a CUDA device, is the machine's."""
     need("transformers")
@@ -194,7 +255,7 @@ NOT_PROVIDED = {
     "flash_attn.modules.block": "flash_attn.modules.mha.MHA",
     "flash_attn.ops.fused_dense": "torch.nn.Linear",
     "flash_attn.ops.rms_norm": "flash_attn.ops.triton.layer_norm.rms_norm_fn",
-    "flash_attn.ops.triton.rotary": "flash_attn.layers.rotary.apply_rotary_emb",
+    "flash_attn.ops.triton.cross_entropy": "flash_attn.losses.cross_entropy.CrossEntropyLoss",
     "flash_attn.utils.distributed": "torch.distributed",
     "flash_attn.models.llama": "transformers",
 }

@@ -166,3 +166,21 @@ def test_registered_attention_with_a_static_cache() -> None:
 def test_register_refuses_a_flash_name() -> None:
     with pytest.raises(ValueError, match=r"^name: 'my_flash' contains 'flash'"):
         fa_attn.hf.register("my_flash")
+
+
+def test_a_model_with_attention_sinks_is_refused_not_approximated() -> None:
+    """gpt-oss passes its sinks as s_aux: without them its logits differ (by 0.24 on this config), so the
+    registered attention refuses the call with a reason; the eager path it names runs."""
+    config = transformers.GptOssConfig(
+        vocab_size=101, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2,
+        max_position_embeddings=64, sliding_window=8, layer_types=["sliding_attention", "full_attention"],
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=fa_attn.hf.register())
+    ids = torch.randint(0, 101, (1, 6))
+    with torch.no_grad(), pytest.raises(ValueError, match=r"s_aux.*sinks.*eager"):
+        model(ids)
+    model.set_attn_implementation("eager")
+    with torch.no_grad():
+        assert torch.isfinite(model(ids).logits).all()
