@@ -1,6 +1,7 @@
 """The runtime's stdlib-only modules, which the build and doctor share with every installed wheel:
 fa_attn/schema.py (manifest, index.json), reasons.py (reason codes), versions.py (arch, driver and torch
-versions), decision.py (which path a call takes), all_wheel.py (the all-wheel's binding and kernel set).
+versions), decision.py (which path a call takes), all_wheel.py (the all-wheel's binding and kernel set),
+ownfiles.py (how fa reads, writes and locks its own files).
 Loaded from this tool's own kernels/ tree without
 importing torch (core/kernels_src.py), each on first use (`fa probe` needs versions.py only); typed as
 the fa_attn package they are."""
@@ -13,9 +14,9 @@ from typing import TYPE_CHECKING
 from buildtool.core import kernels_src
 
 if TYPE_CHECKING:
-    from fa_attn import all_wheel, decision, reasons, schema, versions
+    from fa_attn import all_wheel, decision, ownfiles, reasons, schema, versions
 
-__all__ = ["all_wheel", "decision", "reasons", "schema", "versions"]
+__all__ = ["all_wheel", "decision", "ownfiles", "reasons", "schema", "versions"]
 
 
 def __getattr__(name: str) -> ModuleType:
