@@ -110,12 +110,12 @@ def admit(
     splitkv: bool = False,
     may_check: bool = True,
 ) -> Dispatch:
-    """`route` once the units it would use are verified on this GPU (selfcheck.admit: a record, or the
-    first-use self-check), or the fallback when one failed or measured slower than SDPA here."""
+    """`route` once the units it would use are verified on this GPU for the call's class (selfcheck.admit:
+    a record, or the first-use self-check), or the fallback when one failed or measured slower than SDPA
+    here. A call without a backward that splits its keys (_launch) has its split-KV unit admitted too."""
     backward = needs_backward(q, k, v)
-    return selfcheck.admit(
-        route, q.device, q.dtype, call.causal, call.seqlen_k, backward, splitkv=splitkv, may_check=may_check
-    )
+    splitkv = splitkv or _splits(call, route, q, backward)
+    return selfcheck.admit(route, call, q.device, q.dtype, backward, splitkv=splitkv, may_check=may_check)
 
 
 def route_for(
@@ -127,12 +127,15 @@ def route_for(
     backward, compiling = needs_backward(q, k, v), torch.compiler.is_compiling()
     route = decide(call, q, k, v, backward)
     if route.path != "fallback":  # (admit's body, one frame less per call)
-        device, causal = q.device, call.causal
-        route = selfcheck.admit(
-            route, device, q.dtype, causal, call.seqlen_k, backward, splitkv, True, compiling
-        )
+        splitkv = splitkv or _splits(call, route, q, backward)
+        route = selfcheck.admit(route, call, q.device, q.dtype, backward, splitkv, True, compiling)
     _dispatch.report(route, compiling)
     return route
+
+
+def _splits(call: AttnCall, route: Dispatch, q: torch.Tensor, backward: bool) -> bool:
+    """Whether flash_attn_func's forward (num_splits: its heuristic) runs the split-KV unit."""
+    return not backward and route.splitkv is not None and _split_count(call, route, q, 0) > 1
 
 
 def _split_count(call: AttnCall, route: Dispatch, q: torch.Tensor, requested: int) -> int:

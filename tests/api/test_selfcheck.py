@@ -9,6 +9,10 @@ unchecked and says so, or falls back under FA_SELF_CHECK=strict. The GPU is the 
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import math
+import os
 import warnings
 from pathlib import Path
 
@@ -109,7 +113,7 @@ def test_a_healthy_unit_passes_its_check_once_then_serves() -> None:
     assert route is not None, route
     assert route.path == "sass", route
     assert route.verified == "self-check", route
-    assert len(emulated.LAUNCHED) == 2  # the check's tiny problem, then the call
+    assert len(emulated.LAUNCHED) == 2  # the check's small problem, then the call (which does not split)
     fa_attn.flash_attn_func(q, k, v, causal=True)
     assert len(emulated.LAUNCHED) == 3  # no second check
 
@@ -141,7 +145,7 @@ def test_records_decide_without_a_check() -> None:
 def test_routing_follows_recorded_speed(monkeypatch) -> None:
     q, k, v = qkv()
     unit = fwd_unit()
-    write_record(unit, records.UnitResult("pass", speed={"fwd": {"32": 1.4, "4096": 0.6}}))
+    write_record(unit, records.UnitResult("pass", speed={"fwd-causal": {"32": 1.4, "4096": 0.6}}))
     fa_attn.flash_attn_func(q, k, v, causal=True)  # 40 keys: nearest measured length is 32
     route = fa_attn.last_dispatch()
     assert route is not None, route
@@ -154,7 +158,7 @@ def test_routing_follows_recorded_speed(monkeypatch) -> None:
     assert fa_attn.last_dispatch().path == "sass"  # type: ignore[union-attr]
 
     monkeypatch.setenv("FA_ROUTE", "auto")
-    write_record(unit, records.UnitResult("pass", speed={"fwd": {"32": 0.7}}))
+    write_record(unit, records.UnitResult("pass", speed={"fwd-causal": {"32": 0.7}}))
     fa_attn.flash_attn_func(q, k, v, causal=True)
     assert fa_attn.last_dispatch().path == "sass"  # type: ignore[union-attr]
 
@@ -196,7 +200,7 @@ def test_records_round_trip_atomically(tmp_path: Path) -> None:
     path = records.write(
         records.Record(key, "2026-11-25T03:00:00Z", "fa check", {"sm_80/u": result}), tmp_path
     )
-    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left behind
+    assert [p.name for p in tmp_path.iterdir() if p.name != ".lock"] == [path.name]  # no temporary left
     back = records.read(key, tmp_path)
     assert back is not None
     assert back.units == {"sm_80/u": result}
@@ -207,7 +211,8 @@ def test_records_round_trip_atomically(tmp_path: Path) -> None:
         is None
     )
     path.write_text("{damaged")
-    assert records.read(key, tmp_path) is None
+    with pytest.warns(records.RecordWarning, match="ignores all"):
+        assert records.read(key, tmp_path) is None
 
 
 @pytest.mark.usefixtures("kernels")
@@ -229,3 +234,293 @@ def test_under_torch_compile_records_decide_and_no_check_runs() -> None:
     assert torch.equal(compiled(q, k, v), sdpa_output(q, k, v))
     assert emulated.LAUNCHED == [("fwd", 1)]  # the failed unit was compiled out
     torch._dynamo.reset()
+
+
+# ---- admission per class: a unit serves a call only of a class its check covered ---------------------
+
+
+def healthy_then(monkeypatch, fault, **call) -> tuple[torch.Tensor, torch.Tensor]:
+    """A plain call (non-causal, head dim 32, 2/2 heads) passes its check and serves; then `fault`
+    breaks the emulated forward for calls like `call` only, and such a call runs. (its output, SDPA's)"""
+    q, k, v = qkv()
+    fa_attn.flash_attn_func(q, k, v)
+    assert fa_attn.last_dispatch().verified == "self-check"  # type: ignore[union-attr]
+    head_dim, heads_k = call.pop("head_dim", SHAPE[3]), call.pop("heads_k", SHAPE[2])
+    gen = torch.Generator().manual_seed(1)
+    q = torch.randn(SHAPE[0], SHAPE[1], call.pop("heads", SHAPE[2]), head_dim, generator=gen).half()
+    k, v = (torch.randn(SHAPE[0], SHAPE[1], heads_k, head_dim, generator=gen).half() for _ in range(2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fa_attn.FaFallbackWarning)
+        warnings.simplefilter("ignore", selfcheck.FaSelfCheckWarning)
+        expected = fa_attn.fallback.attention(
+            fa_attn.inputs.check_padded(q, k, v, 0.0, None, call.get("causal", False), (-1, -1), 0.0, None,
+                                        False), q, k, v, want_lse=False,
+        )[0]  # fmt: skip
+        healthy = emulated.H.forward
+        monkeypatch.setattr(emulated.H, "forward", lambda lib, c: fault(healthy, lib, c))
+        out = fa_attn.flash_attn_func(q, k, v, **call)
+    return out, expected
+
+
+def causal_only(healthy, lib, c):  # right unless the mask is causal
+    out, lse = healthy(lib, c)
+    return (out * 1.1 if c.causal else out), lse
+
+
+def default_scale(healthy, lib, c):  # the caller's softmax_scale ignored: 1/sqrt(the unit's head dim)
+    return healthy(lib, dataclasses.replace(c, softmax_scale=c.q.shape[-1] ** -0.5))
+
+
+def head_modulo(healthy, lib, c):  # query head h reads key head h % h_k, not h // group
+    heads, heads_k = c.q.shape[-2], c.k.shape[-2]
+    rows = torch.arange(heads) % heads_k
+    return healthy(
+        lib, dataclasses.replace(c, k=c.k[:, :, rows].contiguous(), v=c.v[:, :, rows].contiguous())
+    )
+
+
+@pytest.mark.usefixtures("kernels")
+@pytest.mark.filterwarnings("ignore::fa_attn.FaFallbackWarning")
+@pytest.mark.parametrize(
+    ("fault", "call"),
+    [
+        (causal_only, {"causal": True}),
+        (default_scale, {"head_dim": 24}),  # on the d32 unit, zero-padded
+        (head_modulo, {"heads": 4, "heads_k": 2}),
+    ],
+    ids=["causal-after-non-causal", "head-dim-24-on-d32", "gqa-4-2"],
+)
+def test_a_call_of_a_class_never_checked_is_checked_first(monkeypatch, fault, call) -> None:
+    out, expected = healthy_then(monkeypatch, fault, **call)
+    route = fa_attn.last_dispatch()
+    assert route is not None
+    assert route.path == "fallback", route
+    assert route.reasons[0].code == "self-check-failed", route
+    assert torch.equal(out, expected)
+
+
+def test_each_class_gets_a_problem_of_its_own() -> None:
+    launch = fa_attn.decision.KernelLaunch("/k/sm_80/fwd_fp16_d64.cubin", "fa_fwd", (64, 128, 128, 64, 0, 0))
+    base = selfcheck.CallClass(False, "none", False, "padded", 0, 1, False, 64)
+    p = selfcheck.problem_for("fwd", launch, torch.float16, base)
+    assert (p.seqlen_q, p.seqlen_k, p.heads, p.heads_k, p.window, p.softcap) == (79, 79, 2, 2, (-1, -1), 0.0)
+    assert not math.isclose(p.scale, 64**-0.5), "the default scale would hide a kernel that ignores it"
+    p = selfcheck.problem_for(
+        "fwd", launch, torch.float16, base._replace(group=4, head_dim=40, window="both")
+    )
+    assert (p.heads, p.heads_k, p.head_dim, p.unit_head_dim, p.window) == (8, 2, 40, 64, (19, 15))
+    p = selfcheck.problem_for("fwd", launch, torch.float16, base._replace(group=8, mqa=True, softcap=True))
+    assert (p.heads, p.heads_k, p.softcap) == (8, 1, selfcheck.SOFTCAP)
+    p = selfcheck.problem_for("fwd", launch, torch.float16, base._replace(layout="kvcache", page_size=64))
+    assert (p.layout, p.page_size) == ("kvcache", 64)
+    p = selfcheck.problem_for("splitkv", launch, torch.float16, base)
+    assert p.seqlen_q == 129, "two query blocks meet two splits in the combine"
+
+
+def decode_qkv(keys: int = 300) -> tuple[torch.Tensor, ...]:
+    """One query over enough keys that flash_attn_func's heuristic splits them (emulated.SM_COUNT)."""
+    gen = torch.Generator().manual_seed(2)
+    q = torch.randn(1, 1, 2, 32, generator=gen).half()
+    return (q, *(torch.randn(1, keys, 2, 32, generator=gen).half() for _ in range(2)))
+
+
+@pytest.mark.usefixtures("kernels")
+@pytest.mark.filterwarnings("ignore::fa_attn.FaFallbackWarning")
+def test_split_kv_is_admitted_like_any_unit() -> None:
+    q, k, v = decode_qkv()
+    route = fa_attn.explain(q, k, v)
+    assert route.splitkv is not None, route
+    split = records.unit_name(route.splitkv.module)
+    write_record(split, records.UnitResult("fail", "out: error 0.5 > bound 0.004", 0.5, 0.004))
+    with pytest.warns(selfcheck.FaSelfCheckWarning, match=split):
+        out = fa_attn.flash_attn_func(q, k, v)
+    route = fa_attn.last_dispatch()
+    assert route is not None
+    assert route.path == "sass", route  # the forward serves the call ...
+    assert route.splitkv is None, route
+    assert ("fwd_splitkv", 2) not in emulated.LAUNCHED, emulated.LAUNCHED  # ... unsplit
+    assert emulated.LAUNCHED[-1] == ("fwd", 1)
+    torch.testing.assert_close(out, sdpa_output_plain(q, k, v), atol=2e-3, rtol=0)
+
+
+def sdpa_output_plain(q, k, v) -> torch.Tensor:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fa_attn.FaFallbackWarning)
+        call = fa_attn.inputs.check_padded(q, k, v, 0.0, None, False, (-1, -1), 0.0, None, False)
+        return fa_attn.fallback.attention(call, q, k, v, want_lse=False)[0]
+
+
+@pytest.mark.usefixtures("kernels")
+def test_a_split_call_checks_the_split_kv_unit_first() -> None:
+    q, k, v = decode_qkv()
+    fa_attn.flash_attn_func(q, k, v)
+    assert emulated.LAUNCHED[0][0] == "fwd_splitkv", emulated.LAUNCHED  # its check, before the call
+    assert emulated.LAUNCHED[-1][0] == "fwd_splitkv", emulated.LAUNCHED  # the call, split
+    assert fa_attn.last_dispatch().verified == "self-check"  # type: ignore[union-attr]
+
+
+# ---- what a check runs under, and errors that are not the kernel's ---------------------------------
+
+
+@pytest.mark.usefixtures("kernels")
+def test_checks_ignore_the_callers_autocast_and_default_device() -> None:
+    q, k, v = (t.bfloat16() for t in qkv())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        fa_attn.flash_attn_func(q, k, v, causal=True)
+    assert fa_attn.last_dispatch().verified == "self-check", fa_attn.last_dispatch()  # type: ignore[union-attr]
+    selfcheck.reset()
+    torch.set_default_device("meta")
+    try:
+        fa_attn.flash_attn_func(q, k, v)
+    finally:
+        torch.set_default_device(None)
+    assert fa_attn.last_dispatch().verified == "self-check", fa_attn.last_dispatch()  # type: ignore[union-attr]
+
+
+@pytest.mark.usefixtures("kernels")
+@pytest.mark.filterwarnings("ignore::fa_attn.FaFallbackWarning")
+def test_out_of_memory_during_a_check_disables_nothing(monkeypatch) -> None:
+    q, k, v = qkv()
+    healthy, failures = emulated.H.forward, [1]
+
+    def short_of_memory(lib, c):  # the first launch finds the GPU full; later ones run
+        if failures:
+            failures.pop()
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB")
+        return healthy(lib, c)
+
+    monkeypatch.setattr(emulated.H, "forward", short_of_memory)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", selfcheck.FaSelfCheckWarning)  # nothing blames the kernel
+        fa_attn.flash_attn_func(q, k, v, causal=True)
+        route = fa_attn.last_dispatch()
+        assert route is not None
+        assert route.reasons[0].code == "not-verified", route
+        assert "out of memory" in route.reasons[0].message, route
+        monkeypatch.setattr(selfcheck, "RETRY_S", 0.0)
+        fa_attn.flash_attn_func(q, k, v, causal=True)
+    route = fa_attn.last_dispatch()
+    assert route is not None
+    assert (route.path, route.verified) == ("sass", "self-check"), route
+
+
+# ---- records are evidence ------------------------------------------------------------------------
+
+
+def raw_record(unit: str, entry: dict) -> Path:
+    key = emulated.gpu_key(torch.device("cpu"))
+    path = records.write(records.Record(key, "2026-11-25T03:00:00Z", "fa check", {}))
+    data = json.loads(path.read_text())
+    data["units"][unit] = entry
+    path.write_text(json.dumps(data))
+    selfcheck.reset()
+    return path
+
+
+@pytest.mark.usefixtures("kernels")
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"verdict": "pass", "max_err": 0.5, "bound": 0.004},
+        {"verdict": "pass", "max_err": math.nan, "bound": 0.004},
+        {"verdict": "pass", "max_err": math.inf, "bound": math.inf},
+    ],
+    ids=["above-bound", "nan", "inf"],
+)
+def test_a_pass_counts_only_when_its_numbers_say_pass(entry) -> None:
+    q, k, v = qkv()
+    raw_record(fwd_unit(), entry)
+    fa_attn.flash_attn_func(q, k, v, causal=True)
+    assert fa_attn.last_dispatch().verified == "self-check", fa_attn.last_dispatch()  # type: ignore[union-attr]
+
+
+@pytest.mark.usefixtures("kernels")
+def test_a_record_others_can_write_is_ignored() -> None:
+    q, k, v = qkv()
+    path = raw_record(fwd_unit(), {"verdict": "pass", "max_err": 0.001, "bound": 0.004})
+    path.chmod(0o666)
+    with pytest.warns(records.RecordWarning, match="writable"):
+        fa_attn.flash_attn_func(q, k, v, causal=True)
+    assert fa_attn.last_dispatch().verified == "self-check", fa_attn.last_dispatch()  # type: ignore[union-attr]
+
+
+@pytest.mark.usefixtures("kernels")
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a file another user's needs root")
+def test_a_record_of_another_user_is_ignored() -> None:
+    q, k, v = qkv()
+    path = raw_record(fwd_unit(), {"verdict": "pass", "max_err": 0.001, "bound": 0.004})
+    os.chown(path, 4242, 4242)
+    with pytest.warns(records.RecordWarning, match="4242"):
+        fa_attn.flash_attn_func(q, k, v, causal=True)
+    assert fa_attn.last_dispatch().verified == "self-check", fa_attn.last_dispatch()  # type: ignore[union-attr]
+
+
+@pytest.mark.usefixtures("kernels")
+def test_a_malformed_speed_key_is_ignored_with_one_warning() -> None:
+    q, k, v = qkv()
+    entry = {"verdict": "pass", "max_err": 0.001, "bound": 0.004, "speed": {"fwd-causal": {"40k": 1.5}}}
+    raw_record(fwd_unit(), entry)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        fa_attn.flash_attn_func(q, k, v, causal=True)
+        selfcheck.reset()
+        fa_attn.flash_attn_func(q, k, v, causal=True)
+    (warned,) = [w for w in seen if issubclass(w.category, records.RecordWarning)]
+    assert "speed entry 'fwd-causal'/'40k'" in str(warned.message), warned
+    route = fa_attn.last_dispatch()
+    assert route is not None
+    assert (route.path, route.verified) == ("sass", "record"), route
+
+
+@pytest.mark.usefixtures("kernels")
+@pytest.mark.filterwarnings("ignore::fa_attn.FaFallbackWarning")
+def test_speed_routes_only_the_class_it_was_measured_on() -> None:
+    q, k, v = qkv()
+    unit = fwd_unit()
+    write_record(unit, records.UnitResult("pass", speed={"fwd": {"32": 1.4}}))  # non-causal, sq = sk
+    fa_attn.flash_attn_func(q, k, v, causal=True)
+    assert fa_attn.last_dispatch().path == "sass"  # type: ignore[union-attr]
+    fa_attn.flash_attn_func(q[:, :1], k, v)  # a decode step
+    assert fa_attn.last_dispatch().path == "sass"  # type: ignore[union-attr]
+    fa_attn.flash_attn_func(q, k, v)
+    assert fa_attn.last_dispatch().reasons[0].code == "slower-than-sdpa"  # type: ignore[union-attr]
+    write_record(unit, records.UnitResult("pass", speed={"fwd-decode": {"32": 1.4}}))
+    fa_attn.flash_attn_func(q[:, :1], k, v)
+    assert fa_attn.last_dispatch().reasons[0].code == "slower-than-sdpa"  # type: ignore[union-attr]
+
+
+def test_two_gpus_of_one_model_keep_two_verdicts(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(records.RECORDS_ENV, str(tmp_path))
+
+    class Props:  # what the CUDA driver says of two A100s (torch's device properties)
+        name, major, minor = "NVIDIA A100-SXM4-80GB", 8, 0
+
+        def __init__(self, index: int) -> None:
+            self.uuid = f"GPU-0000000{index}-1111-2222-3333-444444444444"
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: Props(torch.device(d).index))
+    gpu0, gpu1 = (selfcheck.record_key(torch.device("cuda", i)) for i in (0, 1))
+    assert gpu0 != gpu1
+    assert gpu0.uuid == "00000000-1111-2222-3333-444444444444"
+    records.write(records.Record(gpu0, "2026-11-25T03:00:00Z", "fa check", {"sm_80/u": FAIL}))
+    records.write(records.Record(gpu1, "2026-11-25T03:00:01Z", "fa check", {"sm_80/u": PASS}))
+    assert not records.read(gpu0).units["sm_80/u"].passed  # type: ignore[union-attr]
+    assert records.read(gpu1).units["sm_80/u"].passed  # type: ignore[union-attr]
+
+
+PASS = records.UnitResult("pass", max_err=1e-3, bound=4e-3)
+FAIL = records.UnitResult("fail", "out: error 0.5 > bound 0.004", 0.5, 0.004)
+
+
+def test_records_merge_under_a_lock(monkeypatch, tmp_path: Path) -> None:
+    key = records.RecordKey("ab" * 32, "NVIDIA A100", "8.0", "575.51.03", "2.13.0", "u-1")
+    records.write(records.Record(key, "2026-11-25T03:00:00Z", "fa check", {"sm_80/a": FAIL}), tmp_path)
+    records.write(records.Record(key, "2026-11-25T03:00:09Z", "fa check", {"sm_80/b": PASS}), tmp_path)
+    back = records.read(key, tmp_path)
+    assert back is not None
+    assert back.units == {"sm_80/a": FAIL, "sm_80/b": PASS}, "a later check of other units kept the first's"
+    monkeypatch.setattr(records, "LOCK_TIMEOUT_S", 0.2)
+    late = records.Record(key, "2026-11-25T03:00:10Z", "fa check", {"sm_80/a": PASS})
+    with fa_attn.ownfiles.locked(tmp_path / ".lock", timeout=1.0), pytest.raises(fa_attn.ownfiles.Refused):
+        records.write(late, tmp_path)  # another writer holds the lock: nothing is overwritten
+    assert records.read(key, tmp_path).units["sm_80/a"] == FAIL  # type: ignore[union-attr]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -40,6 +40,15 @@ class Problem:
     batch: int = 1
     seed: int = 0
     layout: str = "padded"  # "padded" | "varlen" | "kvcache" (LAYOUTS)
+    window: tuple[int, int] = (-1, -1)  # flash-attn's window_size (left, right); -1 unbounded
+    softcap: float = 0.0
+    softmax_scale: float | None = None  # None: 1/sqrt(head_dim)
+    page_size: int = 0  # kvcache only: its rows in pages of this many, read through a block table
+    unit_head_dim: int = 0  # the unit's head dim when larger: q, k, v zero-padded as the runtime pads
+
+    @property
+    def scale(self) -> float:
+        return self.softmax_scale if self.softmax_scale is not None else 1.0 / math.sqrt(self.head_dim)
 
     def sequences(self) -> list[tuple[int, int]]:
         """(queries, keys) of each sequence: `batch` equal ones when padded; varlen and kvcache have two,
@@ -56,7 +65,12 @@ class Problem:
         shape = " ".join(f"q{sq}k{sk}" for sq, sk in self.sequences()[:2])
         if self.layout == "padded":
             shape = f"b{self.batch} q{self.seqlen_q} k{self.seqlen_k}"
-        return f"{dt} d{self.head_dim} {mask} {self.layout} {shape} h{self.heads}/{self.heads_k}"
+        extra = f" window {self.window[0]},{self.window[1]}" if self.window != (-1, -1) else ""
+        extra += f" softcap {self.softcap:g}" if self.softcap else ""
+        extra += f" scale {self.softmax_scale:.3g}" if self.softmax_scale is not None else ""
+        extra += f" pages of {self.page_size}" if self.page_size else ""
+        extra += f" padded to d{self.unit_head_dim}" if self.unit_head_dim > self.head_dim else ""
+        return f"{dt} d{self.head_dim} {mask} {self.layout} {shape} h{self.heads}/{self.heads_k}{extra}"
 
 
 LAYOUTS = ("padded", "varlen", "kvcache")
@@ -75,6 +89,9 @@ class Inputs:
     seqused_k: torch.Tensor | None
     max_seqlen_q: int
     max_seqlen_k: int
+    block_table: torch.Tensor | None = None  # paged: k_pages and v_pages are what the op reads
+    k_pages: torch.Tensor | None = None
+    v_pages: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -111,10 +128,21 @@ def _random(p: Problem, rows: int, sq: int, sk: int, device: torch.device) -> tu
     every device)."""
     gen = torch.Generator().manual_seed(p.seed)
     shape_q, shape_k = (rows, sq, p.heads, p.head_dim), (rows, sk, p.heads_k, p.head_dim)
-    return tuple(
-        torch.randn(s, generator=gen).to(device=device, dtype=p.dtype)
+    return tuple(  # device="cpu": whatever torch.set_default_device says
+        torch.randn(s, generator=gen, device="cpu").to(device=device, dtype=p.dtype)
         for s in (shape_q, shape_k, shape_k, shape_q)
     )
+
+
+def _paged(problem: Problem, cache: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """A (b, rows, h_k, d) cache as pages (num_pages, page_size, h_k, d), page i of sequence b at
+    order[b, i]: the block table (rows beyond the cache are zero and never read)."""
+    page = problem.page_size
+    rows, pages = cache.shape[1], order.shape[1]
+    padded = torch.nn.functional.pad(cache, (0, 0, 0, 0, 0, pages * page - rows))
+    out = torch.zeros(order.numel(), page, *cache.shape[2:], dtype=cache.dtype, device=cache.device)
+    out[order.reshape(-1).long()] = padded.reshape(order.numel(), page, *cache.shape[2:])
+    return out
 
 
 def inputs(problem: Problem, device: torch.device) -> Inputs:
@@ -127,7 +155,16 @@ def inputs(problem: Problem, device: torch.device) -> Inputs:
     if problem.layout == "kvcache":
         q, k, v, dout = _random(problem, len(seqs), problem.seqlen_q, problem.seqlen_k, device)
         used = torch.tensor([sk for _, sk in seqs], dtype=torch.int32, device=device)
-        return Inputs(q, k, v, dout, None, None, used, problem.seqlen_q, max(sk for _, sk in seqs))
+        x = Inputs(q, k, v, dout, None, None, used, problem.seqlen_q, max(sk for _, sk in seqs))
+        if not problem.page_size:
+            return x
+        pages = -(-problem.seqlen_k // problem.page_size)
+        gen = torch.Generator().manual_seed(problem.seed)
+        order = torch.randperm(len(seqs) * pages, generator=gen, device="cpu").reshape(len(seqs), pages)
+        table = order.to(device=device, dtype=torch.int32)
+        return replace(
+            x, block_table=table, k_pages=_paged(problem, k, table), v_pages=_paged(problem, v, table)
+        )
     if problem.layout != "varlen":
         raise ValueError(f"layout {problem.layout!r}: one of {', '.join(LAYOUTS)}")
     q, k, v, dout = _random(problem, 1, sum(sq for sq, _ in seqs), sum(sk for _, sk in seqs), device)
@@ -146,25 +183,42 @@ def reference(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """attention_ref per sequence, put back in the problem's layout: out as q, lse (b, h, sq) padded and
     kvcache, (h, total_q) varlen (flash-attn's layouts). Differentiable in q, k, v."""
+
+    def ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return attention_ref(
+            q, k, v, problem.causal, problem.scale, upcast, window=problem.window, softcap=problem.softcap
+        )
+
     if problem.layout == "padded":
-        return attention_ref(q, k, v, problem.causal, upcast=upcast)
+        return ref(q, k, v)
     outs, lses = [], []
     if problem.layout == "kvcache":
         for i, (_, sk) in enumerate(problem.sequences()):
-            o, lse = attention_ref(
-                q[i : i + 1], k[i : i + 1, :sk], v[i : i + 1, :sk], problem.causal, upcast=upcast
-            )
+            o, lse = ref(q[i : i + 1], k[i : i + 1, :sk], v[i : i + 1, :sk])
             outs.append(o)
             lses.append(lse)
         return torch.cat(outs), torch.cat(lses)
     q0 = k0 = 0
     for sq, sk in problem.sequences():
         qi, ki, vi = (t.unsqueeze(0) for t in (q[q0 : q0 + sq], k[k0 : k0 + sk], v[k0 : k0 + sk]))
-        o, lse = attention_ref(qi, ki, vi, problem.causal, upcast=upcast)
+        o, lse = ref(qi, ki, vi)
         outs.append(o[0])
         lses.append(lse[0])
         q0, k0 = q0 + sq, k0 + sk
     return torch.cat(outs), torch.cat(lses, dim=1)
+
+
+def _padded(problem: Problem, *tensors: torch.Tensor) -> list[torch.Tensor]:
+    """The tensors as the runtime hands them to a unit of a larger head dim (interface.run_kernels)."""
+    pad = problem.unit_head_dim - problem.head_dim
+    return [torch.nn.functional.pad(t, (0, pad)) if pad > 0 else t for t in tensors]
+
+
+def _scalars(problem: Problem, x: Inputs) -> tuple[object, ...]:
+    """The ops' arguments from max_seqlen_q on: lengths, scale, mask, window and softcap."""
+    left, right = problem.window
+    return (x.max_seqlen_q, x.max_seqlen_k, problem.scale, problem.causal, left, 0 if problem.causal else right,
+            problem.softcap)  # fmt: skip
 
 
 def check_forward(
@@ -173,9 +227,11 @@ def check_forward(
     """The forward unit `launch` (or, splitkv, the split-KV one) on `problem`: out and lse."""
     x = inputs(problem, device)
     q, k, v = x.q, x.k, x.v
-    scale = 1.0 / math.sqrt(problem.head_dim)
-    args = (q, k, v, x.cu_seqlens_q, x.cu_seqlens_k, x.seqused_k, None, None, None, x.max_seqlen_q,
-            x.max_seqlen_k, scale, problem.causal, -1, -1, 0.0)  # fmt: skip
+    paged_k = k if x.k_pages is None else x.k_pages  # what the op reads: pages, when the cache has them
+    paged_v = v if x.v_pages is None else x.v_pages
+    qo, ko, vo = _padded(problem, q, paged_k, paged_v)
+    args = (qo, ko, vo, x.cu_seqlens_q, x.cu_seqlens_k, x.seqused_k, None, None, x.block_table,
+            *_scalars(problem, x))  # fmt: skip
     with torch.no_grad():
         out_ref, lse_ref = reference(problem, q, k, v)
         out_low, _ = reference(problem, q, k, v, upcast=False)
@@ -187,6 +243,7 @@ def check_forward(
             out, lse = torch.ops.fa_attn.fwd(
                 *args, launch.module, launch.entries, list(launch.launch), *_no_backward()
             )
+    out = out[..., : problem.head_dim]
     rows = torch.isfinite(lse_ref)  # rows that see a key (the others' lse is +-inf by convention)
     errors = (fa2_error("out", out, out_ref, out_low), lse_error(lse.float(), lse_ref, rows))
     return Outcome("splitkv" if splitkv else "fwd", problem, errors)
@@ -207,13 +264,13 @@ def check_backward(launch: KernelLaunch, problem: Problem, device: torch.device)
         lows = torch.autograd.grad(out_low, (qr, kr, vr), dout)
     # The kernels' lse for a row that sees no key is +inf (the reference's is -inf).
     lse_in = torch.where(torch.isneginf(lse_ref), torch.inf, lse_ref).detach().contiguous()
-    scale = 1.0 / math.sqrt(problem.head_dim)
+    tensors = _padded(problem, dout, q, k, v, out_ref.detach().contiguous())
     with torch.no_grad():
         grads = torch.ops.fa_attn.bwd(
-            dout, q, k, v, out_ref.detach().contiguous(), lse_in, x.cu_seqlens_q, x.cu_seqlens_k,
-            x.max_seqlen_q, x.max_seqlen_k, scale, problem.causal, -1, -1, 0.0, launch.module,
+            *tensors, lse_in, x.cu_seqlens_q, x.cu_seqlens_k, *_scalars(problem, x), launch.module,
             launch.entries, list(launch.launch),
         )  # fmt: skip
+    grads = tuple(g[..., : problem.head_dim] for g in grads)
     errors = tuple(
         fa2_error(n, g, r, lo) for n, g, r, lo in zip(("dq", "dk", "dv"), grads, refs, lows, strict=True)
     )
