@@ -122,7 +122,7 @@ def report_json(report: DoctorReport) -> dict[str, Any]:
                 "sm": a.gpu.sm,
                 "runtime": _runtime_json(a.runtime),
                 "explain": explain(a.runtime, a.gpu.sm),  # another arch's image serving it, or ""
-                "check": verified.summary(a.gpu.name, a.gpu.sm, verified.installed_wheel()),
+                "check": verified.summary(verified.machine(report.env, a.gpu)),
             }
             for a in sel.gpus
         ],
@@ -313,7 +313,7 @@ def render(report: DoctorReport, console: Console, show_all: bool = False) -> No
             console.print(Text(f"  {explain(answer.runtime, answer.gpu.sm)}"))
         if answer.runtime.reasons:
             console.print(_reason_text(answer.runtime.reasons))
-        console.print(Text(verified.line(answer.gpu.name, answer.gpu.sm, verified.installed_wheel())))
+        console.print(Text(verified.line(verified.machine(report.env, answer.gpu))))
     if not sel.gpus and sel.selected is not None:
         console.print(Text(f"No GPU, {call}: {runtime_line(sel.runtime)}"))
 

@@ -1,9 +1,12 @@
 """`fa doctor` says, per GPU, whether the installed wheel was verified there by `fa check` (its newest
-verification record), when, and which units failed; without a record it says to run `fa check`."""
+verification record for this wheel, GPU, driver and torch), when, which units failed and which file said
+so; a record of another wheel, driver or torch is ignored and counted; without a record it says to run
+`fa check`."""
 
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -33,10 +36,13 @@ def test_doctor_shows_the_newest_record_per_gpu(
         "sm_80/fwd_bf16_d128": records.UnitResult("pass", max_err=1e-3, bound=4e-3),
         "sm_80/bwd_bf16_d128": records.UnitResult("fail", "dq: error 0.3 > bound 0.004", 0.3, 0.004),
     }
-    key = records.RecordKey("", gpu["name"], gpu["sm"], "550.54.15", "2.5.0")
-    records.write(records.Record(key, "2026-11-25T03:00:00Z", "fa check", units))
+    described = json.loads(env.read_text())
+    driver, torch = described["driver"]["version"], described["torch"]["version"]
+    key = records.RecordKey("", gpu["name"], gpu["sm"], driver, torch)
+    path = records.write(records.Record(key, "2026-11-25T03:00:00Z", "fa check", units))
     out = doctor(env, index_dir).stdout
     assert "verified 2026-11-25T03:00:00Z: 1/2 units FAILED (sm_80/bwd_bf16_d128)" in out
+    assert f"from{path}" in "".join(out.split())  # (rich wraps the long path)
     check = json.loads(doctor(env, index_dir, "--json").stdout)["gpus"][0]["check"]
     assert check == {
         "verified": True,
@@ -44,4 +50,48 @@ def test_doctor_shows_the_newest_record_per_gpu(
         "by": "fa check",
         "units": 2,
         "failed": ["sm_80/bwd_bf16_d128"],
+        "record": str(path),
+        "ignored": {},
     }
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "why"),
+    [("wheel", "ab" * 32, "another wheel"), ("driver", "550.54.15", "another driver"),
+     ("torch", "2.5.0", "another torch")],
+)  # fmt: skip
+def test_doctor_ignores_a_record_made_for_another_machine(
+    tmp_path: Path, index_dir: Path, monkeypatch: pytest.MonkeyPatch, field: str, value: str, why: str
+) -> None:
+    monkeypatch.setenv(records.RECORDS_ENV, str(tmp_path / "records"))
+    env = env_file(tmp_path, "a100-ngc-24.10")
+    described = json.loads(env.read_text())
+    gpu = described["gpus"][0]
+    mine = {"wheel": "", "driver": described["driver"]["version"], "torch": described["torch"]["version"]}
+    key = records.RecordKey(**{**mine, field: value}, gpu=gpu["name"], sm=gpu["sm"])
+    units = {"sm_80/fwd_bf16_d128": records.UnitResult("pass", max_err=1e-3, bound=4e-3)}
+    records.write(records.Record(key, "2099-01-01", "someone else", units))
+    out = " ".join(doctor(env, index_dir).stdout.split())
+    assert "2099" not in out
+    assert "not verified on this GPU yet: run `fa check`" in out
+    assert f"ignored records not for this machine: 1 for {why}" in out
+
+
+def test_doctor_ignores_a_record_others_can_write(
+    tmp_path: Path, index_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(records.RECORDS_ENV, str(tmp_path / "records"))
+    env = env_file(tmp_path, "a100-ngc-24.10")
+    described = json.loads(env.read_text())
+    gpu = described["gpus"][0]
+    key = records.RecordKey(
+        "", gpu["name"], gpu["sm"], described["driver"]["version"], described["torch"]["version"]
+    )
+    units = {"sm_80/fwd_bf16_d128": records.UnitResult("pass", max_err=1e-3, bound=4e-3)}
+    records.write(records.Record(key, "2099-01-01", "someone else", units)).chmod(0o666)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        out = doctor(env, index_dir).stdout
+    assert "2099" not in out
+    (warned,) = [w for w in seen if w.category.__name__ == "RecordWarning"]  # (doctor's copy of the class)
+    assert "writable by other users" in str(warned.message)
