@@ -114,6 +114,8 @@ def admit(
     a record, or the first-use self-check), or the fallback when one failed or measured slower than SDPA
     here. A call without a backward that splits its keys (_launch) has its split-KV unit admitted too."""
     backward = needs_backward(q, k, v)
+    if torch.compiler.is_compiling():
+        return _compiled_route(call, q, backward, splitkv)
     splitkv = splitkv or _splits(call, route, q, backward)
     return selfcheck.admit(route, call, q.device, q.dtype, backward, splitkv=splitkv, may_check=may_check)
 
@@ -125,12 +127,48 @@ def route_for(
     the warning or FA_STRICT's error)."""
     # Asked once for decide, admit and report, which would each ask (a decode step pays every question).
     backward, compiling = needs_backward(q, k, v), torch.compiler.is_compiling()
-    route = decide(call, q, k, v, backward)
-    if route.path != "fallback":  # (admit's body, one frame less per call)
-        splitkv = splitkv or _splits(call, route, q, backward)
-        route = selfcheck.admit(route, call, q.device, q.dtype, backward, splitkv, True, compiling)
+    if compiling:
+        route = _compiled_route(call, q, backward, splitkv)
+    else:
+        route = decide(call, q, k, v, backward)
+        if route.path != "fallback":  # (admit's body, one frame less per call)
+            splitkv = splitkv or _splits(call, route, q, backward)
+            route = selfcheck.admit(route, call, q.device, q.dtype, backward, splitkv)
     _dispatch.report(route, compiling)
     return route
+
+
+def _compiled_route(call: AttnCall, q: torch.Tensor, backward: bool, splitkv: bool) -> Dispatch:
+    """route_for while torch.compile traces: the decision and its admission as one constant of plain
+    arguments (_admitted_for), since dynamo can neither pass a baked constant on nor take its id()."""
+    facts = (
+        call.device.type, call.device.index, call.dtype_name, operator.index(call.head_dim), backward,
+        tuple(sorted(_dispatch.features_of(call, backward))), operator.index(call.kv.page_size),
+    )  # fmt: skip
+    route = _decide_for(*facts)
+    if route.path == "fallback":
+        return route
+    splitkv = splitkv or _splits(call, route, q, backward)
+    return _admitted_for(*facts, tuple(selfcheck.call_class(call)), splitkv, selfcheck.mode())
+
+
+@_assume_constant_result
+def _admitted_for(
+    device_type: str,
+    device_index: int | None,
+    dtype: str,
+    head_dim: int,
+    backward: bool,
+    features: tuple[str, ...],
+    page_size: int,
+    cls: tuple[object, ...],
+    splitkv: bool,
+    chosen: str,
+) -> Dispatch:
+    route = _decide_for(device_type, device_index, dtype, head_dim, backward, features, page_size)
+    device = torch.device(device_type) if device_index is None else torch.device(device_type, device_index)
+    torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float16
+    return selfcheck.traced(route, device, torch_dtype, cls, backward, splitkv, chosen)
 
 
 def _splits(call: AttnCall, route: Dispatch, q: torch.Tensor, backward: bool) -> bool:
@@ -202,7 +240,7 @@ def _launch(
     depend on the call's shapes and the route only, so they are kept per tensor-free call and route,
     like the route itself (decide): a decode step repeats them."""
     compiling = torch.compiler.is_compiling()
-    memo = (id(call), id(route), num_splits)
+    memo = (0, 0, 0) if compiling else (id(call), id(route), num_splits)  # (no id() of a baked constant)
     kept = None if compiling else _kept_args.get(memo)
     if kept is None or kept[0] is not call or kept[1] is not route:
         splits = _split_count(call, route, q, num_splits)

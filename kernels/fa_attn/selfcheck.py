@@ -37,7 +37,6 @@ from typing import Any, NamedTuple
 import torch
 
 from . import loader
-from ._constant import assume_constant_result as _assume_constant_result
 from ._env import reader
 from .decision import Dispatch, KernelLaunch
 from .dispatch import driver_version
@@ -336,13 +335,11 @@ def admit(
     backward: bool,
     splitkv: bool = False,
     may_check: bool = True,
-    compiling: bool | None = None,
 ) -> Dispatch:
     """`route` with how its units were verified for the call's class, without its split-KV unit when
     that failed, or the fallback when a unit failed, cannot be verified under strict, or was measured
     slower than SDPA near the call's key length. may_check False (explain()): answer from what is
-    known, never run a kernel. compiling: torch.compiler.is_compiling() when the caller asked already
-    (None: asked here; a decode step asks once)."""
+    known, never run a kernel. (Under torch.compile, interface._admitted_for asks `traced` instead.)"""
     if route.path == "fallback":
         return route
     chosen = mode()
@@ -351,49 +348,48 @@ def admit(
         if unchecked is None or unchecked[0] is not route:
             unchecked = _unchecked[id(route)] = (route, replace(route, verified="off"))
         return unchecked[1]
-    if compiling is None:
-        compiling = torch.compiler.is_compiling()
-    cls, seqlen_k = call_class(call), call.seqlen_k
-    speed = speed_class(call)
+    cls = call_class(call)
+    seqlen_k, speed = call.seqlen_k, speed_class(call)
     memo = (id(route), device, dtype, cls, speed, backward, splitkv, chosen)
-    known = None if compiling else _admitted.get(memo)
+    known = _admitted.get(memo)
     if known is not None and known[0] is route:  # settled for this route: only the speed can differ
         admitted, units, lengths = known[1], known[2], known[3]
         if seqlen_k in lengths:  # (a decode step's length: a lookup, no memo key to build)
             slower = lengths[seqlen_k]
         else:
             slower = _slower(units, device, speed, seqlen_k)
-            if isinstance(seqlen_k, int) and len(lengths) < 1024:
+            if len(lengths) < 1024:
                 lengths[seqlen_k] = slower
-        if slower is not None and route_mode() != "fa":
-            return Dispatch("fallback", None, (slower,))
-        return admitted
     else:
         units = tuple((d, u.module, u.entries, u.launch) for d, u in _units(route, backward, splitkv))
-        if compiling:
-            code, message, fix, how, split_failed = _traced(
-                device.type, device.index, str(dtype), cls, units, chosen
-            )
-        else:
-            can_run = may_check and not in_capture(device)
-            code, message, fix, how, split_failed = _admission(
-                device, dtype, cls, units, chosen, can_run, may_check
-            )
-        if code:
-            return Dispatch("fallback", None, (Reason(code, message, fix),))
-        admitted = (
-            replace(route, verified=how, splitkv=None) if split_failed else replace(route, verified=how)
+        can_run = may_check and not in_capture(device)
+        code, message, fix, how, split_failed = _admission(
+            device, dtype, cls, units, chosen, can_run, may_check
         )
+        admitted = _admitted_route(route, code, message, fix, how, split_failed)
+        if admitted.path == "fallback":
+            return admitted
         if split_failed:
             units = tuple(u for u in units if u[0] != "splitkv")
-        if how in ("record", "self-check") and not compiling:
+        if how in ("record", "self-check"):
             with _lock:
                 _admitted[memo] = (route, admitted, units, {})
-    if not compiling:
         slower = _slower(units, device, speed, seqlen_k)
-        if slower is not None and route_mode() != "fa":
-            return Dispatch("fallback", None, (slower,))
+    if slower is not None and route_mode() != "fa":
+        return Dispatch("fallback", None, (slower,))
     return admitted
+
+
+def _admitted_route(
+    route: Dispatch, code: str, message: str, fix: str, how: str, split_failed: bool
+) -> Dispatch:
+    """The route _admission's answer gives: the fallback with its reason, or the route verified `how`
+    (without its split-KV unit when that failed)."""
+    if code:
+        return Dispatch("fallback", None, (Reason(code, message, fix),))
+    if split_failed:
+        return replace(route, verified=how, splitkv=None)
+    return replace(route, verified=how)
 
 
 def _admission(
@@ -439,23 +435,34 @@ def _admission(
     return "", "", "", verified, split_failed
 
 
-# torch.compile runs this for real while tracing and bakes its result into the graph (as the path
-# decision, interface._decide_for): records and this process's verdicts decide; no check can run.
-@_assume_constant_result
-def _traced(
-    device_type: str, device_index: int | None, dtype: str, cls: CallClass, units: Units, chosen: str
-) -> tuple[str, str, str, str, bool]:
-    device = torch.device(device_type) if device_index is None else torch.device(device_type, device_index)
-    torch_dtype = torch.bfloat16 if dtype == str(torch.bfloat16) else torch.float16
-    return _admission(device, torch_dtype, cls, units, chosen, can_run=False, warn=False)
+def traced(
+    route: Dispatch,
+    device: torch.device,
+    dtype: torch.dtype,
+    cls: tuple[Any, ...],
+    backward: bool,
+    splitkv: bool,
+    chosen: str,
+) -> Dispatch:
+    """admit() while torch.compile traces (interface._admitted_for runs it for real and bakes the
+    answer into the graph): records and this process's verdicts decide; no check can run, no speed
+    routing (the key length may be symbolic)."""
+    if route.path == "fallback" or chosen == "off":
+        return route if route.path == "fallback" else replace(route, verified="off")
+    units = tuple((d, u.module, u.entries, u.launch) for d, u in _units(route, backward, splitkv))
+    answer = _admission(device, dtype, call_class_of(cls), units, chosen, can_run=False, warn=False)
+    return _admitted_route(route, *answer)
 
 
-def _slower(units: Units, device: torch.device, speed: tuple[bool, bool], seqlen_k: object) -> Reason | None:
+def call_class_of(values: tuple[Any, ...]) -> CallClass:
+    """A CallClass from its values (how it crosses into a function torch.compile bakes)."""
+    return CallClass(*values)
+
+
+def _slower(units: Units, device: torch.device, speed: tuple[bool, bool], seqlen_k: int) -> Reason | None:
     """slower-than-sdpa when a record measured a unit of the call slower than SDPA for its speed class
     at this length (the caller drops it under FA_ROUTE=fa, read only when there is such a reason: a
     decode step has none)."""
-    if not isinstance(seqlen_k, int):  # symbolic under torch.compile: not routed
-        return None
     memo = (id(units), device, speed, seqlen_k)
     kept = _slower_kept.get(memo)
     if kept is not None and kept[0] is units:

@@ -22,8 +22,10 @@ import fa_attn
 import pytest
 import torch
 from emulated import kernels_on_cpu
-from fa_attn import selfcheck
+from fa_attn import dispatch, interface, selfcheck
 from fa_attn.verify import record as records
+
+from buildtool.emucheck import ops as emu_ops
 
 pytestmark = pytest.mark.skipif(
     emu_harness.cxx() is None, reason="the kernel emulator needs a host C++ compiler (g++)"
@@ -215,25 +217,133 @@ def test_records_round_trip_atomically(tmp_path: Path) -> None:
         assert records.read(key, tmp_path) is None
 
 
-@pytest.mark.usefixtures("kernels")
-@pytest.mark.filterwarnings("ignore::fa_attn.FaFallbackWarning")
-@pytest.mark.filterwarnings("ignore::fa_attn.selfcheck.FaSelfCheckWarning")
-@pytest.mark.filterwarnings("ignore::UserWarning:torch._dynamo")
-def test_under_torch_compile_records_decide_and_no_check_runs() -> None:
-    q, k, v = qkv()
-    unit = fwd_unit()
+# ---- torch.compile and graph capture on the real path ----------------------------------------------
+
+
+@pytest.fixture
+def real_path(monkeypatch, tmp_path):
+    """The runtime's own decision (interface._decide_for, dispatch.decide) and admission; faked only the
+    device, where the runtime reads it (dispatch.facts_for answers an sm 8.0 GPU for CPU tensors, its SM
+    count emulated.SM_COUNT), and the binding (loaded; a manifest of sm 8.0 SASS; the fa_attn ops run
+    the kernels on the emulator)."""
+
+    def gpu_facts(_type, _index, dtype, head_dim, backward, features, page_size=0):
+        call = fa_attn.decision.Call(dtype, head_dim, backward, features, page_size)
+        return dispatch.CallFacts(fa_attn.decision.Device("cuda", emulated.ARCH), call)
+
+    monkeypatch.setattr(dispatch, "facts_for", gpu_facts)
+    monkeypatch.setattr(fa_attn.loader, "manifest", emulated.manifest)
+    monkeypatch.setattr(fa_attn.loader, "load_binding", lambda: None)
+    monkeypatch.setattr(interface, "_sm_count", lambda _device: emulated.SM_COUNT)
+    for memo in ("_decisions", "_kept_routes", "_kept_args"):
+        monkeypatch.setattr(interface, memo, {})
+    monkeypatch.setattr(selfcheck, "key_of", emulated.gpu_key)
+    monkeypatch.setenv("FA_SELF_CHECK", "first-use")
+    monkeypatch.setenv(records.RECORDS_ENV, str(tmp_path / "records"))
+    monkeypatch.delenv("FA_ROUTE", raising=False)
+    selfcheck.reset()
     torch._dynamo.reset()
-    compiled = torch.compile(lambda q, k, v: fa_attn.flash_attn_func(q, k, v, causal=True), backend="eager")
-    compiled(q, k, v)
+    with emu_ops.kernels_on_cpu(emulated._emulated):
+        yield
+    selfcheck.reset()
+    torch._dynamo.reset()
+
+
+def public_calls() -> dict[str, tuple]:
+    """Every public function of flash-attn's API, with tiny fp16 arguments the kernels serve."""
+    b, s, h, d = SHAPE
+    gen = torch.Generator().manual_seed(3)
+
+    def t(*shape):
+        return torch.randn(*shape, generator=gen).half()
+
+    cu = torch.tensor([0, 17, 40], dtype=torch.int32)
+    return {
+        "flash_attn_func": (fa_attn.flash_attn_func, (t(b, s, h, d), t(b, s, h, d), t(b, s, h, d)), {"causal": True}),
+        "flash_attn_qkvpacked_func": (fa_attn.flash_attn_qkvpacked_func, (t(b, s, 3, h, d),), {}),
+        "flash_attn_kvpacked_func": (fa_attn.flash_attn_kvpacked_func, (t(b, s, h, d), t(b, s, 2, h, d)), {}),
+        "flash_attn_varlen_func": (
+            fa_attn.flash_attn_varlen_func, (t(s, h, d), t(s, h, d), t(s, h, d), cu, cu, 23, 23), {"causal": True}
+        ),
+        "flash_attn_varlen_qkvpacked_func": (fa_attn.flash_attn_varlen_qkvpacked_func, (t(s, 3, h, d), cu, 23), {}),
+        "flash_attn_varlen_kvpacked_func": (
+            fa_attn.flash_attn_varlen_kvpacked_func, (t(s, h, d), t(s, 2, h, d), cu, cu, 23, 23), {}
+        ),
+        "flash_attn_with_kvcache": (
+            fa_attn.flash_attn_with_kvcache, (t(2, 1, h, d), t(2, s, h, d), t(2, s, h, d)),
+            {"cache_seqlens": torch.tensor([40, 29], dtype=torch.int32)},
+        ),
+    }  # fmt: skip
+
+
+@pytest.mark.usefixtures("real_path")
+@pytest.mark.parametrize("name", list(public_calls()))
+def test_compile_fullgraph_on_the_kernel_route_with_the_runtimes_own_admission(name) -> None:
+    fn, args, kwargs = public_calls()[name]
+    eager = fn(*args, **kwargs)  # the first eager call checks the call's units
+    route = fa_attn.last_dispatch()
+    assert route is not None
+    assert (route.path, route.verified) == ("sass", "self-check"), route
+    launched = len(emulated.LAUNCHED)
+    compiled = torch.compile(lambda *a: fn(*a, **kwargs), fullgraph=True, backend="aot_eager")
+    got = compiled(*args)  # fullgraph: a graph break, or a host read of a tensor, raises
+    assert torch.equal(got, eager)
+    assert len(emulated.LAUNCHED) == launched + 1, emulated.LAUNCHED[launched:]  # the call; no check
+    assert emulated.LAUNCHED[-1][0] in ("fwd", "fwd_splitkv")
+
+
+@pytest.mark.usefixtures("real_path")
+def test_compile_fullgraph_backward_on_the_kernel_route() -> None:
+    q, k, v = (t.requires_grad_() for t in qkv())
+
+    def loss(q, k, v):
+        return fa_attn.flash_attn_func(q, k, v, causal=True).float().square().sum()
+
+    eager = torch.autograd.grad(loss(q, k, v), (q, k, v))
+    assert fa_attn.last_dispatch().verified == "self-check"  # type: ignore[union-attr]
+    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
+    for got, want in zip(torch.autograd.grad(compiled(q, k, v), (q, k, v)), eager, strict=True):
+        assert torch.equal(got, want)
+
+
+@pytest.mark.usefixtures("real_path")
+@pytest.mark.filterwarnings("ignore::fa_attn.FaFallbackWarning")
+def test_under_torch_compile_records_decide_and_no_check_runs(monkeypatch) -> None:
+    q, k, v = qkv()
+
+    def compiled():
+        torch._dynamo.reset()
+        return torch.compile(lambda q, k, v: fa_attn.flash_attn_func(q, k, v, causal=True), fullgraph=True)
+
+    compiled()(q, k, v)
     assert emulated.LAUNCHED == [("fwd", 1)]  # the call ran on the kernels, and no check ran
     assert fa_attn.explain(q, k, v, causal=True).verified == "unchecked"
 
-    write_record(unit, records.UnitResult("fail", "out: error 0.5 > bound 0.004", 0.5, 0.004))
-    torch._dynamo.reset()
-    compiled = torch.compile(lambda q, k, v: fa_attn.flash_attn_func(q, k, v, causal=True), backend="eager")
-    assert torch.equal(compiled(q, k, v), sdpa_output(q, k, v))
+    monkeypatch.setenv("FA_SELF_CHECK", "strict")
+    assert torch.equal(compiled()(q, k, v), fallback_output(q, k, v, causal=True))  # nothing verified
+    assert emulated.LAUNCHED == [("fwd", 1)]
+
+    monkeypatch.setenv("FA_SELF_CHECK", "first-use")
+    write_record(fwd_unit(), FAIL)
+    assert torch.equal(compiled()(q, k, v), fallback_output(q, k, v, causal=True))
     assert emulated.LAUNCHED == [("fwd", 1)]  # the failed unit was compiled out
-    torch._dynamo.reset()
+
+
+@pytest.mark.usefixtures("real_path")
+@pytest.mark.filterwarnings("ignore::fa_attn.FaFallbackWarning")
+def test_under_graph_capture_a_checked_class_serves_and_a_new_one_runs_unchecked(monkeypatch) -> None:
+    q, k, v = qkv()
+    fa_attn.flash_attn_func(q, k, v, causal=True)  # before capture: checked
+    monkeypatch.setattr(selfcheck, "in_capture", lambda _device: True)  # the device's capture state
+    launched = len(emulated.LAUNCHED)
+    fa_attn.flash_attn_func(q, k, v, causal=True)
+    assert fa_attn.last_dispatch().verified == "self-check"  # type: ignore[union-attr]
+    fa_attn.flash_attn_func(q, k, v)  # a class never checked: no check can run inside capture
+    assert fa_attn.last_dispatch().verified == "unchecked"  # type: ignore[union-attr]
+    assert len(emulated.LAUNCHED) == launched + 2  # the two calls, no check
+    monkeypatch.setenv("FA_SELF_CHECK", "strict")
+    fa_attn.flash_attn_func(q, k, v)
+    assert fa_attn.last_dispatch().reasons[0].code == "not-verified"  # type: ignore[union-attr]
 
 
 # ---- admission per class: a unit serves a call only of a class its check covered ---------------------
@@ -340,13 +450,14 @@ def test_split_kv_is_admitted_like_any_unit() -> None:
     assert route.splitkv is None, route
     assert ("fwd_splitkv", 2) not in emulated.LAUNCHED, emulated.LAUNCHED  # ... unsplit
     assert emulated.LAUNCHED[-1] == ("fwd", 1)
-    torch.testing.assert_close(out, sdpa_output_plain(q, k, v), atol=2e-3, rtol=0)
+    torch.testing.assert_close(out, fallback_output(q, k, v), atol=2e-3, rtol=0)
 
 
-def sdpa_output_plain(q, k, v) -> torch.Tensor:
+def fallback_output(q, k, v, causal: bool = False) -> torch.Tensor:
+    """What fa's fallback (torch SDPA) gives for the call, asked directly."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", fa_attn.FaFallbackWarning)
-        call = fa_attn.inputs.check_padded(q, k, v, 0.0, None, False, (-1, -1), 0.0, None, False)
+        call = fa_attn.inputs.check_padded(q, k, v, 0.0, None, causal, (-1, -1), 0.0, None, False)
         return fa_attn.fallback.attention(call, q, k, v, want_lse=False)[0]
 
 
