@@ -116,7 +116,7 @@ def admit(
     backward = needs_backward(q, k, v)
     if torch.compiler.is_compiling():
         return _compiled_route(call, q, backward, splitkv)
-    splitkv = splitkv or _splits(call, route, q, backward)
+    splitkv = splitkv or _splits(call, route, q, backward, False)
     return selfcheck.admit(route, call, q.device, q.dtype, backward, splitkv=splitkv, may_check=may_check)
 
 
@@ -132,7 +132,7 @@ def route_for(
     else:
         route = decide(call, q, k, v, backward)
         if route.path != "fallback":  # (admit's body, one frame less per call)
-            splitkv = splitkv or _splits(call, route, q, backward)
+            splitkv = splitkv or _splits(call, route, q, backward, False)
             route = selfcheck.admit(route, call, q.device, q.dtype, backward, splitkv)
     _dispatch.report(route, compiling)
     return route
@@ -148,8 +148,8 @@ def _compiled_route(call: AttnCall, q: torch.Tensor, backward: bool, splitkv: bo
     route = _decide_for(*facts)
     if route.path == "fallback":
         return route
-    splitkv = splitkv or _splits(call, route, q, backward)
-    return _admitted_for(*facts, tuple(selfcheck.call_class(call)), splitkv, selfcheck.mode())
+    splitkv = splitkv or _splits(call, route, q, backward, True)
+    return _admitted_for(*facts, tuple(selfcheck.class_of(call)), splitkv, selfcheck.mode())
 
 
 @_assume_constant_result
@@ -171,9 +171,25 @@ def _admitted_for(
     return selfcheck.traced(route, device, torch_dtype, cls, backward, splitkv, chosen)
 
 
-def _splits(call: AttnCall, route: Dispatch, q: torch.Tensor, backward: bool) -> bool:
-    """Whether flash_attn_func's forward (num_splits: its heuristic) runs the split-KV unit."""
-    return not backward and route.splitkv is not None and _split_count(call, route, q, 0) > 1
+def _splits(call: AttnCall, route: Dispatch, q: torch.Tensor, backward: bool, compiling: bool) -> bool:
+    """Whether flash_attn_func's forward (num_splits: its heuristic) runs the split-KV unit (kept per
+    tensor-free call and route, as _launch keeps its arguments: a decode step asks once)."""
+    if backward or route.splitkv is None:
+        return False
+    if compiling:  # (no id() of the baked route)
+        return _split_count(call, route, q, 0) > 1
+    kept = _kept_splits.get((id(call), id(route)))
+    if kept is not None and kept[0] is call and kept[1] is route:
+        return kept[2]
+    splits = _split_count(call, route, q, 0) > 1
+    if call_cache.tensor_free(call):
+        if len(_kept_splits) >= 1024:
+            _kept_splits.clear()
+        _kept_splits[(id(call), id(route))] = (call, route, splits)
+    return splits
+
+
+_kept_splits: dict[tuple[int, int], tuple[AttnCall, Dispatch, bool]] = {}
 
 
 def _split_count(call: AttnCall, route: Dispatch, q: torch.Tensor, requested: int) -> int:

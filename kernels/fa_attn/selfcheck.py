@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from . import loader
+from . import call_cache, loader
 from ._env import reader
 from .decision import Dispatch, KernelLaunch
 from .dispatch import driver_version
@@ -72,6 +72,24 @@ class CallClass(NamedTuple):
 
 
 def call_class(call: AttnCall) -> CallClass:
+    """The call's class (kept per tensor-free call, as interface keeps its route: a decode step asks
+    once)."""
+    kept = _classes.get(id(call))
+    if kept is not None and kept[0] is call:
+        return kept[1]
+    cls = class_of(call)
+    if call_cache.tensor_free(call):
+        if len(_classes) >= 1024:
+            _classes.clear()
+        _classes[id(call)] = (call, cls)
+    return cls
+
+
+_classes: dict[int, tuple[AttnCall, CallClass]] = {}  # (an entry keeps its call, so its id stays its own)
+
+
+def class_of(call: AttnCall) -> CallClass:
+    """The call's class, computed (what torch.compile traces: no id() there)."""
     left, right = call.window_left >= 0, call.window_right >= 0 and not call.causal
     window = ("none", "right", "left", "both")[2 * left + right]
     kv = call.kv
@@ -450,13 +468,8 @@ def traced(
     if route.path == "fallback" or chosen == "off":
         return route if route.path == "fallback" else replace(route, verified="off")
     units = tuple((d, u.module, u.entries, u.launch) for d, u in _units(route, backward, splitkv))
-    answer = _admission(device, dtype, call_class_of(cls), units, chosen, can_run=False, warn=False)
+    answer = _admission(device, dtype, CallClass(*cls), units, chosen, can_run=False, warn=False)
     return _admitted_route(route, *answer)
-
-
-def call_class_of(values: tuple[Any, ...]) -> CallClass:
-    """A CallClass from its values (how it crosses into a function torch.compile bakes)."""
-    return CallClass(*values)
 
 
 def _slower(units: Units, device: torch.device, speed: tuple[bool, bool], seqlen_k: int) -> Reason | None:
