@@ -149,23 +149,15 @@ def _compiled_route(call: AttnCall, q: torch.Tensor, backward: bool, splitkv: bo
     if route.path == "fallback":
         return route
     splitkv = splitkv or _splits(call, route, q, backward, True)
-    return _admitted_for(*facts, tuple(selfcheck.class_of(call)), splitkv, selfcheck.mode())
+    return _admitted_for(facts, tuple(selfcheck.class_of(call)), splitkv, selfcheck.mode())
 
 
 @_assume_constant_result
-def _admitted_for(
-    device_type: str,
-    device_index: int | None,
-    dtype: str,
-    head_dim: int,
-    backward: bool,
-    features: tuple[str, ...],
-    page_size: int,
-    cls: tuple[object, ...],
-    splitkv: bool,
-    chosen: str,
-) -> Dispatch:
-    route = _decide_for(device_type, device_index, dtype, head_dim, backward, features, page_size)
+def _admitted_for(facts: tuple[Any, ...], cls: tuple[object, ...], splitkv: bool, chosen: str) -> Dispatch:
+    """_decide_for's route (its facts) admitted for the call's class (selfcheck.traced), run for real
+    while torch.compile traces and baked into the graph."""
+    route = _decide_for(*facts)
+    device_type, device_index, dtype, _head_dim, backward = facts[:5]
     device = torch.device(device_type) if device_index is None else torch.device(device_type, device_index)
     torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float16
     return selfcheck.traced(route, device, torch_dtype, cls, backward, splitkv, chosen)
