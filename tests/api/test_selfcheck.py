@@ -635,3 +635,16 @@ def test_records_merge_under_a_lock(monkeypatch, tmp_path: Path) -> None:
     with fa_attn.ownfiles.locked(tmp_path / ".lock", timeout=1.0), pytest.raises(fa_attn.ownfiles.Refused):
         records.write(late, tmp_path)  # another writer holds the lock: nothing is overwritten
     assert records.read(key, tmp_path).units["sm_80/a"] == FAIL  # type: ignore[union-attr]
+
+
+def test_fa_check_bench_times_every_speed_class_the_runtime_routes_by() -> None:
+    from fa_attn.verify import speed
+
+    for direction in ("fwd", "splitkv", "bwd"):
+        timed = {key for key, _causal, _decode in speed.speed_classes(direction)}
+        routed = {
+            records.speed_key("bwd" if direction == "bwd" else "fwd", causal, decode)
+            for causal in (False, True)
+            for decode in (False, True)
+        }
+        assert timed == routed, direction
