@@ -45,7 +45,7 @@ class Machine:
 def machine(env: Any, gpu: Any) -> Machine:
     """The machine doctor describes (compat.env.Env and one of its GPUs), with the installed wheel."""
     torch = env.torch.version if env.torch is not None else ""
-    return Machine(gpu.name, gpu.sm, installed_wheel(), env.driver or "", torch, getattr(gpu, "uuid", ""))
+    return Machine(gpu.name, gpu.sm, installed_wheel(), env.driver or "", torch, gpu.uuid)
 
 
 def mismatch(key: Any, machine: Machine) -> str:

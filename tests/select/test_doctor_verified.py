@@ -95,3 +95,22 @@ def test_doctor_ignores_a_record_others_can_write(
     assert "2099" not in out
     (warned,) = [w for w in seen if w.category.__name__ == "RecordWarning"]  # (doctor's copy of the class)
     assert "writable by other users" in str(warned.message)
+
+
+def test_two_gpus_of_one_model_each_show_their_own_record(
+    tmp_path: Path, index_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(records.RECORDS_ENV, str(tmp_path / "records"))
+    env = env_file(tmp_path, "a100-ngc-24.10")
+    described = json.loads(env.read_text())
+    gpu = described["gpus"][0]
+    uuids = ("GPU-00000000-1111-2222-3333-444444444444", "GPU-99999999-1111-2222-3333-444444444444")
+    described["gpus"] = [{**gpu, "uuid": uuid} for uuid in uuids]
+    env.write_text(json.dumps(described))
+    mine = (described["driver"]["version"], described["torch"]["version"])
+    failed = {"sm_80/fwd_bf16_d128": records.UnitResult("fail", "out: error 0.3 > bound 0.004", 0.3, 0.004)}
+    gpu0 = records.RecordKey("", gpu["name"], gpu["sm"], *mine, uuid=records.normal_uuid(uuids[0]))
+    records.write(records.Record(gpu0, "2026-11-25T03:00:00Z", "fa check", failed))
+    checks = [g["check"] for g in json.loads(doctor(env, index_dir, "--json").stdout)["gpus"]]
+    assert checks[0]["failed"] == ["sm_80/fwd_bf16_d128"]
+    assert (checks[1]["verified"], checks[1]["ignored"]) == (False, {"another GPU of this model": 1})
