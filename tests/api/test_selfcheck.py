@@ -648,3 +648,28 @@ def test_fa_check_bench_times_every_speed_class_the_runtime_routes_by() -> None:
             for decode in (False, True)
         }
         assert timed == routed, direction
+
+
+@pytest.mark.parametrize("hazard", ["symlink", "fifo", "dev-zero", "deep", "folder", "oversized"])
+def test_a_record_that_is_not_a_plain_small_file_is_ignored_without_hanging(tmp_path: Path, hazard) -> None:
+    key = records.RecordKey("ab" * 32, "NVIDIA A100", "8.0", "575.51.03", "2.13.0", "u-1")
+    folder = tmp_path / "records"
+    elsewhere = records.write(
+        records.Record(key, "2026-11-25T03:00:00Z", "fa check", {"sm_80/a": PASS}), tmp_path
+    )
+    folder.mkdir()
+    path = folder / key.file_name()
+    if hazard == "symlink":  # a record that would pass, reached through a link
+        path.symlink_to(elsewhere)
+    elif hazard == "fifo":
+        os.mkfifo(path)
+    elif hazard == "dev-zero":
+        path.symlink_to("/dev/zero")
+    elif hazard == "deep":
+        path.write_text("[" * 100_000)
+    elif hazard == "folder":
+        path.mkdir()
+    else:
+        path.write_bytes(b" " * (records.RECORD_LIMIT + 1))
+    with pytest.warns(records.RecordWarning, match=r"ignores all"):
+        assert records.read(key, folder) is None
