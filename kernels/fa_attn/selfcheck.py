@@ -71,21 +71,31 @@ class CallClass(NamedTuple):
     head_dim: int  # the call's (a unit of a larger head dim runs it zero-padded)
 
 
-def call_class(call: AttnCall) -> CallClass:
-    """The call's class (kept per tensor-free call, as interface keeps its route: a decode step asks
-    once)."""
+Facts = tuple[CallClass, tuple[bool, bool]]  # a call's class and speed class (speed_class)
+
+
+def call_facts(call: AttnCall) -> Facts:
+    """The call's class and speed class, one object per distinct value (so admit's memo keys it by id),
+    kept per tensor-free call as interface keeps its route: a decode step pays one lookup."""
     kept = _classes.get(id(call))
     if kept is not None and kept[0] is call:
         return kept[1]
-    cls = class_of(call)
-    if call_cache.tensor_free(call):
-        if len(_classes) >= 1024:
+    found = (class_of(call), speed_class(call))
+    with _lock:
+        if len(_interned) >= 4096:  # (ids of dropped objects may come back: forget what keys by them)
+            _interned.clear()
             _classes.clear()
-        _classes[id(call)] = (call, cls)
-    return cls
+            _admitted.clear()
+        facts = _interned.setdefault(found, found)
+        if call_cache.tensor_free(call):
+            if len(_classes) >= 1024:
+                _classes.clear()
+            _classes[id(call)] = (call, facts)
+    return facts
 
 
-_classes: dict[int, tuple[AttnCall, CallClass]] = {}  # (an entry keeps its call, so its id stays its own)
+_classes: dict[int, tuple[AttnCall, Facts]] = {}  # (an entry keeps its call, so its id stays its own)
+_interned: dict[Facts, Facts] = {}
 
 
 def class_of(call: AttnCall) -> CallClass:
@@ -154,7 +164,7 @@ _verdicts: dict[tuple[str, str, str, CallClass], Reason | None] = {}
 _retry_at: dict[tuple[str, str, str, CallClass], tuple[float, Reason]] = {}
 _records: dict[str, records.Record | None] = {}
 _warned: set[str] = set()
-# Verified routes, so a call after the first pays a lookup: (id(route), device, dtype, class, decode,
+# Verified routes, so a call after the first pays a lookup: (id(route), device, dtype, id(call_facts),
 # backward, splitkv, mode) -> (route, its admitted Dispatch, its units, _slower's reasons by seqlen_k
 # before FA_ROUTE).
 _admitted: dict[tuple[Any, ...], tuple[Dispatch, Dispatch, Units, dict[int, Reason | None]]] = {}
@@ -366,23 +376,23 @@ def admit(
         if unchecked is None or unchecked[0] is not route:
             unchecked = _unchecked[id(route)] = (route, replace(route, verified="off"))
         return unchecked[1]
-    cls = call_class(call)
-    seqlen_k, speed = call.seqlen_k, speed_class(call)
-    memo = (id(route), device, dtype, cls, speed, backward, splitkv, chosen)
+    facts = call_facts(call)
+    seqlen_k = call.seqlen_k
+    memo = (id(route), device, dtype, id(facts), backward, splitkv, chosen)
     known = _admitted.get(memo)
     if known is not None and known[0] is route:  # settled for this route: only the speed can differ
         admitted, units, lengths = known[1], known[2], known[3]
         if seqlen_k in lengths:  # (a decode step's length: a lookup, no memo key to build)
             slower = lengths[seqlen_k]
         else:
-            slower = _slower(units, device, speed, seqlen_k)
+            slower = _slower(units, device, facts[1], seqlen_k)
             if len(lengths) < 1024:
                 lengths[seqlen_k] = slower
     else:
         units = tuple((d, u.module, u.entries, u.launch) for d, u in _units(route, backward, splitkv))
         can_run = may_check and not in_capture(device)
         code, message, fix, how, split_failed = _admission(
-            device, dtype, cls, units, chosen, can_run, may_check
+            device, dtype, facts[0], units, chosen, can_run, may_check
         )
         admitted = _admitted_route(route, code, message, fix, how, split_failed)
         if admitted.path == "fallback":
@@ -392,7 +402,7 @@ def admit(
         if how in ("record", "self-check"):
             with _lock:
                 _admitted[memo] = (route, admitted, units, {})
-        slower = _slower(units, device, speed, seqlen_k)
+        slower = _slower(units, device, facts[1], seqlen_k)
     if slower is not None and route_mode() != "fa":
         return Dispatch("fallback", None, (slower,))
     return admitted
