@@ -19,6 +19,17 @@ from tests.select.test_cli import env_file
 runner = CliRunner()
 
 
+def a100(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, dict, dict[str, str]]:
+    """The A100 machine's env file, its description, and its record key's fields (no wheel installed)."""
+    monkeypatch.setenv(records.RECORDS_ENV, str(tmp_path / "records"))
+    env = env_file(tmp_path, "a100-ngc-24.10")
+    described = json.loads(env.read_text())
+    gpu = described["gpus"][0]
+    mine = {"wheel": "", "gpu": gpu["name"], "sm": gpu["sm"], "driver": described["driver"]["version"],
+            "torch": described["torch"]["version"]}  # fmt: skip
+    return env, described, mine
+
+
 def doctor(env: Path, index_dir: Path, *extra: str):
     return runner.invoke(app, ["doctor", "--env", str(env), "--wheels", str(index_dir), *extra])
 
@@ -63,14 +74,11 @@ def test_doctor_shows_the_newest_record_per_gpu(
 def test_doctor_ignores_a_record_made_for_another_machine(
     tmp_path: Path, index_dir: Path, monkeypatch: pytest.MonkeyPatch, field: str, value: str, why: str
 ) -> None:
-    monkeypatch.setenv(records.RECORDS_ENV, str(tmp_path / "records"))
-    env = env_file(tmp_path, "a100-ngc-24.10")
-    described = json.loads(env.read_text())
-    gpu = described["gpus"][0]
-    mine = {"wheel": "", "driver": described["driver"]["version"], "torch": described["torch"]["version"]}
-    key = records.RecordKey(**{**mine, field: value}, gpu=gpu["name"], sm=gpu["sm"])
+    env, _, mine = a100(tmp_path, monkeypatch)
     units = {"sm_80/fwd_bf16_d128": records.UnitResult("pass", max_err=1e-3, bound=4e-3)}
-    records.write(records.Record(key, "2099-01-01", "someone else", units))
+    records.write(
+        records.Record(records.RecordKey(**{**mine, field: value}), "2099-01-01", "someone else", units)
+    )
     out = " ".join(doctor(env, index_dir).stdout.split())
     assert "2099" not in out
     assert "not verified on this GPU yet: run `fa check`" in out
@@ -80,15 +88,9 @@ def test_doctor_ignores_a_record_made_for_another_machine(
 def test_doctor_ignores_a_record_others_can_write(
     tmp_path: Path, index_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(records.RECORDS_ENV, str(tmp_path / "records"))
-    env = env_file(tmp_path, "a100-ngc-24.10")
-    described = json.loads(env.read_text())
-    gpu = described["gpus"][0]
-    key = records.RecordKey(
-        "", gpu["name"], gpu["sm"], described["driver"]["version"], described["torch"]["version"]
-    )
+    env, _, mine = a100(tmp_path, monkeypatch)
     units = {"sm_80/fwd_bf16_d128": records.UnitResult("pass", max_err=1e-3, bound=4e-3)}
-    records.write(records.Record(key, "2099-01-01", "someone else", units)).chmod(0o666)
+    records.write(records.Record(records.RecordKey(**mine), "2099-01-01", "someone else", units)).chmod(0o666)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         out = doctor(env, index_dir).stdout
@@ -100,16 +102,12 @@ def test_doctor_ignores_a_record_others_can_write(
 def test_two_gpus_of_one_model_each_show_their_own_record(
     tmp_path: Path, index_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(records.RECORDS_ENV, str(tmp_path / "records"))
-    env = env_file(tmp_path, "a100-ngc-24.10")
-    described = json.loads(env.read_text())
-    gpu = described["gpus"][0]
+    env, described, mine = a100(tmp_path, monkeypatch)
     uuids = ("GPU-00000000-1111-2222-3333-444444444444", "GPU-99999999-1111-2222-3333-444444444444")
-    described["gpus"] = [{**gpu, "uuid": uuid} for uuid in uuids]
+    described["gpus"] = [{**described["gpus"][0], "uuid": uuid} for uuid in uuids]
     env.write_text(json.dumps(described))
-    mine = (described["driver"]["version"], described["torch"]["version"])
     failed = {"sm_80/fwd_bf16_d128": records.UnitResult("fail", "out: error 0.3 > bound 0.004", 0.3, 0.004)}
-    gpu0 = records.RecordKey("", gpu["name"], gpu["sm"], *mine, uuid=records.normal_uuid(uuids[0]))
+    gpu0 = records.RecordKey(**mine, uuid=records.normal_uuid(uuids[0]))
     records.write(records.Record(gpu0, "2026-11-25T03:00:00Z", "fa check", failed))
     checks = [g["check"] for g in json.loads(doctor(env, index_dir, "--json").stdout)["gpus"]]
     assert checks[0]["failed"] == ["sm_80/fwd_bf16_d128"]
