@@ -4,7 +4,8 @@ A fault is injected into one unit's results through the emulated-kernel path (te
 the first-use self-check must catch it, the call and later ones fall back with `self-check-failed` and
 give SDPA's output exactly. Records of `fa check` decide instead of a check, speed ratios in them route
 to SDPA (`slower-than-sdpa`) unless FA_ROUTE=fa, and where no check can run (graph capture) the call runs
-unchecked and says so, or falls back under FA_SELF_CHECK=strict. The GPU is the only mock.
+unchecked and says so, or falls back under FA_SELF_CHECK=strict. The runtime's own decision and
+admission run (fixture real_path); the device and the binding are the only stand-ins.
 """
 
 from __future__ import annotations
@@ -32,16 +33,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 SHAPE = (1, 40, 2, 32)  # batch, seqlen, heads, head dim: tiny
-
-
-@pytest.fixture
-def kernels(monkeypatch, tmp_path):
-    with kernels_on_cpu(monkeypatch):
-        monkeypatch.setenv("FA_SELF_CHECK", "first-use")
-        monkeypatch.setenv(records.RECORDS_ENV, str(tmp_path / "records"))
-        monkeypatch.delenv("FA_ROUTE", raising=False)
-        yield
-    selfcheck.reset()
 
 
 def qkv(seed: int = 0) -> tuple[torch.Tensor, ...]:
@@ -107,7 +98,7 @@ def test_a_faulty_unit_is_caught_at_first_use_and_never_used_again(monkeypatch) 
     selfcheck.reset()
 
 
-@pytest.mark.usefixtures("kernels")
+@pytest.mark.usefixtures("real_path")
 def test_a_healthy_unit_passes_its_check_once_then_serves() -> None:
     q, k, v = qkv()
     fa_attn.flash_attn_func(q, k, v, causal=True)
@@ -120,7 +111,7 @@ def test_a_healthy_unit_passes_its_check_once_then_serves() -> None:
     assert len(emulated.LAUNCHED) == 3  # no second check
 
 
-@pytest.mark.usefixtures("kernels")
+@pytest.mark.usefixtures("real_path")
 @pytest.mark.filterwarnings("ignore::fa_attn.FaFallbackWarning")
 def test_records_decide_without_a_check() -> None:
     q, k, v = qkv()
@@ -142,7 +133,7 @@ def test_records_decide_without_a_check() -> None:
     assert torch.equal(out, sdpa_output(q, k, v))
 
 
-@pytest.mark.usefixtures("kernels")
+@pytest.mark.usefixtures("real_path")
 @pytest.mark.filterwarnings("ignore::fa_attn.FaFallbackWarning")
 def test_routing_follows_recorded_speed(monkeypatch) -> None:
     q, k, v = qkv()
@@ -165,7 +156,7 @@ def test_routing_follows_recorded_speed(monkeypatch) -> None:
     assert fa_attn.last_dispatch().path == "sass"  # type: ignore[union-attr]
 
 
-@pytest.mark.usefixtures("kernels")
+@pytest.mark.usefixtures("real_path")
 @pytest.mark.filterwarnings("ignore::fa_attn.FaFallbackWarning")
 def test_under_graph_capture_no_check_runs_and_it_shows(monkeypatch) -> None:
     q, k, v = qkv()
@@ -389,7 +380,7 @@ def head_modulo(healthy, lib, c):  # query head h reads key head h % h_k, not h 
     )
 
 
-@pytest.mark.usefixtures("kernels")
+@pytest.mark.usefixtures("real_path")
 @pytest.mark.filterwarnings("ignore::fa_attn.FaFallbackWarning")
 @pytest.mark.parametrize(
     ("fault", "call"),
@@ -434,7 +425,7 @@ def decode_qkv(keys: int = 300) -> tuple[torch.Tensor, ...]:
     return (q, *(torch.randn(1, keys, 2, 32, generator=gen).half() for _ in range(2)))
 
 
-@pytest.mark.usefixtures("kernels")
+@pytest.mark.usefixtures("real_path")
 @pytest.mark.filterwarnings("ignore::fa_attn.FaFallbackWarning")
 def test_split_kv_is_admitted_like_any_unit() -> None:
     q, k, v = decode_qkv()
@@ -461,7 +452,7 @@ def fallback_output(q, k, v, causal: bool = False) -> torch.Tensor:
         return fa_attn.fallback.attention(call, q, k, v, want_lse=False)[0]
 
 
-@pytest.mark.usefixtures("kernels")
+@pytest.mark.usefixtures("real_path")
 def test_a_split_call_checks_the_split_kv_unit_first() -> None:
     q, k, v = decode_qkv()
     fa_attn.flash_attn_func(q, k, v)
@@ -473,7 +464,7 @@ def test_a_split_call_checks_the_split_kv_unit_first() -> None:
 # ---- what a check runs under, and errors that are not the kernel's ---------------------------------
 
 
-@pytest.mark.usefixtures("kernels")
+@pytest.mark.usefixtures("real_path")
 def test_checks_ignore_the_callers_autocast_and_default_device() -> None:
     q, k, v = (t.bfloat16() for t in qkv())
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -488,7 +479,7 @@ def test_checks_ignore_the_callers_autocast_and_default_device() -> None:
     assert fa_attn.last_dispatch().verified == "self-check", fa_attn.last_dispatch()  # type: ignore[union-attr]
 
 
-@pytest.mark.usefixtures("kernels")
+@pytest.mark.usefixtures("real_path")
 @pytest.mark.filterwarnings("ignore::fa_attn.FaFallbackWarning")
 def test_out_of_memory_during_a_check_disables_nothing(monkeypatch) -> None:
     q, k, v = qkv()
@@ -528,7 +519,7 @@ def raw_record(unit: str, entry: dict) -> Path:
     return path
 
 
-@pytest.mark.usefixtures("kernels")
+@pytest.mark.usefixtures("real_path")
 @pytest.mark.parametrize(
     "entry",
     [
@@ -545,7 +536,7 @@ def test_a_pass_counts_only_when_its_numbers_say_pass(entry) -> None:
     assert fa_attn.last_dispatch().verified == "self-check", fa_attn.last_dispatch()  # type: ignore[union-attr]
 
 
-@pytest.mark.usefixtures("kernels")
+@pytest.mark.usefixtures("real_path")
 def test_a_record_others_can_write_is_ignored() -> None:
     q, k, v = qkv()
     path = raw_record(fwd_unit(), {"verdict": "pass", "max_err": 0.001, "bound": 0.004})
@@ -555,7 +546,7 @@ def test_a_record_others_can_write_is_ignored() -> None:
     assert fa_attn.last_dispatch().verified == "self-check", fa_attn.last_dispatch()  # type: ignore[union-attr]
 
 
-@pytest.mark.usefixtures("kernels")
+@pytest.mark.usefixtures("real_path")
 @pytest.mark.skipif(os.geteuid() != 0, reason="making a file another user's needs root")
 def test_a_record_of_another_user_is_ignored() -> None:
     q, k, v = qkv()
@@ -566,7 +557,7 @@ def test_a_record_of_another_user_is_ignored() -> None:
     assert fa_attn.last_dispatch().verified == "self-check", fa_attn.last_dispatch()  # type: ignore[union-attr]
 
 
-@pytest.mark.usefixtures("kernels")
+@pytest.mark.usefixtures("real_path")
 def test_a_malformed_speed_key_is_ignored_with_one_warning() -> None:
     q, k, v = qkv()
     entry = {"verdict": "pass", "max_err": 0.001, "bound": 0.004, "speed": {"fwd-causal": {"40k": 1.5}}}
@@ -583,7 +574,7 @@ def test_a_malformed_speed_key_is_ignored_with_one_warning() -> None:
     assert (route.path, route.verified) == ("sass", "record"), route
 
 
-@pytest.mark.usefixtures("kernels")
+@pytest.mark.usefixtures("real_path")
 @pytest.mark.filterwarnings("ignore::fa_attn.FaFallbackWarning")
 def test_speed_routes_only_the_class_it_was_measured_on() -> None:
     q, k, v = qkv()
