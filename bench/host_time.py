@@ -119,7 +119,7 @@ def main() -> int:
     real = interface._decide_for, interface._sm_count, selfcheck._admission, selfcheck._record
     interface._decide_for = lambda _type, _index, dtype, *_facts: split_route if dtype == "bf16" else route  # type: ignore[assignment]
     interface._sm_count = lambda _device: 108  # type: ignore[assignment]
-    selfcheck._admission = lambda *_facts: ("", "", "", "self-check")  # type: ignore[assignment]
+    selfcheck._admission = lambda *_facts: ("", "", "", "self-check", False)  # type: ignore[assignment]
     selfcheck._record = lambda _device: None  # type: ignore[assignment]
     try:
         q = torch.randn(1, 1, HEADS, HEAD_DIM, generator=gen).half()

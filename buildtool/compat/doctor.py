@@ -237,7 +237,7 @@ def report_json(report: DoctorReport) -> dict[str, Any]:
                 "runtime": _runtime_json(answer.gpus[i]),
                 "dtypes": {a.dtype: _runtime_json(a.gpus[i]) for a in report.dtypes},
                 "explain": explain(answer.gpus[i], g.gpu.sm),  # another arch's image serving it, or ""
-                "check": verified.summary(g.gpu.name, g.gpu.sm, verified.installed_wheel()),
+                "check": verified.summary(verified.machine(report.env, g.gpu)),
             }
             for i, g in enumerate(sel.gpus)
         ],
@@ -403,7 +403,7 @@ def _gpu_rows(report: DoctorReport) -> list[tuple[str, list[int]]]:
     """GPUs with the same name, arch, answers and verification share a row: "GPUs 0-7 (H100, sm 9.0)"."""
     rows: dict[tuple[Any, ...], list[int]] = {}
     for i, g in enumerate(report.selection.gpus):
-        key = (g.gpu.name, g.gpu.sm, tuple(a.gpus[i] for a in report.dtypes), _verified(g.gpu))
+        key = (g.gpu.name, g.gpu.sm, tuple(a.gpus[i] for a in report.dtypes), _verified(report.env, g.gpu))
         rows.setdefault(key, []).append(i)
     out = []
     for (name, sm, *_rest), indexes in rows.items():
@@ -414,8 +414,8 @@ def _gpu_rows(report: DoctorReport) -> list[tuple[str, list[int]]]:
     return out
 
 
-def _verified(gpu: Any) -> str:
-    return verified.line(gpu.name, gpu.sm, verified.installed_wheel()).strip()
+def _verified(env: Any, gpu: Any) -> str:
+    return verified.line(verified.machine(env, gpu)).strip()
 
 
 def _render_gpus(report: DoctorReport, console: Console) -> None:
@@ -433,7 +433,7 @@ def _render_gpus(report: DoctorReport, console: Console) -> None:
         gpu = sel.gpus[first].gpu
         _item(console, f"{label}, {call}:")
         _render_dtypes(report, console, [(a.dtype, a.gpus[first]) for a in dtypes], gpu.sm)
-        _item(console, _verified(gpu), 2)
+        _item(console, _verified(report.env, gpu), 2)
 
 
 def _render_dtypes(

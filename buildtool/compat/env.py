@@ -21,6 +21,7 @@ from buildtool.core.textfile import shown
 from buildtool.errors import UsageError
 
 OS_NAMES = ("linux", "windows", "darwin")
+_UUID = re.compile(r"(?:GPU-)?[0-9a-fA-F-]{0,64}", re.ASCII)  # "" too: unknown
 
 
 class EnvError(UsageError):
@@ -32,6 +33,7 @@ class Gpu:
     name: str
     sm: str  # compute capability "8.6"
     memory_mib: int | None
+    uuid: str = ""  # "GPU-8c8a…" as NVML gives it; "" when unknown (verification records are per UUID)
 
 
 @dataclass(frozen=True)
@@ -194,7 +196,14 @@ def env_from_json(data: Any) -> Env:
             mem,
             "write the GPU's memory as a whole number of MiB (0 or more), or null",
         )
-        gpus.append(Gpu(name=name or "", sm=sm or "", memory_mib=mem))
+        uuid = raw.get("uuid", "")
+        _need(
+            isinstance(uuid, str) and _UUID.fullmatch(uuid) is not None,
+            f"gpus[{i}].uuid",
+            uuid,
+            'write the GPU\'s UUID as nvidia-smi -L shows it ("GPU-" and hex digits with dashes), or leave it out',
+        )
+        gpus.append(Gpu(name=name or "", sm=sm or "", memory_mib=mem, uuid=uuid))
     return Env(
         os=os_name or "",
         arch=arch or "",
@@ -245,7 +254,10 @@ def env_to_json(env: Env) -> dict[str, Any]:
             "cxx11abi": env.torch.cxx11abi,
         },
         "driver": None if env.driver is None else {"version": env.driver},
-        "gpus": [{"name": g.name, "sm": g.sm, "memory_mib": g.memory_mib} for g in env.gpus],
+        "gpus": [
+            {"name": g.name, "sm": g.sm, "memory_mib": g.memory_mib, **({"uuid": g.uuid} if g.uuid else {})}
+            for g in env.gpus
+        ],
     }
     if env.sources:
         out["sources"] = dict(env.sources)

@@ -116,11 +116,13 @@ def _nvml(sources: dict[str, str]) -> tuple[str | None, list[Gpu]]:
             handle = pynvml.nvmlDeviceGetHandleByIndex(i)
             major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
             memory = pynvml.nvmlDeviceGetMemoryInfo(handle).total // (1024 * 1024)
+            uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
             gpus.append(
                 Gpu(
                     name=printable(_text(pynvml.nvmlDeviceGetName(handle))),
                     sm=f"{major}.{minor}",
                     memory_mib=int(memory),
+                    uuid=uuid if re.fullmatch(r"GPU-[0-9a-fA-F-]{1,64}", uuid, re.ASCII) else "",
                 )
             )
         sources["driver"] = sources["gpus"] = "nvml"

@@ -110,12 +110,14 @@ def admit(
     splitkv: bool = False,
     may_check: bool = True,
 ) -> Dispatch:
-    """`route` once the units it would use are verified on this GPU (selfcheck.admit: a record, or the
-    first-use self-check), or the fallback when one failed or measured slower than SDPA here."""
+    """`route` once the units it would use are verified on this GPU for the call's class (selfcheck.admit:
+    a record, or the first-use self-check), or the fallback when one failed or measured slower than SDPA
+    here. A call without a backward that splits its keys (_launch) has its split-KV unit admitted too."""
     backward = needs_backward(q, k, v)
-    return selfcheck.admit(
-        route, q.device, q.dtype, call.causal, call.seqlen_k, backward, splitkv=splitkv, may_check=may_check
-    )
+    if torch.compiler.is_compiling():
+        return _compiled_route(call, q, backward, splitkv)
+    splitkv = splitkv or _splits(call, route, q, backward, False)
+    return selfcheck.admit(route, call, q.device, q.dtype, backward, splitkv=splitkv, may_check=may_check)
 
 
 def route_for(
@@ -125,14 +127,61 @@ def route_for(
     the warning or FA_STRICT's error)."""
     # Asked once for decide, admit and report, which would each ask (a decode step pays every question).
     backward, compiling = needs_backward(q, k, v), torch.compiler.is_compiling()
-    route = decide(call, q, k, v, backward)
-    if route.path != "fallback":  # (admit's body, one frame less per call)
-        device, causal = q.device, call.causal
-        route = selfcheck.admit(
-            route, device, q.dtype, causal, call.seqlen_k, backward, splitkv, True, compiling
-        )
+    if compiling:
+        route = _compiled_route(call, q, backward, splitkv)
+    else:
+        route = decide(call, q, k, v, backward)
+        if route.path != "fallback":  # (admit's body, one frame less per call)
+            splitkv = splitkv or _splits(call, route, q, backward, False)
+            route = selfcheck.admit(route, call, q.device, q.dtype, backward, splitkv)
     _dispatch.report(route, compiling)
     return route
+
+
+def _compiled_route(call: AttnCall, q: torch.Tensor, backward: bool, splitkv: bool) -> Dispatch:
+    """route_for while torch.compile traces: the decision and its admission as one constant of plain
+    arguments (_admitted_for), since dynamo can neither pass a baked constant on nor take its id()."""
+    facts = (
+        call.device.type, call.device.index, call.dtype_name, operator.index(call.head_dim), backward,
+        tuple(sorted(_dispatch.features_of(call, backward))), operator.index(call.kv.page_size),
+    )  # fmt: skip
+    route = _decide_for(*facts)
+    if route.path == "fallback":
+        return route
+    splitkv = splitkv or _splits(call, route, q, backward, True)
+    return _admitted_for(facts, tuple(selfcheck.class_of(call)), splitkv, selfcheck.mode())
+
+
+@_assume_constant_result
+def _admitted_for(facts: tuple[Any, ...], cls: tuple[object, ...], splitkv: bool, chosen: str) -> Dispatch:
+    """_decide_for's route (its facts) admitted for the call's class (selfcheck.traced), run for real
+    while torch.compile traces and baked into the graph."""
+    route = _decide_for(*facts)
+    device_type, device_index, dtype, _head_dim, backward = facts[:5]
+    device = torch.device(device_type) if device_index is None else torch.device(device_type, device_index)
+    torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float16
+    return selfcheck.traced(route, device, torch_dtype, cls, backward, splitkv, chosen)
+
+
+def _splits(call: AttnCall, route: Dispatch, q: torch.Tensor, backward: bool, compiling: bool) -> bool:
+    """Whether flash_attn_func's forward (num_splits: its heuristic) runs the split-KV unit (kept per
+    tensor-free call and route, as _launch keeps its arguments: a decode step asks once)."""
+    if backward or route.splitkv is None:
+        return False
+    if compiling:  # (no id() of the baked route)
+        return _split_count(call, route, q, 0) > 1
+    kept = _kept_splits.get((id(call), id(route)))
+    if kept is not None and kept[0] is call and kept[1] is route:
+        return kept[2]
+    splits = _split_count(call, route, q, 0) > 1
+    if call_cache.tensor_free(call):
+        if len(_kept_splits) >= 1024:
+            _kept_splits.clear()
+        _kept_splits[(id(call), id(route))] = (call, route, splits)
+    return splits
+
+
+_kept_splits: dict[tuple[int, int], tuple[AttnCall, Dispatch, bool]] = {}
 
 
 def _split_count(call: AttnCall, route: Dispatch, q: torch.Tensor, requested: int) -> int:
@@ -199,7 +248,7 @@ def _launch(
     depend on the call's shapes and the route only, so they are kept per tensor-free call and route,
     like the route itself (decide): a decode step repeats them."""
     compiling = torch.compiler.is_compiling()
-    memo = (id(call), id(route), num_splits)
+    memo = (0, 0, 0) if compiling else (id(call), id(route), num_splits)  # (no id() of a baked constant)
     kept = None if compiling else _kept_args.get(memo)
     if kept is None or kept[0] is not call or kept[1] is not route:
         splits = _split_count(call, route, q, num_splits)

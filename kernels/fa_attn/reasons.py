@@ -40,7 +40,7 @@ CODES: dict[str, tuple[str, str]] = {
     "binding-unavailable": (CALL, "no binding (the universal wheel), or it failed to load"),
     "device-not-cuda": (CALL, "the tensors are not on an NVIDIA GPU"),
     "self-check-failed": (CALL, "the unit failed its check on this GPU (first use in this process, or a record of `fa check`)"),
-    "not-verified": (CALL, "FA_SELF_CHECK=strict and the unit could not be checked first (graph capture, torch.compile)"),
+    "not-verified": (CALL, "the unit has no passing check for this kind of call and none can run now: FA_SELF_CHECK=strict inside graph capture or torch.compile, or a transient error (out of memory) during its check"),
     "slower-than-sdpa": (CALL, "`fa check --bench` measured the unit slower than SDPA on this GPU at this length"),
 }  # fmt: skip
 

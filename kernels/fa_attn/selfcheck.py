@@ -1,37 +1,46 @@
 """fa never uses a kernel that failed where it runs: the first-use self-check, records, and speed routing.
 
-`admit(call, route, q)` runs after the path decision for every call the kernels would serve. For each
-unit the call would use (the forward, or the split-KV forward, and the backward when gradients are
-needed), on the call's device:
-- a verification record of `fa check` for this wheel, GPU, driver and torch (verify/record.py) that
-  names the unit decides: pass, or fail -> SDPA with `self-check-failed`;
-- else, the first time in the process, the unit runs once on a tiny problem against the fp32 reference
-  (verify/unitcheck.py); a failure is remembered for the process (one warning per unit) and the call,
-  and every later one the unit would serve, runs on SDPA with `self-check-failed`;
+`admit(route, call, ...)` runs after the path decision for every call the kernels would serve. For each
+unit the call would use (the forward, the split-KV forward and its combine when the call has no
+backward, and the backward when gradients are needed), on the call's device:
+- a verification record of `fa check` for this wheel, GPU (its UUID), driver and torch
+  (verify/record.py) that names the unit decides: pass (its numbers within its bound), or fail -> SDPA
+  with `self-check-failed`;
+- else the unit must have passed a check of the call's class (`CallClass`: causal, window, softcap,
+  layout, page size, GQA group, MQA, head dim; per direction): the first call of a class runs the unit
+  once on a small problem of that class against the fp32 reference (verify/unitcheck.py; autocast and
+  TF32 off, on the call's device whatever torch.set_default_device says). A failure is remembered for
+  the process (one warning per unit and class) and every call of that class runs on SDPA with
+  `self-check-failed`; a failed split-KV unit only stops the split (the forward serves unsplit);
+- a transient error during a check (out of memory, a CUDA graph capture begun elsewhere) disables
+  nothing: the call runs on SDPA (`not-verified`) and a call of that class after RETRY_S checks again;
 - where no check can run (CUDA graph capture, torch.compile tracing) and nothing is known yet, the call
   runs unchecked and says so (Dispatch.verified == "unchecked", in last_dispatch() and explain());
   FA_SELF_CHECK=strict falls back there instead (`not-verified`).
-Then, with a record holding speed ratios, a unit measured slower than SDPA at the call's key length
-sends the call to SDPA (`slower-than-sdpa`) unless FA_ROUTE=fa.
+Then, with a record holding speed ratios, a unit measured slower than SDPA for the call's speed class
+(direction, causal, decode) near its key length sends the call to SDPA (`slower-than-sdpa`) unless
+FA_ROUTE=fa.
 
 FA_SELF_CHECK: first-use (default), strict, off (no check, no record read). docs/checking.md says the rest.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
-from . import loader
-from ._constant import assume_constant_result as _assume_constant_result
+from . import call_cache, loader
 from ._env import reader
 from .decision import Dispatch, KernelLaunch
 from .dispatch import driver_version
+from .inputs import AttnCall
 from .reasons import Reason
 from .verify import record as records
 from .verify.unitcheck import Outcome, Problem, check_backward, check_forward, key_block
@@ -39,9 +48,67 @@ from .verify.unitcheck import Outcome, Problem, check_backward, check_forward, k
 Units = tuple[tuple[str, str, str, tuple[int, ...]], ...]  # (direction, module, entries, launch)
 MODES = ("first-use", "strict", "off")
 ROUTES = ("auto", "fa")
-# The tiny problem: the unit's key block and 15 keys of the next (so the online softmax rescales
-# between blocks, and the split-KV forward really splits in two), two heads, as many queries as keys.
+# The small problem: the unit's key block and 15 keys of the next (so the online softmax rescales
+# between blocks, and the split-KV forward really splits in two), as many queries as keys (the split-KV
+# unit: its query block and one more, so two query blocks meet two splits in its combine).
 TINY_EXTRA_KEYS = 15
+SCALE_FACTOR = 1.25  # the check's softmax_scale over the default: a kernel that ignores it fails
+SOFTCAP = 2.0  # the check's softcap, near the scores' size so tanh bends them
+RETRY_S = 1.0  # after a transient error, the next check of that unit and class waits this long
+DECODE_QUERIES = 8  # at most this many queries per sequence: a decode step for speed routing
+
+
+class CallClass(NamedTuple):
+    """What about a call a unit's check must have covered for the unit to serve it (per direction)."""
+
+    causal: bool
+    window: str  # "none" | "left" | "right" | "both": which sides of the window bound the keys
+    softcap: bool
+    layout: str  # "padded" | "varlen" | "kvcache" (a KV-cache layout: seqused_k, leftpad, pages, ...)
+    page_size: int  # 0: no block table
+    group: int  # query heads per key head
+    mqa: bool  # one key head for several query heads
+    head_dim: int  # the call's (a unit of a larger head dim runs it zero-padded)
+
+
+Facts = tuple[CallClass, tuple[bool, bool]]  # a call's class and speed class (speed_class)
+
+
+def call_facts(call: AttnCall) -> Facts:
+    """The call's class and speed class, one object per distinct value (so admit's memo keys it by id),
+    kept per tensor-free call as interface keeps its route: a decode step pays one lookup."""
+    kept = _classes.get(id(call))
+    if kept is not None and kept[0] is call:
+        return kept[1]
+    found = (class_of(call), speed_class(call))
+    with _lock:
+        if len(_interned) >= 4096:  # (ids of dropped objects may come back: forget what keys by them)
+            _interned.clear()
+            _classes.clear()
+            _admitted.clear()
+        facts = _interned.setdefault(found, found)
+        if call_cache.tensor_free(call):
+            if len(_classes) >= 1024:
+                _classes.clear()
+            _classes[id(call)] = (call, facts)
+    return facts
+
+
+_classes: dict[int, tuple[AttnCall, Facts]] = {}  # (an entry keeps its call, so its id stays its own)
+_interned: dict[Facts, Facts] = {}
+
+
+def class_of(call: AttnCall) -> CallClass:
+    """The call's class, computed (what torch.compile traces: no id() there)."""
+    left, right = call.window_left >= 0, call.window_right >= 0 and not call.causal
+    window = ("none", "right", "left", "both")[2 * left + right]
+    kv = call.kv
+    layout = "kvcache" if kv.features else ("varlen" if call.varlen is not None else "padded")
+    heads, heads_k = call.heads, call.heads_k
+    return CallClass(
+        call.causal, window, call.softcap > 0, layout, kv.page_size if kv.block_table is not None or
+        "paged_kv" in kv.features else 0, heads // heads_k, heads_k == 1 and heads > 1, call.head_dim,
+    )  # fmt: skip
 
 
 class FaSelfCheckWarning(UserWarning):
@@ -71,10 +138,18 @@ def record_key(device: torch.device) -> records.RecordKey:
     return records.RecordKey(
         wheel=records.wheel_identity(loader.MANIFEST_FILE),
         gpu=props.name,
+        uuid=driver_uuid(device),
         sm=f"{props.major}.{props.minor}",
         driver=driver_version() or "",
         torch=torch.__version__,
     )
+
+
+def driver_uuid(device: torch.device) -> str:
+    """The GPU's UUID as the CUDA driver reports it (torch's device properties carry it), "" when
+    unknown: records are kept per physical GPU, so two GPUs of one model never share a verdict."""
+    uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
+    return records.normal_uuid(str(uuid)) if uuid is not None else ""
 
 
 def capturing(device: torch.device) -> bool:
@@ -82,18 +157,21 @@ def capturing(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
-# Facts of this process: per (device, unit, direction), None when the unit passed, else why it failed.
+# Facts of this process: per (device, unit, direction, class), None when the unit passed, else why it
+# failed; and when a check met a transient error (it runs again RETRY_S later), with its reason.
 _lock = threading.Lock()
-_verdicts: dict[tuple[str, str, str], Reason | None] = {}
+_verdicts: dict[tuple[str, str, str, CallClass], Reason | None] = {}
+_retry_at: dict[tuple[str, str, str, CallClass], tuple[float, Reason]] = {}
 _records: dict[str, records.Record | None] = {}
 _warned: set[str] = set()
-# Verified routes, so a call after the first pays a lookup: (id(route), device, dtype, causal, backward,
-# splitkv, mode) -> (route, its admitted Dispatch, its units, _slower's reasons by seqlen_k before FA_ROUTE).
+# Verified routes, so a call after the first pays a lookup: (id(route), device, dtype, id(call_facts),
+# backward, splitkv, mode) -> (route, its admitted Dispatch, its units, _slower's reasons by seqlen_k
+# before FA_ROUTE).
 _admitted: dict[tuple[Any, ...], tuple[Dispatch, Dispatch, Units, dict[int, Reason | None]]] = {}
 _unchecked: dict[int, tuple[Dispatch, Dispatch]] = {}  # FA_SELF_CHECK=off: id(route) -> (route, unchecked)
-# _slower's answers, so a decode step does not look the record up again: (id(units), device, seqlen_k)
-# -> (units, the reason or None); the record of a device is read once per process (until reset).
-_slower_kept: dict[tuple[int, torch.device, int], tuple[Units, Reason | None]] = {}
+# _slower's answers, so a decode step does not look the record up again: (id(units), device, speed
+# class, seqlen_k) -> (units, the reason or None); the record of a device is read once per process.
+_slower_kept: dict[tuple[int, torch.device, tuple[bool, bool], int], tuple[Units, Reason | None]] = {}
 # What the checks run on (tests swap in their own device identity); kept as module attributes.
 key_of: Callable[[torch.device], records.RecordKey] = record_key
 in_capture: Callable[[torch.device], bool] = capturing
@@ -103,6 +181,7 @@ def reset() -> None:
     """Forgets every verdict and record of this process (tests; a new record from `fa check`)."""
     with _lock:
         _verdicts.clear()
+        _retry_at.clear()
         _records.clear()
         _admitted.clear()
         _slower_kept.clear()
@@ -140,31 +219,88 @@ def _failed(unit: str, gpu: str, error: str, max_err: float, bound: float, sourc
     )
 
 
-def _run_check(
-    direction: str, launch: KernelLaunch, dtype: torch.dtype, causal: bool, device: torch.device
-) -> Outcome:
+def problem_for(direction: str, launch: KernelLaunch, dtype: torch.dtype, cls: CallClass) -> Problem:
+    """A small problem of the call's class for one unit: its key block and 15 keys (two key blocks,
+    two splits), heads in the call's group (two key heads, so a wrong head mapping shows; one for MQA),
+    the call's head dim as the runtime pads it (a multiple of 8), a softmax_scale that is not the default, and the call's
+    mask, window, softcap and layout."""
     assert launch.launch, "a unit to check has launch data"
     n = key_block(launch) + TINY_EXTRA_KEYS
-    problem = Problem(dtype, launch.launch[0], causal, n, n)
-    if direction == "bwd":
-        return check_backward(launch, problem, device)
-    return check_forward(launch, problem, device, splitkv=direction == "splitkv")
+    seqlen_q = launch.launch[2] + 1 if direction == "splitkv" else n  # two query blocks
+    left = n // 4 if cls.window in ("left", "both") else -1
+    right = n // 5 if cls.window in ("right", "both") else -1
+    heads_k = 1 if cls.mqa else 2
+    head_dim = -(-cls.head_dim // 8) * 8  # what the runtime hands the unit: zero-padded to a multiple of 8
+    return Problem(
+        dtype, head_dim, cls.causal, seqlen_q, n, cls.group * heads_k, heads_k,
+        layout="paged" if cls.page_size else cls.layout,
+        window=(left, right), softcap=SOFTCAP if cls.softcap else 0.0,
+        scale=SCALE_FACTOR / cls.head_dim**0.5, page_size=cls.page_size,
+    )  # fmt: skip
+
+
+@contextlib.contextmanager
+def plain_math(device: torch.device) -> Iterator[None]:
+    """What a check runs under, whatever the caller set: no autocast (the fp32 reference stays fp32),
+    no TF32, new tensors on the check's device (torch.set_default_device aside)."""
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    tf32 = (matmul.allow_tf32, cudnn.allow_tf32)
+    matmul.allow_tf32 = cudnn.allow_tf32 = False
+    try:
+        with contextlib.ExitStack() as stack:
+            for kind in {"cpu", device.type}:
+                stack.enter_context(torch.autocast(kind, enabled=False))
+            stack.enter_context(torch.device(device))
+            yield
+    finally:
+        matmul.allow_tf32, cudnn.allow_tf32 = tf32
+
+
+def _run_check(
+    direction: str, launch: KernelLaunch, dtype: torch.dtype, cls: CallClass, device: torch.device
+) -> Outcome:
+    problem = problem_for(direction, launch, dtype, cls)
+    with plain_math(device):
+        if direction == "bwd":
+            return check_backward(launch, problem, device)
+        return check_forward(launch, problem, device, splitkv=direction == "splitkv")
+
+
+def transient(err: BaseException) -> bool:
+    """An error that says nothing about the kernel: out of memory, or a graph capture begun meanwhile
+    (the check then retries, docs/checking.md "Transient errors")."""
+    if isinstance(err, torch.OutOfMemoryError):
+        return True
+    text = str(err).lower()
+    return isinstance(err, RuntimeError) and any(
+        words in text for words in ("out of memory", "stream is capturing", "capture")
+    )
+
+
+def _deferred(unit: str, device: torch.device, err: BaseException) -> Reason:
+    return Reason(
+        "not-verified",
+        f"unit {unit} could not be checked on {device} for this kind of call: {type(err).__name__}: "
+        f"{str(err)[:200]} (not the kernel's fault; checked again after {RETRY_S:g} s)",
+        "free GPU memory, or make one eager call outside graph capture; `fa check` records a verdict",
+    )
 
 
 def _verdict(
     direction: str,
     launch: KernelLaunch,
     dtype: torch.dtype,
-    causal: bool,
+    cls: CallClass,
     device: torch.device,
     can_run: bool,
 ) -> tuple[Reason | None, str]:
     """(why the unit must not be used or None, how it was verified)."""
     unit = records.unit_name(launch.module)
-    memo = (str(device), unit, direction)
+    memo = (str(device), unit, direction, cls)
     with _lock:
         if memo in _verdicts:
             return _verdicts[memo], "self-check"
+        pending = _retry_at.get(memo)
     found = _record(device)
     result = found.units.get(unit) if found is not None else None
     if result is not None:
@@ -175,9 +311,11 @@ def _verdict(
         return _failed(unit, found.key.gpu, result.error, result.max_err, result.bound, source), "record"
     if not can_run:
         return None, "unchecked"
+    if pending is not None and time.monotonic() - pending[0] < RETRY_S:
+        return pending[1], ""
     why: Reason | None
     try:
-        outcome = _run_check(direction, launch, dtype, causal, device)
+        outcome = _run_check(direction, launch, dtype, cls, device)
         worst = outcome.worst
         why = (
             None
@@ -185,11 +323,17 @@ def _verdict(
             else _failed(unit, str(device), outcome.message(), worst.err, worst.bound, "its first-use check")
         )
     except Exception as err:  # noqa: BLE001 (a launch that raises is a failed check, not a crashed call)
+        if transient(err):
+            deferred = _deferred(unit, device, err)
+            with _lock:
+                _retry_at[memo] = (time.monotonic(), deferred)
+            return deferred, ""
         why = _failed(
             unit, str(device), f"{type(err).__name__}: {err}"[:300], float("inf"), 0.0, "its first-use check"
         )
     with _lock:
         _verdicts[memo] = why
+        _retry_at.pop(memo, None)
     return why, "self-check"
 
 
@@ -206,21 +350,24 @@ def _warn_once(reason: Reason) -> None:
     )
 
 
+def speed_class(call: AttnCall) -> tuple[bool, bool]:
+    """(causal, decode): with each unit's direction, the record's speed key (records.speed_key)."""
+    return call.causal, call.seqlen_q <= DECODE_QUERIES
+
+
 def admit(
     route: Dispatch,
+    call: AttnCall,
     device: torch.device,
     dtype: torch.dtype,
-    causal: bool,
-    seqlen_k: object,
     backward: bool,
     splitkv: bool = False,
     may_check: bool = True,
-    compiling: bool | None = None,
 ) -> Dispatch:
-    """`route` with how its units were verified, or the fallback when a unit failed, cannot be verified
-    under strict, or was measured slower than SDPA near seqlen_k. may_check False (explain()): answer
-    from what is known, never run a kernel. compiling: torch.compiler.is_compiling() when the caller
-    asked already (None: asked here; a decode step asks once)."""
+    """`route` with how its units were verified for the call's class, without its split-KV unit when
+    that failed, or the fallback when a unit failed, cannot be verified under strict, or was measured
+    slower than SDPA near the call's key length. may_check False (explain()): answer from what is
+    known, never run a kernel. (Under torch.compile, interface._admitted_for asks `traced` instead.)"""
     if route.path == "fallback":
         return route
     chosen = mode()
@@ -229,60 +376,76 @@ def admit(
         if unchecked is None or unchecked[0] is not route:
             unchecked = _unchecked[id(route)] = (route, replace(route, verified="off"))
         return unchecked[1]
-    if compiling is None:
-        compiling = torch.compiler.is_compiling()
-    memo = (id(route), device, dtype, causal, backward, splitkv, chosen)
-    known = None if compiling else _admitted.get(memo)
+    facts = call_facts(call)
+    seqlen_k = call.seqlen_k
+    memo = (id(route), device, dtype, id(facts), backward, splitkv, chosen)
+    known = _admitted.get(memo)
     if known is not None and known[0] is route:  # settled for this route: only the speed can differ
         admitted, units, lengths = known[1], known[2], known[3]
         if seqlen_k in lengths:  # (a decode step's length: a lookup, no memo key to build)
             slower = lengths[seqlen_k]
         else:
-            slower = _slower(units, device, seqlen_k)
-            if isinstance(seqlen_k, int) and len(lengths) < 1024:
+            slower = _slower(units, device, facts[1], seqlen_k)
+            if len(lengths) < 1024:
                 lengths[seqlen_k] = slower
-        if slower is not None and route_mode() != "fa":
-            return Dispatch("fallback", None, (slower,))
-        return admitted
     else:
         units = tuple((d, u.module, u.entries, u.launch) for d, u in _units(route, backward, splitkv))
-        if compiling:
-            code, message, fix, how = _traced(device.type, device.index, str(dtype), causal, units, chosen)
-        else:
-            can_run = may_check and not in_capture(device)
-            code, message, fix, how = _admission(device, dtype, causal, units, chosen, can_run, may_check)
-        if code:
-            return Dispatch("fallback", None, (Reason(code, message, fix),))
-        admitted = replace(route, verified=how)
-        if how in ("record", "self-check") and not compiling:
+        can_run = may_check and not in_capture(device)
+        code, message, fix, how, split_failed = _admission(
+            device, dtype, facts[0], units, chosen, can_run, may_check
+        )
+        admitted = _admitted_route(route, code, message, fix, how, split_failed)
+        if admitted.path == "fallback":
+            return admitted
+        if split_failed:
+            units = tuple(u for u in units if u[0] != "splitkv")
+        if how in ("record", "self-check"):
             with _lock:
                 _admitted[memo] = (route, admitted, units, {})
-    if not compiling:
-        slower = _slower(units, device, seqlen_k)
-        if slower is not None and route_mode() != "fa":
-            return Dispatch("fallback", None, (slower,))
+        slower = _slower(units, device, facts[1], seqlen_k)
+    if slower is not None and route_mode() != "fa":
+        return Dispatch("fallback", None, (slower,))
     return admitted
+
+
+def _admitted_route(
+    route: Dispatch, code: str, message: str, fix: str, how: str, split_failed: bool
+) -> Dispatch:
+    """The route _admission's answer gives: the fallback with its reason, or the route verified `how`
+    (without its split-KV unit when that failed)."""
+    if code:
+        return Dispatch("fallback", None, (Reason(code, message, fix),))
+    if split_failed:
+        return replace(route, verified=how, splitkv=None)
+    return replace(route, verified=how)
 
 
 def _admission(
     device: torch.device,
     dtype: torch.dtype,
-    causal: bool,
+    cls: CallClass,
     units: Units,
     chosen: str,
     can_run: bool,
     warn: bool,
-) -> tuple[str, str, str, str]:
-    """(reason code or "", message, fix, how verified): plain values, so torch.compile can bake them."""
+) -> tuple[str, str, str, str, bool]:
+    """(reason code or "", message, fix, how verified, the split-KV unit failed): plain values, so
+    torch.compile can bake them."""
     how: list[str] = []
+    split_failed = False
     for direction, module, entries, launch in units:
         why, verified = _verdict(
-            direction, KernelLaunch(module, entries, launch), dtype, causal, device, can_run
+            direction, KernelLaunch(module, entries, launch), dtype, cls, device, can_run
         )
-        if why is not None:
+        if why is not None and direction == "splitkv" and why.code == "self-check-failed":
+            split_failed = True  # the forward serves the call unsplit (its own verdict follows)
             if warn:
                 _warn_once(why)
-            return why.code, why.message, why.fix, ""
+            continue
+        if why is not None:
+            if warn and why.code == "self-check-failed":
+                _warn_once(why)
+            return why.code, why.message, why.fix, "", False
         how.append(verified)
     if "unchecked" in how and chosen == "strict":
         unit = records.unit_name(units[0][1])
@@ -294,37 +457,41 @@ def _admission(
             ),
             "run `fa check` once, or make one eager call before capturing or compiling",
             "",
+            False,
         )
-    return (
-        "",
-        "",
-        "",
-        ("unchecked" if "unchecked" in how else ("self-check" if "self-check" in how else "record")),
-    )
+    verified = "unchecked" if "unchecked" in how else ("self-check" if "self-check" in how else "record")
+    return "", "", "", verified, split_failed
 
 
-# torch.compile runs this for real while tracing and bakes its result into the graph (as the path
-# decision, interface._decide_for): records and this process's verdicts decide; no check can run.
-@_assume_constant_result
-def _traced(
-    device_type: str, device_index: int | None, dtype: str, causal: bool, units: Units, chosen: str
-) -> tuple[str, str, str, str]:
-    device = torch.device(device_type) if device_index is None else torch.device(device_type, device_index)
-    torch_dtype = torch.bfloat16 if dtype == str(torch.bfloat16) else torch.float16
-    return _admission(device, torch_dtype, causal, units, chosen, can_run=False, warn=False)
+def traced(
+    route: Dispatch,
+    device: torch.device,
+    dtype: torch.dtype,
+    cls: tuple[Any, ...],
+    backward: bool,
+    splitkv: bool,
+    chosen: str,
+) -> Dispatch:
+    """admit() while torch.compile traces (interface._admitted_for runs it for real and bakes the
+    answer into the graph): records and this process's verdicts decide; no check can run, no speed
+    routing (the key length may be symbolic)."""
+    if route.path == "fallback" or chosen == "off":
+        return route if route.path == "fallback" else replace(route, verified="off")
+    units = tuple((d, u.module, u.entries, u.launch) for d, u in _units(route, backward, splitkv))
+    answer = _admission(device, dtype, CallClass(*cls), units, chosen, can_run=False, warn=False)
+    return _admitted_route(route, *answer)
 
 
-def _slower(units: Units, device: torch.device, seqlen_k: object) -> Reason | None:
-    """slower-than-sdpa when a record measured a unit of the call slower than SDPA at this length (the
-    caller drops it under FA_ROUTE=fa, read only when there is such a reason: a decode step has none)."""
-    if not isinstance(seqlen_k, int):  # symbolic under torch.compile: not routed
-        return None
-    memo = (id(units), device, seqlen_k)
+def _slower(units: Units, device: torch.device, speed: tuple[bool, bool], seqlen_k: int) -> Reason | None:
+    """slower-than-sdpa when a record measured a unit of the call slower than SDPA for its speed class
+    at this length (the caller drops it under FA_ROUTE=fa, read only when there is such a reason: a
+    decode step has none)."""
+    memo = (id(units), device, speed, seqlen_k)
     kept = _slower_kept.get(memo)
     if kept is not None and kept[0] is units:
         reason = kept[1]
     else:
-        reason = _slower_in_record(units, device, seqlen_k)
+        reason = _slower_in_record(units, device, speed, seqlen_k)
         with _lock:
             if len(_slower_kept) >= 1024:
                 _slower_kept.clear()
@@ -332,21 +499,22 @@ def _slower(units: Units, device: torch.device, seqlen_k: object) -> Reason | No
     return reason
 
 
-def _slower_in_record(units: Units, device: torch.device, seqlen_k: int) -> Reason | None:
+def _slower_in_record(
+    units: Units, device: torch.device, speed: tuple[bool, bool], seqlen_k: int
+) -> Reason | None:
     found = _record(device)
     if found is None:
         return None
     for direction, module, _entries, _launch in units:
         unit = records.unit_name(module)
         result = found.units.get(unit)
-        ratio = (
-            records.speed_ratio(result, "bwd" if direction == "bwd" else "fwd", seqlen_k) if result else None
-        )
+        key = records.speed_key("bwd" if direction == "bwd" else "fwd", *speed)
+        ratio = records.speed_ratio(result, key, seqlen_k) if result else None
         if ratio is not None and ratio > 1.0:
             return Reason(
                 "slower-than-sdpa",
                 f"`fa check --bench` measured unit {unit} at {ratio:.2f}x SDPA's time on {found.key.gpu} "
-                f"near {seqlen_k} keys",
+                f"near {seqlen_k} keys ({key})",
                 "nothing: SDPA is faster here; FA_ROUTE=fa forces fa's kernels",
             )
     return None
