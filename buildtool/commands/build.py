@@ -28,6 +28,7 @@ from buildtool.core.cpus import cxx_for, cxx_install_hint, has_cxx
 from buildtool.errors import FaError, UsageError
 
 RESUME_NOTE = "(finished work is cached: re-run the same command to resume)"
+LOCAL_OUT = Path("wheels") / "local"  # --local's own folder: never the release's wheels/
 DEFAULT_LOCAL_CUDA = 12  # a CPU-only torch says nothing about CUDA; the newest widely driven major
 
 
@@ -52,15 +53,44 @@ def _plan(
     )
 
 
+def _refuse_shrinking(plan: Plan, out: Path) -> None:
+    """An all-wheel already in `out` that holds more bindings or CUDA majors than the plan's one of the
+    same name (the release's, where --local would build one for this torch alone) is never replaced."""
+    index = out / "index.json"
+    if not plan.all_wheels or not index.is_file():
+        return
+    try:
+        listed = json.loads(index.read_text(encoding="utf-8")).get("all_wheels", [])
+        have = {(e["platform"], e["version"]): e for e in listed}
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        return  # an index fa cannot read is rewritten by the build, as before
+    for spec in plan.all_wheels:
+        old = have.get((spec.platform, spec.version))
+        if old is None:
+            continue
+        more_bindings = len(old.get("bindings", ())) > len(spec.bindings)
+        more_majors = len(old.get("kernel_sets", ())) > len(spec.kernel_sets)
+        if more_bindings or more_majors:
+            raise UsageError(
+                f"{out / old['file']} holds {len(old.get('bindings', ()))} bindings and "
+                f"{len(old.get('kernel_sets', ()))} CUDA majors; this build would replace it with one "
+                f"holding {len(spec.bindings)} and {len(spec.kernel_sets)}: nothing built\n"
+                f"  fix: build into another folder (--out {LOCAL_OUT}, --local's default)"
+            )
+
+
 def register(app: typer.Typer) -> None:
     @app.command("build")
     def build(
         matrix: Annotated[Path, typer.Option("--matrix", "-m", help="the build matrix")] = Path(
             "matrix.yaml"
         ),
-        out: Annotated[Path, typer.Option("--out", "-o", help="where wheels and the index go")] = Path(
-            "wheels"
-        ),
+        out: Annotated[
+            Path | None,
+            typer.Option(
+                "--out", "-o", help="where wheels and the index go (default wheels/; --local: wheels/local/)"
+            ),
+        ] = None,
         jobs: Annotated[
             int, typer.Option("--jobs", "-j", help="parallel compiles (at most one per CPU)")
         ] = os.cpu_count() or 1,
@@ -79,6 +109,7 @@ def register(app: typer.Typer) -> None:
         """Build the wheels of a matrix (or of the installed torch with --local) and index them."""
         jobs = _options.jobs(jobs)
         cuda = list(_options.cuda_majors(cuda))  # --cuda 12 --cuda 12 is one major
+        out = out if out is not None else LOCAL_OUT if local else Path("wheels")
         _options.path(out, "--out")
         _options.path(matrix, "--matrix")
         if shard is not None:
@@ -98,6 +129,8 @@ def register(app: typer.Typer) -> None:
             )
             jobs = usable_workers(jobs)
         plan = _plan(matrix, local, cuda, shard, platform, refresh)
+        if not dry_run:
+            _refuse_shrinking(plan, out)
         missing = [p for p in dict.fromkeys(w.platform for w in plan.wheels if w.platform) if not has_cxx(p)]
         if missing and not dry_run:
             hints = "\n  ".join(f"fix: {cxx_install_hint(p)}" for p in missing)

@@ -5,6 +5,7 @@ one wheel it needs is built first (compat/build_here.py)."""
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -31,6 +32,23 @@ BUILD_HINT = (
 
 def _kernel_wheel_fits(selection: Selection) -> bool:
     return selection.selected is not None and not selection.selected.info.universal
+
+
+def _serves(selection: Selection, arch: str | None, cuda: int | None) -> bool:
+    """Does the chosen wheel carry SASS for --arch under CUDA major --cuda (either may be unset)?"""
+    if not _kernel_wheel_fits(selection):
+        return False
+    assert selection.selected is not None
+    info = selection.selected.info
+    sets: list[tuple[int | None, tuple[str, ...]]] = [(k.cuda_major, k.sass) for k in info.kernel_sets]
+    sets = sets or [(info.cuda_major, info.sass)]
+    return any((cuda is None or major == cuda) and (arch is None or arch in sass) for major, sass in sets)
+
+
+def _must_build(selection: Selection, build: bool, rebuild: bool, arch: str | None, cuda: int | None) -> bool:
+    """--build builds only when no wheel in the index fits (or none holds what --arch/--cuda ask for);
+    --rebuild builds even then."""
+    return rebuild or (build and not _serves(selection, arch, cuda))
 
 
 def _index_or_none(wheels: Path | None, index: str | None) -> WheelIndex | None:
@@ -78,8 +96,21 @@ def install_cmd(
     build: Annotated[
         bool,
         typer.Option(
-            "--build", help="When no wheel fits this machine's torch, build the one it needs, then install it"
+            "--build",
+            help="When no wheel in the index fits this machine (or holds what --arch/--cuda ask for), "
+            "build the one it needs, then install it; a wheel that fits is installed, not rebuilt",
         ),
+    ] = False,
+    rebuild: Annotated[
+        bool,
+        typer.Option(
+            "--rebuild",
+            help="Build the wheel this machine needs and install it even when a wheel in the index fits "
+            "(implies --build)",
+        ),
+    ] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Also print each step's exact command")
     ] = False,
     arch: Annotated[
         str | None, typer.Option(help="With --build: the GPU's compute capability (default: GPU 0's)")
@@ -106,6 +137,7 @@ def install_cmd(
 
     With --build, when no wheel in the index fits this machine's torch (a minor nobody built, a local
     torch build), build the one wheel it needs first: this torch, CPU, CUDA major and GPU arch only.
+    A wheel that fits is installed, not rebuilt; --rebuild builds anyway.
 
     One fa install per environment at a time: a second one waits (--wait). Interrupted (Ctrl-C, SIGTERM)
     it rolls back; killed outright, the next fa install rolls back or finishes what it left, and says so.
@@ -115,7 +147,20 @@ def install_cmd(
     2 usage, 130 interrupted by SIGINT (Ctrl-C), 143 by SIGTERM (rolled back: the message says so)."""
     with interrupts.handling_signals():
         try:
-            return _install(wheels, index, dry_run, as_json, build, arch, cuda, jobs, allow_downgrade, wait)
+            return _install(
+                wheels,
+                index,
+                dry_run,
+                as_json,
+                build or rebuild,
+                rebuild,
+                verbose,
+                arch,
+                cuda,
+                jobs,
+                allow_downgrade,
+                wait,
+            )
         except interrupts.Interrupted as exc:
             state = exc.state or "nothing had changed: the environment is as it was"
             sys.stderr.write(f"fa install: interrupted by {exc.name}; {state}\n")
@@ -128,6 +173,8 @@ def _install(
     dry_run: bool,
     as_json: bool,
     build: bool,
+    rebuild: bool,
+    verbose: bool,
     arch: str | None,
     cuda: int | None,
     jobs: int,
@@ -148,13 +195,15 @@ def _install(
     console = plain_console(stderr=as_json)
     built = False
     # --arch / --cuda describe the wheel to build: they are honoured (or refused with the reason) even
-    # when a wheel in the index fits, which would otherwise be installed with both options ignored.
+    # when a wheel in the index fits but lacks what they ask for, which would otherwise be installed
+    # with both options ignored.
     asked = arch is not None or cuda is not None
     if build and asked:
         from buildtool.compat import build_here
 
         build_here.target(env, arch, cuda, build_here.release_matrix())  # refuses what cannot run here
-    if build and (asked or not _kernel_wheel_fits(selection)) and not dry_run:
+    must_build = _must_build(selection, build, rebuild, arch, cuda)
+    if must_build and not dry_run:
         idx, selection = _build_here(env, arch, cuda, jobs, console, progress=not as_json)
         built = True
     if idx is None:  # --build --dry-run with no index yet: nothing to install from
@@ -177,17 +226,20 @@ def _install(
         "why": selection.why,
         "warnings": [{"code": w.code, "message": w.message, "fix": w.fix} for w in selection.warnings],
     }
+    if not as_json:
+        _render_choice(out, idx.location, console, verbose)
     if plan.entry is None:
         out["message"] = "no wheel fits this machine; run fa doctor to see why"
         if not build and env.torch is not None:
             out["message"] += f"\n  fix: {BUILD_HINT}"
         elif build and dry_run:
             out["message"] += "\n  (without --dry-run, --build builds the wheel this machine needs)"
-    elif dry_run and build and asked:
+    elif dry_run and must_build and _kernel_wheel_fits(selection):
         out["ok"] = True
         out["message"] = (
-            "dry run: nothing built or installed (a real run builds the wheel --arch/--cuda ask for, "
-            "labelled as a local build, and installs it instead of the index's)"
+            "dry run: nothing built or installed (a real run builds the wheel "
+            + ("--arch/--cuda ask for" if asked else "this machine needs")
+            + ", labelled as a local build, and installs it instead of the index's)"
         )
     elif dry_run:
         out["ok"] = True
@@ -202,7 +254,9 @@ def _install(
             result = install.run_install(
                 plan,
                 idx,
-                log=lambda line: console.print(line, style="dim", highlight=False),
+                log=(lambda line: console.print(line, style="dim", highlight=False))
+                if verbose
+                else (lambda _: None),
                 say=lambda line: console.print(f"note:    {line}", style="yellow", highlight=False),
                 options=install.Options(allow_older=allow_downgrade, wait_s=wait),
             )
@@ -221,22 +275,45 @@ def _install(
     return EXIT_OK if out["ok"] else EXIT_FAILED
 
 
-def _render_install(out: dict[str, Any], console: Console) -> None:
-    console.print(
-        f"verdict: {out['verdict']}" + (f" ({', '.join(out['codes'])})" if out["codes"] else ""),
-        highlight=False,
-    )
-    console.print(
-        f"wheel:   {out['selected'] or 'none'}" + (" (built here)" if out["built"] else ""), highlight=False
-    )
+_VERDICT_SENTENCES = {
+    "ok": "its kernels run on this machine's GPU",
+    "ok-jit": "its kernels run on this machine's GPU once the driver has compiled their PTX (the first call)",
+    "fallback": "fa_attn calls torch SDPA here instead of its kernels ({codes}); fa doctor says why",
+}
+
+
+def _render_choice(out: dict[str, Any], location: str, console: Console, verbose: bool) -> None:
+    """What fa install is about to install, from where and why, in sentences (before it starts)."""
+    if out["selected"] is None:
+        return
+    built = " (built here)" if out["built"] else ""
+    verb = "would install" if out["dry_run"] else "installing"
+    console.print(f"{verb} {out['selected']}{built}\n  from {location}", highlight=False)
     if out["why"]:
-        console.print(f"why:     {out['why']}", highlight=False)
+        console.print(f"  chosen: {out['why']}", highlight=False)
+    said = _VERDICT_SENTENCES.get(out["verdict"])
+    if said:
+        console.print("  " + said.format(codes=", ".join(out["codes"])), highlight=False)
     for warning in out["warnings"]:
-        console.print(f"warning: {warning['code']}: {warning['message']}", style="yellow", highlight=False)
-    if out["command"]:
-        console.print("command: " + " ".join(out["command"]), highlight=False)
+        console.print(f"  warning: {warning['message']}", style="yellow", highlight=False)
     if out["downgrade"]:
-        console.print(f"note:    {out['downgrade']}", style="yellow", highlight=False)
+        console.print(f"  note: {out['downgrade']}", style="yellow", highlight=False)
+    if verbose and out["command"]:
+        console.print("  trial install: " + shlex.join(out["command"]), highlight=False)
+
+
+def _render_install(out: dict[str, Any], console: Console) -> None:
+    """The result: installed (and what it replaced) or why not."""
+    if out["ok"] and out["installed"]:
+        console.print(
+            "checked: its sha256 matches the index; it installed and imported in a scratch folder first",
+            highlight=False,
+        )
+    if out["ok"] and out["previous"]:
+        console.print(
+            f"set aside fa-attn {out['previous']} while the new one was checked; it is now removed",
+            highlight=False,
+        )
     style = "green" if out["ok"] else "bold red"
     console.print(out["message"], style=style, highlight=False)
 

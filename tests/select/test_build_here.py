@@ -93,3 +93,27 @@ def test_with_arch_or_cuda_a_fitting_wheel_in_the_index_is_not_taken_instead(tmp
     asked = json.loads(_fa(*args, "--build", "--cuda", "12", "--arch", "8.0", cwd=tmp_path).stdout)
     assert plain["message"].startswith("dry run: nothing installed")
     assert asked["message"].startswith("dry run: nothing built or installed")
+
+
+def _dry(house: Path, *extra: str, cwd: Path) -> dict:
+    done = _fa("install", "--wheels", str(house), "--dry-run", "--json", *extra, cwd=cwd)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_a_wheel_that_fits_and_holds_what_arch_and_cuda_ask_for_is_installed_not_rebuilt(
+    tmp_path: Path,
+) -> None:
+    """Issue 37: --build built and replaced although the index's wheel fits; it builds only when
+    nothing fits (here the chosen cu13 wheel holds SASS for 8.0), and --rebuild builds anyway."""
+    torch = probe().torch
+    assert torch is not None
+    house = build_wheelhouse(tmp_path / "wheels", torch.minor, bool(torch.cxx11abi))
+    chosen = _dry(house, cwd=tmp_path)
+    assert chosen["variant"].startswith("cu13")
+    kept = _dry(house, "--build", "--cuda", "13", "--arch", "8.0", cwd=tmp_path)
+    assert kept["selected"] == chosen["selected"]
+    assert kept["message"].startswith("dry run: nothing installed")
+    for extra in (("--rebuild",), ("--rebuild", "--cuda", "13", "--arch", "8.0")):
+        forced = _dry(house, *extra, cwd=tmp_path)
+        assert forced["message"].startswith("dry run: nothing built or installed"), extra

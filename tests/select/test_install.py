@@ -96,6 +96,25 @@ def test_install_from_local_dir(venv: Path, wheelhouse: Path, tmp_path: Path):
     assert changed(before, after) == {"fa-attn"}
 
 
+def test_the_report_is_sentences_and_the_commands_only_under_verbose(
+    venv: Path, wheelhouse: Path, tmp_path: Path
+):
+    """Issue 37: fa install printed about 20 lines of shell-quoted Python (each step's command)."""
+    quiet = run_fa(venv, "install", "--wheels", str(wheelhouse), cwd=tmp_path)
+    assert quiet.returncode == 0, quiet.stderr
+    text = " ".join(quiet.stdout.split())  # lines wrapped at the terminal width, joined back
+    wheel = next(wheelhouse.glob(f"*+{expected_variant()}-*.whl")).name
+    assert f"installing {wheel} from {wheelhouse}" in text
+    assert f"installed fa-attn 0.1.0+{expected_variant()}" in text
+    assert "trial import" not in text, quiet.stdout
+    assert "'" not in text, quiet.stdout  # no shell quoting
+    again = run_fa(venv, "install", "--wheels", str(wheelhouse), "--verbose", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    said = " ".join(again.stdout.split())
+    assert "set aside fa-attn 0.1.0+" in said  # the one installed just before
+    assert "trial import: " in said  # the exact commands, for whoever asks
+
+
 def test_dry_run_changes_nothing(venv: Path, wheelhouse: Path, tmp_path: Path):
     rc, out = fa(venv, "install", "--wheels", str(wheelhouse), "--dry-run", cwd=tmp_path)
     assert rc == 0
