@@ -9,6 +9,8 @@ with yes; everything else (its availability checks, its unpad/varlen/packed rout
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import fa_attn
 import pytest
 import torch
@@ -168,19 +170,70 @@ def test_register_refuses_a_flash_name() -> None:
         fa_attn.hf.register("my_flash")
 
 
-def test_a_model_with_attention_sinks_is_refused_not_approximated() -> None:
-    """gpt-oss passes its sinks as s_aux: without them its logits differ (by 0.24 on this config), so the
-    registered attention refuses the call with a reason; the eager path it names runs."""
-    config = transformers.GptOssConfig(
-        vocab_size=101, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2,
-        max_position_embeddings=64, sliding_window=8, layer_types=["sliding_attention", "full_attention"],
-    )  # fmt: skip
+def gpt_oss_models():
+    """A tiny gpt-oss (attention sinks, a sliding-window layer and a full one) on eager and on fa_attn."""
+
+    def config():  # one each: from_config sets the implementation on the config it is given
+        return transformers.GptOssConfig(
+            vocab_size=101, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2,
+            max_position_embeddings=64, sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+        )  # fmt: skip
+
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=fa_attn.hf.register())
-    ids = torch.randint(0, 101, (1, 6))
-    with torch.no_grad(), pytest.raises(ValueError, match=r"s_aux.*sinks.*eager"):
-        model(ids)
-    model.set_attn_implementation("eager")
+    eager = transformers.AutoModelForCausalLM.from_config(config(), attn_implementation="eager")
+    with torch.no_grad():  # sinks far from 0, so a path that dropped them could not pass
+        for layer in eager.model.layers:
+            layer.self_attn.sinks.normal_(0.0, 2.0)
+    ours = transformers.AutoModelForCausalLM.from_config(config(), attn_implementation=fa_attn.hf.register())
+    ours.load_state_dict(eager.state_dict())
+    assert (eager.config._attn_implementation, ours.config._attn_implementation) == ("eager", "fa_attn")
+    return eager.eval(), ours.eval()
+
+
+def test_attention_sinks_are_exact_with_a_named_reason() -> None:
+    """gpt-oss passes its sinks as s_aux: fa_attn.hf computes them on the fallback (reason
+    sinks-unsupported, never the kernels), so logits under padding, packing and greedy generation, and
+    the gradients (to the sinks too), equal transformers' eager path."""
+    from fa_attn import dispatch
+
+    eager, ours = gpt_oss_models()
+    dispatch._warned.discard("sinks-unsupported")
     with torch.no_grad():
-        assert torch.isfinite(model(ids).logits).all()
+        for pad in ("none", "right", "left"):
+            ids, mask = batch(pad)
+            with (
+                pytest.warns(fa_attn.FaFallbackWarning, match=r"\[sinks-unsupported\]")
+                if pad == "none"
+                else nullcontext()
+            ):
+                got = ours(input_ids=ids, attention_mask=mask).logits
+            last = fa_attn.last_dispatch()
+            assert last is not None
+            assert [r.code for r in last.reasons] == ["sinks-unsupported"]
+            want = eager(input_ids=ids, attention_mask=mask).logits
+            keep = mask.bool()
+            assert_close(f"gpt-oss {pad}-padded logits", got[keep], want[keep], torch.float32, ulps=64)
+
+        ids = torch.randint(0, 101, (1, 11), generator=torch.Generator().manual_seed(2))
+        positions = torch.tensor([[0, 1, 2, 3, 4, 5, 0, 1, 2, 0, 1]])
+        got = ours(input_ids=ids, position_ids=positions).logits
+        want = torch.cat([eager(input_ids=ids[:, a:b]).logits for a, b in ((0, 6), (6, 9), (9, 11))], dim=1)
+        assert_close("gpt-oss packed logits", got, want, torch.float32, ulps=64)
+
+        ids, mask = batch("left")
+        assert_same_greedy_generation("gpt-oss generate", eager, ours, ids, 5, {"attention_mask": mask})
+
+    ids, mask = batch("right")
+    grads = []
+    for model in (ours, eager):
+        model.zero_grad()
+        logits = model(input_ids=ids, attention_mask=mask).logits
+        (logits[mask.bool()].square().mean()).backward()
+        grads.append({name: p.grad for name, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys()
+    sinks = [name for name in grads[0] if name.endswith("sinks")]
+    assert len(sinks) == 2
+    assert all(grads[1][name].abs().max() > 0 for name in sinks)
+    for name, grad in grads[0].items():
+        assert_close(f"grad {name}", grad, grads[1][name], torch.float32, ulps=256)
