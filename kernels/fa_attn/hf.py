@@ -20,6 +20,8 @@ Transformers' own flash_attention_2 code path can run on fa_attn too, through th
 
 from __future__ import annotations
 
+import importlib
+import re
 from typing import Any, cast
 
 import torch
@@ -231,9 +233,20 @@ def _padded(
     return pad_input(out, indices_q, batch, q_len)
 
 
+# Names registered that contain "flash"; transformers' flash-attention loader serves them fa_attn's functions.
+_FLASH_NAMES: set[str] = set()
+
+
 def register(name: str = NAME) -> str:
     """Register fa_attn with transformers under `name` (default "fa_attn"); returns the name to pass as
-    attn_implementation. Calling it again is harmless."""
+    attn_implementation. Calling it again is harmless.
+
+    A name containing "flash" (e.g. "fa_flash") is what code keyed on that word needs: Falcon and
+    GPT-Neo pick their flash-attention class for any such name (their class maps have no other key),
+    and padding-free trainers (sentence-transformers, trl) enable packing only for such names. Under a
+    "flash" name transformers also loads flash-attention functions by that name (a hub kernel when it is
+    none of flash_attention_2/3/4); `register` makes its loader answer that name with fa_attn's own
+    flash_attn_func / flash_attn_varlen_func / flash_attn_with_kvcache / pad_input / unpad_input."""
     try:
         from transformers import AttentionInterface
         from transformers.masking_utils import AttentionMaskInterface
@@ -242,10 +255,47 @@ def register(name: str = NAME) -> str:
             f"fa_attn.hf.register needs transformers (pip install transformers): {error}"
         ) from None
     if "flash" in name:
-        raise ValueError(
-            f"name: {name!r} contains 'flash', which makes transformers look for a flash_attn package or a "
-            "hub kernel under that name; pick another (the default is 'fa_attn')"
-        )
+        if re.fullmatch(r"flash_attention_\d", name) or "/" in name or ":" in name or "|" in name:
+            raise ValueError(
+                f"name: {name!r} is transformers' own flash-attention or hub-kernel name; pick another "
+                "(e.g. 'fa_flash', or the default 'fa_attn')"
+            )
+        _serve_flash_name(name)
     AttentionInterface.register(name, attention_forward)
     AttentionMaskInterface.register(name, _flash_mask)
     return name
+
+
+def _serve_flash_name(name: str) -> None:
+    """transformers' flash-attention loader (modeling_flash_attention_utils._lazy_imports) answers `name`
+    with fa_attn's functions; every other name goes to the loader it had."""
+    from transformers import modeling_flash_attention_utils as utils
+
+    _FLASH_NAMES.add(name)
+    if getattr(utils._lazy_imports, "_fa_attn", False):
+        return
+    loader = utils._lazy_imports
+
+    def _lazy_imports(implementation: str | None, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        if implementation in _FLASH_NAMES:
+            from .kvcache import flash_attn_with_kvcache
+
+            return flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache, pad_input, unpad_input
+        return loader(implementation, *args, **kwargs)
+
+    _lazy_imports._fa_attn = True  # type: ignore[attr-defined]
+    utils._lazy_imports = _lazy_imports
+    # These models import transformers' flash-attention forward only when a flash_attn package or the
+    # kernels library is there at their import; their flash class calls it by name.
+    for family in _FLASH_IMPORTING_MODELS:
+        try:
+            module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+        except ImportError:
+            continue
+        if not hasattr(module, "_flash_attention_forward"):
+            module._flash_attention_forward = utils._flash_attention_forward  # type: ignore[attr-defined]
+
+
+# transformers 5.x models whose attention class is picked from a name-keyed map (`flash_attention_2` for
+# any name containing "flash") and that import `_flash_attention_forward` conditionally.
+_FLASH_IMPORTING_MODELS = ("falcon", "gpt_neo", "gptj", "bark")

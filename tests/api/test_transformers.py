@@ -165,9 +165,54 @@ def test_registered_attention_with_a_static_cache() -> None:
         assert_same_greedy_generation("static cache", eager, ours, ids, 4, {}, cache_implementation="static")
 
 
-def test_register_refuses_a_flash_name() -> None:
-    with pytest.raises(ValueError, match=r"^name: 'my_flash' contains 'flash'"):
-        fa_attn.hf.register("my_flash")
+def test_register_refuses_transformers_own_flash_names() -> None:
+    for name in ("flash_attention_2", "kernels-community/flash-attn2"):
+        with pytest.raises(
+            ValueError, match=r"^name: .* is transformers' own flash-attention or hub-kernel name"
+        ):
+            fa_attn.hf.register(name)
+
+
+FLASH_NAMED = {
+    # Falcon and GPT-Neo pick their attention class from a map keyed by name: for a "flash" name, their
+    # flash-attention class (which calls transformers' flash-attention forward with the name's functions)
+    "falcon": lambda: transformers.FalconConfig(
+        vocab_size=101, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        new_decoder_architecture=True, num_kv_heads=2,
+    ),
+    # GPT-Neo's flash class has no local window (transformers' own, also on flash-attn): a window longer
+    # than the batch, as the real models' 256
+    "gpt_neo": lambda: transformers.GPTNeoConfig(
+        vocab_size=101, hidden_size=64, num_layers=2, num_heads=4, attention_types=[[["global", "local"], 1]],
+        window_size=16, max_position_embeddings=64,
+    ),
+    "llama": CONFIGS["llama"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("family", list(FLASH_NAMED))
+def test_a_flash_name_runs_name_keyed_models_on_fa_attn(family: str, calls: list[str]) -> None:
+    """register("fa_flash"): a name containing "flash" (what Falcon/GPT-Neo's class maps and padding-free
+    trainers look for) loads fa_attn's functions, not a hub kernel; logits and gradients equal eager's."""
+    name = fa_attn.hf.register("fa_flash")
+    torch.manual_seed(0)
+    eager = transformers.AutoModelForCausalLM.from_config(FLASH_NAMED[family](), attn_implementation="eager")
+    ours = transformers.AutoModelForCausalLM.from_config(FLASH_NAMED[family](), attn_implementation=name)
+    ours.load_state_dict(eager.state_dict())
+    assert (eager.config._attn_implementation, ours.config._attn_implementation) == ("eager", name)
+    ids, mask = batch("right")
+    grads = []
+    for model in (ours, eager):
+        calls.clear()
+        logits = model(input_ids=ids, attention_mask=mask).logits
+        (logits[mask.bool()].square().mean()).backward()
+        grads.append((logits, {n: p.grad for n, p in model.named_parameters() if p.grad is not None}))
+        assert bool(calls) == (model is ours), calls
+    keep = mask.bool()
+    assert_close(f"{family} logits", grads[0][0][keep], grads[1][0][keep], torch.float32, ulps=64)
+    assert grads[0][1].keys() == grads[1][1].keys()
+    for n, grad in grads[0][1].items():
+        assert_close(f"{family} grad {n}", grad, grads[1][1][n], torch.float32, ulps=256)
 
 
 def gpt_oss_models():
