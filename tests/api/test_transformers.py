@@ -282,3 +282,20 @@ def test_attention_sinks_are_exact_with_a_named_reason() -> None:
     assert all(grads[1][name].abs().max() > 0 for name in sinks)
     for name, grad in grads[0].items():
         assert_close(f"grad {name}", grad, grads[1][name], torch.float32, ulps=256)
+
+
+def test_a_flash_name_meets_the_padding_free_predicate_of_sentence_transformers() -> None:
+    """sentence-transformers 6.2.0 flattens text batches (no padding) only when, in
+    base/modules/transformer.py, `is_flash_attention_requested(requested_attention_implementation=attn_impl)`
+    holds and `(_, flash_varlen_fn, *_), _ = lazy_import_flash_attention(self.config._attn_implementation)`
+    gives a varlen function (not None). The package itself is not installed here: this checks those two
+    calls, on transformers' real functions, for the registered names."""
+    from transformers.modeling_flash_attention_utils import lazy_import_flash_attention
+    from transformers.utils.generic import is_flash_attention_requested
+
+    assert not is_flash_attention_requested(requested_attention_implementation=fa_attn.hf.register())
+    name = fa_attn.hf.register("fa_flash")
+    assert is_flash_attention_requested(requested_attention_implementation=name)
+    (flash_fn, flash_varlen_fn, *_), _ = lazy_import_flash_attention(name)
+    assert flash_varlen_fn is fa_attn.flash_attn_varlen_func
+    assert flash_fn is fa_attn.flash_attn_func
