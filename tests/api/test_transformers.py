@@ -165,6 +165,27 @@ def test_registered_attention_with_a_static_cache() -> None:
         assert_same_greedy_generation("static cache", eager, ours, ids, 4, {}, cache_implementation="static")
 
 
+def assert_same_gradients(label: str, eager, ours, calls: list[str]) -> dict[str, torch.Tensor]:
+    """A right-padded batch through both models: logits and every parameter's gradient equal (and, when
+    `calls` spies, only our model calls fa_attn). -> eager's gradients by parameter name."""
+    ids, mask = batch("right")
+    keep = mask.bool()
+    results = []
+    for model in (ours, eager):
+        calls.clear()
+        model.zero_grad()
+        logits = model(input_ids=ids, attention_mask=mask).logits
+        logits[keep].square().mean().backward()
+        results.append((logits, {n: p.grad for n, p in model.named_parameters() if p.grad is not None}))
+        assert not calls or model is ours, calls
+    (got, got_grads), (want, want_grads) = results
+    assert_close(f"{label} logits", got[keep], want[keep], torch.float32, ulps=64)
+    assert got_grads.keys() == want_grads.keys()
+    for name, grad in got_grads.items():
+        assert_close(f"{label} grad {name}", grad, want_grads[name], torch.float32, ulps=256)
+    return want_grads
+
+
 def test_register_refuses_transformers_own_flash_names() -> None:
     for name in ("flash_attention_2", "kernels-community/flash-attn2"):
         with pytest.raises(
@@ -200,19 +221,11 @@ def test_a_flash_name_runs_name_keyed_models_on_fa_attn(family: str, calls: list
     ours = transformers.AutoModelForCausalLM.from_config(FLASH_NAMED[family](), attn_implementation=name)
     ours.load_state_dict(eager.state_dict())
     assert (eager.config._attn_implementation, ours.config._attn_implementation) == ("eager", name)
-    ids, mask = batch("right")
-    grads = []
-    for model in (ours, eager):
-        calls.clear()
-        logits = model(input_ids=ids, attention_mask=mask).logits
-        (logits[mask.bool()].square().mean()).backward()
-        grads.append((logits, {n: p.grad for n, p in model.named_parameters() if p.grad is not None}))
-        assert bool(calls) == (model is ours), calls
-    keep = mask.bool()
-    assert_close(f"{family} logits", grads[0][0][keep], grads[1][0][keep], torch.float32, ulps=64)
-    assert grads[0][1].keys() == grads[1][1].keys()
-    for n, grad in grads[0][1].items():
-        assert_close(f"{family} grad {n}", grad, grads[1][1][n], torch.float32, ulps=256)
+    assert_same_gradients(family, eager, ours, calls)
+    calls.clear()
+    with torch.no_grad():
+        ours(input_ids=batch("left")[0])
+    assert calls  # the model ran on fa_attn
 
 
 def gpt_oss_models():
@@ -269,19 +282,10 @@ def test_attention_sinks_are_exact_with_a_named_reason() -> None:
         ids, mask = batch("left")
         assert_same_greedy_generation("gpt-oss generate", eager, ours, ids, 5, {"attention_mask": mask})
 
-    ids, mask = batch("right")
-    grads = []
-    for model in (ours, eager):
-        model.zero_grad()
-        logits = model(input_ids=ids, attention_mask=mask).logits
-        (logits[mask.bool()].square().mean()).backward()
-        grads.append({name: p.grad for name, p in model.named_parameters() if p.grad is not None})
-    assert grads[0].keys() == grads[1].keys()
-    sinks = [name for name in grads[0] if name.endswith("sinks")]
+    grads = assert_same_gradients("gpt-oss", eager, ours, [])
+    sinks = [name for name in grads if name.endswith("sinks")]
     assert len(sinks) == 2
-    assert all(grads[1][name].abs().max() > 0 for name in sinks)
-    for name, grad in grads[0].items():
-        assert_close(f"grad {name}", grad, grads[1][name], torch.float32, ulps=256)
+    assert all(grads[name].abs().max() > 0 for name in sinks)
 
 
 def test_a_flash_name_meets_the_padding_free_predicate_of_sentence_transformers() -> None:
