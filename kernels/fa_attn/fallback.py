@@ -300,3 +300,35 @@ def _varlen_backward(call: AttnCall, tensors: BackwardInputs) -> Grads:
     dk = torch.zeros_like(k).index_add_(0, slots, dk_pad.flatten(0, 1))
     dv = torch.zeros_like(v).index_add_(0, slots, dv_pad.flatten(0, 1))
     return dq, dk, dv
+
+
+def sinks_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    sinks: torch.Tensor,
+    allowed: torch.Tensor,
+    softmax_scale: float,
+    softcap: float = 0.0,
+    dropout_p: float = 0.0,
+) -> torch.Tensor:
+    """Attention with sinks (gpt-oss' s_aux): each head's sink is one extra logit column, the softmax
+    runs over [scores, sink] and the sink's column is dropped, so a row's weights sum to less than 1.
+    q (b, sq, h, d), k/v (b, sk, hk, d), sinks (h,), allowed: bool visible keys broadcastable to
+    (b, h, sq, sk) -> out (b, sq, h, d). Plain autograd: q, k, v and the sinks all get their gradient.
+    A row that sees no key puts all its weight on the sink: out 0."""
+    heads = q.shape[2]
+    group = heads // k.shape[2]
+    if group > 1:  # GQA/MQA: query head i reads kv head i // group
+        k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
+    compute = _compute_dtype(q)
+    qf, kf, vf = (t.transpose(1, 2).to(compute) for t in (q, k, v))  # (b, h, s, d)
+    scores = torch.matmul(qf, kf.transpose(-1, -2)) * softmax_scale
+    if softcap > 0:
+        scores = torch.tanh(scores / softcap) * softcap
+    scores = scores.masked_fill(allowed.logical_not(), float("-inf"))
+    sink = sinks.to(compute).reshape(1, heads, 1, 1).expand(*scores.shape[:-1], 1)
+    probs = torch.softmax(torch.cat((scores, sink), dim=-1), dim=-1)[..., :-1]
+    if dropout_p > 0:
+        probs = F.dropout(probs, p=dropout_p)
+    return torch.matmul(probs, vf).transpose(1, 2).to(q.dtype)

@@ -9,8 +9,10 @@ unpadded with its 2-D mask and run through flash_attn_varlen_func (left or right
 decode); a padding-free batch (sequences packed in one row, positions restarting per sequence, or
 cu_seq_lens_q/k passed by the caller) runs varlen on the packed rows; anything else runs flash_attn_func.
 
-A model whose attention passes sinks (`s_aux`, as gpt-oss) is refused at its first call with a reason:
-fa computes no sinks, and dropping them would change the outputs.
+A model whose attention passes sinks (`s_aux`, as gpt-oss) runs the fallback's exact sinks path
+(fallback.sinks_attention: the sink is one extra logit column per head, dropped after the softmax),
+with the reason `sinks-unsupported` (the kernels compute no sinks; never an approximation), over the
+same keys the routes above would read (padding mask, packed sequences, causal, sliding window).
 
 Transformers' own flash_attention_2 code path can run on fa_attn too, through the flash_attn stand-in
 (flash_attn_compat.py says what transformers checks for it); that path needs a CUDA device.
@@ -18,13 +20,19 @@ Transformers' own flash_attention_2 code path can run on fa_attn too, through th
 
 from __future__ import annotations
 
+import importlib
+import re
 from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 
 from .bert_padding import pad_input, unpad_input
+from .decision import Dispatch
+from .dispatch import report
+from .fallback import sinks_attention
 from .interface import flash_attn_func, flash_attn_varlen_func
+from .reasons import Reason
 
 NAME = "fa_attn"
 
@@ -84,12 +92,6 @@ def attention_forward(
 ) -> tuple[torch.Tensor, None]:
     """transformers' attention-function contract: query/key/value (batch, heads, seqlen, head_dim) ->
     (out (batch, seqlen, heads, head_dim), None)."""
-    if kwargs.get("s_aux") is not None:
-        raise ValueError(
-            f"s_aux: {type(module).__name__} passes attention sinks (an extra logit per head, as gpt-oss), which "
-            "fa_attn does not compute (nor does flash-attn 2.8.3, whose flash_attention_2 transformers refuses for "
-            'such models); dropping them would change the outputs. Use attn_implementation="eager" or "sdpa"'
-        )
     if attention_mask is not None and attention_mask.dim() != 2:
         raise ValueError(
             f"attention_mask: fa_attn takes transformers' 2-D padding mask, got shape {tuple(attention_mask.shape)}; "
@@ -110,15 +112,13 @@ def attention_forward(
         # transformers counts the current token in the window; flash-attn's bounds are inclusive
         options["window_size"] = (sliding_window - 1, sliding_window - 1)
     batch = q.shape[0]
-    if attention_mask is not None:
+    sinks = kwargs.get("s_aux")
+    if sinks is not None:
+        out = _with_sinks(module, q, k, v, sinks, attention_mask, options, kwargs)
+    elif attention_mask is not None:
         out = _padded(q, k, v, attention_mask.bool(), options)
     else:
-        cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
-        max_q, max_k = kwargs.get("max_length_q"), kwargs.get("max_length_k")
-        if cu_q is None or cu_k is None or max_q is None or max_k is None:
-            cu_q = cu_k = _packed_cu_seqlens(kwargs.get("position_ids"), batch)
-            if cu_q is not None:
-                max_q = max_k = cu_q.diff().max()
+        cu_q, cu_k, max_q, max_k = _varlen_args(kwargs, batch)
         if cu_q is not None and cu_k is not None and max_q is not None and max_k is not None:
             flat = [t.reshape(-1, *t.shape[-2:]) for t in (q, k, v)]
             rows = cast(
@@ -131,6 +131,85 @@ def attention_forward(
     if v_head_dim != head_dim:
         out = out[..., :v_head_dim]
     return out, None
+
+
+def _varlen_args(kwargs: dict[str, Any], batch: int) -> tuple[Any, Any, Any, Any]:
+    """(cu_seqlens_q, cu_seqlens_k, max_q, max_k) of a padding-free batch (the caller's cu_seq_lens_q/k,
+    or the packed row's position_ids), all None otherwise."""
+    cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
+    max_q, max_k = kwargs.get("max_length_q"), kwargs.get("max_length_k")
+    if cu_q is None or cu_k is None or max_q is None or max_k is None:
+        cu_q = cu_k = _packed_cu_seqlens(kwargs.get("position_ids"), batch)
+        max_q = max_k = None if cu_q is None else cu_q.diff().max()
+    return cu_q, cu_k, max_q, max_k
+
+
+def _with_sinks(
+    module: torch.nn.Module,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    sinks: torch.Tensor,
+    mask: torch.Tensor | None,
+    options: dict[str, Any],
+    kwargs: dict[str, Any],
+) -> torch.Tensor:
+    """Attention with sinks on the fallback (the kernels have none), reported as `sinks-unsupported`.
+    The visible keys are those the flash routes read: the padding mask's keys (padded queries out 0),
+    the packed sequence's own keys, the causal diagonal aligned at each sequence's end, the window."""
+    report(
+        Dispatch(
+            path="fallback",
+            arch=None,
+            reasons=(
+                Reason(
+                    "sinks-unsupported",
+                    f"{type(module).__name__} passes attention sinks (s_aux, one extra logit per head), which "
+                    "fa's kernels do not compute; the fallback computes them exactly",
+                    "nothing to fix (outputs and gradients are exact); the kernels run models without sinks",
+                ),
+            ),
+        )
+    )
+    batch, sq, sk, device = q.shape[0], q.shape[1], k.shape[1], q.device
+    rows, cols = torch.arange(sq, device=device), torch.arange(sk, device=device)
+    allowed = torch.ones(1, 1, sq, sk, dtype=torch.bool, device=device)
+    cu_q, cu_k, _, _ = (None,) * 4 if mask is not None else _varlen_args(kwargs, batch)
+    if cu_q is not None and cu_k is not None:  # padding-free: every row of the batch is one stream
+        q, k, v = (t.reshape(1, -1, *t.shape[-2:]) for t in (q, k, v))
+        rows, cols = torch.arange(q.shape[1], device=device), torch.arange(k.shape[1], device=device)
+        seq_q = torch.searchsorted(cu_q[1:].long(), rows, right=True)
+        seq_k = torch.searchsorted(cu_k[1:].long(), cols, right=True)
+        allowed = (seq_q.unsqueeze(1) == seq_k.unsqueeze(0)).view(1, 1, rows.numel(), cols.numel())
+        diagonal = rows - cu_q[1:].long()[seq_q] + cu_k[1:].long()[seq_q]  # each sequence's end aligned
+    else:
+        if mask is not None:
+            mask = mask.bool()
+            k, v = k[:, : mask.shape[1]], v[:, : mask.shape[1]]  # a static cache's unwritten rows
+            sk = mask.shape[1]
+            cols = cols[:sk]
+            allowed = mask.view(batch, 1, 1, sk)
+            if sq == sk:  # padded queries give out 0, as the varlen route's pad_input
+                allowed = allowed & mask.view(batch, 1, sq, 1)
+        diagonal = rows + (sk - sq)
+    diagonal, cols = diagonal.unsqueeze(1), cols.unsqueeze(0)
+    if options["causal"]:
+        allowed = allowed & (cols <= diagonal)
+    if "window_size" in options:
+        left, right = options["window_size"]
+        allowed = allowed & (cols >= diagonal - left) & (cols <= diagonal + right)
+    scale = options["softmax_scale"]
+    out = sinks_attention(
+        q,
+        k,
+        v,
+        sinks,
+        allowed,
+        q.shape[-1] ** -0.5 if scale is None else scale,
+        softcap=options["softcap"],
+        dropout_p=options["dropout_p"],
+    )
+    return out.reshape(batch, -1, *out.shape[-2:])
 
 
 def _padded(
@@ -154,9 +233,20 @@ def _padded(
     return pad_input(out, indices_q, batch, q_len)
 
 
+# Names registered that contain "flash"; transformers' flash-attention loader serves them fa_attn's functions.
+_FLASH_NAMES: set[str] = set()
+
+
 def register(name: str = NAME) -> str:
     """Register fa_attn with transformers under `name` (default "fa_attn"); returns the name to pass as
-    attn_implementation. Calling it again is harmless."""
+    attn_implementation. Calling it again is harmless.
+
+    A name containing "flash" (e.g. "fa_flash") is what code keyed on that word needs: Falcon and
+    GPT-Neo pick their flash-attention class for any such name (their class maps have no other key),
+    and padding-free trainers (sentence-transformers, trl) enable packing only for such names. Under a
+    "flash" name transformers also loads flash-attention functions by that name (a hub kernel when it is
+    none of flash_attention_2/3/4); `register` makes its loader answer that name with fa_attn's own
+    flash_attn_func / flash_attn_varlen_func / flash_attn_with_kvcache / pad_input / unpad_input."""
     try:
         from transformers import AttentionInterface
         from transformers.masking_utils import AttentionMaskInterface
@@ -165,10 +255,47 @@ def register(name: str = NAME) -> str:
             f"fa_attn.hf.register needs transformers (pip install transformers): {error}"
         ) from None
     if "flash" in name:
-        raise ValueError(
-            f"name: {name!r} contains 'flash', which makes transformers look for a flash_attn package or a "
-            "hub kernel under that name; pick another (the default is 'fa_attn')"
-        )
+        if re.fullmatch(r"flash_attention_\d", name) or "/" in name or ":" in name or "|" in name:
+            raise ValueError(
+                f"name: {name!r} is transformers' own flash-attention or hub-kernel name; pick another "
+                "(e.g. 'fa_flash', or the default 'fa_attn')"
+            )
+        _serve_flash_name(name)
     AttentionInterface.register(name, attention_forward)
     AttentionMaskInterface.register(name, _flash_mask)
     return name
+
+
+def _serve_flash_name(name: str) -> None:
+    """transformers' flash-attention loader (modeling_flash_attention_utils._lazy_imports) answers `name`
+    with fa_attn's functions; every other name goes to the loader it had."""
+    from transformers import modeling_flash_attention_utils as utils
+
+    _FLASH_NAMES.add(name)
+    if getattr(utils._lazy_imports, "_fa_attn", False):
+        return
+    loader = utils._lazy_imports
+
+    def _lazy_imports(implementation: str | None, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        if implementation in _FLASH_NAMES:
+            from .kvcache import flash_attn_with_kvcache
+
+            return flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache, pad_input, unpad_input
+        return loader(implementation, *args, **kwargs)
+
+    _lazy_imports._fa_attn = True  # type: ignore[attr-defined]
+    utils._lazy_imports = _lazy_imports
+    # These models import transformers' flash-attention forward only when a flash_attn package or the
+    # kernels library is there at their import; their flash class calls it by name.
+    for family in _FLASH_IMPORTING_MODELS:
+        try:
+            module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+        except ImportError:
+            continue
+        if not hasattr(module, "_flash_attention_forward"):
+            module._flash_attention_forward = utils._flash_attention_forward  # type: ignore[attr-defined]
+
+
+# transformers 5.x models whose attention class is picked from a name-keyed map (`flash_attention_2` for
+# any name containing "flash") and that import `_flash_attention_forward` conditionally.
+_FLASH_IMPORTING_MODELS = ("falcon", "gpt_neo", "gptj", "bark")

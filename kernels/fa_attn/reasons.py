@@ -37,6 +37,7 @@ CODES: dict[str, tuple[str, str]] = {
     "head-dim-unsupported": (KERNELS, "no kernel for this head dim (at most 256)"),
     "backward-unsupported": (KERNELS, "the forward is covered but the backward is not (KV-cache layouts: never)"),
     "feature-unsupported": (CALL, "the call uses a feature the kernels do not implement (dropout, alibi, ...)"),
+    "sinks-unsupported": (CALL, "the call passes attention sinks (gpt-oss s_aux), which the kernels do not compute"),
     "binding-unavailable": (CALL, "no binding (the universal wheel), or it failed to load"),
     "device-not-cuda": (CALL, "the tensors are not on an NVIDIA GPU"),
     "self-check-failed": (CALL, "the unit failed its check on this GPU (first use in this process, or a record of `fa check`)"),

@@ -9,6 +9,8 @@ with yes; everything else (its availability checks, its unpad/varlen/packed rout
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import fa_attn
 import pytest
 import torch
@@ -163,24 +165,141 @@ def test_registered_attention_with_a_static_cache() -> None:
         assert_same_greedy_generation("static cache", eager, ours, ids, 4, {}, cache_implementation="static")
 
 
-def test_register_refuses_a_flash_name() -> None:
-    with pytest.raises(ValueError, match=r"^name: 'my_flash' contains 'flash'"):
-        fa_attn.hf.register("my_flash")
+def assert_same_gradients(label: str, eager, ours, calls: list[str]) -> dict[str, torch.Tensor]:
+    """A right-padded batch through both models: logits and every parameter's gradient equal (and, when
+    `calls` spies, only our model calls fa_attn). -> eager's gradients by parameter name."""
+    ids, mask = batch("right")
+    keep = mask.bool()
+    results = []
+    for model in (ours, eager):
+        calls.clear()
+        model.zero_grad()
+        logits = model(input_ids=ids, attention_mask=mask).logits
+        logits[keep].square().mean().backward()
+        results.append((logits, {n: p.grad for n, p in model.named_parameters() if p.grad is not None}))
+        assert not calls or model is ours, calls
+    (got, got_grads), (want, want_grads) = results
+    assert_close(f"{label} logits", got[keep], want[keep], torch.float32, ulps=64)
+    assert got_grads.keys() == want_grads.keys()
+    for name, grad in got_grads.items():
+        assert_close(f"{label} grad {name}", grad, want_grads[name], torch.float32, ulps=256)
+    return want_grads
 
 
-def test_a_model_with_attention_sinks_is_refused_not_approximated() -> None:
-    """gpt-oss passes its sinks as s_aux: without them its logits differ (by 0.24 on this config), so the
-    registered attention refuses the call with a reason; the eager path it names runs."""
-    config = transformers.GptOssConfig(
-        vocab_size=101, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2,
-        max_position_embeddings=64, sliding_window=8, layer_types=["sliding_attention", "full_attention"],
-    )  # fmt: skip
+def test_register_refuses_transformers_own_flash_names() -> None:
+    for name in ("flash_attention_2", "kernels-community/flash-attn2"):
+        with pytest.raises(
+            ValueError, match=r"^name: .* is transformers' own flash-attention or hub-kernel name"
+        ):
+            fa_attn.hf.register(name)
+
+
+FLASH_NAMED = {
+    # Falcon and GPT-Neo pick their attention class from a map keyed by name: for a "flash" name, their
+    # flash-attention class (which calls transformers' flash-attention forward with the name's functions)
+    "falcon": lambda: transformers.FalconConfig(
+        vocab_size=101, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        new_decoder_architecture=True, num_kv_heads=2,
+    ),
+    # GPT-Neo's flash class has no local window (transformers' own, also on flash-attn): a window longer
+    # than the batch, as the real models' 256
+    "gpt_neo": lambda: transformers.GPTNeoConfig(
+        vocab_size=101, hidden_size=64, num_layers=2, num_heads=4, attention_types=[[["global", "local"], 1]],
+        window_size=16, max_position_embeddings=64,
+    ),
+    "llama": CONFIGS["llama"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("family", list(FLASH_NAMED))
+def test_a_flash_name_runs_name_keyed_models_on_fa_attn(family: str, calls: list[str]) -> None:
+    """register("fa_flash"): a name containing "flash" (what Falcon/GPT-Neo's class maps and padding-free
+    trainers look for) loads fa_attn's functions, not a hub kernel; logits and gradients equal eager's."""
+    name = fa_attn.hf.register("fa_flash")
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=fa_attn.hf.register())
-    ids = torch.randint(0, 101, (1, 6))
-    with torch.no_grad(), pytest.raises(ValueError, match=r"s_aux.*sinks.*eager"):
-        model(ids)
-    model.set_attn_implementation("eager")
+    eager = transformers.AutoModelForCausalLM.from_config(FLASH_NAMED[family](), attn_implementation="eager")
+    ours = transformers.AutoModelForCausalLM.from_config(FLASH_NAMED[family](), attn_implementation=name)
+    ours.load_state_dict(eager.state_dict())
+    assert (eager.config._attn_implementation, ours.config._attn_implementation) == ("eager", name)
+    assert_same_gradients(family, eager, ours, calls)
+    calls.clear()
     with torch.no_grad():
-        assert torch.isfinite(model(ids).logits).all()
+        ours(input_ids=batch("left")[0])
+    assert calls  # the model ran on fa_attn
+
+
+def gpt_oss_models():
+    """A tiny gpt-oss (attention sinks, a sliding-window layer and a full one) on eager and on fa_attn."""
+
+    def config():  # one each: from_config sets the implementation on the config it is given
+        return transformers.GptOssConfig(
+            vocab_size=101, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2,
+            max_position_embeddings=64, sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+        )  # fmt: skip
+
+    torch.manual_seed(0)
+    eager = transformers.AutoModelForCausalLM.from_config(config(), attn_implementation="eager")
+    with torch.no_grad():  # sinks far from 0, so a path that dropped them could not pass
+        for layer in eager.model.layers:
+            layer.self_attn.sinks.normal_(0.0, 2.0)
+    ours = transformers.AutoModelForCausalLM.from_config(config(), attn_implementation=fa_attn.hf.register())
+    ours.load_state_dict(eager.state_dict())
+    assert (eager.config._attn_implementation, ours.config._attn_implementation) == ("eager", "fa_attn")
+    return eager.eval(), ours.eval()
+
+
+def test_attention_sinks_are_exact_with_a_named_reason() -> None:
+    """gpt-oss passes its sinks as s_aux: fa_attn.hf computes them on the fallback (reason
+    sinks-unsupported, never the kernels), so logits under padding, packing and greedy generation, and
+    the gradients (to the sinks too), equal transformers' eager path."""
+    from fa_attn import dispatch
+
+    eager, ours = gpt_oss_models()
+    dispatch._warned.discard("sinks-unsupported")
+    with torch.no_grad():
+        for pad in ("none", "right", "left"):
+            ids, mask = batch(pad)
+            with (
+                pytest.warns(fa_attn.FaFallbackWarning, match=r"\[sinks-unsupported\]")
+                if pad == "none"
+                else nullcontext()
+            ):
+                got = ours(input_ids=ids, attention_mask=mask).logits
+            last = fa_attn.last_dispatch()
+            assert last is not None
+            assert [r.code for r in last.reasons] == ["sinks-unsupported"]
+            want = eager(input_ids=ids, attention_mask=mask).logits
+            keep = mask.bool()
+            assert_close(f"gpt-oss {pad}-padded logits", got[keep], want[keep], torch.float32, ulps=64)
+
+        ids = torch.randint(0, 101, (1, 11), generator=torch.Generator().manual_seed(2))
+        positions = torch.tensor([[0, 1, 2, 3, 4, 5, 0, 1, 2, 0, 1]])
+        got = ours(input_ids=ids, position_ids=positions).logits
+        want = torch.cat([eager(input_ids=ids[:, a:b]).logits for a, b in ((0, 6), (6, 9), (9, 11))], dim=1)
+        assert_close("gpt-oss packed logits", got, want, torch.float32, ulps=64)
+
+        ids, mask = batch("left")
+        assert_same_greedy_generation("gpt-oss generate", eager, ours, ids, 5, {"attention_mask": mask})
+
+    grads = assert_same_gradients("gpt-oss", eager, ours, [])
+    sinks = [name for name in grads if name.endswith("sinks")]
+    assert len(sinks) == 2
+    assert all(grads[name].abs().max() > 0 for name in sinks)
+
+
+def test_a_flash_name_meets_the_padding_free_predicate_of_sentence_transformers() -> None:
+    """sentence-transformers 6.2.0 flattens text batches (no padding) only when, in
+    base/modules/transformer.py, `is_flash_attention_requested(requested_attention_implementation=attn_impl)`
+    holds and `(_, flash_varlen_fn, *_), _ = lazy_import_flash_attention(self.config._attn_implementation)`
+    gives a varlen function (not None). The package itself is not installed here: this checks those two
+    calls, on transformers' real functions, for the registered names."""
+    from transformers.modeling_flash_attention_utils import lazy_import_flash_attention
+    from transformers.utils.generic import is_flash_attention_requested
+
+    assert not is_flash_attention_requested(requested_attention_implementation=fa_attn.hf.register())
+    name = fa_attn.hf.register("fa_flash")
+    assert is_flash_attention_requested(requested_attention_implementation=name)
+    (flash_fn, flash_varlen_fn, *_), _ = lazy_import_flash_attention(name)
+    assert flash_varlen_fn is fa_attn.flash_attn_varlen_func
+    assert flash_fn is fa_attn.flash_attn_func
