@@ -1,0 +1,111 @@
+"""A build with nothing changed assembles no wheel and writes no index file (issue 37: a no-op rebuild
+of the release cost 11 s of CPU, re-reading every image and re-encoding the index), while anything
+changed since, by fa or by hand, is still rebuilt or refused as before. Stamps live in the cache
+(core/cache.py); bench/noop_build.py measures the whole command."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from buildtool.builder import index, package
+from buildtool.builder.compile import KernelTree
+from buildtool.builder.out_files import OutFileError
+from buildtool.builder.plan import BindingJob, Cell, CompileJob, WheelSpec
+from buildtool.core import cache
+
+JOBS = (CompileJob(12, "8.0", "sass", "fwd_fp16_d64"), CompileJob(12, "9.0", "ptx", "fwd_fp16_d64"))
+SPEC = WheelSpec(
+    cuda_major=12,
+    torch_minor="2.8",
+    cxx11abi=True,
+    sass=("8.0",),
+    ptx="9.0",
+    cells=(Cell("2.8", 12, "3.11"),),
+    compile_jobs=JOBS,
+    binding=BindingJob("2.8", "2.8.0", True, None),
+    variant="cu12torch2.8",
+    version="0.1.0+cu12torch2.8",
+)
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> tuple[dict[CompileJob, Path], Path]:
+    images = {}
+    for i, job in enumerate(JOBS):
+        images[job] = tmp_path / f"img{i}"
+        images[job].write_bytes(f"image of {job}".encode())
+    (tmp_path / "x.c").write_text("int fa_answer(void) { return 42; }\n")
+    lib = tmp_path / "libx.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", str(tmp_path / "x.c"), "-o", str(lib)], check=True)
+    return images, lib
+
+
+def _build(out: Path, tree: Path, images: dict[CompileJob, Path], lib: Path) -> package.BuiltWheel:
+    return package.build_wheel(SPEC, out, tree, KernelTree(tree).tiles, images, lib)
+
+
+@pytest.mark.usefixtures("fresh_cache")
+def test_an_unchanged_wheel_is_found_not_assembled_and_a_changed_input_rebuilds_it(
+    fixture_tree: Path, inputs: tuple[dict[CompileJob, Path], Path], tmp_path: Path
+) -> None:
+    images, lib = inputs
+    out = tmp_path / "wheels"
+    first = _build(out, fixture_tree, images, lib)
+    assert first.manifest is not None  # assembled
+    state = cache.file_state(first.path)
+    again = _build(out, fixture_tree, images, lib)
+    assert again.manifest is None  # found as fa wrote it: nothing read, nothing written
+    assert (again.path, again.platform, again.platform_reason) == (
+        first.path,
+        first.platform,
+        first.platform_reason,
+    )
+    assert cache.file_state(again.path) == state
+
+    images[JOBS[0]].write_bytes(b"another image")  # an input changed: packed again, with it
+    changed = _build(out, fixture_tree, images, lib)
+    assert changed.manifest is not None
+    with zipfile.ZipFile(changed.path) as zf:
+        assert zf.read("fa_attn/kernels/sm_80/fwd_fp16_d64.cubin") == b"another image"
+
+
+@pytest.mark.usefixtures("fresh_cache")
+def test_a_wheel_changed_by_hand_since_is_still_refused(
+    fixture_tree: Path, inputs: tuple[dict[CompileJob, Path], Path], tmp_path: Path
+) -> None:
+    images, lib = inputs
+    out = tmp_path / "wheels"
+    built = _build(out, fixture_tree, images, lib)
+    with built.path.open("ab") as f:
+        f.write(b"tampered")
+    with pytest.raises(OutFileError, match="changed since fa wrote it"):
+        _build(out, fixture_tree, images, lib)
+
+
+@pytest.mark.usefixtures("fresh_cache")
+def test_an_unchanged_index_is_not_rewritten_and_a_removed_or_edited_page_is_noticed(
+    fixture_tree: Path, inputs: tuple[dict[CompileJob, Path], Path], tmp_path: Path
+) -> None:
+    images, lib = inputs
+    out = tmp_path / "wheels"
+    _build(out, fixture_tree, images, lib)
+    data = index.write_index(out)
+    files = sorted(p for p in out.rglob("*") if p.is_file() and p.suffix in (".json", ".html"))
+    states = {p: cache.file_state(p) for p in files}
+    assert index.write_index(out) == data
+    assert {p: cache.file_state(p) for p in files} == states  # not one file rewritten
+
+    page = out / "simple" / "fa-attn" / "index.html"
+    page.unlink()  # removed: written again
+    assert index.write_index(out) == data
+    assert page.is_file()
+
+    (out / "index.json").write_text(json.dumps({"edited": True}))  # not fa's any more: refused, kept
+    with pytest.raises(OutFileError, match=r"index\.json"):
+        index.write_index(out)
+    assert json.loads((out / "index.json").read_text()) == {"edited": True}
