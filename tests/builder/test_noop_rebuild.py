@@ -109,3 +109,36 @@ def test_an_unchanged_index_is_not_rewritten_and_a_removed_or_edited_page_is_not
     with pytest.raises(OutFileError, match=r"index\.json"):
         index.write_index(out)
     assert json.loads((out / "index.json").read_text()) == {"edited": True}
+
+
+FAKE_CXX = """#!/bin/sh
+echo run >> "$(dirname "$0")/runs"
+case "$1" in
+  -dumpfullversion) echo 99.1.0 ;;
+  -dumpmachine) echo x86_64-linux-gnu ;;
+  *) echo "fake g++ (FA test) 99.1.0" ;;
+esac
+"""
+
+
+@pytest.mark.usefixtures("fresh_cache")
+def test_the_compiler_is_asked_who_it_is_once_per_compiler_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from buildtool.builder import binding
+
+    cxx = tmp_path / "fake-g++"
+    cxx.write_text(FAKE_CXX)
+    cxx.chmod(0o755)
+    monkeypatch.setenv("CXX", str(cxx))
+    runs = tmp_path / "runs"
+
+    def asked() -> tuple[str, int]:
+        binding._identity.cache_clear()  # a new fa process
+        identity = binding.compiler_identity()
+        return identity, len(runs.read_text().splitlines())
+
+    assert asked() == ("fake g++ (FA test) 99.1.0 (99.1.0, x86_64-linux-gnu)", 3)
+    assert asked()[1] == 3  # the stamp answered: g++ not run again
+    cxx.write_text(FAKE_CXX.replace("99.1.0", "99.2.0"))  # an upgraded compiler: asked again
+    assert asked() == ("fake g++ (FA test) 99.2.0 (99.2.0, x86_64-linux-gnu)", 6)
