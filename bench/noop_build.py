@@ -30,7 +30,10 @@ from buildtool.core import atomic, cache
 def _run(checkout: Path, args: list[str]) -> tuple[float, float]:
     """(CPU s, wall s) of one `fa build ARGS` by `checkout`'s code."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(checkout), str(checkout / "kernels")])}
-    cmd = [sys.executable, "-m", "buildtool.cli", "build", *args, "--no-progress"]
+    # Not `python -m`: that puts the current folder first on sys.path, and from inside a checkout its fa
+    # would run whatever --checkout says.
+    run = f"import sys; sys.path[0] = {str(checkout)!r}; from buildtool.cli import main; main()"
+    cmd = [sys.executable, "-c", run, "build", *args, "--no-progress"]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert proc.stderr is not None
