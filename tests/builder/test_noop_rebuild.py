@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -45,20 +46,26 @@ def inputs(tmp_path: Path) -> tuple[dict[CompileJob, Path], Path]:
     return images, lib
 
 
-def _build(out: Path, tree: Path, images: dict[CompileJob, Path], lib: Path) -> package.BuiltWheel:
-    return package.build_wheel(SPEC, out, tree, KernelTree(tree).tiles, images, lib)
-
-
-@pytest.mark.usefixtures("fresh_cache")
-def test_an_unchanged_wheel_is_found_not_assembled_and_a_changed_input_rebuilds_it(
-    fixture_tree: Path, inputs: tuple[dict[CompileJob, Path], Path], tmp_path: Path
-) -> None:
+@pytest.fixture
+def build(
+    fresh_cache: Path,  # noqa: ARG001 (the stamps go into a cache of the test's own)
+    fixture_tree: Path,
+    inputs: tuple[dict[CompileJob, Path], Path],
+    tmp_path: Path,
+) -> Callable[[], package.BuiltWheel]:
+    """build_wheel of SPEC from `inputs` into tmp_path/wheels, as each build of a plan calls it."""
     images, lib = inputs
-    out = tmp_path / "wheels"
-    first = _build(out, fixture_tree, images, lib)
+    tiles = KernelTree(fixture_tree).tiles
+    return lambda: package.build_wheel(SPEC, tmp_path / "wheels", fixture_tree, tiles, images, lib)
+
+
+def test_an_unchanged_wheel_is_found_not_assembled_and_a_changed_input_rebuilds_it(
+    build: Callable[[], package.BuiltWheel], inputs: tuple[dict[CompileJob, Path], Path]
+) -> None:
+    first = build()
     assert first.manifest is not None  # assembled
     state = cache.file_state(first.path)
-    again = _build(out, fixture_tree, images, lib)
+    again = build()
     assert again.manifest is None  # found as fa wrote it: nothing read, nothing written
     assert (again.path, again.platform, again.platform_reason) == (
         first.path,
@@ -67,33 +74,24 @@ def test_an_unchanged_wheel_is_found_not_assembled_and_a_changed_input_rebuilds_
     )
     assert cache.file_state(again.path) == state
 
-    images[JOBS[0]].write_bytes(b"another image")  # an input changed: packed again, with it
-    changed = _build(out, fixture_tree, images, lib)
+    inputs[0][JOBS[0]].write_bytes(b"another image")  # an input changed: packed again, with it
+    changed = build()
     assert changed.manifest is not None
     with zipfile.ZipFile(changed.path) as zf:
         assert zf.read("fa_attn/kernels/sm_80/fwd_fp16_d64.cubin") == b"another image"
 
 
-@pytest.mark.usefixtures("fresh_cache")
-def test_a_wheel_changed_by_hand_since_is_still_refused(
-    fixture_tree: Path, inputs: tuple[dict[CompileJob, Path], Path], tmp_path: Path
-) -> None:
-    images, lib = inputs
-    out = tmp_path / "wheels"
-    built = _build(out, fixture_tree, images, lib)
-    with built.path.open("ab") as f:
+def test_a_wheel_changed_by_hand_since_is_still_refused(build: Callable[[], package.BuiltWheel]) -> None:
+    with build().path.open("ab") as f:
         f.write(b"tampered")
     with pytest.raises(OutFileError, match="changed since fa wrote it"):
-        _build(out, fixture_tree, images, lib)
+        build()
 
 
-@pytest.mark.usefixtures("fresh_cache")
 def test_an_unchanged_index_is_not_rewritten_and_a_removed_or_edited_page_is_noticed(
-    fixture_tree: Path, inputs: tuple[dict[CompileJob, Path], Path], tmp_path: Path
+    build: Callable[[], package.BuiltWheel],
 ) -> None:
-    images, lib = inputs
-    out = tmp_path / "wheels"
-    _build(out, fixture_tree, images, lib)
+    out = build().path.parent
     data = index.write_index(out)
     files = sorted(p for p in out.rglob("*") if p.is_file() and p.suffix in (".json", ".html"))
     states = {p: cache.file_state(p) for p in files}
