@@ -61,12 +61,17 @@ def make_venv(where: Path, *, pip: bool = True, tool: str = "venv") -> Path:
         raise ValueError(f"tool must be 'venv' or 'uv', not {tool!r}")
     subprocess.run(cmd, check=True, capture_output=True)
     python = where / "bin" / "python"
+    lines = [f"import site; site.addsitedir({d!r})" for d in outer_site_dirs()]
+    (site_packages(python) / PTH_NAME).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return python
+
+
+def site_packages(python: Path) -> Path:
+    """The site-packages folder `python` installs pure-Python packages into."""
     purelib = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
         check=True,
         capture_output=True,
         text=True,
     ).stdout.strip()
-    lines = [f"import site; site.addsitedir({d!r})" for d in outer_site_dirs()]
-    (Path(purelib) / PTH_NAME).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return python
+    return Path(purelib)

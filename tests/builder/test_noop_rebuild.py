@@ -16,22 +16,9 @@ import pytest
 from buildtool.builder import index, package
 from buildtool.builder.compile import KernelTree
 from buildtool.builder.out_files import OutFileError
-from buildtool.builder.plan import BindingJob, Cell, CompileJob, WheelSpec
+from buildtool.builder.plan import CompileJob
 from buildtool.core import cache
-
-JOBS = (CompileJob(12, "8.0", "sass", "fwd_fp16_d64"), CompileJob(12, "9.0", "ptx", "fwd_fp16_d64"))
-SPEC = WheelSpec(
-    cuda_major=12,
-    torch_minor="2.8",
-    cxx11abi=True,
-    sass=("8.0",),
-    ptx="9.0",
-    cells=(Cell("2.8", 12, "3.11"),),
-    compile_jobs=JOBS,
-    binding=BindingJob("2.8", "2.8.0", True, None),
-    variant="cu12torch2.8",
-    version="0.1.0+cu12torch2.8",
-)
+from tests.builder.test_reproducible import JOBS, SPEC  # a one-wheel spec of the fixture tree
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.nested_venv import make_venv, outer_site_dirs, uv_binary
+from tests.nested_venv import make_venv, outer_site_dirs, site_packages, uv_binary
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -47,13 +47,7 @@ def _outer(where: Path, tool: str) -> Path:
     else:
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
     python = where / "bin" / "python"
-    purelib = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    (Path(purelib) / "outer_only.py").write_text("HERE = True\n")
+    (site_packages(python) / "outer_only.py").write_text("HERE = True\n")
     return python
 
 
@@ -91,14 +85,9 @@ def test_a_nested_venv_sees_the_outer_venvs_packages_not_the_base_interpreters(
 
 def test_packages_installed_into_the_nested_venv_come_first(tmp_path: Path) -> None:
     python = make_venv(tmp_path / "v", pip=False)
-    site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    (Path(site) / "torch").mkdir()
-    (Path(site) / "torch" / "__init__.py").write_text("")
+    site = site_packages(python)
+    (site / "torch").mkdir()
+    (site / "torch" / "__init__.py").write_text("")
     where = subprocess.run(
         [str(python), "-c", "import torch, typer; print(torch.__file__); print(typer.__file__)"],
         cwd=tmp_path,
@@ -106,6 +95,6 @@ def test_packages_installed_into_the_nested_venv_come_first(tmp_path: Path) -> N
         capture_output=True,
         text=True,
     ).stdout.split()
-    assert where[0] == str(Path(site) / "torch" / "__init__.py")  # the venv's own copy wins
+    assert where[0] == str(site / "torch" / "__init__.py")  # the venv's own copy wins
     # typer: the running environment's, through the .pth
     assert any(Path(where[1]).is_relative_to(d) for d in outer_site_dirs())
