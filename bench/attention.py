@@ -37,6 +37,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from platformdirs import user_cache_dir
+
 TOKENS = 16 * 1024
 HIDDEN = 2048
 MODES = ("fwd", "bwd", "fwd_bwd")
@@ -375,7 +377,9 @@ def run(args: argparse.Namespace, shapes: list[Shape]) -> int:
     device = (
         "dry run: CPU stand-ins, the numbers mean nothing" if args.dry_run else torch.cuda.get_device_name()
     )
-    out_dir: Path = args.out or Path(os.environ.get("OUT") or Path(__file__).parent / "out")
+    # Never into the checkout: $OUT, else the user's cache (FA_CACHE or ~/.cache/fa) under bench/attention.
+    cache_root = os.environ.get("FA_CACHE") or user_cache_dir("fa", appauthor=False)
+    out_dir: Path = args.out or Path(os.environ.get("OUT") or Path(cache_root) / "bench" / "attention")
     out_dir.mkdir(parents=True, exist_ok=True)
     jsonl = out_dir / JSONL
     done: dict[tuple, dict] = {}
@@ -445,7 +449,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--impls", nargs="+", choices=IMPLS, default=list(IMPLS))
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--reps", type=int, default=20, help="timed runs per point; the median is reported")
-    p.add_argument("--out", type=Path, default=None, help="output dir (default $OUT, else bench/out)")
+    p.add_argument(
+        "--out", type=Path, default=None, help="output dir (default $OUT, else <cache>/bench/attention)"
+    )
     p.add_argument("--budget-s", type=float, help="start no new shape after this many seconds")
     p.add_argument("--resume", type=Path, help="an earlier attention.jsonl: keep its rows, measure the rest")
     p.add_argument("--list", action="store_true", help="print the plan of shapes and exit")

@@ -2,7 +2,7 @@
 
     python bench/install_build.py --arch 8.0 --cuda 12 [--json bench-install-build.json]
 
-In a fresh venv that sees the torch installed here (--system-site-packages) and has fa installed in it:
+In a fresh venv that sees the packages installed here (tests/nested_venv.py) and has fa installed in it:
 - cold: an empty FA_CACHE except the pinned NVRTC wheels (shared with yours, fetched first and timed
   apart, like bench/build.py), so it measures compiling one arch's kernel programs, the binding, the
   wheel, and the install;
@@ -31,6 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from buildtool.builder import toolkits
 from buildtool.core import cache
+from tests.nested_venv import make_venv
 
 
 def run_fa(venv: Path, args: list[str], env: dict[str, str], cwd: Path) -> tuple[float, dict]:
@@ -67,7 +68,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="fa-bench-install-") as tmp_name:
         tmp = Path(tmp_name)
         venv = tmp / "venv"
-        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+        make_venv(venv)
         subprocess.run(
             [
                 str(venv / "bin" / "python"),

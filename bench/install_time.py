@@ -31,6 +31,7 @@ sys.path.insert(0, str(REPO))
 from buildtool.compat.probe import probe
 from buildtool.compat.wheel_index import entry_from_wheel
 from buildtool.core import wheel_members
+from tests.nested_venv import make_venv
 from tests.select.fixture_index import kernel_entry
 from tests.select.tiny_wheels import build_wheel, build_wheelhouse
 
@@ -60,9 +61,7 @@ def installs(root: Path, runs: int) -> dict[str, list[tuple[float, float]]]:
     old = build_wheelhouse(root / "old", torch.minor, bool(torch.cxx11abi), version="0.1.0")
     new = build_wheelhouse(root / "new", torch.minor, bool(torch.cxx11abi), version="0.2.0")
     template = root / "template"
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(template)], check=True
-    )
+    make_venv(template, pip=False)  # sees this environment's packages, torch among them
     fa = [str(template / "bin" / "python"), "-m", "buildtool.cli", "install", "--wheels"]
     _timed([*fa, str(old)], _env(True), root)
     results: dict[str, list[tuple[float, float]]] = {"pip": [], "uv": []}

@@ -218,6 +218,12 @@ def build_all_wheel(
     bindings: Mapping[BindingJob, Path],
 ) -> package.BuiltWheel:
     """fa_attn-<version>-py3-none-<tag>.whl: the tag is the one every binding in it allows."""
+    inputs = [images[j] for j in spec.compile_jobs if j in images] + [
+        bindings[b.job] for b in spec.bindings if b.job in bindings
+    ]
+    key = package.wheel_key(out_dir, spec, kernels_root, inputs)
+    if (same := package.reused(out_dir, key)) is not None:
+        return same
     man = manifest(spec, tiles, kernels_src.source_hash(kernels_root))
     files = package.runtime_files(kernels_root)
     paths = []
@@ -236,4 +242,4 @@ def build_all_wheel(
             )
         files[f"{schema.DIST}/{kernel_file(job)}"] = images[job].read_bytes()
     path = package.write_wheel(files, man, spec.version, tag.tag, out_dir)
-    return package.BuiltWheel(path, tag.tag, tag.reason, man)
+    return package.remember(out_dir, key, package.BuiltWheel(path, tag.tag, tag.reason, man))

@@ -19,6 +19,7 @@ has ten bindings per CPU and would otherwise compile them ten times (bench/build
 from __future__ import annotations
 
 import functools
+import json
 import shlex
 import shutil
 import subprocess
@@ -71,6 +72,22 @@ def compiler_identity(platform: str | None = None) -> str:
 
 @functools.cache
 def _identity(cxx: tuple[str, ...], platform: str) -> str:
+    """Asked of the compiler once per compiler file: stamped by the resolved path and file state of
+    each word of the command that is a program (a launcher's too: "ccache g++"), so a build with nothing
+    changed runs no g++ (three runs per compiler were a tenth of a no-op rebuild)."""
+    programs = [Path(w).resolve() for w in map(shutil.which, cxx) if w]
+    states = json.dumps([[str(p), cache.file_state(p)] for p in programs])
+    key = cache.content_key("cxx-identity", *cxx, platform, states)
+    stamp = cache.read_stamp("cxx-identity", key) if programs else None
+    if stamp is not None and isinstance(stamp.get("identity"), str):
+        return str(stamp["identity"])
+    identity = _ask_identity(cxx, platform)
+    if programs:
+        cache.write_stamp("cxx-identity", key, {"identity": identity})
+    return identity
+
+
+def _ask_identity(cxx: tuple[str, ...], platform: str) -> str:
     try:
         out = [
             subprocess.run([*cxx, flag], capture_output=True, text=True, check=True).stdout.strip()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import functools
 import hashlib
 import importlib.util
 import multiprocessing
@@ -65,6 +66,9 @@ class KernelTree:
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = Path(root) if root is not None else kernels_src.kernels_dir()
+        self._units: dict[str, dict[str, Any]] = {}
+        self._headers: dict[str, tuple[tuple[str, str], ...]] = {}
+        self._sources: dict[str, str] = {}
 
     @cached_property
     def tiles(self) -> ModuleType:
@@ -82,10 +86,24 @@ class KernelTree:
         return mod
 
     def unit(self, arch: str, name: str) -> Any:  # a tiles.KernelUnit
-        for u in self.tiles.units(arch):
-            if u.name == name:
-                return u
-        raise KeyError(f"tiles.units({arch!r}) has no unit {name!r}")
+        if arch not in self._units:  # tiles.units() builds the arch's whole table: once per arch
+            self._units[arch] = {u.name: u for u in self.tiles.units(arch)}
+        try:
+            return self._units[arch][name]
+        except KeyError:
+            raise KeyError(f"tiles.units({arch!r}) has no unit {name!r}") from None
+
+    def source(self, source: str) -> str:
+        """The text of the unit source `source` (relative to the tree), read once per tree."""
+        if source not in self._sources:
+            self._sources[source] = (self.root / source).read_text()
+        return self._sources[source]
+
+    def headers(self, source: str) -> tuple[tuple[str, str], ...]:
+        """_headers of the unit source `source` (relative to the tree), read once per tree."""
+        if source not in self._headers:
+            self._headers[source] = _headers(self.root / source, self.root)
+        return self._headers[source]
 
 
 @dataclass(frozen=True)
@@ -105,22 +123,31 @@ class CompileTask:
     def suffix(self) -> str:
         return ".cubin" if self.target.startswith("sm_") else ".ptx"
 
-    @property
+    @cached_property
     def key(self) -> str:
-        flat = [x for pair in self.headers for x in pair]
-        return cache.content_key(
-            "fa-kernel-v1",
-            self.source_name,
-            self.source,
-            *flat,
-            self.nvrtc_version,
-            self.target,
-            *self.options,
-        )
+        """cache.content_key("fa-kernel-v1", source_name, source, *headers, nvrtc_version, target,
+        *options); the part up to the headers, the same for every unit of one source, is hashed once."""
+        h = _source_digest(self.source_name, self.source, self.headers).copy()
+        for part in (self.nvrtc_version, self.target, *self.options):
+            data = part.encode()
+            h.update(len(data).to_bytes(8, "little"))
+            h.update(data)
+        return h.hexdigest()
 
     @property
     def path(self) -> Path:
         return image_path(self.key, self.suffix)
+
+
+@functools.lru_cache(maxsize=64)
+def _source_digest(source_name: str, source: str, headers: tuple[tuple[str, str], ...]) -> hashlib._Hash:
+    """The sha256 state after cache.content_key's first parts (length-prefixed, in its order)."""
+    h = hashlib.sha256()
+    for part in ("fa-kernel-v1", source_name, source, *(x for pair in headers for x in pair)):
+        data = part.encode()
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+    return h
 
 
 def image_path(key: str, suffix: str) -> Path:
@@ -147,7 +174,6 @@ def _headers(src_path: Path, root: Path) -> tuple[tuple[str, str], ...]:
 
 def resolve(job: CompileJob, tree: KernelTree) -> CompileTask:
     unit = tree.unit(job.arch, job.unit)
-    src_path = tree.root / unit.source
     defines = tuple(f"-D{k}={v}" for k, v in sorted(unit.defines.items()))
     target = sm_name(job.arch) if job.image == "sass" else compute_name(job.arch)
     return CompileTask(
@@ -155,8 +181,8 @@ def resolve(job: CompileJob, tree: KernelTree) -> CompileTask:
         unit=unit.name,
         target=target,
         source_name=unit.source,
-        source=src_path.read_text(),
-        headers=_headers(src_path, tree.root),
+        source=tree.source(unit.source),
+        headers=tree.headers(unit.source),
         options=(*tree.tiles.nvrtc_options(job.arch), *defines),
         nvrtc_version=toolkits.toolkit(job.cuda_major).version,
     )

@@ -17,6 +17,7 @@ Programming Guide's table, the static figure ptxas's.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import struct
 from collections.abc import Iterable, Mapping
@@ -26,12 +27,14 @@ from typing import TYPE_CHECKING, Any
 
 from elftools.elf.elffile import ELFFile
 
+from buildtool.core import cache
 from buildtool.errors import FaError
 
 if TYPE_CHECKING:
     from buildtool.builder.compile import KernelTree
     from buildtool.builder.plan import CompileJob
 
+_FACTS = "elf-facts"  # the stamps of kernel_needs (keyed with fa's code: a changed parser parses again)
 _EIFMT_SVAL = 0x04
 _EIATTR_MAX_THREADS = 0x05
 _EIATTR_REGCOUNT = 0x2F
@@ -104,9 +107,31 @@ class UnitImage:
     dynamic_smem: Mapping[str, int]  # entry -> the launch's dynamic shared memory (tiles.Launch)
 
 
+def _needs_of(path: Path) -> dict[str, KernelNeeds]:
+    """kernel_needs of the cubin at `path`, read from its ELF once per content: a compile cache image is
+    named by the content key of all it is made from (compile.py), any other file by its bytes' sha256.
+    Parsing every cubin's ELF was most of a no-op rebuild's time (bench/build.py --noop)."""
+    kernels = cache.cache_dir() / "kernels"
+    if path.parent.parent == kernels and path.suffix == ".cubin":
+        key = cache.content_key(_FACTS, cache.own_code_hash(), path.stem)
+        data = None
+    else:
+        data = path.read_bytes()
+        key = cache.content_key(_FACTS, cache.own_code_hash(), hashlib.sha256(data).hexdigest())
+    stamp = cache.read_stamp(_FACTS, key)
+    if stamp is not None:
+        try:
+            return {k: KernelNeeds(*v) for k, v in stamp.items()}
+        except TypeError:
+            pass  # not what write_stamp below wrote: parse again
+    needs = kernel_needs(path.read_bytes() if data is None else data)
+    cache.write_stamp(_FACTS, key, {k: [v.static_smem, v.registers, v.max_threads] for k, v in needs.items()})
+    return needs
+
+
 def misfits(image: UnitImage, limit: int) -> list[str]:
     """One line per entry of `image` whose static + dynamic shared memory exceeds `limit`."""
-    needs = kernel_needs(image.path.read_bytes())
+    needs = _needs_of(image.path)
     lines = []
     for entry, dynamic in image.dynamic_smem.items():
         static = needs[entry].static_smem if entry in needs else 0

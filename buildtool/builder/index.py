@@ -15,21 +15,26 @@ relative URL, so the tree works over HTTP and file:// alike, with no copies.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jinja2
-
-from buildtool.builder import index_page, out_files
-from buildtool.core import install_lines, wheel_members
+from buildtool.builder import out_files
+from buildtool.core import cache, install_lines, wheel_members
 from buildtool.core.runtime import schema
 from buildtool.core.wheel_file import wheel_entry
+
+if TYPE_CHECKING:
+    import jinja2
 
 # In every page fa writes: what `fa index DIR` may take over of files not in out_files' record.
 GENERATOR = out_files.GENERATOR
 
 
 def _env() -> jinja2.Environment:
+    import jinja2  # here: a build with nothing changed writes no page
+
     loader = jinja2.FileSystemLoader(Path(__file__).parent / "templates")
     return jinja2.Environment(loader=loader, autoescape=True, keep_trailing_newline=True)
 
@@ -43,6 +48,11 @@ def write_index(wheel_dir: Path, *, take_over: bool = False) -> dict[str, Any]:
     page never replaces a user's index.html; nothing is written through a link. A wheel fa install
     would refuse (core/wheel_members.py) is refused here, before anything is written."""
     wheels = sorted(wheel_dir.glob("fa_attn-*.whl"))  # temporaries are named *.whl.fa-tmp-*: not matched
+    key = _key(wheel_dir, wheels, take_over)
+    if (kept := _unchanged(wheel_dir, key)) is not None:
+        return kept
+    from buildtool.builder import index_page  # here: its answers import compat/
+
     entries = []
     for path in wheels:
         out_files.inside(wheel_dir, path.name)  # a linked wheel is not followed
@@ -61,7 +71,58 @@ def write_index(wheel_dir: Path, *, take_over: bool = False) -> dict[str, Any]:
         _write_simple(env, wheel_dir, name, install_lines.index_members(entries, name), take_over)
     _remove_stale(wheel_dir, set(names))
     index_page.write_page(wheel_dir, schema.read_index(index))  # the order doctor reads: all-wheels last
+    _stamp(wheel_dir, key, ["index.json", *_simple_pages(names), index_page.PAGE])
     return index
+
+
+# The index's stamp (core/cache.py): the wheels by name and state give the same files, so a build with
+# nothing changed reads no wheel and renders no page; the stamp holds each output's state and the
+# sha256 fa recorded for it, and any output changed, removed or no longer fa's since makes a rewrite.
+_STAMPS = "index"
+
+
+def _key(wheel_dir: Path, wheels: list[Path], take_over: bool) -> str:
+    parts = [json.dumps([p.name, cache.file_state(p)]) for p in wheels]
+    return cache.content_key(
+        "fa-index", cache.own_code_hash(), str(wheel_dir.resolve()), str(take_over), *parts
+    )
+
+
+def _simple_pages(names: Iterable[str]) -> list[str]:
+    out: list[str] = []
+    for name in (None, *names):
+        simple = install_lines.index_path(name).rstrip("/")
+        out += [f"{simple}/index.html", f"{simple}/{schema.PACKAGE}/index.html"]
+    return out
+
+
+def _stamp(wheel_dir: Path, key: str, rels: list[str]) -> None:
+    recorded = out_files.written(wheel_dir)
+    outputs = {rel: [cache.file_state(wheel_dir / rel), (recorded.get(rel) or [""])[-1]] for rel in rels}
+    cache.write_stamp(_STAMPS, key, {"outputs": outputs})
+
+
+def _unchanged(wheel_dir: Path, key: str) -> dict[str, Any] | None:
+    """index.json's content when every output is as the stamp of `key` says fa left it; else None."""
+    stamp = cache.read_stamp(_STAMPS, key)
+    outputs = stamp.get("outputs") if stamp else None
+    if not isinstance(outputs, dict) or "index.json" not in outputs:
+        return None
+    recorded = out_files.written(wheel_dir)
+    for rel, kept in outputs.items():
+        if not (isinstance(kept, list) and len(kept) == 2):
+            return None
+        state, sha = kept
+        out_files.inside(wheel_dir, rel)  # a link put in since is refused, as on a rewrite
+        if cache.file_state(wheel_dir / rel) != state or (
+            sha is not None and sha not in recorded.get(rel, [])
+        ):
+            return None
+    try:
+        data = json.loads((wheel_dir / "index.json").read_bytes())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _write_simple(

@@ -11,10 +11,13 @@ The wheel is written under a temporary name beside its final one and renamed whe
 from __future__ import annotations
 
 import base64
+import contextlib
+import functools
 import hashlib
+import importlib.metadata
 import json
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -22,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from buildtool.builder import out_files
 from buildtool.builder.platform_tag import platform_tag
-from buildtool.core import atomic, kernels_src
+from buildtool.core import atomic, cache, kernels_src
 from buildtool.core.cuda_facts import TOOLKITS, compute_name, sm_name
 from buildtool.core.runtime import schema, versions
 from buildtool.core.wheel_file import REQUIRES_PYTHON
@@ -65,7 +68,100 @@ class BuiltWheel:
     path: Path
     platform: str  # the platform tag
     platform_reason: str  # why that tag (build log)
-    manifest: schema.Manifest
+    manifest: schema.Manifest | None  # None: found unchanged since fa wrote it (`reused`), not assembled
+
+
+# A wheel's stamp (core/cache.py): what fa wrote for inputs named by a content key, and the file's
+# state then. A build with nothing changed finds each wheel there as written and assembles none of
+# them: no manifest, no image read, no hashing (bench/build.py --noop).
+_STAMPS = "wheels"
+
+
+_TREE_STATES: dict[Path, str] | None = None  # within `one_tree_state()`: each tree's state, looked at once
+
+
+def _tree_state(root: Path) -> str:
+    """Every file of a kernels tree (tiles.py, csrc/, binding/, the runtime package), by path and state."""
+    if _TREE_STATES is not None and root in _TREE_STATES:
+        return _TREE_STATES[root]
+    state = json.dumps(
+        [
+            (p.relative_to(root).as_posix(), cache.file_state(p))
+            for p in sorted(root.rglob("*"))
+            if "__pycache__" not in p.parts and p.is_file()
+        ]
+    )
+    if _TREE_STATES is not None:
+        _TREE_STATES[root] = state
+    return state
+
+
+@contextlib.contextmanager
+def one_tree_state() -> Iterator[None]:
+    """Within it, wheel_key looks at a kernels tree's files once (a build packs its wheels from sources
+    it does not change meanwhile); outside, at every call."""
+    global _TREE_STATES  # a memo scoped by this context manager
+    saved, _TREE_STATES = _TREE_STATES, {}
+    try:
+        yield
+    finally:
+        _TREE_STATES = saved
+
+
+def wheel_key(out_dir: Path, spec: object, kernels_root: Path, inputs: list[Path]) -> str:
+    """The content key of a wheel: fa's code, the folder, the spec, the kernels tree, the auditwheel
+    policies that pick its tag, and each input file (images, bindings) by path and state. Images and
+    bindings are cache files named by the content key of what they are made from."""
+    parts: list[str] = [
+        "fa-wheel",
+        cache.own_code_hash(),
+        str(out_dir.resolve()),
+        repr(spec),
+        _tree_state(kernels_root),
+        _auditwheel_version(),
+    ]
+    root = cache.cache_dir()
+    # A compile cache file's path is its content key (written once, never rewritten); others by state.
+    parts += [str(p) if p.is_relative_to(root) else json.dumps([str(p), cache.file_state(p)]) for p in inputs]
+    return cache.content_key(*parts)
+
+
+@functools.cache
+def _auditwheel_version() -> str:
+    try:
+        return importlib.metadata.version("auditwheel")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+def reused(out_dir: Path, key: str) -> BuiltWheel | None:
+    """The wheel of `key` when it is in `out_dir` exactly as fa wrote it there (same state, its sha256 in
+    out_files' record); None: build it."""
+    stamp = cache.read_stamp(_STAMPS, key)
+    if stamp is None or not isinstance(stamp.get("name"), str):
+        return None
+    name = stamp["name"]
+    dest = out_files.inside(out_dir, name)
+    if cache.file_state(dest) != stamp.get("state") or stamp.get("sha256") not in out_files.written(
+        out_dir
+    ).get(name, []):
+        return None
+    return BuiltWheel(dest, str(stamp.get("platform")), str(stamp.get("reason")), None)
+
+
+def remember(out_dir: Path, key: str, built: BuiltWheel) -> BuiltWheel:
+    """Stamps `built` (just written or checked by write_wheel) for `reused`; returns it."""
+    recorded = out_files.written(out_dir).get(built.path.name, [])
+    if recorded:
+        stamp = {
+            "name": built.path.name,
+            "platform": built.platform,
+            "reason": built.platform_reason,
+            "state": cache.file_state(built.path),
+            "sha256": recorded[-1],
+        }
+        cache.write_stamp(_STAMPS, key, stamp)
+    return built
 
 
 def kernel_file(job: CompileJob) -> str:
@@ -180,6 +276,15 @@ def build_wheel(
     images: Mapping[CompileJob, Path],
     binding: Path | None,
 ) -> BuiltWheel:
+    if spec.cuda_major is not None and binding is None:
+        raise PackageError(f"wheel {spec.variant}: the binding was not built")
+    for job in spec.compile_jobs:
+        if job not in images:
+            raise PackageError(f"wheel {spec.variant}: no image for {job.unit} on {job.arch}")
+    inputs = [images[job] for job in spec.compile_jobs] + ([binding] if binding else [])
+    key = wheel_key(out_dir, spec, kernels_root, inputs)
+    if (same := reused(out_dir, key)) is not None:
+        return same
     man = manifest(spec, tiles, kernels_src.source_hash(kernels_root))
     files = runtime_files(kernels_root)
     if spec.cuda_major is None:
@@ -200,7 +305,7 @@ def build_wheel(
                 raise PackageError(f"wheel {spec.variant}: no image for {job.unit} on {job.arch}")
             files[f"{schema.DIST}/{kernel_file(job)}"] = images[job].read_bytes()
     dest = write_wheel(files, man, spec.version, platform, out_dir)
-    return BuiltWheel(dest, platform, reason, man)
+    return remember(out_dir, key, BuiltWheel(dest, platform, reason, man))
 
 
 def write_wheel(

@@ -35,6 +35,7 @@ from buildtool.builder.compile import CompileStats, CompileTask, KernelTree, com
 from buildtool.builder.plan import BindingJob, Plan, WheelSpec
 from buildtool.core import atomic, binding_forms
 from buildtool.core.console import counted, plain_console, progress_columns
+from buildtool.core.cuda_facts import TOOLKITS
 from buildtool.core.fetch import ProgressHook
 
 T = TypeVar("T")
@@ -125,7 +126,7 @@ def execute(
     atomic.sweep_stale(out_dir)
     summary = BuildSummary(out_dir=str(out_dir), skipped_cells=len(plan.skipped))
     bars = _Bars(console, show_progress)
-    with bars.running():
+    with bars.running(), package.one_tree_state():
         kernels = bars.counter("kernels", len(plan.compile_jobs))
 
         def kernel_done(_task: CompileTask, _cached: bool) -> None:
@@ -267,7 +268,7 @@ def _log_entry(
         **_log_head(built, spec.variant, spec.platform),
         "binding_key": b.key if b else None,
         "compiler": binding_mod.compiler_identity(spec.platform) if b else None,
-        "toolkit": built.manifest.info.toolkit,
+        "toolkit": TOOLKITS[spec.cuda_major].version if spec.cuda_major is not None else None,
     }
 
 

@@ -23,6 +23,19 @@ COMMANDS = {
 }
 
 
+# What `fa --help` lists for each command: the first paragraph of its docstring, here so that listing
+# them imports none (tests/ci/test_help_text.py checks each against the command's own).
+SUMMARIES = {
+    "build": "Build the wheels of a matrix (or of the installed torch with --local) and index them.",
+    "index": "Rewrite DIRECTORY/index.json and DIRECTORY/simple/ from the wheels in it.",
+    "probe": "Describe this machine (OS, Python, torch, driver, GPUs) without importing torch.",
+    "doctor": "Which wheel fits, why the others don't, and what the runtime will do on this GPU.",
+    "check": "Verify the installed kernels on this machine's GPUs against an fp32 reference.",
+    "install": "Install the wheel fa doctor picks for this machine, checked against the index's sha256.",
+    "ci": "CI files generated from matrix.yaml.",
+}
+
+
 def print_error(error: FaError) -> None:
     """`error: <message>` on stderr, the message as plain text (a path may hold `[/b]`); the prefix red
     on a terminal."""

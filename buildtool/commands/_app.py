@@ -14,7 +14,7 @@ import typer
 import typer.core
 import typer.main
 
-from buildtool.commands import COMMANDS, DISTRIBUTION, print_error
+from buildtool.commands import COMMANDS, DISTRIBUTION, SUMMARIES, print_error
 from buildtool.commands._options import check_argv
 from buildtool.errors import EXIT_FAILED, FaError
 
@@ -51,11 +51,24 @@ def _no_flag_metavars(command: Any) -> None:
 
 
 class _Commands(typer.core.TyperGroup):
+    _listing = False  # while `fa --help` lists the commands: their summaries, no module imported
+
     def list_commands(self, ctx: Any) -> list[str]:  # noqa: ARG002 (click's signature)
         return list(COMMANDS)
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:  # noqa: ARG002 (click's signature)
-        return _load(cmd_name) if cmd_name in COMMANDS else None
+        if cmd_name not in COMMANDS:
+            return None
+        if self._listing:
+            return typer.core.TyperCommand(cmd_name, help=SUMMARIES[cmd_name])
+        return _load(cmd_name)
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        self._listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
 
     def get_params(self, ctx: Any) -> list[Any]:
         params: list[Any] = super().get_params(ctx)  # with --help, which click adds here

@@ -6,6 +6,7 @@ Exit codes: 0 done, 1 the build failed (compiler, download, packaging), 2 bad in
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -13,7 +14,6 @@ from typing import Annotated
 
 import typer
 
-from buildtool.builder import plan_view
 from buildtool.builder.compile import KernelTree, is_cached, usable_workers
 from buildtool.builder.matrix import Matrix, load_matrix
 from buildtool.builder.package import check_out_dir
@@ -137,14 +137,18 @@ def register(app: typer.Typer) -> None:
             raise UsageError(
                 f"no C++ compiler for the {', '.join(missing)} bindings ({', '.join(' '.join(cxx_for(p)) for p in missing)})\n  {hints}",
             )
+        tree = KernelTree()
         if dry_run:
+            from buildtool.builder import plan_view  # here: only the dry run shows the plan
+
+            cached = functools.partial(is_cached, tree=tree)  # one tree: its units and headers read once
             if as_json:
-                print(json.dumps(plan_view.plan_json(plan, is_cached), indent=2))
+                print(json.dumps(plan_view.plan_json(plan, cached), indent=2))
             else:
-                plan_view.print_plan(plan, is_cached)
+                plan_view.print_plan(plan, cached)
             return
         try:
-            summary = execute(plan, out, jobs, KernelTree(), show_progress=progress and not as_json)
+            summary = execute(plan, out, jobs, tree, show_progress=progress and not as_json)
         except FaError as e:
             raise e.with_note(RESUME_NOTE) from None
         except OSError as e:  # a full disk or an unwritable --out: a failed build, in the OS's own words

@@ -1,4 +1,5 @@
-"""The content-addressed cache (FA_CACHE): where it is, content keys, inter-process locks.
+"""The content-addressed cache (FA_CACHE): where it is, content keys, inter-process locks, and
+stamps: what a step made from inputs named by a content key, so a run with nothing changed skips it.
 
 Files land in it through core/atomic.py, so two builds sharing one cache never corrupt it.
 """
@@ -6,14 +7,18 @@ Files land in it through core/atomic.py, so two builds sharing one cache never c
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from filelock import FileLock
 from platformdirs import user_cache_dir
 
+from buildtool.core import atomic
 from buildtool.core.atomic import WriteError, write_problem
 from buildtool.errors import UsageError
 
@@ -57,3 +62,52 @@ def locked(path: Path, timeout: float = -1) -> Iterator[None]:
         yield
     finally:
         flock.release()
+
+
+def file_state(path: Path) -> list[int] | None:
+    """What tells that a file is unchanged without reading it (as git's index does): its device, inode,
+    size, and modification and status-change times in ns. Every write or rename moves the last, which
+    no user can set back. None when it is not a regular file."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    if not os.path.isfile(path):
+        return None
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def _stamp_path(kind: str, key: str) -> Path:
+    return cache_dir() / "stamps" / kind / key[:2] / f"{key}.json"
+
+
+def read_stamp(kind: str, key: str) -> dict[str, Any] | None:
+    """The stamp `write_stamp` left for (kind, key), or None (none, unreadable: redo the step)."""
+    try:
+        data = json.loads(_stamp_path(kind, key).read_bytes())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_stamp(kind: str, key: str, data: dict[str, Any]) -> None:
+    """Records what a step made (renamed into place whole; not synced to disk: a stamp lost in a crash
+    costs only the next run's time, as does one that cannot be written)."""
+    path = _stamp_path(kind, key)
+    with contextlib.suppress(WriteError, OSError), atomic.writing(path) as tmp:
+        tmp.write_text(json.dumps(data, sort_keys=True))
+
+
+@functools.cache
+def own_code_hash() -> str:
+    """sha256 over fa's own code (buildtool/, with its templates, and the runtime package whose
+    modules it reads): part of every stamp's key, so a changed fa redoes what its code makes."""
+    root = Path(__file__).resolve().parents[1]  # buildtool/
+    runtime = next(
+        (d for d in (root / "_kernels" / "fa_attn", root.parent / "kernels" / "fa_attn") if d.is_dir()), None
+    )
+    kinds = (".py", ".j2", ".json", ".html", ".css", ".js")
+    files = [p for p in root.rglob("*") if p.suffix in kinds and "_kernels" not in p.relative_to(root).parts]
+    files += [p for p in runtime.rglob("*.py")] if runtime else []
+    files = sorted(p for p in files if "__pycache__" not in p.parts)
+    return content_key(*(part for p in files for part in (p.as_posix(), p.read_bytes())))

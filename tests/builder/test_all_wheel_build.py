@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import textwrap
 import zipfile
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.builder.conftest import fa_command
+from tests.nested_venv import make_venv, uv_binary
 
 pytestmark = [pytest.mark.slow, pytest.mark.network]  # the pinned NVRTC wheels of CUDA 11 and 12
 
@@ -109,25 +109,20 @@ def test_the_all_wheel_is_made_of_the_other_wheels_work(built: dict) -> None:
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
 def test_pip_and_uv_install_it_from_a_folder_holding_only_it(built: dict, installer: str) -> None:
-    uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
-    if installer == "uv" and not Path(uv).is_file():
-        pytest.fail("uv is not installed (pyproject.toml's test extra installs it)")
     work: Path = built["work"]
     only = work / f"only-{installer}"
     only.mkdir()
     whole = next(w["file"] for w in built["summary"]["wheels"] if w["variant"] == "all")
     shutil.copy(built["out"] / whole, only)
     venv = work / f"venv-{installer}"
-    py = str(venv / "bin" / "python")
-    # The venv sees this machine's torch 2.13 (system site-packages); fa-attn goes into the venv.
+    # The venv sees the torch 2.13 these tests run with (tests/nested_venv.py); fa-attn goes into it.
+    py = str(make_venv(venv, tool="venv" if installer == "pip" else "uv"))
     if installer == "pip":
-        run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], work)
         run([py, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(only), "fa-attn"], work)
     else:
-        run([uv, "venv", "-q", "--system-site-packages", "--python", sys.executable, str(venv)], work)
         run(
             [
-                uv,
+                uv_binary(),
                 "pip",
                 "install",
                 "-q",

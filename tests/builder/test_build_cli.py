@@ -9,7 +9,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import zipfile
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.builder.conftest import fa_command
+from tests.nested_venv import make_venv
 
 pytestmark = [pytest.mark.slow, pytest.mark.network]
 
@@ -82,8 +82,7 @@ def test_local_build_real_kernels_installs_and_rebuilds_from_cache(tmp_path):
     assert not list(out.glob("*.fa-tmp-*"))
 
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
-    py = venv / "bin" / "python"
+    py = make_venv(venv)
     pip = subprocess.run(
         [str(py), "-m", "pip", "install", "-q", "--no-index", "--find-links", str(out), "fa-attn"],
         capture_output=True,

@@ -13,6 +13,7 @@ import pytest
 from buildtool.builder import cubin_fit
 from buildtool.builder.compile import CompileError, KernelTree, compile_all, is_cached, resolve
 from buildtool.builder.plan import CompileJob
+from buildtool.core import cache
 
 pytestmark = [pytest.mark.slow, pytest.mark.network]  # the CUDA 12 NVRTC wheel, once per session
 
@@ -64,6 +65,10 @@ def test_key_follows_included_headers_and_defines(fixture_tree, tmp_path):
     assert other_arch.key != base.key
     other_major = resolve(CompileJob(11, "8.0", "sass", "fwd_fp16_d64"), KernelTree(fixture_tree))
     assert other_major.key != base.key  # a different NVRTC version
+    # The key hashes the source and headers once per source; it is still this content key of all parts.
+    flat = [x for pair in edited.headers for x in pair]
+    parts = [edited.source_name, edited.source, *flat, edited.nvrtc_version, edited.target, *edited.options]
+    assert edited.key == cache.content_key("fa-kernel-v1", *parts)
 
 
 @pytest.mark.usefixtures("fresh_cache")
@@ -107,6 +112,7 @@ def test_a_cubin_past_its_archs_shared_memory_is_refused(fixture_tree, tmp_path)
     assert needs["fa_fwd"].static_smem == 1024
     assert needs["fa_fwd"].registers > 0
     cubin_fit.check_build(images, KernelTree(tree_dir))  # 0 dynamic bytes: fits
+    assert cubin_fit._needs_of(images[job]) == needs  # the second look reads its stamp: the same facts
 
     full = tmp_path / "full"  # the same unit, its launch asking for the whole limit
     shutil.copytree(tree_dir, full)

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from buildtool.core import cache
+from tests.nested_venv import make_venv
 
 pytestmark = [pytest.mark.slow, pytest.mark.network]
 
@@ -107,10 +108,8 @@ def test_repair_and_smoke_test_as_release_yml_runs_them(built):
     (repaired,) = dest.glob("*.whl")
     assert repaired.name == wheel.name  # fa's own platform tag holds; nothing grafted
 
-    venv = (
-        root / "venv"
-    )  # cibuildwheel's test venv; the system's torch stands in for the CPU torch it installs
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    venv = root / "venv"  # cibuildwheel's test venv; the torch here stands in for the CPU torch it installs
+    make_venv(venv)
     test_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
     test_env["PATH"] = f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"
     installed = run(["pip", "install", "-q", str(repaired)], test_env, root)
@@ -130,7 +129,7 @@ def test_smoke_test_of_the_universal_wheel(built):
     root = built["root"]
     universal = root / "out" / "fa_attn-0.1.0-py3-none-any.whl"
     venv = root / "venv-universal"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    make_venv(venv)
     env = {k: v for k, v in built["env"].items() if k != "PYTHONPATH"}
     script = [str(venv / "bin" / "python"), str(REPO / "ci" / "release" / "smoke_test.py"), str(universal)]
     refused = run(script, env, root)

@@ -8,7 +8,6 @@ import copy
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 
 from buildtool.compat.env import Env, env_from_json
+from tests.nested_venv import make_venv as nested_venv
 from tests.select.fixture_index import fixture_index
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,18 +57,15 @@ def index_dir(tmp_path_factory: pytest.TempPathFactory, index_data: dict[str, An
 
 
 def make_venv(where: Path) -> Path:
-    """A venv at `where` that sees torch through the system site-packages and has no pip of its own (the
-    system pip, visible the same way, installs into it); its python."""
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(where)], check=True
-    )
-    return where / "bin" / "python"
+    """A venv at `where` that sees the running interpreter's packages (torch among them) and has no pip
+    of its own (the outer pip, visible the same way, installs into it); its python."""
+    return nested_venv(where, pip=False)
 
 
 def this_checkout() -> dict[str, str]:
-    """The environment that runs this checkout's fa in a test venv: the venv sees the base
-    interpreter's site-packages, which may hold another checkout's fa (an editable install) or none
-    (when the tests themselves run in a venv)."""
+    """The environment that runs this checkout's fa in a test venv: the venv sees the running
+    interpreter's site-packages (tests/nested_venv.py), which may hold another checkout's fa (an
+    editable install) or none."""
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
 
 

@@ -1,0 +1,129 @@
+"""A build with nothing changed assembles no wheel and writes no index file (issue 37: a no-op rebuild
+of the release cost 11 s of CPU, re-reading every image and re-encoding the index), while anything
+changed since, by fa or by hand, is still rebuilt or refused as before. Stamps live in the cache
+(core/cache.py); bench/noop_build.py measures the whole command."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from buildtool.builder import index, package
+from buildtool.builder.compile import KernelTree
+from buildtool.builder.out_files import OutFileError
+from buildtool.builder.plan import CompileJob
+from buildtool.core import cache
+from tests.builder.test_reproducible import JOBS, SPEC  # a one-wheel spec of the fixture tree
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> tuple[dict[CompileJob, Path], Path]:
+    images = {}
+    for i, job in enumerate(JOBS):
+        images[job] = tmp_path / f"img{i}"
+        images[job].write_bytes(f"image of {job}".encode())
+    (tmp_path / "x.c").write_text("int fa_answer(void) { return 42; }\n")
+    lib = tmp_path / "libx.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", str(tmp_path / "x.c"), "-o", str(lib)], check=True)
+    return images, lib
+
+
+@pytest.fixture
+def build(
+    fresh_cache: Path,  # noqa: ARG001 (the stamps go into a cache of the test's own)
+    fixture_tree: Path,
+    inputs: tuple[dict[CompileJob, Path], Path],
+    tmp_path: Path,
+) -> Callable[[], package.BuiltWheel]:
+    """build_wheel of SPEC from `inputs` into tmp_path/wheels, as each build of a plan calls it."""
+    images, lib = inputs
+    tiles = KernelTree(fixture_tree).tiles
+    return lambda: package.build_wheel(SPEC, tmp_path / "wheels", fixture_tree, tiles, images, lib)
+
+
+def test_an_unchanged_wheel_is_found_not_assembled_and_a_changed_input_rebuilds_it(
+    build: Callable[[], package.BuiltWheel], inputs: tuple[dict[CompileJob, Path], Path]
+) -> None:
+    first = build()
+    assert first.manifest is not None  # assembled
+    state = cache.file_state(first.path)
+    again = build()
+    assert again.manifest is None  # found as fa wrote it: nothing read, nothing written
+    assert (again.path, again.platform, again.platform_reason) == (
+        first.path,
+        first.platform,
+        first.platform_reason,
+    )
+    assert cache.file_state(again.path) == state
+
+    inputs[0][JOBS[0]].write_bytes(b"another image")  # an input changed: packed again, with it
+    changed = build()
+    assert changed.manifest is not None
+    with zipfile.ZipFile(changed.path) as zf:
+        assert zf.read("fa_attn/kernels/sm_80/fwd_fp16_d64.cubin") == b"another image"
+
+
+def test_a_wheel_changed_by_hand_since_is_still_refused(build: Callable[[], package.BuiltWheel]) -> None:
+    with build().path.open("ab") as f:
+        f.write(b"tampered")
+    with pytest.raises(OutFileError, match="changed since fa wrote it"):
+        build()
+
+
+def test_an_unchanged_index_is_not_rewritten_and_a_removed_or_edited_page_is_noticed(
+    build: Callable[[], package.BuiltWheel],
+) -> None:
+    out = build().path.parent
+    data = index.write_index(out)
+    files = sorted(p for p in out.rglob("*") if p.is_file() and p.suffix in (".json", ".html"))
+    states = {p: cache.file_state(p) for p in files}
+    assert index.write_index(out) == data
+    assert {p: cache.file_state(p) for p in files} == states  # not one file rewritten
+
+    page = out / "simple" / "fa-attn" / "index.html"
+    page.unlink()  # removed: written again
+    assert index.write_index(out) == data
+    assert page.is_file()
+
+    (out / "index.json").write_text(json.dumps({"edited": True}))  # not fa's any more: refused, kept
+    with pytest.raises(OutFileError, match=r"index\.json"):
+        index.write_index(out)
+    assert json.loads((out / "index.json").read_text()) == {"edited": True}
+
+
+FAKE_CXX = """#!/bin/sh
+echo run >> "$(dirname "$0")/runs"
+case "$1" in
+  -dumpfullversion) echo 99.1.0 ;;
+  -dumpmachine) echo x86_64-linux-gnu ;;
+  *) echo "fake g++ (FA test) 99.1.0" ;;
+esac
+"""
+
+
+@pytest.mark.usefixtures("fresh_cache")
+def test_the_compiler_is_asked_who_it_is_once_per_compiler_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from buildtool.builder import binding
+
+    cxx = tmp_path / "fake-g++"
+    cxx.write_text(FAKE_CXX)
+    cxx.chmod(0o755)
+    monkeypatch.setenv("CXX", str(cxx))
+    runs = tmp_path / "runs"
+
+    def asked() -> tuple[str, int]:
+        binding._identity.cache_clear()  # a new fa process
+        identity = binding.compiler_identity()
+        return identity, len(runs.read_text().splitlines())
+
+    assert asked() == ("fake g++ (FA test) 99.1.0 (99.1.0, x86_64-linux-gnu)", 3)
+    assert asked()[1] == 3  # the stamp answered: g++ not run again
+    cxx.write_text(FAKE_CXX.replace("99.1.0", "99.2.0"))  # an upgraded compiler: asked again
+    assert asked() == ("fake g++ (FA test) 99.2.0 (99.2.0, x86_64-linux-gnu)", 6)
