@@ -68,11 +68,16 @@ def test_an_unchanged_wheel_is_found_not_assembled_and_a_changed_input_rebuilds_
         assert zf.read("fa_attn/kernels/sm_80/fwd_fp16_d64.cubin") == b"another image"
 
 
-def test_a_wheel_changed_by_hand_since_is_still_refused(build: Callable[[], package.BuiltWheel]) -> None:
-    with build().path.open("ab") as f:
+def test_a_wheel_changed_by_hand_is_not_reused(build: Callable[[], package.BuiltWheel]) -> None:
+    """The no-op cache must not take a tampered wheel for fa's: it is set aside (kept) and written
+    again, as any rebuild does (issue 36)."""
+    path = build().path
+    good = path.read_bytes()
+    with path.open("ab") as f:
         f.write(b"tampered")
-    with pytest.raises(OutFileError, match="changed since fa wrote it"):
-        build()
+    assert build().path.read_bytes() == good
+    kept = list(path.parent.glob(path.name + ".fa-changed-*"))
+    assert [p.read_bytes() for p in kept] == [good + b"tampered"]
 
 
 def test_an_unchanged_index_is_not_rewritten_and_a_removed_or_edited_page_is_noticed(
