@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -156,9 +157,7 @@ def emulator_sources(csrc: Path = CSRC) -> Path:
     out = _cache_dir() / f"src-{digest.hexdigest()[:16]}"
     if out.is_dir():
         return out
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     for name, text in files.items():
         if name == "primitives.cuh":
             text, n = rewrite_asm(text, str(csrc / name))
@@ -180,7 +179,7 @@ def emulator_sources(csrc: Path = CSRC) -> Path:
 def _compile(cmd: list[str], out: Path, what: str) -> Path:
     if out.is_file():
         return out
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     done = subprocess.run([*cmd, "-o", str(tmp)], check=False, capture_output=True, text=True)
     if done.returncode != 0:
         tmp.unlink(missing_ok=True)
@@ -338,6 +337,7 @@ class Emulated:
             ctypes.c_char_p,
         ]
         self.lib.emu_set_arch(_arch_number(arch))
+        self.lib.emu_set_schedule(self.seeds[0], self.window)  # launches made outside forward/backward
         self.lib.emu_collectives.restype = ctypes.c_uint64
         self.lib.emu_bank_stats.argtypes = [ctypes.POINTER(ctypes.c_uint64)]
         # entry -> access kind -> [instructions, wavefronts, conflict-free wavefronts], summed over launches
