@@ -36,8 +36,8 @@
 //   - deadlock: a block in which every live thread waits.
 //
 // Scheduling: a window of blocks (FA_EMU_WINDOW, default 8) runs at once, every thread a fiber; at
-// each PTX instruction, barrier and warp collective the scheduler picks the next fiber in an order
-// drawn from a seed (emu_set_seed; the harness runs every launch under FA_EMU_SEEDS seeds). A barrier
+// each barrier and warp collective, and one in four memory instructions, the scheduler picks the next
+// fiber in an order drawn from a seed (emu_set_seed; the harness runs every launch under FA_EMU_SEEDS seeds). A barrier
 // still orders the threads of its block. So a kernel whose result depends on the order of blocks or
 // warps, or on a plain `+=` of global memory where an atomic is needed, fails under some seed or by
 // the race rules (which do not depend on the order).

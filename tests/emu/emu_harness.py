@@ -198,7 +198,7 @@ def _digest(*parts: str | bytes) -> str:
 def runtime_object(compiler: str, csrc: Path = CSRC, binding: Path = BINDING) -> Path:
     """emu_runtime.cpp, compiled once per content (without -fsanitize: its accesses are not hooked),
     with the binding's launch geometry (`binding`/geometry.h)."""
-    flags = ["-std=c++17", "-O2", "-fPIC", "-Wall", "-c", f"-I{binding}", f"-I{csrc}"]
+    flags = ["-std=c++17", "-O2", "-fPIC", "-Wall", "-U_FORTIFY_SOURCE", "-c", f"-I{binding}", f"-I{csrc}"]
     parts = [RUNTIME.read_bytes(), (csrc / "params.h").read_bytes(), (binding / "geometry.h").read_bytes()]
     tag = _digest(compiler, *flags, *parts)
     out = _cache_dir() / f"emu_runtime-{tag}.o"

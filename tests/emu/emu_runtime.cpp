@@ -4,6 +4,7 @@
 //
 // Compiled once, without -fsanitize, and linked into every emulated kernel library (each library has
 // its own copy: -Wl,-Bsymbolic), so none of the accesses made here reach the hooks.
+#include <setjmp.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 
@@ -128,7 +129,8 @@ enum class Ty { kNone, kF16, kBF16, kF32, kU32, kU64, kB16, kB32 };
 
 struct Instr {
   Op op;
-  std::string text;  // the statement as written
+  std::string text;    // the statement as written
+  std::string opcode;  // its first word
   std::vector<Arg> args;
   // modifiers as parsed (only what the forms below need)
   bool ftz = false, rz = false, trans = false, nc = false, shared = false, global = false, x2pack = false;
@@ -266,6 +268,7 @@ Instr parse_instr(const std::string& stmt, const std::map<std::string, int>& loc
   in.text = stmt;
   const size_t sp = stmt.find_first_of(" \t\n");
   const std::string opcode = sp == std::string::npos ? stmt : stmt.substr(0, sp);
+  in.opcode = opcode;
   const std::string rest = sp == std::string::npos ? std::string() : trim(stmt.substr(sp));
   std::vector<std::string> mods;
   {
@@ -572,7 +575,9 @@ struct CopyOp {  // one cp.async
 struct Block;
 
 struct Fiber {
-  ucontext_t ctx;
+  ucontext_t ctx;  // the first entry only (makecontext); later switches use jb
+  jmp_buf jb;
+  bool started = false;
   char* stack = nullptr;
   Block* blk = nullptr;
   Dim3 tid;
@@ -627,17 +632,20 @@ struct Block {
 
 // A registered global buffer, with the guard bytes around it and a per-byte record of which block
 // touched it in the current launch.
+// One 4-byte word of a buffer (rows and the kernels' stores are 4-byte aligned, so two blocks never
+// share a word legitimately).
 struct Cell {
-  uint32_t launch = 0;
-  int32_t writer = -1;  // linear block id
+  int32_t writer = -1;  // linear block id of the last writer, kAtomic added when it wrote by red.add
   int32_t reader = -1;  // linear block id, or kManyReaders
-  bool atomic = false;  // the writer's accesses were red.add
 };
+constexpr int32_t kAtomic = 1 << 30;
+constexpr uintptr_t kCellBytes = 4;
 
 struct Allocation {
   uintptr_t begin, end, guard_begin, guard_end;
   std::string name;
-  std::vector<Cell> cells;
+  std::vector<Cell> cells;  // per kCellBytes, filled at the first access of each launch
+  uint32_t launch = 0;
 };
 
 struct Limits {
@@ -646,6 +654,7 @@ struct Limits {
 constexpr int kRegistersPerBlock = 64 * 1024;
 constexpr int kRegisterUnit = 256;
 constexpr size_t kStackBytes = 256 * 1024;
+constexpr uint64_t kMemoryYield = 4;
 
 struct Global {
   Limits limits;
@@ -660,6 +669,7 @@ struct Global {
   size_t smem_slots = 0;
   Fiber* cur = nullptr;
   ucontext_t sched;
+  jmp_buf sched_jb;  // where a fiber returns to the scheduler (_longjmp: no signal-mask system call)
   std::vector<Fiber*> ready;
   std::vector<Allocation> allocations;
   uintptr_t alloc_lo = UINTPTR_MAX, alloc_hi = 0;
@@ -694,10 +704,8 @@ void fail(const char* fmt, ...) {
     g.failed = true;
   }
   if (g.cur != nullptr) {  // abandon this fiber: back to the scheduler for good
-    Fiber* f = g.cur;
-    f->state = State::kDone;
-    swapcontext(&f->ctx, &g.sched);
-    abort();
+    g.cur->state = State::kDone;
+    _longjmp(g.sched_jb, 1);
   }
 }
 
@@ -717,7 +725,7 @@ inline void make_ready(Fiber* f) {
 inline void block_here(State why) {
   Fiber* f = g.cur;
   f->state = why;
-  swapcontext(&f->ctx, &g.sched);
+  if (_setjmp(f->jb) == 0) _longjmp(g.sched_jb, 1);
   if (g.failed) fail("abandoned");
 }
 
@@ -748,27 +756,33 @@ enum class GAccess { kRead, kWrite, kAtomic };
 // The launch-wide record of which block touched each byte: the race rule between blocks.
 void record_global(Allocation& al, uintptr_t a, size_t n, GAccess how, const char* what) {
   const int32_t me = static_cast<int32_t>(g.cur->blk->id);
-  for (size_t i = 0; i < n; ++i) {
-    Cell& c = al.cells[a - al.begin + i];
-    if (c.launch != g.launch) c = Cell{g.launch, -1, -1, false};
+  if (al.launch != g.launch) {
+    al.cells.assign((al.end - al.begin + kCellBytes - 1) / kCellBytes, Cell{});
+    al.launch = g.launch;
+  }
+  const size_t first = (a - al.begin) / kCellBytes, last = (a + n - 1 - al.begin) / kCellBytes;
+  for (size_t i = first; i <= last; ++i) {
+    Cell& c = al.cells[i];
+    const bool atomic = c.writer >= kAtomic;
+    const int32_t writer = atomic ? c.writer - kAtomic : c.writer;
     int32_t other = -1;
     const char* rule = nullptr;
     if (how == GAccess::kRead) {
-      if (c.writer >= 0 && c.writer != me) {
-        other = c.writer;
-        rule = c.atomic ? "reads a byte block %s adds to with red.add" : "reads a byte block %s wrote";
+      if (writer >= 0 && writer != me) {
+        other = writer;
+        rule = atomic ? "reads a byte block %s adds to with red.add" : "reads a byte block %s wrote";
       }
     } else if (how == GAccess::kWrite) {
-      if (c.writer >= 0 && c.writer != me) {
-        other = c.writer;
-        rule = c.atomic ? "writes (non-atomic) a byte block %s adds to with red.add" : "writes a byte block %s also wrote";
+      if (writer >= 0 && writer != me) {
+        other = writer;
+        rule = atomic ? "writes (non-atomic) a byte block %s adds to with red.add" : "writes a byte block %s also wrote";
       } else if (c.reader != -1 && c.reader != me) {
         other = c.reader;
         rule = "writes a byte block %s read";
       }
     } else {
-      if (c.writer >= 0 && c.writer != me && !c.atomic) {
-        other = c.writer;
+      if (writer >= 0 && writer != me && !atomic) {
+        other = writer;
         rule = "red.add to a byte block %s wrote non-atomically";
       } else if (c.reader != -1 && c.reader != me) {
         other = c.reader;
@@ -786,9 +800,10 @@ void record_global(Allocation& al, uintptr_t a, size_t n, GAccess how, const cha
       }
       char msg[256];
       snprintf(msg, sizeof msg, rule, who);
+      const size_t at = std::max(static_cast<size_t>(a - al.begin), i * kCellBytes);
       fail("%s: race between blocks of one launch: %s, at byte %zu of '%s' (plain accesses of one address from two "
            "blocks need an atomic or separate launches)",
-           what, msg, static_cast<size_t>(a - al.begin + i), al.name.c_str());
+           what, msg, at, al.name.c_str());
     }
     if (how == GAccess::kRead) {
       if (c.reader == -1) {
@@ -797,8 +812,7 @@ void record_global(Allocation& al, uintptr_t a, size_t n, GAccess how, const cha
         c.reader = kManyReaders;
       }
     } else {
-      c.writer = me;
-      c.atomic = how == GAccess::kAtomic;
+      c.writer = how == GAccess::kAtomic ? me + kAtomic : me;
     }
   }
 }
@@ -1282,8 +1296,7 @@ void exec(const Instr& in, Regs& r, uintptr_t site) {
           memcpy(buf + i * in.bytes, &v, static_cast<size_t>(in.bytes));
         }
       }
-      char what[96];
-      snprintf(what, sizeof what, "%s", in.text.substr(0, in.text.find(' ')).c_str());
+      const char* what = in.opcode.c_str();
       if (in.shared) {
         const uint32_t addr = static_cast<uint32_t>(get(r, a.regs[0]) + a.offset);
         record_access(load ? kAccLd : kAccSt, addr, n, site);
@@ -1359,6 +1372,7 @@ void fiber_main() {
   }
   f->state = State::kDone;
   --b.live;
+  _longjmp(g.sched_jb, 1);  // never returns: the stack is reused
 }
 
 void start_block(Block& b, int64_t id) {
@@ -1380,6 +1394,7 @@ void start_block(Block& b, int64_t id) {
     f.open_group.clear();
     f.committed.clear();
     f.site_count.clear();
+    f.started = false;
     makecontext(&f.ctx, fiber_main, 0);
     make_ready(&f);
   }
@@ -1419,7 +1434,11 @@ bool run_grid(int64_t blocks) {
     g.ready.pop_back();
     if (f->state != State::kReady) continue;
     switch_to(f);
-    swapcontext(&g.sched, &f->ctx);
+    if (_setjmp(g.sched_jb) == 0) {
+      if (f->started) _longjmp(f->jb, 1);
+      f->started = true;
+      swapcontext(&g.sched, &f->ctx);  // the first entry; the fiber comes back by _longjmp
+    }
     g.cur = nullptr;
     Block& b = *f->blk;
     if (!g.failed && b.live == 0 && b.id >= 0) {  // the block is done: the next one takes its slot
@@ -1466,7 +1485,9 @@ __attribute__((noinline)) void ptx(const char* text, std::initializer_list<Opera
     const uint64_t v = r.op[i++];
     memcpy(o.ptr, &v, o.size);
   }
-  if (memory) yield();
+  // A memory instruction is a scheduling point one time in kMemoryYield (drawn from the seeded order):
+  // every one costs two fiber switches, and barriers and collectives already switch.
+  if (memory && next_random() % kMemoryYield == 0) yield();
 }
 
 void syncthreads() {
@@ -1528,7 +1549,6 @@ void emu_set_limits(int max_threads, int registers, int static_smem, int smem_li
 void emu_register_guarded(const void* p, uint64_t bytes, uint64_t guard, const char* name) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   emu::Allocation al{a, a + bytes, a - guard, a + bytes + guard, name, {}};
-  al.cells.resize(bytes);
   emu::g.alloc_lo = std::min(emu::g.alloc_lo, al.guard_begin);
   emu::g.alloc_hi = std::max(emu::g.alloc_hi, al.guard_end);
   emu::g.allocations.push_back(std::move(al));
