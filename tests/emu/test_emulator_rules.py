@@ -147,48 +147,50 @@ LSE_LOOP_UNORDERED = "    __syncthreads();\n" + LSE_LOOP.replace("    __syncthre
 
 SEEDS = (1, 2, 3)
 
+# Each fault: the direction to run, the file, the text and its replacement, what the emulator must say.
+RACES = {
+    "plain-add-for-dq": (
+        "bwd",
+        "bwd.cu",
+        DQ_RED,
+        DQ_PLAIN,
+        (
+            r"fa_bwd: .*race between blocks of one launch: (reads|writes) a byte block \(\d+, \d+, \d+\) "
+            r"(wrote|also wrote|read), at byte \d+ of 'dq_accum'"
+        ),
+    ),
+    "output-at-query-block-0": (
+        "fwd",
+        "fwd.cu",
+        STORE_AT_BLOCK,
+        STORE_AT_ZERO,
+        (
+            r"st\.global\.v4\.u32: race between blocks of one launch: writes a byte block \(\d, 0, [01]\) also "
+            r"wrote, at byte \d+ of 'out'"
+        ),
+    ),
+    "plain-shared-race-across-a-missing-barrier": (
+        "bwd",
+        "bwd.cu",
+        LSE_LOOP,
+        LSE_LOOP_UNORDERED,
+        (
+            r"plain C\+\+ (load from|store to) shared memory: .*(written|read) by thread \d+ with no "
+            r"__syncthreads between \(race\)"
+        ),
+    ),
+}
 
-def _each_seed(monkeypatch: pytest.MonkeyPatch, run_one) -> None:
-    """`run_one()` under each of SEEDS (FA_EMU_SEEDS, read by every Emulated made inside)."""
+
+@pytest.mark.parametrize("fault", RACES)
+def test_race_found_under_every_seed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str) -> None:
+    """Each broken kernel fails under each of SEEDS (FA_EMU_SEEDS, read by every Emulated made inside):
+    the rules do not depend on the order blocks and warps run in."""
+    direction, file, old, new, pattern = RACES[fault]
     for seed in SEEDS:
         monkeypatch.setenv("FA_EMU_SEEDS", f"{seed},")
-        run_one(seed)
-
-
-def test_plain_add_where_dq_needs_an_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def one(seed: int) -> None:
-        with pytest.raises(
-            H.EmulatorError,
-            match=r"fa_bwd: .*race between blocks of one launch: (reads|writes) a byte block \(\d+, \d+, \d+\) "
-            r"(wrote|also wrote|read), at byte \d+ of 'dq_accum'",
-        ):
-            run(tmp_path / str(seed), "8.0", "bwd", "bwd.cu", DQ_RED, DQ_PLAIN)
-
-    _each_seed(monkeypatch, one)
-
-
-def test_output_stored_at_the_wrong_query_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def one(seed: int) -> None:
-        with pytest.raises(
-            H.EmulatorError,
-            match=r"st\.global\.v4\.u32: race between blocks of one launch: writes a byte block \(\d, 0, [01]\) also "
-            r"wrote, at byte \d+ of 'out'",
-        ):
-            run(tmp_path / str(seed), "8.0", "fwd", "fwd.cu", STORE_AT_BLOCK, STORE_AT_ZERO)
-
-    _each_seed(monkeypatch, one)
-
-
-def test_plain_shared_race_across_a_missing_barrier(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def one(seed: int) -> None:
-        with pytest.raises(
-            H.EmulatorError,
-            match=r"plain C\+\+ (load from|store to) shared memory: .*(written|read) by thread \d+ with no "
-            r"__syncthreads between \(race\)",
-        ):
-            run(tmp_path / str(seed), "8.0", "bwd", "bwd.cu", LSE_LOOP, LSE_LOOP_UNORDERED)
-
-    _each_seed(monkeypatch, one)
+        with pytest.raises(H.EmulatorError, match=pattern):
+            run(tmp_path / str(seed), "8.0", direction, file, old, new)
 
 
 def test_plain_global_load_out_of_bounds(tmp_path: Path) -> None:
