@@ -222,6 +222,10 @@ def build(unit: tiles.KernelUnit, arch: str, csrc: Path = CSRC, binding: Path = 
         "-Wall",
         "-Wno-unknown-pragmas",
         "-fsanitize=thread",
+        # one PTX call per call site, as on the GPU: g++ must not merge two calls of emu::ptx that end
+        # alike into one (the .aligned rule tells call sites apart by their return address)
+        "-fno-crossjumping",
+        "-fno-tree-tail-merge",
         f"-I{src}",
         f"-I{EMU_H.parent}",
         "-include",
