@@ -19,8 +19,6 @@ namespace {
 
 constexpr double kLog2e = 1.4426950408889634;  // log2(e)
 constexpr size_t kLaunchInts = 5;   // per entry: threads, block_m, block_n, smem_bytes, grid
-constexpr int kGridKBlocks = 1;     // grid code 0: "q_blocks", 1: "k_blocks" (ops.py GRID_CODES)
-constexpr int kGridQBlocksSplits = 2;  // 2: "q_blocks_splits", q blocks times params.num_splits
 constexpr int kDefaultSmemLimit = 48 * 1024;  // above this a kernel must opt in (cuFuncSetAttribute)
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -446,18 +444,13 @@ FaParams backward_params(const Shape& s, const View& q, const View& k, const Vie
 }
 
 PairGrid fold_batch_heads(int64_t batch, int64_t heads, int64_t limit) {
-  FA_CHECK(batch > 0 && heads > 0 && limit > 0, "fold_batch_heads: batch ", batch, ", heads ", heads);
-  if (batch <= limit && heads <= limit) {
-    return PairGrid{static_cast<unsigned>(batch), static_cast<unsigned>(heads)};
-  }
-  // The fewest z rows that hold the pairs, then the fewest y columns for those rows: at most z - 1
-  // blocks past the last pair, which return at once.
-  const int64_t pairs = batch * heads;  // both < 2^31 (int32 in FaParams): no overflow
-  const int64_t z = (pairs + limit - 1) / limit;
-  const int64_t y = (pairs + z - 1) / z;
-  FA_CHECK(z <= limit, "batch ", batch, " x heads ", heads, " = ", pairs, " (batch, head) pairs exceed the ",
-           limit, " x ", limit, " blocks a grid's y and z dimensions hold; split the batch");
-  return PairGrid{static_cast<unsigned>(y), static_cast<unsigned>(z)};
+  PairGrid pairs{0, 0};
+  const fa_geometry::Status status = fa_geometry::fold_batch_heads(batch, heads, limit, &pairs);
+  FA_CHECK(status != fa_geometry::Status::kBadPairs, "fold_batch_heads: batch ", batch, ", heads ", heads);
+  FA_CHECK(status == fa_geometry::Status::kOk, "batch ", batch, " x heads ", heads, " = ", batch * heads,
+           " (batch, head) pairs exceed the ", limit, " x ", limit,
+           " blocks a grid's y and z dimensions hold; split the batch");
+  return pairs;
 }
 
 void launch_all(const FaParams& params, const Launch& launch, int device) {
@@ -470,21 +463,19 @@ void launch_all(const FaParams& params, const Launch& launch, int device) {
   for (const Entry& e : launch.entries) functions.push_back(function_for(module, e.name, e.smem_bytes, stream));
   for (size_t i = 0; i < launch.entries.size(); ++i) {
     const Entry& e = launch.entries[i];
-    const bool by_keys = e.grid == kGridKBlocks;
-    const int64_t rows = by_keys ? params.seqlen_k : params.seqlen_q;
-    const int64_t block = by_keys ? e.block_n : e.block_m;
-    FA_CHECK(block > 0 && e.threads > 0, "entry ", e.name, " has no block size (reinstall fa-attn)");
-    const int64_t splits = e.grid == kGridQBlocksSplits ? params.num_splits : 1;
-    const unsigned grid_x = static_cast<unsigned>((rows + block - 1) / block * splits);
-    if (grid_x == 0 || params.batch == 0 || params.heads == 0) {
+    fa_geometry::Launch geo{};
+    const fa_geometry::Status status = fa_geometry::entry_launch(e.threads, e.block_m, e.block_n, e.smem_bytes,
+                                                                 e.grid, params, kGridYZLimit, &geo);
+    FA_CHECK(status != fa_geometry::Status::kNoBlockSize, "entry ", e.name, " has no block size (reinstall fa-attn)");
+    if (status == fa_geometry::Status::kEmpty) {
       continue;  // nothing to do (empty sequence); a zero grid is a launch error
     }
-    const PairGrid pairs = fold_batch_heads(params.batch, params.heads);
+    if (status != fa_geometry::Status::kOk) fold_batch_heads(params.batch, params.heads);  // its error
     CUfunction fn = functions[i];
     FaParams copy = params;  // cuLaunchKernel copies the argument bytes; keep a mutable lvalue
     void* args[] = {&copy};
-    check_cuda(driver().cuLaunchKernel(fn, grid_x, pairs.y, pairs.z, e.threads, 1, 1, e.smem_bytes, stream, args,
-                                       nullptr),
+    check_cuda(driver().cuLaunchKernel(fn, geo.grid_x, geo.grid_y, geo.grid_z, geo.threads, 1, 1,
+                                       static_cast<unsigned>(geo.smem_bytes), stream, args, nullptr),
                "launching " + e.name);
   }
 }

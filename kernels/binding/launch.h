@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "geometry.h"  // the launch geometry launch_all uses (shared with the CPU emulator)
 #include "params.h"
 
 namespace fa_binding {
@@ -150,15 +151,12 @@ FaParams backward_params(const Shape& shape, const View& q, const View& k, const
                          const View& lse, const BackwardOutputs& outputs);
 
 // A grid's y and z dimensions hold at most 65,535 blocks each (x: 2^31 - 1).
-constexpr int64_t kGridYZLimit = 65535;
+constexpr int64_t kGridYZLimit = fa_geometry::kGridYZLimit;
 
-// The grid's y and z extents for batch x heads (batch, head) pairs: (batch, heads) when both fit,
-// else the pairs folded over y and z (y * z >= batch * heads; the kernels' locate_block, in
-// kernels/csrc/attention.cuh, unfolds them and returns from blocks past the last pair). Fails past
-// limit x limit pairs. `limit` is a parameter so tests can fold small grids.
-struct PairGrid {
-  unsigned y, z;
-};
+// The grid's y and z extents for batch x heads (batch, head) pairs (geometry.h fold_batch_heads, which
+// the CPU emulator compiles too). Fails past limit x limit pairs. `limit` is a parameter so tests
+// can fold small grids.
+using PairGrid = fa_geometry::PairGrid;
 PairGrid fold_batch_heads(int64_t batch, int64_t heads, int64_t limit = kGridYZLimit);
 
 // Launches every entry of `launch` in order on torch's current stream of `device`.

@@ -14,11 +14,13 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -37,6 +39,8 @@ import kernel_launch
 from kernel_launch import CSRC, Call, FaParams  # Call and FaParams: the names the emulator tests use
 
 EMU_H = Path(__file__).resolve().parent / "emu.h"
+RUNTIME = Path(__file__).resolve().parent / "emu_runtime.cpp"
+BINDING = REPO / "kernels" / "binding"  # geometry.h: launch.cpp's launch geometry
 
 GUARD = 64  # canary elements on each side of every buffer
 CANARY = {torch.float16: 0x7E5A, torch.bfloat16: 0x7E5A, torch.float32: 0x7FC0DEAD, torch.int32: 0x5A5A5A5A}
@@ -63,45 +67,185 @@ def _arch_number(arch: str) -> int:
     return int(major) * 100 + int(minor) * 10
 
 
-def build(unit: tiles.KernelUnit, arch: str, csrc: Path = CSRC) -> Path:
+# ---- the real sources, their inline PTX routed to the interpreter -------------------------------------
+class RewriteError(EmulatorError):
+    """Device source the mechanical rewrite cannot follow (an asm statement or a shared declaration)."""
+
+
+_ASM = re.compile(r"\basm\s*(?:volatile\s*)?\(")
+_OPERAND = re.compile(r'^"([=+]?)([hrlfdn])"\s*\((.*)\)$', re.DOTALL)
+_SMEM_DECL = re.compile(r"extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?unsigned\s+char\s+smem\[\]\s*;")
+
+
+def _scan(text: str, start: int, stop: str) -> int:
+    """Index of the first `stop` character at nesting depth 0 from `start`, skipping string literals."""
+    depth, i = 0, start
+    while i < len(text):
+        c = text[i]
+        if c == '"':
+            i += 1
+            while text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+        elif c in "([{":
+            depth += 1
+        elif c in ")]}":
+            if depth == 0 and c in stop:
+                return i
+            depth -= 1
+        elif depth == 0 and c in stop:
+            return i
+        i += 1
+    return -1
+
+
+def _split(text: str, sep: str) -> list[str]:
+    parts, i = [], 0
+    while True:
+        j = _scan(text, i, sep)
+        if j < 0:
+            parts.append(text[i:].strip())
+            return parts
+        parts.append(text[i:j].strip())
+        i = j + 1
+
+
+def _operands(section: str, output: bool, where: str) -> str:
+    calls = []
+    for op in _split(section, ",") if section.strip() else []:
+        m = _OPERAND.match(op)
+        if m is None or bool(m.group(1)) != output:
+            raise RewriteError(f"{where}: asm operand {op!r} is not one the emulator binds")
+        mode, letter, expr = m.groups()
+        calls.append(
+            f"::emu::out_op('{mode}', '{letter}', {expr})"
+            if output
+            else f"::emu::in_op('{letter}', ({expr}))"
+        )
+    return "{" + ", ".join(calls) + "}"
+
+
+def rewrite_asm(text: str, where: str) -> tuple[str, int]:
+    """Every `asm [volatile] ("template" : outputs : inputs [: clobbers]);` of `text` as a call of the
+    emulator's PTX interpreter, emu::ptx("template", {outputs}, {inputs}); and how many there were."""
+    out, pos, count = [], 0, 0
+    while (m := _ASM.search(text, pos)) is not None:
+        close = _scan(text, m.end(), ")")
+        if close < 0 or not text[close + 1 :].lstrip().startswith(";"):
+            raise RewriteError(f"{where}: an asm statement at offset {m.start()} is not closed by ');'")
+        parts = _split(text[m.end() : close], ":")
+        template = parts[0]
+        if not template.startswith('"') or len(parts) > 4:
+            raise RewriteError(f"{where}: asm at offset {m.start()} is not 'template : out : in : clobbers'")
+        outs = _operands(parts[1] if len(parts) > 1 else "", True, where)
+        ins = _operands(parts[2] if len(parts) > 2 else "", False, where)
+        out.append(text[pos : m.start()])
+        out.append(f"::emu::ptx({template}, {outs}, {ins})")
+        pos = close + 1
+        count += 1
+    out.append(text[pos:])
+    return "".join(out), count
+
+
+def emulator_sources(csrc: Path = CSRC) -> Path:
+    """A copy of `csrc` the emulator compiles (cached by content): primitives.cuh with its inline PTX
+    routed to the interpreter (rewrite_asm), and each kernel's `extern __shared__ ... smem[]` as the
+    running block's shared memory (blocks run concurrently, each with its own)."""
+    files = {p.name: p.read_text() for p in sorted(csrc.iterdir()) if p.is_file()}
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    for name, text in files.items():
+        digest.update(name.encode() + b"\0" + text.encode() + b"\0")
+    out = _cache_dir() / f"src-{digest.hexdigest()[:16]}"
+    if out.is_dir():
+        return out
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    for name, text in files.items():
+        if name == "primitives.cuh":
+            text, n = rewrite_asm(text, str(csrc / name))
+            if n == 0:
+                raise RewriteError(f"{csrc / name}: no asm statement to route to the interpreter")
+        elif "asm" in name or _ASM.search(text):
+            raise RewriteError(f"{csrc / name}: inline asm outside primitives.cuh (move it there)")
+        text = _SMEM_DECL.sub("unsigned char* const smem = ::emu::block_smem();", text)
+        if "__shared__" in text:
+            raise RewriteError(f"{csrc / name}: a __shared__ declaration the emulator does not map")
+        (tmp / name).write_text(text)
+    try:
+        os.rename(tmp, out)
+    except OSError:  # another process made it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _compile(cmd: list[str], out: Path, what: str) -> Path:
+    if out.is_file():
+        return out
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    done = subprocess.run([*cmd, "-o", str(tmp)], check=False, capture_output=True, text=True)
+    if done.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise EmulatorError(f"emulator build of {what} failed:\n{done.stderr[-4000:]}")
+    os.replace(tmp, out)
+    return out
+
+
+def _digest(*parts: str | bytes) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update((part.encode() if isinstance(part, str) else part) + b"\0")
+    return h.hexdigest()[:16]
+
+
+def runtime_object(compiler: str, csrc: Path = CSRC, binding: Path = BINDING) -> Path:
+    """emu_runtime.cpp, compiled once per content (without -fsanitize: its accesses are not hooked),
+    with the binding's launch geometry (`binding`/geometry.h)."""
+    flags = ["-std=c++17", "-O2", "-fPIC", "-Wall", "-U_FORTIFY_SOURCE", "-c", f"-I{binding}", f"-I{csrc}"]
+    parts = [RUNTIME.read_bytes(), (csrc / "params.h").read_bytes(), (binding / "geometry.h").read_bytes()]
+    tag = _digest(compiler, *flags, *parts)
+    out = _cache_dir() / f"emu_runtime-{tag}.o"
+    return _compile([compiler, *flags, "-x", "c++", str(RUNTIME)], out, "emu_runtime.cpp")
+
+
+def build(unit: tiles.KernelUnit, arch: str, csrc: Path = CSRC, binding: Path = BINDING) -> Path:
     """The emulated library of `unit` for `arch` ("7.5", "8.0", ...), compiled once per content.
-    `csrc` is the kernel source folder (tests compile altered copies of kernels/csrc)."""
+    `csrc` is the kernel source folder (tests compile altered copies of kernels/csrc, and of the
+    binding's geometry.h with `binding`): the kernel
+    translation unit is instrumented with -fsanitize=thread (its plain loads and stores call the
+    runtime's hooks) and linked against emu_runtime.cpp, not libtsan."""
     compiler = cxx()
     if compiler is None:
         raise EmulatorError("no C++ compiler (g++) to build the emulator with")
+    src = emulator_sources(csrc)
     flags = [
         "-std=c++17",
         "-O2",
         "-fPIC",
-        "-shared",
         "-Wall",
         "-Wno-unknown-pragmas",
-        "-Wl,-Bsymbolic",
-        f"-I{csrc}",
+        "-fsanitize=thread",
+        # one PTX call per call site, as on the GPU: g++ must not merge two calls of emu::ptx that end
+        # alike into one (the .aligned rule tells call sites apart by their return address)
+        "-fno-crossjumping",
+        "-fno-tree-tail-merge",
+        f"-I{src}",
         f"-I{EMU_H.parent}",
         "-include",
         "emu.h",
         f"-DEMU_ARCH={_arch_number(arch)}",
         *(f"-D{k}={v}" for k, v in sorted(unit.defines.items())),
     ]
+    link = ["-shared", "-Wl,-Bsymbolic"]
     if os.environ.get("FA_EMU_UBSAN") == "1":  # undefined behaviour in the kernels' C++ aborts the run
-        flags += ["-fsanitize=undefined", "-fno-sanitize-recover=all", "-g"]
-    digest = hashlib.sha256()
-    for part in [compiler, *flags]:
-        digest.update(part.encode() + b"\0")
-    for src in [*sorted(csrc.glob("*")), EMU_H]:
-        digest.update(src.name.encode() + b"\0" + src.read_bytes())
-    out = _cache_dir() / f"{unit.name}-sm{arch.replace('.', '')}-{digest.hexdigest()[:16]}.so"
-    if out.is_file():
-        return out
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    cmd = [compiler, *flags, "-x", "c++", str(csrc / Path(unit.source).name), "-o", str(tmp)]
-    done = subprocess.run(cmd, check=False, capture_output=True, text=True)
-    if done.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        raise EmulatorError(f"emulator build of {unit.name} failed:\n{done.stderr[-4000:]}")
-    os.replace(tmp, out)
-    return out
+        ubsan = ["-fsanitize=undefined", "-fno-sanitize-recover=all", "-g"]
+        flags += ubsan
+        link += ubsan
+    kernel = src / Path(unit.source).name
+    tag = _digest(compiler, *flags, EMU_H.read_bytes(), src.name)
+    obj = _compile(
+        [compiler, *flags, "-c", "-x", "c++", str(kernel)], _cache_dir() / f"{unit.name}-{tag}.o", unit.name
+    )
+    runtime = runtime_object(compiler, csrc, binding)
+    out = _cache_dir() / f"{unit.name}-sm{arch.replace('.', '')}-{_digest(obj.name, runtime.name, *link)}.so"
+    return _compile([compiler, str(obj), str(runtime), *link], out, f"{unit.name} (link)")
 
 
 # ---- buffers between canaries -------------------------------------------------------------------------
@@ -123,7 +267,9 @@ class Arena:
         if t.numel():
             inner.copy_(t)
         self.guarded.append((name, flat, raw.clone()))
-        self.lib.emu_register(ctypes.c_void_p(inner.data_ptr()), n * t.element_size(), name.encode())
+        self.lib.emu_register_guarded(
+            ctypes.c_void_p(inner.data_ptr()), n * t.element_size(), GUARD * t.element_size(), name.encode()
+        )
         return inner
 
     def check(self) -> None:
@@ -159,12 +305,24 @@ class Emulated:
         arch: str,
         csrc: Path = CSRC,
         needs: Mapping[str, cubin_fit.KernelNeeds] | None = None,
+        seeds: tuple[int, ...] | None = None,
+        window: int | None = None,
+        binding: Path = BINDING,
     ):
         self.unit = unit
         self.arch = arch
         self.needs = dict(needs) if needs is not None else default_needs(unit, arch)
         self.launches = kernel_launch.UnitLaunch.of(unit)
-        self.lib = ctypes.CDLL(str(build(unit, arch, csrc)))
+        self.seeds = seeds if seeds is not None else default_seeds()
+        self.window = window if window is not None else int(os.environ.get("FA_EMU_WINDOW", "8"))
+        self.lib = ctypes.CDLL(str(build(unit, arch, csrc, binding)))
+        self.lib.emu_set_schedule.argtypes = [ctypes.c_uint64, ctypes.c_int]
+        self.lib.emu_entry_launch.argtypes = [
+            *[ctypes.c_int] * 5,
+            ctypes.POINTER(FaParams),
+            ctypes.c_int64,
+            ctypes.POINTER(ctypes.c_int64),
+        ]
         self.lib.emu_launch.argtypes = [
             ctypes.c_void_p,
             ctypes.c_uint,
@@ -176,7 +334,14 @@ class Emulated:
         ]
         self.lib.emu_set_limits.argtypes = [ctypes.c_int] * 4
         self.lib.emu_error.restype = ctypes.c_char_p
-        self.lib.emu_register.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_char_p]
+        self.lib.emu_register_guarded.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_uint64,
+            ctypes.c_uint64,
+            ctypes.c_char_p,
+        ]
+        self.lib.emu_set_arch(_arch_number(arch))
+        self.lib.emu_set_schedule(self.seeds[0], self.window)  # launches made outside forward/backward
         self.lib.emu_collectives.restype = ctypes.c_uint64
         self.lib.emu_bank_stats.argtypes = [ctypes.POINTER(ctypes.c_uint64)]
         # entry -> access kind -> [instructions, wavefronts, conflict-free wavefronts], summed over launches
@@ -205,6 +370,35 @@ class Emulated:
     def output(self, name: str, shape: list[int], dtype: torch.dtype) -> torch.Tensor:
         return self.place(name, _nan_like(shape, dtype))
 
+    def geometry(
+        self, entry: str, launch: kernel_launch.EntryLaunch, p: FaParams, limit: int
+    ) -> tuple[int, int, int, int, int] | None:
+        """launch.cpp's launch of `entry` (the binding's geometry.h, compiled into the library): grid x,
+        y, z, threads and dynamic shared memory; None when there is nothing to launch."""
+        out = (ctypes.c_int64 * 5)()
+        code = kernel_launch.GRIDS.index(launch.grid) if launch.grid in kernel_launch.GRIDS else -1
+        status = self.lib.emu_entry_launch(
+            launch.threads,
+            launch.block_m,
+            launch.block_n,
+            launch.smem_bytes,
+            code,
+            ctypes.byref(p),
+            limit,
+            out,
+        )
+        if status == 1:
+            return None
+        if status != 0:
+            why = {
+                2: "no block size",
+                3: "no (batch, head) pair",
+                4: f"(batch, head) pairs exceed {limit} x {limit}",
+            }
+            raise kernel_launch.LaunchError(f"entry {entry}: {why.get(status, f'status {status}')}")
+        gx, gy, gz, threads, smem = out
+        return gx, gy, gz, threads, smem
+
     def launch(
         self, entry: str, launch: kernel_launch.EntryLaunch, grid: tuple[int, int, int], params: FaParams
     ) -> None:
@@ -213,7 +407,12 @@ class Emulated:
         self.lib.emu_set_limits(
             need.max_threads, need.registers, need.static_smem, tiles.SMEM_LIMIT[self.arch]
         )
-        rc = self.lib.emu_launch(fn, *grid, launch.threads, launch.smem_bytes, ctypes.byref(params))
+        geo = self.geometry(entry, launch, params, kernel_launch.GRID_YZ_LIMIT)
+        if geo is None or geo[:3] != tuple(grid):
+            raise EmulatorError(
+                f"{entry}: launched on grid {grid}, which launch.cpp's geometry gives as {geo}"
+            )
+        rc = self.lib.emu_launch(fn, *grid, geo[3], geo[4], ctypes.byref(params))
         if rc != 0:
             raise EmulatorError(f"{self.unit.name} (sm {self.arch}) {entry}: {self.lib.emu_error().decode()}")
         stats = (ctypes.c_uint64 * (3 * len(ACCESS_KINDS)))()
@@ -229,28 +428,74 @@ def _nan_like(shape: tuple[int, ...] | list[int], dtype: torch.dtype) -> torch.T
     return torch.full(tuple(shape), float("nan"), dtype=dtype)
 
 
+def default_seeds() -> tuple[int, ...]:
+    """FA_EMU_SEEDS: the scheduler seeds every emulated call runs under, "1,2,3" or a count ("3": seeds
+    1 to 3); default one seed."""
+    text = os.environ.get("FA_EMU_SEEDS", "1").strip()
+    try:
+        seeds = (
+            tuple(int(x) for x in text.split(",") if x.strip())
+            if "," in text
+            else tuple(range(1, int(text) + 1))
+        )
+    except ValueError:
+        raise EmulatorError(f"FA_EMU_SEEDS={text!r}: give seeds as '1,2,3' or a count such as '3'") from None
+    if not seeds:
+        raise EmulatorError(f"FA_EMU_SEEDS={text!r}: give at least one seed")
+    return seeds
+
+
+def _per_seed(
+    em: Emulated, run: Callable[[], tuple[torch.Tensor, ...]], names: tuple[str, ...]
+) -> tuple[torch.Tensor, ...]:
+    """`run` (inside an arena) once per scheduler seed of `em`. Every order must give the same results;
+    only "dq", which blocks accumulate with red.add in an order that may differ, is compared with the
+    tolerance of one fp16 step. Returns the first seed's results."""
+    first: tuple[torch.Tensor, ...] | None = None
+    for seed in em.seeds:
+        em.lib.emu_set_schedule(seed, em.window)
+        with em.arena():
+            got = tuple(t.clone() for t in run())
+        if first is None:
+            first = got
+            continue
+        for name, a, b in zip(names, first, got, strict=True):
+            same = (
+                torch.allclose(a.float(), b.float(), rtol=2e-3, atol=1e-5, equal_nan=True)
+                if name == "dq"
+                else torch.equal(a.nan_to_num(), b.nan_to_num())
+            )
+            if not same:
+                raise EmulatorError(
+                    f"{em.unit.name} (sm {em.arch}): '{name}' differs between scheduler seeds {em.seeds[0]} and "
+                    f"{seed}: the result depends on the order blocks and warps run in"
+                )
+    assert first is not None
+    return first
+
+
 def forward(em: Emulated, c: Call) -> tuple[torch.Tensor, torch.Tensor]:
     """attention.h fwd: (out like q, lse fp32 (batch, heads, seqlen_q) or (heads, total_q))."""
-    with em.arena():
-        out, lse = kernel_launch.forward(em, em.launches, c)
-        return out.clone(), lse.clone()
+    out, lse = _per_seed(em, lambda: kernel_launch.forward(em, em.launches, c), ("out", "lse"))
+    return out, lse
 
 
 def forward_splitkv(em: Emulated, c: Call, num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The split-KV forward as the binding runs it: partials of num_splits shares of the keys, then the
     combine. Same outputs as `forward`."""
-    with em.arena():
-        out, lse = kernel_launch.forward_splitkv(em, em.launches, c, num_splits)
-        return out.clone(), lse.clone()
+    out, lse = _per_seed(
+        em, lambda: kernel_launch.forward_splitkv(em, em.launches, c, num_splits), ("out", "lse")
+    )
+    return out, lse
 
 
 def backward(
     em: Emulated, c: Call, out: torch.Tensor, lse: torch.Tensor, dout: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """attention.h bwd: (dq, dk, dv) with GQA groups summed."""
-    with em.arena():
-        dq, dk, dv = kernel_launch.backward(em, em.launches, c, out, lse, dout)
-        dq, dk, dv = dq.clone(), dk.clone(), dv.clone()
+    dq, dk, dv = _per_seed(
+        em, lambda: kernel_launch.backward(em, em.launches, c, out, lse, dout), ("dq", "dk", "dv")
+    )
     dk, dv = kernel_launch.sum_groups(c, dk, dv)
     return dq, dk, dv
 

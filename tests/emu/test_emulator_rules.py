@@ -117,3 +117,88 @@ def test_launch_past_the_register_file() -> None:
     heavy = {"fa_fwd": KernelNeeds(0, 200, 0)}
     with pytest.raises(H.EmulatorError, match="512 threads x 200 registers needs 102400 registers"):
         H.forward(H.Emulated(_with_threads(unit, 512), "8.0", needs=heavy), _call())
+
+
+# ---- the rules of the real-PTX emulator: plain accesses, blocks that run together -------------------------
+# The dQ accumulation of the backward (sm80 d64: FA_DQ_SMEM, so the scalar red.add) as a plain `+=`: on a
+# GPU the key blocks' read-modify-writes of one dq_accum row interleave and lose updates. Blocks that run
+# one after another add correctly, so only the race rule between blocks sees it (2 key blocks: sk = 170,
+# block_n = 128).
+DQ_RED = "        red_add_f32(dq + r * kb.dq_accum_row_stride + c, bits_to_float(ld_shared32(staged + (r * kDqPitch + c) * 4)));"
+DQ_PLAIN = "        dq[r * kb.dq_accum_row_stride + c] += bits_to_float(ld_shared32(staged + (r * kDqPitch + c) * 4));"
+
+# The forward's output tile stored at query block 0's rows whatever the block (2 query blocks: sq = 150,
+# block_m = 128): both blocks write rows 0..127 of out.
+STORE_AT_BLOCK = "store_tile<kThreads>(out + blk.row0 * p.o_row_stride, p.o_row_stride,"
+STORE_AT_ZERO = "store_tile<kThreads>(out, p.o_row_stride,"
+
+# bwd.cu's per-row lse and D, plain C++ stores to shared memory read by other warps: the barrier moved
+# from after those stores to before them (so the cp.async data of the step is still waited for and
+# ordered, and only the plain accesses race).
+LSE_LOOP = """    for (int r = tid; r < kBlockM; r += kThreads) {
+      const bool in = row0 + r < kb.seqlen_q;
+      const float l = in ? kb.lse[row0 + r] : pos_inf();
+      s_lse[r] = l == -pos_inf() ? pos_inf() : l * kLog2e;
+      s_dsum[r] = in ? kb.dsum[row0 + r] : 0.f;
+    }
+    __syncthreads();
+"""
+LSE_LOOP_UNORDERED = "    __syncthreads();\n" + LSE_LOOP.replace("    __syncthreads();\n", "")
+
+SEEDS = (1, 2, 3)
+
+# Each fault: the direction to run, the file, the text and its replacement, what the emulator must say.
+RACES = {
+    "plain-add-for-dq": (
+        "bwd",
+        "bwd.cu",
+        DQ_RED,
+        DQ_PLAIN,
+        (
+            r"fa_bwd: .*race between blocks of one launch: (reads|writes) a byte block \(\d+, \d+, \d+\) "
+            r"(wrote|also wrote|read), at byte \d+ of 'dq_accum'"
+        ),
+    ),
+    "output-at-query-block-0": (
+        "fwd",
+        "fwd.cu",
+        STORE_AT_BLOCK,
+        STORE_AT_ZERO,
+        (
+            r"st\.global\.v4\.u32: race between blocks of one launch: writes a byte block \(\d, 0, [01]\) also "
+            r"wrote, at byte \d+ of 'out'"
+        ),
+    ),
+    "plain-shared-race-across-a-missing-barrier": (
+        "bwd",
+        "bwd.cu",
+        LSE_LOOP,
+        LSE_LOOP_UNORDERED,
+        (
+            r"plain C\+\+ (load from|store to) shared memory: .*(written|read) by thread \d+ with no "
+            r"__syncthreads between \(race\)"
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("fault", RACES)
+def test_race_found_under_every_seed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str) -> None:
+    """Each broken kernel fails under each of SEEDS (FA_EMU_SEEDS, read by every Emulated made inside):
+    the rules do not depend on the order blocks and warps run in."""
+    direction, file, old, new, pattern = RACES[fault]
+    for seed in SEEDS:
+        monkeypatch.setenv("FA_EMU_SEEDS", f"{seed},")
+        with pytest.raises(H.EmulatorError, match=pattern):
+            run(tmp_path / str(seed), "8.0", direction, file, old, new)
+
+
+def test_plain_global_load_out_of_bounds(tmp_path: Path) -> None:
+    """The backward reading lse 60 rows past its (batch, head): for the last head, a plain C++ load past
+    the end of 'lse' (into its canaries), named as it happens with the buffer and offset, where the
+    canaries only see stores."""
+    old, new = "kb.lse[row0 + r]", "kb.lse[row0 + r + 60]"
+    with pytest.raises(
+        H.EmulatorError, match=r"plain C\+\+ load from global memory: .* outside the buffer 'lse'"
+    ):
+        run(tmp_path, "8.0", "bwd", "bwd.cu", LSE_LOOP, LSE_LOOP.replace(old, new))

@@ -77,3 +77,31 @@ def test_folded_grid_gives_the_unfolded_results(
     names = ["out", "lse", "split out", "split lse", "dq", "dk", "dv"]
     for name, a, b in zip(names, plain, folded, strict=True):
         assert torch.equal(a, b), f"{name} differs on the folded grid"
+
+
+def test_the_emulator_launches_the_binding_geometry(tmp_path) -> None:
+    """The grids come from kernels/binding/geometry.h, which launch.cpp launches with, compiled into the
+    emulator: a copy whose query-block count rounds down (150 rows, block_m 128: one block, not two)
+    leaves the last partial block's rows of the output unwritten (NaN), and the grid it reports is the
+    altered one."""
+    binding = tmp_path / "binding"
+    binding.mkdir()
+    text = (H.BINDING / "geometry.h").read_text()
+    old = "(rows + block - 1) / block * splits"
+    assert text.count(old) == 1
+    (binding / "geometry.h").write_text(text.replace(old, "rows / block * splits"))
+    unit = H.unit_for(ARCH, "fwd", "fp16", 64)
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(1, n, 2, 64, generator=gen).half() for n in (150, 90, 90))
+    call = H.Call(q, k, v)
+    real, altered = H.Emulated(unit, ARCH), H.Emulated(unit, ARCH, binding=binding)
+    entry, launch = next(iter(real.launches.entries.items()))
+    with real.arena():
+        p = kernel_launch.prepare_forward(real, call).params
+        assert real.geometry(entry, launch, p, 65535) == (2, 1, 2, launch.threads, launch.smem_bytes)
+        assert altered.geometry(entry, launch, p, 65535) == (1, 1, 2, launch.threads, launch.smem_bytes)
+    out, _ = H.forward(real, call)
+    assert not out.isnan().any()
+    out, _ = H.forward(altered, call)
+    assert not out[:, :128].isnan().any()
+    assert out[:, 128:].isnan().all()

@@ -125,10 +125,16 @@ def fold_batch_heads(batch: int, heads: int, limit: int) -> tuple[int, int]:
     return y, z
 
 
-def grid_of(entry: str, launch: EntryLaunch, p: FaParams) -> tuple[int, int, int] | None:
+def grid_of(entry: str, launch: EntryLaunch, p: FaParams, dev: Any = None) -> tuple[int, int, int] | None:
     """launch.cpp launch_all: (blocks over query or key rows [times num_splits], then the (batch,
     head) pairs over y and z, folded past GRID_YZ_LIMIT); None when empty (a zero grid is a launch
-    error, so the binding skips it)."""
+    error, so the binding skips it). A device with a `geometry` method (the CPU emulator, which
+    compiles the binding's own kernels/binding/geometry.h) answers it; the steps below are that
+    header's, in Python, for the GPU kit's driver launcher."""
+    geometry = getattr(dev, "geometry", None)
+    if geometry is not None:
+        geo = geometry(entry, launch, p, GRID_YZ_LIMIT)
+        return None if geo is None else (geo[0], geo[1], geo[2])
     if launch.grid not in GRIDS:
         raise LaunchError(f"entry {entry}: grid {launch.grid!r} is not one the binding launches")
     by_keys = launch.grid == "k_blocks"
@@ -161,7 +167,7 @@ class Device(Protocol):
 def launch_all(dev: Device, unit: UnitLaunch, p: FaParams) -> None:
     """Every entry of the unit in order (the backward's preprocess, main and dq conversion)."""
     for name, e in unit.entries.items():
-        grid = grid_of(name, e, p)
+        grid = grid_of(name, e, p, dev)
         if grid is not None:
             dev.launch(name, e, grid, p)
 

@@ -1,0 +1,1670 @@
+// The emulator's runtime (see emu.h for what it checks): fibers and their scheduler, shared and global
+// memory shadows, the PTX interpreter the kernels' inline asm reaches, the __tsan_* hooks that see
+// the kernels' plain loads and stores, and the C interface emu_harness.py calls.
+//
+// Compiled once, without -fsanitize, and linked into every emulated kernel library (each library has
+// its own copy: -Wl,-Bsymbolic), so none of the accesses made here reach the hooks.
+#include <setjmp.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "geometry.h"  // kernels/binding: the launch geometry launch.cpp uses
+#include "params.h"    // FaParams, host layout (the same bytes as the device's)
+
+namespace emu {
+
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+struct Operand {  // emu.h's, the same layout
+  char cons;
+  char mode;
+  uint8_t size;
+  void* ptr;
+  uint64_t val;
+};
+
+Dim3 cur_tid, cur_bid, cur_bdim, cur_gdim;
+
+constexpr int kMaxSmem = 256 * 1024;
+constexpr int kMaxThreads = 1024;
+constexpr int kWarpSize = 32;
+constexpr int kMaxOps = 16;    // asm operands of one statement
+constexpr int kMaxLocals = 4;  // .reg declarations of one statement
+
+void fail(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// ---- numbers ---------------------------------------------------------------------------------------
+inline float bits_f(uint32_t v) {
+  float f;
+  memcpy(&f, &v, 4);
+  return f;
+}
+inline uint32_t f_bits(float f) {
+  uint32_t v;
+  memcpy(&v, &f, 4);
+  return v;
+}
+inline float half_to_float(uint16_t h) {
+  _Float16 x;
+  memcpy(&x, &h, 2);
+  return static_cast<float>(x);
+}
+inline uint16_t float_to_half(float f, bool rz) {
+  if (rz) {  // round toward zero: the nearest-even result if it is not larger in magnitude, else one less
+    const _Float16 x = static_cast<_Float16>(f);
+    if (std::isnan(f) || std::isinf(f) || std::fabs(static_cast<float>(x)) <= std::fabs(f)) {
+      uint16_t h;
+      memcpy(&h, &x, 2);
+      return h;
+    }
+    uint16_t h;
+    memcpy(&h, &x, 2);
+    return static_cast<uint16_t>(h - 1);
+  }
+  const _Float16 x = static_cast<_Float16>(f);
+  uint16_t h;
+  memcpy(&h, &x, 2);
+  return h;
+}
+inline float bf16_to_float(uint16_t b) { return bits_f(static_cast<uint32_t>(b) << 16); }
+inline uint16_t float_to_bf16(float f, bool rz) {
+  const uint32_t u = f_bits(f);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0) return 0x7fff;  // canonical NaN
+  if (rz) return static_cast<uint16_t>(u >> 16);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+inline float ftz(float x) { return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.f, x) : x; }
+
+// ---- PTX: the parsed form of one asm template ------------------------------------------------------
+enum class Op {
+  kMov,
+  kCvta,
+  kCvt,
+  kEx2,
+  kLg2,
+  kRcp,
+  kTanh,
+  kShfl,
+  kLdmatrix,
+  kMma,
+  kCpAsync,
+  kCommit,
+  kWaitGroup,
+  kWaitAll,
+  kLd,
+  kSt,
+  kRed,
+};
+
+enum class RefKind { kNone, kOperand, kLocal, kImm };
+struct Ref {
+  RefKind kind = RefKind::kNone;
+  int64_t v = 0;  // operand index, local index or the immediate
+};
+
+struct Arg {  // one instruction operand: a scalar, a vector {..} or an address [..]
+  std::vector<Ref> regs;
+  bool vec = false, addr = false;
+  int64_t offset = 0;  // [reg+offset]
+};
+
+enum class Ty { kNone, kF16, kBF16, kF32, kU32, kU64, kB16, kB32 };
+
+struct Instr {
+  Op op;
+  std::string text;    // the statement as written
+  std::string opcode;  // its first word
+  std::vector<Arg> args;
+  // modifiers as parsed (only what the forms below need)
+  bool ftz = false, rz = false, trans = false, nc = false, shared = false, global = false, x2pack = false;
+  int count = 1;  // ldmatrix matrices, ld/st vector width
+  int bytes = 4;  // ld/st element size; cp.async cp-size
+  int k = 16;     // mma k
+  Ty dst = Ty::kNone, src = Ty::kNone;
+  char shfl_mode = 'b';  // b(fly) u(p) d(own) i(dx)
+  bool collective = false;
+  bool memory = false;  // touches memory: a scheduling point
+};
+
+struct Program {
+  std::vector<Instr> instrs;
+  int locals = 0;
+};
+
+// Launch-wide state the interpreter needs before the scheduler's definitions.
+int g_arch = 0;            // __CUDA_ARCH__ of the library (emu.h's static initializer)
+bool g_tanh_exact = false;
+
+[[noreturn]] void parse_fail(const std::string& text, const std::string& what) {
+  fail("PTX '%s': %s", text.c_str(), what.c_str());
+  abort();
+}
+
+inline std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\n\r"), e = s.find_last_not_of(" \t\n\r");
+  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+}
+
+std::vector<std::string> split_top(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  int depth = 0;
+  std::string cur;
+  for (char c : s) {
+    if (c == '{' || c == '[') ++depth;
+    if (c == '}' || c == ']') --depth;
+    if (c == sep && depth == 0) {
+      out.push_back(trim(cur));
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (!trim(cur).empty() || !out.empty()) out.push_back(trim(cur));
+  return out;
+}
+
+Ref parse_ref(const std::string& tok, const std::map<std::string, int>& locals, const std::string& text) {
+  Ref r;
+  if (tok.size() >= 2 && tok[0] == '%' && isdigit(static_cast<unsigned char>(tok[1]))) {
+    r.kind = RefKind::kOperand;
+    r.v = strtol(tok.c_str() + 1, nullptr, 10);
+    if (r.v >= kMaxOps) parse_fail(text, "operand " + tok + " past the emulator's " + std::to_string(kMaxOps));
+    return r;
+  }
+  auto it = locals.find(tok);
+  if (it != locals.end()) {
+    r.kind = RefKind::kLocal;
+    r.v = it->second;
+    return r;
+  }
+  char* end = nullptr;
+  const long long imm = strtoll(tok.c_str(), &end, 0);
+  if (!tok.empty() && end != nullptr && *end == '\0') {
+    r.kind = RefKind::kImm;
+    r.v = imm;
+    return r;
+  }
+  parse_fail(text, "operand '" + tok + "' is neither %N, a declared register nor an integer");
+}
+
+Arg parse_arg(const std::string& s, const std::map<std::string, int>& locals, const std::string& text) {
+  Arg a;
+  if (s.size() >= 2 && s.front() == '{' && s.back() == '}') {
+    a.vec = true;
+    for (const std::string& t : split_top(s.substr(1, s.size() - 2), ',')) a.regs.push_back(parse_ref(t, locals, text));
+    return a;
+  }
+  if (s.size() >= 2 && s.front() == '[' && s.back() == ']') {
+    a.addr = true;
+    std::string in = trim(s.substr(1, s.size() - 2));
+    const size_t plus = in.find('+');
+    if (plus != std::string::npos) {
+      a.offset = strtoll(trim(in.substr(plus + 1)).c_str(), nullptr, 0);
+      in = trim(in.substr(0, plus));
+    }
+    a.regs.push_back(parse_ref(in, locals, text));
+    return a;
+  }
+  a.regs.push_back(parse_ref(s, locals, text));
+  return a;
+}
+
+Ty parse_ty(const std::string& m) {
+  if (m == "f16") return Ty::kF16;
+  if (m == "bf16") return Ty::kBF16;
+  if (m == "f32") return Ty::kF32;
+  if (m == "u32" || m == "s32") return Ty::kU32;
+  if (m == "b32") return Ty::kB32;
+  if (m == "u64" || m == "s64" || m == "b64") return Ty::kU64;
+  if (m == "b16" || m == "u16") return Ty::kB16;
+  return Ty::kNone;
+}
+
+int ty_bytes(const std::string& m) {
+  if (m == "u8" || m == "s8" || m == "b8") return 1;
+  if (m == "u16" || m == "s16" || m == "b16" || m == "f16") return 2;
+  if (m == "u32" || m == "s32" || m == "b32" || m == "f32") return 4;
+  if (m == "u64" || m == "s64" || m == "b64" || m == "f64") return 8;
+  return 0;
+}
+
+void need_args(const Instr& in, size_t n) {
+  if (in.args.size() != n) {
+    parse_fail(in.text, "takes " + std::to_string(n) + " operands, " + std::to_string(in.args.size()) + " given");
+  }
+}
+void need_regs(const Instr& in, size_t arg, size_t n, const char* what) {
+  if (in.args[arg].regs.size() != n || in.args[arg].addr) {
+    parse_fail(in.text, std::string(what) + " needs " + std::to_string(n) + " register(s), " +
+                            std::to_string(in.args[arg].regs.size()) + " given");
+  }
+}
+void need_arch(const Instr& in, int arch, const char* what) {
+  if (g_arch < arch) {
+    parse_fail(in.text, std::string(what) + " needs sm_" + std::to_string(arch / 10) + " (this library is sm_" +
+                            std::to_string(g_arch / 10) + ")");
+  }
+}
+
+Instr parse_instr(const std::string& stmt, const std::map<std::string, int>& locals) {
+  Instr in;
+  in.text = stmt;
+  const size_t sp = stmt.find_first_of(" \t\n");
+  const std::string opcode = sp == std::string::npos ? stmt : stmt.substr(0, sp);
+  in.opcode = opcode;
+  const std::string rest = sp == std::string::npos ? std::string() : trim(stmt.substr(sp));
+  std::vector<std::string> mods;
+  {
+    size_t p = 0;
+    while (p <= opcode.size()) {
+      const size_t q = opcode.find('.', p);
+      mods.push_back(opcode.substr(p, q == std::string::npos ? std::string::npos : q - p));
+      if (q == std::string::npos) break;
+      p = q + 1;
+    }
+  }
+  const std::string name = mods[0];
+  mods.erase(mods.begin());
+  if (!rest.empty()) {
+    for (const std::string& a : split_top(rest, ',')) in.args.push_back(parse_arg(a, locals, stmt));
+  }
+  auto has = [&](const char* m) { return std::find(mods.begin(), mods.end(), m) != mods.end(); };
+  auto unknown = [&](std::initializer_list<const char*> allowed) {
+    for (const std::string& m : mods) {
+      bool ok = false;
+      for (const char* a : allowed) ok |= m == a;
+      if (!ok) parse_fail(stmt, "modifier ." + m + " of " + name + " is not one the emulator knows");
+    }
+  };
+  if (name == "mov") {
+    unknown({"b32", "u32", "f32"});
+    in.op = Op::kMov;
+    need_args(in, 2);
+    return in;
+  }
+  if (name == "cvta") {
+    if (!(mods.size() == 3 && mods[0] == "to" && mods[1] == "shared" && mods[2] == "u64")) {
+      parse_fail(stmt, "only cvta.to.shared.u64 is emulated");
+    }
+    in.op = Op::kCvta;
+    need_args(in, 2);
+    return in;
+  }
+  if (name == "cvt") {
+    in.op = Op::kCvt;
+    std::vector<std::string> tys;
+    for (const std::string& m : mods) {
+      if (m == "rn") continue;
+      if (m == "rz") {
+        in.rz = true;
+        continue;
+      }
+      if (m == "f16x2" || m == "bf16x2") {
+        in.x2pack = true;
+        tys.push_back(m.substr(0, m.size() - 2));
+        continue;
+      }
+      if (parse_ty(m) == Ty::kNone) parse_fail(stmt, "modifier ." + m + " of cvt is not one the emulator knows");
+      tys.push_back(m);
+    }
+    if (tys.size() != 2) parse_fail(stmt, "cvt needs a destination and a source type");
+    in.dst = parse_ty(tys[0]);
+    in.src = parse_ty(tys[1]);
+    const bool narrowing = in.src == Ty::kF32 && (in.dst == Ty::kF16 || in.dst == Ty::kBF16);
+    const bool rounding = has("rn") || in.rz;
+    if (narrowing && !rounding) parse_fail(stmt, "a narrowing float cvt needs a rounding modifier (.rn, .rz)");
+    if (!narrowing && rounding) parse_fail(stmt, "a rounding modifier on a cvt that does not round");
+    if (in.x2pack) {
+      need_args(in, 3);
+      if (!narrowing) parse_fail(stmt, "cvt.*x2 converts two .f32 sources");
+      if (in.dst == Ty::kBF16) need_arch(in, 800, "cvt.bf16x2");
+      if (in.dst == Ty::kF16) need_arch(in, 800, "cvt.f16x2.f32");
+    } else {
+      need_args(in, 2);
+      const bool ok = (in.dst == Ty::kF32 && in.src == Ty::kF16) || narrowing ||
+                      (in.dst == Ty::kU32 && in.src == Ty::kU64);
+      if (!ok) parse_fail(stmt, "this cvt is not one the emulator knows");
+      if (in.dst == Ty::kBF16) need_arch(in, 800, "cvt.bf16.f32");
+    }
+    return in;
+  }
+  if (name == "ex2" || name == "lg2" || name == "rcp" || name == "tanh") {
+    in.op = name == "ex2" ? Op::kEx2 : name == "lg2" ? Op::kLg2 : name == "rcp" ? Op::kRcp : Op::kTanh;
+    if (!has("approx") || !has("f32")) parse_fail(stmt, name + " is emulated as ." "approx.f32 only");
+    if (in.op == Op::kTanh) {
+      unknown({"approx", "f32"});
+    } else {
+      unknown({"approx", "ftz", "f32"});
+    }
+    in.ftz = has("ftz");
+    need_args(in, 2);
+    return in;
+  }
+  if (name == "shfl") {
+    unknown({"sync", "bfly", "up", "down", "idx", "b32"});
+    if (!has("sync") || !has("b32")) parse_fail(stmt, "only shfl.sync.<mode>.b32 is emulated");
+    in.op = Op::kShfl;
+    in.shfl_mode = has("bfly") ? 'b' : has("up") ? 'u' : has("down") ? 'd' : has("idx") ? 'i' : 0;
+    if (in.shfl_mode == 0) parse_fail(stmt, "shfl.sync needs a mode (.bfly .up .down .idx)");
+    need_args(in, 5);
+    in.collective = true;
+    return in;
+  }
+  if (name == "ldmatrix") {
+    unknown({"sync", "aligned", "m8n8", "x1", "x2", "x4", "trans", "shared", "shared::cta", "b16"});
+    if (!has("sync") || !has("aligned") || !has("m8n8") || !has("b16") || !(has("shared") || has("shared::cta"))) {
+      parse_fail(stmt, "only ldmatrix.sync.aligned.m8n8[.x1|.x2|.x4][.trans].shared.b16 is emulated");
+    }
+    in.op = Op::kLdmatrix;
+    in.count = has("x4") ? 4 : has("x2") ? 2 : 1;
+    in.trans = has("trans");
+    need_args(in, 2);
+    if (!in.args[1].addr) parse_fail(stmt, "ldmatrix's source is an address [..]");
+    need_regs(in, 0, static_cast<size_t>(in.count), "ldmatrix's destination");
+    in.collective = true;
+    in.memory = true;
+    return in;
+  }
+  if (name == "mma") {
+    unknown({"sync", "aligned", "m16n8k16", "m16n8k8", "row", "col", "f32", "f16", "bf16"});
+    if (!has("sync") || !has("aligned")) parse_fail(stmt, "mma without .sync.aligned");
+    if (!(mods.size() == 9 && mods[2].rfind("m16n8k", 0) == 0 && mods[3] == "row" && mods[4] == "col")) {
+      parse_fail(stmt, "only mma.sync.aligned.m16n8k{8,16}.row.col.<d>.<a>.<b>.<c> is emulated");
+    }
+    in.op = Op::kMma;
+    in.k = mods[2] == "m16n8k16" ? 16 : 8;
+    in.dst = parse_ty(mods[5]);
+    in.src = parse_ty(mods[6]);
+    if (in.dst != Ty::kF32 || parse_ty(mods[8]) != Ty::kF32) parse_fail(stmt, "only fp32 accumulators are emulated");
+    if (in.src != parse_ty(mods[7]) || (in.src != Ty::kF16 && in.src != Ty::kBF16)) {
+      parse_fail(stmt, "A and B must both be .f16 or both .bf16");
+    }
+    if (in.src == Ty::kBF16) need_arch(in, 800, "mma with .bf16");
+    if (in.k == 16) need_arch(in, 800, "mma.m16n8k16");
+    need_args(in, 4);
+    need_regs(in, 0, 4, "mma's D");
+    need_regs(in, 1, in.k == 16 ? 4 : 2, "mma's A");
+    need_regs(in, 2, in.k == 16 ? 2 : 1, "mma's B");
+    need_regs(in, 3, 4, "mma's C");
+    in.collective = true;
+    return in;
+  }
+  if (name == "cp") {
+    if (mods.empty() || mods[0] != "async") parse_fail(stmt, "unknown instruction cp." + (mods.empty() ? "" : mods[0]));
+    need_arch(in, 800, "cp.async");
+    in.memory = true;
+    if (mods.size() == 2 && mods[1] == "commit_group") {
+      in.op = Op::kCommit;
+      need_args(in, 0);
+      return in;
+    }
+    if (mods.size() == 2 && mods[1] == "wait_group") {
+      in.op = Op::kWaitGroup;
+      need_args(in, 1);
+      if (in.args[0].regs[0].kind == RefKind::kLocal) parse_fail(stmt, "wait_group takes an immediate");
+      return in;
+    }
+    if (mods.size() == 2 && mods[1] == "wait_all") {
+      in.op = Op::kWaitAll;
+      need_args(in, 0);
+      return in;
+    }
+    in.op = Op::kCpAsync;
+    const bool cg = has("cg"), ca = has("ca");
+    if (cg == ca || !(has("shared") || has("shared::cta")) || !has("global")) {
+      parse_fail(stmt, "only cp.async.{ca,cg}.shared.global is emulated");
+    }
+    for (size_t i = 1; i < mods.size(); ++i) {
+      const std::string& m = mods[i];
+      if (m != "ca" && m != "cg" && m != "shared" && m != "shared::cta" && m != "global") {
+        parse_fail(stmt, "modifier ." + m + " of cp.async is not one the emulator knows");
+      }
+    }
+    if (in.args.size() != 3 && in.args.size() != 4) parse_fail(stmt, "cp.async takes [dst], [src], cp-size[, src-size]");
+    if (!in.args[0].addr || !in.args[1].addr) parse_fail(stmt, "cp.async's first two operands are addresses");
+    const Ref& size = in.args[2].regs[0];
+    if (size.kind != RefKind::kImm) parse_fail(stmt, "cp.async's cp-size is an immediate");
+    in.bytes = static_cast<int>(size.v);
+    if (cg ? in.bytes != 16 : (in.bytes != 4 && in.bytes != 8 && in.bytes != 16)) {
+      parse_fail(stmt, cg ? "cp.async.cg copies 16 bytes" : "cp.async.ca copies 4, 8 or 16 bytes");
+    }
+    in.ftz = cg;  // (unused: .cg and .ca differ in caching only)
+    return in;
+  }
+  if (name == "ld" || name == "st") {
+    in.op = name == "ld" ? Op::kLd : Op::kSt;
+    in.memory = true;
+    for (const std::string& m : mods) {
+      if (m == "shared" || m == "shared::cta") {
+        in.shared = true;
+      } else if (m == "global") {
+        in.global = true;
+      } else if (m == "nc") {
+        in.nc = true;
+      } else if (m == "v2" || m == "v4") {
+        in.count = m[1] - '0';
+      } else if (ty_bytes(m) != 0) {
+        in.bytes = ty_bytes(m);
+      } else if (m == "weak" || m == "ca" || m == "cg" || m == "cs" || m == "lu" || m == "cv" || m == "wb" ||
+                 m == "wt") {
+      } else {
+        parse_fail(stmt, "modifier ." + m + " of " + name + " is not one the emulator knows");
+      }
+    }
+    if (in.shared == in.global) parse_fail(stmt, name + " needs exactly one state space (.shared or .global)");
+    if (in.nc && (in.op != Op::kLd || !in.global)) parse_fail(stmt, ".nc is for ld.global only");
+    need_args(in, 2);
+    const int data = in.op == Op::kLd ? 0 : 1;
+    if (!in.args[1 - data].addr) parse_fail(stmt, name + "'s address operand is [..]");
+    if (in.count > 1 && !in.args[data].vec) parse_fail(stmt, "a .v" + std::to_string(in.count) + " form moves {..}");
+    need_regs(in, static_cast<size_t>(data), static_cast<size_t>(in.count), "the moved data");
+    return in;
+  }
+  if (name == "red") {
+    in.op = Op::kRed;
+    in.memory = true;
+    bool add = false, f32 = false;
+    for (const std::string& m : mods) {
+      if (m == "global") {
+        in.global = true;
+      } else if (m == "add") {
+        add = true;
+      } else if (m == "f32") {
+        f32 = true;
+      } else if (m == "v2" || m == "v4") {
+        in.count = m[1] - '0';
+      } else if (m != "relaxed" && m != "gpu") {
+        parse_fail(stmt, "modifier ." + m + " of red is not one the emulator knows");
+      }
+    }
+    if (!in.global || !add || !f32) parse_fail(stmt, "only red.global.add[.v2|.v4].f32 is emulated");
+    if (in.count > 1) need_arch(in, 900, "red with a vector type");
+    need_args(in, 2);
+    if (!in.args[0].addr) parse_fail(stmt, "red's first operand is an address");
+    need_regs(in, 1, static_cast<size_t>(in.count), "red's data");
+    return in;
+  }
+  parse_fail(stmt, "unknown instruction '" + opcode + "'");
+}
+
+Program parse_program(const char* text) {
+  Program prog;
+  std::map<std::string, int> locals;
+  const std::string s = text;
+  size_t i = 0;
+  int depth = 0;
+  while (i < s.size()) {
+    while (i < s.size() && isspace(static_cast<unsigned char>(s[i]))) ++i;
+    if (i >= s.size()) break;
+    if (s[i] == '{') {
+      ++depth;
+      ++i;
+      continue;
+    }
+    if (s[i] == '}') {
+      if (--depth < 0) parse_fail(s, "unbalanced }");
+      ++i;
+      continue;
+    }
+    const size_t end = s.find(';', i);
+    if (end == std::string::npos) parse_fail(s, "statement without ';': " + s.substr(i));
+    const std::string stmt = trim(s.substr(i, end - i));
+    i = end + 1;
+    if (stmt.rfind(".reg", 0) == 0) {  // .reg .u64 t[, u];
+      std::string decl = trim(stmt.substr(4));
+      const size_t sp = decl.find_first_of(" \t");
+      if (decl.empty() || decl[0] != '.' || sp == std::string::npos) parse_fail(s, "malformed '" + stmt + "'");
+      if (depth == 0) parse_fail(s, "'" + stmt + "' outside a { } scope");
+      for (const std::string& n : split_top(decl.substr(sp), ',')) {
+        if (prog.locals >= kMaxLocals) parse_fail(s, "more than 4 local registers");
+        locals[n] = prog.locals++;
+      }
+      continue;
+    }
+    prog.instrs.push_back(parse_instr(stmt, locals));
+  }
+  if (depth != 0) parse_fail(s, "unbalanced {");
+  return prog;
+}
+
+// One thread's register file while it runs one asm statement.
+struct Regs {
+  uint64_t op[kMaxOps];
+  uint64_t local[kMaxLocals];
+};
+
+inline uint64_t get(const Regs& r, const Ref& ref) {
+  switch (ref.kind) {
+    case RefKind::kOperand:
+      return r.op[ref.v];
+    case RefKind::kLocal:
+      return r.local[ref.v];
+    case RefKind::kImm:
+      return static_cast<uint64_t>(ref.v);
+    default:
+      return 0;
+  }
+}
+
+// ---- fibers and blocks -----------------------------------------------------------------------------
+enum class State { kReady, kWaitWarp, kWaitBlock, kDone };
+
+struct CopyOp {  // one cp.async
+  uint32_t dst;
+  const void* src;
+  int bytes, src_bytes;
+};
+
+struct Block;
+
+struct Fiber {
+  ucontext_t ctx;  // the first entry only (makecontext); later switches use jb
+  jmp_buf jb;
+  bool started = false;
+  char* stack = nullptr;
+  Block* blk = nullptr;
+  Dim3 tid;
+  int index = 0;  // linear thread index in the block
+  State state = State::kDone;
+  std::vector<CopyOp> open_group;             // cp.async issued since the last commit
+  std::deque<std::vector<CopyOp>> committed;  // oldest first
+  std::unordered_map<uintptr_t, int> site_count;  // executions of each call site since the last barrier
+};
+
+enum AccessKind { kAccLd, kAccSt, kAccCpAsync, kAccLdmatrix, kAccKinds };
+
+struct BankStats {
+  uint64_t instructions = 0, wavefronts = 0, ideal = 0;
+};
+
+struct AccessGroup {
+  int kind = 0;
+  uint32_t bytes = 0;
+  uint32_t lanes = 0;
+  uint32_t addr[32];
+};
+
+struct WarpOp {
+  int arrived = 0;
+  const Instr* ins = nullptr;
+  uintptr_t site = 0;
+  Regs lanes[kWarpSize];
+};
+
+struct Shadow {
+  int32_t w_epoch = -1;
+  int16_t w_tid = -1;
+  int16_t r_tid = -1;
+  int32_t r_epoch = -1;
+  int16_t pending_tid = -1;
+};
+constexpr int16_t kManyReaders = -2;
+
+struct Block {
+  Dim3 idx;
+  int64_t id = -1;  // linear index in the grid; -1: the slot is free
+  unsigned char* smem = nullptr;
+  std::vector<Fiber> fibers;
+  std::vector<WarpOp> warps;
+  int barrier_arrived = 0;
+  int32_t epoch = 0;
+  int live = 0;
+  std::vector<Shadow> shadow;
+  std::map<std::tuple<int, uintptr_t, int>, AccessGroup> groups;
+};
+
+// A registered global buffer, with the guard bytes around it and a per-byte record of which block
+// touched it in the current launch.
+// One 4-byte word of a buffer (rows and the kernels' stores are 4-byte aligned, so two blocks never
+// share a word legitimately).
+struct Cell {
+  int32_t writer = -1;  // linear block id of the last writer, kAtomic added when it wrote by red.add
+  int32_t reader = -1;  // linear block id, or kManyReaders
+};
+constexpr int32_t kAtomic = 1 << 30;
+constexpr uintptr_t kCellBytes = 4;
+
+struct Allocation {
+  uintptr_t begin, end, guard_begin, guard_end;
+  std::string name;
+  std::vector<Cell> cells;  // per kCellBytes, filled at the first access of each launch
+  uint32_t launch = 0;
+};
+
+struct Limits {
+  int max_threads = 0, registers = 0, static_smem = 0, smem_limit = 0;
+};
+constexpr int kRegistersPerBlock = 64 * 1024;
+constexpr int kRegisterUnit = 256;
+constexpr size_t kStackBytes = 256 * 1024;
+constexpr uint64_t kMemoryYield = 4;
+
+struct Global {
+  Limits limits;
+  Dim3 grid_dim, block_dim;
+  int smem_bytes = 0;
+  int threads = 0;
+  int window = 8;
+  uint64_t seed = 1;
+  uint64_t rng = 1;
+  std::vector<std::unique_ptr<Block>> blocks;
+  unsigned char* smem_arena = nullptr;  // window slots of kMaxSmem bytes
+  size_t smem_slots = 0;
+  Fiber* cur = nullptr;
+  ucontext_t sched;
+  jmp_buf sched_jb;  // where a fiber returns to the scheduler (_longjmp: no signal-mask system call)
+  std::vector<Fiber*> ready;
+  std::vector<Allocation> allocations;
+  uintptr_t alloc_lo = UINTPTR_MAX, alloc_hi = 0;
+  uint32_t launch = 0;
+  std::string error;
+  bool failed = false;
+  uint64_t collectives = 0;
+  BankStats banks[kAccKinds];
+  std::unordered_map<const char*, std::unique_ptr<Program>> programs;
+};
+
+static Global g;
+
+inline int lane_of(const Fiber* f) { return f->index % kWarpSize; }
+inline int warp_of(const Fiber* f) { return f->index / kWarpSize; }
+
+void fail(const char* fmt, ...) {
+  if (!g.failed) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    g.error = buf;
+    if (g.cur != nullptr) {
+      const Block* b = g.cur->blk;
+      char where[160];
+      snprintf(where, sizeof where, " [block (%u, %u, %u), thread %d (warp %d, lane %d)]", b->idx.x, b->idx.y,
+               b->idx.z, g.cur->index, warp_of(g.cur), lane_of(g.cur));
+      g.error += where;
+    }
+    g.failed = true;
+  }
+  if (g.cur != nullptr) {  // abandon this fiber: back to the scheduler for good
+    g.cur->state = State::kDone;
+    _longjmp(g.sched_jb, 1);
+  }
+}
+
+inline uint64_t next_random() {  // splitmix64
+  uint64_t z = (g.rng += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+inline void make_ready(Fiber* f) {
+  f->state = State::kReady;
+  g.ready.push_back(f);
+}
+
+// Suspend the current fiber until someone makes it ready again.
+inline void block_here(State why) {
+  Fiber* f = g.cur;
+  f->state = why;
+  if (_setjmp(f->jb) == 0) _longjmp(g.sched_jb, 1);
+  if (g.failed) fail("abandoned");
+}
+
+// A scheduling point: the scheduler may run any ready fiber of the window before this one goes on.
+inline void yield() {
+  if (g.ready.empty()) return;
+  make_ready(g.cur);
+  block_here(State::kReady);
+}
+
+// ---- global memory -----------------------------------------------------------------------------------
+inline void block_coords(int64_t id, unsigned* x, unsigned* y, unsigned* z) {
+  *x = static_cast<unsigned>(id % g.grid_dim.x);
+  *y = static_cast<unsigned>(id / g.grid_dim.x % g.grid_dim.y);
+  *z = static_cast<unsigned>(id / g.grid_dim.x / g.grid_dim.y);
+}
+
+Allocation* find_allocation(uintptr_t a, size_t n, bool guarded) {
+  if (a + n <= g.alloc_lo || a >= g.alloc_hi) return nullptr;
+  for (Allocation& al : g.allocations) {
+    if (guarded ? (a < al.guard_end && a + n > al.guard_begin) : (a >= al.begin && a + n <= al.end)) return &al;
+  }
+  return nullptr;
+}
+
+enum class GAccess { kRead, kWrite, kAtomic };
+
+// The launch-wide record of which block touched each byte: the race rule between blocks.
+void record_global(Allocation& al, uintptr_t a, size_t n, GAccess how, const char* what) {
+  const int32_t me = static_cast<int32_t>(g.cur->blk->id);
+  if (al.launch != g.launch) {
+    al.cells.assign((al.end - al.begin + kCellBytes - 1) / kCellBytes, Cell{});
+    al.launch = g.launch;
+  }
+  const size_t first = (a - al.begin) / kCellBytes, last = (a + n - 1 - al.begin) / kCellBytes;
+  for (size_t i = first; i <= last; ++i) {
+    Cell& c = al.cells[i];
+    const bool atomic = c.writer >= kAtomic;
+    const int32_t writer = atomic ? c.writer - kAtomic : c.writer;
+    int32_t other = -1;
+    const char* rule = nullptr;
+    if (how == GAccess::kRead) {
+      if (writer >= 0 && writer != me) {
+        other = writer;
+        rule = atomic ? "reads a byte block %s adds to with red.add" : "reads a byte block %s wrote";
+      }
+    } else if (how == GAccess::kWrite) {
+      if (writer >= 0 && writer != me) {
+        other = writer;
+        rule = atomic ? "writes (non-atomic) a byte block %s adds to with red.add" : "writes a byte block %s also wrote";
+      } else if (c.reader != -1 && c.reader != me) {
+        other = c.reader;
+        rule = "writes a byte block %s read";
+      }
+    } else {
+      if (writer >= 0 && writer != me && !atomic) {
+        other = writer;
+        rule = "red.add to a byte block %s wrote non-atomically";
+      } else if (c.reader != -1 && c.reader != me) {
+        other = c.reader;
+        rule = "red.add to a byte block %s read";
+      }
+    }
+    if (rule != nullptr) {
+      char who[64];
+      if (other == kManyReaders) {
+        snprintf(who, sizeof who, "(several blocks)");
+      } else {
+        unsigned x, y, z;
+        block_coords(other, &x, &y, &z);
+        snprintf(who, sizeof who, "(%u, %u, %u)", x, y, z);
+      }
+      char msg[256];
+      snprintf(msg, sizeof msg, rule, who);
+      const size_t at = std::max(static_cast<size_t>(a - al.begin), i * kCellBytes);
+      fail("%s: race between blocks of one launch: %s, at byte %zu of '%s' (plain accesses of one address from two "
+           "blocks need an atomic or separate launches)",
+           what, msg, at, al.name.c_str());
+    }
+    if (how == GAccess::kRead) {
+      if (c.reader == -1) {
+        c.reader = me;
+      } else if (c.reader != me) {
+        c.reader = kManyReaders;
+      }
+    } else {
+      c.writer = how == GAccess::kAtomic ? me + kAtomic : me;
+    }
+  }
+}
+
+// A PTX access of global memory: inside a registered buffer, aligned; recorded for the race rule.
+void check_global(uintptr_t a, size_t n, size_t align, GAccess how, const char* what) {
+  if (a % align != 0) fail("%s: global address %p is not %zu-byte aligned", what, reinterpret_cast<void*>(a), align);
+  Allocation* al = find_allocation(a, n, false);
+  if (al != nullptr) {
+    record_global(*al, a, n, how, what);
+    return;
+  }
+  const Allocation* near = nullptr;
+  uintptr_t best = UINTPTR_MAX;
+  for (const Allocation& x : g.allocations) {
+    const uintptr_t d = a < x.begin ? x.begin - a : a - x.begin;
+    if (d < best) best = d, near = &x;
+  }
+  if (near != nullptr) {
+    fail("%s: global access [%p, +%zu) is outside every buffer (nearest: %s, [%p, %p), offset %lld)", what,
+         reinterpret_cast<void*>(a), n, near->name.c_str(), reinterpret_cast<void*>(near->begin),
+         reinterpret_cast<void*>(near->end), static_cast<long long>(a) - static_cast<long long>(near->begin));
+  }
+  fail("%s: global access [%p, +%zu) and no buffer is registered", what, reinterpret_cast<void*>(a), n);
+}
+
+// ---- shared memory -----------------------------------------------------------------------------------
+inline void check_smem_range(uint32_t addr, uint32_t n, uint32_t align, const char* what) {
+  if (addr % align != 0) fail("%s: shared address %u is not %u-byte aligned", what, addr, align);
+  if (static_cast<uint64_t>(addr) + n > static_cast<uint64_t>(g.smem_bytes)) {
+    fail("%s: shared access [%u, %u) is outside the launch's %d bytes of dynamic shared memory", what, addr,
+         addr + n, g.smem_bytes);
+  }
+}
+
+inline void count_wavefronts(const AccessGroup& grp) {
+  const uint32_t per_phase = 128 / grp.bytes;
+  uint64_t wavefronts = 0, active = 0;
+  for (uint32_t p0 = 0; p0 < 32; p0 += per_phase) {
+    uint32_t words[32][32];
+    int count[32] = {0};
+    int worst = 0;
+    for (uint32_t l = p0; l < p0 + per_phase; ++l) {
+      if (!(grp.lanes >> l & 1u)) continue;
+      ++active;
+      for (uint32_t w = 0; w < grp.bytes / 4; ++w) {
+        const uint32_t word = grp.addr[l] / 4 + w, bank = word % 32;
+        bool seen = false;
+        for (int i = 0; i < count[bank]; ++i) seen |= words[bank][i] == word;
+        if (!seen) words[bank][count[bank]++] = word;
+        worst = std::max(worst, count[bank]);
+      }
+    }
+    wavefronts += static_cast<uint64_t>(worst);
+  }
+  BankStats& st = g.banks[grp.kind];
+  st.instructions += 1;
+  st.wavefronts += wavefronts;
+  st.ideal += (active * grp.bytes + 127) / 128;
+}
+
+inline void record_access(int kind, uint32_t addr, uint32_t bytes, uintptr_t site) {
+  Fiber* f = g.cur;
+  const int k = f->site_count[site]++;
+  AccessGroup& grp = f->blk->groups[std::make_tuple(warp_of(f), site, k)];
+  grp.kind = kind;
+  grp.bytes = bytes;
+  grp.lanes |= 1u << lane_of(f);
+  grp.addr[lane_of(f)] = addr;
+}
+
+inline void flush_accesses(Block& b) {
+  for (const auto& entry : b.groups) count_wavefronts(entry.second);
+  b.groups.clear();
+  for (Fiber& f : b.fibers) f.site_count.clear();
+}
+
+// Race checks of a read by the current thread (no data moved).
+inline void smem_check_read(uint32_t addr, uint32_t n, uint32_t align, const char* what) {
+  check_smem_range(addr, n, align, what);
+  Block& b = *g.cur->blk;
+  const int16_t me = static_cast<int16_t>(g.cur->index);
+  for (uint32_t i = 0; i < n; ++i) {
+    Shadow& s = b.shadow[addr + i];
+    if (s.pending_tid >= 0) {
+      fail("%s: reads shared byte %u before the cp.async of thread %d that writes it was waited for", what,
+           addr + i, s.pending_tid);
+    }
+    if (s.w_epoch < 0) fail("%s: reads shared byte %u, which nothing has written", what, addr + i);
+    if (s.w_epoch == b.epoch && s.w_tid != me) {
+      fail("%s: reads shared byte %u written by thread %d with no __syncthreads between (race)", what, addr + i,
+           s.w_tid);
+    }
+    if (s.r_epoch != b.epoch) {
+      s.r_epoch = b.epoch;
+      s.r_tid = me;
+    } else if (s.r_tid != me) {
+      s.r_tid = kManyReaders;
+    }
+  }
+}
+
+inline void smem_claim(uint32_t addr, uint32_t n, int16_t me, const char* what) {
+  Block& b = *g.cur->blk;
+  for (uint32_t i = 0; i < n; ++i) {
+    Shadow& s = b.shadow[addr + i];
+    if (s.pending_tid >= 0 && s.pending_tid != me) {
+      fail("%s: writes shared byte %u while a cp.async of thread %d to it is in flight (race)", what, addr + i,
+           s.pending_tid);
+    }
+    if (s.w_epoch == b.epoch && s.w_tid != me) {
+      fail("%s: writes shared byte %u also written by thread %d with no __syncthreads between (race)", what,
+           addr + i, s.w_tid);
+    }
+    if (s.r_epoch == b.epoch && s.r_tid != me) {
+      fail("%s: writes shared byte %u read by thread %d with no __syncthreads between (race)", what, addr + i,
+           s.r_tid == kManyReaders ? -1 : s.r_tid);
+    }
+  }
+}
+
+inline void smem_check_write(uint32_t addr, uint32_t n, uint32_t align, const char* what) {
+  check_smem_range(addr, n, align, what);
+  Block& b = *g.cur->blk;
+  const int16_t me = static_cast<int16_t>(g.cur->index);
+  smem_claim(addr, n, me, what);
+  for (uint32_t i = 0; i < n; ++i) {
+    Shadow& s = b.shadow[addr + i];
+    s.w_epoch = b.epoch;
+    s.w_tid = me;
+  }
+}
+
+inline void smem_read(uint32_t addr, void* dst, uint32_t n, uint32_t align, const char* what) {
+  smem_check_read(addr, n, align, what);
+  memcpy(dst, g.cur->blk->smem + addr, n);
+}
+
+inline void smem_write(uint32_t addr, const void* src, uint32_t n, uint32_t align, const char* what) {
+  smem_check_write(addr, n, align, what);
+  memcpy(g.cur->blk->smem + addr, src, n);
+}
+
+// ---- the kernels' plain C++ accesses (g++ -fsanitize=thread calls these before each one) ---------------
+bool g_hooks_on = false;  // only while a kernel runs
+
+void plain_access(uintptr_t a, size_t n, bool write) {
+  if (!g_hooks_on || g.cur == nullptr || g.failed) return;
+  const uintptr_t arena = reinterpret_cast<uintptr_t>(g.smem_arena);
+  if (a >= arena && a < arena + g.smem_slots * kMaxSmem) {
+    Block& b = *g.cur->blk;
+    const uintptr_t own = reinterpret_cast<uintptr_t>(b.smem);
+    if (a < own || a + n > own + kMaxSmem) {
+      fail("plain %s of %zu bytes at %p: another block's shared memory", write ? "store" : "load", n,
+           reinterpret_cast<void*>(a));
+    }
+    const uint32_t off = static_cast<uint32_t>(a - own);
+    if (write) {
+      smem_check_write(off, static_cast<uint32_t>(n), 1, "plain C++ store to shared memory");
+    } else {
+      smem_check_read(off, static_cast<uint32_t>(n), 1, "plain C++ load from shared memory");
+    }
+    return;
+  }
+  Allocation* al = find_allocation(a, n, true);
+  if (al == nullptr) return;  // the fiber's stack, the kernel's arguments, the emulator's own data
+  const char* what = write ? "plain C++ store to global memory" : "plain C++ load from global memory";
+  if (a < al->begin || a + n > al->end) {
+    fail("%s: [%p, +%zu) is outside the buffer '%s' ([%p, %p), offset %lld)", what, reinterpret_cast<void*>(a), n,
+         al->name.c_str(), reinterpret_cast<void*>(al->begin), reinterpret_cast<void*>(al->end),
+         static_cast<long long>(a) - static_cast<long long>(al->begin));
+  }
+  record_global(*al, a, n, write ? GAccess::kWrite : GAccess::kRead, what);
+}
+
+// ---- warp collectives ------------------------------------------------------------------------------
+void compute_warp_op(WarpOp& w, Block& b, int warp);
+
+// Deposit this lane's registers; the last lane to arrive computes every lane's results.
+void warp_collective(const Instr& ins, uintptr_t site, Regs& regs) {
+  Fiber* f = g.cur;
+  Block& b = *f->blk;
+  const int warp = warp_of(f), lane = lane_of(f);
+  WarpOp& w = b.warps[warp];
+  for (int l = 0; l < kWarpSize; ++l) {
+    if (b.fibers[warp * kWarpSize + l].state == State::kDone) {
+      fail("warp-wide instruction '%s' with lane %d of the warp already exited", ins.text.c_str(), l);
+    }
+  }
+  if (w.arrived == 0) {
+    w.ins = &ins;
+    w.site = site;
+  } else if (w.ins->op != ins.op) {
+    fail("lanes of warp %d diverge: this lane runs '%s' while others wait in '%s'", warp, ins.text.c_str(),
+         w.ins->text.c_str());
+  } else if (w.site != site || w.ins != &ins) {
+    fail("lanes of warp %d reach warp-wide instruction '%s' from different call sites (%p and %p): the .aligned "
+         "form needs every lane at the same instruction",
+         warp, ins.text.c_str(), reinterpret_cast<void*>(site), reinterpret_cast<void*>(w.site));
+  }
+  w.lanes[lane] = regs;
+  ++g.collectives;
+  if (++w.arrived < kWarpSize) {
+    block_here(State::kWaitWarp);
+  } else {
+    compute_warp_op(w, b, warp);
+    w.arrived = 0;
+    for (int l = 0; l < kWarpSize; ++l) {
+      Fiber& o = b.fibers[warp * kWarpSize + l];
+      if (&o != f && o.state == State::kWaitWarp) make_ready(&o);
+    }
+    yield();
+  }
+  regs = w.lanes[lane];
+}
+
+inline float elem(uint32_t r, int e, Ty ty) {
+  const uint16_t h = static_cast<uint16_t>(e ? r >> 16 : r & 0xffffu);
+  return ty == Ty::kBF16 ? bf16_to_float(h) : half_to_float(h);
+}
+
+inline void set_reg(Regs& r, const Ref& ref, uint64_t v) {
+  if (ref.kind == RefKind::kOperand) {
+    r.op[ref.v] = v;
+  } else if (ref.kind == RefKind::kLocal) {
+    r.local[ref.v] = v;
+  } else {
+    fail("PTX: an immediate as a destination");
+  }
+}
+
+void compute_warp_op(WarpOp& w, Block& b, int warp) {
+  const Instr& ins = *w.ins;
+  if (ins.op == Op::kShfl) {
+    // shfl.sync d, a, b, c, membermask (PTX ISA): c packs the clamp (bits 0-4) and the segment mask
+    // (bits 8-12); a source lane outside [minLane, maxLane] reads the lane's own value.
+    uint32_t src_val[kWarpSize];
+    for (int l = 0; l < kWarpSize; ++l) src_val[l] = static_cast<uint32_t>(get(w.lanes[l], ins.args[1].regs[0]));
+    for (int l = 0; l < kWarpSize; ++l) {
+      const Regs& r = w.lanes[l];
+      const uint32_t bval = static_cast<uint32_t>(get(r, ins.args[2].regs[0])) & 31u;
+      const uint32_t c = static_cast<uint32_t>(get(r, ins.args[3].regs[0]));
+      const uint32_t member = static_cast<uint32_t>(get(r, ins.args[4].regs[0]));
+      if (!(member >> l & 1u)) {
+        Fiber* saved = g.cur;
+        g.cur = &b.fibers[warp * kWarpSize + l];
+        fail("'%s': lane %d executes it with membermask 0x%08x, which does not hold it", ins.text.c_str(), l, member);
+        g.cur = saved;
+        return;
+      }
+      const uint32_t cval = c & 31u, segmask = (c >> 8) & 31u;
+      const uint32_t max_lane = (static_cast<uint32_t>(l) & segmask) | (cval & ~segmask);
+      const uint32_t min_lane = static_cast<uint32_t>(l) & segmask;
+      int64_t j = l;
+      bool pval = false;
+      switch (ins.shfl_mode) {
+        case 'u':
+          j = static_cast<int64_t>(l) - bval;
+          pval = j >= static_cast<int64_t>(max_lane);
+          break;
+        case 'd':
+          j = static_cast<int64_t>(l) + bval;
+          pval = j <= static_cast<int64_t>(max_lane);
+          break;
+        case 'b':
+          j = l ^ static_cast<int64_t>(bval);
+          pval = j <= static_cast<int64_t>(max_lane);
+          break;
+        default:
+          j = min_lane | (bval & ~segmask);
+          pval = j <= static_cast<int64_t>(max_lane);
+          break;
+      }
+      if (!pval) j = l;
+      if (!(member >> j & 1u)) {
+        Fiber* saved = g.cur;
+        g.cur = &b.fibers[warp * kWarpSize + l];
+        fail("'%s': lane %d reads lane %lld, which membermask 0x%08x leaves out", ins.text.c_str(), l,
+             static_cast<long long>(j), member);
+        g.cur = saved;
+        return;
+      }
+      set_reg(w.lanes[l], ins.args[0].regs[0], src_val[j]);
+    }
+    return;
+  }
+  if (ins.op == Op::kLdmatrix) {
+    // ldmatrix.m8n8.b16: matrix i's 8 row addresses come from lanes 8i..8i+7. Without .trans, lane l's
+    // register i holds row l/4, elements 2(l%4) and 2(l%4)+1 of matrix i (lower column in the low
+    // half); with .trans it holds column l/4, rows 2(l%4) and 2(l%4)+1.
+    const int mats = ins.count;
+    uint32_t addr[kWarpSize];
+    for (int l = 0; l < kWarpSize; ++l) {
+      addr[l] = static_cast<uint32_t>(get(w.lanes[l], ins.args[1].regs[0]) + ins.args[1].offset);
+    }
+    AccessGroup grp;
+    grp.kind = kAccLdmatrix;
+    grp.bytes = 16;
+    grp.lanes = mats == 4 ? 0xffffffffu : (1u << (8 * mats)) - 1u;
+    for (int l = 0; l < 8 * mats; ++l) grp.addr[l] = addr[l];
+    count_wavefronts(grp);
+    for (int l = 0; l < 8 * mats; ++l) {
+      Fiber* saved = g.cur;
+      g.cur = &b.fibers[warp * kWarpSize + l];
+      smem_check_read(addr[l], 16, 16, ins.trans ? "ldmatrix.trans" : "ldmatrix");
+      g.cur = saved;
+    }
+    for (int l = 0; l < kWarpSize; ++l) {
+      for (int i = 0; i < mats; ++i) {
+        uint16_t v[2];
+        for (int e = 0; e < 2; ++e) {
+          const int r = ins.trans ? 2 * (l % 4) + e : l / 4;
+          const int c = ins.trans ? l / 4 : 2 * (l % 4) + e;
+          memcpy(&v[e], b.smem + addr[8 * i + r] + 2 * c, 2);
+        }
+        set_reg(w.lanes[l], ins.args[0].regs[i], static_cast<uint32_t>(v[0]) | (static_cast<uint32_t>(v[1]) << 16));
+      }
+    }
+    return;
+  }
+  if (ins.op == Op::kMma) {
+    // mma.m16n8k16.row.col, g = lane/4, t = lane%4 (PTX ISA fragment layouts):
+    //   A: a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..)
+    //   B: b0 (k 2t..2t+1, n g), b1 (k 2t+8.., n g)
+    //   C, D: c0, c1 (g, 2t, 2t+1), c2, c3 (g+8, 2t, 2t+1)
+    // m16n8k8: A a0, a1 and B b0 as above over k 0..7. Products of 16-bit inputs are exact in double;
+    // the sum of one instruction is rounded to fp32 once.
+    const int kk = ins.k;
+    float A[16][16], B[16][8], C[16][8];
+    for (int l = 0; l < kWarpSize; ++l) {
+      const int gr = l / 4, t = l % 4;
+      const Regs& r = w.lanes[l];
+      auto reg = [&](int arg, int i) { return static_cast<uint32_t>(get(r, ins.args[arg].regs[i])); };
+      for (int e = 0; e < 2; ++e) {
+        A[gr][2 * t + e] = elem(reg(1, 0), e, ins.src);
+        A[gr + 8][2 * t + e] = elem(reg(1, 1), e, ins.src);
+        B[2 * t + e][gr] = elem(reg(2, 0), e, ins.src);
+        if (kk == 16) {
+          A[gr][2 * t + 8 + e] = elem(reg(1, 2), e, ins.src);
+          A[gr + 8][2 * t + 8 + e] = elem(reg(1, 3), e, ins.src);
+          B[2 * t + 8 + e][gr] = elem(reg(2, 1), e, ins.src);
+        }
+        C[gr][2 * t + e] = bits_f(reg(3, e));
+        C[gr + 8][2 * t + e] = bits_f(reg(3, 2 + e));
+      }
+    }
+    float D[16][8];
+    for (int m = 0; m < 16; ++m) {
+      for (int n = 0; n < 8; ++n) {
+        double acc = C[m][n];
+        for (int k = 0; k < kk; ++k) acc += static_cast<double>(A[m][k]) * B[k][n];
+        D[m][n] = static_cast<float>(acc);
+      }
+    }
+    for (int l = 0; l < kWarpSize; ++l) {
+      const int gr = l / 4, t = l % 4;
+      set_reg(w.lanes[l], ins.args[0].regs[0], f_bits(D[gr][2 * t]));
+      set_reg(w.lanes[l], ins.args[0].regs[1], f_bits(D[gr][2 * t + 1]));
+      set_reg(w.lanes[l], ins.args[0].regs[2], f_bits(D[gr + 8][2 * t]));
+      set_reg(w.lanes[l], ins.args[0].regs[3], f_bits(D[gr + 8][2 * t + 1]));
+    }
+    return;
+  }
+  fail("internal: '%s' is not a warp-wide instruction", ins.text.c_str());
+}
+
+// ---- executing one asm statement --------------------------------------------------------------------
+constexpr double kTanhMaxRelError = 0.00049270099;  // 2^-10.987 (the .f32 bound is 2^-11 = 0.00048828)
+
+float tanh_approx(float x) {
+  if (g_tanh_exact) return std::tanh(x);
+  uint32_t h = f_bits(x) * 0x9E3779B1u;  // a fixed hash of the input picks the error
+  h ^= h >> 15;
+  const double r = static_cast<double>(h & 0xffffu) / 32767.5 - 1.0;  // in [-1, 1]
+  const double y = std::tanh(static_cast<double>(x)) * (1.0 + r * kTanhMaxRelError);
+  return static_cast<float>(std::fmax(-1.0, std::fmin(1.0, y)));
+}
+
+inline uint16_t narrow(float f, Ty ty, bool rz) { return ty == Ty::kBF16 ? float_to_bf16(f, rz) : float_to_half(f, rz); }
+
+void wait_groups(Fiber* f, size_t keep) {
+  Block& b = *f->blk;
+  while (f->committed.size() > keep) {
+    for (const CopyOp& op : f->committed.front()) {
+      unsigned char data[16] = {0};
+      if (op.src_bytes > 0) memcpy(data, op.src, static_cast<size_t>(op.src_bytes));
+      memcpy(b.smem + op.dst, data, static_cast<size_t>(op.bytes));
+      for (int i = 0; i < op.bytes; ++i) {
+        Shadow& s = b.shadow[op.dst + i];
+        s.pending_tid = -1;
+        s.w_epoch = b.epoch;
+        s.w_tid = static_cast<int16_t>(f->index);
+      }
+    }
+    f->committed.pop_front();
+  }
+}
+
+void exec(const Instr& in, Regs& r, uintptr_t site) {
+  Fiber* f = g.cur;
+  auto src = [&](int i) { return get(r, in.args[i].regs[0]); };
+  auto dst = [&](int i, uint64_t v) { set_reg(r, in.args[i].regs[0], v); };
+  switch (in.op) {
+    case Op::kMov:
+      dst(0, src(1) & 0xffffffffu);
+      return;
+    case Op::kCvta: {
+      const uintptr_t a = src(1), base = reinterpret_cast<uintptr_t>(f->blk->smem);
+      if (a < base || a > base + kMaxSmem) fail("'%s': %p is not a pointer into this block's shared memory", in.text.c_str(), reinterpret_cast<void*>(a));
+      dst(0, a - base);
+      return;
+    }
+    case Op::kCvt: {
+      if (in.dst == Ty::kU32) {
+        dst(0, src(1) & 0xffffffffu);
+      } else if (in.dst == Ty::kF32) {
+        dst(0, f_bits(half_to_float(static_cast<uint16_t>(src(1)))));
+      } else if (in.x2pack) {  // the first source goes to the upper half (PTX ISA, cvt)
+        const uint32_t hi = narrow(bits_f(static_cast<uint32_t>(src(1))), in.dst, in.rz);
+        const uint32_t lo = narrow(bits_f(static_cast<uint32_t>(src(2))), in.dst, in.rz);
+        dst(0, lo | hi << 16);
+      } else {
+        dst(0, narrow(bits_f(static_cast<uint32_t>(src(1))), in.dst, in.rz));
+      }
+      return;
+    }
+    case Op::kEx2:
+    case Op::kLg2:
+    case Op::kRcp:
+    case Op::kTanh: {
+      float x = bits_f(static_cast<uint32_t>(src(1)));
+      if (in.ftz) x = ftz(x);
+      float y = in.op == Op::kEx2 ? std::exp2(x) : in.op == Op::kLg2 ? std::log2(x) : in.op == Op::kRcp ? 1.f / x : tanh_approx(x);
+      if (in.ftz) y = ftz(y);
+      dst(0, f_bits(y));
+      return;
+    }
+    case Op::kShfl:
+    case Op::kLdmatrix:
+    case Op::kMma:
+      warp_collective(in, site, r);
+      return;
+    case Op::kCpAsync: {
+      const uint32_t d = static_cast<uint32_t>(get(r, in.args[0].regs[0]) + in.args[0].offset);
+      const uintptr_t s = get(r, in.args[1].regs[0]) + in.args[1].offset;
+      const int64_t src_bytes = in.args.size() == 4 ? static_cast<int64_t>(src(3)) : in.bytes;
+      if (src_bytes < 0 || src_bytes > in.bytes) {
+        fail("'%s': src-size %lld is not within the cp-size %d", in.text.c_str(), static_cast<long long>(src_bytes), in.bytes);
+      }
+      record_access(kAccCpAsync, d, static_cast<uint32_t>(in.bytes), site);
+      if (src_bytes > 0) check_global(s, static_cast<size_t>(src_bytes), static_cast<size_t>(in.bytes), GAccess::kRead, "cp.async source");
+      check_smem_range(d, static_cast<uint32_t>(in.bytes), static_cast<uint32_t>(in.bytes), "cp.async destination");
+      const int16_t me = static_cast<int16_t>(f->index);
+      smem_claim(d, static_cast<uint32_t>(in.bytes), me, "cp.async");
+      for (int i = 0; i < in.bytes; ++i) f->blk->shadow[d + i].pending_tid = me;
+      f->open_group.push_back(CopyOp{d, reinterpret_cast<const void*>(s), in.bytes, static_cast<int>(src_bytes)});
+      return;
+    }
+    case Op::kCommit:
+      f->committed.push_back(std::move(f->open_group));
+      f->open_group.clear();
+      return;
+    case Op::kWaitGroup:
+      wait_groups(f, static_cast<size_t>(src(0)));
+      return;
+    case Op::kWaitAll:
+      f->committed.push_back(std::move(f->open_group));
+      f->open_group.clear();
+      wait_groups(f, 0);
+      return;
+    case Op::kLd:
+    case Op::kSt: {
+      const bool load = in.op == Op::kLd;
+      const Arg& a = in.args[load ? 1 : 0];
+      const Arg& data = in.args[load ? 0 : 1];
+      const uint32_t n = static_cast<uint32_t>(in.bytes * in.count);
+      unsigned char buf[64];
+      if (!load) {
+        for (int i = 0; i < in.count; ++i) {
+          const uint64_t v = get(r, data.regs[i]);
+          memcpy(buf + i * in.bytes, &v, static_cast<size_t>(in.bytes));
+        }
+      }
+      const char* what = in.opcode.c_str();
+      if (in.shared) {
+        const uint32_t addr = static_cast<uint32_t>(get(r, a.regs[0]) + a.offset);
+        record_access(load ? kAccLd : kAccSt, addr, n, site);
+        if (load) {
+          smem_read(addr, buf, n, n, what);
+        } else {
+          smem_write(addr, buf, n, n, what);
+        }
+      } else {
+        const uintptr_t addr = get(r, a.regs[0]) + a.offset;
+        check_global(addr, n, n, load ? GAccess::kRead : GAccess::kWrite, what);
+        if (load) {
+          memcpy(buf, reinterpret_cast<const void*>(addr), n);
+        } else {
+          memcpy(reinterpret_cast<void*>(addr), buf, n);
+        }
+      }
+      if (load) {
+        for (int i = 0; i < in.count; ++i) {
+          uint64_t v = 0;
+          memcpy(&v, buf + i * in.bytes, static_cast<size_t>(in.bytes));
+          set_reg(r, data.regs[i], v);
+        }
+      }
+      return;
+    }
+    case Op::kRed: {
+      const uintptr_t addr = get(r, in.args[0].regs[0]) + in.args[0].offset;
+      check_global(addr, 4u * in.count, 4u * in.count, GAccess::kAtomic, in.count > 1 ? "red.global.add.v2.f32" : "red.global.add.f32");
+      float* p = reinterpret_cast<float*>(addr);
+      // atom/red .add.f32: round to nearest even, subnormal inputs and results flushed to zero (PTX ISA)
+      for (int i = 0; i < in.count; ++i) p[i] = ftz(ftz(p[i]) + ftz(bits_f(static_cast<uint32_t>(get(r, in.args[1].regs[i])))));
+      return;
+    }
+  }
+}
+
+const Program& program_of(const char* text) {
+  auto it = g.programs.find(text);
+  if (it != g.programs.end()) return *it->second;
+  auto prog = std::make_unique<Program>(parse_program(text));
+  const Program& ref = *prog;
+  g.programs.emplace(text, std::move(prog));
+  return ref;
+}
+
+// ---- launching -------------------------------------------------------------------------------------------
+typedef void (*KernelFn)(FaParams);
+
+static KernelFn g_kernel = nullptr;
+static FaParams g_params;
+
+inline void switch_to(Fiber* f) {
+  g.cur = f;
+  cur_tid = f->tid;
+  cur_bid = f->blk->idx;
+}
+
+void fiber_main() {
+  Fiber* f = g.cur;
+  g_kernel(g_params);
+  f = g.cur;
+  Block& b = *f->blk;
+  if (b.barrier_arrived > 0) fail("thread exits while %d others wait at __syncthreads", b.barrier_arrived);
+  if (!f->committed.empty() || !f->open_group.empty()) {
+    fail("thread exits with cp.async copies no wait_group retired (%zu committed groups, %zu copies not "
+         "committed)",
+         f->committed.size(), f->open_group.size());
+  }
+  const int warp = warp_of(f);
+  if (b.warps[warp].arrived > 0) {
+    fail("thread exits while %d lanes of its warp wait in a warp-wide instruction", b.warps[warp].arrived);
+  }
+  f->state = State::kDone;
+  --b.live;
+  _longjmp(g.sched_jb, 1);  // never returns: the stack is reused
+}
+
+void start_block(Block& b, int64_t id) {
+  b.id = id;
+  b.idx = Dim3{static_cast<unsigned>(id % g.grid_dim.x), static_cast<unsigned>(id / g.grid_dim.x % g.grid_dim.y),
+               static_cast<unsigned>(id / g.grid_dim.x / g.grid_dim.y)};
+  b.barrier_arrived = 0;
+  b.epoch = 0;
+  b.live = g.threads;
+  b.groups.clear();
+  for (WarpOp& w : b.warps) w.arrived = 0;
+  std::fill(b.shadow.begin(), b.shadow.end(), Shadow{});
+  memset(b.smem, 0xff, static_cast<size_t>(g.smem_bytes));  // fp16/bf16 NaN: an unwritten element that slips through shows
+  for (Fiber& f : b.fibers) {
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack;
+    f.ctx.uc_stack.ss_size = kStackBytes;
+    f.ctx.uc_link = &g.sched;
+    f.open_group.clear();
+    f.committed.clear();
+    f.site_count.clear();
+    f.started = false;
+    makecontext(&f.ctx, fiber_main, 0);
+    make_ready(&f);
+  }
+}
+
+const char* state_name(State s) {
+  return s == State::kWaitBlock ? "__syncthreads" : s == State::kWaitWarp ? "a warp-wide instruction" : "nothing";
+}
+
+// Runs every block of the grid, `window` at a time, fibers picked in a seeded random order.
+bool run_grid(int64_t blocks) {
+  int64_t next = 0;
+  const size_t slots = static_cast<size_t>(std::min<int64_t>(g.window, blocks));
+  for (size_t s = 0; s < slots; ++s) start_block(*g.blocks[s], next++);
+  g_hooks_on = true;
+  while (!g.failed) {
+    if (g.ready.empty()) {
+      for (size_t s = 0; s < slots; ++s) {
+        Block& b = *g.blocks[s];
+        if (b.id < 0) continue;
+        for (const Fiber& f : b.fibers) {
+          if (f.state != State::kDone) {
+            g.cur = nullptr;
+            char msg[160];
+            snprintf(msg, sizeof msg, "deadlock: thread %d of block (%u, %u, %u) waits at %s and no thread can run",
+                     f.index, b.idx.x, b.idx.y, b.idx.z, state_name(f.state));
+            fail("%s", msg);
+            break;
+          }
+        }
+      }
+      break;
+    }
+    const size_t pick = static_cast<size_t>(next_random() % g.ready.size());
+    Fiber* f = g.ready[pick];
+    g.ready[pick] = g.ready.back();
+    g.ready.pop_back();
+    if (f->state != State::kReady) continue;
+    switch_to(f);
+    if (_setjmp(g.sched_jb) == 0) {
+      if (f->started) _longjmp(f->jb, 1);
+      f->started = true;
+      swapcontext(&g.sched, &f->ctx);  // the first entry; the fiber comes back by _longjmp
+    }
+    g.cur = nullptr;
+    Block& b = *f->blk;
+    if (!g.failed && b.live == 0 && b.id >= 0) {  // the block is done: the next one takes its slot
+      flush_accesses(b);
+      if (next < blocks) {
+        start_block(b, next++);
+      } else {
+        b.id = -1;
+      }
+    }
+  }
+  g_hooks_on = false;
+  g.ready.clear();
+  return !g.failed;
+}
+
+}  // namespace emu
+
+// ---- what emu.h declares --------------------------------------------------------------------------------
+namespace emu {
+
+__attribute__((noinline)) void ptx(const char* text, std::initializer_list<Operand> outs,
+                                   std::initializer_list<Operand> ins) {
+  const uintptr_t site = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
+  if (g.cur == nullptr) {
+    fprintf(stderr, "emu: PTX outside a launch: %s\n", text);
+    abort();
+  }
+  const Program& prog = program_of(text);
+  Regs r;
+  const size_t n_out = outs.size();
+  if (n_out + ins.size() > static_cast<size_t>(kMaxOps)) fail("PTX '%s': more than %d operands", text, kMaxOps);
+  size_t i = 0;
+  for (const Operand& o : outs) r.op[i++] = o.val;
+  for (const Operand& o : ins) r.op[i++] = o.val;
+  bool memory = false;
+  for (size_t k = 0; k < prog.instrs.size(); ++k) {
+    const Instr& in = prog.instrs[k];
+    memory |= in.memory;
+    exec(in, r, site + k);
+  }
+  i = 0;
+  for (const Operand& o : outs) {
+    const uint64_t v = r.op[i++];
+    memcpy(o.ptr, &v, o.size);
+  }
+  // A memory instruction is a scheduling point one time in kMemoryYield (drawn from the seeded order):
+  // every one costs two fiber switches, and barriers and collectives already switch.
+  if (memory && next_random() % kMemoryYield == 0) yield();
+}
+
+void syncthreads() {
+  Block& b = *g.cur->blk;
+  if (++b.barrier_arrived < g.threads) {
+    block_here(State::kWaitBlock);
+    return;
+  }
+  b.barrier_arrived = 0;
+  ++b.epoch;
+  flush_accesses(b);
+  for (Fiber& o : b.fibers) {
+    if (&o != g.cur && o.state == State::kWaitBlock) make_ready(&o);
+  }
+  yield();
+}
+
+unsigned char* block_smem() { return g.cur->blk->smem; }
+
+void set_tanh_exact(bool exact) { g_tanh_exact = exact; }
+
+}  // namespace emu
+
+// ---- the hooks g++ -fsanitize=thread calls (libtsan is not linked) ------------------------------------
+extern "C" {
+#define EMU_HOOK(n)                                                                                      \
+  void __tsan_read##n(void* p) { emu::plain_access(reinterpret_cast<uintptr_t>(p), n, false); }           \
+  void __tsan_write##n(void* p) { emu::plain_access(reinterpret_cast<uintptr_t>(p), n, true); }           \
+  void __tsan_unaligned_read##n(void* p) { emu::plain_access(reinterpret_cast<uintptr_t>(p), n, false); } \
+  void __tsan_unaligned_write##n(void* p) { emu::plain_access(reinterpret_cast<uintptr_t>(p), n, true); }
+EMU_HOOK(1)
+EMU_HOOK(2)
+EMU_HOOK(4)
+EMU_HOOK(8)
+EMU_HOOK(16)
+#undef EMU_HOOK
+void __tsan_read_range(void* p, unsigned long n) { emu::plain_access(reinterpret_cast<uintptr_t>(p), n, false); }
+void __tsan_write_range(void* p, unsigned long n) { emu::plain_access(reinterpret_cast<uintptr_t>(p), n, true); }
+void __tsan_func_entry(void*) {}
+void __tsan_func_exit() {}
+void __tsan_init() {}
+
+// ---- the C interface the Python harness calls (tests/emu/emu_harness.py) ---------------------------------
+int emu_sizeof_params() { return static_cast<int>(sizeof(FaParams)); }
+
+void emu_set_arch(int arch) { emu::g_arch = arch; }
+
+void emu_reset_allocations() {
+  emu::g.allocations.clear();
+  emu::g.alloc_lo = UINTPTR_MAX;
+  emu::g.alloc_hi = 0;
+}
+
+void emu_set_limits(int max_threads, int registers, int static_smem, int smem_limit) {
+  emu::g.limits = emu::Limits{max_threads, registers, static_smem, smem_limit};
+}
+
+// A buffer the kernels may use, `guard` bytes of canaries on each side (plain accesses there fail).
+void emu_register_guarded(const void* p, uint64_t bytes, uint64_t guard, const char* name) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  emu::Allocation al{a, a + bytes, a - guard, a + bytes + guard, name, {}};
+  emu::g.alloc_lo = std::min(emu::g.alloc_lo, al.guard_begin);
+  emu::g.alloc_hi = std::max(emu::g.alloc_hi, al.guard_end);
+  emu::g.allocations.push_back(std::move(al));
+}
+
+void emu_register(const void* p, uint64_t bytes, const char* name) { emu_register_guarded(p, bytes, 0, name); }
+
+const char* emu_error() { return emu::g.error.c_str(); }
+
+uint64_t emu_collectives() { return emu::g.collectives; }
+
+void emu_bank_stats(uint64_t* out) {
+  for (int k = 0; k < emu::kAccKinds; ++k) {
+    out[3 * k] = emu::g.banks[k].instructions;
+    out[3 * k + 1] = emu::g.banks[k].wavefronts;
+    out[3 * k + 2] = emu::g.banks[k].ideal;
+  }
+}
+
+// The order the scheduler runs fibers in (a seed), and how many blocks run at once.
+void emu_set_schedule(uint64_t seed, int window) {
+  emu::g.seed = seed;
+  emu::g.window = window > 0 ? window : 1;
+}
+
+// launch.cpp's launch of one entry (kernels/binding/geometry.h entry_launch): out = grid x, y, z,
+// threads, dynamic shared memory. Returns the geometry's status (0 ok, 1 empty, 2 no block size, 3
+// bad pairs, 4 too many pairs).
+int emu_entry_launch(int threads, int block_m, int block_n, int smem_bytes, int grid, const FaParams* p,
+                     int64_t limit, int64_t* out) {
+  fa_geometry::Launch l{};
+  const fa_geometry::Status st = fa_geometry::entry_launch(threads, block_m, block_n, smem_bytes, grid, *p, limit, &l);
+  if (st == fa_geometry::Status::kOk) {
+    out[0] = l.grid_x;
+    out[1] = l.grid_y;
+    out[2] = l.grid_z;
+    out[3] = l.threads;
+    out[4] = l.smem_bytes;
+  }
+  return static_cast<int>(st);
+}
+
+// Runs kernel `fn` over the grid. Returns 0, or 1 with emu_error() set.
+int emu_launch(void* fn, unsigned gx, unsigned gy, unsigned gz, unsigned threads, int smem_bytes,
+               const FaParams* params) {
+  using namespace emu;
+  g.error.clear();
+  g.failed = false;
+  g.collectives = 0;
+  for (BankStats& b : g.banks) b = BankStats{};
+  ++g.launch;
+  g.rng = g.seed;
+  if (threads == 0 || threads > static_cast<unsigned>(kMaxThreads) || threads % kWarpSize != 0) {
+    g.error = "threads per block must be a positive multiple of 32 up to 1024";
+    return 1;
+  }
+  if (smem_bytes < 0 || smem_bytes > kMaxSmem) {
+    g.error = "dynamic shared memory above the emulator's 256 KiB";
+    return 1;
+  }
+  const Limits& lim = g.limits;
+  char why[256] = {0};
+  const int per_warp = (lim.registers * kWarpSize + kRegisterUnit - 1) / kRegisterUnit * kRegisterUnit;
+  if (lim.max_threads > 0 && threads > static_cast<unsigned>(lim.max_threads)) {
+    snprintf(why, sizeof why, "launch of %u threads per block exceeds the kernel's launch bounds of %d", threads,
+             lim.max_threads);
+  } else if (lim.registers > 0 && static_cast<int64_t>(per_warp) * (threads / kWarpSize) > kRegistersPerBlock) {
+    snprintf(why, sizeof why, "launch of %u threads x %d registers needs %lld registers per block; a block has %d",
+             threads, lim.registers, static_cast<long long>(per_warp) * (threads / kWarpSize), kRegistersPerBlock);
+  } else if (lim.smem_limit > 0 && lim.static_smem + smem_bytes > lim.smem_limit) {
+    snprintf(why, sizeof why, "launch needs %d B of shared memory (%d static + %d dynamic); a block may use %d",
+             lim.static_smem + smem_bytes, lim.static_smem, smem_bytes, lim.smem_limit);
+  }
+  if (why[0] != 0) {
+    g.error = why;
+    return 1;
+  }
+  g_kernel = reinterpret_cast<KernelFn>(fn);
+  g_params = *params;
+  g.threads = static_cast<int>(threads);
+  g.smem_bytes = smem_bytes;
+  g.block_dim = Dim3{threads, 1, 1};
+  g.grid_dim = Dim3{gx, gy, gz};
+  cur_bdim = g.block_dim;
+  cur_gdim = g.grid_dim;
+  const int64_t blocks = static_cast<int64_t>(gx) * gy * gz;
+  const size_t slots = static_cast<size_t>(std::max<int64_t>(1, std::min<int64_t>(g.window, blocks)));
+  if (g.smem_slots < slots) {  // one arena for every slot's shared memory (plain accesses are found by address)
+    if (g.smem_arena != nullptr) munmap(g.smem_arena, g.smem_slots * kMaxSmem);
+    g.smem_arena = static_cast<unsigned char*>(
+        mmap(nullptr, slots * kMaxSmem, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+    g.smem_slots = slots;
+    g.blocks.clear();
+  }
+  while (g.blocks.size() < slots) g.blocks.push_back(std::make_unique<Block>());
+  for (size_t s = 0; s < g.blocks.size(); ++s) {
+    Block& b = *g.blocks[s];
+    b.id = -1;
+    b.smem = g.smem_arena + s * kMaxSmem;
+    if (b.fibers.size() != threads) {
+      for (Fiber& f : b.fibers) munmap(f.stack, kStackBytes);
+      b.fibers = std::vector<Fiber>(threads);
+      for (unsigned i = 0; i < threads; ++i) {
+        Fiber& f = b.fibers[i];
+        f.index = static_cast<int>(i);
+        f.tid = Dim3{i, 0, 0};
+        f.blk = &b;
+        f.stack = static_cast<char*>(mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE,
+                                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0));
+      }
+      b.warps = std::vector<WarpOp>(threads / kWarpSize);
+    }
+    b.shadow.assign(static_cast<size_t>(smem_bytes), Shadow{});
+  }
+  if (blocks == 0) return 0;
+  return run_grid(blocks) ? 0 : 1;
+}
+
+}  // extern "C"
