@@ -18,6 +18,7 @@ sys.path[:0] = [str(REPO / "bench"), str(REPO / "kernels")]
 
 import fa2_model
 import kernel_model
+import kernel_resources
 import tiles
 
 MODEL_ARCHS = ("8.0", "8.6", "8.9", "9.0", "10.0", "12.0")
@@ -69,6 +70,20 @@ def test_fa2_switches_tiles_by_the_device_limit():
     assert fa2_model.row("fwd", "8.0", 256).tile == "m128n64w8"
     assert fa2_model.row("fwd", "9.0", 256).tile == "m64n64w4"
     assert fa2_model.row("fwd", "9.0", 256).warps_per_sm == 8  # two 4-warp blocks in 228 KB
+
+
+@pytest.mark.parametrize("arch", ["8.6", "8.9", "12.0"])
+@pytest.mark.parametrize("head_dim", [64, 96, 128])
+def test_99kb_parts_hold_two_forward_blocks_like_fa2(arch: str, head_dim: int):
+    """The padded tiles took 52-55 KB here (one 4-warp block per SM, FA2 two); unpadded they fit two
+    blocks with the driver's 1 KB each and sm120's 1 KiB of static shared memory."""
+    family, tile = tiles.arch_family(arch), tiles.default_tile(arch, "fwd", head_dim)
+    assert family is not None
+    assert tile is not None
+    per_block = tile.smem_bytes(head_dim) + family.static_smem
+    warps = kernel_resources.blocks_per_sm(arch, 32 * tile.warps, 255, per_block) * tile.warps
+    assert warps >= 8
+    assert warps >= fa2_model.row("fwd", arch, head_dim).warps_per_sm
 
 
 def _model(**changes: object) -> kernel_model.Model:
