@@ -88,35 +88,30 @@ def fwd_tile(arch: str, head_dim: int) -> Fa2Tile | None:
     return None
 
 
+# run_mha_bwd_hdim*: per head dim, FA2's backward tiles from the one it prefers down, each with the
+# opt-in shared memory per block (KiB) a device must offer for it.
+_BWD_TILES: dict[int, tuple[tuple[int, Fa2Tile], ...]] = {
+    32: ((0, Fa2Tile(128, 128, 8, 4, 4, 4, v_in_regs=True)),),
+    64: ((144, Fa2Tile(128, 128, 8, 4, 4, 4)), (0, Fa2Tile(64, 128, 8, 2, 4, 4, v_in_regs=True))),
+    96: ((0, Fa2Tile(64, 128, 8, 2, 4, 4, v_in_regs=True)),),
+    128: ((144, Fa2Tile(64, 128, 8, 2, 4, 2)), (0, Fa2Tile(64, 64, 8, 4, 2, 2, v_in_regs=True))),
+    160: ((116, Fa2Tile(64, 64, 8, 4, 4, 4)), (0, Fa2Tile(64, 64, 8, 4, 4, 4, double_buffer=False))),
+    192: (
+        (136, Fa2Tile(64, 64, 8, 4, 2, 2)),
+        (0, Fa2Tile(64, 64, 8, 4, 2, 2, v_in_regs=True, double_buffer=False)),
+    ),
+    256: (
+        (176, Fa2Tile(64, 64, 8, 4, 2, 2)),  # H100
+        (144, Fa2Tile(64, 64, 8, 4, 2, 2, double_buffer=False)),  # A100
+        (0, Fa2Tile(64, 32, 8, 4, 1, 2, v_in_regs=True, double_buffer=False)),  # the 99 KB parts
+    ),
+}
+
+
 def bwd_tile(arch: str, head_dim: int) -> Fa2Tile | None:
-    """run_mha_bwd_hdim*: FA2's backward tile on `arch` (None at head dims it no longer builds)."""
+    """FA2's backward tile on `arch` (None at head dims it no longer builds)."""
     per_block, _ = device_limits(arch)
-    kib = 1024
-    if head_dim == 32:
-        return Fa2Tile(128, 128, 8, 4, 4, 4, v_in_regs=True)
-    if head_dim == 64:
-        if per_block >= 144 * kib:
-            return Fa2Tile(128, 128, 8, 4, 4, 4)
-        return Fa2Tile(64, 128, 8, 2, 4, 4, v_in_regs=True)
-    if head_dim == 96:
-        return Fa2Tile(64, 128, 8, 2, 4, 4, v_in_regs=True)
-    if head_dim == 128:
-        if per_block >= 144 * kib:
-            return Fa2Tile(64, 128, 8, 2, 4, 2)
-        return Fa2Tile(64, 64, 8, 4, 2, 2, v_in_regs=True)
-    if head_dim == 160:
-        return Fa2Tile(64, 64, 8, 4, 4, 4, double_buffer=per_block >= 116 * kib)
-    if head_dim == 192:
-        if per_block >= 136 * kib:
-            return Fa2Tile(64, 64, 8, 4, 2, 2)
-        return Fa2Tile(64, 64, 8, 4, 2, 2, v_in_regs=True, double_buffer=False)
-    if head_dim == 256:
-        if per_block >= 176 * kib:
-            return Fa2Tile(64, 64, 8, 4, 2, 2)
-        if per_block >= 144 * kib:
-            return Fa2Tile(64, 64, 8, 4, 2, 2, double_buffer=False)
-        return Fa2Tile(64, 32, 8, 4, 1, 2, v_in_regs=True, double_buffer=False)
-    return None
+    return next((t for kib, t in _BWD_TILES.get(head_dim, ()) if per_block >= kib * 1024), None)
 
 
 def tile_for(direction: str, arch: str, head_dim: int) -> Fa2Tile | None:
