@@ -257,14 +257,15 @@ _BWD_V1 = {
 }
 
 # Forward defaults: 4 warps x 32 rows (two m-tiles per warp halve the K and V fragment reads per mma)
-# up to head dim 128, 4 warps x 16 rows with Q kept in registers at 160, FA2's 8-warp 128 x 64 blocks
+# up to head dim 128 (Q kept in registers at 32 and 64: no Q fragment re-read per key block), 4 warps x
+# 16 rows with Q in registers at 160, FA2's 8-warp 128 x 64 blocks
 # at 192 and above (64 x 64 x 4 where shared memory is short, and FA2's H100 choice at 256 on sm90),
 # and two K/V stages wherever shared memory allows. Each is spill-free with NVRTC 11.8, 12.9 and 13.0
 # on every arch of its family (bench/kernel_resources.py); FA2's own d128 tile (128 x 64 x 4) misses
 # by a few bytes of spill here and stays a candidate.
 _FWD_SM80 = {
     32: _T(128, 64, 4, 2, True),  # 128 x 128 spills on sm100/sm120 with NVRTC 13.0
-    64: _T(128, 64, 4, 2),
+    64: _T(128, 64, 4, 2, True),  # Q in registers: 128 ldmatrix B/mma against FA2's 144
     96: _T(128, 32, 4, 2),
     128: _T(128, 32, 4, 2),
     160: _T(64, 64, 4, 1, True),
@@ -287,8 +288,9 @@ _FWD_SM86 = {
 # Blackwell (sm100 to sm121): ptxas for these archs spills the d128 4 x 32-row tile by 16 to 56 bytes
 # since paged KV joined the key loop (NVRTC 12.9 and 13.0; sm80 to sm90 stay spill-free), so d128
 # takes the first kernels' 8 x 16-row tile there, with two K/V stages where shared memory allows.
-_FWD_SM100 = {**_FWD_SM90, 128: _T(128, 64, 8, 2)}
-_FWD_SM120 = {**_FWD_SM86, 128: _T(128, 64, 8, 1)}
+# Their ptxas also spills d64 with Q kept in registers (24 and 32 bytes, NVRTC 12.9), so d64 re-reads Q.
+_FWD_SM100 = {**_FWD_SM90, 64: _T(128, 64, 4, 2), 128: _T(128, 64, 8, 2)}
+_FWD_SM120 = {**_FWD_SM86, 64: _T(128, 64, 4, 2), 128: _T(128, 64, 8, 1)}
 # Turing: the first kernels' tiles, with 32 rows per warp at d32 and 16-key blocks at d224 (the
 # m16n8k8 path needs more registers per row than sm80's).
 _FWD_SM75 = {**_FWD_V1["sm75"], 32: _T(128, 64, 4), 224: _T(64, 16, 4)}
