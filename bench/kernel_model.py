@@ -21,9 +21,12 @@ using 16 of their 32 bytes; as sm90 vector pairs, or staged through shared memor
 lanes add 32 consecutive floats, every sector is used whole. `dq sect/MFLOP` = sectors per step over
 the step's 10 * block_m * block_n * d FLOPs (five GEMMs), per million.
 
-The FA2 rows are FlashAttention-2's published tile shapes (flash_fwd_launch_template.h,
-flash_bwd_launch_template.h) run through the same arithmetic (fwd: Q and K/V fragments re-read from
-shared memory, P in registers; bwd: dQ added per element from the fragments), not its SASS.
+The FA2 rows are FlashAttention-2's own tile choices on each arch run through the same arithmetic
+(bench/fa2_model.py says which facts and how), not its SASS. `--vs-fa2` sets every forward and backward
+unit beside them at head dims 64 to 256 on sm 8.0 to 12.0 and marks each measure where ours is worse:
+ldmatrix bytes per mma above FA2's, warps per SM below, dQ sectors per MFLOP above, or any spill.
+
+    python bench/kernel_model.py --vs-fa2 [--record]      # docs/figures.md section kernel-vs-fa2
 """
 
 from __future__ import annotations
@@ -45,7 +48,8 @@ from types import ModuleType
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
-import kernel_resources  # bench/ is not a package: found through sys.path
+import fa2_model  # bench/ is not a package: found through sys.path
+import kernel_resources
 
 from buildtool.builder import toolkits
 from buildtool.builder.nvrtc import open_nvrtc, parse_resource_usage
@@ -97,6 +101,7 @@ class Model:
     registers: int
     spills: int  # bytes stored + loaded
     blocks_per_sm: int
+    warps_per_sm: int
     mma: float
     ldsm_per_mma: float
     smem_per_mma: float
@@ -128,15 +133,14 @@ def _sass_counts(sass: str, entry: str) -> dict[str, float]:
     return c
 
 
-def _dq_sectors_per_mflop(tile: dict[str, int], head_dim: int, whole_sectors: bool) -> float:
-    floats = tile["FA_BLOCK_M"] * head_dim
-    sectors = floats * 4 / (32 if whole_sectors else 16)
-    flops = 10 * tile["FA_BLOCK_M"] * tile["FA_BLOCK_N"] * head_dim
-    return sectors / flops * 1e6
-
-
 def model_units(
-    tiles: ModuleType, csrc: Path, rev: str, archs: list[str], head_dims: list[int], cuda: int
+    tiles: ModuleType,
+    csrc: Path,
+    rev: str,
+    archs: list[str],
+    head_dims: list[int],
+    cuda: int,
+    directions: tuple[str, ...] = tuple(MAIN_ENTRIES),
 ) -> list[Model]:
     nvrtc = open_nvrtc(str(toolkits.nvrtc_lib_dir(cuda)))
     headers = {p.name: p.read_text() for p in sorted(csrc.iterdir()) if p.suffix in (".h", ".cuh")}
@@ -147,6 +151,7 @@ def model_units(
             entry = MAIN_ENTRIES.get(u.direction)
             if (
                 entry is None
+                or u.direction not in directions
                 or u.head_dim not in head_dims
                 or u.dtype != ("fp16" if arch == "7.5" else "bf16")
             ):
@@ -178,6 +183,9 @@ def model_units(
             tile_label += f"s{u.defines.get('FA_STAGES', 1)}"
             tile_label += "q" if u.defines.get("FA_Q_IN_REGS") else ""
             tile_label += "d" if u.defines.get("FA_DQ_SMEM") else ""
+            blocks = kernel_resources.blocks_per_sm(
+                arch, launch.threads, usage.registers, launch.smem_bytes + usage.static_smem
+            )
             out.append(
                 Model(
                     rev=rev,
@@ -188,51 +196,24 @@ def model_units(
                     head_dim=u.head_dim,
                     registers=usage.registers,
                     spills=usage.spill_stores + usage.spill_loads,
-                    blocks_per_sm=kernel_resources.blocks_per_sm(
-                        arch, launch.threads, usage.registers, launch.smem_bytes + usage.static_smem
-                    ),
+                    blocks_per_sm=blocks,
+                    warps_per_sm=blocks * launch.threads // 32,
                     mma=c["mma"],
                     ldsm_per_mma=round(c["ldsm"] / mma, 1),
                     smem_per_mma=round((c["ldsm"] + c["lds"] + c["sts"]) / mma, 1),
                     red=int(c["red"]),
                     red_width=int(c["red_width"]),
-                    dq_sectors_per_mflop=round(_dq_sectors_per_mflop(u.defines, u.head_dim, whole), 1)
+                    dq_sectors_per_mflop=round(
+                        fa2_model.dq_sectors_per_mflop(
+                            u.defines["FA_BLOCK_M"], u.defines["FA_BLOCK_N"], u.head_dim, whole
+                        ),
+                        1,
+                    )
                     if u.direction == "bwd"
                     else 0.0,
                 )
             )
     return out
-
-
-# FlashAttention-2's sm80 (A100) and sm90 (H100) tiles at head dims 64/128/256: (block_m, block_n, warps).
-FA2_TILES = {
-    ("fwd", 64): (128, 128, 4),
-    ("fwd", 128): (128, 64, 4),
-    ("fwd", 256): (128, 64, 8),  # A100; H100 runs 64 x 64 x 4 for two blocks per SM
-    ("bwd", 64): (128, 128, 8),
-    ("bwd", 128): (64, 128, 8),
-    ("bwd", 256): (64, 64, 8),
-}
-
-
-def fa2_row(direction: str, head_dim: int) -> dict[str, object] | None:
-    tile = FA2_TILES.get((direction, head_dim))
-    if tile is None:
-        return None
-    bm, bn, warps = tile
-    row: dict[str, object] = {"tile": f"m{bm}n{bn}w{warps}"}
-    if direction == "fwd":
-        mt = bm // warps // 16  # m-tiles per warp
-        s_bytes = head_dim // 16 * (mt * 512 + bn // 16 * 512)
-        s_mma = head_dim // 16 * mt * bn // 8
-        pv_bytes = bn // 16 * head_dim // 16 * 512
-        pv_mma = bn // 16 * mt * head_dim // 8
-        row["ldsm_per_mma"] = round((s_bytes + pv_bytes) / (s_mma + pv_mma), 1)
-    else:
-        row["dq_sectors_per_mflop"] = round(
-            _dq_sectors_per_mflop({"FA_BLOCK_M": bm, "FA_BLOCK_N": bn}, head_dim, whole_sectors=False), 1
-        )
-    return row
 
 
 def _tiles_at(rev: str, dest: Path) -> tuple[ModuleType, Path]:
@@ -258,6 +239,49 @@ def _tiles_at(rev: str, dest: Path) -> tuple[ModuleType, Path]:
     return mod, dest / "kernels" / "csrc"
 
 
+def misses(m: Model, fa2: fa2_model.Fa2Row) -> list[str]:
+    """Where one of our units is worse than FA2 by the model: each measure of the issue's bar."""
+    out = []
+    if m.spills:
+        out.append(f"{m.spills} B spilled")
+    if m.ldsm_per_mma > fa2.ldsm_per_mma:
+        out.append(f"ldsm/mma +{100 * (m.ldsm_per_mma / fa2.ldsm_per_mma - 1):.0f}%")
+    if m.warps_per_sm < fa2.warps_per_sm:
+        out.append(f"warps/SM {m.warps_per_sm} < {fa2.warps_per_sm}")
+    if m.dq_sectors_per_mflop > fa2.dq_sectors_per_mflop:
+        out.append(f"dQ sectors x{m.dq_sectors_per_mflop / fa2.dq_sectors_per_mflop:.1f}")
+    return out
+
+
+def vs_fa2_table(rows: list[Model]) -> str:
+    """Markdown: each unit beside FA2's tile on its arch, and where it is worse."""
+    lines = [
+        "| arch | unit | tile: ours / FA2 | ldsm/mma | warps/SM | dQ sectors/MFLOP | spills | worse than FA2 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    at_or_better = compared = 0
+    for m in rows:
+        fa2 = fa2_model.row(m.unit.split("_")[0], m.arch, m.head_dim)
+        if fa2 is None:
+            continue
+        compared += 1
+        worse = misses(m, fa2)
+        at_or_better += not worse
+        dq = f"{m.dq_sectors_per_mflop} / {fa2.dq_sectors_per_mflop}" if fa2.dq_sectors_per_mflop else "-"
+        lines.append(
+            f"| {m.arch} | {m.unit} | {m.tile} / {fa2.tile} | {m.ldsm_per_mma} / {fa2.ldsm_per_mma} "
+            f"| {m.warps_per_sm} / {fa2.warps_per_sm} | {dq} | {m.spills} | {'; '.join(worse) or 'no'} |"
+        )
+    lines.append("")
+    lines.append(
+        f"{at_or_better} of {compared} units at or better than FA2 on every measure (ldmatrix bytes per mma at or"
+        " below, warps per SM at or above, backward dQ sectors per MFLOP at or below, no spill). Ours: the SASS"
+        " of the bf16 units (NVRTC of the stamp's CUDA major); FA2: its own tile choices through the same"
+        " arithmetic, registers assumed at 255 (bench/fa2_model.py). Not verified on a GPU."
+    )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arch", action="append", help="arch like 9.0 (repeatable; default 8.0, 8.6, 9.0)")
@@ -265,23 +289,52 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cuda", type=int, default=12, choices=(11, 12, 13), help="the NVRTC to compile with")
     ap.add_argument("--before", metavar="REV", help="also model the kernels of this git revision")
     ap.add_argument("--json", type=Path, help="write the rows here (default bench/results/kernel_model.json)")
+    ap.add_argument(
+        "--vs-fa2",
+        action="store_true",
+        help="forward and backward beside FA2 (default archs 8.0 8.6 8.9 9.0 10.0 12.0, head dims 64-256)",
+    )
+    ap.add_argument(
+        "--record", action="store_true", help="with --vs-fa2: write docs/figures.md kernel-vs-fa2"
+    )
     args = ap.parse_args(argv)
-    archs = args.arch or ["8.0", "8.6", "9.0"]
-    head_dims = args.head_dim or [64, 128, 256]
+    if args.record and not args.vs_fa2:
+        ap.error("--record writes the --vs-fa2 table: give --vs-fa2 too")
+    if args.vs_fa2:
+        archs = args.arch or ["8.0", "8.6", "8.9", "9.0", "10.0", "12.0"]
+        head_dims = args.head_dim or [64, 96, 128, 192, 256]
+        directions: tuple[str, ...] = ("fwd", "bwd")
+    else:
+        archs = args.arch or ["8.0", "8.6", "9.0"]
+        head_dims = args.head_dim or [64, 128, 256]
+        directions = tuple(MAIN_ENTRIES)
 
     sys.path.insert(0, str(REPO / "kernels"))
     import tiles
 
-    rows = model_units(tiles, REPO / "kernels" / "csrc", "tree", archs, head_dims, args.cuda)
+    rows = model_units(tiles, REPO / "kernels" / "csrc", "tree", archs, head_dims, args.cuda, directions)
     before: list[Model] = []
     if args.before:
         with tempfile.TemporaryDirectory() as tmp:
             old_tiles, old_csrc = _tiles_at(args.before, Path(tmp))
-            before = model_units(old_tiles, old_csrc, args.before, archs, head_dims, args.cuda)
+            before = model_units(old_tiles, old_csrc, args.before, archs, head_dims, args.cuda, directions)
+
+    out = args.json or REPO / "bench" / "results" / "kernel_model.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps([asdict(m) for m in before + rows], indent=1) + "\n")
+    if args.vs_fa2:
+        import figures
+
+        body = vs_fa2_table(rows)
+        if before:
+            body = f"Before ({args.before}):\n\n{vs_fa2_table(before)}\n\nAfter (this tree):\n\n{body}"
+        figures.report("kernel-vs-fa2", body, args.record)
+        print(f"wrote {out}")
+        return 0
 
     key = {(m.arch, m.unit): m for m in before}
     head = (
-        f"{'arch':>4} {'unit':<18} {'':<7} {'tile':<14} {'regs':>4} {'spill':>5} {'blk/SM':>6} {'mma':>5} "
+        f"{'arch':>4} {'unit':<18} {'':<7} {'tile':<14} {'regs':>4} {'spill':>5} {'warp/SM':>7} {'mma':>5} "
         f"{'ldsm/mma':>8} {'smem/mma':>8} {'red':>4} {'x':>1} {'dq sect/MFLOP':>13}"
     )
     print(head)
@@ -291,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         red = f"{m.red:>4} {m.red_width:>1}" if m.red else f"{'-':>4} {'':>1}"
         dq = f"{m.dq_sectors_per_mflop:>13}" if m.dq_sectors_per_mflop else f"{'-':>13}"
         return (
-            f"{m.arch:>4} {m.unit:<18} {who:<7} {m.tile:<14} {m.registers:>4} {m.spills:>5} {m.blocks_per_sm:>6} "
+            f"{m.arch:>4} {m.unit:<18} {who:<7} {m.tile:<14} {m.registers:>4} {m.spills:>5} {m.warps_per_sm:>7} "
             f"{m.mma:>5.0f} {m.ldsm_per_mma:>8} {m.smem_per_mma:>8} {red} {dq}"
         )
 
@@ -300,17 +353,13 @@ def main(argv: list[str] | None = None) -> int:
         if old:
             print(line(old, "before"))
         print(line(m, "after"))
-        fa2 = fa2_row(m.unit.split("_")[0], m.head_dim) if m.arch in ("8.0", "9.0") else None
+        fa2 = fa2_model.row(m.unit.split("_")[0], m.arch, m.head_dim) if m.entry != "fa_fwd_splitkv" else None
         if fa2:
-            ldsm = fa2.get("ldsm_per_mma", "-")
-            dq = fa2.get("dq_sectors_per_mflop", "-")
+            dq = fa2.dq_sectors_per_mflop or "-"
             print(
-                f"{m.arch:>4} {m.unit:<18} {'FA2':<7} {fa2['tile']:<14} {'':>4} {'':>5} {'':>6} {'':>5} "
-                f"{ldsm:>8} {'':>8} {'':>4} {'':>1} {dq:>13}"
+                f"{m.arch:>4} {m.unit:<18} {'FA2':<7} {fa2.tile:<14} {'':>4} {'':>5} {fa2.warps_per_sm:>7} "
+                f"{'':>5} {fa2.ldsm_per_mma:>8} {'':>8} {'':>4} {'':>1} {dq:>13}"
             )
-    out = args.json or REPO / "bench" / "results" / "kernel_model.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps([asdict(m) for m in before + rows], indent=1) + "\n")
     print(f"wrote {out}")
     return 0
 

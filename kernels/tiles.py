@@ -42,7 +42,9 @@ FEATURES: frozenset[str] = frozenset(
 
 _KERNELS_DIR = Path(__file__).resolve().parent
 _ELEM_BYTES = 2  # fp16 / bf16
-_ROW_PAD = 8  # elements of padding per shared-memory row (tiles.cuh: bank-conflict-free pitch)
+# The backward's tiles pad each shared-memory row by 8 elements; the forward's are unpadded and
+# swizzled (kernels/csrc/tiles.cuh says why).
+_BWD_ROW_PAD = 8
 
 
 @dataclass(frozen=True)
@@ -91,8 +93,9 @@ class FwdTile:
         return f"m{self.block_m}n{self.block_n}w{self.warps}s{self.stages}{regs}"
 
     def smem_bytes(self, head_dim: int) -> int:
-        """fwd.cu's kSmemBytes: Q (block_m rows) plus K and V tiles (block_n rows each) per stage."""
-        return (self.block_m + 2 * self.stages * self.block_n) * (head_dim + _ROW_PAD) * _ELEM_BYTES
+        """fwd.cu's kSmemBytes: Q (block_m rows) plus K and V tiles (block_n rows each) per stage, unpadded
+        (tiles.cuh swizzles them)."""
+        return (self.block_m + 2 * self.stages * self.block_n) * head_dim * _ELEM_BYTES
 
     def valid(self, head_dim: int) -> bool:  # noqa: ARG002 (BwdTile's needs it; one signature for both)
         """fwd.cu's static_asserts: 16 or 32 whole rows per warp; k steps of 16; 1 or 2 stages."""
@@ -133,11 +136,12 @@ class BwdTile:
         return f"m{self.block_m}n{self.block_n}w{self.warps}s{self.stages}{staged}"
 
     def smem_bytes(self, head_dim: int) -> int:
-        """bwd.cu's kSmemBytes: K, V; Q, dO per stage; P, dS; lse and D (fp32) per query row."""
-        pitch = head_dim + _ROW_PAD
+        """bwd.cu's kSmemBytes: K, V; Q, dO per stage; P, dS (padded rows); lse and D (fp32) per query
+        row."""
+        pitch = head_dim + _BWD_ROW_PAD
         kv = 2 * self.block_n * pitch * _ELEM_BYTES
         q_do = 2 * self.stages * self.block_m * pitch * _ELEM_BYTES
-        p_ds = 2 * self.block_m * (self.block_n + _ROW_PAD) * _ELEM_BYTES
+        p_ds = 2 * self.block_m * (self.block_n + _BWD_ROW_PAD) * _ELEM_BYTES
         return kv + q_do + p_ds + 2 * self.block_m * 4
 
     def valid(self, head_dim: int) -> bool:
@@ -253,14 +257,15 @@ _BWD_V1 = {
 }
 
 # Forward defaults: 4 warps x 32 rows (two m-tiles per warp halve the K and V fragment reads per mma)
-# up to head dim 128, 4 warps x 16 rows with Q kept in registers at 160, FA2's 8-warp 128 x 64 blocks
+# up to head dim 128 (Q kept in registers at 32 and 64: no Q fragment re-read per key block), 4 warps x
+# 16 rows with Q in registers at 160, FA2's 8-warp 128 x 64 blocks
 # at 192 and above (64 x 64 x 4 where shared memory is short, and FA2's H100 choice at 256 on sm90),
 # and two K/V stages wherever shared memory allows. Each is spill-free with NVRTC 11.8, 12.9 and 13.0
 # on every arch of its family (bench/kernel_resources.py); FA2's own d128 tile (128 x 64 x 4) misses
 # by a few bytes of spill here and stays a candidate.
 _FWD_SM80 = {
     32: _T(128, 64, 4, 2, True),  # 128 x 128 spills on sm100/sm120 with NVRTC 13.0
-    64: _T(128, 64, 4, 2),
+    64: _T(128, 64, 4, 2, True),  # Q in registers: 128 ldmatrix B/mma against FA2's 144
     96: _T(128, 32, 4, 2),
     128: _T(128, 32, 4, 2),
     160: _T(64, 64, 4, 1, True),
@@ -269,14 +274,23 @@ _FWD_SM80 = {
     256: _T(128, 64, 8, 1),
 }
 _FWD_SM90 = {**_FWD_SM80, 224: _T(128, 64, 8, 2), 256: _T(64, 64, 4, 1)}  # d256: FA2's H100 choice
-_FWD_SM86 = {**_FWD_SM80, 192: _T(64, 64, 4, 1), 224: _T(64, 64, 4, 1), 256: _T(64, 64, 4, 1)}
+# The 99 KB parts (sm86, sm89, sm120): two blocks per SM hold at most 50,176 B each (100 KB per SM, 1 KB
+# per block for the driver; sm120's 1 KiB of static shared memory too). With unpadded tiles d64 and d96
+# keep two K/V stages in 49,152 B; d128 gives up the second stage (128 x 32 x 4: 49,152 B), FA2's own
+# choice there "since we get 2 CTAs per SM". d192 fits sm80's 8-warp block single-staged (98,304 B).
+_FWD_SM86 = {
+    **_FWD_SM80,
+    128: _T(128, 32, 4, 1),
+    192: _T(128, 64, 8, 1),
+    224: _T(64, 64, 4, 1),
+    256: _T(64, 64, 4, 1),
+}
 # Blackwell (sm100 to sm121): ptxas for these archs spills the d128 4 x 32-row tile by 16 to 56 bytes
 # since paged KV joined the key loop (NVRTC 12.9 and 13.0; sm80 to sm90 stay spill-free), so d128
 # takes the first kernels' 8 x 16-row tile there, with two K/V stages where shared memory allows.
-_FWD_SM100 = {**_FWD_SM90, 128: _T(128, 64, 8, 2)}
-# Head dim 256: sm86's 64 x 64 tile asks for exactly 99 KiB, which the sm120 cubins' 1 KiB of static
-# shared memory pushes past the limit; FA2's sm86 tile (64 x 32) fits with room.
-_FWD_SM120 = {**_FWD_SM86, 128: _T(128, 64, 8, 1), 256: _T(64, 32, 4, 1)}
+# Their ptxas also spills d64 with Q kept in registers (24 and 32 bytes, NVRTC 12.9), so d64 re-reads Q.
+_FWD_SM100 = {**_FWD_SM90, 64: _T(128, 64, 4, 2), 128: _T(128, 64, 8, 2)}
+_FWD_SM120 = {**_FWD_SM86, 64: _T(128, 64, 4, 2), 128: _T(128, 64, 8, 1)}
 # Turing: the first kernels' tiles, with 32 rows per warp at d32 and 16-key blocks at d224 (the
 # m16n8k8 path needs more registers per row than sm80's).
 _FWD_SM75 = {**_FWD_V1["sm75"], 32: _T(128, 64, 4), 224: _T(64, 16, 4)}
@@ -316,7 +330,7 @@ _BWD_SM75 = {d: dataclasses.replace(t, dq_smem=True) for d, t in _BWD_V1["sm75"]
 # double-buffered where shared memory allows.
 _SPLITKV_SM80 = {d: _T(64, 128 if d <= 128 else 64, 4, 2 if d <= 224 else 1) for d in HEAD_DIM_BUCKETS}
 _SPLITKV_SM86 = {d: _T(64, 128 if d <= 64 else 64, 4, 2 if d <= 128 else 1) for d in HEAD_DIM_BUCKETS}
-_SPLITKV_SM120 = {**_SPLITKV_SM86, 256: _T(64, 32, 4, 1)}  # as _FWD_SM120's d256
+
 
 # Shared memory per block, opt-in maximum (CUDA C++ Programming Guide, "Technical Specifications per
 # Compute Capability"): sm75 64 KB; sm80/sm87 163 KB; sm86/sm89/sm12x 99 KB; sm90/sm10x/sm110 227 KB.
@@ -379,7 +393,7 @@ FAMILIES: dict[str, ArchFamily] = {
         dtypes=("fp16", "bf16"),
         fwd=_FWD_SM120,
         bwd=_BWD_SM86,
-        splitkv=_SPLITKV_SM120,
+        splitkv=_SPLITKV_SM86,
         previous={"fwd": _FWD_V1["sm86"], "bwd": _BWD_V1["sm86"]},
         static_smem=1024,
     ),

@@ -69,9 +69,10 @@ constexpr bool kDqViaSmem = FA_DQ_SMEM != 0;
 
 static_assert(kHeadDim % 32 == 0 && kBlockN % 32 == 0 && kBlockM % 16 == 0, "tile sizes: see tiles.cuh");
 
-using QTile = SmemTile<kBlockM, kHeadDim>;   // Q and dO
-using KVTile = SmemTile<kBlockN, kHeadDim>;  // K and V
-using PTile = SmemTile<kBlockM, kBlockN>;    // P and dS, stored [query][key]
+// Padded tiles, not the forward's swizzled ones: tiles.cuh says why.
+using QTile = PaddedTile<kBlockM, kHeadDim>;   // Q and dO
+using KVTile = PaddedTile<kBlockN, kHeadDim>;  // K and V
+using PTile = PaddedTile<kBlockM, kBlockN>;    // P and dS, stored [query][key]
 constexpr int kSmemBytes = 2 * KVTile::kBytes + 2 * kStages * QTile::kBytes + 2 * PTile::kBytes + 2 * kBlockM * 4;
 
 #ifdef FA_SMEM_BYTES

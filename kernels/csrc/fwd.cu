@@ -84,7 +84,7 @@ constexpr int kNSteps = kBlockN / 16;
 
 using QTile = SmemTile<kBlockM, kHeadDim>;
 using KVTile = SmemTile<kBlockN, kHeadDim>;
-// tiles.py computes the same number for the launch: (BLOCK_M + 2 * STAGES * BLOCK_N) * (D + 8) * 2.
+// tiles.py computes the same number for the launch: (BLOCK_M + 2 * STAGES * BLOCK_N) * D * 2.
 constexpr int kSmemBytes = QTile::kBytes + 2 * kStages * KVTile::kBytes;
 #ifdef FA_SMEM_BYTES
 static_assert(kSmemBytes == FA_SMEM_BYTES, "tiles.py's smem_bytes disagrees with this kernel's layout");

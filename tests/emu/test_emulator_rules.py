@@ -88,9 +88,11 @@ def _call() -> H.Call:
 
 
 def test_static_plus_dynamic_shared_memory_past_the_limit() -> None:
-    """sm86's head-dim-256 forward asks for all of 99 KiB; sm120 has 99 KiB too, but its cubins carry
-    1 KiB of static shared memory beside it (the tile tiles.py no longer ships there)."""
+    """A launch asking for all of 99 KiB fits sm86; sm120 has 99 KiB too, but its cubins carry 1 KiB
+    of static shared memory beside it."""
     unit = H.unit_for("8.6", "fwd", "fp16", 256)
+    entries = {name: dataclasses.replace(e, smem_bytes=99 * 1024) for name, e in unit.entries.items()}
+    unit = dataclasses.replace(unit, entries=entries)
     H.forward(H.Emulated(unit, "8.6"), _call())  # sm86: no static shared memory, fits exactly
     with pytest.raises(H.EmulatorError, match=r"102400 B of shared memory \(1024 static \+ 101376 dynamic\)"):
         H.forward(H.Emulated(unit, "12.0"), _call())
