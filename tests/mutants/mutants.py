@@ -7,16 +7,14 @@ kernels/csrc and runs that selection, so CI runs one problem per fault; the same
 
     fa check --emulate --arch 8.0 --unit fwd_fp16_d32 --problem scale --source /path/to/altered/csrc
 
-`needs` names what the check cannot see yet: faults that only an emulator running blocks interleaved
-(a plain add where dQ needs an atomic) or executing primitives.cuh's own inline PTX can catch. Their
-tests are strict xfails that flip when that emulator lands (the `emu` branch).
+Three of them only the emulator that runs primitives.cuh's own inline PTX and interleaves blocks with a
+global race rule can catch (a plain add where dQ needs an atomic, ex2 turned into lg2, bf16 halves
+swapped): they failed, as strict xfails, until it landed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-NEEDS_EMU = "needs the emulator that interleaves blocks and runs primitives.cuh's PTX (the emu branch)"
 
 
 @dataclass(frozen=True)
@@ -29,7 +27,6 @@ class Mutant:
     unit: str  # the unit of the selection (its name on `arch`)
     problem: str  # the problem of the selection
     arch: str = "8.0"
-    needs: str = ""  # "": the check must catch it today
 
     def command(self, csrc: str = "DIR") -> str:
         """The `fa check` line that must fail on this fault (applied to a copy of kernels/csrc in DIR)."""
@@ -226,19 +223,19 @@ MUTANTS: tuple[Mutant, ...] = (
         "bf16-output-rounding", "dtype", "primitives.cuh",
         'asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));',
         'asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(lo), "f"(hi));',
-        "fwd_bf16_d32", "blocks", needs=NEEDS_EMU,
+        "fwd_bf16_d32", "blocks",
     ),
     # faults only an emulator that interleaves blocks / runs the real PTX can see
     Mutant(
         "dq-plain-add", "dq atomics", "bwd.cu",
         "red_add_f32(dq + r * kb.dq_accum_row_stride + c, bits_to_float(ld_shared32(staged + (r * kDqPitch + c) * 4)));",
         "dq[r * kb.dq_accum_row_stride + c] += bits_to_float(ld_shared32(staged + (r * kDqPitch + c) * 4));",
-        "bwd_fp16_d32", "blocks", needs=NEEDS_EMU,
+        "bwd_fp16_d32", "blocks",
     ),
     Mutant(
         "ptx-exp2-is-log2", "primitives PTX", "primitives.cuh",
         'asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));',
         'asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));',
-        "fwd_fp16_d32", "blocks", needs=NEEDS_EMU,
+        "fwd_fp16_d32", "blocks",
     ),
 )  # fmt: skip
