@@ -174,7 +174,7 @@ def manifest(spec: AllWheelSpec, tiles: ModuleType, source_sha256: str | None = 
                 sass=cuda_facts.plain(kernel_set.sass),
                 ptx=kernel_set.ptx,
                 coverage=tuple(coverage),
-                **package.arch_specific_info(kernel_set.sass, tiles),
+                **package.arch_specific_info(kernel_set.compile_jobs, tiles),
             )
         )
     bindings = tuple(

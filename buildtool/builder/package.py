@@ -208,15 +208,16 @@ def manifest(spec: WheelSpec, tiles: ModuleType, source_sha256: str | None = Non
         torch_tested=spec.torch_tested,
         features=tuple(sorted(getattr(tiles, "FEATURES", ()))),
         coverage=tuple(coverage),
-        **arch_specific_info(spec.sass, tiles),
+        **arch_specific_info(spec.compile_jobs, tiles),
     )
     return schema.Manifest(info=info, kernels=tuple(kernels), source_sha256=source_sha256)
 
 
-def arch_specific_info(targets: Sequence[str], tiles: ModuleType) -> dict[str, tuple[str, ...]]:
-    """WheelInfo's (and a KernelSet's) arch-specific fields for SASS `targets`: the "9.0a"-like ones, and
-    what their units implement (kernels/tiles.py features(); the intersection over the targets)."""
-    specific = tuple(t for t in targets if versions.arch_specific(t))
+def arch_specific_info(jobs: Sequence[CompileJob], tiles: ModuleType) -> dict[str, tuple[str, ...]]:
+    """WheelInfo's (and a KernelSet's) arch-specific fields for the programs `jobs` compile: the
+    "9.0a"-like targets among them, and what their units implement (kernels/tiles.py features(); the
+    intersection over the targets)."""
+    specific = tuple(sorted({j.arch for j in jobs if versions.arch_specific(j.arch)}, key=versions.parse_target))
     if not specific:
         return {"arch_specific": (), "arch_specific_features": ()}
     features = set(getattr(tiles, "FEATURES", ()))

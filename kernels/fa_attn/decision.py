@@ -361,9 +361,9 @@ def _image(
 
 
 def _runs_on(img: _Image, gpu: tuple[int, int]) -> bool:
-    """SASS within the GPU's major up to its minor (an arch-specific one on its own arch only); PTX of
-    any arch up to the GPU's."""
-    if img.image == "sass":
+    """SASS within the GPU's major up to its minor; PTX of any arch up to the GPU's; an arch-specific
+    image (fa ships no PTX of one, but a file may say so) on its own arch only."""
+    if img.image == "sass" or img.specific:
         return sass_runs_on(img.target, f"{gpu[0]}.{gpu[1]}")
     return parse_arch(img.arch) <= gpu
 
