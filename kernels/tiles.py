@@ -610,7 +610,7 @@ def candidates(arch: str, direction: str, head_dim: int) -> list[Tile]:
     return rows
 
 
-def _entries(direction: str, tile: Tile, smem: int) -> dict[str, Launch]:
+def _entries(direction: str, tile: FwdTile | BwdTile, smem: int) -> dict[str, Launch]:
     threads = 32 * tile.warps
     if direction == "fwd":
         return {"fa_fwd": Launch(threads, tile.block_m, tile.block_n, smem, "q_blocks")}
@@ -657,7 +657,6 @@ def unit(arch: str, direction: str, dtype: str, head_dim: int, tile: Tile) -> Ke
     if isinstance(tile, HopperTile):
         launch = Launch(tile.threads, tile.block_m, tile.block_n, smem, "q_blocks")
         return KernelUnit(name, direction, dtype, d, HOPPER_SOURCE, defines, {HOPPER_ENTRY: launch}, True)
-    assert not isinstance(tile, HopperTile)
     if direction == "splitkv":
         defines["FA_SPLITKV"] = 1
     entries = _entries(direction, tile, smem)

@@ -154,7 +154,9 @@ def manifest(spec: AllWheelSpec, tiles: ModuleType, source_sha256: str | None = 
     for kernel_set in spec.kernel_sets:
         coverage = []
         tk = TOOLKITS[kernel_set.cuda_major]
-        order = sorted(kernel_set.compile_jobs, key=lambda j: (versions.parse_target(j.arch), j.image, j.unit))
+        order = sorted(
+            kernel_set.compile_jobs, key=lambda j: (versions.parse_target(j.arch), j.image, j.unit)
+        )
         for job in order:
             if job.arch not in units:
                 units[job.arch] = {u.name: u for u in tiles.units(job.arch)}
@@ -165,6 +167,7 @@ def manifest(spec: AllWheelSpec, tiles: ModuleType, source_sha256: str | None = 
             kernel = dataclasses.replace(kernel, cuda_major=kernel_set.cuda_major)
             kernels.append(kernel)
             coverage.append(package.coverage_of(kernel, tiles.head_dims(unit)))
+        specific, features = package.arch_specific_info(kernel_set.compile_jobs, tiles)
         sets.append(
             schema.KernelSet(
                 cuda_major=kernel_set.cuda_major,
@@ -174,7 +177,8 @@ def manifest(spec: AllWheelSpec, tiles: ModuleType, source_sha256: str | None = 
                 sass=cuda_facts.plain(kernel_set.sass),
                 ptx=kernel_set.ptx,
                 coverage=tuple(coverage),
-                **package.arch_specific_info(kernel_set.compile_jobs, tiles),
+                arch_specific=specific,
+                arch_specific_features=features,
             )
         )
     bindings = tuple(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import importlib.metadata
@@ -208,22 +209,27 @@ def manifest(spec: WheelSpec, tiles: ModuleType, source_sha256: str | None = Non
         torch_tested=spec.torch_tested,
         features=tuple(sorted(getattr(tiles, "FEATURES", ()))),
         coverage=tuple(coverage),
-        **arch_specific_info(spec.compile_jobs, tiles),
     )
+    specific, features = arch_specific_info(spec.compile_jobs, tiles)
+    info = dataclasses.replace(info, arch_specific=specific, arch_specific_features=features)
     return schema.Manifest(info=info, kernels=tuple(kernels), source_sha256=source_sha256)
 
 
-def arch_specific_info(jobs: Sequence[CompileJob], tiles: ModuleType) -> dict[str, tuple[str, ...]]:
+def arch_specific_info(
+    jobs: Sequence[CompileJob], tiles: ModuleType
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """WheelInfo's (and a KernelSet's) arch-specific fields for the programs `jobs` compile: the
     "9.0a"-like targets among them, and what their units implement (kernels/tiles.py features(); the
     intersection over the targets)."""
-    specific = tuple(sorted({j.arch for j in jobs if versions.arch_specific(j.arch)}, key=versions.parse_target))
+    specific = tuple(
+        sorted({j.arch for j in jobs if versions.arch_specific(j.arch)}, key=versions.parse_target)
+    )
     if not specific:
-        return {"arch_specific": (), "arch_specific_features": ()}
+        return (), ()
     features = set(getattr(tiles, "FEATURES", ()))
     for target in specific:
         features &= set(tiles.features(target))
-    return {"arch_specific": specific, "arch_specific_features": tuple(sorted(features))}
+    return specific, tuple(sorted(features))
 
 
 def kernel_of(unit: Any, arch: str, image: str, file: str) -> schema.KernelFile:

@@ -84,7 +84,9 @@ class DroppedSass:
 # An arch-specific target whose kernel source is not in this tree yet (kernels/tiles.py's units leave
 # units without a source out): the build goes on without it and says so. The sm_90a forward
 # (csrc/hopper_fwd.cu) lands with its own branch; once it is in the tree the target builds.
-WAITING_FOR_SOURCE = "its kernel source is not in this tree yet (kernels/tiles.py missing_sources): built once it is"
+WAITING_FOR_SOURCE = (
+    "its kernel source is not in this tree yet (kernels/tiles.py missing_sources): built once it is"
+)
 
 
 SKIP_EXCLUDED = "excluded"

@@ -46,7 +46,9 @@ class Toolkit:
     min_driver: str  # to run SASS built by this toolkit (Linux)
     windows_min_driver: str  # the same on Windows, whose drivers are numbered differently
     ptx_min_driver: str  # to JIT PTX written by this toolkit
-    archs: tuple[str, ...]  # real targets this NVRTC can compile and fa has kernels for ("9.0a": arch-specific)
+    archs: tuple[
+        str, ...
+    ]  # real targets this NVRTC can compile and fa has kernels for ("9.0a": arch-specific)
     default_archs: tuple[str, ...]  # SASS built when matrix.yaml names none; PTX for the last plain one
 
     def wheel_for(self, host: str) -> PinnedWheel | None:
@@ -115,7 +117,21 @@ TOOLKITS: dict[int, Toolkit] = {
         min_driver="580",
         windows_min_driver="580",
         ptx_min_driver="580.65.06",
-        archs=("7.5", "8.0", "8.6", "8.7", "8.8", "8.9", "9.0", "9.0a", "10.0", "10.3", "11.0", "12.0", "12.1"),
+        archs=(
+            "7.5",
+            "8.0",
+            "8.6",
+            "8.7",
+            "8.8",
+            "8.9",
+            "9.0",
+            "9.0a",
+            "10.0",
+            "10.3",
+            "11.0",
+            "12.0",
+            "12.1",
+        ),
         # 11.0 (Jetson Thor) only here: no other major can serve it (SASS never crosses majors, CUDA 12's
         # sm_101 is Thor's pre-13 name, which a CUDA 13 driver does not report, and 12.0's PTX cannot JIT
         # down to 11.0). 10.3 and 12.1 are served by 10.0's and 12.0's SASS (same major, higher minor).

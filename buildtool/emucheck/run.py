@@ -23,10 +23,10 @@ from fa_attn.check import problems as check_problems
 from fa_attn.decision import GRID_CODES, KernelLaunch
 from fa_attn.verify.unitcheck import key_block, query_block
 
-from buildtool.emucheck.harness import emulator
-from buildtool.emucheck.ops import kernels_on_cpu
 from buildtool.core import cuda_facts
 from buildtool.core.runtime import versions
+from buildtool.emucheck.harness import emulator
+from buildtool.emucheck.ops import kernels_on_cpu
 from buildtool.errors import FaError, UsageError
 
 ARCHES = ("7.5", "8.0", "8.6", "8.9", "9.0", "9.0a", "10.0", "12.0")

@@ -425,6 +425,7 @@ def _admit_arch_specific(
     the route's `then` (the plain arch's units, admitted as usual) with the reason in `passed_over`."""
     assert route.then is not None
     bare = _bare(route)
+    why: Reason | None
     if chosen == "off":
         why = _specific_unchecked(route, "FA_SELF_CHECK=off runs no check")
     else:

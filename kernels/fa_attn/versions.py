@@ -51,7 +51,9 @@ def parse_target(target: str) -> tuple[int, int, bool]:
     for anything else."""
     match = _TARGET.fullmatch(str(target).strip())
     if match is None:
-        raise ValueError(f"arch: {target!r} is not a compute capability or target; write it like '8.6' or '9.0a'")
+        raise ValueError(
+            f"arch: {target!r} is not a compute capability or target; write it like '8.6' or '9.0a'"
+        )
     return int(match[1]), int(match[2]), bool(match[3])
 
 

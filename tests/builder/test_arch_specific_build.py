@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from buildtool.builder import all_wheel, package
+from buildtool.builder import all_wheel
 from buildtool.builder.matrix import MatrixError, load_matrix, parse_matrix
 from buildtool.builder.plan import WAITING_FOR_SOURCE, make_plan
 from buildtool.builder.pypi import TorchCatalog, catalog_from_simple_json
@@ -141,7 +141,7 @@ def test_the_default_ptx_is_never_arch_specific() -> None:
 def test_other_spellings_are_refused(bad: str) -> None:
     err = matrix_error(12, f'["{bad}"]')
     assert "not a compute capability" in str(err)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not a compute capability or target"):
         versions.parse_target(bad)
 
 
@@ -172,7 +172,7 @@ def test_nvrtc_compiles_sm90a_where_cuda_facts_says(major: int) -> None:
     from buildtool.builder.nvrtc import NvrtcError, open_nvrtc
 
     nvrtc = open_nvrtc(str(toolkits.nvrtc_lib_dir(major)))
-    with pytest.raises(NvrtcError, match="wgmma.fence|Unknown modifier"):
+    with pytest.raises(NvrtcError, match=r"wgmma\.fence|Unknown modifier"):
         nvrtc.compile(WGMMA, "k.cu", "sm_90", ["-std=c++17"], {})
     if "9.0a" not in cuda_facts.TOOLKITS[major].archs:
         with pytest.raises(NvrtcError, match="invalid value for --gpu-architecture"):
@@ -198,7 +198,8 @@ def test_an_sm90a_unit_compiles_without_spills(major: int, unit_name: str) -> No
     options = [*tiles.nvrtc_options("9.0a"), *(f"-D{k}={v}" for k, v in unit.defines.items()), "-Xptxas=-v"]
     nvrtc = open_nvrtc(str(toolkits.nvrtc_lib_dir(major)))
     out = nvrtc.compile((kdir / unit.source).read_text(), unit.source, "sm_90a", options, headers)
-    assert out.kind == "cubin" and cubin_sm(out.image) == 90
+    assert out.kind == "cubin"
+    assert cubin_sm(out.image) == 90
     usages = {u.kernel: u for u in parse_resource_usage(out.log)}
     assert set(usages) == {tiles.HOPPER_ENTRY}
     assert usages[tiles.HOPPER_ENTRY].spill_stores == usages[tiles.HOPPER_ENTRY].spill_loads == 0, out.log

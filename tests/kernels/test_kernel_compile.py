@@ -96,7 +96,9 @@ def test_units_are_unique_and_consistent(arch):
         assert u.defines["FA_DTYPE_BF16"] == int(u.dtype == "bf16")
         assert u.name == f"{u.direction}_{u.dtype}_d{u.head_dim}"
         assert (kernels_src.kernels_dir() / u.source).is_file()
-    for u in (u for u in units if u.direction == "fwd" and not u.arch_specific):  # (sm_90a: test_hopper_units)
+    for u in (
+        u for u in units if u.direction == "fwd" and not u.arch_specific
+    ):  # (sm_90a: test_hopper_units)
         (launch,) = u.entries.values()
         assert list(u.entries) == ["fa_fwd"]
         assert launch.grid == "q_blocks"

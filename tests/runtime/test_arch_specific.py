@@ -88,12 +88,14 @@ def test_the_manifest_marks_the_sm90a_units_arch_specific() -> None:
 def test_9_0_chooses_the_sm90a_unit_with_the_sm90_route_behind_it(dtype: str, head_dim: int) -> None:
     chosen = route(H100, Call(dtype, head_dim))
     assert (chosen.path, chosen.arch, chosen.passed_over) == ("sass", "9.0a", ())
-    assert chosen.fwd is not None and "/kernels/sm_90a/fwd_" in chosen.fwd.module
+    assert chosen.fwd is not None
+    assert "/kernels/sm_90a/fwd_" in chosen.fwd.module
     assert chosen.then is not None
     assert (chosen.then.path, chosen.then.arch) == ("sass", "9.0")
     assert not any("sm_90a" in m for m in modules(chosen.then))
     # No split-KV form of its own: the sm 9.0 split-KV unit serves a decode call's split.
-    assert chosen.splitkv is not None and "/kernels/sm_90/splitkv_" in chosen.splitkv.module
+    assert chosen.splitkv is not None
+    assert "/kernels/sm_90/splitkv_" in chosen.splitkv.module
     assert chosen.splitkv == chosen.then.splitkv
 
 
@@ -106,7 +108,8 @@ def test_every_other_arch_never_chooses_sm90a(sm: str, backward: bool) -> None:
         for head_dim in (64, 128, 256):
             chosen = route(Device("cuda", sm, None, "580.65.06"), Call(dtype, head_dim, backward))
             assert chosen.arch != "9.0a", (sm, chosen)
-            assert chosen.then is None and chosen.passed_over == ()
+            assert chosen.then is None
+            assert chosen.passed_over == ()
             assert not any("sm_90a" in m for m in modules(chosen))
 
 
@@ -120,7 +123,7 @@ def test_a_9_0_gpu_without_sm90_sass_jits_ptx_never_sm90a() -> None:
 
 
 def test_there_is_never_ptx_of_sm90a() -> None:
-    with pytest.raises(ValueError, match="arch-specific: its PTX JITs on compute capability 9.0 only"):
+    with pytest.raises(ValueError, match=r"arch-specific: its PTX JITs on compute capability 9\.0 only"):
         package.kernel_file(CompileJob(12, "9.0a", "ptx", "fwd_bf16_d128"))
     assert package.kernel_file(CompileJob(12, "9.0a", "sass", "fwd_bf16_d128")) == (
         "kernels/sm_90a/fwd_bf16_d128.cubin"
@@ -154,7 +157,8 @@ def test_a_9_0_part_with_less_shared_memory_passes_the_large_tile_on() -> None:
 def test_doctor_reads_the_same_choice_without_kernel_files() -> None:
     chosen = decide(MANIFEST.info, H100, Call("bf16", 128))
     assert (chosen.path, chosen.arch, chosen.fwd) == ("sass", "9.0a", None)
-    assert chosen.then is not None and chosen.then.arch == "9.0"
+    assert chosen.then is not None
+    assert chosen.then.arch == "9.0"
 
 
 # ---- the runtime's admission: only after its check passed for the call's class ---------------------
@@ -223,7 +227,8 @@ def test_both_failed_falls_back_with_both_reasons(h100) -> None:
     assert [r.code for r in chosen.passed_over] == ["arch-specific-check-failed"]
 
 
-def test_sm90a_never_runs_unchecked(h100, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.usefixtures("h100")
+def test_sm90a_never_runs_unchecked(monkeypatch: pytest.MonkeyPatch) -> None:
     """Inside graph capture no check can run: the sm 9.0 unit may run unchecked (as everywhere), the
     sm_90a one never does."""
     monkeypatch.setattr(selfcheck, "in_capture", lambda _device: True)
@@ -268,4 +273,5 @@ def test_fa_check_on_an_h100_checks_sm90a_and_the_sm90_units_behind_it() -> None
             assert {f"sm_90/fwd_{dtype}_d{d}" for d in tiles.HEAD_DIM_BUCKETS} <= units
     a100 = Device("cuda", "8.0", 163 * 1024, "580.65.06")
     jobs, _ = check.jobs_on(a100, 0, MANIFEST, driver=lambda: "580.65.06", package_dir=Path("/wheel/fa_attn"))
-    assert jobs and not any("sm_90a" in job.unit for job in jobs)
+    assert jobs
+    assert not any("sm_90a" in job.unit for job in jobs)

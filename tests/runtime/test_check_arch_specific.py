@@ -60,7 +60,8 @@ def test_the_sm90a_units_are_selected() -> None:
         f"sm_90a/fwd_{t}_d{d}" for t in ("fp16", "bf16") for d in (64, 96, 128, 192, 256)
     }
     for job, unit in jobs:
-        assert unit.arch_specific and job.direction == "fwd"
+        assert unit.arch_specific
+        assert job.direction == "fwd"
         assert job.module == f"/emulated/sm_90a/{unit.name}.cubin"
         assert job.entries == tiles.HOPPER_ENTRY
     (only,) = emurun.emulated_jobs("9.0a", ("bf16_d128",))

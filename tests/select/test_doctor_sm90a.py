@@ -98,4 +98,5 @@ def test_no_other_gpu_is_told_sm90a(tmp_path: Path, case: str) -> None:
     report = json.loads(text)
     for gpu in report["gpus"]:
         for runtime in gpu["dtypes"].values():
-            assert runtime["arch"] != "9.0a" and runtime["then"] is None, (case, code, runtime)
+            assert runtime["arch"] != "9.0a", (case, code, runtime)
+            assert runtime["then"] is None, (case, code, runtime)
