@@ -62,6 +62,7 @@ SM_LIMITS: dict[str, SmLimits] = {
 # 8.8 and 11.0 have no published row we could check: assumed like 8.6 and 10.0.
 SM_LIMITS["8.8"] = SM_LIMITS["8.6"]
 SM_LIMITS["11.0"] = SM_LIMITS["10.0"]
+SM_LIMITS["9.0a"] = SM_LIMITS["9.0"]  # the arch-specific target of the same GPUs (H100, H200, GH200)
 
 
 @dataclass(frozen=True)

@@ -317,7 +317,7 @@ def local_plan(
                 source, "--cuda", f"CUDA {m} has no pinned toolkit in fa", f"use one of {known}"
             )
     if sass is not None:
-        archs: dict[int, tuple[str, ...]] = {m: (_sass_for(sass, m, source),) for m in cuda}
+        archs: dict[int, tuple[str, ...]] = {m: _sass_for(sass, m, source) for m in cuda}
         ptx: dict[int, str | None] = {m: None for m in cuda}
     else:
         archs = {
@@ -366,9 +366,10 @@ def local_plan(
     return _assemble(local, wheels, [], all_wheels=alls, dropped=_dropped(kernels, per_cpu))
 
 
-def _sass_for(gpu_sm: str, major: int, source: str) -> str:
-    """The arch to compile SASS for a GPU of compute capability `gpu_sm` with CUDA `major`: the GPU's
-    own, or the highest one of its major the toolkit targets below it (SASS runs on a higher minor)."""
+def _sass_for(gpu_sm: str, major: int, source: str) -> tuple[str, ...]:
+    """The targets to compile SASS for a GPU of compute capability `gpu_sm` with CUDA `major`: the GPU's
+    own arch, or the highest one of its major the toolkit targets below it (SASS runs on a higher
+    minor), then the arch-specific targets of exactly its arch ("9.0a" on a 9.0 GPU) the toolkit has."""
     toolkit = cuda_facts.TOOLKITS[major]
     gpu = arch_option(gpu_sm, source)
     fitting = [
@@ -383,7 +384,8 @@ def _sass_for(gpu_sm: str, major: int, source: str) -> str:
             f"CUDA {major} (NVRTC {toolkit.version}) cannot target sm {gpu_sm} (it targets {', '.join(toolkit.archs)})",
             "build with a newer CUDA major (--cuda), or on a machine with a supported GPU",
         )
-    return max(fitting, key=versions.parse_arch)
+    specific = [a for a in toolkit.archs if versions.arch_specific(a) and versions.sass_runs_on(a, gpu_sm)]
+    return (max(fitting, key=versions.parse_arch), *specific)
 
 
 def _stable_binding(matrix: Matrix, catalog: TorchCatalog, cpu: str) -> BindingJob:

@@ -71,6 +71,14 @@ def arch(value: str, cuda: int | None, option: str = "--arch") -> str:
     """A compute capability one of fa's toolkits (`cuda`'s, when given) can build for."""
     toolkits = [TOOLKITS[cuda]] if cuda in TOOLKITS else list(TOOLKITS.values())
     known = sorted({a for t in toolkits for a in t.archs}, key=versions.parse_target)
+    if value in known and versions.arch_specific(value):
+        plain = versions.target_arch(value)
+        raise InputError(
+            option,
+            None,
+            f"got {shown(value)}, an arch-specific target, not a GPU's compute capability",
+            f"pass {plain}: a build for a {plain} GPU includes its sm_{plain.replace('.', '')}a units",
+        )
     if value not in known:
         which = f"CUDA {cuda}'s toolkit" if cuda in TOOLKITS else "fa's toolkits"
         raise InputError(

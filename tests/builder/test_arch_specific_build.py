@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from buildtool.builder import all_wheel
+from buildtool.builder import all_wheel, package
 from buildtool.builder.matrix import MatrixError, load_matrix, parse_matrix
 from buildtool.builder.plan import WAITING_FOR_SOURCE, make_plan
 from buildtool.builder.pypi import TorchCatalog, catalog_from_simple_json
@@ -203,3 +203,35 @@ def test_an_sm90a_unit_compiles_without_spills(major: int, unit_name: str) -> No
     usages = {u.kernel: u for u in parse_resource_usage(out.log)}
     assert set(usages) == {tiles.HOPPER_ENTRY}
     assert usages[tiles.HOPPER_ENTRY].spill_stores == usages[tiles.HOPPER_ENTRY].spill_loads == 0, out.log
+
+
+def test_a_build_for_an_h100_includes_sm90a(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`fa install --build` on a 9.0 GPU (`sass`): the GPU's own SASS and, where the toolkit targets it,
+    its arch-specific sm_90a; no other GPU gets it, and the wheel stays labelled for its one arch."""
+    from buildtool.builder.plan import local_plan
+    from buildtool.core import cpus
+
+    monkeypatch.setattr(cpus.platform, "machine", lambda: "x86_64")
+    plan = local_plan("2.9.1", True, "3.12", (11, 12, 13), units=tiles.table_units, sass="9.0")
+    assert {w.cuda_major: w.sass for w in plan.wheels} == {
+        11: ("9.0",),
+        12: ("9.0", "9.0a"),
+        13: ("9.0", "9.0a"),
+    }
+    assert all(w.ptx is None and w.variant.endswith(".local.sm90") for w in plan.wheels)
+    info = package.manifest(plan.wheels[1], TABLE).info
+    assert (info.sass, info.arch_specific) == (("9.0",), ("9.0a",))
+    ada = local_plan("2.9.1", True, "3.12", (12,), units=tiles.table_units, sass="8.9")
+    assert ada.wheels[0].sass == ("8.9",)
+
+
+def test_install_build_refuses_arch_9_0a_naming_the_gpu_arch() -> None:
+    from buildtool.commands import _options
+    from buildtool.errors import InputError
+
+    with pytest.raises(InputError) as caught:
+        _options.arch("9.0a", 12)
+    assert caught.value.exit_code == 2
+    assert "arch-specific target, not a GPU's compute capability" in str(caught.value)
+    assert "pass 9.0: a build for a 9.0 GPU includes its sm_90a units" in str(caught.value)
+    assert _options.arch("9.0", 12) == "9.0"

@@ -100,3 +100,16 @@ def test_no_other_gpu_is_told_sm90a(tmp_path: Path, case: str) -> None:
         for runtime in gpu["dtypes"].values():
             assert runtime["arch"] != "9.0a", (case, code, runtime)
             assert runtime["then"] is None, (case, code, runtime)
+
+
+def test_a_gpu_described_as_9_0a_is_refused_naming_the_field(tmp_path: Path) -> None:
+    """A GPU reports its compute capability, never a build target: "9.0a" in a machine description is
+    bad input (exit 2) naming gpus[0].sm and how to write it."""
+    wheels = index_with_sm90a(tmp_path / "wheels")
+    gpu = {"name": "NVIDIA H100 80GB HBM3", "sm": "9.0a", "memory_mib": 81559}
+    env = env_file(tmp_path, "h100-driver535-torch27-cu128", gpus=[gpu])
+    done = runner.invoke(app, ["doctor", "--env", str(env), "--wheels", str(wheels)], env={"COLUMNS": "80"})
+    assert done.exit_code == 2, done.output
+    text = " ".join(done.output.split())
+    assert "gpus[0].sm" in text
+    assert 'write the compute capability like "8.6"' in text
