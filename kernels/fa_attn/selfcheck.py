@@ -337,13 +337,13 @@ def _verdict(
     return why, "self-check"
 
 
-def _warn_once(reason: Reason) -> None:
+def _warn_once(reason: Reason, instead: str = "torch SDPA") -> None:
     with _lock:
         if reason.message in _warned:
             return
         _warned.add(reason.message)
     warnings.warn(
-        f"fa_attn will not use a kernel here [{reason.code}]: {reason.message}. Its calls run on torch SDPA. "
+        f"fa_attn will not use a kernel here [{reason.code}]: {reason.message}. Its calls run on {instead}. "
         f"Next: {reason.fix}",
         FaSelfCheckWarning,
         stacklevel=5,
@@ -394,7 +394,7 @@ def admit(
         units = tuple((d, u.module, u.entries, u.launch) for d, u in _units(route, backward, splitkv))
         can_run = may_check and not in_capture(device)
         code, message, fix, how, split_failed = _admission(
-            device, dtype, facts[0], units, chosen, can_run, may_check
+            device, dtype, facts[0], units, chosen, can_run, may_check, _instead.get(id(route), "torch SDPA")
         )
         admitted = _admitted_route(route, code, message, fix, how, split_failed)
         if admitted.path == "fallback":
@@ -437,6 +437,7 @@ def _admit_arch_specific(
 
 
 _bares: dict[int, tuple[Dispatch, Dispatch]] = {}  # id(route) -> (route, route without `then`)
+_instead: dict[int, str] = {}  # id(bare route) -> what runs its calls when it fails (its warning says)
 
 
 def _bare(route: Dispatch) -> Dispatch:
@@ -445,7 +446,12 @@ def _bare(route: Dispatch) -> Dispatch:
     if kept is None or kept[0] is not route:
         if len(_bares) >= 1024:
             _bares.clear()
+            _instead.clear()
         kept = _bares[id(route)] = (route, replace(route, then=None))
+        then = route.then
+        _instead[id(kept[1])] = (
+            f"the sm {then.arch} units" if then is not None and then.arch else "torch SDPA"
+        )
     return kept[1]
 
 
@@ -498,9 +504,10 @@ def _admission(
     chosen: str,
     can_run: bool,
     warn: bool,
+    instead: str = "torch SDPA",
 ) -> tuple[str, str, str, str, bool]:
     """(reason code or "", message, fix, how verified, the split-KV unit failed): plain values, so
-    torch.compile can bake them."""
+    torch.compile can bake them. instead: what runs the calls of a unit that failed (its warning)."""
     how: list[str] = []
     split_failed = False
     for direction, module, entries, launch in units:
@@ -510,11 +517,11 @@ def _admission(
         if why is not None and direction == "splitkv" and why.code == "self-check-failed":
             split_failed = True  # the forward serves the call unsplit (its own verdict follows)
             if warn:
-                _warn_once(why)
+                _warn_once(why, instead)
             continue
         if why is not None:
             if warn and why.code == "self-check-failed":
-                _warn_once(why)
+                _warn_once(why, instead)
             return why.code, why.message, why.fix, "", False
         how.append(verified)
     if "unchecked" in how and chosen == "strict":

@@ -207,10 +207,12 @@ def test_9_0_runs_sm90a_once_its_check_passed(h100) -> None:
     assert (chosen.path, chosen.arch, chosen.verified, chosen.passed_over) == ("sass", "9.0a", "record", ())
 
 
-@pytest.mark.filterwarnings("ignore::fa_attn.selfcheck.FaSelfCheckWarning")
 def test_9_0_with_a_failed_check_chooses_sm90(h100) -> None:
     h100(sm_90a__fwd_bf16_d128=FAIL, sm_90__fwd_bf16_d128=PASS)
-    chosen = admitted()
+    with pytest.warns(
+        selfcheck.FaSelfCheckWarning, match=r"sm_90a/fwd_bf16_d128 .* run on the sm 9\.0 units"
+    ):
+        chosen = admitted()
     assert (chosen.path, chosen.arch, chosen.verified) == ("sass", "9.0", "record")
     (reason,) = chosen.passed_over
     assert reason.code == "arch-specific-check-failed"
