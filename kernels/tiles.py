@@ -473,8 +473,9 @@ _FWD_SM90A = {
     192: HopperTile(128, 96),
     256: HopperTile(128, 80),
 }
-# What hopper_fwd.cu implements (the contract's list, issue 39 item 2): the KV-cache layouts wait for it.
-SM90A_FEATURES: frozenset[str] = frozenset({"causal", "gqa", "varlen", "window", "softcap"})
+# What hopper_fwd.cu implements (hkernel's list in the issue 39 contract): all but paged KV, whose pages
+# TMA cannot address (the binding refuses a block table for it): paged calls run sm_90's forward.
+SM90A_FEATURES: frozenset[str] = FEATURES - {"paged_kv"}
 FAMILIES["sm90a"] = ArchFamily(
     name="sm90a",
     smem_limit=227 * 1024,

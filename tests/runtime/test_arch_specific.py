@@ -145,6 +145,15 @@ def test_a_call_sm90a_does_not_serve_goes_to_sm90_with_its_reason(call: Call, wh
     assert f"sm 9.0a units do not serve this call ({why}" in reason.message
 
 
+@pytest.mark.parametrize(
+    "features",
+    [{"causal", "gqa"}, {"varlen", "window"}, {"softcap"}, {"seqused_k", "leftpad_k", "cache_batch_idx"}],
+)
+def test_what_hopper_fwd_implements_runs_on_sm90a(features: set[str]) -> None:
+    """hkernel's list (hopper_api.md): every forward feature but paged KV, which TMA cannot address."""
+    assert route(H100, Call("bf16", 128, features=frozenset(features))).arch == "9.0a"
+
+
 def test_a_9_0_part_with_less_shared_memory_passes_the_large_tile_on() -> None:
     """The sm_90a d256 tile asks 229,448 B; a 9.0 part offering less runs sm 9.0's (FA2-class) d256."""
     small = dataclasses.replace(H100, smem_per_block=200 * 1024)
