@@ -12,7 +12,6 @@ import json
 import struct
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -22,12 +21,12 @@ from buildtool.builder.plan import WAITING_FOR_SOURCE, make_plan
 from buildtool.builder.pypi import TorchCatalog, catalog_from_simple_json
 from buildtool.core import cuda_facts, kernels_src
 from buildtool.core.runtime import schema, versions
+from tests.select.fixture_index import table_tiles
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).with_name("data")
 tiles = kernels_src.tiles()
-TABLE = SimpleNamespace(**{name: getattr(tiles, name) for name in dir(tiles) if not name.startswith("__")})
-TABLE.units = tiles.table_units
+TABLE = table_tiles()
 HOPPER_UNITS = {f"fwd_{t}_d{d}" for t in ("fp16", "bf16") for d in (64, 96, 128, 192, 256)}
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import tiles
@@ -26,11 +25,10 @@ from fa_attn.verify import record as records
 
 from buildtool.builder import package
 from buildtool.builder.plan import CompileJob
-from tests.select.fixture_index import kernel_spec
+from tests.select.fixture_index import kernel_spec, table_tiles
 
 # kernels/tiles.py with every table unit, the sm_90a ones included before their source lands.
-TABLE = SimpleNamespace(**{name: getattr(tiles, name) for name in dir(tiles) if not name.startswith("__")})
-TABLE.units = tiles.table_units
+TABLE = table_tiles()
 SASS = ("8.0", "8.6", "9.0", "9.0a", "10.0", "12.0")
 H100 = Device("cuda", "9.0", 227 * 1024, "580.65.06")
 

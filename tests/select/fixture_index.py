@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import yaml
@@ -33,6 +34,17 @@ PLATFORM = "manylinux_2_28_x86_64"  # what the release workflow's manylinux_2_28
 def kernel_manifest(*spec: Any, **images: Any) -> schema.Manifest:
     """The manifest `fa build` writes for the wheel kernel_spec(*spec, **images) describes."""
     return package.manifest(kernel_spec(*spec, **images), kernels_src.tiles())
+
+
+def table_tiles() -> SimpleNamespace:
+    """kernels/tiles.py whose units() are its table's (tiles.table_units): the sm_90a units included before
+    csrc/hopper_fwd.cu is in the tree, for the packager and the decision to be tested on (no compile)."""
+    tiles = kernels_src.tiles()
+    table = SimpleNamespace(
+        **{name: getattr(tiles, name) for name in dir(tiles) if not name.startswith("__")}
+    )
+    table.units = tiles.table_units
+    return table
 
 
 @functools.cache

@@ -9,8 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -20,12 +18,11 @@ from buildtool.builder.plan import CompileJob
 from buildtool.cli import app
 from buildtool.core import kernels_src
 from buildtool.core.runtime import schema
-from tests.select.fixture_index import PLATFORM, REQUIRES_PYTHON, kernel_spec
+from tests.select.fixture_index import PLATFORM, REQUIRES_PYTHON, kernel_spec, table_tiles
+from tests.select.test_doctor_first_screen import doctor, env_file
 
-ENVS = Path(__file__).with_name("envs")
 tiles = kernels_src.tiles()
-TABLE = SimpleNamespace(**{name: getattr(tiles, name) for name in dir(tiles) if not name.startswith("__")})
-TABLE.units = tiles.table_units
+TABLE = table_tiles()
 runner = CliRunner()
 
 
@@ -43,17 +40,6 @@ def index_with_sm90a(folder: Path) -> Path:
     folder.mkdir(exist_ok=True)
     (folder / "index.json").write_text(json.dumps(schema.index_json([entry])))
     return folder
-
-
-def env_file(tmp_path: Path, case: str, **change: Any) -> Path:
-    path = tmp_path / f"{case}.json"
-    path.write_text(json.dumps({**json.loads((ENVS / f"{case}.json").read_text())["env"], **change}))
-    return path
-
-
-def doctor(*args: str) -> tuple[int, str]:
-    done = runner.invoke(app, ["doctor", *args], env={"COLUMNS": "80"})
-    return done.exit_code, done.stdout
 
 
 def test_doctor_tells_an_h100_it_gets_sm90a_once_checked(tmp_path: Path) -> None:
