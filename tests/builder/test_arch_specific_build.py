@@ -9,6 +9,7 @@ need its units take them from kernels/tiles.py's table, `table_units`). Not veri
 from __future__ import annotations
 
 import json
+import re
 import struct
 from dataclasses import replace
 from pathlib import Path
@@ -17,11 +18,12 @@ import pytest
 
 from buildtool.builder import all_wheel, package
 from buildtool.builder.matrix import MatrixError, load_matrix, parse_matrix
-from buildtool.builder.plan import WAITING_FOR_SOURCE, make_plan
+from buildtool.builder.plan import WAITING_FOR_SOURCE, CompileJob, make_plan
 from buildtool.builder.pypi import TorchCatalog, catalog_from_simple_json
 from buildtool.core import cuda_facts, kernels_src
-from buildtool.core.runtime import schema, versions
-from tests.select.fixture_index import table_tiles
+from buildtool.core.runtime import all_wheel as all_wheel_runtime
+from buildtool.core.runtime import decision, schema, versions
+from tests.select.fixture_index import kernel_spec, table_tiles
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).with_name("data")
@@ -84,6 +86,11 @@ def test_the_all_wheel_carries_sm90a(release) -> None:
         assert {k.file.split("/")[2] for k in files} == {"sm_90a"}
         assert {k.cuda_major for k in files} == set(majors)
         assert schema.Manifest.from_json(json.loads(json.dumps(man.to_json()))) == man
+        # The runtime's all-wheel choice on an H100 with a CUDA 12 torch: sm_90a, sm 9.0 behind it.
+        binding = all_wheel_runtime.binding_for(man.info, "2.9.1", True)
+        h100 = decision.Device("cuda", "9.0", 227 * 1024, "580.65.06")
+        answer, _view = all_wheel_runtime.decide_call(man.info, binding, h100, decision.Call("bf16", 128), 12)
+        assert (answer.arch, answer.then.arch if answer.then else None) == ("9.0a", "9.0")
 
 
 def test_without_its_source_the_build_leaves_sm90a_out_and_says_so(catalog: TorchCatalog) -> None:
@@ -234,3 +241,27 @@ def test_install_build_refuses_arch_9_0a_naming_the_gpu_arch() -> None:
     assert "arch-specific target, not a GPU's compute capability" in str(caught.value)
     assert "pass 9.0: a build for a 9.0 GPU includes its sm_90a units" in str(caught.value)
     assert _options.arch("9.0", 12) == "9.0"
+
+
+@pytest.mark.parametrize(
+    ("where", "change"),
+    [
+        ("coverage[0].arch", lambda d: d["coverage"][0].update(arch="9.0a")),
+        ("kernels[0].arch", lambda d: d["kernels"][0].update(arch="9.0a")),
+        ("sass[0]", lambda d: d.update(sass=["9.0a"])),
+        ("arch_specific[0]", lambda d: d.update(arch_specific=["9.0"])),
+        ("kernels[0].arch_specific", lambda d: d["kernels"][0].update(arch_specific="yes")),
+    ],
+)
+def test_a_manifest_that_spells_the_target_elsewhere_is_refused(where: str, change) -> None:
+    """The target "9.0a" lives in `arch_specific` only; an `arch` or `sass` value is a compute capability,
+    so a file with "9.0a" there is not one fa wrote (SchemaError naming the field)."""
+    release_like = package.manifest(
+        replace(
+            kernel_spec(12, "2.9", True), compile_jobs=(CompileJob(12, "9.0a", "sass", "fwd_bf16_d128"),)
+        ),
+        TABLE,
+    ).to_json()
+    change(release_like)
+    with pytest.raises(schema.SchemaError, match=re.escape(where)):
+        schema.Manifest.from_json(release_like)
