@@ -433,9 +433,22 @@ def _admit_arch_specific(
         why = _specific_reason(route, admitted)
         if why is None:
             return admitted
-    return admit(route.then, call, device, dtype, backward, splitkv, may_check).passed_on(why)
+    return _passed_on(admit(route.then, call, device, dtype, backward, splitkv, may_check), why)
 
 
+def _passed_on(admitted: Dispatch, why: Reason) -> Dispatch:
+    """admitted.passed_on(why), one object per (route, reason): a call that passes sm_90a over pays a
+    lookup, not a new Dispatch."""
+    key = (id(admitted), why.code, why.message)
+    kept = _passed_kept.get(key)
+    if kept is None or kept[0] is not admitted:
+        if len(_passed_kept) >= 1024:
+            _passed_kept.clear()
+        kept = _passed_kept[key] = (admitted, admitted.passed_on(why))
+    return kept[1]
+
+
+_passed_kept: dict[tuple[int, str, str], tuple[Dispatch, Dispatch]] = {}
 _bares: dict[int, tuple[Dispatch, Dispatch]] = {}  # id(route) -> (route, route without `then`)
 _instead: dict[int, str] = {}  # id(bare route) -> what runs its calls when it fails (its warning says)
 

@@ -225,6 +225,10 @@ def test_9_0_with_a_failed_check_chooses_sm90(h100) -> None:
     assert reason.code == "arch-specific-check-failed"
     assert "unit sm_90a/fwd_bf16_d128 failed" in reason.message
     assert reason.message.endswith("the sm 9.0 units run the call")
+    # A decode loop's next call: the same answer object, no new Dispatch per call.
+    decided, call = route(H100, Call("bf16", 128, features=frozenset({"causal"}))), h100_call()
+    first = selfcheck.admit(decided, call, CUDA, torch.bfloat16, False)
+    assert selfcheck.admit(decided, call, CUDA, torch.bfloat16, False) is first
 
 
 @pytest.mark.filterwarnings("ignore::fa_attn.selfcheck.FaSelfCheckWarning")
