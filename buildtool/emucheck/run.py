@@ -30,8 +30,8 @@ from buildtool.emucheck.ops import kernels_on_cpu
 from buildtool.errors import FaError, UsageError
 
 ARCHES = ("7.5", "8.0", "8.6", "8.9", "9.0", "9.0a", "10.0", "12.0")
-# The arch-specific targets the emulator runs: tests/emu's emu_harness lists them in ARCH_SPECIFIC once it
-# interprets their instructions (sm_90a: wgmma, mbarrier phases, TMA, setmaxnreg; issue 39).
+# The arch-specific targets `fa check --emulate` runs: tests/emu's emu_harness lists them in ARCH_SPECIFIC once
+# it launches their units as fa_attn's ops do (sm_90a: FaParams and the Q, K, V tensor maps; issue 39).
 
 
 def emulated_jobs(arch: str, only: tuple[str, ...]) -> list[tuple[Job, Any]]:
@@ -112,8 +112,9 @@ def _runs_arch_specific(arch: str, harness: Any) -> None:
         )
     if arch not in getattr(harness, "ARCH_SPECIFIC", ()):
         raise FaError(
-            f"--arch {arch}: not supported by this emulator yet: tests/emu does not interpret sm {arch}'s "
-            "instructions (wgmma, mbarrier, TMA, setmaxnreg); nothing was checked"
+            f"--arch {arch}: not supported by this emulator yet: its harness (tests/emu/emu_harness.py) does "
+            f"not list {arch} in ARCH_SPECIFIC, so `fa check` cannot launch sm {arch} units (their tensor maps "
+            "and entries) on it; nothing was checked"
         )
 
 
