@@ -201,6 +201,8 @@ def _runtime_json(runtime: Dispatch) -> dict[str, Any]:
         "arch": runtime.arch,
         "head_dim": runtime.head_dim,
         "reasons": _reasons_json(runtime.reasons),
+        "tiles": dict(runtime.tiles),  # direction -> the tile the GPU's shared memory chose
+        "notes": _reasons_json(runtime.notes),
     }
 
 
@@ -283,10 +285,11 @@ def _env_line(env: Env) -> str:
 
 
 def runtime_line(runtime: Dispatch) -> str:
+    tiles = "".join(f", {direction} tile {tile}" for direction, tile in runtime.tiles)
     if runtime.path == "sass":
-        return f"SASS for sm {runtime.arch}, head dim {runtime.head_dim}"
+        return f"SASS for sm {runtime.arch}, head dim {runtime.head_dim}{tiles}"
     if runtime.path == "ptx":
-        return f"PTX for compute {runtime.arch} (JIT), head dim {runtime.head_dim}"
+        return f"PTX for compute {runtime.arch} (JIT), head dim {runtime.head_dim}{tiles}"
     return "fallback to torch SDPA"
 
 
@@ -450,6 +453,8 @@ def _render_dtypes(
             _item(console, explain(runtime, sm), 4)
         if runtime.reasons and runtime.reasons != report.answer.deciding:
             _reasons(console, runtime.reasons, 4)
+        for note in runtime.notes:  # not a fallback: what the kernels path leaves out here
+            _item(console, Text.assemble((note.code, "yellow"), f" {note.message}"), 4)
 
 
 def render(report: DoctorReport, console: Console, show_all: bool = False) -> None:

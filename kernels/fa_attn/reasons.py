@@ -36,6 +36,7 @@ CODES: dict[str, tuple[str, str]] = {
     "dtype-unsupported": (KERNELS, "no kernel for this dtype here (fp16 and bf16 only; bf16 from sm 8.0)"),
     "head-dim-unsupported": (KERNELS, "no kernel for this head dim (at most 256)"),
     "backward-unsupported": (KERNELS, "the forward is covered but the backward is not (KV-cache layouts: never)"),
+    "splitkv-unavailable": (KERNELS, "a note, not a fallback: the split-KV forward (decode) does not run here, so the plain forward does"),
     "feature-unsupported": (CALL, "the call uses a feature the kernels do not implement (dropout, alibi, ...)"),
     "sinks-unsupported": (CALL, "the call passes attention sinks (gpt-oss s_aux), which the kernels do not compute"),
     "binding-unavailable": (CALL, "no binding (the universal wheel), or it failed to load"),

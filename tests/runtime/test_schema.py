@@ -30,6 +30,7 @@ ADDED = {
         "BindingFile": {"file", "torch", "cxx11abi", "binding_form", "torch_tested"},
         "KernelSet": {"cuda_major", "toolkit", "min_driver", "ptx_min_driver", "sass", "ptx", "coverage"},
     },
+    4: {"Launch": {"static_smem"}, "KernelFile": {"tile"}, "Coverage": {"static_smem", "tile"}},
 }  # fmt: skip
 PARTS = (
     WheelInfo, Manifest, IndexEntry, schema.Coverage, schema.KernelFile, schema.Launch, schema.BindingFile,
