@@ -62,7 +62,7 @@ def all_units(arch: str) -> list[KernelUnit]:
 
 
 def static_smem(arch: str, image: str) -> int:
-    return 0
+    return 1024 if _arch(arch) >= (9, 0) or image == "ptx" else 0  # ptxas's 1 KiB, as kernels/tiles.py
 
 
 def nvrtc_options(arch: str) -> list[str]:
