@@ -605,12 +605,15 @@ def units(arch: str) -> list[KernelUnit]:
 #   - sm 8.6/8.8/8.9 (99 KB: RTX 30xx/40xx, A10, L4, L40S) on sm 8.0's SASS (163 KB) in a build
 #     without 8.6 SASS, which is how FlashAttention-2 ships (one sm80 binary, tiles switched at run
 #     time by the device's limit: compat-facts);
-#   - sm 12.0/12.1 (99 KB: RTX 50xx, RTX PRO Blackwell, DGX Spark's GB10) on compute 9.0's PTX
-#     (227 KB), the PTX of the cu11 wheels, and on 8.x/10.x/11.0 PTX in builds that end there.
+#   - sm 12.0/12.1 (99 KB: RTX 50xx, RTX PRO Blackwell, DGX Spark's GB10) on 9.0/10.x/11.0 PTX
+#     (227 KB) in a CUDA 12/13 build whose PTX ends there;
+#   - sm 8.8 (CUDA 13's, taken as 99 KB) on sm 8.7's SASS, which `fa install --build` picks for it
+#     with a toolkit that does not target 8.8.
 # The alternative for a GPU is the tile its own family's SASS uses, so it is a tile the table already
 # holds (spill-free on that family); it is built only where the default needs more than that GPU's
-# limit, and the plan (buildtool/builder/plan.py) compiles it only into wheels where that GPU would run
-# this image. The runtime and doctor pick among them by the GPU's reported limit (decision.py).
+# limit, and the plan (buildtool/builder/plan.py alternative_jobs) compiles it only into wheels where
+# that GPU would run this image: none of the release matrix's wheels, whose every GPU has SASS of its
+# own family. The runtime and doctor pick among them by the GPU's reported limit (decision.py).
 
 
 def alternative_units(arch: str) -> list[KernelUnit]:

@@ -445,14 +445,19 @@ def runs_image(image_arch: str, image: str, sass: Sequence[str], gpu: str) -> bo
 def alternative_jobs(
     major: int, sass: Sequence[str], ptx: str | None, alternatives: Units, flt: KernelFilter | None = None
 ) -> list[CompileJob]:
-    """The alternative tiles (tiles.alternative_units) a wheel with SASS for `sass` and PTX of `ptx`
-    compiles: those that some GPU they serve runs from that image; other GPUs never load them."""
+    """The alternative tiles (tiles.alternative_units) a wheel of CUDA `major` with SASS for `sass` and
+    PTX of `ptx` compiles: those that some GPU they serve runs from that image; other GPUs never load
+    them. Only GPUs the major's NVRTC targets count: a torch of that major runs on no other (PyTorch
+    builds SASS for the archs its CUDA knows, and its CUDA 11.8 builds no PTX: pytorch/builder's
+    build_cuda.sh, "5.0;6.0;7.0;7.5;8.0;8.6;3.7;9.0"), so cu11's compute 9.0 PTX never meets sm 12.x."""
+    known = cuda_facts.TOOLKITS[major].archs
     images = [(arch, "sass") for arch in sass] + ([(ptx, "ptx")] if ptx else [])
     return [
         CompileJob(major, arch, image, u.name)
         for arch, image in images
         for u in alternatives(arch)
-        if (flt is None or flt.accepts(u)) and any(runs_image(arch, image, sass, gpu) for gpu in u.serves)
+        if (flt is None or flt.accepts(u))
+        and any(gpu in known and runs_image(arch, image, sass, gpu) for gpu in u.serves)
     ]
 
 

@@ -609,10 +609,9 @@ def test_repo_matrix_with_the_real_kernel_table(catalog: TorchCatalog) -> None:
         defaults = sum(len(tiles.units(a)) for a in w.sass) + len(tiles.units(w.ptx))
         alternatives = [j for j in w.compile_jobs if j.unit not in {u.name for u in tiles.units(j.arch)}]
         assert len(w.compile_jobs) == defaults + len(alternatives)
-        # The release's only alternative tiles: compute 9.0's PTX in the cu11 wheels, which sm 12.x GPUs
-        # (99 KB per block) JIT; every other GPU has SASS whose own tiles fit it.
-        expected = {("9.0", "ptx")} if w.cuda_major == 11 else set()
-        assert {(j.arch, j.image) for j in alternatives} == expected, w.variant
+        # No alternative tiles in the release: every GPU a wheel's torch runs on has SASS of its own
+        # family there (cu11's compute 9.0 PTX would serve sm 12.x, where no CUDA 11 torch runs).
+        assert alternatives == [], w.variant
 
 
 def test_alternatives_go_where_a_gpu_below_the_image_s_shared_memory_runs_it(catalog: TorchCatalog) -> None:
@@ -627,6 +626,12 @@ def test_alternatives_go_where_a_gpu_below_the_image_s_shared_memory_runs_it(cat
     assert all("8.6" in u.serves for u in tiles.alternative_units("8.0"))
     with86 = make_plan(replace(m, archs={12: ("8.0", "8.6")}, ptx={}), catalog).wheels[1]
     assert {j.unit for j in with86.compile_jobs if j.arch == "8.0"} == {u.name for u in tiles.units("8.0")}
+    # PTX of 9.0 as the newest image of a CUDA 12 wheel: sm 12.x (99 KB) JIT it, and get their tiles.
+    ptx90 = make_plan(replace(m, archs={12: ("8.6", "9.0")}, ptx={12: "9.0"}), catalog).wheels[1]
+    jitted = {(j.arch, j.image, j.unit) for j in ptx90.compile_jobs} - {
+        (j.arch, j.image, u.name) for j in ptx90.compile_jobs for u in tiles.units(j.arch)
+    }
+    assert jitted == {("9.0", "ptx", u.name) for u in tiles.alternative_units("9.0")}
 
 
 def test_dry_run_cli_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
