@@ -610,7 +610,8 @@ def units(arch: str) -> list[KernelUnit]:
 #   - sm 8.8 (CUDA 13's, taken as 99 KB) on sm 8.7's SASS, which `fa install --build` picks for it
 #     with a toolkit that does not target 8.8.
 # The alternative for a GPU is the tile its own family's SASS uses, so it is a tile the table already
-# holds (spill-free on that family); it is built only where the default needs more than that GPU's
+# holds (spill-free on that family; sm 8.0's 24 compile spill-free for sm_80 too with NVRTC 12.9:
+# `python bench/kernel_resources.py --cuda 12 --arch 8.0 --alternatives`, 2026-11-28); it is built only where the default needs more than that GPU's
 # limit, and the plan (buildtool/builder/plan.py alternative_jobs) compiles it only into wheels where
 # that GPU would run this image: none of the release matrix's wheels, whose every GPU has SASS of its
 # own family. The runtime and doctor pick among them by the GPU's reported limit (decision.py).
