@@ -6,6 +6,8 @@
     python bench/kernel_resources.py --lib-dir /path/to/nvrtc/lib   # an unpacked NVRTC, no download
     python bench/kernel_resources.py --candidates --arch 9.0 --direction fwd --dtype bf16 --head-dim 128
                                                         # every tile of the autotuner's search space
+    python bench/kernel_resources.py --alternatives --arch 8.0  # the smaller tiles sm 8.0's image
+                                                        # carries for 99 KB GPUs (tiles.alternative_units)
 
 Compiles each unit of kernels/tiles.py for each arch with `-Xptxas=-v` (in parallel, one NVRTC per
 worker process), prints one row per (unit, arch, entry) and writes the rows as JSON. No GPU needed.
@@ -159,14 +161,16 @@ def plan(
     dtypes: tuple[str, ...] | None = None,
     head_dims: tuple[int, ...] | None = None,
     every_candidate: bool = False,
+    alternatives: bool = False,
 ) -> list[Job]:
-    """One job per unit of tiles.units(arch) (with every_candidate: per tile of tiles.candidates) that
-    passes the filters."""
+    """One job per unit of tiles.units(arch) (with every_candidate: per tile of tiles.candidates; with
+    alternatives: tiles.alternative_units instead, the smaller tiles for GPUs with less shared memory)
+    that passes the filters."""
     tiles = kernels_src.tiles()
     kdir = kernels_src.kernels_dir()
     jobs = []
     for arch in archs:
-        for u in tiles.units(arch):
+        for u in tiles.alternative_units(arch) if alternatives else tiles.units(arch):
             if u.direction not in directions or (dtypes and u.dtype not in dtypes):
                 continue
             if head_dims and u.head_dim not in head_dims:
@@ -174,15 +178,14 @@ def plan(
             rows = tiles.candidates(arch, u.direction, u.head_dim) if every_candidate else [None]
             for tile in rows:
                 if tile is None:
-                    tile = tiles.default_tile(arch, u.direction, u.head_dim)
-                    unit = u
+                    unit = u  # its own tile: the default, or the alternative's
                 else:
                     unit = tiles.unit(arch, u.direction, u.dtype, u.head_dim, tile)
                 defines = tuple(f"-D{k}={v}" for k, v in sorted(unit.defines.items()))
                 jobs.append(
                     Job(
                         unit=unit.name,
-                        tile=tile.label,
+                        tile=unit.tile,
                         arch=arch,
                         source_name=unit.source,
                         source=(kdir / unit.source).read_text(),
@@ -209,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", choices=("fp16", "bf16"), action="append", help="only these dtypes")
     ap.add_argument("--head-dim", type=int, action="append", help="only these head-dim buckets")
     ap.add_argument("--candidates", action="store_true", help="every candidate tile, not just the defaults")
+    ap.add_argument(
+        "--alternatives", action="store_true", help="the alternative tiles (tiles.alternative_units) instead"
+    )
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--json", type=Path, help="where to write the rows (default bench/results/...)")
     args = ap.parse_args(argv)
@@ -224,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         tuple(args.dtype) if args.dtype else None,
         tuple(args.head_dim) if args.head_dim else None,
         args.candidates,
+        args.alternatives,
     )
     headers = _headers(kernels_src.kernels_dir())
 

@@ -78,6 +78,10 @@ class KernelUnit:
     entries: dict[str, Launch]  # extern "C" name -> launch; bwd runs them in dict order
     # Built for an arch-specific target ("9.0a"): its cubin runs on that one compute capability only.
     arch_specific: bool = False
+    tile: str = ""  # the tile's label ("m128n32w4s1"): doctor and last_dispatch() name it
+    # An alternative (`alternative_units`): the GPUs, by arch, below this arch's shared memory that it
+    # is built to serve; () for the default unit.
+    serves: tuple[str, ...] = ()
 
 
 # ---- tiles: the knobs of each direction ------------------------------------------------------------
@@ -510,6 +514,13 @@ _ARCH_FAMILY: dict[str, str] = {
 
 SMEM_LIMIT: dict[str, int] = {arch: FAMILIES[fam].smem_limit for arch, fam in _ARCH_FAMILY.items()}
 
+# The PTX path's static shared memory: a documented margin, not a measurement. The driver JIT-compiles
+# PTX with its own ptxas for the GPU it runs on, which no build sees; ptxas gives every kernel of
+# every sm 9.0+ cubin NVRTC 11.8 to 13.0 writes 1 KiB of it (.nv.shared.<kernel>; tests/kernels/
+# test_kernel_compile.py reads it from the cubins), so a PTX image counts 1 KiB on whatever GPU it
+# lands. A 99 KiB tile of PTX would not launch on a 99 KiB sm 12.0 part.
+PTX_STATIC_SMEM = 1024
+
 
 def arch_family(arch: str) -> ArchFamily | None:
     """The family of an arch like "8.6"; None for an arch we have no kernels for."""
@@ -567,6 +578,13 @@ def bucket_of(head_dim: int, buckets: tuple[int, ...] = HEAD_DIM_BUCKETS) -> int
 
 def _buckets(family: ArchFamily) -> tuple[int, ...]:
     return HOPPER_HEAD_DIMS if family.arch_specific else HEAD_DIM_BUCKETS
+
+
+def static_smem(arch: str, image: str) -> int:
+    """The static shared memory a kernel of this arch's image carries on the GPU: the family's figure
+    for SASS (cubin_fit.py checks each cubin against it), at least PTX_STATIC_SMEM for PTX."""
+    family = _family_or_raise(arch)
+    return family.static_smem if image == "sass" else max(family.static_smem, PTX_STATIC_SMEM)
 
 
 def _family_or_raise(arch: str) -> ArchFamily:
@@ -662,6 +680,8 @@ def unit(arch: str, direction: str, dtype: str, head_dim: int, tile: Tile) -> Ke
         defines["FA_SPLITKV"] = 1
     entries = _entries(direction, tile, smem)
     return KernelUnit(name, direction, dtype, d, _SOURCES[direction], defines, entries)
+    name = f"{direction}_{dtype}_d{d}"
+    return KernelUnit(name, direction, dtype, d, _SOURCES[direction], defines, entries, tile.label)
 
 
 def units(arch: str) -> list[KernelUnit]:
@@ -696,6 +716,68 @@ def features(arch: str) -> frozenset[str]:
     """What the units of `arch` implement: FEATURES, or an arch-specific family's own subset."""
     family = _family_or_raise(arch)
     return FEATURES if family.features is None else family.features
+
+
+# ---- alternatives: the same program with a smaller tile, for GPUs with less shared memory -----------
+# An image runs on newer GPUs than its arch (SASS within its major, PTX on any), and some have less
+# shared memory per block than the image's family assumes. The real cases, with the CUDA C++
+# Programming Guide's opt-in limits ("Technical Specifications per Compute Capability"):
+#   - sm 8.6/8.8/8.9 (99 KB: RTX 30xx/40xx, A10, L4, L40S) on sm 8.0's SASS (163 KB) in a build
+#     without 8.6 SASS, which is how FlashAttention-2 ships (one sm80 binary, tiles switched at run
+#     time by the device's limit: compat-facts);
+#   - sm 12.0/12.1 (99 KB: RTX 50xx, RTX PRO Blackwell, DGX Spark's GB10) on 9.0/10.x/11.0 PTX
+#     (227 KB) in a CUDA 12/13 build whose PTX ends there;
+#   - sm 8.8 (CUDA 13's, taken as 99 KB) on sm 8.7's SASS, which `fa install --build` picks for it
+#     with a toolkit that does not target 8.8.
+# The alternative for a GPU is the tile its own family's SASS uses, so it is a tile the table already
+# holds (spill-free on that family; sm 8.0's 24 compile spill-free for sm_80 too with NVRTC 12.9:
+# `python bench/kernel_resources.py --cuda 12 --arch 8.0 --alternatives`, 2026-11-28); it is built only where the default needs more than that GPU's
+# limit, and the plan (buildtool/builder/plan.py alternative_jobs) compiles it only into wheels where
+# that GPU would run this image: none of the release matrix's wheels, whose every GPU has SASS of its
+# own family. The runtime and doctor pick among them by the GPU's reported limit (decision.py).
+
+
+def alternative_units(arch: str) -> list[KernelUnit]:
+    """The units of `arch` with a smaller tile than the default, for newer GPUs whose opt-in shared
+    memory per block is below the default's need (its static shared memory counted as PTX's, the
+    larger); each names the GPUs it serves (`serves`). [] for an arch we have no kernels for."""
+    family = arch_family(arch)
+    if family is None or family.arch_specific:  # its cubin runs on its own capability only
+        return []
+    static = max(family.static_smem, PTX_STATIC_SMEM)
+    serves: dict[tuple[str, str, int, Tile], list[str]] = {}
+    for device, name in _ARCH_FAMILY.items():
+        if FAMILIES[name].arch_specific:  # a GPU reports a plain capability ("9.0"), never "9.0a"
+            continue
+        budget = SMEM_LIMIT[device] - static
+        if _arch_key(device) <= _arch_key(arch) or SMEM_LIMIT[device] >= family.smem_limit:
+            continue
+        theirs = FAMILIES[name]
+        for direction in DIRECTIONS:
+            for d in HEAD_DIM_BUCKETS:
+                default = default_tile(arch, direction, d)
+                smaller: Tile | None = getattr(theirs, direction).get(d)
+                if default is None or smaller is None or default.smem_bytes(d) <= budget:
+                    continue
+                if smaller.smem_bytes(d) > budget or not smaller.valid(d):
+                    continue  # no tile of theirs fits: such calls fall back there, with both numbers
+                for dtype in family.dtypes:
+                    serves.setdefault((direction, dtype, d, smaller), []).append(device)
+    out = []
+    for (direction, dtype, d, tile), devices in serves.items():
+        base = unit(arch, direction, dtype, d, tile)
+        out.append(dataclasses.replace(base, name=f"{base.name}_{tile.label}", serves=tuple(devices)))
+    return [u for u in out if (_KERNELS_DIR / u.source).is_file()]
+
+
+def all_units(arch: str) -> list[KernelUnit]:
+    """Every unit a build may compile for `arch`: the defaults, then the alternatives."""
+    return units(arch) + alternative_units(arch)
+
+
+def _arch_key(arch: str) -> tuple[int, int]:
+    major, minor = arch.split(".")
+    return int(major), int(minor)
 
 
 def nvrtc_options(arch: str) -> list[str]:  # noqa: ARG001 (the API takes the arch; no flag depends on it yet)

@@ -159,11 +159,12 @@ def manifest(spec: AllWheelSpec, tiles: ModuleType, source_sha256: str | None = 
         )
         for job in order:
             if job.arch not in units:
-                units[job.arch] = {u.name: u for u in tiles.units(job.arch)}
+                units[job.arch] = {u.name: u for u in tiles.all_units(job.arch)}
             unit = units[job.arch].get(job.unit)
             if unit is None:
                 raise package.PackageError(f"tiles.units({job.arch!r}) has no unit {job.unit!r}")
-            kernel = package.kernel_of(unit, job.arch, job.image, kernel_file(job))
+            static = tiles.static_smem(job.arch, job.image)
+            kernel = package.kernel_of(unit, job.arch, job.image, kernel_file(job), static)
             kernel = dataclasses.replace(kernel, cuda_major=kernel_set.cuda_major)
             kernels.append(kernel)
             coverage.append(package.coverage_of(kernel, tiles.head_dims(unit)))

@@ -86,8 +86,8 @@ class KernelTree:
         return mod
 
     def unit(self, arch: str, name: str) -> Any:  # a tiles.KernelUnit
-        if arch not in self._units:  # tiles.units() builds the arch's whole table: once per arch
-            self._units[arch] = {u.name: u for u in self.tiles.units(arch)}
+        if arch not in self._units:  # tiles.all_units() builds the arch's whole table: once per arch
+            self._units[arch] = {u.name: u for u in self.tiles.all_units(arch)}
         try:
             return self._units[arch][name]
         except KeyError:

@@ -11,7 +11,8 @@ followed by a 16-bit size and that many payload bytes, every other format by a 1
 
 A launch of k needs static + dynamic shared memory within the arch's per-block opt-in maximum
 (tiles.SMEM_LIMIT, static and dynamic together): `check_units` refuses a build whose unit would fail
-there, naming the unit, arch, bytes and limit. Not verified on a GPU: the limit is the CUDA
+there, naming the unit, arch, bytes and limit, and one whose static size exceeds what the manifest
+records (tiles.static_smem), from which the runtime chooses tiles by the GPU's limit. Not verified on a GPU: the limit is the CUDA
 Programming Guide's table, the static figure ptxas's.
 """
 
@@ -105,6 +106,9 @@ class UnitImage:
     arch: str  # "12.0"
     path: Path
     dynamic_smem: Mapping[str, int]  # entry -> the launch's dynamic shared memory (tiles.Launch)
+    # The static shared memory the manifest records for it (tiles.static_smem): the decision adds it to
+    # the dynamic part to choose a tile, so a cubin holding more would be chosen where it cannot launch.
+    declared_static: int = 0
 
 
 def _needs_of(path: Path) -> dict[str, KernelNeeds]:
@@ -140,6 +144,11 @@ def misfits(image: UnitImage, limit: int) -> list[str]:
                 f"{image.unit} ({entry}) on sm {image.arch}: {static + dynamic} B of shared memory "
                 f"({static} static + {dynamic} dynamic) > the {limit} B a block may use"
             )
+        elif static > image.declared_static:
+            lines.append(
+                f"{image.unit} ({entry}) on sm {image.arch}: {static} B of static shared memory > the "
+                f"{image.declared_static} B tiles.static_smem records in the manifest"
+            )
     return lines
 
 
@@ -150,7 +159,8 @@ def check_units(images: Iterable[UnitImage], limits: Mapping[str, int]) -> None:
         raise SharedMemoryFitError(
             "kernels that cannot launch on the arch they are built for:\n  "
             + "\n  ".join(lines)
-            + "\nfix: choose a smaller tile for these units in kernels/tiles.py"
+            + "\nfix: choose a smaller tile for these units in kernels/tiles.py (or, for a static size the"
+            " manifest understates, raise the family's static_smem there)"
         )
 
 
@@ -162,5 +172,6 @@ def check_build(images: Mapping[CompileJob, Path], tree: KernelTree) -> None:
         if job.image == "sass":
             entries = tree.unit(job.arch, job.unit).entries
             dynamic = {name: launch.smem_bytes for name, launch in entries.items()}
-            units.append(UnitImage(job.unit, job.arch, path, dynamic))
+            declared = tree.tiles.static_smem(job.arch, "sass")
+            units.append(UnitImage(job.unit, job.arch, path, dynamic, declared))
     check_units(units, tree.tiles.SMEM_LIMIT)

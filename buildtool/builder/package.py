@@ -178,18 +178,20 @@ def manifest(spec: WheelSpec, tiles: ModuleType, source_sha256: str | None = Non
     if spec.cuda_major is None:
         return schema.Manifest(info=schema.universal_info(spec.version), kernels=())
     tk = TOOLKITS[spec.cuda_major]
-    units_by_arch: dict[str, dict[str, Any]] = {}  # tiles.units() builds the table; once per arch
+    units_by_arch: dict[str, dict[str, Any]] = {}  # tiles.all_units() builds the table; once per arch
     kernels: list[schema.KernelFile] = []
     coverage: list[schema.Coverage] = []
     for job in sorted(spec.compile_jobs, key=lambda j: (versions.parse_target(j.arch), j.image, j.unit)):
         if job.arch not in units_by_arch:
-            units_by_arch[job.arch] = {u.name: u for u in tiles.units(job.arch)}
+            units_by_arch[job.arch] = {u.name: u for u in tiles.all_units(job.arch)}
         unit = units_by_arch[job.arch].get(job.unit)
         if unit is None:
             raise PackageError(
                 f"tiles.units({job.arch!r}) has no unit {job.unit!r} (plan and tiles.py disagree)"
             )
-        kernel = kernel_of(unit, job.arch, job.image, kernel_file(job))
+        kernel = kernel_of(
+            unit, job.arch, job.image, kernel_file(job), tiles.static_smem(job.arch, job.image)
+        )
         kernels.append(kernel)
         coverage.append(coverage_of(kernel, tiles.head_dims(unit)))
     info = schema.WheelInfo(
@@ -232,10 +234,18 @@ def arch_specific_info(
     return specific, tuple(sorted(features))
 
 
-def kernel_of(unit: Any, arch: str, image: str, file: str) -> schema.KernelFile:
-    """The manifest's record of a tiles.KernelUnit compiled for `arch` into `file`."""
+def kernel_of(unit: Any, arch: str, image: str, file: str, static_smem: int = 0) -> schema.KernelFile:
+    """The manifest's record of a tiles.KernelUnit compiled for `arch` into `file`; `static_smem`:
+    tiles.static_smem of its image, which each entry carries beside its dynamic shared memory."""
     entries = {
-        name: schema.Launch(launch.threads, launch.block_m, launch.block_n, launch.smem_bytes, launch.grid)
+        name: schema.Launch(
+            launch.threads,
+            launch.block_m,
+            launch.block_n,
+            launch.smem_bytes,
+            launch.grid,
+            static_smem,
+        )
         for name, launch in unit.entries.items()
     }
     return schema.KernelFile(
@@ -248,11 +258,16 @@ def kernel_of(unit: Any, arch: str, image: str, file: str) -> schema.KernelFile:
         unit.head_dim,
         entries,
         arch_specific=versions.arch_specific(arch),
+        tile=unit.tile,
     )
 
 
 def coverage_of(kernel: schema.KernelFile, head_dims: list[int]) -> schema.Coverage:
-    """What a kernel file serves: the head dims tiles.head_dims() gives its unit, and its shared memory."""
+    """What a kernel file serves: the head dims tiles.head_dims() gives its unit, its shared memory and
+    its tile (the decision chooses among the tiles serving a head dim by the GPU's shared memory)."""
+    need = max(
+        kernel.entries.values(), key=lambda launch: launch.smem_bytes + launch.static_smem, default=None
+    )
     return schema.Coverage(
         kernel.arch,
         kernel.image,
@@ -261,6 +276,8 @@ def coverage_of(kernel: schema.KernelFile, head_dims: list[int]) -> schema.Cover
         tuple(head_dims),
         kernel.smem_bytes,
         arch_specific=kernel.arch_specific,
+        static_smem=need.static_smem if need else 0,
+        tile=kernel.tile,
     )
 
 

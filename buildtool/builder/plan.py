@@ -28,6 +28,7 @@ from buildtool.builder.matrix import (
     CXX11ABI_ONLY_FROM,
     DEFAULT_VERSION,
     MIN_TORCH,
+    KernelFilter,
     Matrix,
     MatrixError,
     arch_option,
@@ -190,6 +191,7 @@ def make_plan(
     universal wheel goes with the matrix's first platform), then `shard` keeps one shard of those.
     Raises MatrixError for a torch minor that PyPI never published, an arch without kernels, or a
     platform the matrix does not list."""
+    alternatives = _alternatives(units)
     units = units or kernels_src.tiles().units
     for i, minor in enumerate(matrix.torch):
         if minor not in catalog.minors:
@@ -199,7 +201,7 @@ def make_plan(
                 f"torch {minor} was never published on PyPI (newest minors: {', '.join(catalog.newest())})",
                 "remove it, or use a published minor (fa build --refresh re-reads PyPI)",
             )
-    kernels = {m: _kernels_for_major(matrix, m, units) for m in matrix.cuda}
+    kernels = {m: _kernels_for_major(matrix, m, units, alternatives) for m in matrix.cuda}
     per_cpu: dict[tuple[str, int], _MajorKernels] = {}
 
     def kernels_of(cpu: str, cuda: int) -> _MajorKernels:
@@ -338,13 +340,14 @@ def local_plan(
         stable_abi=stable_floor if stable else None,
         source=source,
     )
+    alternatives = _alternatives(units)
     units = units or kernels_src.tiles().units
     if stable:
         binding = BindingJob(str(stable_floor), torch_version, True, None, platform, binding_forms.STABLE)
     else:
         binding = BindingJob(minor, torch_version, cxx11abi, None, platform)
     # The one GPU's arch (`sass`) is built as asked: it names this machine's own GPU.
-    kernels = {m: _kernels_for_major(local, m, units) for m in cuda}
+    kernels = {m: _kernels_for_major(local, m, units, alternatives) for m in cuda}
     per_cpu = {(platform, m): kernels[m] if sass else _for_cpu(local, m, kernels[m], platform) for m in cuda}
     wheels = [
         _kernel_wheel(
@@ -430,7 +433,54 @@ class _MajorKernels:
     waiting: tuple[str, ...] = ()  # arch-specific targets of the matrix left out: no source yet
 
 
-def _kernels_for_major(matrix: Matrix, major: int, units: Units) -> _MajorKernels:
+def _no_alternatives(arch: str) -> Sequence[Any]:  # noqa: ARG001 (a Units)
+    return ()
+
+
+def _alternatives(units: Units | None) -> Units:
+    """tiles.alternative_units with the repo's table; none with a table a caller passes (`units`)."""
+    if units is not None:
+        return _no_alternatives
+    return getattr(kernels_src.tiles(), "alternative_units", _no_alternatives)
+
+
+def runs_image(image_arch: str, image: str, sass: Sequence[str], gpu: str) -> bool:
+    """Whether a GPU of arch `gpu` runs this image of a wheel with SASS for `sass`: the image must run
+    there (SASS: same major, minor <= the GPU's; PTX: any arch <= the GPU's) and no better one may
+    (SASS of the GPU's major closer to it; any SASS beats PTX). decision.py picks the same way."""
+    own, there = versions.parse_arch(image_arch), versions.parse_arch(gpu)
+    if own > there or (image == "sass" and own[0] != there[0]):
+        return False
+    better = [
+        s
+        for s in map(versions.parse_arch, sass)
+        if s[0] == there[0] and s <= there and (image == "ptx" or s > own)
+    ]
+    return not better
+
+
+def alternative_jobs(
+    major: int, sass: Sequence[str], ptx: str | None, alternatives: Units, flt: KernelFilter | None = None
+) -> list[CompileJob]:
+    """The alternative tiles (tiles.alternative_units) a wheel of CUDA `major` with SASS for `sass` and
+    PTX of `ptx` compiles: those that some GPU they serve runs from that image; other GPUs never load
+    them. Only GPUs the major's NVRTC targets count: a torch of that major runs on no other (PyTorch
+    builds SASS for the archs its CUDA knows, and its CUDA 11.8 builds no PTX: pytorch/builder's
+    build_cuda.sh, "5.0;6.0;7.0;7.5;8.0;8.6;3.7;9.0"), so cu11's compute 9.0 PTX never meets sm 12.x."""
+    known = cuda_facts.TOOLKITS[major].archs
+    images = [(arch, "sass") for arch in sass] + ([(ptx, "ptx")] if ptx else [])
+    return [
+        CompileJob(major, arch, image, u.name)
+        for arch, image in images
+        for u in alternatives(arch)
+        if (flt is None or flt.accepts(u))
+        and any(gpu in known and runs_image(arch, image, sass, gpu) for gpu in u.serves)
+    ]
+
+
+def _kernels_for_major(
+    matrix: Matrix, major: int, units: Units, alternatives: Units = _no_alternatives
+) -> _MajorKernels:
     def selected(arch: str, field: str) -> list[Any]:
         all_units = list(units(arch))
         if not all_units and versions.arch_specific(arch):
@@ -461,6 +511,7 @@ def _kernels_for_major(matrix: Matrix, major: int, units: Units) -> _MajorKernel
         chosen = selected(ptx, f'ptx."{major}"')
         jobs += [CompileJob(major, ptx, "ptx", u.name) for u in chosen]
         ptx = ptx if chosen else None
+    jobs += alternative_jobs(major, sass, ptx, alternatives, matrix.kernels)
     if not jobs:
         raise MatrixError(
             matrix.source,

@@ -113,11 +113,15 @@ class Memo:
 
 
 def device_of(gpu: Gpu | None, env: Env) -> decision.Device:
-    """A described GPU as the decision reads it; its shared memory per block is the kernel table's
-    figure for its arch (tiles.SMEM_LIMIT), which a live call reads from the GPU itself."""
+    """A described GPU as the decision reads it; its shared memory per block is the description's
+    (`smem_per_block`, what a live call reads from the GPU itself), else the kernel table's figure for
+    its arch (tiles.SMEM_LIMIT)."""
     if gpu is None:
         return decision.Device("cuda", None, None, env.driver)
-    return decision.Device("cuda", gpu.sm, kernels_src.tiles().SMEM_LIMIT.get(gpu.sm), env.driver)
+    smem = (
+        gpu.smem_per_block if gpu.smem_per_block is not None else kernels_src.tiles().SMEM_LIMIT.get(gpu.sm)
+    )
+    return decision.Device("cuda", gpu.sm, smem, env.driver)
 
 
 def runtime_for(

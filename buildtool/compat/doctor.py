@@ -205,6 +205,8 @@ def _runtime_json(runtime: Dispatch) -> dict[str, Any]:
         "passed_over": _reasons_json(runtime.passed_over),
         # an arch-specific path's next one: what runs until its first-use check passed (null otherwise)
         "then": None if runtime.then is None else _runtime_json(runtime.then),
+        "tiles": dict(runtime.tiles),  # direction -> the tile the GPU's shared memory chose
+        "notes": _reasons_json(runtime.notes),
     }
 
 
@@ -293,10 +295,11 @@ def runtime_line(runtime: Dispatch) -> str:
 
 
 def _image_line(runtime: Dispatch) -> str:
+    tiles = "".join(f", {direction} tile {tile}" for direction, tile in runtime.tiles)
     if runtime.path == "sass":
-        return f"SASS for sm {runtime.arch}, head dim {runtime.head_dim}"
+        return f"SASS for sm {runtime.arch}, head dim {runtime.head_dim}{tiles}"
     if runtime.path == "ptx":
-        return f"PTX for compute {runtime.arch} (JIT), head dim {runtime.head_dim}"
+        return f"PTX for compute {runtime.arch} (JIT), head dim {runtime.head_dim}{tiles}"
     return "fallback to torch SDPA"
 
 
@@ -468,6 +471,8 @@ def _render_dtypes(
             _reasons(console, runtime.reasons, 4)
         for r in runtime.passed_over:  # not a failure: why the arch-specific units leave this call
             _item(console, Text.assemble((r.code, "yellow"), f" {r.message}"), 4)
+        for note in runtime.notes:  # not a fallback: what the kernels path leaves out here
+            _item(console, Text.assemble((note.code, "yellow"), f" {note.message}"), 4)
 
 
 def render(report: DoctorReport, console: Console, show_all: bool = False) -> None:

@@ -34,6 +34,10 @@ class Gpu:
     sm: str  # compute capability "8.6"
     memory_mib: int | None
     uuid: str = ""  # "GPU-8c8a…" as NVML gives it; "" when unknown (verification records are per UUID)
+    # Opt-in shared memory per block, bytes (cudaDevAttrMaxSharedMemoryPerBlockOptin, torch's
+    # shared_memory_per_block_optin); None: unknown, and the kernel table's figure for the arch stands
+    # in (choose.device_of). The tiles the kernels run with are chosen by it.
+    smem_per_block: int | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,7 @@ _ARCH = re.compile(r"[A-Za-z0-9_]{1,32}", re.ASCII)
 _MAX_TEXT = 200  # a GPU name, a torch version
 MAX_GPUS = 256
 MAX_MEMORY_MIB = 1 << 30  # a petabyte: no GPU is near
+MAX_SMEM = 1 << 24  # 16 MiB of shared memory per block: far above any GPU's (227 KiB)
 
 
 def is_driver_version(text: str) -> bool:
@@ -203,7 +208,15 @@ def env_from_json(data: Any) -> Env:
             uuid,
             'write the GPU\'s UUID as nvidia-smi -L shows it ("GPU-" and hex digits with dashes), or leave it out',
         )
-        gpus.append(Gpu(name=name or "", sm=sm or "", memory_mib=mem, uuid=uuid))
+        smem = raw.get("smem_per_block")
+        _need(
+            smem is None or (isinstance(smem, int) and not isinstance(smem, bool) and 0 < smem <= MAX_SMEM),
+            f"gpus[{i}].smem_per_block",
+            smem,
+            "write the GPU's opt-in shared memory per block in bytes (torch.cuda.get_device_properties(i)"
+            ".shared_memory_per_block_optin, e.g. 101376), or leave it out",
+        )
+        gpus.append(Gpu(name=name or "", sm=sm or "", memory_mib=mem, uuid=uuid, smem_per_block=smem))
     return Env(
         os=os_name or "",
         arch=arch or "",
@@ -255,7 +268,13 @@ def env_to_json(env: Env) -> dict[str, Any]:
         },
         "driver": None if env.driver is None else {"version": env.driver},
         "gpus": [
-            {"name": g.name, "sm": g.sm, "memory_mib": g.memory_mib, **({"uuid": g.uuid} if g.uuid else {})}
+            {
+                "name": g.name,
+                "sm": g.sm,
+                "memory_mib": g.memory_mib,
+                **({"uuid": g.uuid} if g.uuid else {}),
+                **({"smem_per_block": g.smem_per_block} if g.smem_per_block is not None else {}),
+            }
             for g in env.gpus
         ],
     }

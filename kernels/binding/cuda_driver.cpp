@@ -29,6 +29,9 @@ CudaDriver load() {
   resolve(lib, "cuModuleLoadDataEx", d.cuModuleLoadDataEx);
   resolve(lib, "cuModuleGetFunction", d.cuModuleGetFunction);
   resolve(lib, "cuFuncSetAttribute", d.cuFuncSetAttribute);
+  resolve(lib, "cuFuncGetAttribute", d.cuFuncGetAttribute);
+  resolve(lib, "cuCtxGetDevice", d.cuCtxGetDevice);
+  resolve(lib, "cuDeviceGetAttribute", d.cuDeviceGetAttribute);
   resolve(lib, "cuLaunchKernel", d.cuLaunchKernel);
   resolve(lib, "cuGetErrorString", d.cuGetErrorString);
   resolve(lib, "cuStreamIsCapturing", d.cuStreamIsCapturing);

@@ -18,7 +18,9 @@ using CUmodule = struct CUmod_st*;
 using CUfunction = struct CUfunc_st*;
 using CUstream = struct CUstream_st*;
 
+constexpr int kFuncAttributeSharedSizeBytes = 1;            // CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES (static)
 constexpr int kFuncAttributeMaxDynamicSharedSizeBytes = 8;  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+constexpr int kDeviceAttributeMaxSharedMemoryPerBlockOptin = 97;  // CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
 constexpr int kJitErrorLogBuffer = 5;                       // CU_JIT_ERROR_LOG_BUFFER
 constexpr int kJitErrorLogBufferSizeBytes = 6;              // CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES
 
@@ -32,6 +34,9 @@ struct CudaDriver {
                                  int* options, void** option_values);
   CUresult (*cuModuleGetFunction)(CUfunction* func, CUmodule module, const char* name);
   CUresult (*cuFuncSetAttribute)(CUfunction func, int attribute, int value);
+  CUresult (*cuFuncGetAttribute)(int* value, int attribute, CUfunction func);
+  CUresult (*cuCtxGetDevice)(CUdevice* device);
+  CUresult (*cuDeviceGetAttribute)(int* value, int attribute, CUdevice device);
   CUresult (*cuLaunchKernel)(CUfunction f, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z,
                              unsigned int block_x, unsigned int block_y, unsigned int block_z,
                              unsigned int shared_mem_bytes, CUstream stream, void** kernel_params,

@@ -131,6 +131,25 @@ CUmodule module_for(int device, const std::string& path, CUstream stream) {
   return module;
 }
 
+// The decision (fa_attn/decision.py) chose this kernel because the manifest's static + dynamic shared
+// memory fits the GPU's opt-in limit per block; for PTX the static part is a margin, since the driver's
+// JIT decides it. Here the loaded function says its own: a kernel that would not launch is refused
+// with both numbers rather than CUDA's "invalid argument".
+void check_shared_memory(CUfunction fn, const std::string& name, int dynamic_bytes) {
+  const CudaDriver& d = driver();
+  int static_bytes = 0, optin = 0;
+  CUdevice device = 0;
+  check_cuda(d.cuFuncGetAttribute(&static_bytes, kFuncAttributeSharedSizeBytes, fn),
+             "cuFuncGetAttribute(" + name + ", static smem)");
+  check_cuda(d.cuCtxGetDevice(&device), "cuCtxGetDevice");
+  check_cuda(d.cuDeviceGetAttribute(&optin, kDeviceAttributeMaxSharedMemoryPerBlockOptin, device),
+             "cuDeviceGetAttribute(max shared memory per block opt-in)");
+  FA_CHECK(static_bytes + dynamic_bytes <= optin, name, " needs ", static_bytes + dynamic_bytes,
+           " bytes of shared memory per block (", static_bytes, " static + ", dynamic_bytes,
+           " dynamic); this GPU offers ", optin,
+           ". The wheel's manifest said it fits: please report it with `fa doctor`'s output");
+}
+
 CUfunction function_for(CUmodule module, const std::string& name, int smem_bytes, CUstream stream) {
   static std::mutex mu;
   static std::map<std::pair<CUmodule, std::string>, CUfunction> functions;
@@ -144,6 +163,7 @@ CUfunction function_for(CUmodule module, const std::string& name, int smem_bytes
   const CudaDriver& d = driver();
   CUfunction fn = nullptr;
   check_cuda(d.cuModuleGetFunction(&fn, module, name.c_str()), "cuModuleGetFunction(" + name + ")");
+  check_shared_memory(fn, name, smem_bytes);
   if (smem_bytes > kDefaultSmemLimit) {
     check_cuda(d.cuFuncSetAttribute(fn, kFuncAttributeMaxDynamicSharedSizeBytes, smem_bytes),
                "cuFuncSetAttribute(" + name + ", max dynamic smem " + std::to_string(smem_bytes) + ")");

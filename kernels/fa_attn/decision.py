@@ -132,6 +132,11 @@ class Dispatch:
     def passed_on(self, reason: Reason) -> Dispatch:
         """This route, taken because a better (arch-specific) one was passed over for `reason`."""
         return replace(self, passed_over=(reason, *self.passed_over))
+    # The tile each direction runs with, chosen by the GPU's shared memory: (("fwd", "m128n32w4s1"),
+    # ...); empty on fallback or for wheels before schema 1.4. Not compared: the path is the decision.
+    tiles: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    # What the kernels path leaves out and why, without falling back (split-KV that does not run here).
+    notes: tuple[Reason, ...] = field(default=(), compare=False)
 
 
 def normalize_dtype(dtype: str) -> str:
@@ -206,14 +211,19 @@ def decide(
         reasons += [r for r in found if r.code not in codes]
     if reasons or isinstance(found, list):
         return fallback(*reasons)
-    image, head_dim, passed = found
+    image, head_dim, passed, chosen = found
     then = None
     if image.specific:  # what runs when the arch-specific units are passed over (no binding loaded here)
         then = decide(wheel, device, call, kernels, package_dir, None, arch_specific=False)
+    notes: list[Reason] = []
+    if not call.backward:
+        split_row = _split_row(wheel, image, device, dtype, head_dim, notes)
+        if split_row is not None:
+            chosen["splitkv"] = split_row
     fwd = bwd = split = None
     if kernels is not None:
-        fwd_file = _kernel_file(kernels, image, dtype, "fwd", head_dim)
-        bwd_file = _kernel_file(kernels, image, dtype, "bwd", head_dim) if call.backward else None
+        files = {d: _kernel_file(kernels, image, row, head_dim) for d, row in chosen.items()}
+        fwd_file, bwd_file, split_file = files["fwd"], files.get("bwd"), files.get("splitkv")
         problem = None
         if fwd_file is None or (call.backward and bwd_file is None):
             problem = Reason(
@@ -231,16 +241,18 @@ def decide(
         assert fwd_file is not None
         fwd = KernelLaunch.of(fwd_file, package_dir)
         bwd = KernelLaunch.of(bwd_file, package_dir) if bwd_file else None
-        split_file = None if call.backward else _kernel_file(kernels, image, dtype, "splitkv", head_dim)
-        if (
-            split_file is not None
-            and _fits_smem(split_file, device)
-            and _holds_key_blocks(split_file, call.page_size)
-        ):
+        if split_file is not None and not _holds_key_blocks(split_file, call.page_size):
+            notes.append(_no_split(_pages_too_small(split_file, call.page_size, image.target).message))
+            chosen.pop("splitkv")
+        elif split_file is not None:
             split = KernelLaunch.of(split_file, package_dir)
         elif then is not None:  # the arch-specific units have no split-KV form: the plain arch's serves
             split = then.splitkv
-    route = Dispatch(image.image, image.target, (), head_dim, fwd, bwd, split, passed_over=passed, then=then)
+    tiles = tuple((direction, row.tile) for direction, row in chosen.items() if row.tile)
+    route = Dispatch(
+        image.image, image.target, (), head_dim, fwd, bwd, split,
+        passed_over=passed, then=then, tiles=tiles, notes=tuple(notes),
+    )  # fmt: skip
     return _with_binding(route, load_binding)
 
 
@@ -285,9 +297,10 @@ def _no_dtype_kernel(dtype: str) -> Reason:
 
 def _image(
     wheel: WheelInfo, device: Device, dtype: str, call: Call, arch_specific: bool = True
-) -> tuple[_Image, int, tuple[Reason, ...]] | list[Reason]:
-    """The best image that runs the whole call, the head dim it runs with and why the arch-specific
-    images before it did not, or why none does. arch_specific False: those images are left out."""
+) -> tuple[_Image, int, tuple[Reason, ...], dict[str, Coverage]] | list[Reason]:
+    """The best image that runs the whole call, the head dim it runs with, why the arch-specific images
+    before it did not, and the program (coverage row) each direction runs; or why none does.
+    arch_specific False: those images are left out."""
     if device.sm is None:
         no_gpu = "run on a machine with an NVIDIA GPU (check nvidia-smi and CUDA_VISIBLE_DEVICES)"
         return [Reason("no-gpu", "no NVIDIA GPU is visible", no_gpu)]
@@ -352,12 +365,12 @@ def _image(
     gaps = [_gap(wheel, img, device, dtype, call, padded) for img in sass + ptx]
     passed: list[Reason] = []
     for img, gap in zip(sass + ptx, gaps, strict=True):
-        if gap is None:
-            return img, padded, tuple(passed)
+        if not isinstance(gap, Reason):
+            return img, padded, tuple(passed), gap
         if img.specific:
             passed.append(_specific_gap(img, gap))
-    plain = [gap for img, gap in zip(sass + ptx, gaps, strict=True) if gap is not None and not img.specific]
-    return [*reasons, plain[0] if plain else next(gap for gap in gaps if gap is not None)]
+    plain = [g for img, g in zip(sass + ptx, gaps, strict=True) if isinstance(g, Reason) and not img.specific]
+    return [*reasons, plain[0] if plain else next(g for g in gaps if isinstance(g, Reason))]
 
 
 def _runs_on(img: _Image, gpu: tuple[int, int]) -> bool:
@@ -377,8 +390,10 @@ def _rows(wheel: WheelInfo, img: _Image, dtype: str, direction: str) -> list[Cov
     ]
 
 
-def _gap(wheel: WheelInfo, img: _Image, device: Device, dtype: str, call: Call, padded: int) -> Reason | None:
-    """Why `img` does not run the call (None: it does)."""
+def _gap(
+    wheel: WheelInfo, img: _Image, device: Device, dtype: str, call: Call, padded: int
+) -> Reason | dict[str, Coverage]:
+    """Why `img` does not run the call, or the program each direction runs there."""
     if img.specific:
         missing = sorted(call.features - frozenset(wheel.arch_specific_features))
         if missing:
@@ -410,34 +425,86 @@ def _gap(wheel: WheelInfo, img: _Image, device: Device, dtype: str, call: Call, 
                 f"forward is covered but backward for {dtype} head dim {padded} on sm {img.target} is not",
                 "call without requires_grad, or use a head dim with backward kernels",
             )
-        serving += bwd
-    needs = [row.smem_bytes for row in serving if row.smem_bytes is not None]
-    need = max(needs, default=None)
-    if need is not None and device.smem_per_block is not None and need > device.smem_per_block:
-        return Reason(
-            "arch-unsupported",
-            f"the {img.target} kernels for {dtype} head dim {padded} need {need} bytes of shared memory "
-            f"per block; this GPU (sm {device.sm}) offers {device.smem_per_block}",
-            f"use a wheel with SASS for sm {device.sm} (fa build with archs including {device.sm})",
+    chosen: dict[str, Coverage] = {}
+    for direction, rows in (("fwd", serving), ("bwd", bwd if call.backward else [])):
+        if not rows:
+            continue
+        row = fitting_tile(rows, device.smem_per_block)
+        if row is None:
+            least = min(rows, key=_need)
+            return Reason(
+                "arch-unsupported",
+                f"the {img.target} {img.image} {direction} kernels for {dtype} head dim {padded} need "
+                f"{_need_text(least)} bytes of shared memory per block, {len(rows)} tile(s) tried; "
+                f"this GPU (sm {device.sm}) offers {device.smem_per_block}",
+                f"use a wheel with SASS for sm {device.sm} (fa build with archs including {device.sm})",
+            )
+        chosen[direction] = row
+    return chosen
+
+
+def fitting_tile(rows: Sequence[Coverage], smem_per_block: int | None) -> Coverage | None:
+    """The program that runs, among those serving one direction and head dim (a default tile and its
+    alternatives): the one needing the most shared memory, static and dynamic together, within the
+    GPU's opt-in limit per block (`smem_per_block`; None: unknown, every one is taken to fit).
+    Alternatives exist only for GPUs below the default's need, so the default wins wherever it fits.
+    None: none fits. The one rule for doctor and the runtime."""
+    fits = [row for row in rows if smem_per_block is None or (_need(row) or 0) <= smem_per_block]
+    return max(fits, key=lambda row: _need(row) or 0, default=None)
+
+
+def _need(row: Coverage) -> int:
+    return row.smem_needed or 0
+
+
+def _need_text(row: Coverage) -> str:
+    if row.static_smem:
+        return f"{_need(row)} ({row.smem_bytes} dynamic + {row.static_smem} static)"
+    return str(_need(row))
+
+
+def _split_row(
+    wheel: WheelInfo, img: _Image, device: Device, dtype: str, padded: int, notes: list[Reason]
+) -> Coverage | None:
+    """The split-KV program a forward-only call may use on `img`; None with a note saying why none."""
+    rows = [row for row in _rows(wheel, img, dtype, "splitkv") if padded in row.head_dims]
+    if not rows:
+        if any(row.image == img.image and row.direction == "splitkv" for row in wheel.coverage):
+            notes.append(_no_split(f"no {dtype} split-KV kernel serves head dim {padded} on sm {img.target}"))
+        return None
+    row = fitting_tile(rows, device.smem_per_block)
+    if row is None:
+        least = min(rows, key=_need)
+        notes.append(
+            _no_split(
+                f"the {img.target} {img.image} split-KV kernels for {dtype} head dim {padded} need "
+                f"{_need_text(least)} bytes of shared memory per block; this GPU (sm {device.sm}) offers "
+                f"{device.smem_per_block}"
+            )
         )
-    return None
+    return row
+
+
+def _no_split(why: str) -> Reason:
+    return Reason(
+        "splitkv-unavailable",
+        f"{why}; decode-shaped calls run the plain forward kernel (fewer blocks in flight)",
+        "nothing to do for correctness; a wheel with SASS for this GPU has split-KV kernels that fit it",
+    )
 
 
 def _kernel_file(
-    kernels: Sequence[KernelFile], img: _Image, dtype: str, direction: str, head_dim: int
+    kernels: Sequence[KernelFile], img: _Image, row: Coverage, head_dim: int
 ) -> KernelFile | None:
-    """The kernel file that runs a chosen call: the smallest head-dim bucket >= the padded head dim."""
-    key = (img.arch, img.image, img.specific, dtype, direction)
+    """The kernel file of a chosen program (coverage row): its arch, image, dtype, direction and tile,
+    in the smallest head-dim bucket >= the padded head dim."""
+    key = (img.arch, img.image, img.specific, row.dtype, row.direction, row.tile)
     fits = [
         k
         for k in kernels
-        if (k.arch, k.image, k.arch_specific, k.dtype, k.direction) == key and k.head_dim >= head_dim
+        if (k.arch, k.image, k.arch_specific, k.dtype, k.direction, k.tile) == key and k.head_dim >= head_dim
     ]
     return min(fits, key=lambda k: k.head_dim) if fits else None
-
-
-def _fits_smem(kernel: KernelFile, device: Device) -> bool:
-    return device.smem_per_block is None or kernel.smem_bytes <= device.smem_per_block
 
 
 def _key_block(kernel: KernelFile) -> int:

@@ -39,6 +39,7 @@ CODES: dict[str, tuple[str, str]] = {
     "arch-specific-unsupported": (KERNELS, "the arch-specific units (sm_90a) do not serve the call (its features, the backward, its head dim): the plain arch's run it"),
     "arch-specific-unchecked": (CALL, "the arch-specific units (sm_90a) have no passing check for this kind of call and none can run now (graph capture, torch.compile, FA_SELF_CHECK=off): the plain arch's run it"),
     "arch-specific-check-failed": (CALL, "the arch-specific units (sm_90a) failed their check on this GPU for this kind of call: the plain arch's run it"),
+    "splitkv-unavailable": (KERNELS, "a note, not a fallback: the split-KV forward (decode) does not run here, so the plain forward does"),
     "feature-unsupported": (CALL, "the call uses a feature the kernels do not implement (dropout, alibi, ...)"),
     "sinks-unsupported": (CALL, "the call passes attention sinks (gpt-oss s_aux), which the kernels do not compute"),
     "binding-unavailable": (CALL, "no binding (the universal wheel), or it failed to load"),

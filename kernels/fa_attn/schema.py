@@ -31,7 +31,10 @@ SCHEMA_MAJOR = 1
 # `torch_tested`, for the stable-ABI wheels that serve every torch from their floor on; the manifest's
 # `source_sha256`. 3: the all-wheel (variant "all"): `bindings` and `kernel_sets`, several of each in
 # one wheel, and a kernel file's `cuda_major`. 4: arch-specific images (sm_90a): a kernel file's and a
-# coverage row's `arch_specific`, and the wheel's and a kernel set's `arch_specific` targets ("9.0a").
+# coverage row's `arch_specific`, and the wheel's and a kernel set's `arch_specific` targets ("9.0a");
+# tiles chosen by the GPU's shared memory: a launch's
+# `static_smem`, a kernel file's and a coverage row's `tile`, a coverage row's `static_smem`; several
+# rows (the default tile and its alternatives) may serve one head dim.
 SCHEMA_MINOR = 4
 
 PACKAGE = "fa-attn"  # the distribution
@@ -271,6 +274,9 @@ class Launch:
     block_n: int = _field(_int)  # key rows per block (0 if unused)
     smem_bytes: int = _field(_int)  # dynamic shared memory per block
     grid: str = _field(_str)  # "q_blocks" | "k_blocks" | "q_blocks_splits"
+    # Static shared memory the kernel carries besides (tiles.static_smem: a cubin's own figure, which
+    # the build checks; PTX's JIT margin). 0 in files before 1.4, which did not count it.
+    static_smem: int = dataclasses.field(default=0, metadata={"read": _size, "since": 4, "absent": 0})
 
 
 def _launches(value: Any, where: str) -> Mapping[str, Launch]:
@@ -305,11 +311,19 @@ class KernelFile:
     def target(self) -> str:
         """ "9.0a" for an arch-specific file, else its arch."""
         return target_name(self.arch, self.arch_specific)
+    # The tile's label (tiles.py, "m128n32w4s1"); "" before 1.4. Several files may serve one head dim
+    # with different tiles: the default and its alternatives for GPUs with less shared memory.
+    tile: str = dataclasses.field(default="", metadata={"read": _str, "since": 4, "absent": ""})
 
     @property
     def smem_bytes(self) -> int:
         """The most dynamic shared memory any of its entries asks for."""
         return max((launch.smem_bytes for launch in self.entries.values()), default=0)
+
+    @property
+    def smem_needed(self) -> int:
+        """The most shared memory per block any of its entries needs, static and dynamic together."""
+        return max((launch.smem_bytes + launch.static_smem for launch in self.entries.values()), default=0)
 
 
 @dataclass(frozen=True)
@@ -332,6 +346,16 @@ class Coverage:
     @property
     def target(self) -> str:
         return target_name(self.arch, self.arch_specific)
+    # The static shared memory beside `smem_bytes` (KernelFile's entries'); 0 before 1.4 (not counted).
+    static_smem: int = dataclasses.field(default=0, metadata={"read": _size, "since": 4, "absent": 0})
+    tile: str = dataclasses.field(
+        default="", metadata={"read": _str, "since": 4, "absent": ""}
+    )  # KernelFile's
+
+    @property
+    def smem_needed(self) -> int | None:
+        """Shared memory per block the program needs, static and dynamic together; None: unknown."""
+        return None if self.smem_bytes is None else self.smem_bytes + self.static_smem
 
 
 @dataclass(frozen=True)

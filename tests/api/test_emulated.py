@@ -160,6 +160,11 @@ def test_kvcache_layouts_on_kernels(name: str) -> None:
     else:
         assert op == "fwd_splitkv", emulated.LAUNCHED
         assert splits == (requested or splits) > 1, emulated.LAUNCHED
+    if page == 64:  # and the dispatch says so, rather than dropping split-KV without a word
+        route = fa_attn.last_dispatch()
+        assert route is not None
+        assert [n.code for n in route.notes] == ["splitkv-unavailable"], route
+        assert "pages of 64 keys" in route.notes[0].message
     check_kvcache(args, reference, out, lse)
 
 

@@ -94,7 +94,7 @@ def test_the_all_wheel_is_made_of_the_other_wheels_work(built: dict) -> None:
     with zipfile.ZipFile(built["out"] / whole["file"]) as zf:
         man = json.loads(zf.read("fa_attn/manifest.json"))
         names = set(zf.namelist())
-    assert (man["variant"], man["cuda_major"], man["schema_minor"]) == ("all", None, 3)
+    assert (man["variant"], man["cuda_major"], man["schema_minor"]) == ("all", None, 4)  # 1.4: tiles
     sets = {k["cuda_major"]: (k["sass"], k["ptx"]) for k in man["kernel_sets"]}
     # CUDA 11 is older than the main major (12): its SASS, no PTX; CUDA 12 ships its PTX.
     assert sets == {11: (["8.0"], None), 12: (["8.0", "9.0"], "9.0")}

@@ -111,11 +111,17 @@ def test_a_cubin_past_its_archs_shared_memory_is_refused(fixture_tree, tmp_path)
     needs = cubin_fit.kernel_needs(images[job].read_bytes())
     assert needs["fa_fwd"].static_smem == 1024
     assert needs["fa_fwd"].registers > 0
-    cubin_fit.check_build(images, KernelTree(tree_dir))  # 0 dynamic bytes: fits
+    with pytest.raises(cubin_fit.SharedMemoryFitError, match=r"1024 B of static shared memory > the 0 B"):
+        cubin_fit.check_build(images, KernelTree(tree_dir))  # the manifest would record 0 static bytes
+    declared = tmp_path / "declared"  # the same unit, its 1 KiB of static shared memory recorded
+    shutil.copytree(tree_dir, declared)
+    tiles_py = declared / "tiles.py"
+    tiles_py.write_text(tiles_py.read_text().replace("else 0  # ptxas", "else 1024  # ptxas"))
+    cubin_fit.check_build(images, KernelTree(declared))  # 0 dynamic bytes: fits
     assert cubin_fit._needs_of(images[job]) == needs  # the second look reads its stamp: the same facts
 
     full = tmp_path / "full"  # the same unit, its launch asking for the whole limit
-    shutil.copytree(tree_dir, full)
+    shutil.copytree(declared, full)
     tiles_py = full / "tiles.py"
     tiles_py.write_text(tiles_py.read_text().replace("smem_bytes=0,", "smem_bytes=99 * 1024,"))
     with pytest.raises(cubin_fit.SharedMemoryFitError) as err:

@@ -611,8 +611,32 @@ def test_repo_matrix_with_the_real_kernel_table(catalog: TorchCatalog) -> None:
         listed = [a for a in m.archs[w.cuda_major] if cuda_facts.sass_of_use_on(a, w.platform)]
         assert w.sass == tuple(a for a in listed if (w.platform, w.cuda_major, a) not in waiting)
         assert w.ptx == m.ptx[w.cuda_major]
-        expected = sum(len(tiles.units(a)) for a in w.sass) + len(tiles.units(w.ptx))
-        assert len(w.compile_jobs) == expected
+        defaults = sum(len(tiles.units(a)) for a in w.sass) + len(tiles.units(w.ptx))
+        alternatives = [j for j in w.compile_jobs if j.unit not in {u.name for u in tiles.units(j.arch)}]
+        assert len(w.compile_jobs) == defaults + len(alternatives)
+        # No alternative tiles in the release: every GPU a wheel's torch runs on has SASS of its own
+        # family there (cu11's compute 9.0 PTX would serve sm 12.x, where no CUDA 11 torch runs).
+        assert alternatives == [], w.variant
+
+
+def test_alternatives_go_where_a_gpu_below_the_image_s_shared_memory_runs_it(catalog: TorchCatalog) -> None:
+    """SASS for 8.0 alone (as FlashAttention-2 ships) serves sm 8.6/8.9 with 99 KB per block: the
+    99 KB parts' tiles go in beside sm 8.0's; with 8.6's own SASS in the wheel they stay out."""
+    tiles = kernels_src.tiles()
+    m = load_matrix(REPO / "matrix.yaml")
+    m = replace(m, torch=("2.8",), cuda=(12,), platforms=("x86_64",), all_wheel=False)
+    only80 = make_plan(replace(m, archs={12: ("8.0",)}, ptx={}), catalog).wheels[1]
+    alternatives = {j.unit for j in only80.compile_jobs} - {u.name for u in tiles.units("8.0")}
+    assert alternatives == {u.name for u in tiles.alternative_units("8.0")}
+    assert all("8.6" in u.serves for u in tiles.alternative_units("8.0"))
+    with86 = make_plan(replace(m, archs={12: ("8.0", "8.6")}, ptx={}), catalog).wheels[1]
+    assert {j.unit for j in with86.compile_jobs if j.arch == "8.0"} == {u.name for u in tiles.units("8.0")}
+    # PTX of 9.0 as the newest image of a CUDA 12 wheel: sm 12.x (99 KB) JIT it, and get their tiles.
+    ptx90 = make_plan(replace(m, archs={12: ("8.6", "9.0")}, ptx={12: "9.0"}), catalog).wheels[1]
+    jitted = {(j.arch, j.image, j.unit) for j in ptx90.compile_jobs} - {
+        (j.arch, j.image, u.name) for j in ptx90.compile_jobs for u in tiles.units(j.arch)
+    }
+    assert jitted == {("9.0", "ptx", u.name) for u in tiles.alternative_units("9.0")}
 
 
 def test_dry_run_cli_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

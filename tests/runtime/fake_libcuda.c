@@ -4,8 +4,15 @@
 #include <stdint.h>
 
 static int capturing, loads, functions, launches;
+/* What cuFuncGetAttribute(SHARED_SIZE_BYTES) and cuDeviceGetAttribute(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+ * answer: ptxas's 1 KiB of static shared memory and an A100's 163 KiB until fake_set_smem changes them. */
+static int static_smem = 1024, optin_smem = 163 * 1024;
 
 int fake_set_capturing(int on) { return capturing = on; }
+void fake_set_smem(int static_bytes, int optin_bytes) {
+  static_smem = static_bytes;
+  optin_smem = optin_bytes;
+}
 void fake_counts(int* out) {
   out[0] = loads;
   out[1] = functions;
@@ -31,6 +38,17 @@ int cuModuleGetFunction(void** fn, void* module, const char* name) {
   return 0;
 }
 int cuFuncSetAttribute(void* fn, int attribute, int value) { (void)fn, (void)attribute, (void)value; return 0; }
+int cuFuncGetAttribute(int* value, int attribute, void* fn) {
+  (void)fn;
+  *value = attribute == 1 ? static_smem : 0; /* CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES */
+  return 0;
+}
+int cuCtxGetDevice(int* device) { *device = 0; return 0; }
+int cuDeviceGetAttribute(int* value, int attribute, int device) {
+  (void)device;
+  *value = attribute == 97 ? optin_smem : 0; /* CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN */
+  return 0;
+}
 int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                    unsigned smem, void* stream, void** params, void** extra) {
   (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)smem, (void)stream, (void)params,

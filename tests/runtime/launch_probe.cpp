@@ -7,6 +7,8 @@
 //                                                problem through the fake driver (fake_libcuda.c, found
 //                                                as libcuda.so.1 on LD_LIBRARY_PATH), then its counts:
 //                                                "ok|error ... | loads <n> functions <n> launches <n>"
+//   smem <static> <optin> <dynamic> <module>     launch_all of an entry asking <dynamic> bytes, the fake
+//                                                driver reporting <static> and the GPU's <optin>
 #include <dlfcn.h>
 
 #include <cstring>
@@ -42,17 +44,31 @@ std::string counts() {
          std::to_string(n[2]);
 }
 
+std::string launch_one(int batch, const std::string& module, int smem_bytes);
+
 std::string launch(std::istringstream& in) {
   int capturing = 0, batch = 0;
   std::string module;
   in >> capturing >> batch >> module;
   reinterpret_cast<int (*)(int)>(dlsym(fake_driver(), "fake_set_capturing"))(capturing);
+  return launch_one(batch, module, 0);
+}
+
+std::string smem(std::istringstream& in) {
+  int static_bytes = 0, optin = 0, dynamic = 0;
+  std::string module;
+  in >> static_bytes >> optin >> dynamic >> module;
+  reinterpret_cast<void (*)(int, int)>(dlsym(fake_driver(), "fake_set_smem"))(static_bytes, optin);
+  return launch_one(1, module, dynamic);
+}
+
+std::string launch_one(int batch, const std::string& module, int smem_bytes) {
   FaParams p;
   std::memset(&p, 0, sizeof(p));
   p.batch = batch;
   p.heads = p.heads_k = 2;
   p.seqlen_q = p.seqlen_k = 10;
-  const fb::Launch l{module, 64, {fb::Entry{"fa_fwd", 128, 64, 64, 0, 0}}};
+  const fb::Launch l{module, 64, {fb::Entry{"fa_fwd", 128, 64, 64, smem_bytes, 0}}};
   try {
     fb::launch_all(p, l, 0);
   } catch (const std::exception& e) {
@@ -88,6 +104,7 @@ std::string answer(const std::string& line) {
     return "ok " + std::to_string(g.y) + " " + std::to_string(g.z);
   }
   if (cmd == "launch") return launch(in);
+  if (cmd == "smem") return smem(in);
   return "error unknown command " + cmd;
 }
 

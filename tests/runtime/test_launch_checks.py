@@ -99,3 +99,22 @@ def test_graph_capture_never_loads_kernels(probe, tmp_path: Path) -> None:
     assert first_in_capture.endswith("| loads 0 functions 0 launches 0")
     assert preload == "ok | loads 1 functions 1 launches 0"
     assert captured == "ok | loads 1 functions 1 launches 1"
+
+
+def test_a_kernel_whose_shared_memory_does_not_fit_is_refused_with_both_numbers(
+    probe, tmp_path: Path
+) -> None:
+    """The loaded function's own static shared memory (cuFuncGetAttribute: what the driver's JIT gave a
+    PTX kernel) plus the launch's dynamic part, against the GPU's opt-in limit per block
+    (cuDeviceGetAttribute): a 99 KiB tile with ptxas's 1 KiB on a 99 KiB part is refused before launch,
+    naming both, where it used to reach cuLaunchKernel. One process per case: functions are cached."""
+    module = tmp_path / "unit.ptx"
+    module.write_bytes(b"a ptx")
+    (fits,) = probe(f"smem 1024 101376 100352 {module}")
+    assert fits == "ok | loads 1 functions 1 launches 1"
+    (refused,) = probe(f"smem 1024 101376 101376 {module}")
+    assert refused.startswith(
+        "error fa_attn: fa_fwd needs 102400 bytes of shared memory per block (1024 static + 101376 dynamic); "
+        "this GPU offers 101376."
+    )
+    assert refused.endswith("| loads 1 functions 1 launches 0")

@@ -31,8 +31,9 @@ ADDED = {
         "KernelSet": {"cuda_major", "toolkit", "min_driver", "ptx_min_driver", "sass", "ptx", "coverage"},
     },
     4: {
-        "WheelInfo": {"arch_specific", "arch_specific_features"}, "KernelFile": {"arch_specific"},
-        "Coverage": {"arch_specific"}, "KernelSet": {"arch_specific", "arch_specific_features"},
+        "WheelInfo": {"arch_specific", "arch_specific_features"}, "KernelFile": {"arch_specific", "tile"},
+        "Coverage": {"arch_specific", "static_smem", "tile"}, "KernelSet": {"arch_specific", "arch_specific_features"},
+        "Launch": {"static_smem"},
     },
 }  # fmt: skip
 PARTS = (

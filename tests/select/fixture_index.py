@@ -19,7 +19,7 @@ import yaml
 from packaging.specifiers import SpecifierSet
 
 from buildtool.builder import all_wheel, package
-from buildtool.builder.plan import BindingJob, Cell, CompileJob, WheelSpec, variant_label
+from buildtool.builder.plan import BindingJob, Cell, CompileJob, WheelSpec, alternative_jobs, variant_label
 from buildtool.core import binding_forms, kernels_src
 from buildtool.core.cuda_facts import TOOLKITS
 from buildtool.core.runtime import schema
@@ -66,7 +66,7 @@ def kernel_spec(
     images = [(arch, "sass") for arch in sass] + ([(ptx, "ptx")] if ptx else [])
     jobs = tuple(
         CompileJob(cuda, arch, image, unit.name) for arch, image in images for unit in tiles.units(arch)
-    )
+    ) + tuple(alternative_jobs(cuda, sass, ptx, tiles.alternative_units))
     variant = variant_label(cuda, torch, abi)
     spec = WheelSpec(
         cuda_major=cuda,

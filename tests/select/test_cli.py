@@ -17,6 +17,7 @@ from buildtool.compat.choose import Request
 from buildtool.compat.doctor import build_report, render
 from buildtool.compat.env import env_from_json
 from buildtool.compat.wheel_index import load_index
+from buildtool.core import kernels_src
 
 ENVS = Path(__file__).parent / "envs"
 runner = CliRunner()
@@ -92,11 +93,14 @@ def test_doctor_options_change_the_answer(tmp_path: Path, index_dir: Path):
     )
     out = json.loads(result.stdout)
     assert result.exit_code == 0
+    tiles = kernels_src.tiles()
     assert out["runtime"] == {
         "path": "sass",
         "arch": "7.5",
         "head_dim": 64,
         "reasons": [],
+        "tiles": {d: tiles.default_tile("7.5", d, 64).label for d in ("fwd", "bwd")},
+        "notes": [],
     }
 
 

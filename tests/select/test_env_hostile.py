@@ -43,6 +43,8 @@ def _report_on(env: Env) -> None:
 @example({**VALID, "gpus": [{"name": "A100", "sm": "8.0", "memory_mib": -1}]})
 @example({**VALID, "driver": {"version": "5" * 5000}})
 @example({**VALID, "gpus": [{"name": "A100", "sm": "99999999999999999999.0", "memory_mib": 1}]})
+@example({**VALID, "gpus": [{"name": "A100", "sm": "8.0", "memory_mib": 1, "smem_per_block": 1}]})
+@example({**VALID, "gpus": [{"name": "A100", "sm": "8.0", "memory_mib": 1, "smem_per_block": 1 << 24}]})
 def test_a_mutated_env_is_reported_or_refused(doc):
     env = fa_errors_only(lambda: env_from_json(doc))
     if isinstance(env, Env):
@@ -75,3 +77,16 @@ def test_special_files_are_refused_with_their_name(tmp_path):
         error = fa_errors_only(lambda p=path: _load_env(p))
         assert not isinstance(error, Env)
         assert str(path) in str(error)
+
+
+def test_a_gpu_s_shared_memory_is_a_positive_byte_count() -> None:
+    """gpus[i].smem_per_block decides the tiles: anything but a positive integer (up to 16 MiB) is
+    refused, naming the field and where the figure comes from."""
+    for bad in (True, -1, 0, "101376", 1.5, (1 << 24) + 1):
+        gpu = {"name": "RTX 3090", "sm": "8.6", "memory_mib": 24576, "smem_per_block": bad}
+        error = fa_errors_only(lambda g=gpu: env_from_json({**VALID, "gpus": [g]}))
+        assert not isinstance(error, Env), bad
+        assert "gpus[0].smem_per_block" in str(error)
+        assert "shared_memory_per_block_optin" in str(error)
+    gpu = {"name": "RTX 3090", "sm": "8.6", "memory_mib": 24576, "smem_per_block": 101376}
+    assert env_from_json({**VALID, "gpus": [gpu]}).gpus[0].smem_per_block == 101376

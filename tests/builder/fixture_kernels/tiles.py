@@ -31,6 +31,7 @@ class KernelUnit:
     source: str
     defines: dict[str, int] = field(hash=False)
     entries: dict[str, Launch] = field(hash=False)
+    tile: str = ""
 
 
 def _arch(arch: str) -> tuple[int, int]:
@@ -54,6 +55,14 @@ def units(arch: str) -> list[KernelUnit]:
         )
         for dtype in ("fp16", "bf16")
     ]
+
+
+def all_units(arch: str) -> list[KernelUnit]:
+    return units(arch)  # no alternative tiles here
+
+
+def static_smem(arch: str, image: str) -> int:
+    return 1024 if _arch(arch) >= (9, 0) or image == "ptx" else 0  # ptxas's 1 KiB, as kernels/tiles.py
 
 
 def nvrtc_options(arch: str) -> list[str]:
