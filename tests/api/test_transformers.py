@@ -211,11 +211,15 @@ FLASH_NAMED = {
 }  # fmt: skip
 
 
+@pytest.mark.parametrize("registered", ["fa_flash", "fa_attn"])
 @pytest.mark.parametrize("family", list(FLASH_NAMED))
-def test_a_flash_name_runs_name_keyed_models_on_fa_attn(family: str, calls: list[str]) -> None:
+def test_a_flash_name_runs_name_keyed_models_on_fa_attn(
+    family: str, registered: str, calls: list[str]
+) -> None:
     """register("fa_flash"): a name containing "flash" (what Falcon/GPT-Neo's class maps and padding-free
-    trainers look for) loads fa_attn's functions, not a hub kernel; logits and gradients equal eager's."""
-    name = fa_attn.hf.register("fa_flash")
+    trainers look for) loads fa_attn's functions, not a hub kernel; logits and gradients equal eager's.
+    The default register() name works for them too (a KeyError in their class maps before)."""
+    name = fa_attn.hf.register(registered)
     torch.manual_seed(0)
     eager = transformers.AutoModelForCausalLM.from_config(FLASH_NAMED[family](), attn_implementation="eager")
     ours = transformers.AutoModelForCausalLM.from_config(FLASH_NAMED[family](), attn_implementation=name)
