@@ -176,7 +176,7 @@ def test_tensor_parallel_layers_on_two_ranks_match_the_unsharded_mlp() -> None:
     }
     expected = {
         f"{name}-{'sp' if sp else 'nosp'}"
-        for name in ("ParallelMLP", "ParallelGatedMlp", "ParallelFusedMLP")
+        for name in ("ParallelMLP", "ParallelGatedMlp", "ParallelFusedMLP", "ParallelMHA")
         for sp in (True, False)
     } | {"collectives"}
     assert set(cases) == expected, result.stderr[-3000:]

@@ -1,4 +1,5 @@
-"""The stand-in's tensor-parallel layers (flash_attn.modules.mlp, flash_attn.ops.fused_dense) and
+"""The stand-in's tensor-parallel layers (flash_attn.modules.mlp, flash_attn.ops.fused_dense,
+flash_attn.modules.mha.ParallelMHA) and
 collectives (flash_attn.utils.distributed) on two real gloo ranks (127.0.0.1), float64: each parallel MLP,
 its weights the rank's shard of one unsharded MLP, against that MLP computed on the whole input by the
 formula (outputs, and the gradients of the input and of every shard), with sequence_parallel (tokens split
@@ -88,6 +89,71 @@ def mlp_case(name: str, sp: bool, rank: int) -> tuple[float, float]:
     return out_err, grad_err
 
 
+def mha_case(sp: bool, rank: int) -> tuple[float, float]:
+    """ParallelMHA (GQA: 4 query heads, 2 kv heads, causal) against the attention formula on the
+    unsharded weights: rank r holds query heads 2r, 2r+1 and kv head r."""
+    from flash_attn.modules.mha import ParallelMHA
+
+    heads, heads_kv, dim, batch, seqlen = 4, 2, 3, 2, 4
+    embed = heads * dim
+    g = torch.Generator().manual_seed(9)
+    w_qkv = torch.randn(dim * (heads + 2 * heads_kv), embed, generator=g, dtype=torch.float64)
+    b_qkv = torch.randn(w_qkv.shape[0], generator=g, dtype=torch.float64)
+    w_out = torch.randn(embed, embed, generator=g, dtype=torch.float64)
+    b_out = torch.randn(embed, generator=g, dtype=torch.float64)
+    x = torch.randn(batch, seqlen, embed, generator=g, dtype=torch.float64)
+    dout = torch.randn(batch, seqlen, embed, generator=g, dtype=torch.float64)
+    layer = ParallelMHA(
+        embed, heads, dist.group.WORLD, num_heads_kv=heads_kv, causal=True, sequence_parallel=sp,
+        dtype=torch.float64,
+    )  # fmt: skip
+    q_rows = slice(2 * rank * dim, (2 * rank + 2) * dim)
+    k_rows = slice(heads * dim + rank * dim, heads * dim + (rank + 1) * dim)
+    v_rows = slice((heads + heads_kv) * dim + rank * dim, (heads + heads_kv) * dim + (rank + 1) * dim)
+
+    def local(t: torch.Tensor) -> torch.Tensor:
+        return torch.cat([t[q_rows], t[k_rows], t[v_rows]])
+
+    with torch.no_grad():
+        layer.Wqkv.weight.copy_(local(w_qkv))
+        layer.Wqkv.bias.copy_(local(b_qkv))
+        layer.out_proj.weight.copy_(w_out[:, q_rows])
+        if rank == 0:
+            layer.out_proj.bias.copy_(b_out)
+    if sp:  # this rank's rows of the (batch * seqlen) tokens
+        tokens = shard_rows(batch * seqlen, rank)
+        local_x = x.flatten(0, 1)[tokens].clone().requires_grad_()
+        out = layer(local_x, seqlen=seqlen)
+        out.backward(dout.flatten(0, 1)[tokens])
+    else:
+        local_x = x.clone().requires_grad_()
+        out = layer(local_x)
+        out.backward(dout)
+    leaves = [t.clone().requires_grad_() for t in (x, w_qkv, b_qkv, w_out, b_out)]
+    fx, fw, fb, fwo, fbo = leaves
+    qkv = fx @ fw.T + fb
+    q = qkv[..., : heads * dim].unflatten(-1, (heads, dim))
+    k = qkv[..., heads * dim : (heads + heads_kv) * dim].unflatten(-1, (heads_kv, dim))
+    v = qkv[..., (heads + heads_kv) * dim :].unflatten(-1, (heads_kv, dim))
+    k, v = (t.repeat_interleave(heads // heads_kv, dim=2) for t in (k, v))
+    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / dim**0.5
+    later = torch.arange(seqlen)[None, :] > torch.arange(seqlen)[:, None]
+    probs = scores.masked_fill(later, float("-inf")).softmax(-1)
+    ref = torch.einsum("bhqk,bkhd->bqhd", probs, v).flatten(-2) @ fwo.T + fbo
+    ref.backward(dout)
+    want_out = ref.flatten(0, 1)[tokens] if sp else ref
+    want_x = fx.grad.flatten(0, 1)[tokens] if sp else fx.grad
+    pairs = [
+        (local_x.grad, want_x),
+        (layer.Wqkv.weight.grad, local(fw.grad)),
+        (layer.Wqkv.bias.grad, local(fb.grad)),
+        (layer.out_proj.weight.grad, fwo.grad[:, q_rows]),
+    ]
+    if rank == 0:
+        pairs.append((layer.out_proj.bias.grad, fbo.grad))
+    return (out - want_out).abs().max().item(), max((a - b).abs().max().item() for a, b in pairs)
+
+
 def collectives_case(rank: int) -> tuple[float, float]:
     from flash_attn.utils.distributed import all_gather, all_reduce, reduce_scatter
 
@@ -122,6 +188,8 @@ def run(rank: int, port: int) -> None:
     for name in ("ParallelMLP", "ParallelGatedMlp", "ParallelFusedMLP"):
         for sp in (True, False):
             cases[f"{name}-{'sp' if sp else 'nosp'}"] = lambda name=name, sp=sp: mlp_case(name, sp, rank)
+    for sp in (True, False):
+        cases[f"ParallelMHA-{'sp' if sp else 'nosp'}"] = lambda sp=sp: mha_case(sp, rank)
     for case, run_case in cases.items():
         errors = torch.tensor(run_case(), dtype=torch.float64)
         dist.all_reduce(errors, op=dist.ReduceOp.MAX)
