@@ -176,7 +176,13 @@ def test_tensor_parallel_layers_on_two_ranks_match_the_unsharded_mlp() -> None:
     }
     expected = {
         f"{name}-{'sp' if sp else 'nosp'}"
-        for name in ("ParallelMLP", "ParallelGatedMlp", "ParallelFusedMLP", "ParallelMHA")
+        for name in (
+            "ParallelMLP",
+            "ParallelGatedMlp",
+            "ParallelFusedMLP",
+            "ParallelMHA",
+            "ParallelGPT2Embeddings",
+        )
         for sp in (True, False)
     } | {"collectives"}
     assert set(cases) == expected, result.stderr[-3000:]
@@ -270,3 +276,30 @@ def test_cross_entropy_loss_function_returns_losses_and_z_losses() -> None:
     (got,) = torch.autograd.grad(losses, logits, g.float())
     (ref,) = torch.autograd.grad(want, logits, g)
     assert torch.allclose(got, ref, atol=1e-6)
+
+
+def test_gpt2_and_bert_embeddings_add_their_tables() -> None:
+    from flash_attn.modules.embedding import BertEmbeddings, GPT2Embeddings
+
+    torch.manual_seed(5)
+    ids = torch.randint(0, 11, (2, 6))
+    positions = torch.tensor([[0, 1, 2, 0, 1, 2], [5, 4, 3, 2, 1, 0]])
+    gpt2 = GPT2Embeddings(8, 11, 16, dtype=torch.float64)
+    assert sorted(gpt2.state_dict()) == ["position_embeddings.weight", "word_embeddings.weight"]
+    words, table = gpt2.word_embeddings.weight, gpt2.position_embeddings.weight
+    assert torch.equal(gpt2(ids), words[ids] + table[torch.arange(6)])
+    assert torch.equal(gpt2(ids, positions), words[ids] + table[positions])
+    projected = GPT2Embeddings(8, 11, 0, word_embed_proj_dim=4, dtype=torch.float64)
+    assert projected.word_embeddings.weight.shape == (11, 4)
+    assert not hasattr(projected, "position_embeddings")  # max_position_embeddings <= 0: none
+    want = projected.word_embeddings.weight[ids] @ projected.project_in.weight.T
+    assert torch.allclose(projected(ids), want)
+    bert = BertEmbeddings(8, 11, 16, 2, dtype=torch.float64)
+    types = torch.randint(0, 2, (2, 6))
+    w, p, t = (
+        bert.word_embeddings.weight,
+        bert.position_embeddings.weight,
+        bert.token_type_embeddings.weight,
+    )
+    assert torch.equal(bert(ids), w[ids] + p[torch.arange(6)] + t[torch.zeros(6, dtype=torch.long)])
+    assert torch.equal(bert(ids, positions, types), w[ids] + p[positions] + t[types])

@@ -154,6 +154,37 @@ def mha_case(sp: bool, rank: int) -> tuple[float, float]:
     return (out - want_out).abs().max().item(), max((a - b).abs().max().item() for a, b in pairs)
 
 
+def embedding_case(sp: bool, rank: int) -> tuple[float, float]:
+    """ParallelGPT2Embeddings (vocabulary rows and position columns sharded) against the full tables:
+    with sequence_parallel its (batch * seqlen) rows are split over the ranks, else every rank has all."""
+    from flash_attn.modules.embedding import ParallelGPT2Embeddings
+
+    vocab, positions, dim, batch, seqlen = 10, 8, 6, 2, 4
+    g = torch.Generator().manual_seed(11)
+    words = torch.randn(vocab, dim, generator=g, dtype=torch.float64)
+    table = torch.randn(positions, dim, generator=g, dtype=torch.float64)
+    ids = torch.randint(0, vocab, (batch, seqlen), generator=g)
+    dout = torch.randn(batch * seqlen, dim, generator=g, dtype=torch.float64)
+    layer = ParallelGPT2Embeddings(
+        dim, vocab, positions, dist.group.WORLD, sequence_parallel=sp, dtype=torch.float64
+    )
+    rows, cols = shard_rows(vocab, rank), shard_rows(dim, rank)
+    with torch.no_grad():
+        layer.word_embeddings.weight.copy_(words[rows])
+        layer.position_embeddings.weight.copy_(table[:, cols])
+    out = layer(ids, combine_batch_seqlen_dim=True)
+    tokens = shard_rows(batch * seqlen, rank) if sp else slice(None)
+    out.backward(dout[tokens])
+    leaves = [t.clone().requires_grad_() for t in (words, table)]
+    ref = (leaves[0][ids] + leaves[1][torch.arange(seqlen)]).flatten(0, 1)
+    ref.backward(dout)
+    pairs = [
+        (layer.word_embeddings.weight.grad, leaves[0].grad[rows]),
+        (layer.position_embeddings.weight.grad, leaves[1].grad[:, cols]),
+    ]
+    return (out - ref[tokens]).abs().max().item(), max((a - b).abs().max().item() for a, b in pairs)
+
+
 def collectives_case(rank: int) -> tuple[float, float]:
     from flash_attn.utils.distributed import all_gather, all_reduce, reduce_scatter
 
@@ -190,6 +221,7 @@ def run(rank: int, port: int) -> None:
             cases[f"{name}-{'sp' if sp else 'nosp'}"] = lambda name=name, sp=sp: mlp_case(name, sp, rank)
     for sp in (True, False):
         cases[f"ParallelMHA-{'sp' if sp else 'nosp'}"] = lambda sp=sp: mha_case(sp, rank)
+        cases[f"ParallelGPT2Embeddings-{'sp' if sp else 'nosp'}"] = lambda sp=sp: embedding_case(sp, rank)
     for case, run_case in cases.items():
         errors = torch.tensor(run_case(), dtype=torch.float64)
         dist.all_reduce(errors, op=dist.ReduceOp.MAX)
