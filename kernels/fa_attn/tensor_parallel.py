@@ -292,6 +292,25 @@ class RowParallelLinear(nn.Linear):
         return combined
 
 
+def _linears(
+    sizes: tuple[int, int, int], biases: tuple[bool, bool], factory: dict[str, Any], gated: bool = False,
+    group: Group = None, sequence_parallel: bool | None = None,
+) -> tuple[nn.Linear, nn.Linear]:  # fmt: skip
+    """fc1 (in -> hidden, twice hidden when gated) and fc2 (hidden -> out); the column- and row-parallel
+    forms over `group` when sequence_parallel is given (True or False)."""
+    in_features, hidden, out_features = sizes
+    width = 2 * hidden if gated else hidden
+    if sequence_parallel is None:
+        return (
+            nn.Linear(in_features, width, bias=biases[0], **factory),
+            nn.Linear(hidden, out_features, bias=biases[1], **factory),
+        )
+    return (
+        ColumnParallelLinear(in_features, width, group, biases[0], sequence_parallel, **factory),
+        RowParallelLinear(hidden, out_features, group, biases[1], sequence_parallel, **factory),
+    )
+
+
 class FusedMLP(nn.Module):
     def __init__(
         self,
@@ -310,14 +329,12 @@ class FusedMLP(nn.Module):
         super().__init__()
         _activation(activation)
         _check_mlp_options(checkpoint_lvl, heuristic)
-        out_features = out_features or in_features
-        hidden_features = hidden_features or in_features * 4
         self.activation = activation
         self.return_residual = return_residual
         self.checkpoint_lvl = checkpoint_lvl
         self.heuristic = heuristic
-        self.fc1 = nn.Linear(in_features, hidden_features, bias=bias1, device=device, dtype=dtype)
-        self.fc2 = nn.Linear(hidden_features, out_features, bias=bias2, device=device, dtype=dtype)
+        sizes = (in_features, hidden_features or in_features * 4, out_features or in_features)
+        self.fc1, self.fc2 = _linears(sizes, (bias1, bias2), {"device": device, "dtype": dtype})
 
     def forward(self, x: Tensor, process_group: Group = None) -> Any:
         return fused_mlp_func(
@@ -347,20 +364,15 @@ class ParallelFusedMLP(nn.Module):
         if process_group is None:
             raise InputError("process_group: ParallelFusedMLP needs one (flash-attn asserts it too)")
         _check_mlp_options(checkpoint_lvl, heuristic)
-        out_features = out_features or in_features
-        hidden_features = hidden_features or in_features * 4
         self.act = _activation(activation)
         self.activation = activation
         self.process_group = process_group
         self.sequence_parallel = sequence_parallel
         self.checkpoint_lvl = checkpoint_lvl
         self.heuristic = heuristic
-        self.fc1 = ColumnParallelLinear(
-            in_features, hidden_features, process_group, bias1, sequence_parallel, device=device, dtype=dtype
-        )
-        self.fc2 = RowParallelLinear(
-            hidden_features, out_features, process_group, bias2, sequence_parallel, device=device, dtype=dtype
-        )
+        sizes = (in_features, hidden_features or in_features * 4, out_features or in_features)
+        factory = {"device": device, "dtype": dtype}
+        self.fc1, self.fc2 = _linears(sizes, (bias1, bias2), factory, False, process_group, sequence_parallel)
 
     def forward(self, x: Tensor) -> Any:
         return self.fc2(self.act(self.fc1(x)))
@@ -383,12 +395,10 @@ class Mlp(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        out_features = out_features if out_features is not None else in_features
-        hidden_features = hidden_features if hidden_features is not None else in_features * 4
         self.return_residual = return_residual
-        self.fc1 = nn.Linear(in_features, hidden_features, bias=bias1, device=device, dtype=dtype)
         self.activation = activation
-        self.fc2 = nn.Linear(hidden_features, out_features, bias=bias2, device=device, dtype=dtype)
+        sizes = _mlp_sizes(in_features, hidden_features, out_features)
+        self.fc1, self.fc2 = _linears(sizes, (bias1, bias2), {"device": device, "dtype": dtype})
 
     def forward(self, x: Tensor) -> Any:
         y = self.fc2(self.activation(self.fc1(x)))
@@ -410,23 +420,30 @@ class ParallelMLP(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        out_features = out_features if out_features is not None else in_features
-        hidden_features = hidden_features if hidden_features is not None else in_features * 4
-        self.fc1 = ColumnParallelLinear(
-            in_features, hidden_features, process_group, bias1, sequence_parallel, device=device, dtype=dtype
-        )
         self.activation = activation
-        self.fc2 = RowParallelLinear(
-            hidden_features, out_features, process_group, bias2, sequence_parallel, device=device, dtype=dtype
-        )
+        sizes = _mlp_sizes(in_features, hidden_features, out_features)
+        factory = {"device": device, "dtype": dtype}
+        self.fc1, self.fc2 = _linears(sizes, (bias1, bias2), factory, False, process_group, sequence_parallel)
 
     def forward(self, x: Tensor) -> Any:
         return self.fc2(self.activation(self.fc1(x)))
 
 
-def _gated_hidden(in_features: int, hidden_features: int | None, multiple_of: int) -> int:
-    hidden = hidden_features if hidden_features is not None else int(8 * in_features / 3)
-    return (hidden + multiple_of - 1) // multiple_of * multiple_of
+def _mlp_sizes(in_features: int, hidden: int | None, out: int | None) -> tuple[int, int, int]:
+    """(in, hidden, out): hidden defaults to 4 * in, out to in (modules.mlp's rule)."""
+    return in_features, in_features * 4 if hidden is None else hidden, in_features if out is None else out
+
+
+def _gated_sizes(
+    in_features: int, hidden: int | None, out: int | None, multiple_of: int
+) -> tuple[int, int, int]:
+    """The gated MLPs' sizes: hidden defaults to 8/3 of in, rounded up to a multiple of multiple_of."""
+    width = hidden if hidden is not None else int(8 * in_features / 3)
+    return (
+        in_features,
+        (width + multiple_of - 1) // multiple_of * multiple_of,
+        in_features if out is None else out,
+    )
 
 
 def _gate(y: Tensor, activation: Callable[[Tensor], Tensor]) -> Tensor:
@@ -451,12 +468,10 @@ class GatedMlp(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        out_features = out_features if out_features is not None else in_features
-        hidden = _gated_hidden(in_features, hidden_features, multiple_of)
         self.return_residual = return_residual
-        self.fc1 = nn.Linear(in_features, 2 * hidden, bias=bias1, device=device, dtype=dtype)
         self.activation = activation
-        self.fc2 = nn.Linear(hidden, out_features, bias=bias2, device=device, dtype=dtype)
+        sizes = _gated_sizes(in_features, hidden_features, out_features, multiple_of)
+        self.fc1, self.fc2 = _linears(sizes, (bias1, bias2), {"device": device, "dtype": dtype}, gated=True)
 
     def forward(self, x: Tensor) -> Any:
         y = self.fc2(_gate(self.fc1(x), self.activation))
@@ -479,15 +494,10 @@ class ParallelGatedMlp(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        out_features = out_features if out_features is not None else in_features
-        hidden = _gated_hidden(in_features, hidden_features, multiple_of)
-        self.fc1 = ColumnParallelLinear(
-            in_features, 2 * hidden, process_group, bias1, sequence_parallel, device=device, dtype=dtype
-        )
         self.activation = activation
-        self.fc2 = RowParallelLinear(
-            hidden, out_features, process_group, bias2, sequence_parallel, device=device, dtype=dtype
-        )
+        sizes = _gated_sizes(in_features, hidden_features, out_features, multiple_of)
+        factory = {"device": device, "dtype": dtype}
+        self.fc1, self.fc2 = _linears(sizes, (bias1, bias2), factory, True, process_group, sequence_parallel)
 
     def forward(self, x: Tensor) -> Any:
         return self.fc2(_gate(self.fc1(x), self.activation))

@@ -13,22 +13,6 @@ transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.filterwarnings("ignore::fa_attn.FaFallbackWarning", "ignore::UserWarning")
 
 
-@pytest.fixture
-def fa_calls(monkeypatch) -> list[str]:
-    """fa_attn's attention calls ("varlen" or "padded"): proof a library's model ran on fa_attn."""
-    from fa_attn import interface
-
-    seen: list[str] = []
-    original = interface._attend
-
-    def spy(call, *args, **kwargs):
-        seen.append("varlen" if call.varlen is not None else "padded")
-        return original(call, *args, **kwargs)
-
-    monkeypatch.setattr(interface, "_attend", spy)
-    return seen
-
-
 def llama_config():  # one per model: from_config sets the implementation on the config it is given
     return transformers.LlamaConfig(
         vocab_size=101, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
@@ -57,7 +41,7 @@ def grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
 
 
-def test_peft_lora_matches_eager(fa_calls: list[str]) -> None:
+def test_peft_lora_matches_eager(calls: list[str]) -> None:
     peft = pytest.importorskip("peft")
     ref, ours = pair(fa_attn.hf.register())
     lora = peft.LoraConfig(
@@ -80,7 +64,7 @@ def test_peft_lora_matches_eager(fa_calls: list[str]) -> None:
         logits[keep].square().mean().backward()  # padded positions' outputs are not compared
         outputs.append(logits.detach()[keep])
     torch.testing.assert_close(outputs[1], outputs[0], rtol=1e-4, atol=1e-5)
-    assert fa_calls  # the peft model ran on fa_attn
+    assert calls  # the peft model ran on fa_attn
     ref_grads, our_grads = grads(ref), grads(ours)
     assert ref_grads.keys() == our_grads.keys()
     assert all("lora_" in name for name in our_grads)  # only the adapters train
@@ -89,7 +73,7 @@ def test_peft_lora_matches_eager(fa_calls: list[str]) -> None:
         torch.testing.assert_close(our_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
-def test_trl_padding_free_batch_matches_the_padded_one(fa_calls: list[str]) -> None:
+def test_trl_padding_free_batch_matches_the_padded_one(calls: list[str]) -> None:
     """trl's DataCollatorForLanguageModeling(padding_free=True) packs a batch in one row with position_ids
     restarting per sequence; on fa_attn (a "flash" name, which trl requires for padding-free) that row's
     loss and gradients equal the padded batch's on eager."""
@@ -105,7 +89,7 @@ def test_trl_padding_free_batch_matches_the_padded_one(fa_calls: list[str]) -> N
         input_ids=packed["input_ids"], position_ids=packed["position_ids"], labels=packed["labels"]
     ).loss
     loss.backward()
-    assert set(fa_calls) == {"varlen"}  # the packed row ran as its sequences, on fa_attn
+    assert set(calls) == {"varlen"}  # the packed row ran as its sequences, on fa_attn
     ref_loss = ref(
         input_ids=padded["input_ids"], attention_mask=padded["attention_mask"], labels=padded["labels"]
     ).loss
@@ -116,7 +100,7 @@ def test_trl_padding_free_batch_matches_the_padded_one(fa_calls: list[str]) -> N
         torch.testing.assert_close(our_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
-def test_sentence_transformers_embeddings_match_sdpa(tmp_path, fa_calls: list[str]) -> None:
+def test_sentence_transformers_embeddings_match_sdpa(tmp_path, calls: list[str]) -> None:
     """A tiny BERT saved with a word-level tokenizer, loaded by sentence-transformers under fa_attn's
     "flash" name (its padding-free path flattens the batch) and under "sdpa": the same embeddings."""
     st = pytest.importorskip("sentence_transformers")
@@ -138,6 +122,4 @@ def test_sentence_transformers_embeddings_match_sdpa(tmp_path, fa_calls: list[st
         )
         embeddings[implementation] = model.encode(sentences, convert_to_tensor=True, batch_size=3)
     torch.testing.assert_close(embeddings["fa_flash"], embeddings["sdpa"], rtol=1e-4, atol=1e-5)
-    assert (
-        fa_calls == ["varlen"] * 2
-    )  # one flattened batch per layer: sentence-transformers' padding-free path
+    assert calls == ["varlen"] * 2  # one flattened batch per layer: sentence-transformers' padding-free path

@@ -7,19 +7,13 @@ from the formulas, never from the code under test). The tensor-parallel forms ru
 from __future__ import annotations
 
 import math
-import os
-import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from two_ranks import run_ranks
 
 pytestmark = pytest.mark.usefixtures("stand_in")
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
 
 
 def tanh_gelu(x: torch.Tensor) -> torch.Tensor:
@@ -156,24 +150,8 @@ def test_get_dim_for_local_rank_splits_in_units() -> None:
         assert shares == sorted(shares, reverse=True)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_tensor_parallel_layers_on_two_ranks_match_the_unsharded_mlp() -> None:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO / "kernels"), os.environ.get("PYTHONPATH", "")]),
-    }
-    result = subprocess.run(
-        [sys.executable, "-W", "ignore", str(HERE / "tp_ranks.py"), str(free_port())],
-        capture_output=True, text=True, env=env, timeout=300, check=False,
-    )  # fmt: skip
-    cases = {
-        line.split()[1]: line.split()[2:] for line in result.stdout.splitlines() if line.startswith("CASE ")
-    }
+    cases = run_ranks("tp_ranks.py")
     expected = {
         f"{name}-{'sp' if sp else 'nosp'}"
         for name in (
@@ -185,7 +163,7 @@ def test_tensor_parallel_layers_on_two_ranks_match_the_unsharded_mlp() -> None:
         )
         for sp in (True, False)
     } | {"collectives"}
-    assert set(cases) == expected, result.stderr[-3000:]
+    assert set(cases) == expected, cases.get("stderr")
     for name, errors in cases.items():
         assert all(float(e) < 1e-12 for e in errors), (name, errors)
 

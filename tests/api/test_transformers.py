@@ -14,7 +14,7 @@ from contextlib import nullcontext
 import fa_attn
 import pytest
 import torch
-from fa_attn import flash_attn_compat, interface
+from fa_attn import flash_attn_compat
 from reference import assert_close
 
 transformers = pytest.importorskip("transformers")
@@ -39,20 +39,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-@pytest.fixture
-def calls(monkeypatch) -> list[str]:
-    """The fa_attn attention calls made (proof the model ran on fa_attn, not on a fallback of transformers')."""
-    seen: list[str] = []
-    original = interface._attend
-
-    def spy(call, *args, **kwargs):
-        seen.append("varlen" if call.varlen is not None else "padded")
-        return original(call, *args, **kwargs)
-
-    monkeypatch.setattr(interface, "_attend", spy)
-    return seen
 
 
 @pytest.fixture
