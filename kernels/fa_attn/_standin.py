@@ -10,7 +10,7 @@ modules in plain torch: rotary (RotaryEmbedding), the norms of `flash_attn.ops.t
 function (cross_entropy.py), `flash_attn.modules.mha.MHA` with its inner modules (mha.py;
 `flash_attn.utils.generation.InferenceParams` for its decode), `flash_attn.ops.activations`
 (activations.py), `flash_attn.ops.fused_dense`, `flash_attn.modules.mlp` and `flash_attn.utils.distributed`
-(tensor_parallel.py), `flash_attn.modules.embedding` (embedding.py), and the older Triton attention `flash_attn.flash_attn_triton` (triton_attention.py). Any other flash_attn module fails to import with a message naming what fa does not
+(tensor_parallel.py), `flash_attn.modules.embedding` (embedding.py), `flash_attn.modules.block` (block.py), and the older Triton attention `flash_attn.flash_attn_triton` (triton_attention.py). Any other flash_attn module fails to import with a message naming what fa does not
 provide and what to use (`_NOT_PROVIDED`), and so does a name of flash-attn 2.8.3's that a module given
 here lacks (`_ABSENT`, `_module_getattr`).
 It never shadows a real flash-attn: it does nothing when one is importable, and its finder sits at the
@@ -72,6 +72,7 @@ _MODULES = (
     "flash_attn.losses",
     "flash_attn.losses.cross_entropy",
     "flash_attn.modules",
+    "flash_attn.modules.block",
     "flash_attn.modules.embedding",
     "flash_attn.modules.mha",
     "flash_attn.modules.mlp",
@@ -122,10 +123,6 @@ _NOT_PROVIDED = (
     ("flash_attn.ops", "the torch.nn equivalents (fused with torch.compile)"),
     ("flash_attn.losses", "flash_attn.losses.cross_entropy.CrossEntropyLoss (fa provides it)"),
     (
-        "flash_attn.modules.block",
-        "a torch.nn.Module of flash_attn.modules.mha.MHA, an MLP and a norm (fa provides MHA)",
-    ),
-    (
         "flash_attn.modules",
         "torch.nn modules calling fa_attn's functions (fa provides flash_attn.modules.mha)",
     ),
@@ -164,7 +161,6 @@ _ABSENT: dict[str, tuple[str, ...]] = {
         "_layer_norm_fwd", "_layer_norm_fwd_1pass_kernel", "_layer_norm_fwd_impl", "custom_bwd", "custom_fwd",
         "maybe_contiguous", "maybe_contiguous_lastdim", "triton_autotune_configs", "triton_op",
     ),
-    "flash_attn.modules": ("block",),
     "flash_attn.modules.mha": ("_update_kv_cache", "rearrange", "repeat"),
     "flash_attn.utils": ("benchmark", "library", "pretrained", "testing", "torch"),
     "flash_attn.utils.generation": (
@@ -242,6 +238,7 @@ def _exports(fullname: str) -> dict[str, object]:
     from . import (
         activations,
         bert_padding,
+        block,
         cross_entropy,
         embedding,
         flash_attn_ext,
@@ -317,6 +314,7 @@ def _exports(fullname: str) -> dict[str, object]:
             name: getattr(tensor_parallel, name) for name in tensor_parallel.MLP_NAMES
         },
         "flash_attn.modules.embedding": {name: getattr(embedding, name) for name in embedding.NAMES},
+        "flash_attn.modules.block": {name: getattr(block, name) for name in block.NAMES},
         "flash_attn.utils": {},
         "flash_attn.utils.distributed": {
             name: getattr(tensor_parallel, name) for name in tensor_parallel.DISTRIBUTED_NAMES

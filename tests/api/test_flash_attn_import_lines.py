@@ -38,7 +38,6 @@ def outcome(statement: str) -> str:
 REFUSED = {
     "flash_attn.cute": "FlashAttention-4's CuTe-DSL interface, another API (Hopper/Blackwell kernels)",
     "flash_attn.models": "flash-attn's own model zoo and checkpoint remapping (transformers' models run on fa)",
-    "flash_attn.modules.block": "its fused dropout-add-norm Block (needs ops.layer_norm)",
     "flash_attn.ops.layer_norm": "the dropout_layer_norm CUDA extension (flash-attn's wheel lacks it too)",
     "flash_attn.ops.rms_norm": "the same extension (ops.triton.layer_norm's rms_norm_fn is given)",
     "flash_attn.ops.triton.k_activations": "triton.jit functions, callable only inside a Triton kernel",

@@ -251,7 +251,6 @@ def test_running_the_stand_in_module_gives_no_runpy_warning() -> None:
 
 # Modules real projects import from flash-attn 2.8 (issue 26), and the alternative fa's message names.
 NOT_PROVIDED = {
-    "flash_attn.modules.block": "flash_attn.modules.mha.MHA",
     "flash_attn.ops.layer_norm": "flash_attn.ops.triton.layer_norm.layer_norm_fn",
     "flash_attn.ops.rms_norm": "flash_attn.ops.triton.layer_norm.rms_norm_fn",
     "flash_attn.cute.interface": "FlashAttention-4",

@@ -371,7 +371,6 @@ def test_mha_and_parallel_mha_import_together() -> None:
 @pytest.mark.parametrize(
     ("module", "instead"),
     [
-        ("flash_attn.modules.block", "flash_attn.modules.mha.MHA"),
         ("flash_attn.ops.layer_norm", "flash_attn.ops.triton.layer_norm.layer_norm_fn"),
         ("flash_attn.utils.pretrained", "flash_attn.utils.generation.InferenceParams"),
         ("flash_attn.utils.benchmark", "flash_attn.utils.generation.InferenceParams"),

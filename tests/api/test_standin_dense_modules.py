@@ -281,3 +281,46 @@ def test_gpt2_and_bert_embeddings_add_their_tables() -> None:
     )
     assert torch.equal(bert(ids), w[ids] + p[torch.arange(6)] + t[torch.zeros(6, dtype=torch.long)])
     assert torch.equal(bert(ids, positions, types), w[ids] + p[positions] + t[types])
+
+
+def test_block_prenorm_postnorm_and_parallel_block_follow_their_formulas() -> None:
+    """Blocks around two linear maps (mixer and mlp), so the formulas are written out here: prenorm
+    residual = dropped + residual, hidden = norm(residual); postnorm hidden = norm(out + hidden);
+    ParallelBlock norms the sum of both branches and the residual. No dropout (eval)."""
+    from flash_attn.modules.block import Block, ParallelBlock
+
+    torch.manual_seed(6)
+    dim = 8
+
+    def mixer(d: int) -> torch.nn.Linear:
+        return torch.nn.Linear(d, d, dtype=torch.float64)
+
+    def norm(d: int) -> torch.nn.LayerNorm:
+        return torch.nn.LayerNorm(d, dtype=torch.float64)
+
+    x, residual = torch.randn(2, 3, dim, dtype=torch.float64), torch.randn(2, 3, dim, dtype=torch.float64)
+    pre = Block(dim, mixer, mixer, norm, prenorm=True).eval()
+    assert sorted(name.split(".")[0] for name in pre.state_dict()) == sorted(
+        ["mixer"] * 2 + ["mlp"] * 2 + ["norm1"] * 2 + ["norm2"] * 2
+    )
+    r1 = x + residual
+    h = pre.mixer(pre.norm1(r1))
+    r2 = h + r1
+    got, got_residual = pre(x, residual)
+    assert torch.allclose(got, pre.mlp(pre.norm2(r2)))
+    assert torch.allclose(got_residual, r2)
+    _, first_residual = pre(x)  # the first block: no residual yet
+    assert torch.allclose(first_residual, x + pre.mixer(pre.norm1(x)))
+    post = Block(dim, mixer, mixer, norm, prenorm=False).eval()
+    h = post.norm1(post.mixer(x) + x)
+    assert torch.allclose(post(x), post.norm2(post.mlp(h) + h))
+    parallel = ParallelBlock(dim, mixer, mixer, norm).eval()
+    x2 = torch.randn(2, 3, dim, dtype=torch.float64)
+    out1, out2, summed = parallel(x, x2, residual)
+    assert torch.allclose(summed, x + x2 + residual)
+    assert torch.allclose(out1, parallel.mixer(parallel.norm1(summed)))
+    assert torch.allclose(out2, parallel.mlp(parallel.norm2(summed)))
+    tied = ParallelBlock(dim, mixer, mixer, norm, tied_norm=True, residual_in_fp32=True).eval()
+    out1, out2, summed = tied(x.float(), None, None)
+    assert summed.dtype == torch.float32  # residual_in_fp32
+    assert torch.equal(out2, tied.mlp(tied.norm1(x.float().double())))  # tied: norm1 feeds the mlp too
