@@ -260,3 +260,20 @@ def test_dropout_backward_without_rng_state_is_refused(name: str) -> None:
     t = {"dout": q, "q": q, "k": k, "v": v, "out": q, "softmax_lse": torch.zeros(1)}
     with pytest.raises(RuntimeError, match=r"rng_state: the backward of a call with p_dropout 0\.1"):
         backward(name, t, {**DEFAULTS, "dropout_p": 0.1}, None)
+
+
+@pytest.mark.parametrize("name", ["_wrapped_flash_attn_forward", "_wrapped_flash_attn_varlen_forward"])
+def test_wrapped_forward_with_dropout_compiles_with_its_s_dmask(name: str) -> None:
+    """The torch.library ops' fake kernels give S_dmask's shape when return_softmax is set, so a traced
+    caller (diffusers compiles them) sees what the op returns."""
+    total = name in VARLEN
+    q, k, v = qkv(7, total)
+    options = {**DEFAULTS, "dropout_p": 0.2, "return_softmax": True}
+
+    def shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> list[torch.Tensor]:
+        return forward(name, q, k, v, options)
+
+    eager = shapes(q, k, v)
+    compiled = torch.compile(shapes, fullgraph=True, backend="aot_eager")(q, k, v)
+    assert [t.shape for t in compiled] == [t.shape for t in eager]
+    assert eager[2].shape[-2:] == (128, 128)
