@@ -69,7 +69,32 @@ def _mark(modules: list[nn.Module | None], flag: str) -> None:
                 setattr(p, flag, True)
 
 
-class Block(nn.Module):
+class _Branches(nn.Module):
+    """What both blocks hold: the mixer (default MHA with dim // 64 heads), the mlp (default Mlp with
+    4 * dim hidden features), and the KV cache allocation that goes to the mixer."""
+
+    def _branches(
+        self,
+        dim: int,
+        mixer_cls: Callable[[int], nn.Module] | None,
+        mlp_cls: Callable[[int], nn.Module] | None,
+    ) -> None:
+        self.mixer = (mixer_cls or partial(MHA, num_heads=dim // 64))(dim)
+        self.mlp = (mlp_cls or partial(Mlp, hidden_features=4 * dim))(dim)
+
+    def _norm_flags(self, norms: list[nn.Module | None], sequence_parallel: bool, shared: bool) -> None:
+        if sequence_parallel:
+            _mark(norms, "_sequence_parallel")
+        if shared:
+            _mark(norms, "_shared_params")
+
+    def allocate_inference_cache(
+        self, batch_size: int, max_seqlen: int, dtype: torch.dtype | None = None, **kwargs: Any
+    ) -> Any:
+        return self.mixer.allocate_inference_cache(batch_size, max_seqlen, dtype=dtype, **kwargs)  # type: ignore[operator]
+
+
+class Block(_Branches):
     def __init__(
         self,
         dim: int,
@@ -95,11 +120,10 @@ class Block(nn.Module):
         self.residual_in_fp32 = residual_in_fp32
         if residual_in_fp32 and not prenorm:
             raise InputError("residual_in_fp32: only with prenorm=True (as in flash-attn)")
-        self.mixer = (mixer_cls or partial(MHA, num_heads=dim // 64))(dim)
+        self._branches(dim, mixer_cls, mlp_cls)
         self.dropout1 = dropout_cls(resid_dropout1)
         self.drop_path1 = StochasticDepth(drop_path1)
         self.norm1 = norm_cls(dim)
-        self.mlp = (mlp_cls or partial(Mlp, hidden_features=4 * dim))(dim)
         self.has_mlp = not isinstance(self.mlp, nn.Identity)
         if self.has_mlp:
             self.dropout2 = dropout_cls(resid_dropout2)
@@ -107,16 +131,9 @@ class Block(nn.Module):
             self.norm2 = norm_cls(dim)
         if fused_dropout_add_ln:
             _check_fused(self.norm1, self.dropout1)
-        norms = [self.norm1, self.norm2 if self.has_mlp else None]
-        if sequence_parallel:
-            _mark(norms, "_sequence_parallel")
-        if mark_shared_params:
-            _mark(norms, "_shared_params")
-
-    def allocate_inference_cache(
-        self, batch_size: int, max_seqlen: int, dtype: torch.dtype | None = None, **kwargs: Any
-    ) -> Any:
-        return self.mixer.allocate_inference_cache(batch_size, max_seqlen, dtype=dtype, **kwargs)  # type: ignore[operator]
+        self._norm_flags(
+            [self.norm1, self.norm2 if self.has_mlp else None], sequence_parallel, mark_shared_params
+        )
 
     def _add_norm(self, hidden: Tensor, residual: Tensor | None, which: int) -> tuple[Tensor, Tensor]:
         """(norm(new residual), new residual) for the prenorm form."""
@@ -165,7 +182,7 @@ class Block(nn.Module):
         return hidden_states
 
 
-class ParallelBlock(nn.Module):
+class ParallelBlock(_Branches):
     def __init__(
         self,
         dim: int,
@@ -185,23 +202,14 @@ class ParallelBlock(nn.Module):
         self.tied_norm = tied_norm
         self.fused_dropout_add_ln = fused_dropout_add_ln
         self.residual_in_fp32 = residual_in_fp32
-        self.mixer = (mixer_cls or partial(MHA, num_heads=dim // 64))(dim)
-        self.mlp = (mlp_cls or partial(Mlp, hidden_features=4 * dim))(dim)
+        self._branches(dim, mixer_cls, mlp_cls)
         self.dropout1 = dropout_cls(resid_dropout1)
         self.norm1 = norm_cls(dim)
         self.dropout2 = dropout_cls(resid_dropout2)
         self.norm2 = None if tied_norm else norm_cls(dim)
         if fused_dropout_add_ln:
             _check_fused(self.norm1, self.dropout1)
-        if sequence_parallel:
-            _mark([self.norm1, self.norm2], "_sequence_parallel")
-        if mark_shared_params:
-            _mark([self.norm1, self.norm2], "_shared_params")
-
-    def allocate_inference_cache(
-        self, batch_size: int, max_seqlen: int, dtype: torch.dtype | None = None, **kwargs: Any
-    ) -> Any:
-        return self.mixer.allocate_inference_cache(batch_size, max_seqlen, dtype=dtype, **kwargs)  # type: ignore[operator]
+        self._norm_flags([self.norm1, self.norm2], sequence_parallel, mark_shared_params)
 
     def forward(
         self,

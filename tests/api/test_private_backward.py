@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import torch
 from flash_attn_2_8_3 import SIGNATURES
+from private_options import CHANGED, F64, HK, SHARED_DEFAULTS, SK, SQ, B, D, H
 from reference import padded_attention, sequence_backward
 
 pytestmark = [
@@ -20,30 +21,8 @@ pytestmark = [
     pytest.mark.usefixtures("stand_in"),
 ]
 
-B, SQ, SK, H, HK, D = 2, 5, 7, 4, 2, 8
-F64 = torch.float64
 # The options each case sets (flash-attn's positional names); the others keep DEFAULTS.
-DEFAULTS: dict[str, Any] = {
-    "dropout_p": 0.0,
-    "softmax_scale": 0.3,
-    "causal": False,
-    "window_size_left": -1,
-    "window_size_right": -1,
-    "softcap": 0.0,
-    "alibi_slopes": None,
-    "deterministic": False,
-    "rng_state": None,
-}
-SLOPES = torch.tensor([0.5, 0.25, 0.125, 0.0625], dtype=torch.float32)
-# Per backward option: a value other than the default whose effect the reference computes.
-CHANGED: dict[str, dict[str, Any]] = {
-    "softmax_scale": {"softmax_scale": 0.17},
-    "causal": {"causal": True},
-    "window_size_left": {"window_size_left": 1},
-    "window_size_right": {"window_size_right": 0},
-    "softcap": {"softcap": 0.9},
-    "alibi_slopes": {"alibi_slopes": SLOPES},
-}
+DEFAULTS: dict[str, Any] = {**SHARED_DEFAULTS, "deterministic": False, "rng_state": None}
 # Options that flash-attn takes and that do not change the values fa computes (what docs/using.md says).
 NO_EFFECT = {
     "deterministic": {"deterministic": True},

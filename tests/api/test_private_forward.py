@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 from flash_attn_2_8_3 import SIGNATURES
+from private_options import CHANGED, F64, HK, SHARED_DEFAULTS, SK, SQ, B, D, H
 from reference import flash_attn_lse, sequence_attention
 
 pytestmark = [
@@ -19,27 +20,7 @@ pytestmark = [
     pytest.mark.usefixtures("stand_in"),
 ]
 
-B, SQ, SK, H, HK, D = 2, 5, 7, 4, 2, 8
-F64 = torch.float64
-SLOPES = torch.tensor([0.5, 0.25, 0.125, 0.0625], dtype=torch.float32)
-DEFAULTS: dict[str, Any] = {
-    "dropout_p": 0.0,
-    "softmax_scale": 0.3,
-    "causal": False,
-    "window_size_left": -1,
-    "window_size_right": -1,
-    "softcap": 0.0,
-    "alibi_slopes": None,
-    "return_softmax": False,
-}
-CHANGED: dict[str, dict[str, Any]] = {
-    "softmax_scale": {"softmax_scale": 0.17},
-    "causal": {"causal": True},
-    "window_size_left": {"window_size_left": 1},
-    "window_size_right": {"window_size_right": 0},
-    "softcap": {"softcap": 0.9},
-    "alibi_slopes": {"alibi_slopes": SLOPES},
-}
+DEFAULTS: dict[str, Any] = {**SHARED_DEFAULTS, "return_softmax": False}
 PADDED = ("_flash_attn_forward", "_wrapped_flash_attn_forward", "flash_attn_gpu.fwd")
 VARLEN = ("_flash_attn_varlen_forward", "_wrapped_flash_attn_varlen_forward", "flash_attn_gpu.varlen_fwd")
 CU_Q = torch.tensor([0, 4, 10], dtype=torch.int32)
