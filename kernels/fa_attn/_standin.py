@@ -6,9 +6,11 @@ runs a script or `-m module` with it installed) makes `import flash_attn`, `flas
 the public functions, the private ones real code calls (flash_attn_privates.py) and the compiled
 extension's (`flash_attn_interface.flash_attn_gpu`, flash_attn_ext.py); and the attention-adjacent
 modules in plain torch: rotary (RotaryEmbedding), the norms of `flash_attn.ops.triton.layer_norm`
-(norms.py), `flash_attn.losses.cross_entropy.CrossEntropyLoss` (cross_entropy.py), and
-`flash_attn.modules.mha.MHA` with its inner modules (mha.py; `flash_attn.utils.generation.InferenceParams`
-for its decode). Any other flash_attn module fails to import with a message naming what fa does not
+(norms.py), `flash_attn.losses.cross_entropy.CrossEntropyLoss` and `flash_attn.ops.triton.cross_entropy`'s
+function (cross_entropy.py), `flash_attn.modules.mha.MHA` with its inner modules (mha.py;
+`flash_attn.utils.generation.InferenceParams` for its decode), `flash_attn.ops.activations`
+(activations.py), `flash_attn.ops.fused_dense`, `flash_attn.modules.mlp` and `flash_attn.utils.distributed`
+(tensor_parallel.py), `flash_attn.modules.embedding` (embedding.py), `flash_attn.modules.block` (block.py), and the older Triton attention `flash_attn.flash_attn_triton` (triton_attention.py). Any other flash_attn module fails to import with a message naming what fa does not
 provide and what to use (`_NOT_PROVIDED`), and so does a name of flash-attn 2.8.3's that a module given
 here lacks (`_ABSENT`, `_module_getattr`).
 It never shadows a real flash-attn: it does nothing when one is importable, and its finder sits at the
@@ -57,17 +59,25 @@ _MODULES = (
     "flash_attn",
     "flash_attn.flash_attn_interface",
     "flash_attn.bert_padding",
+    "flash_attn.flash_attn_triton",
     "flash_attn.layers",
     "flash_attn.layers.rotary",
     "flash_attn.ops",
+    "flash_attn.ops.activations",
+    "flash_attn.ops.fused_dense",
     "flash_attn.ops.triton",
+    "flash_attn.ops.triton.cross_entropy",
     "flash_attn.ops.triton.layer_norm",
     "flash_attn.ops.triton.rotary",
     "flash_attn.losses",
     "flash_attn.losses.cross_entropy",
     "flash_attn.modules",
+    "flash_attn.modules.block",
+    "flash_attn.modules.embedding",
     "flash_attn.modules.mha",
+    "flash_attn.modules.mlp",
     "flash_attn.utils",
+    "flash_attn.utils.distributed",
     "flash_attn.utils.generation",
     _EXTENSION,
 )
@@ -105,33 +115,17 @@ _PADDING = (
 # take their own path), never with a bare "No module named".
 _NOT_PROVIDED = (
     (
-        "flash_attn.ops.triton.cross_entropy",
-        "flash_attn.losses.cross_entropy.CrossEntropyLoss (fa provides it)",
-    ),
-    (
         "flash_attn.ops.triton",
-        "torch.nn equivalents (fa provides flash_attn.ops.triton.layer_norm and flash_attn.ops.triton.rotary)",
+        "torch.nn equivalents (fa provides flash_attn.ops.triton.layer_norm, .rotary and .cross_entropy)",
     ),
     ("flash_attn.ops.rms_norm", "flash_attn.ops.triton.layer_norm.rms_norm_fn / RMSNorm (fa provides them)"),
     ("flash_attn.ops.layer_norm", "flash_attn.ops.triton.layer_norm.layer_norm_fn (fa provides it)"),
-    ("flash_attn.ops.fused_dense", "torch.nn.Linear, with torch.compile to fuse"),
-    ("flash_attn.ops.activations", "torch.nn.functional.gelu / silu"),
     ("flash_attn.ops", "the torch.nn equivalents (fused with torch.compile)"),
     ("flash_attn.losses", "flash_attn.losses.cross_entropy.CrossEntropyLoss (fa provides it)"),
-    (
-        "flash_attn.modules.mlp",
-        "torch.nn.Linear with F.gelu / F.silu (fa provides flash_attn.modules.mha.MHA)",
-    ),
-    (
-        "flash_attn.modules.block",
-        "a torch.nn.Module of flash_attn.modules.mha.MHA, an MLP and a norm (fa provides MHA)",
-    ),
-    ("flash_attn.modules.embedding", "torch.nn.Embedding"),
     (
         "flash_attn.modules",
         "torch.nn modules calling fa_attn's functions (fa provides flash_attn.modules.mha)",
     ),
-    ("flash_attn.utils.distributed", "torch.distributed"),
     ("flash_attn.utils", "torch's own utilities (fa provides flash_attn.utils.generation.InferenceParams)"),
     ("flash_attn.models", "transformers' models with attn_implementation=fa_attn.hf.register()"),
     ("flash_attn.layers", "torch.nn layers (fa provides flash_attn.layers.rotary)"),
@@ -146,7 +140,7 @@ _NOT_PROVIDED = (
 # (missing_name); a name flash-attn does not have either fails as Python fails it.
 _ABSENT: dict[str, tuple[str, ...]] = {
     "flash_attn": (
-        "cute", "flash_attn_triton", "flash_attn_triton_amd", "flash_attn_triton_og",
+        "cute", "flash_attn_triton_amd", "flash_attn_triton_og",
         "flash_blocksparse_attention", "flash_blocksparse_attn_interface", "models",
     ),
     "flash_attn.flash_attn_interface": (
@@ -159,21 +153,16 @@ _ABSENT: dict[str, tuple[str, ...]] = {
     "flash_attn.bert_padding": ("IndexFirstAxis", "IndexFirstAxisResidual", "IndexPutFirstAxis", "rearrange", "repeat"),
     "flash_attn.layers": ("patch_embed",),
     "flash_attn.layers.rotary": ("_apply_rotary_emb_qkv", "rearrange", "repeat"),
-    "flash_attn.ops": ("activations", "fused_dense", "layer_norm", "rms_norm"),
-    "flash_attn.ops.triton": ("cross_entropy", "k_activations", "linear", "mlp"),
+    "flash_attn.ops": ("layer_norm", "rms_norm"),
+    "flash_attn.ops.triton": ("k_activations", "linear", "mlp"),
     "flash_attn.ops.triton.rotary": ("rotary_kernel",),
     "flash_attn.ops.triton.layer_norm": (
         "LayerNormFn", "LayerNormLinearFn", "_layer_norm_bwd", "_layer_norm_bwd_impl", "_layer_norm_bwd_kernel",
         "_layer_norm_fwd", "_layer_norm_fwd_1pass_kernel", "_layer_norm_fwd_impl", "custom_bwd", "custom_fwd",
         "maybe_contiguous", "maybe_contiguous_lastdim", "triton_autotune_configs", "triton_op",
     ),
-    "flash_attn.losses.cross_entropy": ("cross_entropy_loss",),
-    "flash_attn.modules": ("block", "embedding", "mlp"),
-    "flash_attn.modules.mha": (
-        "ColumnParallelLinear", "RowParallelLinear", "_update_kv_cache", "get_dim_for_local_rank",
-        "rearrange", "repeat",
-    ),
-    "flash_attn.utils": ("benchmark", "distributed", "library", "pretrained", "testing", "torch"),
+    "flash_attn.modules.mha": ("_update_kv_cache", "rearrange", "repeat"),
+    "flash_attn.utils": ("benchmark", "library", "pretrained", "testing", "torch"),
     "flash_attn.utils.generation": (
         "DecodingCGCache", "GenerationMixin", "GreedySearchDecoderOnlyOutput", "SampleDecoderOnlyOutput",
         "allocate_inference_cache", "capture_graph", "decode", "decode_speculative",
@@ -247,8 +236,11 @@ def not_provided(fullname: str) -> str:
 def _exports(fullname: str) -> dict[str, object]:
     """What each stand-in module holds (imported lazily: fa_attn is importing while this is defined)."""
     from . import (
+        activations,
         bert_padding,
+        block,
         cross_entropy,
+        embedding,
         flash_attn_ext,
         flash_attn_privates,
         interface,
@@ -257,6 +249,8 @@ def _exports(fullname: str) -> dict[str, object]:
         norms,
         packed,
         rotary,
+        tensor_parallel,
+        triton_attention,
     )
 
     public = {name: getattr(interface, name, None) or getattr(packed, name, None) for name in _PUBLIC}
@@ -296,10 +290,35 @@ def _exports(fullname: str) -> dict[str, object]:
         },
         "flash_attn.ops.triton.rotary": {"apply_rotary": rotary.apply_rotary},
         "flash_attn.losses": {},
-        "flash_attn.losses.cross_entropy": {"CrossEntropyLoss": cross_entropy.CrossEntropyLoss},
+        "flash_attn.losses.cross_entropy": {
+            "CrossEntropyLoss": cross_entropy.CrossEntropyLoss,
+            "cross_entropy_loss": cross_entropy.cross_entropy_loss,
+        },
+        "flash_attn.ops.triton.cross_entropy": {"cross_entropy_loss": cross_entropy.cross_entropy_loss},
+        "flash_attn.ops.activations": {name: getattr(activations, name) for name in activations.NAMES},
+        "flash_attn.ops.fused_dense": {
+            name: getattr(tensor_parallel, name) for name in tensor_parallel.FUSED_DENSE_NAMES
+        },
+        "flash_attn.flash_attn_triton": {
+            name: getattr(triton_attention, name) for name in triton_attention.NAMES
+        },
         "flash_attn.modules": {},
-        "flash_attn.modules.mha": {name: getattr(mha, name) for name in mha.__all__},
+        "flash_attn.modules.mha": {
+            **{name: getattr(mha, name) for name in mha.__all__},
+            **{  # flash-attn's mha.py imports them
+                name: getattr(tensor_parallel, name)
+                for name in ("ColumnParallelLinear", "RowParallelLinear", "get_dim_for_local_rank")
+            },
+        },
+        "flash_attn.modules.mlp": {
+            name: getattr(tensor_parallel, name) for name in tensor_parallel.MLP_NAMES
+        },
+        "flash_attn.modules.embedding": {name: getattr(embedding, name) for name in embedding.NAMES},
+        "flash_attn.modules.block": {name: getattr(block, name) for name in block.NAMES},
         "flash_attn.utils": {},
+        "flash_attn.utils.distributed": {
+            name: getattr(tensor_parallel, name) for name in tensor_parallel.DISTRIBUTED_NAMES
+        },
         "flash_attn.utils.generation": {"InferenceParams": mha.InferenceParams},
         _EXTENSION: {
             name: getattr(interface_module["flash_attn_gpu"], name) for name in flash_attn_ext.NAMES

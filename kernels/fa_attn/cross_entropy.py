@@ -9,6 +9,7 @@ return_z_loss=True also returns the z-loss part (detached, for logging, as flash
 precomputed_lse, the gradient is flash-attn's: the logits' softmax comes from that lse, and the lse
 tensor itself gets no gradient. Not provided:
 process_group (tensor-parallel vocab shards): it raises; inplace_backward is accepted and has no effect.
+cross_entropy_loss (flash_attn.ops.triton.cross_entropy's function) returns (losses, z_losses) per row.
 """
 
 from __future__ import annotations
@@ -90,3 +91,30 @@ def _given_lse(logits: Tensor, precomputed_lse: Tensor) -> Tensor:
     lse = precomputed_lse.detach().float()
     softmax_sum = torch.exp(logits - lse.unsqueeze(-1)).sum(-1)
     return lse + (softmax_sum - softmax_sum.detach())
+
+
+def cross_entropy_loss(
+    logits: Tensor,
+    labels: Tensor,
+    precomputed_lse: Tensor | None = None,
+    label_smoothing: float = 0.0,
+    logit_scale: float = 1.0,
+    lse_square_scale: float = 0.0,
+    ignore_index: int = -100,
+    inplace_backward: bool = False,
+    process_group: object = None,
+) -> tuple[Tensor, Tensor]:
+    """flash_attn.ops.triton.cross_entropy's function: (losses, z_losses), each (batch,) fp32, per row
+    as CrossEntropyLoss with reduction="none" computes them (z_losses detached, for logging)."""
+    loss = CrossEntropyLoss(
+        ignore_index=ignore_index,
+        reduction="none",
+        label_smoothing=label_smoothing,
+        logit_scale=logit_scale,
+        lse_square_scale=lse_square_scale,
+        inplace_backward=inplace_backward,
+        process_group=process_group,
+        return_z_loss=True,
+    )
+    losses, z_losses = loss(logits, labels, precomputed_lse)
+    return losses, z_losses

@@ -28,9 +28,15 @@ from .inputs import AttnCall
 
 
 def attention(
-    call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, want_lse: bool
+    call: AttnCall,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    want_lse: bool,
+    keep: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """q (b, sq, h, d), k/v (b, sk, hk, d) -> out (b, sq, h, d), lse (b, h, sq) fp32 or None."""
+    """q (b, sq, h, d), k/v (b, sk, hk, d) -> out (b, sq, h, d), lse (b, h, sq) fp32 or None; `keep`:
+    the dropout mask to apply (dropout_keep), or None for a fresh one."""
     group = call.heads // call.heads_k
     if group > 1:  # GQA/MQA: query head i reads kv head i // group (repeat_interleave order)
         k = k.repeat_interleave(group, dim=2)
@@ -38,6 +44,7 @@ def attention(
     sq, sk = q.shape[1], k.shape[1]
     plain = (
         not want_lse
+        and keep is None
         and call.softcap == 0
         and call.alibi_slopes is None
         and not call.has_window
@@ -55,7 +62,7 @@ def attention(
             scale=call.softmax_scale,
         )
         return out.transpose(1, 2), None
-    return _math(call, q, k, v, want_lse)
+    return _math(call, q, k, v, want_lse, keep=keep)
 
 
 def _allowed(
@@ -121,6 +128,53 @@ def _compute_dtype(q: torch.Tensor) -> torch.dtype:
     return torch.float64 if q.dtype == torch.float64 else torch.float32
 
 
+def _softmax(
+    call: AttnCall, qf: torch.Tensor, kf: torch.Tensor, lengths: tuple[torch.Tensor, torch.Tensor] | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """-> the scores (masked entries -inf), the probabilities (masked entries 0) and the rows that see
+    at least one key (..., sq, 1)."""
+    scores, _, allowed = _logits(call, qf, kf, lengths)
+    visible = allowed.any(dim=-1, keepdim=True)
+    # Masked entries -inf; rows with no visible key get finite zeros so softmax (and its gradient) stay
+    # finite, and their probabilities are zeroed.
+    scores = scores.masked_fill(allowed.logical_not(), float("-inf")).masked_fill(visible.logical_not(), 0.0)
+    probs = torch.softmax(scores, dim=-1).masked_fill(allowed.logical_not(), 0.0)
+    return scores, probs, visible
+
+
+def _dropped(probs: torch.Tensor, p: float, keep: torch.Tensor | None) -> torch.Tensor:
+    """probs with dropout p: the kept entries scaled by 1 / (1 - p); `keep` (bool, broadcastable to
+    probs) is the mask to apply, or None for a fresh one."""
+    if p <= 0:
+        return probs
+    if keep is None:
+        return F.dropout(probs, p=p)
+    return probs * keep.to(probs.dtype) / (1.0 - p)
+
+
+def dropout_keep(
+    rng_state: torch.Tensor, shape: tuple[int, ...], p: float, device: torch.device
+) -> torch.Tensor:
+    """fa_attn's dropout mask for an rng_state (int64 (seed, offset); fa_attn writes offset 0): keep is
+    torch.rand(shape) >= p drawn from a CPU torch.Generator seeded with seed, in the padded layout
+    (batch, heads, seqlen_q, seqlen_k) (varlen: max_seqlen_q/k), moved to `device`. The same state gives
+    the same mask, which is how a caller-driven backward replays the forward's dropout."""
+    seed = int(rng_state.reshape(-1)[0].item())
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    return (torch.rand(shape, generator=generator) >= p).to(device)
+
+
+def attention_probs(
+    call: AttnCall, q: torch.Tensor, k: torch.Tensor, lengths: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> torch.Tensor:
+    """softmax(S) (batch, heads, seqlen_q, seqlen_k) in the compute dtype, q (b, sq, h, d), k (b, sk, hk, d)."""
+    group = call.heads // call.heads_k
+    if group > 1:
+        k = k.repeat_interleave(group, dim=2)
+    compute = _compute_dtype(q)
+    return _softmax(call, q.transpose(1, 2).to(compute), k.transpose(1, 2).to(compute), lengths)[1]
+
+
 def _math(
     call: AttnCall,
     q: torch.Tensor,
@@ -128,19 +182,14 @@ def _math(
     v: torch.Tensor,
     want_lse: bool,
     lengths: tuple[torch.Tensor, torch.Tensor] | None = None,
+    keep: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The explicit path; `lengths`: per-sequence (queries, keys) of a batch padded to sq and sk."""
+    """The explicit path; `lengths`: per-sequence (queries, keys) of a batch padded to sq and sk; `keep`:
+    the dropout mask (dropout_keep), or None for a fresh one."""
     compute = _compute_dtype(q)
     qf, kf, vf = (t.transpose(1, 2).to(compute) for t in (q, k, v))  # (b, h, s, d)
-    scores, _, allowed = _logits(call, qf, kf, lengths)
-    visible = allowed.any(dim=-1, keepdim=True)  # (..., sq, 1): rows with at least one key
-    # Masked entries -inf; rows with no visible key get finite zeros so softmax (and its gradient) stay
-    # finite, and their probabilities are zeroed below.
-    scores = scores.masked_fill(allowed.logical_not(), float("-inf")).masked_fill(visible.logical_not(), 0.0)
-    probs = torch.softmax(scores, dim=-1).masked_fill(allowed.logical_not(), 0.0)
-    if call.dropout_p > 0:
-        probs = F.dropout(probs, p=call.dropout_p)
-    out = torch.matmul(probs, vf).transpose(1, 2).to(q.dtype)
+    scores, probs, visible = _softmax(call, qf, kf, lengths)
+    out = torch.matmul(_dropped(probs, call.dropout_p, keep), vf).transpose(1, 2).to(q.dtype)
     lse = None
     if want_lse:
         lse = torch.logsumexp(scores, dim=-1).masked_fill(visible.squeeze(-1).logical_not(), float("inf"))
@@ -152,17 +201,24 @@ Grads = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 BackwardInputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
 
-def backward(call: AttnCall, tensors: BackwardInputs) -> Grads:
+def backward(call: AttnCall, tensors: BackwardInputs, keep: torch.Tensor | None = None) -> Grads:
     """flash-attn's backward from the caller's out and lse, which need not be this call's own (ring
     attention passes those merged over every key block): P = exp(S - lse), D = rowsum(dout * out),
     dS = P * (dout v^T - D), dq = scale * dS k, dk = scale * dS^T q, dv = P^T dout (softcap's chain rule
-    on dS). Padded: dout/q/out (b, sq, h, d), k/v (b, sk, hk, d), lse (b, h, sq); varlen (call.varlen):
-    packed rows (total, heads, d), lse (h, total_q). -> dq, dk, dv shaped and typed as q, k, v."""
-    return _varlen_backward(call, tensors) if call.varlen is not None else _backward(call, tensors)
+    on dS). With dropout (call.dropout_p > 0, `keep` the forward's mask, dropout_keep's layout): Z =
+    keep / (1 - p), dv = (P * Z)^T dout and dS = P * ((dout v^T) * Z - D). Padded: dout/q/out
+    (b, sq, h, d), k/v (b, sk, hk, d), lse (b, h, sq); varlen (call.varlen): packed rows
+    (total, heads, d), lse (h, total_q). -> dq, dk, dv shaped and typed as q, k, v."""
+    if call.varlen is not None:
+        return _varlen_backward(call, tensors, keep)
+    return _backward(call, tensors, keep=keep)
 
 
 def _backward(
-    call: AttnCall, tensors: BackwardInputs, lengths: tuple[torch.Tensor, torch.Tensor] | None = None
+    call: AttnCall,
+    tensors: BackwardInputs,
+    lengths: tuple[torch.Tensor, torch.Tensor] | None = None,
+    keep: torch.Tensor | None = None,
 ) -> Grads:
     """The padded backward; with `lengths`, queries past a sequence's length add nothing."""
     dout, q, k, v, out, lse = tensors
@@ -178,12 +234,21 @@ def _backward(
     # A row that saw no key has lse +inf: exp(-inf) = 0 there, as in flash-attn.
     probs = torch.exp(scores - lse.to(compute).unsqueeze(-1)).masked_fill(allowed.logical_not(), 0.0)
     d_rows = (dof * of).sum(-1, keepdim=True)  # (b, h, sq, 1)
-    dscores = probs * (torch.matmul(dof, vf.transpose(-1, -2)) - d_rows)
+    dprobs = torch.matmul(dof, vf.transpose(-1, -2))
+    if call.dropout_p > 0:
+        if keep is None:
+            raise ValueError("dropout_p > 0: the backward needs the forward's dropout mask (keep)")
+        scale = keep.to(compute) / (1.0 - call.dropout_p)
+        dprobs = dprobs * scale
+        kept_probs = probs * scale
+    else:
+        kept_probs = probs
+    dscores = probs * (dprobs - d_rows)
     if capped is not None:
         dscores = dscores * (1 - capped.square())
     dq = torch.matmul(dscores, kf) * call.softmax_scale
     dk = torch.matmul(dscores.transpose(-1, -2), qf) * call.softmax_scale
-    dv = torch.matmul(probs.transpose(-1, -2), dof)
+    dv = torch.matmul(kept_probs.transpose(-1, -2), dof)
     if group > 1:
         b, _, sk, d = dk.shape
         dk, dv = (t.view(b, call.heads_k, group, sk, d).sum(2) for t in (dk, dv))
@@ -197,6 +262,7 @@ def padded_attention(
     v: torch.Tensor,
     want_lse: bool,
     lengths: tuple[torch.Tensor, torch.Tensor],
+    keep: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """q (b, sq, h, d), k/v (b, sk, hk, d) where sequence i has its first lengths[0][i] queries and
     lengths[1][i] keys (device tensors: nothing is read on the host) -> out (b, sq, h, d), lse (b, h, sq)."""
@@ -204,7 +270,7 @@ def padded_attention(
     if group > 1:
         k = k.repeat_interleave(group, dim=2)
         v = v.repeat_interleave(group, dim=2)
-    return _math(call, q, k, v, want_lse, lengths)
+    return _math(call, q, k, v, want_lse, lengths, keep)
 
 
 def rows_of(t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -264,7 +330,12 @@ def _layout(call: AttnCall, total_q: int, device: torch.device) -> _Layout:
 
 
 def varlen_attention(
-    call: AttnCall, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, want_lse: bool
+    call: AttnCall,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    want_lse: bool,
+    keep: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Packed q (total_q, h, d), k/v (total_k, hk, d) or pages (call.kv) -> out (total_q, h, d),
     lse (h, total_q) or None. The sequences are padded to max_seqlen_q/k with device-side indexing and
@@ -277,12 +348,22 @@ def varlen_attention(
     q_pad = gather_keys(q, at.starts_q, at.width_q)
     k_pad = gather_keys(k, at.first_k, at.width_k, call.kv.block_table)
     v_pad = gather_keys(v, at.first_k, at.width_k, call.kv.block_table)
-    out, lse = padded_attention(call, q_pad, k_pad, v_pad, want_lse, at.lengths)
+    out, lse = padded_attention(call, q_pad, k_pad, v_pad, want_lse, at.lengths, keep)
     packed = rows_of(out.flatten(0, 1), at.flat)
     return packed, (rows_of(lse.transpose(1, 2).flatten(0, 1), at.flat).t() if lse is not None else None)
 
 
-def _varlen_backward(call: AttnCall, tensors: BackwardInputs) -> Grads:
+def varlen_probs(call: AttnCall, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """attention_probs of packed rows, in the padded layout (batch, heads, max_seqlen_q, max_seqlen_k)."""
+    at = _layout(call, q.shape[0], q.device)
+    q_pad = gather_keys(q, at.starts_q, at.width_q)
+    k_pad = gather_keys(k, at.first_k, at.width_k, call.kv.block_table)
+    probs = attention_probs(call, q_pad, k_pad, at.lengths)
+    rows = torch.arange(at.width_q, device=q.device).view(1, 1, -1, 1)
+    return probs.masked_fill(rows >= at.lengths[0].view(-1, 1, 1, 1), 0.0)  # rows past a sequence's end
+
+
+def _varlen_backward(call: AttnCall, tensors: BackwardInputs, keep: torch.Tensor | None = None) -> Grads:
     """The backward of packed rows, padded as varlen_attention pads them; keys no sequence reads get zeros."""
     dout, q, k, v, out, lse = tensors
     total_q = q.shape[0]
@@ -292,7 +373,9 @@ def _varlen_backward(call: AttnCall, tensors: BackwardInputs) -> Grads:
     q_pad, dout_pad, out_pad = (gather_keys(t, at.starts_q, at.width_q) for t in (q, dout, out))
     lse_pad = gather_keys(lse.t(), at.starts_q, at.width_q).transpose(1, 2)  # (b, h, width_q)
     k_pad, v_pad = (gather_keys(t, at.first_k, at.width_k) for t in (k, v))
-    dq_pad, dk_pad, dv_pad = _backward(call, (dout_pad, q_pad, k_pad, v_pad, out_pad, lse_pad), at.lengths)
+    dq_pad, dk_pad, dv_pad = _backward(
+        call, (dout_pad, q_pad, k_pad, v_pad, out_pad, lse_pad), at.lengths, keep
+    )
     dq = rows_of(dq_pad.flatten(0, 1), at.flat)
     # Key slots past a sequence's end read a clamped row and got exact zeros: adding them changes nothing.
     slots = at.first_k.unsqueeze(1) + torch.arange(at.width_k, device=k.device)

@@ -8,14 +8,22 @@ ring-attention and context-parallel code calls them through flash-attn's private
 (csrc/flash_attn/flash_api.cpp: mha_fwd, mha_varlen_fwd, mha_bwd, mha_varlen_bwd, mha_fwd_kvcache) and
 returns its list of results, computed by fa_attn's public functions (kernels or fallback, with their
 reasons). Differences, each one a thing fa does not keep:
-- the attention probabilities (`return_softmax`) are never materialised: that result is an empty tensor;
-- `rng_state` is zeros, and a backward with dropout raises (it cannot replay the forward's mask: use
-  flash_attn_func, whose autograd keeps it);
+- dropout (p_dropout > 0) runs on the fallback (the kernels have none), with a mask fa_attn draws and
+  can draw again: `rng_state` is int64 (seed, 0), the seed taken from `gen` (a torch.Generator) or
+  torch's default CPU generator (so torch.manual_seed makes it repeatable), and the mask is
+  fallback.dropout_keep(rng_state): bwd/varlen_bwd given that rng_state replay it exactly, as
+  flash-attn's replay its Philox state. Without dropout rng_state is zeros. The mask is fa_attn's own,
+  not the bits flash-attn's kernel would draw for the same seed.
+- `return_softmax` (flash-attn allows it only with p_dropout > 0, and so does fa) returns S_dmask,
+  (batch, heads, seqlen_q, seqlen_k) rounded up to multiples of 128 (varlen: max_seqlen_q/k), zeros
+  past the ends: softmax(S) itself, negated where dropout dropped the entry (flash-attn's sign code;
+  its kernel stores the per-tile unnormalised exp(S - running max) instead, which only its own tests
+  normalise);
 - none in the backward's values: it reads the caller's `out` and `softmax_lse` (ring attention passes
   those merged over key blocks) on fa's backward kernel where the wheel has one for the call, and
   elsewhere (the fallback, features the backward kernels lack) with flash-attn's formula in torch
   (fallback.backward). `softmax_d` holds each row's sum(dout * out), as the kernel's, in flash-attn's shape.
-`gen` (a torch.Generator) is accepted and unused, like `zero_tensors`.
+`zero_tensors` is accepted and unused (it zeroes outputs fa writes in full anyway).
 """
 
 from __future__ import annotations
@@ -50,12 +58,62 @@ def _rng_state(q: Tensor) -> Tensor:
     return torch.zeros((2,), dtype=torch.int64, device=q.device)
 
 
+def _softmax_needs_dropout(return_softmax: bool, p_dropout: float) -> None:
+    if return_softmax and not p_dropout > 0:
+        raise InputError(
+            "return_softmax: return_softmax is only supported when p_dropout > 0.0 (as in flash-attn); "
+            "pass return_softmax=False, or a dropout"
+        )
+
+
+def _new_rng_state(q: Tensor, gen: object) -> Tensor:
+    """(seed, 0), the seed drawn from `gen` or torch's default CPU generator (module docstring)."""
+    generator = gen if isinstance(gen, torch.Generator) and gen.device.type == "cpu" else None
+    seed = torch.randint(0, 2**62, (), generator=generator).item()
+    return torch.tensor([seed, 0], dtype=torch.int64, device=q.device)
+
+
+def _s_dmask(probs: Tensor, keep: Tensor, dtype: torch.dtype, rows: int, cols: int) -> Tensor:
+    """S_dmask: probs (b, h, sq, sk) negated where dropped, in (b, h, rows, cols) zeros."""
+    signed = torch.where(keep, probs, -probs).to(dtype)
+    padded = signed.new_zeros((*signed.shape[:2], rows, cols))
+    padded[..., : signed.shape[2], : signed.shape[3]] = signed
+    return padded
+
+
+def _replayed_keep(rng_state: Tensor | None, shape: tuple[int, ...], p_dropout: float, q: Tensor) -> Tensor:
+    if rng_state is None or rng_state.numel() < 1:
+        raise InputError(
+            f"rng_state: the backward of a call with p_dropout {p_dropout} needs the rng_state its forward "
+            "returned (the 4th result of _flash_attn_forward / flash_attn_gpu.fwd), to replay its dropout mask"
+        )
+    return fallback.dropout_keep(rng_state, shape, p_dropout, q.device)
+
+
 def fwd(
     q: Tensor, k: Tensor, v: Tensor, out_: Tensor | None, alibi_slopes_: Tensor | None, p_dropout: float,
     softmax_scale: float, is_causal: bool, window_size_left: int, window_size_right: int, softcap: float,
     return_softmax: bool, gen_: object,
 ) -> list[Tensor]:  # fmt: skip
-    """mha_fwd -> [out, softmax_lse (batch, heads, seqlen_q), p (empty), rng_state]."""
+    """mha_fwd -> [out, softmax_lse (batch, heads, seqlen_q), S_dmask (empty without return_softmax),
+    rng_state]."""
+    _softmax_needs_dropout(return_softmax, p_dropout)
+    if p_dropout > 0:
+        call = inputs.check_padded(
+            q, k, v, p_dropout, softmax_scale, is_causal, (window_size_left, window_size_right), softcap,
+            alibi_slopes_, False,
+        )  # fmt: skip
+        interface.route_for(call, q, k, v)  # the fallback, with its reason reported (kernels: no dropout)
+        rng = _new_rng_state(q, gen_)
+        shape = (call.batch, call.heads, q.shape[1], k.shape[1])
+        keep = fallback.dropout_keep(rng, shape, p_dropout, q.device)
+        out, lse = fallback.attention(call, q, k, v, True, keep)
+        assert lse is not None
+        probs = _no_probs(q)
+        if return_softmax:
+            rows, cols = _round128(shape[2]), _round128(shape[3])
+            probs = _s_dmask(fallback.attention_probs(call, q, k), keep, q.dtype, rows, cols)
+        return [_into(out_, out), lse, probs, rng]
     out, lse = cast(
         tuple[Tensor, Tensor],
         flash_attn_func(
@@ -73,7 +131,26 @@ def varlen_fwd(
     softmax_scale: float, zero_tensors: bool, is_causal: bool, window_size_left: int,
     window_size_right: int, softcap: float, return_softmax: bool, gen_: object,
 ) -> list[Tensor]:  # fmt: skip
-    """mha_varlen_fwd -> [out, softmax_lse (heads, total_q), p (empty), rng_state]."""
+    """mha_varlen_fwd -> [out, softmax_lse (heads, total_q), S_dmask (empty without return_softmax),
+    rng_state]."""
+    _softmax_needs_dropout(return_softmax, p_dropout)
+    if p_dropout > 0:
+        call = inputs.check_varlen(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, p_dropout, softmax_scale,
+            is_causal, (window_size_left, window_size_right), softcap, alibi_slopes_, False, block_table_,
+            seqused_k, leftpad_k_,
+        )  # fmt: skip
+        interface.route_for(call, q, k, v)
+        rng = _new_rng_state(q, gen_)
+        shape = (call.batch, call.heads, max(max_seqlen_q, 1), max(max_seqlen_k, 1))
+        keep = fallback.dropout_keep(rng, shape, p_dropout, q.device)
+        out, lse = fallback.varlen_attention(call, q, k, v, True, keep)
+        assert lse is not None
+        probs = _no_probs(q)
+        if return_softmax:
+            rows, cols = _round128(max_seqlen_q), _round128(max_seqlen_k)
+            probs = _s_dmask(fallback.varlen_probs(call, q, k), keep, q.dtype, rows, cols)
+        return [_into(out_, out), lse, probs, rng]
     out, lse = cast(
         tuple[Tensor, Tensor],
         varlen_attention(
@@ -83,14 +160,6 @@ def varlen_fwd(
         ),
     )  # fmt: skip
     return [_into(out_, out), lse, _no_probs(q), _rng_state(q)]
-
-
-def _no_dropout(p_dropout: float) -> None:
-    if p_dropout > 0:
-        raise InputError(
-            f"p_dropout: {p_dropout}: fa_attn's flash_attn_gpu.bwd cannot replay the forward's dropout mask "
-            "(it keeps no rng_state); train with flash_attn_func (its autograd keeps the mask), or dropout 0"
-        )
 
 
 def _kernel_grads(
@@ -138,14 +207,19 @@ def bwd(
     softmax_scale: float, is_causal: bool, window_size_left: int, window_size_right: int, softcap: float,
     deterministic: bool, gen_: object, rng_state: Tensor | None,
 ) -> list[Tensor]:  # fmt: skip
-    """mha_bwd -> [dq, dk, dv, softmax_d (batch, heads, seqlen_q rounded up to 128)]."""
-    _no_dropout(p_dropout)
+    """mha_bwd -> [dq, dk, dv, softmax_d (batch, heads, seqlen_q rounded up to 128)]. With p_dropout, the
+    forward's mask is replayed from rng_state (module docstring)."""
     call = inputs.check_padded(
-        q, k, v, 0.0, softmax_scale, is_causal, (window_size_left, window_size_right), softcap, alibi_slopes_,
-        deterministic,
+        q, k, v, p_dropout, softmax_scale, is_causal, (window_size_left, window_size_right), softcap,
+        alibi_slopes_, deterministic,
     )  # fmt: skip
-    grads = _kernel_grads(call, dout, q, k, v, out, softmax_lse)
-    dq, dk, dv = grads if grads is not None else fallback.backward(call, (dout, q, k, v, out, softmax_lse))
+    tensors = (dout, q, k, v, out, softmax_lse)
+    if p_dropout > 0:
+        shape = (call.batch, call.heads, q.shape[1], k.shape[1])
+        dq, dk, dv = fallback.backward(call, tensors, _replayed_keep(rng_state, shape, p_dropout, q))
+    else:
+        grads = _kernel_grads(call, dout, q, k, v, out, softmax_lse)
+        dq, dk, dv = grads if grads is not None else fallback.backward(call, tensors)
     batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
     softmax_d = dout.new_zeros((batch, heads, _round128(seqlen_q)), dtype=torch.float32)
     softmax_d[..., :seqlen_q] = _softmax_d(dout, out)
@@ -160,14 +234,18 @@ def varlen_bwd(
     window_size_right: int, softcap: float, deterministic: bool, gen_: object, rng_state: Tensor | None,
 ) -> list[Tensor]:  # fmt: skip
     """mha_varlen_bwd -> [dq, dk, dv, softmax_d (heads, total_q + 128 * batch), rows in the first total_q
-    columns]."""
-    _no_dropout(p_dropout)
+    columns]. With p_dropout, the forward's mask is replayed from rng_state (module docstring)."""
     call = inputs.check_varlen(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 0.0, softmax_scale, is_causal,
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, p_dropout, softmax_scale, is_causal,
         (window_size_left, window_size_right), softcap, alibi_slopes_, deterministic,
     )  # fmt: skip
-    grads = _kernel_grads(call, dout, q, k, v, out, softmax_lse)
-    dq, dk, dv = grads if grads is not None else fallback.backward(call, (dout, q, k, v, out, softmax_lse))
+    tensors = (dout, q, k, v, out, softmax_lse)
+    if p_dropout > 0:
+        shape = (call.batch, call.heads, max(max_seqlen_q, 1), max(max_seqlen_k, 1))
+        dq, dk, dv = fallback.backward(call, tensors, _replayed_keep(rng_state, shape, p_dropout, q))
+    else:
+        grads = _kernel_grads(call, dout, q, k, v, out, softmax_lse)
+        dq, dk, dv = grads if grads is not None else fallback.backward(call, tensors)
     total_q, heads, batch = q.shape[0], q.shape[1], cu_seqlens_q.shape[0] - 1
     softmax_d = dout.new_zeros((heads, total_q + 128 * batch), dtype=torch.float32)
     softmax_d[:, :total_q] = _softmax_d(dout, out)

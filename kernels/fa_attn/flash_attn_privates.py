@@ -98,25 +98,36 @@ def _round128(n: int) -> int:
     return (n + 127) // 128 * 128
 
 
-def _forward_results(q: Tensor, lse_shape: tuple[int, ...]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _forward_results(
+    q: Tensor, lse_shape: tuple[int, ...], probs_shape: tuple[int, ...]
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return (
         torch.empty_like(q),
         q.new_empty(lse_shape, dtype=torch.float32),
-        q.new_empty((0,)),
+        q.new_empty(probs_shape),
         q.new_empty((2,), dtype=torch.int64),
     )
 
 
 @_wrapped_flash_attn_forward.register_fake
-def _forward_fake(q: Tensor, *_rest: object) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    return _forward_results(q, (q.shape[0], q.shape[2], q.shape[1]))
+def _forward_fake(
+    q: Tensor, k: Tensor, v: Tensor, dropout_p: float, *rest: object
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
+    probs = (batch, heads, _round128(seqlen_q), _round128(k.shape[1])) if rest[-1] else (0,)  # return_softmax
+    return _forward_results(q, (batch, heads, seqlen_q), probs)
 
 
 @_wrapped_flash_attn_varlen_forward.register_fake
 def _varlen_forward_fake(
-    q: Tensor, *_rest: object, **_options: object
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    return _forward_results(q, (q.shape[1], q.shape[0]))
+    q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor, max_seqlen_q: int,
+    max_seqlen_k: int, dropout_p: float, softmax_scale: float, causal: bool, window_size_left: int = -1,
+    window_size_right: int = -1, softcap: float = 0.0, alibi_slopes: Tensor | None = None,
+    return_softmax: bool = False, *_rest: object, **_options: object,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
+    batch, heads = cu_seqlens_q.shape[0] - 1, q.shape[1]
+    probs = (batch, heads, _round128(max_seqlen_q), _round128(max_seqlen_k)) if return_softmax else (0,)
+    return _forward_results(q, (heads, q.shape[0]), probs)
 
 
 @_wrapped_flash_attn_backward.register_fake

@@ -20,6 +20,7 @@ Transformers' own flash_attention_2 code path can run on fa_attn too, through th
 
 from __future__ import annotations
 
+import contextvars
 import importlib
 import re
 from typing import Any, cast
@@ -233,7 +234,8 @@ def _padded(
     return pad_input(out, indices_q, batch, q_len)
 
 
-# Names registered that contain "flash"; transformers' flash-attention loader serves them fa_attn's functions.
+# Names transformers' flash-attention loader serves with fa_attn's functions: those registered that contain
+# "flash", and the others once name-keyed models use them (_serve_name_keyed_models).
 _FLASH_NAMES: set[str] = set()
 
 
@@ -241,9 +243,10 @@ def register(name: str = NAME) -> str:
     """Register fa_attn with transformers under `name` (default "fa_attn"); returns the name to pass as
     attn_implementation. Calling it again is harmless.
 
-    A name containing "flash" (e.g. "fa_flash") is what code keyed on that word needs: Falcon and
-    GPT-Neo pick their flash-attention class for any such name (their class maps have no other key),
-    and padding-free trainers (sentence-transformers, trl) enable packing only for such names. Under a
+    Falcon, GPT-Neo, GPT-J and Bark pick their attention class from a map keyed by name: a name
+    containing "flash" gets their flash-attention class, and any other name (the default too) is added
+    to those maps with that class, run on fa_attn's functions. A name containing "flash" (e.g.
+    "fa_flash") is what other code keyed on that word needs: padding-free trainers (sentence-transformers, trl) enable packing only for such names. Under a
     "flash" name transformers also loads flash-attention functions by that name (a hub kernel when it is
     none of flash_attention_2/3/4); `register` makes its loader answer that name with fa_attn's own
     flash_attn_func / flash_attn_varlen_func / flash_attn_with_kvcache / pad_input / unpad_input."""
@@ -261,6 +264,8 @@ def register(name: str = NAME) -> str:
                 "(e.g. 'fa_flash', or the default 'fa_attn')"
             )
         _serve_flash_name(name)
+    else:
+        _serve_name_keyed_models(name)
     AttentionInterface.register(name, attention_forward)
     AttentionMaskInterface.register(name, _flash_mask)
     return name
@@ -294,6 +299,58 @@ def _serve_flash_name(name: str) -> None:
             continue
         if not hasattr(module, "_flash_attention_forward"):
             module._flash_attention_forward = utils._flash_attention_forward  # type: ignore[attr-defined]
+
+
+# The implementation name a name-keyed model's attention class runs under (_serve_name_keyed_models).
+_IMPLEMENTATION: contextvars.ContextVar[str | None] = contextvars.ContextVar("fa_attn_hf_name", default=None)
+
+
+def _serve_name_keyed_models(name: str) -> None:
+    """Under a name without "flash", Falcon, GPT-Neo, GPT-J and Bark look the name itself up in their
+    attention class maps (a KeyError before). Give the name their flash-attention class, run on fa_attn's
+    functions: a subclass whose forward has transformers' flash-attention forward load the functions by
+    `name` (which the loader answers with fa_attn's, as for a "flash" name), since these classes call it
+    without naming an implementation."""
+    _serve_flash_name(name)
+    for family in _FLASH_IMPORTING_MODELS:
+        try:
+            module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+        except ImportError:
+            continue
+        classes = getattr(module, f"{family.upper()}_ATTENTION_CLASSES", None)
+        if not isinstance(classes, dict) or "flash_attention_2" not in classes or name in classes:
+            continue
+        flash_class = classes["flash_attention_2"]
+        classes[name] = type(
+            flash_class.__name__, (flash_class,), {"forward": _forward_as(name, flash_class.forward)}
+        )
+        flash_forward = module._flash_attention_forward
+        if not getattr(flash_forward, "_fa_attn", False):
+            module._flash_attention_forward = _naming(flash_forward)  # type: ignore[attr-defined]
+
+
+def _forward_as(name: str, forward: Any) -> Any:
+    def named_forward(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        token = _IMPLEMENTATION.set(name)
+        try:
+            return forward(self, *args, **kwargs)
+        finally:
+            _IMPLEMENTATION.reset(token)
+
+    return named_forward
+
+
+def _naming(flash_forward: Any) -> Any:
+    """transformers' _flash_attention_forward, given the implementation a named class runs under."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        name = _IMPLEMENTATION.get()
+        if name is not None and kwargs.get("attn_implementation") is None:
+            kwargs["attn_implementation"] = name
+        return flash_forward(*args, **kwargs)
+
+    call._fa_attn = True  # type: ignore[attr-defined]
+    return call
 
 
 # transformers 5.x models whose attention class is picked from a name-keyed map (`flash_attention_2` for

@@ -19,7 +19,10 @@ Where fa's MHA differs from flash-attn 2.8.3's, on purpose:
   - dwconv works for self-attention with MQA/GQA too (flash-attn's fails there); with cross_attn it is
     refused at construction (flash-attn builds it and fails in forward).
   - fused_bias_fc is accepted and has no effect, as in flash-attn 2.8.3 (which never reads it).
-Not provided: ParallelMHA (tensor parallelism needs flash_attn.ops.fused_dense's parallel linears).
+`ParallelMHA` is MHA with its heads sharded over a process group (tensor_parallel.py's
+ColumnParallelLinear Wqkv, each rank's [q, k, v] rows of its heads, and RowParallelLinear out_proj),
+flash-attn's forward(x, seqlen=None, inference_params=None): with seqlen, x is (batch * seqlen, dim)
+rows (this rank's share under sequence_parallel, gathered before the projection).
 """
 
 from __future__ import annotations
@@ -493,7 +496,11 @@ class MHA(nn.Module):
             return q.unflatten(-1, (h, d)), kv.unflatten(-1, (2, hkv, d)), None
         if x_kv is not None or mixer_subset is not None:
             raise InputError("x_kv, mixer_subset: only with cross_attn=True; for self-attention pass x alone")
-        projected = self.Wqkv(x)
+        return self._split(self.Wqkv(x))
+
+    def _split(self, projected: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+        """A self-attention projection (..., heads * head_dim + 2 * heads_kv * head_dim) -> q, kv, qkv."""
+        h, hkv, d = self.num_heads, self.num_heads_kv, self.head_dim
         if h == hkv:
             if self.dwconv:
                 projected = _causal_conv(self.dwconv_qkv, projected)
@@ -633,15 +640,103 @@ class MHA(nn.Module):
         return cache
 
 
-class ParallelMHA(nn.Module):
-    """Not provided: flash-attn's tensor-parallel MHA shards heads over a process group with
-    flash_attn.ops.fused_dense's ColumnParallelLinear and RowParallelLinear, which fa does not have.
-    Importing it works (code imports it beside MHA); building one raises."""
+class ParallelMHA(MHA):
+    """flash-attn's tensor-parallel MHA: this rank's share of the heads (get_dim_for_local_rank), Wqkv a
+    ColumnParallelLinear holding [q, k, v] of those heads, out_proj a RowParallelLinear summing the
+    ranks' outputs (module docstring). ALiBi slopes are this rank's slice of all heads' slopes."""
 
-    def __init__(self, *args: object, **kwargs: object) -> None:  # noqa: ARG002 (it takes any call)
-        super().__init__()
-        raise InputError(
-            "ParallelMHA: fa_attn does not shard attention heads across a process_group (that needs "
-            "flash_attn.ops.fused_dense's ColumnParallelLinear/RowParallelLinear, which fa does not provide); "
-            "use flash_attn.modules.mha.MHA (fa provides it), with torch.distributed.tensor.parallel to shard it"
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        process_group: Any,
+        num_heads_kv: int | None = None,
+        qkv_proj_bias: bool = True,
+        out_proj_bias: bool = True,
+        dropout: float = 0.0,
+        softmax_scale: float | None = None,
+        causal: bool = False,
+        layer_idx: int | None = None,
+        rotary_emb_dim: int = 0,
+        rotary_emb_base: float = 10000.0,
+        rotary_emb_scale_base: float | None = None,
+        rotary_emb_interleaved: bool = False,
+        use_alibi: bool = False,
+        window_size: Sequence[int] = (-1, -1),
+        use_flash_attn: bool = False,
+        checkpointing: bool = False,
+        sequence_parallel: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        from torch import distributed as dist
+
+        from .tensor_parallel import ColumnParallelLinear, RowParallelLinear, get_dim_for_local_rank
+
+        heads_kv = num_heads if num_heads_kv is None else num_heads_kv
+        if num_heads <= 0 or heads_kv <= 0 or num_heads % heads_kv or embed_dim % num_heads:
+            raise InputError(
+                f"num_heads, num_heads_kv: {num_heads}, {heads_kv}: num_heads_kv must divide num_heads, and "
+                f"num_heads embed_dim {embed_dim}"
+            )
+        world, rank = dist.get_world_size(process_group), dist.get_rank(process_group)
+        local, local_kv = (get_dim_for_local_rank(n, world, rank) for n in (num_heads, heads_kv))
+        if local_kv == 0 or local != local_kv * (num_heads // heads_kv):
+            raise InputError(
+                f"num_heads_kv: {heads_kv} kv heads over {world} ranks leave rank {rank} {local_kv}; give "
+                "each rank at least one kv head and its query heads (num_heads_kv a multiple of the group size)"
+            )
+        head_dim = embed_dim // num_heads
+        super().__init__(
+            local * head_dim, local, local_kv, False, qkv_proj_bias, out_proj_bias, dropout, softmax_scale,
+            causal, layer_idx, False, rotary_emb_dim, rotary_emb_base, rotary_emb_scale_base,
+            rotary_emb_interleaved, False, window_size, False, use_flash_attn, False, checkpointing, device,
+            dtype,
+        )  # fmt: skip
+        self.embed_dim = embed_dim
+        self.process_group = process_group
+        self.sequence_parallel = sequence_parallel
+        self.world_size, self.local_rank = world, rank
+        self.num_heads_per_rank, self.num_heads_kv_per_rank = local, local_kv
+        qkv_dim = head_dim * (num_heads + 2 * heads_kv)
+        self.Wqkv = ColumnParallelLinear(
+            embed_dim, qkv_dim, process_group, qkv_proj_bias, sequence_parallel,
+            multiple_of=head_dim * (num_heads // heads_kv + 2), device=device, dtype=dtype,
+        )  # fmt: skip
+        self.out_proj = RowParallelLinear(
+            embed_dim,
+            embed_dim,
+            process_group,
+            out_proj_bias,
+            sequence_parallel,
+            multiple_of=head_dim,
+            device=device,
+            dtype=dtype,
         )
+        if use_alibi:
+            first = sum(get_dim_for_local_rank(num_heads, world, r) for r in range(rank))
+            slopes = torch.tensor(get_alibi_slopes(num_heads), device=device)[first : first + local]
+            self.inner_attn = FlashSelfAttention(causal, softmax_scale, dropout, window_size, slopes)
+            self.inner_cross_attn = FlashCrossAttention(causal, softmax_scale, dropout, slopes, window_size)
+
+    def forward(  # type: ignore[override]  # flash-attn's ParallelMHA takes these
+        self, x: Tensor, seqlen: int | None = None, inference_params: Any = None, **kwargs: Any
+    ) -> Tensor:
+        """x (batch, seqlen, embed_dim), or (batch * seqlen, embed_dim) rows with seqlen (under
+        sequence_parallel, this rank's rows) -> the same layout, embed_dim features (this rank's rows of
+        the sum over ranks under sequence_parallel)."""
+        self._check_call(None, None, None, inference_params)
+        projected = self.Wqkv(x)
+        if seqlen is not None:
+            projected = projected.unflatten(0, (-1, seqlen))
+        q, kv, qkv = self._split(projected)
+        if inference_params is not None:
+            context = self._decode(q, kv, inference_params)
+        else:
+            if self.rotary_emb_dim > 0:
+                q, kv, qkv = self._rotate(q, kv, qkv, None, None)
+            context = self._attend(q, kv, qkv, None, None, None, kwargs)
+        context = context.flatten(-2)
+        if seqlen is not None:
+            context = context.flatten(0, 1)
+        return _tensor(self.out_proj(context))

@@ -36,3 +36,20 @@ def clean_flash_attn() -> Iterator[None]:
 def stand_in(clean_flash_attn: None) -> None:  # noqa: ARG001 (its setup and teardown are the point)
     """The stand-in installed for one test, on a clean slate (clean_flash_attn)."""
     fa_attn.install_as_flash_attn()
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The fa_attn attention calls made, "varlen" or "padded" (proof a model ran on fa_attn, not on a
+    fallback of the library's own)."""
+    from fa_attn import interface
+
+    seen: list[str] = []
+    original = interface._attend
+
+    def spy(call: object, *args: object, **kwargs: object) -> object:
+        seen.append("varlen" if getattr(call, "varlen", None) is not None else "padded")
+        return original(call, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(interface, "_attend", spy)
+    return seen

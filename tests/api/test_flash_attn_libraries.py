@@ -251,12 +251,9 @@ def test_running_the_stand_in_module_gives_no_runpy_warning() -> None:
 
 # Modules real projects import from flash-attn 2.8 (issue 26), and the alternative fa's message names.
 NOT_PROVIDED = {
-    "flash_attn.modules.mlp": "torch.nn.Linear",
-    "flash_attn.modules.block": "flash_attn.modules.mha.MHA",
-    "flash_attn.ops.fused_dense": "torch.nn.Linear",
+    "flash_attn.ops.layer_norm": "flash_attn.ops.triton.layer_norm.layer_norm_fn",
     "flash_attn.ops.rms_norm": "flash_attn.ops.triton.layer_norm.rms_norm_fn",
-    "flash_attn.ops.triton.cross_entropy": "flash_attn.losses.cross_entropy.CrossEntropyLoss",
-    "flash_attn.utils.distributed": "torch.distributed",
+    "flash_attn.cute.interface": "FlashAttention-4",
     "flash_attn.models.llama": "transformers",
 }
 
@@ -272,7 +269,7 @@ def test_a_module_fa_does_not_provide_fails_with_fas_message(module: str) -> Non
 @pytest.mark.usefixtures("stand_in")
 def test_a_probe_that_catches_import_error_takes_its_own_path() -> None:
     try:
-        from flash_attn.ops.fused_dense import FusedDense  # noqa: F401
+        from flash_attn.ops.layer_norm import dropout_add_layer_norm  # noqa: F401
     except ImportError:
         took_own_path = True
     else:
@@ -432,17 +429,6 @@ def test_wrapped_forward_compiles_with_fullgraph() -> None:
         return _wrapped_flash_attn_forward(q, k, v, 0.0, 0.25, True, -1, 0, 0.0, None, False)[0]
 
     torch.testing.assert_close(torch.compile(f, fullgraph=True, backend="aot_eager")(q, k, v), f(q, k, v))
-
-
-@pytest.mark.usefixtures("stand_in")
-def test_backward_with_dropout_says_what_to_use() -> None:
-    from flash_attn.flash_attn_interface import flash_attn_gpu
-
-    q, k, v = _qkv()
-    with pytest.raises(RuntimeError, match="flash_attn_func"):
-        flash_attn_gpu.bwd(
-            q, q, k, v, q, q, None, None, None, None, 0.1, 0.3, False, -1, -1, 0.0, False, None, None
-        )
 
 
 # ---- RuntimeError where flash-attn raises RuntimeError -----------------------------------------------

@@ -323,7 +323,6 @@ def test_inference_params_is_flash_attns() -> None:
 # ---- what fa's MHA refuses, and the modules beside it it does not provide ---------------------------
 
 REFUSED = {
-    "ParallelMHA": (lambda mha: mha.ParallelMHA(32, 4, None), "ParallelMHA: fa_attn does not shard"),
     "dwconv with cross_attn": (lambda mha: mha.MHA(32, 4, cross_attn=True, dwconv=True), "dwconv: not supported"),
     "rotary with cross_attn": (lambda mha: mha.MHA(32, 4, cross_attn=True, rotary_emb_dim=8), "rotary_emb_dim:"),
     "heads": (lambda mha: mha.MHA(32, 4, num_heads_kv=3), "num_heads_kv: 3 must divide"),
@@ -358,7 +357,7 @@ def test_refused_options_name_the_option_and_what_to_do(case: str) -> None:
 
 
 def test_mha_and_parallel_mha_import_together() -> None:
-    """flash-attn's own models import both on one line; only building a ParallelMHA fails."""
+    """flash-attn's own models import both on one line (ParallelMHA on two ranks: tp_ranks.py)."""
     from flash_attn.modules.mha import MHA, ParallelMHA, flash_attn_varlen_kvpacked_func
 
     assert MHA is mha_module().MHA
@@ -372,9 +371,8 @@ def test_mha_and_parallel_mha_import_together() -> None:
 @pytest.mark.parametrize(
     ("module", "instead"),
     [
-        ("flash_attn.modules.mlp", "torch.nn.Linear"),
-        ("flash_attn.modules.embedding", "torch.nn.Embedding"),
-        ("flash_attn.utils.distributed", "torch.distributed"),
+        ("flash_attn.ops.layer_norm", "flash_attn.ops.triton.layer_norm.layer_norm_fn"),
+        ("flash_attn.utils.pretrained", "flash_attn.utils.generation.InferenceParams"),
         ("flash_attn.utils.benchmark", "flash_attn.utils.generation.InferenceParams"),
     ],
 )

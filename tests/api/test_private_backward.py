@@ -2,8 +2,9 @@
 ops and the extension's `bwd` / `varlen_bwd`) on the stand-in, argument by argument: each one takes the
 `out` and `softmax_lse` it is given, not its own (ring and zigzag attention pass the merged ones of every
 key block), and every argument flash-attn's takes (flash_attn_2_8_3.SIGNATURES) changes the result as
-flash-attn's formula says (reference.sequence_backward), or is refused with a reason (dropout_p) or
-documented as having no effect on the values (deterministic, zero_tensors, rng_state without dropout)."""
+flash-attn's formula says (reference.sequence_backward), or is documented as having no effect on the
+values (deterministic, zero_tensors, rng_state without dropout). dropout_p with the rng_state of its
+forward: test_private_forward.py."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 import torch
 from flash_attn_2_8_3 import SIGNATURES
+from private_options import CHANGED, F64, HK, SHARED_DEFAULTS, SK, SQ, B, D, H
 from reference import padded_attention, sequence_backward
 
 pytestmark = [
@@ -19,30 +21,8 @@ pytestmark = [
     pytest.mark.usefixtures("stand_in"),
 ]
 
-B, SQ, SK, H, HK, D = 2, 5, 7, 4, 2, 8
-F64 = torch.float64
 # The options each case sets (flash-attn's positional names); the others keep DEFAULTS.
-DEFAULTS: dict[str, Any] = {
-    "dropout_p": 0.0,
-    "softmax_scale": 0.3,
-    "causal": False,
-    "window_size_left": -1,
-    "window_size_right": -1,
-    "softcap": 0.0,
-    "alibi_slopes": None,
-    "deterministic": False,
-    "rng_state": None,
-}
-SLOPES = torch.tensor([0.5, 0.25, 0.125, 0.0625], dtype=torch.float32)
-# Per backward option: a value other than the default whose effect the reference computes.
-CHANGED: dict[str, dict[str, Any]] = {
-    "softmax_scale": {"softmax_scale": 0.17},
-    "causal": {"causal": True},
-    "window_size_left": {"window_size_left": 1},
-    "window_size_right": {"window_size_right": 0},
-    "softcap": {"softcap": 0.9},
-    "alibi_slopes": {"alibi_slopes": SLOPES},
-}
+DEFAULTS: dict[str, Any] = {**SHARED_DEFAULTS, "deterministic": False, "rng_state": None}
 # Options that flash-attn takes and that do not change the values fa computes (what docs/using.md says).
 NO_EFFECT = {
     "deterministic": {"deterministic": True},
@@ -188,17 +168,6 @@ def test_varlen_backward_honours_out_lse_and_each_option(backward: str, option: 
         for i, grad in enumerate(_reference(t, options, b, rows_q, rows_k)):
             want[i].append(grad)
     _check(got, [torch.cat(w) for w in want], f"{backward} {option}")
-
-
-@pytest.mark.parametrize("backward", PADDED + VARLEN)
-def test_backward_with_dropout_is_refused_with_a_reason(backward: str) -> None:
-    """dropout_p > 0: fa's forward keeps no replayable mask (docs/using.md), so the backward refuses."""
-    options = {**DEFAULTS, "dropout_p": 0.1}
-    padded = backward in PADDED
-    t = _tensors(4, total=not padded)
-    with pytest.raises(RuntimeError, match="dropout") as raised:
-        _padded(backward, t, options) if padded else _varlen(backward, t, options, CU_Q, CU_K)
-    assert "flash_attn_func" in str(raised.value)
 
 
 def _merge(outs: list[torch.Tensor], lses: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

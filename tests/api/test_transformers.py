@@ -14,7 +14,7 @@ from contextlib import nullcontext
 import fa_attn
 import pytest
 import torch
-from fa_attn import flash_attn_compat, interface
+from fa_attn import flash_attn_compat
 from reference import assert_close
 
 transformers = pytest.importorskip("transformers")
@@ -39,20 +39,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-@pytest.fixture
-def calls(monkeypatch) -> list[str]:
-    """The fa_attn attention calls made (proof the model ran on fa_attn, not on a fallback of transformers')."""
-    seen: list[str] = []
-    original = interface._attend
-
-    def spy(call, *args, **kwargs):
-        seen.append("varlen" if call.varlen is not None else "padded")
-        return original(call, *args, **kwargs)
-
-    monkeypatch.setattr(interface, "_attend", spy)
-    return seen
 
 
 @pytest.fixture
@@ -211,11 +197,15 @@ FLASH_NAMED = {
 }  # fmt: skip
 
 
+@pytest.mark.parametrize("registered", ["fa_flash", "fa_attn"])
 @pytest.mark.parametrize("family", list(FLASH_NAMED))
-def test_a_flash_name_runs_name_keyed_models_on_fa_attn(family: str, calls: list[str]) -> None:
+def test_a_flash_name_runs_name_keyed_models_on_fa_attn(
+    family: str, registered: str, calls: list[str]
+) -> None:
     """register("fa_flash"): a name containing "flash" (what Falcon/GPT-Neo's class maps and padding-free
-    trainers look for) loads fa_attn's functions, not a hub kernel; logits and gradients equal eager's."""
-    name = fa_attn.hf.register("fa_flash")
+    trainers look for) loads fa_attn's functions, not a hub kernel; logits and gradients equal eager's.
+    The default register() name works for them too (a KeyError in their class maps before)."""
+    name = fa_attn.hf.register(registered)
     torch.manual_seed(0)
     eager = transformers.AutoModelForCausalLM.from_config(FLASH_NAMED[family](), attn_implementation="eager")
     ours = transformers.AutoModelForCausalLM.from_config(FLASH_NAMED[family](), attn_implementation=name)
