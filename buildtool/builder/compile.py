@@ -39,7 +39,7 @@ from buildtool.core.fetch import ProgressHook
 from buildtool.errors import FaError
 
 if TYPE_CHECKING:
-    from buildtool.builder.plan import CompileJob
+    from buildtool.builder.wheel_specs import CompileJob
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
 

@@ -32,7 +32,8 @@ from rich.text import Text
 from buildtool.builder import all_wheel, cubin_fit, index, out_files, package, torch_headers
 from buildtool.builder import binding as binding_mod
 from buildtool.builder.compile import CompileStats, CompileTask, KernelTree, compile_all
-from buildtool.builder.plan import BindingJob, Plan, WheelSpec
+from buildtool.builder.plan import Plan
+from buildtool.builder.wheel_specs import BindingJob, WheelSpec
 from buildtool.core import atomic, binding_forms
 from buildtool.core.console import counted, plain_console, progress_columns
 from buildtool.core.cuda_facts import TOOLKITS

@@ -106,6 +106,43 @@ def test_kernel_wheel_contents_and_manifest(fixture_tree, images, host_lib, tmp_
     assert cov[("9.0", "ptx")] == list(range(8, 65, 8))
 
 
+def test_a_cu13_wheel_names_the_major_that_compiled_its_borrowed_cubins(fixture_tree, host_lib, tmp_path):
+    """A cu13 wheel ships CUDA 12's cubin where NVRTC 12 targets the arch (wheel_specs.sass_compiler):
+    its manifest says so per kernel (`cuda_major` 12), its own kernels stay null, and fa index and the
+    runtime's schema read it."""
+    from buildtool.core.runtime import schema
+
+    # as if the plan had NVRTC 13 compile 9.0's PTX (sass_per_major, or no CUDA 12 in the matrix)
+    jobs = (CompileJob(12, "8.0", "sass", "fwd_fp16_d64"), CompileJob(13, "9.0", "ptx", "fwd_fp16_d64"))
+    images = {}
+    for i, job in enumerate(jobs):
+        images[job] = tmp_path / f"img{i}"
+        images[job].write_bytes(f"image of {job}".encode())
+    spec = WheelSpec(
+        cuda_major=13,
+        torch_minor="2.9",
+        cxx11abi=True,
+        sass=("8.0",),
+        ptx="9.0",
+        cells=(Cell("2.9", 13, "3.12"),),
+        compile_jobs=jobs,
+        binding=BindingJob("2.9", "2.9.0", True, None),
+        variant="cu13torch2.9",
+        version="0.1.0+cu13torch2.9",
+    )
+    built = _build(spec, tmp_path / "w", fixture_tree, images, host_lib)
+    with zipfile.ZipFile(built.path) as zf:
+        man = schema.Manifest.from_json(json.loads(zf.read("fa_attn/manifest.json")))
+        assert zf.read("fa_attn/kernels/sm_80/fwd_fp16_d64.cubin") == images[jobs[0]].read_bytes()
+    assert (man.info.cuda_major, man.info.toolkit, man.info.min_driver) == (13, "13.0.88", "580")
+    assert {(k.arch, k.image): k.cuda_major for k in man.kernels} == {
+        ("8.0", "sass"): 12,
+        ("9.0", "ptx"): None,
+    }
+    (entry,) = index.write_index(tmp_path / "w")["wheels"]
+    assert entry["variant"] == "cu13torch2.9"
+
+
 def test_wheels_are_reproducible(fixture_tree, images, host_lib, tmp_path):
     a = _build(_spec(), tmp_path / "a", fixture_tree, images, host_lib)
     b = _build(_spec(), tmp_path / "b", fixture_tree, images, host_lib)
