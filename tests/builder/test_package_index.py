@@ -27,18 +27,18 @@ JOBS = (
 )
 
 
-def _spec(torch: str = "2.8") -> WheelSpec:
+def _spec(torch: str = "2.8", cuda: int = 12, jobs: tuple[CompileJob, ...] = JOBS) -> WheelSpec:
     return WheelSpec(
-        cuda_major=12,
+        cuda_major=cuda,
         torch_minor=torch,
         cxx11abi=True,
-        sass=("8.0", "9.0"),
-        ptx="9.0",
-        cells=(Cell(torch, 12, "3.11"), Cell(torch, 12, "3.12")),
-        compile_jobs=JOBS,
+        sass=tuple(dict.fromkeys(j.arch for j in jobs if j.image == "sass")),
+        ptx=next((j.arch for j in jobs if j.image == "ptx"), None),
+        cells=(Cell(torch, cuda, "3.11"), Cell(torch, cuda, "3.12")),
+        compile_jobs=jobs,
         binding=BindingJob(torch, f"{torch}.0", True, None),
-        variant=f"cu12torch{torch}",
-        version=f"0.1.0+cu12torch{torch}",
+        variant=f"cu{cuda}torch{torch}",
+        version=f"0.1.0+cu{cuda}torch{torch}",
     )
 
 
@@ -118,18 +118,7 @@ def test_a_cu13_wheel_names_the_major_that_compiled_its_borrowed_cubins(fixture_
     for i, job in enumerate(jobs):
         images[job] = tmp_path / f"img{i}"
         images[job].write_bytes(f"image of {job}".encode())
-    spec = WheelSpec(
-        cuda_major=13,
-        torch_minor="2.9",
-        cxx11abi=True,
-        sass=("8.0",),
-        ptx="9.0",
-        cells=(Cell("2.9", 13, "3.12"),),
-        compile_jobs=jobs,
-        binding=BindingJob("2.9", "2.9.0", True, None),
-        variant="cu13torch2.9",
-        version="0.1.0+cu13torch2.9",
-    )
+    spec = _spec("2.9", 13, jobs)
     built = _build(spec, tmp_path / "w", fixture_tree, images, host_lib)
     with zipfile.ZipFile(built.path) as zf:
         man = schema.Manifest.from_json(json.loads(zf.read("fa_attn/manifest.json")))
