@@ -22,18 +22,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from packaging.version import Version
 
 from buildtool.builder import package
 from buildtool.builder.platform_tag import platform_tag
+from buildtool.builder.wheel_specs import BindingJob, Cell, CompileJob, WheelSpec, variant_label
 from buildtool.core import cuda_facts, kernels_src
 from buildtool.core.cuda_facts import TOOLKITS, compute_name, sm_name
 from buildtool.core.runtime import all_wheel, schema, versions
-
-if TYPE_CHECKING:
-    from buildtool.builder.plan import BindingJob, Cell, CompileJob, WheelSpec
 
 VARIANT = all_wheel.VARIANT
 BINDINGS_DIR = "bindings"
@@ -128,8 +126,6 @@ def _spec(wheels: Sequence[WheelSpec], version: str) -> AllWheelSpec:
 
 def _label(job: BindingJob) -> str:
     """The per-variant label without its CUDA major: "torch2.5cxx11abifalse", "torch2.10plus"."""
-    from buildtool.builder.plan import variant_label  # here: plan.py imports this module
-
     abi = None if job.form == "stable" else job.cxx11abi
     return variant_label(0, job.torch_minor, abi).removeprefix("cu0")
 

@@ -39,7 +39,7 @@ from buildtool.core.fetch import ProgressHook
 from buildtool.errors import FaError
 
 if TYPE_CHECKING:
-    from buildtool.builder.plan import CompileJob
+    from buildtool.builder.wheel_specs import CompileJob
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
 
@@ -296,10 +296,12 @@ def compile_all(
     tree: KernelTree | None = None,
     on_done: Callable[[CompileTask, bool], None] | None = None,
     toolkit_progress: Callable[[int], ProgressHook] | None = None,
+    on_compiling: Callable[[], None] | None = None,
 ) -> tuple[dict[CompileJob, Path], CompileStats]:
     """Compile what is not cached, up to `workers` at a time. Returns each job's image path.
     `on_done(task, was_cached)` is called once per job, in completion order; `toolkit_progress(major)`
-    returns a download progress hook for a toolkit that must be fetched first. Raises CompileError
+    returns a download progress hook for a toolkit that must be fetched first; `on_compiling()` is
+    called once the toolkits are there, before the first compile. Raises CompileError
     naming every failed unit after the others have finished (their images are kept)."""
     tree = tree or KernelTree()
     stats = CompileStats()
@@ -315,6 +317,8 @@ def compile_all(
         hook = toolkit_progress(major) if toolkit_progress and not toolkits.is_unpacked(major) else None
         lib_dirs[major] = str(toolkits.nvrtc_lib_dir(major, hook))
 
+    if on_compiling:
+        on_compiling()
     failures: list[CompileFailure] = []
     ptx_of = {cubin: ptx for ptx, cubin in pair_ptx_with_cubins(todo).items()}
     runs = [job for job in todo if job not in ptx_of.values()]  # one NVRTC compile each

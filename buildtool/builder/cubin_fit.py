@@ -33,7 +33,7 @@ from buildtool.errors import FaError
 
 if TYPE_CHECKING:
     from buildtool.builder.compile import KernelTree
-    from buildtool.builder.plan import CompileJob
+    from buildtool.builder.wheel_specs import CompileJob
 
 _FACTS = "elf-facts"  # the stamps of kernel_needs (keyed with fa's code: a changed parser parses again)
 _EIFMT_SVAL = 0x04

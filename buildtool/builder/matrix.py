@@ -49,6 +49,7 @@ KNOWN_KEYS = (
     "stable_abi",
     "kernels",
     "all_wheel",
+    "sass_per_major",
 )
 EXCLUDE_KEYS = ("torch", "cuda", "python", "platform")
 KERNEL_FILTER_KEYS = ("dtypes", "head_dims", "directions")
@@ -118,6 +119,9 @@ class Matrix:
     # One more wheel per CPU, variant "all": every binding and CUDA major of that CPU's wheels in one
     # (buildtool/builder/all_wheel.py), for PyPI.
     all_wheel: bool = False
+    # CUDA majors whose wheels compile every arch's SASS with their own NVRTC; by default CUDA 13's
+    # wheels ship CUDA 12's cubins where NVRTC 12 targets the arch (wheel_specs.sass_compiler).
+    sass_per_major: tuple[int, ...] = ()
     source: str = field(default="matrix.yaml", compare=False)
 
     def stable(self, torch_minor: str) -> bool:
@@ -253,6 +257,7 @@ class _Parser:
             platforms=plats,
             stable_abi=self.stable_abi(data.get("stable_abi"), torch),
             all_wheel=self.all_wheel(data.get("all_wheel", False)),
+            sass_per_major=self.sass_per_major(data.get("sass_per_major"), cuda),
             source=self.source,
         )
 
@@ -292,6 +297,25 @@ class _Parser:
         if not isinstance(value, bool):
             raise self.error("all_wheel", f"{shown(value)} is not true or false", "write all_wheel: true")
         return value
+
+    def sass_per_major(self, value: object, cuda: tuple[int, ...]) -> tuple[int, ...]:
+        if value is None or value == []:
+            return ()
+        majors = self._unique_list("sass_per_major", value, self.cuda_major)
+        for i, major in enumerate(majors):
+            if major not in cuda:
+                raise self.error(
+                    f"sass_per_major[{i}]",
+                    f"CUDA {major} is not in cuda ({', '.join(map(str, cuda))})",
+                    f"remove it, or add {major} to cuda",
+                )
+            if major not in cuda_facts.SASS_FROM:
+                raise self.error(
+                    f"sass_per_major[{i}]",
+                    f"CUDA {major}'s wheels compile all their SASS with their own NVRTC already",
+                    f"remove it (only {', '.join(map(str, cuda_facts.SASS_FROM))} can take another major's)",
+                )
+        return majors
 
     def stable_abi(self, value: object, torch: tuple[str, ...]) -> str | None:
         if value is None:
@@ -632,6 +656,7 @@ _EXAMPLES = {
     "cuda": "[12, 13]",
     "python": '["3.11", "3.12", "3.13t"]',
     "platforms": '["x86_64", "aarch64"]',
+    "sass_per_major": "[13]",
 }
 
 

@@ -33,7 +33,7 @@ from buildtool.core.wheel_file import REQUIRES_PYTHON
 from buildtool.errors import FaError, UsageError
 
 if TYPE_CHECKING:
-    from buildtool.builder.plan import CompileJob, WheelSpec
+    from buildtool.builder.wheel_specs import CompileJob, WheelSpec
 
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # the zip format's earliest date: no build time leaks in
 SUMMARY = "Fused attention kernels for PyTorch, built per CUDA major and torch minor by fa"
@@ -192,6 +192,8 @@ def manifest(spec: WheelSpec, tiles: ModuleType, source_sha256: str | None = Non
         kernel = kernel_of(
             unit, job.arch, job.image, kernel_file(job), tiles.static_smem(job.arch, job.image)
         )
+        if job.cuda_major != spec.cuda_major:  # another major's NVRTC compiled it (wheel_specs.sass_compiler)
+            kernel = dataclasses.replace(kernel, cuda_major=job.cuda_major)
         kernels.append(kernel)
         coverage.append(coverage_of(kernel, tiles.head_dims(unit)))
     info = schema.WheelInfo(

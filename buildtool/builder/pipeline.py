@@ -24,18 +24,21 @@ from rich.progress import (
     MofNCompleteColumn,
     Progress,
     ProgressColumn,
+    Task,
     TaskID,
+    TimeRemainingColumn,
 )
 from rich.table import Table
 from rich.text import Text
 
-from buildtool.builder import all_wheel, cubin_fit, index, out_files, package, torch_headers
+from buildtool.builder import all_wheel, cubin_fit, eta, index, out_files, package, torch_headers
 from buildtool.builder import binding as binding_mod
 from buildtool.builder.compile import CompileStats, CompileTask, KernelTree, compile_all
-from buildtool.builder.plan import BindingJob, Plan, WheelSpec
+from buildtool.builder.plan import Plan
+from buildtool.builder.wheel_specs import BindingJob, CompileJob, WheelSpec
 from buildtool.core import atomic, binding_forms
 from buildtool.core.console import counted, plain_console, progress_columns
-from buildtool.core.cuda_facts import TOOLKITS
+from buildtool.core.cuda_facts import TOOLKITS, compute_name, sm_name
 from buildtool.core.fetch import ProgressHook
 
 T = TypeVar("T")
@@ -73,12 +76,28 @@ class BuildSummary:
         return asdict(self)
 
 
+class _WeightedEta(TimeRemainingColumn):
+    """rich's time left, but for a bar that knows better (its task's `ends_at`, a time.monotonic()
+    deadline from eta.WorkEta): counting down between updates, never jumping with the recent rate."""
+
+    def render(self, task: Task) -> Text:
+        ends_at = task.fields.get("ends_at")
+        if ends_at is None or task.finished:
+            return super().render(task)
+        minutes, seconds = divmod(int(max(0.0, ends_at - time.monotonic()) + 0.5), 60)
+        hours, minutes = divmod(minutes, 60)
+        text = f"{hours:d}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes:02d}:{seconds:02d}"
+        return Text(text, style="progress.remaining")
+
+
 class _Bars:
     """rich progress on stderr; silent when stderr is not a terminal and `quiet` is set."""
 
     def __init__(self, console: Console, enabled: bool) -> None:
         def bars(count: ProgressColumn) -> Progress:
-            return Progress(*progress_columns(count), console=console, disable=not enabled, transient=False)
+            *columns, _ = progress_columns(count)
+            columns.append(_WeightedEta(compact=True, elapsed_when_finished=False))
+            return Progress(*columns, console=console, disable=not enabled, transient=False)
 
         self._progress = bars(MofNCompleteColumn())  # kernels, bindings, wheels: done of total
         self._bytes = bars(DownloadColumn())  # toolkit and header downloads: bytes
@@ -91,8 +110,10 @@ class _Bars:
     def counter(self, what: str, total: int) -> TaskID:
         return self._progress.add_task(what, total=total)
 
-    def advance(self, task: TaskID) -> None:
+    def advance(self, task: TaskID, ends_at: float | None = None) -> None:
         self._progress.advance(task)
+        if ends_at is not None:
+            self._progress.update(task, ends_at=ends_at)
 
     def download(self, what: str) -> ProgressHook:
         task: list[TaskID] = []  # created on the first byte: a build waiting on another's lock shows none
@@ -100,7 +121,9 @@ class _Bars:
         def hook(done: int, total: int | None) -> None:
             if not task:
                 task.append(self._bytes.add_task(what, total=total))
-            self._bytes.update(task[0], completed=done, total=total)
+            # A finished download's bar goes: the build's bars stay on screen for minutes.
+            finished = total is not None and done >= total
+            self._bytes.update(task[0], completed=done, total=total, visible=not finished)
 
         return hook
 
@@ -128,9 +151,19 @@ def execute(
     bars = _Bars(console, show_progress)
     with bars.running(), package.one_tree_state():
         kernels = bars.counter("kernels", len(plan.compile_jobs))
+        left = eta.WorkEta(
+            {_program(j): w for j, w in eta.job_weights(plan.compile_jobs).items()}, time.monotonic()
+        )
 
-        def kernel_done(_task: CompileTask, _cached: bool) -> None:
-            bars.advance(kernels)
+        def compiling() -> None:  # the toolkits are there: the rate counts from now
+            nonlocal left
+            left = left.restarted(time.monotonic())
+
+        def kernel_done(task: CompileTask, cached: bool) -> None:
+            left.done((task.cuda_major, task.unit, task.target), cached)
+            now = time.monotonic()
+            seconds = left.seconds_left(now)
+            bars.advance(kernels, None if seconds is None else now + seconds)
 
         # The bindings (torch header downloads, then g++) are built beside the kernel compiles, not
         # after them: the downloads wait on the network while NVRTC keeps the CPUs busy.
@@ -141,6 +174,7 @@ def execute(
             tree,
             on_done=kernel_done,
             toolkit_progress=lambda m: bars.download(f"NVRTC for CUDA {m}"),
+            on_compiling=compiling,
         )
         cubin_fit.check_build(images, tree)
         summary.nvrtc_compiles, summary.nvrtc_cached = cstats.compiled, len(cstats.cached)
@@ -169,6 +203,12 @@ def execute(
         _write_log(out_dir, plan, logs)
     summary.seconds = round(time.perf_counter() - t0, 3)
     return summary
+
+
+def _program(job: CompileJob) -> tuple[int, str, str]:
+    """A job as compile.CompileTask names it: (CUDA major, unit, NVRTC target)."""
+    target = sm_name(job.arch) if job.image == "sass" else compute_name(job.arch)
+    return job.cuda_major, job.unit, target
 
 
 def _beside(work: Callable[..., T], *args: Any) -> cf.Future[T]:

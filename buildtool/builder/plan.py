@@ -25,7 +25,6 @@ from packaging.version import InvalidVersion, Version
 
 from buildtool.builder.all_wheel import AllWheelSpec, all_wheel_specs
 from buildtool.builder.matrix import (
-    CXX11ABI_ONLY_FROM,
     DEFAULT_VERSION,
     MIN_TORCH,
     KernelFilter,
@@ -35,7 +34,15 @@ from buildtool.builder.matrix import (
     default_ptx,
     python_version,
 )
-from buildtool.builder.pypi import TorchCatalog, TorchFile
+from buildtool.builder.pypi import TorchCatalog
+from buildtool.builder.wheel_specs import (
+    BindingJob,
+    Cell,
+    CompileJob,
+    WheelSpec,
+    sass_compiler,
+    variant_label,
+)
 from buildtool.core import binding_forms, cpus, cuda_facts, kernels_src
 from buildtool.core.runtime import versions
 from buildtool.core.textfile import shown
@@ -48,14 +55,6 @@ Units = Callable[[str], Sequence[Any]]
 # torch's headers, which costs a few NVRTC programs. Not measured; only the order matters.
 BINDING_WEIGHT = 4
 WHEEL_WEIGHT = 1
-
-
-@dataclass(frozen=True)
-class Cell:
-    torch: str  # minor
-    cuda: int  # major
-    python: str  # "3.12", "3.13t"
-    platform: str = cpus.X86_64  # the CPU: "x86_64" | "aarch64"
 
 
 @dataclass(frozen=True)
@@ -95,60 +94,6 @@ SKIP_NO_TORCH_BUILD = "no-torch-build"
 
 
 @dataclass(frozen=True)
-class CompileJob:
-    """One NVRTC program; its image lands in the cache by content."""
-
-    cuda_major: int
-    arch: str
-    image: str  # "sass" | "ptx"
-    unit: str  # tiles.KernelUnit.name
-
-
-@dataclass(frozen=True)
-class BindingJob:
-    torch_minor: str  # the stable form's floor
-    torch_version: str  # the patch whose headers are used: the oldest of the minor
-    cxx11abi: bool  # the flag it is compiled with (the stable form's binary does not depend on it)
-    header_source: TorchFile | None  # None: the torch installed here (fa build --local)
-    platform: str = cpus.X86_64  # the CPU the binding runs on (a cross compile if not this host's)
-    form: str = binding_forms.ATEN  # binding_forms.ATEN | STABLE
-
-
-@dataclass(frozen=True)
-class WheelSpec:
-    cuda_major: int | None  # None: the universal py3-none-any wheel (no kernels, no binding)
-    torch_minor: str | None  # the minor its binding is built for; the floor of a stable-ABI wheel
-    cxx11abi: bool | None  # None: any (the universal and the stable-ABI wheels)
-    sass: tuple[str, ...]
-    ptx: str | None
-    cells: tuple[Cell, ...]  # matrix cells this wheel covers
-    compile_jobs: tuple[CompileJob, ...]
-    binding: BindingJob | None
-    variant: str  # "cu12torch2.5cxx11abifalse", "cu12torch2.7", "cu12torch2.10plus", "" for universal
-    version: str  # "0.1.0+cu12torch2.5cxx11abifalse"
-
-    @property
-    def form(self) -> str | None:
-        """Its binding's form (binding_forms.ATEN | STABLE); None for the universal wheel."""
-        return self.binding.form if self.binding else None
-
-    @property
-    def torch_tested(self) -> tuple[str, ...]:
-        """The torch minors of its cells, oldest first: what the release workflow tests it with."""
-        return tuple(sorted({c.torch for c in self.cells}, key=Version))
-
-    @property
-    def platform(self) -> str | None:
-        """The CPU: its binding's; None for the universal wheel, which has no binary."""
-        return self.binding.platform if self.binding else None
-
-    @property
-    def name(self) -> str:
-        """Unique within a plan: the variant and the CPU ("cu12torch2.7-aarch64"; "universal")."""
-        return f"{self.variant}-{self.platform}" if self.platform else "universal"
-
-
-@dataclass(frozen=True)
 class Plan:
     matrix: Matrix
     wheels: tuple[WheelSpec, ...]
@@ -161,22 +106,6 @@ class Plan:
     all_wheels: tuple[AllWheelSpec, ...] = ()
     # the matrix's archs whose SASS a CPU's wheels leave out (reported like skipped cells: by shard 1)
     dropped_sass: tuple[DroppedSass, ...] = ()
-
-
-def cxx11abi_in_label(torch_minor: str, cxx11abi: bool) -> bool:
-    """The ABI is named in the variant where it is ambiguous: below torch 2.7 (PyPI old, NGC new) or
-    an old-ABI build from 2.7 on, where every pip wheel uses the C++11 ABI."""
-    return Version(torch_minor) < Version(CXX11ABI_ONLY_FROM) or not cxx11abi
-
-
-def variant_label(cuda_major: int, torch_minor: str, cxx11abi: bool | None) -> str:
-    """The per-minor label; `cxx11abi` None is the stable-ABI wheel of the floor `torch_minor`."""
-    if cxx11abi is None:
-        return binding_forms.stable_label(cuda_major, torch_minor)
-    label = f"cu{cuda_major}torch{torch_minor}"
-    if cxx11abi_in_label(torch_minor, cxx11abi):
-        label += f"cxx11abi{str(cxx11abi).lower()}"
-    return label
 
 
 def make_plan(
@@ -338,6 +267,7 @@ def local_plan(
         kernels=matrix.kernels if matrix else None,
         platforms=(platform,),
         stable_abi=stable_floor if stable else None,
+        sass_per_major=tuple(m for m in (matrix.sass_per_major if matrix else ()) if m in cuda),
         source=source,
     )
     alternatives = _alternatives(units)
@@ -505,11 +435,13 @@ def _kernels_for_major(
         chosen = selected(arch, field)
         if chosen:  # a kernel filter can leave an arch with nothing to ship
             sass.append(arch)
-            jobs += [CompileJob(major, arch, "sass", u.name) for u in chosen]
+            by = sass_compiler(major, arch, matrix.cuda, matrix.sass_per_major)
+            jobs += [CompileJob(by, arch, "sass", u.name) for u in chosen]
     ptx = matrix.ptx.get(major)
     if ptx is not None:
         chosen = selected(ptx, f'ptx."{major}"')
-        jobs += [CompileJob(major, ptx, "ptx", u.name) for u in chosen]
+        by = sass_compiler(major, ptx, matrix.cuda, matrix.sass_per_major)
+        jobs += [CompileJob(by, ptx, "ptx", u.name) for u in chosen]
         ptx = ptx if chosen else None
     jobs += alternative_jobs(major, sass, ptx, alternatives, matrix.kernels)
     if not jobs:

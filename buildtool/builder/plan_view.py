@@ -15,7 +15,8 @@ from rich.table import Table
 from rich.text import Text
 
 from buildtool.builder.all_wheel import AllWheelSpec
-from buildtool.builder.plan import SKIP_NO_TORCH_BUILD, BindingJob, Cell, CompileJob, Plan, WheelSpec
+from buildtool.builder.plan import SKIP_NO_TORCH_BUILD, Plan
+from buildtool.builder.wheel_specs import BindingJob, Cell, CompileJob, WheelSpec
 from buildtool.core.binding_forms import STABLE
 from buildtool.core.console import counted, plain_console
 from buildtool.core.runtime import versions

@@ -17,7 +17,7 @@ from buildtool.compat.choose import DTYPES, Request
 from buildtool.compat.env import Env, env_from_file
 from buildtool.compat.probe import probe
 from buildtool.core.console import plain_console
-from buildtool.errors import UsageError
+from buildtool.errors import EXIT_OK, UsageError
 
 _MATRIX_MAX_BYTES = 1 << 20  # a matrix.yaml is a few KB
 
@@ -49,7 +49,8 @@ def doctor_cmd(
 ) -> int:
     """Which wheel fits, why the others don't, and what the runtime will do on this GPU.
 
-    Exit codes: 0 ok/ok-jit, 1 fallback or no wheel, 2 usage."""
+    Exit codes: 0 ok/ok-jit, or any answer for a machine without an NVIDIA GPU; 1 fallback or no wheel
+    on a machine with one; 2 usage."""
     if dtype is not None:
         _options.one_of(dtype, DTYPES, "--dtype")
     if head_dim <= 0:
@@ -76,6 +77,16 @@ def doctor_cmd(
         print_json(doctor.report_json(report))
     else:
         doctor.render(report, plain_console(), show_all)
+    return exit_code(report)
+
+
+def exit_code(report: doctor.DoctorReport) -> int:
+    """The verdict's exit code (doctor.EXIT_CODES), but 0 for a machine without an NVIDIA GPU: its answer
+    (every call falls back, `no-gpu`) is what was asked, not a failure, and there is nothing in the
+    wheels to fix, so README's `fa build ... && fa doctor` ends in success where the build did. A GPU
+    machine where nothing runs still gets 1; the verdict itself (text and --json) is unchanged."""
+    if any(reason.code == "no-gpu" for reason in report.selection.stack):
+        return EXIT_OK
     return doctor.EXIT_CODES[report.answer.verdict]
 
 

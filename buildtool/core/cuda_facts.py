@@ -140,6 +140,16 @@ TOOLKITS: dict[int, Toolkit] = {
 }
 
 
+# CUDA major -> the older major whose SASS its wheels ship for every arch that older NVRTC targets
+# (buildtool/builder/wheel_specs.py sass_compiler). A cubin runs on its arch under any driver at least
+# as new as its toolkit's floor (NVIDIA's CUDA Compatibility guide: binary compatibility across driver
+# upgrades), and CUDA 13's floor (580) is above CUDA 12's (525.60.13), so a cu13 wheel needs NVRTC 13
+# only for the archs NVRTC 12 cannot target (Jetson Thor's 11.0), and a cu12 and a cu13 user run the
+# same cubin bytes. CUDA 12 compiles its own: it is the main major (the most torch minors), and
+# CUDA 11's NVRTC stops at 9.0, so taking its cubins would save the least.
+SASS_FROM: dict[int, int] = {13: 12}
+
+
 # Archs whose GPUs only ever come as the integrated GPU of a system-on-chip with one kind of CPU: their
 # SASS is of use only in that CPU's wheels (fa builds x86_64 and aarch64; cpus.py). Arch -> (the CPU,
 # the GPUs). Sources: 8.7 is Jetson Orin and DRIVE Orin (NVIDIA's CUDA GPUs list), whose SoC has Arm

@@ -297,7 +297,8 @@ class KernelFile:
     head_dim: int = _field(_head_dim)  # the compiled head-dim bucket
     entries: Mapping[str, Launch] = _field(_launches)  # extern "C" name -> launch, in launch order
     # The CUDA major whose NVRTC compiled it: set in the all-wheel, which ships several majors' kernels
-    # for one arch; None in a per-variant wheel (its one major is WheelInfo.cuda_major) and before 1.3.
+    # for one arch, and in a per-variant wheel whose kernel another major's NVRTC compiled (a cu13
+    # wheel's CUDA 12 cubins); None otherwise (the wheel's WheelInfo.cuda_major) and before 1.3.
     cuda_major: int | None = dataclasses.field(
         default=None, metadata={"read": _optional(_cuda_major), "since": 3, "absent": None}
     )

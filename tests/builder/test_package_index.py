@@ -27,18 +27,18 @@ JOBS = (
 )
 
 
-def _spec(torch: str = "2.8") -> WheelSpec:
+def _spec(torch: str = "2.8", cuda: int = 12, jobs: tuple[CompileJob, ...] = JOBS) -> WheelSpec:
     return WheelSpec(
-        cuda_major=12,
+        cuda_major=cuda,
         torch_minor=torch,
         cxx11abi=True,
-        sass=("8.0", "9.0"),
-        ptx="9.0",
-        cells=(Cell(torch, 12, "3.11"), Cell(torch, 12, "3.12")),
-        compile_jobs=JOBS,
+        sass=tuple(dict.fromkeys(j.arch for j in jobs if j.image == "sass")),
+        ptx=next((j.arch for j in jobs if j.image == "ptx"), None),
+        cells=(Cell(torch, cuda, "3.11"), Cell(torch, cuda, "3.12")),
+        compile_jobs=jobs,
         binding=BindingJob(torch, f"{torch}.0", True, None),
-        variant=f"cu12torch{torch}",
-        version=f"0.1.0+cu12torch{torch}",
+        variant=f"cu{cuda}torch{torch}",
+        version=f"0.1.0+cu{cuda}torch{torch}",
     )
 
 
@@ -104,6 +104,32 @@ def test_kernel_wheel_contents_and_manifest(fixture_tree, images, host_lib, tmp_
     assert k80["dtype"] == "fp16"
     cov = {(c["arch"], c["image"]): c["head_dims"] for c in man["coverage"]}
     assert cov[("9.0", "ptx")] == list(range(8, 65, 8))
+
+
+def test_a_cu13_wheel_names_the_major_that_compiled_its_borrowed_cubins(fixture_tree, host_lib, tmp_path):
+    """A cu13 wheel ships CUDA 12's cubin where NVRTC 12 targets the arch (wheel_specs.sass_compiler):
+    its manifest says so per kernel (`cuda_major` 12), its own kernels stay null, and fa index and the
+    runtime's schema read it."""
+    from buildtool.core.runtime import schema
+
+    # as if the plan had NVRTC 13 compile 9.0's PTX (sass_per_major, or no CUDA 12 in the matrix)
+    jobs = (CompileJob(12, "8.0", "sass", "fwd_fp16_d64"), CompileJob(13, "9.0", "ptx", "fwd_fp16_d64"))
+    images = {}
+    for i, job in enumerate(jobs):
+        images[job] = tmp_path / f"img{i}"
+        images[job].write_bytes(f"image of {job}".encode())
+    spec = _spec("2.9", 13, jobs)
+    built = _build(spec, tmp_path / "w", fixture_tree, images, host_lib)
+    with zipfile.ZipFile(built.path) as zf:
+        man = schema.Manifest.from_json(json.loads(zf.read("fa_attn/manifest.json")))
+        assert zf.read("fa_attn/kernels/sm_80/fwd_fp16_d64.cubin") == images[jobs[0]].read_bytes()
+    assert (man.info.cuda_major, man.info.toolkit, man.info.min_driver) == (13, "13.0.88", "580")
+    assert {(k.arch, k.image): k.cuda_major for k in man.kernels} == {
+        ("8.0", "sass"): 12,
+        ("9.0", "ptx"): None,
+    }
+    (entry,) = index.write_index(tmp_path / "w")["wheels"]
+    assert entry["variant"] == "cu13torch2.9"
 
 
 def test_wheels_are_reproducible(fixture_tree, images, host_lib, tmp_path):

@@ -21,7 +21,9 @@ from buildtool.builder.plan import (
     SKIP_NO_TORCH_BUILD,
     WAITING_FOR_SOURCE,
     Cell,
+    CompileJob,
     DroppedSass,
+    Plan,
     local_plan,
     make_plan,
     parse_shard,
@@ -790,3 +792,87 @@ def test_local_plan_drops_other_cpus_sass_but_builds_the_gpu_asked_for(
     one = local_plan("2.9.1", True, "3.12", (13,), m, units=units, sass="11.0")
     assert one.wheels[0].sass == ("11.0",)
     assert one.dropped_sass == ()
+
+
+# -- one SASS per arch across CUDA 12 and 13 ----------------------------------------------------------
+
+
+def test_cu13_wheels_ship_cuda12s_sass_for_the_archs_nvrtc12_targets(catalog: TorchCatalog) -> None:
+    """A cu13 wheel's cubins are CUDA 12's wherever NVRTC 12 targets the arch (a driver >= 580 runs
+    them): the same jobs as the cu12 wheels', so the plan compiles them once. So is the PTX (a 580
+    driver JITs CUDA 12.9's): NVRTC 13 compiles only Thor's 11.0, in the aarch64 wheels."""
+    plan = make_plan(matrix(THOR), catalog, units=units)
+    cu12 = {w.platform: w for w in plan.wheels if w.cuda_major == 12}
+    cu13 = {w.platform: w for w in plan.wheels if w.cuda_major == 13}
+    for cpu in ("x86_64", "aarch64"):
+        own = {(j.arch, j.image) for j in cu13[cpu].compile_jobs if j.cuda_major == 13}
+        assert own == ({("11.0", "sass")} if cpu == "aarch64" else set())
+        borrowed = {j for j in cu13[cpu].compile_jobs if j.cuda_major == 12}
+        assert {(j.arch, j.image) for j in borrowed} == {("8.0", "sass"), ("12.0", "sass"), ("12.0", "ptx")}
+        assert borrowed <= set(cu12[cpu].compile_jobs)  # the cu12 wheels' own programs
+    # What the plan no longer compiles: NVRTC 13's SASS of 8.0 and 12.0, and its PTX of 12.0.
+    per_major = make_plan(matrix(THOR + "sass_per_major: [13]\n"), catalog, units=units)
+    saved = set(per_major.compile_jobs) - set(plan.compile_jobs)
+    targets = (("8.0", "sass"), ("12.0", "sass"), ("12.0", "ptx"))
+    assert saved == {CompileJob(13, a, image, u.name) for a, image in targets for u in units(a)}
+    assert set(plan.compile_jobs) < set(per_major.compile_jobs)
+
+    # The all-wheels hold the same kernel sets; only who compiled a borrowed cubin differs.
+    def sets(p: Plan) -> list[tuple[str, int, tuple[str, ...], str | None]]:
+        return [(a.platform, k.cuda_major, k.sass, k.ptx) for a in p.all_wheels for k in a.kernel_sets]
+
+    assert sets(plan) == sets(per_major)
+
+
+def test_sass_per_major_opts_a_major_back_into_its_own_sass(catalog: TorchCatalog) -> None:
+    plan = plan_of(RELEASE + "sass_per_major: [13]\n", catalog)
+    cu13 = next(w for w in plan.wheels if w.cuda_major == 13)
+    assert {j.cuda_major for j in cu13.compile_jobs} == {13}
+
+
+def test_a_plan_without_cuda12_compiles_cu13_with_its_own_nvrtc(catalog: TorchCatalog) -> None:
+    """No toolkit is fetched only to share: without CUDA 12 in the matrix (or in `fa build --local
+    --cuda 13`), NVRTC 13 compiles every arch."""
+    alone = plan_of('torch: ["2.9"]\ncuda: [13]\npython: ["3.12"]\n', catalog)
+    assert {j.cuda_major for j in alone.compile_jobs} == {13}
+    local = local_plan("2.9.1", True, "3.12", (13,), units=units)
+    assert {j.cuda_major for j in local.compile_jobs} == {13}
+    both = local_plan("2.9.1", True, "3.12", (12, 13), units=units)
+    cu13 = both.wheels[1]
+    assert {(j.cuda_major, j.image) for j in cu13.compile_jobs} == {(12, "sass"), (12, "ptx")}
+
+
+def _builder_imports() -> dict[str, set[str]]:
+    """Every buildtool.builder module -> the builder modules it imports anywhere (top level, inside a
+    function, under TYPE_CHECKING)."""
+    import ast
+
+    graph: dict[str, set[str]] = {}
+    for path in (REPO / "buildtool" / "builder").glob("*.py"):
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names.add(node.module)
+                names.update(f"{node.module}.{a.name}" for a in node.names)
+            elif isinstance(node, ast.Import):
+                names.update(a.name for a in node.names)
+        prefix = "buildtool.builder."
+        graph[path.stem] = {n.removeprefix(prefix) for n in names if n.startswith(prefix)} - {path.stem}
+    return graph
+
+
+def test_no_builder_module_imports_back_into_the_plan() -> None:
+    """Data flows matrix -> plan -> all-wheel: what plan.py and all_wheel.py both need (the job and
+    wheel types, the labels, which NVRTC compiles an arch) is wheel_specs.py's, so no module plan.py
+    imports, directly or not, imports plan.py, not even inside a function."""
+    graph = _builder_imports()
+    seen: set[str] = set()
+    todo = list(graph["plan"])
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in graph:
+            continue
+        seen.add(name)
+        todo += graph[name]
+    assert "all_wheel" in seen
+    assert [m for m in sorted(seen) if "plan" in graph[m]] == []

@@ -57,7 +57,9 @@ def test_a_recording_script_has_its_section_and_is_named_there(name: str, script
 def test_the_plan_figures_are_in_step_with_the_tree() -> None:
     """The kernel programs and bindings depend on the tree and matrix.yaml, not on the day's PyPI; cells
     and wheels depend on which Pythons PyPI has torch for, so they are not compared."""
-    live = plan_size.plans(catalog_from_simple_json(offline_catalog.simple_json()))
+    catalog = catalog_from_simple_json(offline_catalog.simple_json())
+    live = plan_size.plans(catalog)
+    per_major = plan_size.plans(catalog, per_major=True)
     rows = {
         cells[0]: cells
         for line in SECTIONS["plan"].body.splitlines()
@@ -71,6 +73,7 @@ def test_the_plan_figures_are_in_step_with_the_tree() -> None:
             f"docs/figures.md's plan is stale for {label}: run python bench/plan_size.py --record"
         )
         assert int(recorded["bindings"]) == len(plan.binding_jobs), label
+        assert int(recorded["per-major SASS"]) == len(per_major[label].compile_jobs), label
 
 
 def test_record_rewrites_one_section_with_its_stamp(tmp_path: Path) -> None:

@@ -1,0 +1,110 @@
+"""What a plan is made of, and the facts the plan and the all-wheel both need: the cells, the jobs,
+the wheel specs, the variant labels, and which CUDA major's NVRTC compiles an arch's SASS.
+
+plan.py makes these from the matrix; all_wheel.py takes the plan's wheels and makes the all-wheels of
+them. Both import this module, neither imports the other backwards: data flows matrix -> plan ->
+all-wheel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from packaging.version import Version
+
+from buildtool.builder.matrix import CXX11ABI_ONLY_FROM
+from buildtool.builder.pypi import TorchFile
+from buildtool.core import binding_forms, cpus, cuda_facts
+
+
+@dataclass(frozen=True)
+class Cell:
+    torch: str  # minor
+    cuda: int  # major
+    python: str  # "3.12", "3.13t"
+    platform: str = cpus.X86_64  # the CPU: "x86_64" | "aarch64"
+
+
+@dataclass(frozen=True)
+class CompileJob:
+    """One NVRTC program; its image lands in the cache by content."""
+
+    cuda_major: int
+    arch: str
+    image: str  # "sass" | "ptx"
+    unit: str  # tiles.KernelUnit.name
+
+
+@dataclass(frozen=True)
+class BindingJob:
+    torch_minor: str  # the stable form's floor
+    torch_version: str  # the patch whose headers are used: the oldest of the minor
+    cxx11abi: bool  # the flag it is compiled with (the stable form's binary does not depend on it)
+    header_source: TorchFile | None  # None: the torch installed here (fa build --local)
+    platform: str = cpus.X86_64  # the CPU the binding runs on (a cross compile if not this host's)
+    form: str = binding_forms.ATEN  # binding_forms.ATEN | STABLE
+
+
+@dataclass(frozen=True)
+class WheelSpec:
+    cuda_major: int | None  # None: the universal py3-none-any wheel (no kernels, no binding)
+    torch_minor: str | None  # the minor its binding is built for; the floor of a stable-ABI wheel
+    cxx11abi: bool | None  # None: any (the universal and the stable-ABI wheels)
+    sass: tuple[str, ...]
+    ptx: str | None
+    cells: tuple[Cell, ...]  # matrix cells this wheel covers
+    compile_jobs: tuple[CompileJob, ...]
+    binding: BindingJob | None
+    variant: str  # "cu12torch2.5cxx11abifalse", "cu12torch2.7", "cu12torch2.10plus", "" for universal
+    version: str  # "0.1.0+cu12torch2.5cxx11abifalse"
+
+    @property
+    def form(self) -> str | None:
+        """Its binding's form (binding_forms.ATEN | STABLE); None for the universal wheel."""
+        return self.binding.form if self.binding else None
+
+    @property
+    def torch_tested(self) -> tuple[str, ...]:
+        """The torch minors of its cells, oldest first: what the release workflow tests it with."""
+        return tuple(sorted({c.torch for c in self.cells}, key=Version))
+
+    @property
+    def platform(self) -> str | None:
+        """The CPU: its binding's; None for the universal wheel, which has no binary."""
+        return self.binding.platform if self.binding else None
+
+    @property
+    def name(self) -> str:
+        """Unique within a plan: the variant and the CPU ("cu12torch2.7-aarch64"; "universal")."""
+        return f"{self.variant}-{self.platform}" if self.platform else "universal"
+
+
+def cxx11abi_in_label(torch_minor: str, cxx11abi: bool) -> bool:
+    """The ABI is named in the variant where it is ambiguous: below torch 2.7 (PyPI old, NGC new) or
+    an old-ABI build from 2.7 on, where every pip wheel uses the C++11 ABI."""
+    return Version(torch_minor) < Version(CXX11ABI_ONLY_FROM) or not cxx11abi
+
+
+def variant_label(cuda_major: int, torch_minor: str, cxx11abi: bool | None) -> str:
+    """The per-minor label; `cxx11abi` None is the stable-ABI wheel of the floor `torch_minor`."""
+    if cxx11abi is None:
+        return binding_forms.stable_label(cuda_major, torch_minor)
+    label = f"cu{cuda_major}torch{torch_minor}"
+    if cxx11abi_in_label(torch_minor, cxx11abi):
+        label += f"cxx11abi{str(cxx11abi).lower()}"
+    return label
+
+
+def sass_compiler(major: int, arch: str, built: Collection[int], per_major: Collection[int] = ()) -> int:
+    """The CUDA major whose NVRTC compiles the SASS (and the PTX) of `arch` for the wheels of CUDA
+    `major`: the older major cuda_facts.SASS_FROM names when its NVRTC targets `arch` and the plan
+    builds that major anyway (`built`: no toolkit is fetched for it alone), else `major` itself.
+    `per_major` (matrix.yaml sass_per_major) lists the majors that compile all their own. The rule
+    the all-wheel follows too: a newer major only where no older NVRTC can serve. An older NVRTC's
+    PTX JITs under the newer major's driver floor (CUDA 12.9's needs 575.51.03, CUDA 13's floor is
+    580), so the PTX follows the same rule and, with SASS of the same arch, comes out of its run."""
+    older = cuda_facts.SASS_FROM.get(major)
+    if older is None or major in per_major or older not in built:
+        return major
+    return older if arch in cuda_facts.TOOLKITS[older].archs else major
