@@ -675,13 +675,14 @@ def unit(arch: str, direction: str, dtype: str, head_dim: int, tile: Tile) -> Ke
     name = f"{direction}_{dtype}_d{d}"
     if isinstance(tile, HopperTile):
         launch = Launch(tile.threads, tile.block_m, tile.block_n, smem, "q_blocks")
-        return KernelUnit(name, direction, dtype, d, HOPPER_SOURCE, defines, {HOPPER_ENTRY: launch}, True)
+        entries = {HOPPER_ENTRY: launch}
+        return KernelUnit(
+            name, direction, dtype, d, HOPPER_SOURCE, defines, entries, arch_specific=True, tile=tile.label
+        )
     if direction == "splitkv":
         defines["FA_SPLITKV"] = 1
     entries = _entries(direction, tile, smem)
-    return KernelUnit(name, direction, dtype, d, _SOURCES[direction], defines, entries)
-    name = f"{direction}_{dtype}_d{d}"
-    return KernelUnit(name, direction, dtype, d, _SOURCES[direction], defines, entries, tile.label)
+    return KernelUnit(name, direction, dtype, d, _SOURCES[direction], defines, entries, tile=tile.label)
 
 
 def units(arch: str) -> list[KernelUnit]:

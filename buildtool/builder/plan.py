@@ -381,9 +381,10 @@ def runs_image(image_arch: str, image: str, sass: Sequence[str], gpu: str) -> bo
     own, there = versions.parse_arch(image_arch), versions.parse_arch(gpu)
     if own > there or (image == "sass" and own[0] != there[0]):
         return False
+    plain = [arch for arch in sass if not versions.arch_specific(arch)]  # sm_90a serves its own units only
     better = [
         s
-        for s in map(versions.parse_arch, sass)
+        for s in map(versions.parse_arch, plain)
         if s[0] == there[0] and s <= there and (image == "ptx" or s > own)
     ]
     return not better

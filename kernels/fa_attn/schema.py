@@ -302,6 +302,9 @@ class KernelFile:
     cuda_major: int | None = dataclasses.field(
         default=None, metadata={"read": _optional(_cuda_major), "since": 3, "absent": None}
     )
+    # The tile's label (tiles.py, "m128n32w4s1"); "" before 1.4. Several files may serve one head dim
+    # with different tiles: the default and its alternatives for GPUs with less shared memory.
+    tile: str = dataclasses.field(default="", metadata={"read": _str, "since": 4, "absent": ""})
     # Built for the arch-specific target of `arch` ("9.0a": sm_90a): it runs on compute capability
     # `arch` exactly (1.4). `arch` stays the plain capability, so a reader before 1.4 reads the file.
     arch_specific: bool = dataclasses.field(
@@ -312,9 +315,6 @@ class KernelFile:
     def target(self) -> str:
         """ "9.0a" for an arch-specific file, else its arch."""
         return target_name(self.arch, self.arch_specific)
-    # The tile's label (tiles.py, "m128n32w4s1"); "" before 1.4. Several files may serve one head dim
-    # with different tiles: the default and its alternatives for GPUs with less shared memory.
-    tile: str = dataclasses.field(default="", metadata={"read": _str, "since": 4, "absent": ""})
 
     @property
     def smem_bytes(self) -> int:
@@ -339,6 +339,11 @@ class Coverage:
     # The most shared memory per block the program needs; None in files older than 1.1 (unknown). An
     # sm_80 cubin runs on an sm_86 GPU only if the GPU offers this much.
     smem_bytes: int | None = _field(_opt_int, since=1, absent=None)
+    # The static shared memory beside `smem_bytes` (KernelFile's entries'); 0 before 1.4 (not counted).
+    static_smem: int = dataclasses.field(default=0, metadata={"read": _size, "since": 4, "absent": 0})
+    tile: str = dataclasses.field(
+        default="", metadata={"read": _str, "since": 4, "absent": ""}
+    )  # KernelFile's
     # The program is built for the arch-specific target of `arch` and runs there only (1.4; KernelFile's).
     arch_specific: bool = dataclasses.field(
         default=False, metadata={"read": _bool, "since": 4, "absent": False}
@@ -347,11 +352,6 @@ class Coverage:
     @property
     def target(self) -> str:
         return target_name(self.arch, self.arch_specific)
-    # The static shared memory beside `smem_bytes` (KernelFile's entries'); 0 before 1.4 (not counted).
-    static_smem: int = dataclasses.field(default=0, metadata={"read": _size, "since": 4, "absent": 0})
-    tile: str = dataclasses.field(
-        default="", metadata={"read": _str, "since": 4, "absent": ""}
-    )  # KernelFile's
 
     @property
     def smem_needed(self) -> int | None:
