@@ -148,7 +148,9 @@ def _built_geometry(binding: Path) -> ctypes.CDLL:
     for part in (GEOMETRY_SHIM, binding / "geometry.h", CSRC / "params.h"):
         digest.update(part.read_bytes() + b"\0")
     folder = Path(tempfile.gettempdir()) / f"fa-geometry-{os.getuid()}"
-    folder.mkdir(exist_ok=True)
+    folder.mkdir(mode=0o700, exist_ok=True)
+    if folder.is_symlink() or folder.stat().st_uid != os.getuid():  # a shared /tmp: load only our own
+        raise LaunchError(f"{folder}: not a folder of this user's; move it away, then re-run")
     out = folder / f"geometry-{digest.hexdigest()[:16]}.so"
     if not out.is_file():
         tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
