@@ -61,7 +61,6 @@ TOOL_DEPS = (
     "wheel",
     "pyelftools",
     "auditwheel",
-    "filelock",
 )
 SYSROOT = Path("/usr/aarch64-linux-gnu")
 

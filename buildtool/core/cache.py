@@ -10,17 +10,20 @@ import contextlib
 import functools
 import hashlib
 import json
+import math
 import os
-from collections.abc import Iterator
+import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
 from platformdirs import user_cache_dir
 
 from buildtool.core import atomic
 from buildtool.core.atomic import WriteError, write_problem
-from buildtool.errors import UsageError
+from buildtool.core.runtime import ownfiles
+from buildtool.errors import FaError, UsageError
 
 
 def cache_dir() -> Path:
@@ -44,24 +47,43 @@ def content_key(*parts: bytes | str) -> str:
     return h.hexdigest()
 
 
+def _say_waiting(lock: Path) -> Callable[[ownfiles.Holder], None]:
+    def say(holder: ownfiles.Holder) -> None:
+        since = ""
+        if holder.since is not None:
+            ago = max(0, round(time.time() - holder.since))
+            since = f" since {time.strftime('%H:%M:%S', time.localtime(holder.since))} ({ago} s ago)"
+        print(
+            f"{lock}: held by {holder}{since} (another fa build using this FA_CACHE); waiting for it, "
+            "then reusing what it made",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return say
+
+
 @contextlib.contextmanager
-def locked(path: Path, timeout: float = -1) -> Iterator[None]:
+def locked(path: Path, timeout: float = math.inf) -> Iterator[None]:
     """An inter-process lock named after `path` (for work that must happen once, like unpacking a
-    toolkit or compiling one kernel, while other builds wait for it and then reuse the result)."""
+    toolkit or compiling one kernel, while other builds wait for it and then reuse the result): `path`
+    + ".lock", an ownfiles lock (one mechanism for all of fa's locks). A lock another process holds is
+    said on stderr at once (its pid, command and since when), then waited for up to `timeout` seconds."""
     lock = Path(str(path) + ".lock")
-    try:
-        lock.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise WriteError(lock, e) from e
-    flock = FileLock(str(lock), timeout=timeout)
-    try:
-        flock.acquire()
-    except OSError as e:
-        raise WriteError(lock, e, "cannot lock") from e
-    try:
-        yield
-    finally:
-        flock.release()
+    with contextlib.ExitStack() as held:
+        try:
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            # The cache folder may be a link the person made (FA_CACHE=/scratch/link): resolved once;
+            # the lock file itself, fa's own, is never followed.
+            own = ownfiles.named(lock.parent, lock.name)
+            held.enter_context(ownfiles.locked(own, timeout=timeout, waiting=_say_waiting(own)))
+        except ownfiles.Held as exc:
+            raise FaError(f"{exc.path}: {exc.reason}") from None
+        except ownfiles.Refused as exc:
+            raise UsageError(f"{exc.path}: {exc.reason}") from None
+        except OSError as e:
+            raise WriteError(lock, e, "cannot lock") from e
+        yield  # the work, outside the try: its own errors are its own
 
 
 def file_state(path: Path) -> list[int] | None:

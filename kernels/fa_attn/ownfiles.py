@@ -35,7 +35,7 @@ import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -301,6 +301,9 @@ class Holder:
 
     pid: int | None  # None: the file does not say (not written by fa)
     command: str
+    # When it took the lock (the lock file's modification time: the holder writes itself into it then),
+    # in seconds since the epoch; None where the file does not say who holds it.
+    since: float | None = field(default=None, compare=False)
 
     def __str__(self) -> str:
         if self.pid is None:
@@ -323,7 +326,9 @@ class Held(Refused):
 def _holder(fd: int) -> Holder:
     text = os.pread(fd, 256, 0).decode("utf-8", "replace").strip()
     pid, _, command = text.partition(" ")
-    return Holder(int(pid), command) if pid.isdigit() and len(pid) < 10 else Holder(None, "")
+    if not (pid.isdigit() and len(pid) < 10):
+        return Holder(None, "")
+    return Holder(int(pid), command, os.fstat(fd).st_mtime)
 
 
 def _try_flock(fd: int) -> bool:

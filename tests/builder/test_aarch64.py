@@ -69,18 +69,21 @@ def arm_torch(minor: str, everything: bool) -> Path:
     libtorch_cpu.so, or with `everything` every library it ships (to load them under qemu)."""
     build = fetch_torch_catalog().minors[minor].builds[AARCH64]
     final = cache.cache_dir() / "test-torch" / AARCH64 / f"{build.oldest}{'-all' if everything else ''}"
-    if not final.is_dir():
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=final.parent))
-        src = build.header_source
+    # Under the cache's lock: two test processes (pytest -n 2) unpacking it at once would both rename
+    # onto the same folder, and the second rename fail.
+    with cache.locked(final):
+        if not final.is_dir():
+            final.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(dir=final.parent))
+            src = build.header_source
 
-        def wanted(name: str) -> bool:
-            if name in ("torch/version.py", "torch/lib/libc10.so", "torch/lib/libtorch_cpu.so"):
-                return True
-            return everything and name.startswith(("torch/lib/", "torch.libs/")) and ".so" in name
+            def wanted(name: str) -> bool:
+                if name in ("torch/version.py", "torch/lib/libc10.so", "torch/lib/libtorch_cpu.so"):
+                    return True
+                return everything and name.startswith(("torch/lib/", "torch.libs/")) and ".so" in name
 
-        torch_headers.extract_members(src.url, src.size, tmp, wanted)
-        os.replace(tmp, final)
+            torch_headers.extract_members(src.url, src.size, tmp, wanted)
+            os.replace(tmp, final)
     return final
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.builder.conftest import fa_command
+from tests.child import run_child
 from tests.nested_venv import make_venv
 
 pytestmark = [pytest.mark.slow, pytest.mark.network]
@@ -37,16 +38,7 @@ kernels:
 
 
 def _fa(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
-    full = {**os.environ, **env}
-    return subprocess.run(
-        fa_command(*args),
-        cwd=cwd,
-        env=full,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    return run_child(fa_command(*args), cwd=cwd, env={**os.environ, **env})
 
 
 def _summary(proc: subprocess.CompletedProcess) -> dict:

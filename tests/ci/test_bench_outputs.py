@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
+
+from tests.child import run_child
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -21,14 +22,8 @@ def test_attention_dry_run_without_out_writes_under_the_cache(tmp_path: Path) ->
     env["FA_CACHE"] = str(tmp_path / "cache")
     small = ["--head-dims", "64", "--seqlens", "512", "--dtypes", "fp16", "--causal", "no"]
     small += ["--impls", "fa_attn", "--warmup", "1", "--reps", "1"]
-    done = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "attention.py"), "--dry-run", *small],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
+    done = run_child(
+        [sys.executable, str(REPO / "bench" / "attention.py"), "--dry-run", *small], cwd=tmp_path, env=env
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "cache" / "bench" / "attention" / "attention.jsonl").is_file()

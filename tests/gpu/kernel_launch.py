@@ -12,8 +12,14 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
+import hashlib
 import math
+import os
 import re
+import shutil
+import subprocess
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,49 +111,115 @@ class UnitLaunch:
 
 GRIDS = ("q_blocks", "k_blocks", "q_blocks_splits")  # fa_attn/decision.py GRID_CODES, in code order
 
-# launch.h kGridYZLimit: the blocks a grid holds in y and in z. Module-level so the emulator tests can
+# ---- the launch geometry: the binding's own (kernels/binding/geometry.h), compiled for ctypes ----------
+BINDING = REPO / "kernels" / "binding"
+GEOMETRY_SHIM = Path(__file__).resolve().parent / "geometry_shim.cpp"
+
+
+def _header_constant(name: str, header: Path = BINDING / "geometry.h") -> int:
+    found = re.search(rf"\bconstexpr\s+\w+\s+{name}\s*=\s*(\d+)\s*;", header.read_text())
+    if found is None:
+        raise LaunchError(f"{header}: no `constexpr ... {name} = N;` (the launch steps read it from there)")
+    return int(found.group(1))
+
+
+# geometry.h kGridYZLimit: the blocks a grid holds in y and in z. Module-level so the emulator tests can
 # lower it and run a folded grid at small sizes (grid_of reads it at each call).
-GRID_YZ_LIMIT = 65535
+GRID_YZ_LIMIT = _header_constant("kGridYZLimit")
+
+
+def binding_geometry() -> ctypes.CDLL:
+    """geometry.h of BINDING (read at each call: a test points it at an altered copy) with
+    tests/gpu/geometry_shim.cpp's C entry points, built by the host C++ compiler (CXX, else g++) once
+    per content into the user's temporary folder, and loaded."""
+    return _built_geometry(BINDING)
+
+
+@functools.cache
+def _built_geometry(binding: Path) -> ctypes.CDLL:
+    compiler = os.environ.get("CXX") or shutil.which("g++")
+    if compiler is None:
+        raise LaunchError(
+            f"the launch geometry is {binding / 'geometry.h'}, built with a host C++ compiler: none found "
+            "(set CXX, or install g++)"
+        )
+    flags = ["-std=c++17", "-O1", "-shared", "-fPIC", f"-I{binding}", f"-I{CSRC}"]
+    digest = hashlib.sha256("\0".join([compiler, *flags]).encode())
+    for part in (GEOMETRY_SHIM, binding / "geometry.h", CSRC / "params.h"):
+        digest.update(part.read_bytes() + b"\0")
+    folder = Path(tempfile.gettempdir()) / f"fa-geometry-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    if folder.is_symlink() or folder.stat().st_uid != os.getuid():  # a shared /tmp: load only our own
+        raise LaunchError(f"{folder}: not a folder of this user's; move it away, then re-run")
+    out = folder / f"geometry-{digest.hexdigest()[:16]}.so"
+    if not out.is_file():
+        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+        done = subprocess.run(
+            [compiler, *flags, str(GEOMETRY_SHIM), "-o", str(tmp)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            raise LaunchError(
+                f"building the launch geometry ({binding / 'geometry.h'}) failed:\n{done.stderr[-3000:]}"
+            )
+        os.replace(tmp, out)  # atomic: another process may build the same at once
+    lib = ctypes.CDLL(str(out))
+    i64 = ctypes.c_int64
+    lib.fa_geometry_entry.argtypes = [ctypes.c_int] * 4 + [ctypes.POINTER(FaParams), i64, ctypes.POINTER(i64)]
+    lib.fa_geometry_fold.argtypes = [i64, i64, i64, ctypes.POINTER(i64)]
+    return lib
+
+
+# geometry.h Status, in order.
+_OK, _EMPTY, _NO_BLOCK, _BAD_PAIRS, _TOO_MANY_PAIRS = range(5)
+
+
+def _pairs_error(batch: int, heads: int, limit: int, status: int) -> LaunchError:
+    if status == _TOO_MANY_PAIRS:
+        return LaunchError(
+            f"batch {batch} x heads {heads} = {batch * heads} (batch, head) pairs exceed {limit} x {limit}"
+        )
+    return LaunchError(f"batch {batch}, heads {heads}: no (batch, head) pair to fold (limit {limit})")
 
 
 def fold_batch_heads(batch: int, heads: int, limit: int) -> tuple[int, int]:
-    """launch.cpp fold_batch_heads: (batch, heads) when both fit in `limit`, else the batch x heads
+    """geometry.h fold_batch_heads: (batch, heads) when both fit in `limit`, else the batch x heads
     pairs folded over y and z (the kernels' locate_block unfolds them)."""
-    if batch <= limit and heads <= limit:
-        return batch, heads
-    pairs = batch * heads
-    z = -(-pairs // limit)
-    y = -(-pairs // z)
-    if z > limit:
-        raise LaunchError(
-            f"batch {batch} x heads {heads} = {pairs} (batch, head) pairs exceed {limit} x {limit}"
-        )
-    return y, z
+    out = (ctypes.c_int64 * 2)()
+    status = binding_geometry().fa_geometry_fold(batch, heads, limit, out)
+    if status != _OK:
+        raise _pairs_error(batch, heads, limit, status)
+    return out[0], out[1]
 
 
 def grid_of(entry: str, launch: EntryLaunch, p: FaParams, dev: Any = None) -> tuple[int, int, int] | None:
-    """launch.cpp launch_all: (blocks over query or key rows [times num_splits], then the (batch,
-    head) pairs over y and z, folded past GRID_YZ_LIMIT); None when empty (a zero grid is a launch
-    error, so the binding skips it). A device with a `geometry` method (the CPU emulator, which
-    compiles the binding's own kernels/binding/geometry.h) answers it; the steps below are that
-    header's, in Python, for the GPU kit's driver launcher."""
+    """launch.cpp launch_all's grid: geometry.h entry_launch (blocks over query or key rows [times
+    num_splits], then the (batch, head) pairs over y and z, folded past GRID_YZ_LIMIT); None when empty
+    (a zero grid is a launch error, so the binding skips it). A device with a `geometry` method (the CPU
+    emulator, whose library compiles the same header) answers it; else the header built for ctypes
+    (binding_geometry) does, for the GPU kit's driver launcher."""
     geometry = getattr(dev, "geometry", None)
     if geometry is not None:
         geo = geometry(entry, launch, p, GRID_YZ_LIMIT)
         return None if geo is None else (geo[0], geo[1], geo[2])
     if launch.grid not in GRIDS:
         raise LaunchError(f"entry {entry}: grid {launch.grid!r} is not one the binding launches")
-    by_keys = launch.grid == "k_blocks"
-    rows = p.seqlen_k if by_keys else p.seqlen_q
-    block = launch.block_n if by_keys else launch.block_m
-    if block <= 0 or launch.threads <= 0:
-        raise LaunchError(f"entry {entry}: no block size (block {block}, threads {launch.threads})")
-    grid_x = (rows + block - 1) // block
-    if launch.grid == "q_blocks_splits":
-        grid_x *= p.num_splits
-    if grid_x == 0 or p.batch == 0 or p.heads == 0:
+    out = (ctypes.c_int64 * 3)()
+    code = GRIDS.index(launch.grid)
+    status = binding_geometry().fa_geometry_entry(
+        launch.threads, launch.block_m, launch.block_n, code, ctypes.byref(p), GRID_YZ_LIMIT, out
+    )
+    if status == _EMPTY:
         return None
-    return (grid_x, *fold_batch_heads(p.batch, p.heads, GRID_YZ_LIMIT))
+    if status == _NO_BLOCK:
+        block = launch.block_n if launch.grid == "k_blocks" else launch.block_m
+        raise LaunchError(f"entry {entry}: no block size (block {block}, threads {launch.threads})")
+    if status != _OK:
+        raise _pairs_error(p.batch, p.heads, GRID_YZ_LIMIT, status)
+    return out[0], out[1], out[2]
 
 
 class Device(Protocol):

@@ -5,6 +5,8 @@ checked; the GPU window runs them for real)."""
 from __future__ import annotations
 
 import ctypes
+import shutil
+from pathlib import Path
 from typing import Any
 
 import cuda_launch
@@ -156,3 +158,32 @@ def test_grids_follow_the_entries_and_empty_ones_are_skipped() -> None:
     assert kl.grid_of("e", kl.EntryLaunch(128, 64, 0, 0, "q_blocks"), p) is None
     with pytest.raises(kl.LaunchError, match="grid 'splits'"):
         kl.grid_of("e", kl.EntryLaunch(128, 64, 0, 0, "splits"), p)
+
+
+def test_the_grid_is_geometry_hs_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kit keeps no copy of the launch geometry: grid_of asks kernels/binding/geometry.h, so an
+    altered header (query blocks rounded down, the (batch, head) limit lowered) changes the kit's grids."""
+    p = kl.FaParams()
+    p.seqlen_q, p.seqlen_k, p.batch, p.heads = 100, 257, 3, 4
+    entry = kl.EntryLaunch(128, 64, 32, 0, "q_blocks")
+    assert kl.grid_of("e", entry, p) == (2, 3, 4)
+    altered = tmp_path / "binding"
+    shutil.copytree(kl.BINDING, altered)
+    header = altered / "geometry.h"
+    text = header.read_text()
+    rounded_up = "(rows + block - 1) / block"
+    assert rounded_up in text
+    header.write_text(text.replace(rounded_up, "rows / block"))
+    monkeypatch.setattr(kl, "BINDING", altered)
+    assert kl.grid_of("e", entry, p) == (1, 3, 4)
+    monkeypatch.setattr(kl, "GRID_YZ_LIMIT", 3)
+    p.batch = 2
+    assert kl.grid_of("e", entry, p) == (1, 3, 3)  # 2 x 4 pairs folded past 3: 3 rows of 3
+
+
+def test_the_yz_limit_is_read_from_the_header() -> None:
+    assert kl.GRID_YZ_LIMIT == 65535
+    assert kl.fold_batch_heads(2, 4, 3) == (3, 3)
+    with pytest.raises(kl.LaunchError, match="pairs exceed 3 x 3"):
+        kl.fold_batch_heads(4, 4, 3)
+    assert "constexpr int64_t kGridYZLimit = 65535;" in (kl.BINDING / "geometry.h").read_text()
