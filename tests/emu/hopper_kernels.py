@@ -169,3 +169,106 @@ class WgmmaArgs(ctypes.Structure):
 def descriptor(lbo: int, sbo: int, mode: int) -> int:
     """A matrix descriptor with start address 0 (hopper.cuh make_desc's fields)."""
     return ((lbo >> 4) & 0x3FFF) << 16 | ((sbo >> 4) & 0x3FFF) << 32 | mode << 62
+
+
+# ---- a TMA + mbarrier pipeline: one producer warpgroup, two consumer warpgroups ---------------------------
+WRONG_PARITY = 1  # consumers wait on the other parity of the full barrier
+NO_EXPECT_TX = 2  # the producer arrives without expect_tx before its TMA
+EXTRA_ARRIVE = 4  # the producer arrives twice on the full barrier (its count is 1)
+NO_CONSUMER_WAIT = 8  # consumers read the stage without waiting on its full barrier
+NO_REG_DEC = 16  # the producer keeps its registers; the consumers' setmaxnreg.inc cannot be met
+SPLIT_REG_COUNT = 32  # one consumer warp asks a different register count
+
+PIPELINE_SOURCE = r"""
+#include "hopper.cuh"
+using namespace fa::sm90;
+using fa::u32;
+
+struct Args {
+  const CUtensorMap* map;  // rows x cols of 16-bit elements, box BOX_ROWS x BOX_COLS
+  unsigned char* out;      // 2 consumers x tiles x stage bytes: what each consumer read of each stage
+  u32 tiles, faults;
+};
+
+constexpr u32 kStages = 2;
+constexpr u32 kStageBytes = BOX_ROWS * BOX_COLS * 2;
+
+extern "C" __global__ void pipeline_kernel(const void* p) {
+  const Args& a = *static_cast<const Args*>(p);
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const u32 base = smem_addr(smem);
+  const u32 full = base + kStages * kStageBytes, empty = full + 8 * kStages;
+  const int wg = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    for (u32 s = 0; s < kStages; ++s) {
+      mbar_init(full + 8 * s, 1);
+      mbar_init(empty + 8 * s, 256);
+    }
+    fence_mbar_init();
+  }
+  __syncthreads();
+  if (wg == 0) {  // the producer: one elected thread of warp 0 issues the loads
+    if (!(a.faults & 16)) setmaxnreg_dec<24>();
+    if (threadIdx.x < 32 && elect_one()) {
+      prefetch_tensormap(a.map);
+      for (u32 t = 0; t < a.tiles; ++t) {
+        const u32 s = t % kStages, n = t / kStages;
+        mbar_wait(empty + 8 * s, (n & 1) ^ 1);
+        if (a.faults & 2) {
+          mbar_arrive(full + 8 * s);
+        } else {
+          mbar_arrive_expect_tx(full + 8 * s, kStageBytes);
+        }
+        if (a.faults & 4) mbar_arrive(full + 8 * s);
+        tma_load_2d(base + s * kStageBytes, a.map, full + 8 * s, 0, static_cast<int>(t * BOX_ROWS));
+      }
+    }
+    return;
+  }
+  if ((a.faults & 32) && threadIdx.x >= 352) {
+    setmaxnreg_inc<232>();
+  } else {
+    setmaxnreg_inc<240>();
+  }
+  const u32 me = threadIdx.x - 128 * wg;
+  for (u32 t = 0; t < a.tiles; ++t) {
+    const u32 s = t % kStages, n = t / kStages;
+    if (!(a.faults & 8)) mbar_wait(full + 8 * s, (a.faults & 1) ? (n & 1) ^ 1 : n & 1);
+    unsigned char* dst = a.out + ((wg - 1) * a.tiles + t) * kStageBytes;
+    for (u32 i = me * 4; i < kStageBytes; i += 128 * 4) {
+      *reinterpret_cast<u32*>(dst + i) = *reinterpret_cast<const u32*>(smem + s * kStageBytes + i);
+    }
+    mbar_arrive(empty + 8 * s);
+  }
+}
+"""
+
+
+class PipelineArgs(ctypes.Structure):
+    _fields_ = [
+        ("map", ctypes.c_void_p),
+        ("out", ctypes.c_void_p),
+        ("tiles", ctypes.c_uint32),
+        ("faults", ctypes.c_uint32),
+    ]
+
+
+CU_TENSOR_MAP_DATA_TYPE_FLOAT16 = 6  # the driver's CUtensorMapDataType
+CU_TENSOR_MAP_SWIZZLE = {"none": 0, "32B": 1, "64B": 2, "128B": 3}  # CUtensorMapSwizzle
+
+
+def tma_box_image(x: torch.Tensor, row0: int, rows: int, cols: int, pattern: str) -> torch.Tensor:
+    """The shared-memory bytes a TMA writes for the box of `x` (rows x cols at (row0, 0)) at a 1024-aligned
+    address: rows of cols elements, out-of-bounds elements zero, 16-byte chunks swizzled per row."""
+    box = torch.zeros(rows, cols, dtype=x.dtype)
+    avail = x[row0 : row0 + rows, :cols]
+    box[: avail.shape[0], : avail.shape[1]] = avail
+    raw = box.contiguous().view(torch.uint8).reshape(-1)
+    out = torch.empty_like(raw)
+    row_bytes = cols * x.element_size()
+    mode = {"none": 0, "32B": 3, "64B": 2, "128B": 1}[pattern]  # as a descriptor mode, for swizzle()
+    for offset in range(0, raw.numel(), 16):
+        dst = swizzle(offset, mode) if mode else offset
+        out[dst : dst + 16] = raw[offset : offset + 16]
+    assert row_bytes % 16 == 0
+    return out
