@@ -662,6 +662,7 @@ bool parse_sm90(Instr& in, const std::string& name, const std::vector<std::strin
     const bool init = mods.size() == 3 && mods[0] == "mbarrier_init" && mods[1] == "release" && mods[2] == "cluster";
     if (!proxy && !init) parse_fail(stmt, "only fence.proxy.async.shared::cta and fence.mbarrier_init are emulated");
     in.op = Op::kFence;
+    in.trans = proxy;
     in.memory = true;
     need_args(in, 0);
     return true;
@@ -751,9 +752,16 @@ Program parse_program(const char* text) {
 
 // One thread's register file while it runs one asm statement.
 struct Regs {
-  uint64_t op[kMaxOps];
   uint64_t local[kMaxLocals];
+  size_t n = 0;  // operands in use: a collective copies these, not all kMaxOps
+  uint64_t op[kMaxOps];
 };
+
+inline void copy_regs(Regs& to, const Regs& from) {
+  memcpy(to.local, from.local, sizeof from.local);
+  to.n = from.n;
+  memcpy(to.op, from.op, from.n * sizeof(uint64_t));
+}
 
 inline uint64_t get(const Regs& r, const Ref& ref) {
   switch (ref.kind) {
@@ -808,6 +816,7 @@ struct Fiber {
   std::unordered_set<uintptr_t> dirty;     // register variables written by ordinary code since it
   std::vector<std::pair<uint32_t, uint32_t>> observed;  // mbarrier -> phases this thread saw complete
   uint32_t wait_bar = 0, wait_parity = 0;
+  uint32_t proxy_fences = 0;  // fence.proxy.async executed
 };
 
 enum AccessKind { kAccLd, kAccSt, kAccCpAsync, kAccLdmatrix, kAccKinds };
@@ -841,6 +850,7 @@ struct Shadow {
   uint16_t async_reads = 0;  // wgmmas not yet retired that read the byte
   int32_t tma_bar = -1;      // kAsyncWritten: the mbarrier the TMA completed on, and its phase then
   uint32_t tma_phase = 0;
+  uint32_t w_fences = 0;     // the writer's fence.proxy.async count when it wrote (a generic write)
 };
 constexpr int16_t kManyReaders = -2;
 
@@ -1235,6 +1245,7 @@ inline void smem_check_write(uint32_t addr, uint32_t n, uint32_t align, const ch
     Shadow& s = b.shadow[addr + i];
     s.w_epoch = b.epoch;
     s.w_tid = me;
+    s.w_fences = g.cur->proxy_fences;
   }
 }
 
@@ -1320,7 +1331,7 @@ void warp_collective(const Instr& ins, uintptr_t site, Regs& regs) {
          "form needs every lane at the same instruction",
          warp, ins.text.c_str(), reinterpret_cast<void*>(site), reinterpret_cast<void*>(w.site));
   }
-  w.lanes[lane] = regs;
+  copy_regs(w.lanes[lane], regs);
   ++g.collectives;
   if (++w.arrived < kWarpSize) {
     block_here(State::kWaitWarp);
@@ -1333,7 +1344,7 @@ void warp_collective(const Instr& ins, uintptr_t site, Regs& regs) {
     }
     yield();
   }
-  regs = w.lanes[lane];
+  copy_regs(regs, w.lanes[lane]);
 }
 
 inline float elem(uint32_t r, int e, Ty ty) {
@@ -1539,7 +1550,7 @@ void warpgroup_collective(const Instr& ins, uintptr_t site, Regs& regs) {
          "warpgroup at the same instruction",
          wg, ins.text.c_str());
   }
-  w.lanes[static_cast<size_t>(me)] = regs;
+  copy_regs(w.lanes[static_cast<size_t>(me)], regs);
   ++g.collectives;
   if (++w.arrived < kWarpgroup) {
     block_here(State::kWaitWarpgroup);
@@ -1552,7 +1563,7 @@ void warpgroup_collective(const Instr& ins, uintptr_t site, Regs& regs) {
     }
     yield();
   }
-  regs = w.lanes[static_cast<size_t>(me)];
+  copy_regs(regs, w.lanes[static_cast<size_t>(me)]);
 }
 
 // The shared-memory address of element (row, k) of a 16-bit wgmma operand (row: M of A, N of B) under
@@ -1592,6 +1603,10 @@ uint16_t wg_read(Block& b, int wg, uint32_t addr, const char* what, std::vector<
       fail("%s: reads shared byte %u, which nothing has written", what, addr + i);
     } else if (s.w_epoch == b.epoch && s.w_tid / kWarpgroup != wg) {
       fail("%s: reads shared byte %u written by thread %d (another warpgroup) with no __syncthreads between (race)",
+           what, addr + i, s.w_tid);
+    } else if (s.w_tid >= 0 && b.fibers[static_cast<size_t>(s.w_tid)].proxy_fences == s.w_fences) {
+      fail("%s: reads shared byte %u, which thread %d wrote with a generic-proxy store and no fence.proxy.async since: "
+           "the async proxy (wgmma, TMA) may not see the write",
            what, addr + i, s.w_tid);
     }
   }
@@ -2022,8 +2037,10 @@ void exec_sm90(const Instr& in, Regs& r, uintptr_t site) {
       }
     }
     case Op::kFence:
+      if (in.trans) ++f->proxy_fences;  // fence.proxy.async
+      return;
     case Op::kPrefetchTmap:
-      if (in.op == Op::kPrefetchTmap) tensor_map_at(src(0), in);
+      tensor_map_at(src(0), in);
       return;
     case Op::kBarSync:
     case Op::kBarArrive:
@@ -2068,6 +2085,7 @@ void wait_groups(Fiber* f, size_t keep) {
         s.pending_tid = -1;
         s.w_epoch = b.epoch;
         s.w_tid = static_cast<int16_t>(f->index);
+        s.w_fences = f->proxy_fences;
       }
     }
     f->committed.pop_front();
@@ -2286,6 +2304,7 @@ void start_block(Block& b, int64_t id) {
     f.wg_fenced = false;
     f.dirty.clear();
     f.observed.clear();
+    f.proxy_fences = 0;
     f.started = false;
     makecontext(&f.ctx, fiber_main, 0);
     make_ready(&f);
@@ -2422,6 +2441,7 @@ __attribute__((noinline)) void ptx(const char* text, std::initializer_list<Opera
     ++i;
   }
   for (const Operand& o : ins) r.op[i++] = o.val;
+  r.n = i;
   f->outs = outs.begin();
   f->n_outs = n_out;
   bool memory = false;

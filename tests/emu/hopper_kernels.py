@@ -81,6 +81,7 @@ NO_WAIT = 4  # no wgmma.wait_group at all
 WRITE_PENDING = 8  # a store to shared memory the pending wgmma reads
 WRITE_AFTER_FENCE = 16  # an ordinary write of an accumulator between the fence and the wgmma
 HALF_WARPGROUP = 32  # only warps 0 and 1 run the wgmma
+NO_PROXY_FENCE = 64  # the tiles stored with plain stores reach the wgmma without fence.proxy.async
 
 WGMMA_SOURCE = r"""
 #include "hopper.cuh"
@@ -115,6 +116,7 @@ extern "C" __global__ void wgmma_kernel(const void* p) {
   for (u32 i = threadIdx.x * 4; i < a.image_bytes; i += blockDim.x * 4) {
     *reinterpret_cast<u32*>(smem + i) = *reinterpret_cast<const u32*>(a.image + i);
   }
+  if (!(a.faults & 64)) fence_async_shared();  // generic-proxy stores, read by wgmma (the async proxy)
   __syncthreads();
   if ((a.faults & 32) && threadIdx.x >= 64) return;
   const u32 base = smem_addr(smem);
@@ -272,3 +274,64 @@ def tma_box_image(x: torch.Tensor, row0: int, rows: int, cols: int, pattern: str
         out[dst : dst + 16] = raw[offset : offset + 16]
     assert row_bytes % 16 == 0
     return out
+
+
+# ---- TMA tiles straight into wgmma: the 128-byte swizzle TMA writes is the one the descriptor reads ------
+HALF_WAIT = 1  # half of the consumer warpgroup runs the wgmma without waiting on the barrier
+DESC_64B = 2  # the descriptors claim the 64-byte swizzle
+
+TMA_WGMMA_SOURCE = r"""
+#include "hopper.cuh"
+using namespace fa::sm90;
+using fa::u32;
+using fa::u64;
+
+struct Args {
+  const CUtensorMap* map_a;  // 64 x 64, box 64 x 64, 128-byte swizzle
+  const CUtensorMap* map_b;  // 64 x 64 (B as n x k), the same
+  float* out;                // 128 threads x 32 accumulators
+  u32 faults;
+};
+
+extern "C" __global__ void tma_wgmma_kernel(const void* p) {
+  const Args& a = *static_cast<const Args*>(p);
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const u32 base = smem_addr(smem), bar = base + 16384;
+  if (threadIdx.x == 0) {
+    mbar_init(bar, 1);
+    fence_mbar_init();
+  }
+  __syncthreads();
+  if (threadIdx.x < 128) {
+    if (threadIdx.x == 0) {
+      mbar_arrive_expect_tx(bar, 16384);
+      tma_load_2d(base, a.map_a, bar, 0, 0);
+      tma_load_2d(base + 8192, a.map_b, bar, 0, 0);
+    }
+    return;
+  }
+  if (!(a.faults & 1) || threadIdx.x < 192) mbar_wait(bar, 0);
+  const Swizzle sw = (a.faults & 2) ? kSwizzle64B : kSwizzle128B;
+  float d[32];
+  for (int i = 0; i < 32; ++i) d[i] = 0.f;
+  fence_acc(d);
+  wgmma_fence();
+  for (u32 s = 0; s < 4; ++s) {
+    Wgmma<64>::ss<0, 0>(d, make_desc(base + 32 * s, 16, 1024, sw), make_desc(base + 8192 + 32 * s, 16, 1024, sw),
+                        s > 0 ? 1 : 0);
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_acc(d);
+  for (int i = 0; i < 32; ++i) a.out[(threadIdx.x - 128) * 32 + i] = d[i];
+}
+"""
+
+
+class TmaWgmmaArgs(ctypes.Structure):
+    _fields_ = [
+        ("map_a", ctypes.c_void_p),
+        ("map_b", ctypes.c_void_p),
+        ("out", ctypes.c_void_p),
+        ("faults", ctypes.c_uint32),
+    ]

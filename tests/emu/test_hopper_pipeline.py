@@ -99,3 +99,39 @@ def test_each_pipeline_rule_catches_its_broken_kernel(fault: int) -> None:
     for seed in (1, 2):
         with pytest.raises(H.EmulatorError, match=RULES[fault]):
             run_pipeline(faults=fault, seed=seed)
+
+
+def run_tma_wgmma(faults: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """D = A B^T with A and B loaded by TMA (128-byte swizzle) and multiplied by four chained wgmmas."""
+    gen = torch.Generator().manual_seed(7)
+    choices = torch.tensor([-2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0])
+    a, b = (choices[torch.randint(0, 7, (64, 64), generator=gen)].half() for _ in range(2))
+    out = torch.full((128, 32), float("nan"))
+    em = H.EmulatedSource(H.build_source(K.TMA_WGMMA_SOURCE, "tma-wgmma", "9.0a"), "9.0a")
+    raw = torch.zeros(512, dtype=torch.uint8)
+    at = -raw.data_ptr() % 64
+    maps = []
+    for i, (name, t) in enumerate((("a", a), ("b", b))):
+        em.register(name, t)
+        tmap = (ctypes.c_uint64 * 16).from_address(raw.data_ptr() + at + 128 * i)
+        em.encode_tiled(tmap, K.CU_TENSOR_MAP_DATA_TYPE_FLOAT16, t, [64, 64], [128], [64, 64], 3)
+        maps.append(raw.data_ptr() + at + 128 * i)
+    em.register("out", out)
+    args = K.TmaWgmmaArgs(maps[0], maps[1], out.data_ptr(), faults)
+    em.launch("tma_wgmma_kernel", (1, 1, 1), 256, 16384 + 8, ctypes.pointer(args))
+    return K.gather_d(out, 64), (a.double() @ b.double().T).float()
+
+
+def test_a_tma_tile_is_the_swizzled_operand_wgmma_reads() -> None:
+    got, want = run_tma_wgmma()
+    assert torch.equal(got, want)
+
+
+def test_a_descriptor_with_the_wrong_swizzle_reads_wrong_numbers() -> None:
+    got, want = run_tma_wgmma(K.DESC_64B)
+    assert not torch.equal(got, want)
+
+
+def test_a_wgmma_before_every_thread_of_its_warpgroup_waited_is_a_race() -> None:
+    with pytest.raises(H.EmulatorError, match=r"before thread \d+ of warpgroup 1 waited for that phase"):
+        run_tma_wgmma(K.HALF_WAIT)

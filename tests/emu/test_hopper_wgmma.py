@@ -3,7 +3,8 @@ them in Python): hopper.cuh's Wgmma<N>::ss / ::rs over every swizzle mode, K-maj
 imm-trans operands) tiles, A from shared memory and from registers, chained k16 steps, fp16 and bf16; and
 a deliberately broken kernel for each rule of the asynchronous groups (a missing wgmma.fence, an
 accumulator read before its wait_group, no wait at all, shared memory written under a pending wgmma, an
-ordinary write between the fence and the wgmma, a partial warpgroup, a wrong swizzle)."""
+ordinary write between the fence and the wgmma, a partial warpgroup, a wrong swizzle, plain stores
+the wgmma reads without fence.proxy.async)."""
 
 from __future__ import annotations
 
@@ -131,6 +132,7 @@ RULES = {
     K.WRITE_PENDING: r"writes shared byte \d+, which a wgmma no wgmma\.wait_group has retired still reads \(race\)",
     K.WRITE_AFTER_FENCE: r"accumulator register 0 .* written by an ordinary instruction after the last wgmma\.fence",
     K.HALF_WARPGROUP: r"partial warpgroup",
+    K.NO_PROXY_FENCE: r"wrote with a generic-proxy store and no fence\.proxy\.async since",
 }
 
 
