@@ -379,6 +379,23 @@ class EmulatedSource:
         if rc != 0:
             raise EmulatorError(self.lib.emu_error().decode())
 
+    def launch_maps(
+        self, entry: str, grid: tuple[int, int, int], threads: int, smem: int, params: FaParams, maps: bytes
+    ) -> None:
+        """An sm_90a entry `void entry(FaParams, CUtensorMap x n)`: `maps` holds the n 128-byte maps in order."""
+        fn = ctypes.cast(getattr(self.lib, entry), ctypes.c_void_p).value
+        self.lib.emu_launch_maps.argtypes = [
+            ctypes.c_void_p,
+            *[ctypes.c_uint] * 4,
+            ctypes.c_int,
+            ctypes.POINTER(FaParams),
+            ctypes.c_char_p,
+            ctypes.c_int,
+        ]
+        rc = self.lib.emu_launch_maps(fn, *grid, threads, smem, ctypes.byref(params), maps, len(maps) // 128)
+        if rc != 0:
+            raise EmulatorError(f"{entry}: {self.lib.emu_error().decode()}")
+
     def launch(
         self, entry: str, grid: tuple[int, int, int], threads: int, smem: int, args: ctypes.Array
     ) -> None:

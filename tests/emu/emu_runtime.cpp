@@ -2235,6 +2235,15 @@ static FaParams g_params;
 typedef void (*RawKernelFn)(const void*);  // a test kernel taking a pointer to its arguments
 static RawKernelFn g_raw_kernel = nullptr;
 static const void* g_raw_args = nullptr;
+// An sm_90a kernel's parameters: the Params struct, then __grid_constant__ tensor maps (hopper.cuh's
+// CUtensorMap: 128 bytes, 64-byte aligned), passed by value as the kernel declares them.
+struct alignas(64) Map128 {
+  uint64_t w[16];
+};
+typedef void (*Maps3KernelFn)(FaParams, Map128, Map128, Map128);
+typedef void (*Maps4KernelFn)(FaParams, Map128, Map128, Map128, Map128);
+static int g_n_maps = 0;
+static Map128 g_maps[4];
 
 inline void switch_to(Fiber* f) {
   g.cur = f;
@@ -2244,7 +2253,11 @@ inline void switch_to(Fiber* f) {
 
 void fiber_main() {
   Fiber* f = g.cur;
-  if (g_kernel != nullptr) {
+  if (g_kernel != nullptr && g_n_maps == 3) {
+    reinterpret_cast<Maps3KernelFn>(g_kernel)(g_params, g_maps[0], g_maps[1], g_maps[2]);
+  } else if (g_kernel != nullptr && g_n_maps == 4) {
+    reinterpret_cast<Maps4KernelFn>(g_kernel)(g_params, g_maps[0], g_maps[1], g_maps[2], g_maps[3]);
+  } else if (g_kernel != nullptr) {
     g_kernel(g_params);
   } else {
     g_raw_kernel(g_raw_args);
@@ -2660,6 +2673,21 @@ int emu_launch_raw(void* fn, unsigned gx, unsigned gy, unsigned gz, unsigned thr
   emu::g_raw_args = args;
   const int rc = emu_launch(nullptr, gx, gy, gz, threads, smem_bytes, &unused);
   emu::g_raw_kernel = nullptr;
+  return rc;
+}
+
+// An sm_90a kernel `void fn(Params, CUtensorMap x n_maps)` (n_maps 3 or 4, the maps' 128-byte images
+// in order at `maps`); as emu_launch otherwise.
+int emu_launch_maps(void* fn, unsigned gx, unsigned gy, unsigned gz, unsigned threads, int smem_bytes,
+                    const FaParams* params, const void* maps, int n_maps) {
+  if (n_maps != 3 && n_maps != 4) {
+    emu::g.error = "an sm_90a kernel takes 3 or 4 tensor maps after its Params";
+    return 1;
+  }
+  emu::g_n_maps = n_maps;
+  memcpy(emu::g_maps, maps, 128 * static_cast<size_t>(n_maps));
+  const int rc = emu_launch(fn, gx, gy, gz, threads, smem_bytes, params);
+  emu::g_n_maps = 0;
   return rc;
 }
 

@@ -335,3 +335,34 @@ class TmaWgmmaArgs(ctypes.Structure):
         ("out", ctypes.c_void_p),
         ("faults", ctypes.c_uint32),
     ]
+
+
+# ---- the sm_90a entry's signature: Params, then tensor maps by value --------------------------------------
+MAPS_SOURCE = r"""
+#include "params.h"
+#include "hopper.cuh"
+using namespace fa::sm90;
+using fa::u32;
+
+// Loads the 16 x 64 box at row 16 of tensor map p.heads (0, 1 or 2) into shared memory, then copies
+// it to p.o: the maps arrive by value, in order, and their addresses are what TMA takes.
+extern "C" __global__ void maps_kernel(const FaParams p, const __grid_constant__ CUtensorMap m0,
+                                       const __grid_constant__ CUtensorMap m1, const __grid_constant__ CUtensorMap m2) {
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const u32 base = smem_addr(smem), bar = base + 2048;
+  const CUtensorMap* maps[3] = {&m0, &m1, &m2};
+  if (threadIdx.x == 0) {
+    mbar_init(bar, 1);
+    fence_mbar_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    mbar_arrive_expect_tx(bar, 2048);
+    tma_load_2d(base, maps[p.heads], bar, 0, 16);
+  }
+  mbar_wait(bar, 0);
+  for (u32 i = threadIdx.x * 4; i < 2048; i += blockDim.x * 4) {
+    *reinterpret_cast<u32*>(static_cast<unsigned char*>(p.o) + i) = *reinterpret_cast<const u32*>(smem + i);
+  }
+}
+"""

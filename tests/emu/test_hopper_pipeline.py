@@ -135,3 +135,22 @@ def test_a_descriptor_with_the_wrong_swizzle_reads_wrong_numbers() -> None:
 def test_a_wgmma_before_every_thread_of_its_warpgroup_waited_is_a_race() -> None:
     with pytest.raises(H.EmulatorError, match=r"before thread \d+ of warpgroup 1 waited for that phase"):
         run_tma_wgmma(K.HALF_WAIT)
+
+
+def test_an_entry_takes_params_then_tensor_maps_by_value() -> None:
+    """The forward's signature (Params, then __grid_constant__ CUtensorMaps): the kernel picks map p.heads
+    and its TMA reads that tensor."""
+    em = H.EmulatedSource(H.build_source(K.MAPS_SOURCE, "maps", "9.0a"), "9.0a")
+    tensors = [torch.randn(40, 64, generator=torch.Generator().manual_seed(i)).half() for i in range(3)]
+    raw = torch.zeros(3 * 128 + 64, dtype=torch.uint8)
+    at = -raw.data_ptr() % 64
+    for i, t in enumerate(tensors):
+        em.register(f"t{i}", t)
+        tmap = (ctypes.c_uint64 * 16).from_address(raw.data_ptr() + at + 128 * i)
+        em.encode_tiled(tmap, K.CU_TENSOR_MAP_DATA_TYPE_FLOAT16, t, [64, 40], [128], [64, 16], 3)
+    out = torch.zeros(2048, dtype=torch.uint8)
+    em.register("out", out)
+    params = H.FaParams()
+    params.o, params.heads = out.data_ptr(), 1
+    em.launch_maps("maps_kernel", (1, 1, 1), 128, 2048 + 8, params, bytes(raw[at : at + 384].tolist()))
+    assert torch.equal(out, K.tma_box_image(tensors[1], 16, 16, 64, "128B"))
