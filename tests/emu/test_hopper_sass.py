@@ -138,3 +138,18 @@ def test_plain_sm90_is_refused_by_name() -> None:
     with pytest.raises(NvrtcError) as err:
         nvrtc.compile(PROBE, "probe.cu", "sm_90", ["-std=c++17", "-DWN=64"], _headers())
     assert "hopper.cuh needs sm_90a" in str(err.value.args) + str(getattr(err.value, "log", ""))
+
+
+def test_the_emulator_routes_every_asm_of_hopper_cuh() -> None:
+    """The emulator's copy of hopper.cuh has each asm statement, the ones inside the wgmma macro too, as
+    a call of its PTX interpreter, and the accumulator operand macro as the interpreter's operand."""
+    sys.path.insert(0, str(REPO / "tests" / "emu"))
+    import emu_harness as H
+
+    source = (CSRC / "hopper.cuh").read_text()
+    built = (H.emulator_sources() / "hopper.cuh").read_text()
+    statements = source.count("asm(") + source.count("asm volatile(")
+    assert statements >= 25
+    assert built.count("::emu::ptx(") == statements
+    assert H._ASM.search(built) is None
+    assert "#define FA_SM90_ACC_OUT(x) ::emu::out_op('+', 'f', x)" in built
