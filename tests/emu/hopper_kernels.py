@@ -180,6 +180,7 @@ EXTRA_ARRIVE = 4  # the producer arrives twice on the full barrier (its count is
 NO_CONSUMER_WAIT = 8  # consumers read the stage without waiting on its full barrier
 NO_REG_DEC = 16  # the producer keeps its registers; the consumers' setmaxnreg.inc cannot be met
 SPLIT_REG_COUNT = 32  # one consumer warp asks a different register count
+NO_EMPTY_WAIT = 64  # the producer refills a stage without waiting for the consumers to release it
 
 PIPELINE_SOURCE = r"""
 #include "hopper.cuh"
@@ -215,7 +216,7 @@ extern "C" __global__ void pipeline_kernel(const void* p) {
       prefetch_tensormap(a.map);
       for (u32 t = 0; t < a.tiles; ++t) {
         const u32 s = t % kStages, n = t / kStages;
-        mbar_wait(empty + 8 * s, (n & 1) ^ 1);
+        if (!(a.faults & 64)) mbar_wait(empty + 8 * s, (n & 1) ^ 1);
         if (a.faults & 2) {
           mbar_arrive(full + 8 * s);
         } else {

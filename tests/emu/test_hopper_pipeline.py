@@ -4,7 +4,7 @@ transaction bytes, cp.async.bulk.tensor decoding the tensor map the emulator's c
 elect.sync; checked against the box images computed in Python (tests/emu/hopper_kernels.py), under several
 scheduler seeds, and a deliberately broken kernel for each rule: a wrong parity, a missing expect_tx, an
 arrival beyond the count, a consumer reading a stage before its phase completes, a register budget the
-producer never gives back, a non-uniform setmaxnreg."""
+producer never gives back, a non-uniform setmaxnreg, a stage refilled before the consumers released it."""
 
 from __future__ import annotations
 
@@ -89,6 +89,9 @@ RULES = {
     K.EXTRA_ARRIVE: r"an arrival beyond the count: the mbarrier at \d+ expects 1 arrivals per phase",
     K.NO_CONSUMER_WAIT: r"(before thread \d+ waited for that phase to complete \(race\)|which nothing has written)",
     K.NO_REG_DEC: r"deadlock: .* waits in setmaxnreg\.inc to 240 registers .* no setmaxnreg\.dec gives any back",
+    # tile 2 lands in stage 0 before the consumers read tile 0: they read it too early, or wait for a phase
+    # of the full barrier that never comes (the phase of their parity is the one after tile 2's)
+    K.NO_EMPTY_WAIT: r"(waited for that phase to complete \(race\)|deadlock: .* waits on the mbarrier at \d+ for parity 0)",
     # the count is an immediate, so two counts are two call sites of the .aligned instruction
     K.SPLIT_REG_COUNT: r"threads of warpgroup 2 reach 'setmaxnreg\.inc\.sync\.aligned\.u32 %0' from different call sites",
 }
