@@ -35,6 +35,32 @@
 //   - launch limits (emu_set_limits): launch bounds, registers x threads, static plus dynamic smem.
 //   - deadlock: a block in which every live thread waits.
 //
+// sm_90a (kernels/csrc/hopper.cuh, a library built for arch "9.0a"):
+//   - warpgroups: wgmma, its fence, commit and wait, and setmaxnreg are reached by all 128 threads of a
+//     warpgroup from one call site; a block whose threads leave a warpgroup partial, or a thread that
+//     exited, fails the launch ("partial warpgroup").
+//   - wgmma reads shared memory through its descriptors (start, LBO, SBO, swizzle 128B/64B/32B/none,
+//     K-major or MN-major by imm-trans) or A from registers, in the PTX ISA's fragment layouts. Its
+//     accumulator registers hold NaN until the wgmma.wait_group that retires its group: any other
+//     access of them before (a plain load or store, another asm) fails naming the wgmma and the thread;
+//     a chained wgmma may accumulate into them. Shared memory a pending wgmma reads may not be written.
+//     A wgmma.fence must precede a thread's first wgmma and separate an ordinary write of an
+//     accumulator from the wgmma; bytes stored by the generic proxy need the writer's
+//     fence.proxy.async before a wgmma reads them.
+//   - mbarrier: arrival counts, transaction bytes (expect_tx raises, a TMA completes), phases; an
+//     arrival when the phase has all its arrivals, or a TMA completing bytes no expect_tx announced,
+//     fails; try_wait.parity suspends the thread until the phase of that parity completes (a wait that
+//     never ends is a deadlock naming the barrier, its phase and what it misses).
+//   - cp.async.bulk.tensor decodes the emulator's tensor map (emu_tensor_map_encode_tiled: the
+//     driver's cuTensorMapEncodeTiled arguments, in the driver's enums) and copies the box, zero outside
+//     the tensor, with the swizzle pattern on the shared addresses; a thread may read those bytes only
+//     after it (or a thread it met at a barrier) saw the mbarrier phase they completed on.
+//   - setmaxnreg: per-warpgroup register counts, .inc waits for registers another warpgroup's .dec
+//     gave back to the block's 64K (never: a deadlock that says so).
+//   Not modelled: named barriers (bar.sync id, n) order execution but do not end a race interval, TMA
+//   stores, multicast and clusters, the descriptor's base offset, inner TMA boxes narrower than the
+//   swizzle span.
+//
 // Scheduling: a window of blocks (FA_EMU_WINDOW, default 8) runs at once, every thread a fiber; at
 // each barrier and warp collective, and one in four memory instructions, the scheduler picks the next
 // fiber in an order drawn from a seed (emu_set_seed; the harness runs every launch under FA_EMU_SEEDS seeds). A barrier
@@ -65,6 +91,9 @@
 // What NVRTC defines: the kernels' sources take the device path.
 #define __CUDACC_RTC__ 1
 #define __CUDA_ARCH__ EMU_ARCH
+#ifdef EMU_ARCH_SPECIFIC  // an sm_90a library: what NVRTC defines for --gpu-architecture=sm_90a
+#define __CUDA_ARCH_FEAT_SM90_ALL 1
+#endif
 #ifndef __CUDACC_VER_MAJOR__
 #define __CUDACC_VER_MAJOR__ 12
 #define __CUDACC_VER_MINOR__ 8
@@ -112,10 +141,12 @@ inline uint64_t bits_of(const T& v) {
   }
 }
 
+// A `+` output's value is read by the interpreter, not here: a read here would be a plain access of the
+// register variable, which for a wgmma's pending accumulator is an error, and a chained wgmma may read it.
 template <class T>
 inline Operand out_op(char mode, char cons, T& ref) {
-  return Operand{cons, mode, static_cast<uint8_t>(sizeof(T)), static_cast<void*>(&ref),
-                 mode == '+' ? bits_of(ref) : 0};
+  static_assert(std::is_arithmetic_v<T> || std::is_pointer_v<T>, "an asm output of a type the emulator does not bind");
+  return Operand{cons, mode, static_cast<uint8_t>(sizeof(T)), static_cast<void*>(&ref), 0};
 }
 
 template <class T>
