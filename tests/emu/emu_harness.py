@@ -74,6 +74,13 @@ class RewriteError(EmulatorError):
 
 _ASM = re.compile(r"\basm\s*(?:volatile\s*)?\(")
 _OPERAND = re.compile(r'^"([=+]?)([hrlfdn])"\s*\((.*)\)$', re.DOTALL)
+# Operand lists too long to write out (wgmma's up to 128 accumulators) are macros: an upper-case macro call
+# in an operand section stands for its expansion, and a `#define NAME(x) "c"(x)` line whose body is one
+# operand is rewritten like an operand (rewrite_operand_macros).
+_OPERAND_MACRO = re.compile(r"^[A-Z_][A-Z0-9_]*\(.*\)$", re.DOTALL)
+_OPERAND_DEFINE = re.compile(
+    r'^(#define\s+[A-Z_][A-Z0-9_]*\(\w+\)\s+)("[=+]?[hrlfdn]"\s*\(.*\))\s*$', re.MULTILINE
+)
 _SMEM_DECL = re.compile(r"extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?unsigned\s+char\s+smem\[\]\s*;")
 
 
@@ -111,7 +118,13 @@ def _split(text: str, sep: str) -> list[str]:
 
 def _operands(section: str, output: bool, where: str) -> str:
     calls = []
-    for op in _split(section, ",") if section.strip() else []:
+    for raw in _split(section, ",") if section.strip() else []:
+        op = raw.replace("\\\n", " ").strip().removesuffix("\\").strip()  # inside a #define's body
+        if _OPERAND_MACRO.match(
+            op
+        ):  # a list macro (hopper.cuh's FA_SM90_OPS<n>(d)), rewritten at its #define
+            calls.append(op)
+            continue
         m = _OPERAND.match(op)
         if m is None or bool(m.group(1)) != output:
             raise RewriteError(f"{where}: asm operand {op!r} is not one the emulator binds")
@@ -146,6 +159,20 @@ def rewrite_asm(text: str, where: str) -> tuple[str, int]:
     return "".join(out), count
 
 
+def rewrite_operand_macros(text: str, where: str) -> str:
+    """Each `#define NAME(x) "c"(x)` of `text` (a macro standing for one asm operand) as the emulator's
+    operand: an output for = and + constraints, else an input."""
+
+    def one(m: re.Match[str]) -> str:
+        output = m.group(2)[1] in "=+"
+        return m.group(1) + _operands(m.group(2), output, where)[1:-1]
+
+    return _OPERAND_DEFINE.sub(one, text)
+
+
+PTX_HEADERS = ("primitives.cuh", "hopper.cuh")  # the only files with inline PTX
+
+
 def emulator_sources(csrc: Path = CSRC) -> Path:
     """A copy of `csrc` the emulator compiles (cached by content): primitives.cuh with its inline PTX
     routed to the interpreter (rewrite_asm), and each kernel's `extern __shared__ ... smem[]` as the
@@ -159,12 +186,14 @@ def emulator_sources(csrc: Path = CSRC) -> Path:
         return out
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     for name, text in files.items():
-        if name == "primitives.cuh":
-            text, n = rewrite_asm(text, str(csrc / name))
+        if name in PTX_HEADERS:
+            text, n = rewrite_asm(rewrite_operand_macros(text, str(csrc / name)), str(csrc / name))
             if n == 0:
                 raise RewriteError(f"{csrc / name}: no asm statement to route to the interpreter")
         elif "asm" in name or _ASM.search(text):
-            raise RewriteError(f"{csrc / name}: inline asm outside primitives.cuh (move it there)")
+            raise RewriteError(
+                f"{csrc / name}: inline asm outside {' and '.join(PTX_HEADERS)} (move it there)"
+            )
         text = _SMEM_DECL.sub("unsigned char* const smem = ::emu::block_smem();", text)
         if "__shared__" in text:
             raise RewriteError(f"{csrc / name}: a __shared__ declaration the emulator does not map")
