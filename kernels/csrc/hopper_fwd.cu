@@ -6,8 +6,8 @@
 //
 // Defines (kernels/tiles.py's sm_90a family; docs in /work/prompts/hopper_api.md's contract):
 //   FA_HEAD_DIM     64, 96, 128, 192, 256 (a call's head_dim is any multiple of 8 <= it)
-//   FA_BLOCK_M      query rows per block: 64 per consumer warpgroup (128: two, 192: three);
-//                   threads = 128 x (1 + FA_BLOCK_M / 64)
+//   FA_BLOCK_M      query rows per block: 64 per consumer warpgroup
+//   FA_CONSUMER_WGS consumer warpgroups, FA_BLOCK_M / 64 (2 or 3); threads = 128 x (1 + it)
 //   FA_BLOCK_N      key rows per pipeline stage (a multiple of 16)
 //   FA_STAGES       depth of the K/V pipeline (2)
 //   FA_DTYPE_BF16   1 for bf16, else fp16
@@ -18,7 +18,7 @@
 //     shared-memory tiles. Each stage has four mbarriers: k_full / v_full (armed with the bytes the
 //     TMA brings: the copy completes the phase) and k_empty / v_empty (every consumer thread arrives
 //     when it has finished reading the tile).
-//   warpgroups 1 .. FA_BLOCK_M / 64, the consumers: take registers (setmaxnreg.inc); each owns 64 query
+//   warpgroups 1 .. FA_CONSUMER_WGS, the consumers: take registers (setmaxnreg.inc); each owns 64 query
 //     rows and, per key block n (last to first, as fwd.cu):
 //       S = Q K(n)^T                 compute_scores   wgmma, A = Q and B = K from shared memory
 //       softcap, mask, online softmax                 softmax.cuh's stages on the fp32 fragments
@@ -37,6 +37,7 @@
 // HGMMA and UTMALDG in the SASS and no spills); correctness needs the emulator or a device.
 
 #include "attention.cuh"
+#include "hopper.cuh"
 #include "softmax.cuh"
 
 #if !defined(FA_HEAD_DIM) || !defined(FA_BLOCK_M) || !defined(FA_BLOCK_N) || !defined(FA_STAGES)
@@ -54,12 +55,12 @@ constexpr int kHeadDim = FA_HEAD_DIM;
 constexpr int kBlockM = FA_BLOCK_M;
 constexpr int kBlockN = FA_BLOCK_N;
 constexpr int kStages = FA_STAGES;
-constexpr int kConsumers = kBlockM / 64;  // consumer warpgroups
+constexpr int kConsumers = FA_CONSUMER_WGS;  // consumer warpgroups (tiles.py: FA_BLOCK_M / 64)
 constexpr int kWgThreads = 128;
 constexpr int kThreads = kWgThreads * (1 + kConsumers);
 constexpr int kConsumerThreads = kWgThreads * kConsumers;
 
-static_assert(kBlockM % 64 == 0, "each consumer warpgroup owns 64 query rows (one wgmma m64)");
+static_assert(kBlockM == 64 * kConsumers, "each consumer warpgroup owns 64 query rows (one wgmma m64)");
 static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "key block: whole k16 steps of P V, one wgmma N <= 256");
 static_assert(kHeadDim % 32 == 0 && kHeadDim <= 256, "head dim: whole swizzle panels, one wgmma N <= 256");
 static_assert(kStages >= 1 && kStages <= 4, "FA_STAGES is 1 to 4");
@@ -72,194 +73,21 @@ constexpr int kProducerRegs = kConsumers == 2 ? 24 : 32;
 constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
 static_assert(kWgThreads * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536, "register file overcommitted");
 
-// ---------------------------------------------------------------------------------------------
-// sm_90a PTX wrappers this kernel needs. Move to hopper.cuh (hemu's) once its API covers them; they
-// follow primitives.cuh's rules: inline PTX on raw bits, no CUDA header.
-// ---------------------------------------------------------------------------------------------
-
-// The driver's CUtensorMap: 128 opaque bytes, 64-byte aligned, passed as a __grid_constant__ kernel
-// parameter (the TMA unit reads it from parameter space through its generic address).
-struct alignas(64) TensorMap {
-  u64 opaque[16];
-};
-
-FA_DEVICE u64 tensor_map_addr(const TensorMap& m) { return reinterpret_cast<u64>(&m); }
-
-// mbarrier (PTX ISA 9.7.13.15): an 8-byte shared-memory object with a phase bit, an arrival count and
-// a transaction-byte count; a phase completes when both reach zero.
-FA_DEVICE void mbar_init(u32 bar, u32 arrivals) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(arrivals) : "memory");
-}
-
-// One arrival that also adds `bytes` to the transactions the phase waits for (the TMA that follows
-// completes them).
-FA_DEVICE void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-
-FA_DEVICE void mbar_arrive(u32 bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-
-// Spin until the phase with parity `parity` has completed (try_wait suspends for a while in hardware
-// between polls).
-FA_DEVICE void mbar_wait(u32 bar, u32 parity) {
-  asm volatile(
-      "{\n"
-      "  .reg .pred done;\n"
-      "wait_%=:\n"
-      "  mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "  @!done bra wait_%=;\n"
-      "}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-
-// The barriers' initialisation made visible to the async proxy (TMA) before any copy signals them.
-FA_DEVICE void fence_barrier_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
-
-// Generic-proxy shared-memory writes (the epilogue's) ordered before async-proxy accesses (TMA, wgmma).
-FA_DEVICE void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-
-// TMA: the box at coordinates (c0 = column, c1 = row, c2 = head, c3 = batch) of a rank-4 tensor map
-// into shared memory at `dst`, completing its bytes on mbarrier `bar`. Out-of-bounds elements are
-// written as zeros (and counted), so a partial tile still completes the whole box's bytes.
-FA_DEVICE void tma_load_4d(u32 dst, const TensorMap& map, u32 bar, int c0, int c1, int c2, int c3) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
-      "[%6];" ::"r"(dst),
-      "l"(tensor_map_addr(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
-      : "memory");
-}
-
-FA_DEVICE void prefetch_tensor_map(const TensorMap& map) {
-  asm volatile("prefetch.tensormap [%0];" ::"l"(tensor_map_addr(map)) : "memory");
-}
-
-// Register reallocation between warpgroups (every warp of the warpgroup executes it).
-template <int REGS>
-FA_DEVICE void regs_dealloc() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(REGS));
-}
-template <int REGS>
-FA_DEVICE void regs_alloc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(REGS));
-}
-
-// Named barriers 1..15 (0 is __syncthreads): `threads` arrivals complete one; sync waits, arrive does not.
-FA_DEVICE void named_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-FA_DEVICE void named_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-
-// wgmma's async protocol (PTX ISA 9.7.15.6): fence before the first wgmma that reads registers the
-// warpgroup wrote (accumulators, A fragments), commit the issued ones as a group, wait until at most
-// N groups are pending before touching their accumulators.
-FA_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-FA_DEVICE void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-template <int N>
-FA_DEVICE void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
-
-// Pins a register's value at this point of the program for the compiler: the accumulators of an
-// in-flight wgmma must not be read, written or moved between the issue and the wait.
-FA_DEVICE void pin(float& r) { asm volatile("" : "+f"(r)::"memory"); }
-FA_DEVICE void pin(u32& r) { asm volatile("" : "+r"(r)::"memory"); }
-
-// Shared-memory matrix descriptor (PTX ISA 9.7.15.5.1): start address, leading- and stride-dimension
-// byte offsets (all >> 4, 14 bits each) and the swizzle mode in bits 62-63 (1: 128 B, 2: 64 B).
-FA_DEVICE u64 smem_desc(u32 addr, u32 lead_bytes, u32 stride_bytes, u32 swizzle_mode) {
-  return static_cast<u64>((addr & 0x3ffff) >> 4) | (static_cast<u64>((lead_bytes >> 4) & 0x3fff) << 16) |
-         (static_cast<u64>((stride_bytes >> 4) & 0x3fff) << 32) | (static_cast<u64>(swizzle_mode) << 62);
-}
-
-// wgmma.mma_async m64nNk16, fp32 accumulators d[N / 8][4] (each warp's 16 rows in mma.m16n8k16's C
-// layout). The operand lists are spelt out per N, eight accumulators (two n-tiles) per group.
-#define FA_ACC_G0 "%0, %1, %2, %3, %4, %5, %6, %7"
-#define FA_ACC_G1 "%8, %9, %10, %11, %12, %13, %14, %15"
-#define FA_ACC_G2 "%16, %17, %18, %19, %20, %21, %22, %23"
-#define FA_ACC_G3 "%24, %25, %26, %27, %28, %29, %30, %31"
-#define FA_ACC_G4 "%32, %33, %34, %35, %36, %37, %38, %39"
-#define FA_ACC_G5 "%40, %41, %42, %43, %44, %45, %46, %47"
-#define FA_ACC_G6 "%48, %49, %50, %51, %52, %53, %54, %55"
-#define FA_ACC_G7 "%56, %57, %58, %59, %60, %61, %62, %63"
-#define FA_ACC_G8 "%64, %65, %66, %67, %68, %69, %70, %71"
-#define FA_ACC_G9 "%72, %73, %74, %75, %76, %77, %78, %79"
-#define FA_ACC_G10 "%80, %81, %82, %83, %84, %85, %86, %87"
-#define FA_ACC_G11 "%88, %89, %90, %91, %92, %93, %94, %95"
-#define FA_ACC_G12 "%96, %97, %98, %99, %100, %101, %102, %103"
-#define FA_ACC_G13 "%104, %105, %106, %107, %108, %109, %110, %111"
-#define FA_ACC_G14 "%112, %113, %114, %115, %116, %117, %118, %119"
-#define FA_ACC_G15 "%120, %121, %122, %123, %124, %125, %126, %127"
-#define FA_ACC_L4 FA_ACC_G0 ", " FA_ACC_G1 ", " FA_ACC_G2 ", " FA_ACC_G3
-#define FA_ACC_L5 FA_ACC_L4 ", " FA_ACC_G4
-#define FA_ACC_L6 FA_ACC_L5 ", " FA_ACC_G5
-#define FA_ACC_L7 FA_ACC_L6 ", " FA_ACC_G6
-#define FA_ACC_L8 FA_ACC_L7 ", " FA_ACC_G7
-#define FA_ACC_L9 FA_ACC_L8 ", " FA_ACC_G8
-#define FA_ACC_L11 FA_ACC_L9 ", " FA_ACC_G9 ", " FA_ACC_G10
-#define FA_ACC_L12 FA_ACC_L11 ", " FA_ACC_G11
-#define FA_ACC_L16 FA_ACC_L12 ", " FA_ACC_G12 ", " FA_ACC_G13 ", " FA_ACC_G14 ", " FA_ACC_G15
-
-#define FA_ACC_O(j) \
-  "+f"(d[2 * j][0]), "+f"(d[2 * j][1]), "+f"(d[2 * j][2]), "+f"(d[2 * j][3]), "+f"(d[2 * j + 1][0]), \
-      "+f"(d[2 * j + 1][1]), "+f"(d[2 * j + 1][2]), "+f"(d[2 * j + 1][3])
-#define FA_ACC_O4 FA_ACC_O(0), FA_ACC_O(1), FA_ACC_O(2), FA_ACC_O(3)
-#define FA_ACC_O5 FA_ACC_O4, FA_ACC_O(4)
-#define FA_ACC_O6 FA_ACC_O5, FA_ACC_O(5)
-#define FA_ACC_O7 FA_ACC_O6, FA_ACC_O(6)
-#define FA_ACC_O8 FA_ACC_O7, FA_ACC_O(7)
-#define FA_ACC_O9 FA_ACC_O8, FA_ACC_O(8)
-#define FA_ACC_O11 FA_ACC_O9, FA_ACC_O(9), FA_ACC_O(10)
-#define FA_ACC_O12 FA_ACC_O11, FA_ACC_O(11)
-#define FA_ACC_O16 FA_ACC_O12, FA_ACC_O(12), FA_ACC_O(13), FA_ACC_O(14), FA_ACC_O(15)
-
-#if FA_DTYPE_BF16
-#define FA_WGMMA_AB "bf16.bf16"
-#else
-#define FA_WGMMA_AB "f16.f16"
-#endif
-
-template <int N>
-struct Wgmma;  // m64nNk16 for the N this kernel's tiles use (S: BLOCK_N; O: the head dim)
-
-// SS: A and B from shared memory (descriptors); RS: A from registers (this warp's 16 x 16 fragment in
-// mma.m16n8k16's A layout). `accumulate` 0 ignores d's old value (D = A B). TRANS_B 1 reads B
-// "MN-major" (V stored [key][dim]). I0.. are the operand numbers after the N / 2 accumulators.
-#define FA_WGMMA(N, GROUPS, I0, I1, I2, I3, I4, I5, I6)                                                     \
-  template <>                                                                                             \
-  struct Wgmma<N> {                                                                                       \
-    template <int TRANS_B>                                                                                \
-    FA_DEVICE static void ss(float (&d)[N / 8][4], u64 a, u64 b, int accumulate) {                         \
-      asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %" #I2 ", 0;\n"                                    \
-                   " wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." FA_WGMMA_AB " {" FA_ACC_L##GROUPS     \
-                   "}, %" #I0 ", %" #I1 ", p, 1, 1, 0, %" #I3 ";\n}\n"                                     \
-                   : FA_ACC_O##GROUPS                                                                     \
-                   : "l"(a), "l"(b), "r"(accumulate), "n"(TRANS_B));                                      \
-    }                                                                                                     \
-    template <int TRANS_B>                                                                                \
-    FA_DEVICE static void rs(float (&d)[N / 8][4], const u32 (&a)[4], u64 b, int accumulate) {           \
-      asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %" #I5 ", 0;\n"                                    \
-                   " wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." FA_WGMMA_AB " {" FA_ACC_L##GROUPS     \
-                   "}, {%" #I0 ", %" #I1 ", %" #I2 ", %" #I3 "}, %" #I4 ", p, 1, 1, %" #I6 ";\n}\n"          \
-                   : FA_ACC_O##GROUPS                                                                     \
-                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate), "n"(TRANS_B));  \
-    }                                                                                                     \
-  };
-
-FA_WGMMA(64, 4, 32, 33, 34, 35, 36, 37, 38)
-FA_WGMMA(80, 5, 40, 41, 42, 43, 44, 45, 46)
-FA_WGMMA(96, 6, 48, 49, 50, 51, 52, 53, 54)
-FA_WGMMA(112, 7, 56, 57, 58, 59, 60, 61, 62)
-FA_WGMMA(128, 8, 64, 65, 66, 67, 68, 69, 70)
-FA_WGMMA(144, 9, 72, 73, 74, 75, 76, 77, 78)
-FA_WGMMA(176, 11, 88, 89, 90, 91, 92, 93, 94)
-FA_WGMMA(192, 12, 96, 97, 98, 99, 100, 101, 102)
-FA_WGMMA(256, 16, 128, 129, 130, 131, 132, 133, 134)
-#undef FA_WGMMA
+// hopper.cuh's wrappers (fa::sm90) by their names here; fa::smem_addr (primitives.cuh) is the one
+// this file uses.
+using sm90::CUtensorMap;
+using sm90::fence_acc;
+using sm90::make_desc;
+using sm90::mbar_arrive;
+using sm90::mbar_arrive_expect_tx;
+using sm90::mbar_init;
+using sm90::mbar_wait;
+using sm90::named_arrive;
+using sm90::named_sync;
+using sm90::Wgmma;
+using sm90::wgmma_commit;
+using sm90::wgmma_fence;
+using sm90::wgmma_wait;
 
 // ---------------------------------------------------------------------------------------------
 // Swizzled tiles: the layout TMA writes and wgmma reads
@@ -271,7 +99,7 @@ FA_WGMMA(256, 16, 128, 129, 130, 131, 132, 133, 134)
 constexpr int kPanelCols = kHeadDim % 64 == 0 ? 64 : 32;
 constexpr int kRowBytes = kPanelCols * 2;
 constexpr int kPanels = kHeadDim / kPanelCols;
-constexpr u32 kSwizzleMode = kRowBytes == 128 ? 1 : 2;  // the descriptor's layout type: 128 B, 64 B
+constexpr sm90::Swizzle kSwizzle = kRowBytes == 128 ? sm90::kSwizzle128B : sm90::kSwizzle64B;
 constexpr int kAtomBytes = 8 * kRowBytes;                // 8 rows: the swizzle pattern's repeat
 
 // ROWS x kHeadDim elements as kPanels panels of ROWS x kPanelCols; `base` 1024-byte aligned.
@@ -295,27 +123,27 @@ struct SwizzledTile {
   // stride offset); within a swizzled row the k step is a byte offset the hardware swizzles.
   FA_DEVICE u64 k_major(int row0, int k0) const {
     const u32 addr = base + (k0 / kPanelCols) * kPanelBytes + row0 * kRowBytes + (k0 % kPanelCols) * 2;
-    return smem_desc(addr, 16, kAtomBytes, kSwizzleMode);
+    return make_desc(addr, 16, kAtomBytes, kSwizzle);
   }
 
   // wgmma B operand "MN-major" (k rows x n, n contiguous: V as B of O = P V, k = key): keys k0 ..
   // k0 + 15 and every column. The 8-key groups step by kAtomBytes (stride offset), the column panels by
   // kPanelBytes (leading offset).
   FA_DEVICE u64 mn_major(int k0) const {
-    return smem_desc(base + k0 * kRowBytes, kPanelBytes, kAtomBytes, kSwizzleMode);
+    return make_desc(base + k0 * kRowBytes, kPanelBytes, kAtomBytes, kSwizzle);
   }
 };
 
 using QTile = SwizzledTile<kBlockM>;
 using KVTile = SwizzledTile<kBlockN>;
 
-// Dynamic shared memory: Q, then the K and V rings, then the mbarriers; the base rounded up to the
-// 1024-byte atom (tiles.py's smem_bytes includes the 1 KiB of slack).
+// Dynamic shared memory: Q, then the K and V rings, then the mbarriers, from a 1024-byte aligned base
+// (the swizzle atom; the kernel checks it).
 struct Layout {
   u32 q, k, v, bars;
-  FA_DEVICE static Layout of(u32 raw) {
+  FA_DEVICE static Layout of(u32 base) {
     Layout l;
-    l.q = (raw + 1023) & ~1023u;
+    l.q = base;
     l.k = l.q + QTile::kBytes;
     l.v = l.k + kStages * KVTile::kBytes;
     l.bars = l.v + kStages * KVTile::kBytes;
@@ -333,7 +161,7 @@ struct Layout {
 };
 
 constexpr int kBarrierBytes = 8 * (1 + 4 * kStages);
-constexpr int kSmemBytes = 1024 + QTile::kBytes + 2 * kStages * KVTile::kBytes + kBarrierBytes;
+constexpr int kSmemBytes = QTile::kBytes + 2 * kStages * KVTile::kBytes + kBarrierBytes;
 static_assert(kSmemBytes + 1024 <= 227 * 1024, "over sm_90's 227 KiB of shared memory per block (1 KiB reserved)");
 #ifdef FA_SMEM_BYTES
 static_assert(kSmemBytes == FA_SMEM_BYTES, "tiles.py's smem_bytes disagrees with this kernel's layout");
@@ -387,19 +215,19 @@ FA_DEVICE Block block_of(const FaParams& p) {
 // One tile by TMA, one copy per column panel, all completing on `bar` (armed with the whole tile's
 // bytes first: out-of-bounds rows and columns arrive as zeros and count).
 template <int ROWS>
-FA_DEVICE void load_tile(SwizzledTile<ROWS> tile, const TensorMap& map, u32 bar, int row, int head, int batch) {
+FA_DEVICE void load_tile(SwizzledTile<ROWS> tile, const CUtensorMap& map, u32 bar, int row, int head, int batch) {
   mbar_arrive_expect_tx(bar, SwizzledTile<ROWS>::kBytes);
 #pragma unroll
   for (int panel = 0; panel < kPanels; ++panel) {
-    tma_load_4d(tile.base + panel * SwizzledTile<ROWS>::kPanelBytes, map, bar, panel * kPanelCols, row, head,
+    sm90::tma_load_4d(tile.base + panel * SwizzledTile<ROWS>::kPanelBytes, &map, bar, panel * kPanelCols, row, head,
                 batch);
   }
 }
 
 // Run by one thread. Rows are addressed in the tensor maps' coordinates (binding/tensor_maps.h):
 // (column, row, head, batch), with a packed (varlen) tensor's batch of 1 and its sequence's first row.
-FA_DEVICE void produce(const Block& blk, const Layout& sm, const TensorMap& tm_q, const TensorMap& tm_k,
-                       const TensorMap& tm_v) {
+FA_DEVICE void produce(const Block& blk, const Layout& sm, const CUtensorMap& tm_q, const CUtensorMap& tm_k,
+                       const CUtensorMap& tm_v) {
   const Seq& s = blk.seq;
   load_tile(sm.sq(), tm_q, sm.q_full(), static_cast<int>(s.q_row0) + blk.row0, s.head, s.q_batch);
   int i = 0;
@@ -424,6 +252,13 @@ using ScoreAcc = float[1][kSTiles][4];
 using OutAcc = float[1][kOTiles][4];
 using RowStats = SoftmaxRows<1>;
 
+// The same registers as wgmma's accumulator operand: TILES x 4 floats in order (hopper.cuh's D layout
+// is the per-warp C layout of softmax.cuh, n-tile after n-tile).
+template <int TILES>
+FA_DEVICE float (&flat(float (&acc)[1][TILES][4]))[TILES * 4] {
+  return reinterpret_cast<float (&)[TILES * 4]>(acc);
+}
+
 // S = Q K^T over every k step of the bucket: columns past the call's head dim are TMA's zeros in both
 // tiles. (Skipping those steps as fwd.cu does would put a branch between the wgmmas, and ptxas then
 // serialises every wgmma of the kernel: its warning C7520.)
@@ -431,7 +266,7 @@ FA_DEVICE void compute_scores(ScoreAcc& s, QTile q, KVTile k, int wg_row0) {
   wgmma_fence();
 #pragma unroll
   for (int k0 = 0; k0 < kHeadDim; k0 += 16) {
-    Wgmma<kBlockN>::ss<0>(s[0], q.k_major(wg_row0, k0), k.k_major(0, k0), k0 > 0);
+    Wgmma<kBlockN>::ss<0, 0>(flat(s), q.k_major(wg_row0, k0), k.k_major(0, k0), k0 > 0);
   }
   wgmma_commit();
 }
@@ -444,18 +279,10 @@ FA_DEVICE void accumulate_pv(OutAcc& o, const ScoreAcc& p, KVTile v) {
   for (int kk = 0; kk < kBlockN / 16; ++kk) acc_to_a_frag(frag[kk], p[0][2 * kk], p[0][2 * kk + 1]);
   wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < kBlockN / 16; ++kk) Wgmma<kHeadDim>::rs<1>(o[0], frag[kk], v.mn_major(kk * 16), 1);
+  for (int kk = 0; kk < kBlockN / 16; ++kk) Wgmma<kHeadDim>::rs<1>(flat(o), frag[kk], v.mn_major(kk * 16), 1);
   wgmma_commit();
 }
 
-template <int TILES>
-FA_DEVICE void pin_all(float (&acc)[1][TILES][4]) {
-#pragma unroll
-  for (int j = 0; j < TILES; ++j) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) pin(acc[0][j][e]);
-  }
-}
 
 // The ping-pong turn of consumer `wg` (0-based): barrier kTurnBarrier0 + wg completes when this
 // warpgroup syncs and the previous one has arrived (256 threads).
@@ -494,7 +321,7 @@ FA_DEVICE void consume(const FaParams& p, const Block& blk, const Layout& sm, in
     compute_scores(s, sm.sq(), sm.sk(slot.stage), wg_row0);
     if (wg != kConsumers - 1 || n > blk.keys.begin) pass_turn(wg);
     wgmma_wait<0>();
-    pin_all(s);
+    fence_acc(flat(s));
     mbar_arrive(sm.k_empty(slot.stage));  // K read: the producer may refill the stage
 
     if (blk.softcap) apply_softcap(s, blk.tanh_scale);
@@ -504,10 +331,10 @@ FA_DEVICE void consume(const FaParams& p, const Block& blk, const Layout& sm, in
     online_softmax(s, o, st, blk.logit_scale);
 
     mbar_wait(sm.v_full(slot.stage), slot.parity);
-    pin_all(o);
+    fence_acc(flat(o));
     accumulate_pv(o, s, sm.sv(slot.stage));
     wgmma_wait<0>();
-    pin_all(o);
+    fence_acc(flat(o));
     mbar_arrive(sm.v_empty(slot.stage));
   }
 }
@@ -556,19 +383,23 @@ using namespace fa::h90;
 // Q, K, V tensor maps: binding/tensor_maps.h (rank 4: column, row, head, batch; box kPanelCols x
 // BLOCK_M or BLOCK_N; the swizzle of kPanelCols' row bytes).
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
-    fa_fwd_sm90a(const __grid_constant__ FaParams params, const __grid_constant__ TensorMap tm_q,
-                 const __grid_constant__ TensorMap tm_k, const __grid_constant__ TensorMap tm_v) {
+    fa_fwd_sm90a(const __grid_constant__ FaParams params, const __grid_constant__ CUtensorMap tm_q,
+                 const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v) {
   if (!has_pair(params)) return;  // past the last (batch, head) pair of a folded grid
-  extern __shared__ __align__(16) unsigned char smem[];
+  extern __shared__ __align__(1024) unsigned char smem[];
   const Block blk = block_of(params);
   if (blk.row0 >= blk.seq.seqlen_q) return;  // varlen: this sequence is shorter than the grid
-  const Layout sm = Layout::of(smem_addr(smem));
+  const u32 base = smem_addr(smem);
+  // The swizzle patterns repeat every 1024 bytes from an aligned address: a misaligned dynamic
+  // shared-memory window would scramble every tile, so stop rather than compute garbage.
+  if ((base & 1023u) != 0) __trap();
+  const Layout sm = Layout::of(base);
   const int warpgroup = threadIdx.x / kWgThreads;
 
   if (threadIdx.x == 0) {
-    prefetch_tensor_map(tm_q);
-    prefetch_tensor_map(tm_k);
-    prefetch_tensor_map(tm_v);
+    sm90::prefetch_tensormap(&tm_q);
+    sm90::prefetch_tensormap(&tm_k);
+    sm90::prefetch_tensormap(&tm_v);
     mbar_init(sm.q_full(), 1);
     for (int st = 0; st < kStages; ++st) {
       mbar_init(sm.k_full(st), 1);  // the producer's arrive.expect_tx; the TMA bytes complete it
@@ -576,16 +407,16 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(sm.k_empty(st), kConsumerThreads);
       mbar_init(sm.v_empty(st), kConsumerThreads);
     }
-    fence_barrier_init();
+    sm90::fence_mbar_init();
   }
   __syncthreads();
 
   if (warpgroup == 0) {
-    regs_dealloc<kProducerRegs>();
+    sm90::setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x == 0) produce(blk, sm, tm_q, tm_k, tm_v);
     return;
   }
-  regs_alloc<kConsumerRegs>();
+  sm90::setmaxnreg_inc<kConsumerRegs>();
   const int wg = warpgroup - 1;
   float o[1][kOTiles][4];
   RowStats st;
