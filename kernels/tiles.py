@@ -41,6 +41,13 @@ FEATURES: frozenset[str] = frozenset(
 )
 
 _KERNELS_DIR = Path(__file__).resolve().parent
+# The arch-specific sm_90a forward (issue 39): wgmma runs a warpgroup (4 warps, 128 threads) over 64 rows.
+WARPGROUP_ROWS = 64
+WARPGROUP_THREADS = 128
+_MBARRIER_BYTES = 8
+HOPPER_HEAD_DIMS: tuple[int, ...] = (64, 96, 128, 192, 256)  # FlashAttention-3's head-dim buckets
+HOPPER_SOURCE = "csrc/hopper_fwd.cu"
+HOPPER_ENTRY = "fa_fwd_sm90a"
 _ELEM_BYTES = 2  # fp16 / bf16
 # The backward's tiles pad each shared-memory row by 8 elements; the forward's are unpadded and
 # swizzled (kernels/csrc/tiles.cuh says why).
@@ -69,6 +76,8 @@ class KernelUnit:
     source: str  # relative to kernels/, e.g. "csrc/fwd.cu"
     defines: dict[str, int]
     entries: dict[str, Launch]  # extern "C" name -> launch; bwd runs them in dict order
+    # Built for an arch-specific target ("9.0a"): its cubin runs on that one compute capability only.
+    arch_specific: bool = False
 
 
 # ---- tiles: the knobs of each direction ------------------------------------------------------------
@@ -164,7 +173,57 @@ class BwdTile:
         }
 
 
-Tile = FwdTile | BwdTile
+@dataclass(frozen=True)
+class HopperTile:
+    """hopper_fwd.cu's knobs (the sm_90a forward, FlashAttention-3's design; docs/kernels.md, the
+    contract in issue 39): FA_BLOCK_M query rows per block, 64 per consumer warpgroup (a wgmma's M), so
+    FA_CONSUMER_WGS = block_m / 64; FA_BLOCK_N keys per K/V stage; FA_STAGES K/V stages of the TMA
+    pipeline. One producer warpgroup beside the consumers: 128 * (1 + consumers) threads."""
+
+    block_m: int
+    block_n: int
+    stages: int = 2
+
+    @property
+    def consumer_wgs(self) -> int:
+        return self.block_m // WARPGROUP_ROWS
+
+    @property
+    def threads(self) -> int:
+        return WARPGROUP_THREADS * (1 + self.consumer_wgs)
+
+    @property
+    def label(self) -> str:
+        return f"m{self.block_m}n{self.block_n}g{self.consumer_wgs}s{self.stages}"
+
+    def smem_bytes(self, head_dim: int) -> int:
+        """Q (block_m rows) and K and V (block_n rows each) per stage, swizzled and unpadded, then the
+        pipeline's mbarriers (Q's, and a full and an empty one per K and V stage; 8 bytes each)."""
+        barriers = _MBARRIER_BYTES * (1 + 4 * self.stages)
+        return (self.block_m + 2 * self.stages * self.block_n) * head_dim * _ELEM_BYTES + barriers
+
+    def valid(self, head_dim: int) -> bool:
+        """Whole warpgroups of 64 rows (1 to 3 consumers); wgmma's N in steps of 16 up to 256 (the key
+        block is QK^T's N and PV's K, whose steps are 16); the head dim one of the sm_90a buckets."""
+        return (
+            self.block_m % WARPGROUP_ROWS == 0
+            and 1 <= self.consumer_wgs <= 3
+            and self.block_n % 16 == 0
+            and 16 <= self.block_n <= 256
+            and 1 <= self.stages <= 4
+            and head_dim in HOPPER_HEAD_DIMS
+        )
+
+    def defines(self) -> dict[str, int]:
+        return {
+            "FA_BLOCK_M": self.block_m,
+            "FA_BLOCK_N": self.block_n,
+            "FA_STAGES": self.stages,
+            "FA_CONSUMER_WGS": self.consumer_wgs,
+        }
+
+
+Tile = FwdTile | BwdTile | HopperTile
 
 
 def _warp_grid_fits(m: int, n: int, warps: int) -> bool:
@@ -185,7 +244,7 @@ class ArchFamily:
     name: str
     smem_limit: int  # max shared memory per block (opt-in), static and dynamic together, bytes
     dtypes: tuple[str, ...]
-    fwd: dict[int, FwdTile]  # head-dim bucket -> the default forward tile
+    fwd: Mapping[int, FwdTile | HopperTile]  # head-dim bucket -> the default forward tile
     bwd: dict[int, BwdTile]  # head-dim bucket -> the default backward tile; absent: no backward
     splitkv: dict[int, FwdTile]  # head-dim bucket -> the split-KV forward's tile
     # Earlier defaults, kept as candidates so that measurements decide between old and new.
@@ -194,6 +253,10 @@ class ArchFamily:
     # sm90+ cubins of CUDA 11.8 to 13.0 carry 1 KiB (.nv.shared.<kernel>). The build reads the real
     # figure from each cubin and refuses one that does not fit (buildtool/builder/cubin_fit.py).
     static_smem: int = 0
+    # An arch-specific family ("9.0a"): its own source and entry, its own head-dim buckets, the features
+    # its kernel implements (None: FEATURES, every unit's), and its cubins run on one compute capability.
+    arch_specific: bool = False
+    features: frozenset[str] | None = None
 
     @property
     def dynamic_limit(self) -> int:
@@ -399,6 +462,32 @@ FAMILIES: dict[str, ArchFamily] = {
     ),
 }
 
+# sm_90a (issue 39): FlashAttention-3's forward tiles per head dim (hopper/tile_size.h, non-causal fwd:
+# d64 192 x 128, d96 192 x 128, d128 128 x 128, d192 128 x 96, d256 128 x 80), two K/V stages, a consumer
+# warpgroup per 64 rows. Until hopper_fwd.cu records the numbers that compile without spills. Forward
+# only: split-KV and the backward run sm_90's units (the decision passes the call on, with its reason).
+_FWD_SM90A = {
+    64: HopperTile(192, 128),
+    96: HopperTile(192, 128),
+    128: HopperTile(128, 128),
+    192: HopperTile(128, 96),
+    256: HopperTile(128, 80),
+}
+# What hopper_fwd.cu implements (the contract's list, issue 39 item 2): the KV-cache layouts wait for it.
+SM90A_FEATURES: frozenset[str] = frozenset({"causal", "gqa", "varlen", "window", "softcap"})
+FAMILIES["sm90a"] = ArchFamily(
+    name="sm90a",
+    smem_limit=227 * 1024,
+    dtypes=("fp16", "bf16"),
+    fwd=_FWD_SM90A,
+    bwd={},
+    splitkv={},
+    previous={},
+    static_smem=1024,
+    arch_specific=True,
+    features=SM90A_FEATURES,
+)
+
 # Every arch some pinned NVRTC can target (buildtool/core/cuda_facts.py) maps to a family. sm88 (new in
 # CUDA 13.0, no published smem figure we could check) gets the smallest Ampere-class budget.
 _ARCH_FAMILY: dict[str, str] = {
@@ -411,6 +500,7 @@ _ARCH_FAMILY: dict[str, str] = {
     "12.0": "sm120",
     "12.1": "sm120",
     "9.0": "sm90",
+    "9.0a": "sm90a",
     "10.0": "sm100",
     "10.1": "sm100",
     "10.3": "sm100",
@@ -466,12 +556,16 @@ _SOURCES = {"fwd": "csrc/fwd.cu", "bwd": "csrc/bwd.cu", "splitkv": "csrc/fwd.cu"
 COMBINE_ROWS = 4  # fwd.cu kCombineWarps: fa_fwd_combine runs one warp per query row
 
 
-def bucket_of(head_dim: int) -> int:
+def bucket_of(head_dim: int, buckets: tuple[int, ...] = HEAD_DIM_BUCKETS) -> int:
     """The compiled head-dim bucket serving `head_dim` (the smallest bucket >= it)."""
-    for b in HEAD_DIM_BUCKETS:
+    for b in buckets:
         if head_dim <= b:
             return b
-    raise ValueError(f"head_dim: {head_dim} is above the largest bucket {HEAD_DIM_BUCKETS[-1]}")
+    raise ValueError(f"head_dim: {head_dim} is above the largest bucket {buckets[-1]}")
+
+
+def _buckets(family: ArchFamily) -> tuple[int, ...]:
+    return HOPPER_HEAD_DIMS if family.arch_specific else HEAD_DIM_BUCKETS
 
 
 def _family_or_raise(arch: str) -> ArchFamily:
@@ -491,8 +585,8 @@ def default_tile(arch: str, direction: str, head_dim: int) -> Tile | None:
     family builds no kernel (Turing's backward above 192)."""
     family = _family_or_raise(arch)
     _check_direction(direction)
-    table: dict[int, Tile] = getattr(family, direction)
-    return table.get(bucket_of(head_dim))
+    table: Mapping[int, Tile] = getattr(family, direction)
+    return table.get(bucket_of(head_dim, _buckets(family)))
 
 
 def candidates(arch: str, direction: str, head_dim: int) -> list[Tile]:
@@ -503,7 +597,9 @@ def candidates(arch: str, direction: str, head_dim: int) -> list[Tile]:
     if default is None:
         return []
     family = _family_or_raise(arch)
-    d = bucket_of(head_dim)
+    d = bucket_of(head_dim, _buckets(family))
+    if family.arch_specific:  # no search space yet: the autotuner measures the default only
+        return [default] if default.smem_bytes(d) <= family.dynamic_limit else []
     cls, space = _SPACE[direction]
     previous = family.previous.get(direction, {}).get(d)
     grid = (cls(**dict(zip(space, values, strict=True))) for values in itertools.product(*space.values()))
@@ -539,9 +635,10 @@ def unit(arch: str, direction: str, dtype: str, head_dim: int, tile: Tile) -> Ke
     _check_direction(direction)
     if dtype not in family.dtypes:
         raise ValueError(f"dtype: {dtype!r} has no kernels on {arch} (it builds {', '.join(family.dtypes)})")
-    if not isinstance(tile, _SPACE[direction][0]):
-        raise TypeError(f"tile: a {type(tile).__name__} cannot build a {direction} unit")
-    d = bucket_of(head_dim)
+    kind = HopperTile if family.arch_specific else _SPACE[direction][0]
+    if not isinstance(tile, kind):
+        raise TypeError(f"tile: a {type(tile).__name__} cannot build a {direction} unit on {arch}")
+    d = bucket_of(head_dim, _buckets(family))
     if not tile.valid(d):
         raise ValueError(f"tile: {tile.label} does not split into whole mma tiles at head dim {d}")
     smem = tile.smem_bytes(d)
@@ -556,27 +653,49 @@ def unit(arch: str, direction: str, dtype: str, head_dim: int, tile: Tile) -> Ke
         "FA_SMEM_BYTES": smem,
         "FA_DTYPE_BF16": int(dtype == "bf16"),
     }
+    name = f"{direction}_{dtype}_d{d}"
+    if isinstance(tile, HopperTile):
+        launch = Launch(tile.threads, tile.block_m, tile.block_n, smem, "q_blocks")
+        return KernelUnit(name, direction, dtype, d, HOPPER_SOURCE, defines, {HOPPER_ENTRY: launch}, True)
+    assert not isinstance(tile, HopperTile)
     if direction == "splitkv":
         defines["FA_SPLITKV"] = 1
     entries = _entries(direction, tile, smem)
-    return KernelUnit(f"{direction}_{dtype}_d{d}", direction, dtype, d, _SOURCES[direction], defines, entries)
+    return KernelUnit(name, direction, dtype, d, _SOURCES[direction], defines, entries)
 
 
 def units(arch: str) -> list[KernelUnit]:
     """Every unit to compile for `arch` ("8.0"), each with its default tile; [] for an arch we have no
     kernels for. Units whose source file is not in this tree are left out, so a build never compiles a
     missing file."""
+    return [u for u in table_units(arch) if (_KERNELS_DIR / u.source).is_file()]
+
+
+def table_units(arch: str) -> list[KernelUnit]:
+    """Every unit the table lists for `arch`, whether or not its source is in this tree (`units` keeps
+    those that are): hopper_fwd.cu's units are planned before the kernel lands."""
     family = arch_family(arch)
     if family is None:
         return []
     out = []
     for direction in DIRECTIONS:
         for dtype in family.dtypes:
-            for d in HEAD_DIM_BUCKETS:
+            for d in _buckets(family):
                 tile = default_tile(arch, direction, d)
                 if tile is not None:
                     out.append(unit(arch, direction, dtype, d, tile))
-    return [u for u in out if (_KERNELS_DIR / u.source).is_file()]
+    return out
+
+
+def missing_sources(arch: str) -> list[str]:
+    """The sources of `arch`'s table units that are not in this tree (relative to kernels/)."""
+    return sorted({u.source for u in table_units(arch) if not (_KERNELS_DIR / u.source).is_file()})
+
+
+def features(arch: str) -> frozenset[str]:
+    """What the units of `arch` implement: FEATURES, or an arch-specific family's own subset."""
+    family = _family_or_raise(arch)
+    return FEATURES if family.features is None else family.features
 
 
 def nvrtc_options(arch: str) -> list[str]:  # noqa: ARG001 (the API takes the arch; no flag depends on it yet)
@@ -586,6 +705,8 @@ def nvrtc_options(arch: str) -> list[str]:  # noqa: ARG001 (the API takes the ar
 
 
 def head_dims(unit: KernelUnit) -> list[int]:
-    """Every head dim (a multiple of 8) this unit serves: those above the next smaller bucket."""
-    lower = max((b for b in HEAD_DIM_BUCKETS if b < unit.head_dim), default=0)
+    """Every head dim (a multiple of 8) this unit serves: those above the next smaller bucket (of its
+    family's buckets: the sm_90a d192 unit serves 136 to 192)."""
+    buckets = HOPPER_HEAD_DIMS if unit.arch_specific else HEAD_DIM_BUCKETS
+    lower = max((b for b in buckets if b < unit.head_dim), default=0)
     return list(range(lower + 8, unit.head_dim + 1, 8))

@@ -28,7 +28,7 @@ from packaging.version import Version
 
 from buildtool.builder import package
 from buildtool.builder.platform_tag import platform_tag
-from buildtool.core import kernels_src
+from buildtool.core import cuda_facts, kernels_src
 from buildtool.core.cuda_facts import TOOLKITS, compute_name, sm_name
 from buildtool.core.runtime import all_wheel, schema, versions
 
@@ -93,7 +93,7 @@ def _spec(wheels: Sequence[WheelSpec], version: str) -> AllWheelSpec:
     per_major: dict[int, WheelSpec] = {}
     for w in wheels:  # every wheel of a major has the same kernels (plan.py)
         per_major.setdefault(int(w.cuda_major or 0), w)
-    newest = max((w.ptx or w.sass[-1] for w in per_major.values()), key=versions.parse_arch)
+    newest = max((w.ptx or w.sass[-1] for w in per_major.values()), key=versions.parse_target)
     kept: set[str] = set()
     sets = []
     for major in sorted(per_major, key=lambda m: (m > main, m)):  # older and main first, newer after
@@ -154,7 +154,7 @@ def manifest(spec: AllWheelSpec, tiles: ModuleType, source_sha256: str | None = 
     for kernel_set in spec.kernel_sets:
         coverage = []
         tk = TOOLKITS[kernel_set.cuda_major]
-        order = sorted(kernel_set.compile_jobs, key=lambda j: (versions.parse_arch(j.arch), j.image, j.unit))
+        order = sorted(kernel_set.compile_jobs, key=lambda j: (versions.parse_target(j.arch), j.image, j.unit))
         for job in order:
             if job.arch not in units:
                 units[job.arch] = {u.name: u for u in tiles.units(job.arch)}
@@ -171,9 +171,10 @@ def manifest(spec: AllWheelSpec, tiles: ModuleType, source_sha256: str | None = 
                 toolkit=tk.version,
                 min_driver=tk.min_driver,
                 ptx_min_driver=tk.ptx_min_driver if kernel_set.ptx else None,
-                sass=kernel_set.sass,
+                sass=cuda_facts.plain(kernel_set.sass),
                 ptx=kernel_set.ptx,
                 coverage=tuple(coverage),
+                **package.arch_specific_info(kernel_set.compile_jobs, tiles),
             )
         )
     bindings = tuple(

@@ -66,6 +66,12 @@ class MatrixError(InputError):
     """A value in matrix.yaml (or on the command line) that fa cannot work with."""
 
 
+def default_ptx(archs: tuple[str, ...]) -> str | None:
+    """The PTX a major ships when matrix.yaml names none: its newest plain arch's (None if it has none)."""
+    plain = cuda_facts.plain(archs)
+    return plain[-1] if plain else None
+
+
 def arch_option(arch: str, source: str) -> tuple[int, int]:
     """The compute capability `--arch` names ("8.6" -> (8, 6)); MatrixError naming the option else."""
     try:
@@ -442,7 +448,7 @@ class _Parser:
         if not isinstance(item, str):
             raise self.error(field_, f"{shown(item)} is not an arch", 'write a compute capability like "8.6"')
         try:
-            cap = versions.parse_arch(item)
+            major_minor = versions.parse_target(item)
         except ValueError:
             digits = re.sub(r"^sm_?", "", item)
             hint = (
@@ -455,6 +461,7 @@ class _Parser:
                 f"{shown(item)} is not a compute capability{hint}",
                 'write it like "8.6" (sm_86 is "8.6")',
             ) from None
+        cap = major_minor[:2]
         min_arch = self.tiles().MIN_ARCH
         if cap < versions.parse_arch(min_arch):
             raise self.error(
@@ -490,14 +497,15 @@ class _Parser:
                 )
             out = [self.arch(f"{field_}[{i}]", item, major) for i, item in enumerate(items)]
             self._no_duplicates(field_, out)
-            archs[major] = tuple(sorted(out, key=versions.parse_arch))
+            archs[major] = tuple(sorted(out, key=versions.parse_target))
         return archs
 
     def ptx(
         self, value: object, cuda: tuple[int, ...], archs: dict[int, tuple[str, ...]]
     ) -> dict[int, str | None]:
-        # Default: PTX of the newest SASS arch, so GPUs newer than the wheel still get a kernel (JIT).
-        ptx: dict[int, str | None] = {m: archs[m][-1] for m in cuda}
+        # Default: PTX of the newest SASS arch, so GPUs newer than the wheel still get a kernel (JIT); never
+        # of an arch-specific target ("9.0a"), whose PTX JITs on its own compute capability only.
+        ptx: dict[int, str | None] = {m: default_ptx(archs[m]) for m in cuda}
         if value is None:
             return ptx
         if not isinstance(value, dict):
@@ -506,7 +514,15 @@ class _Parser:
             )
         for key, item in value.items():
             major = self._major_key("ptx", key, cuda)
-            ptx[major] = None if item is None else self.arch(f'ptx."{major}"', item, major)
+            field_ = f'ptx."{major}"'
+            ptx[major] = None if item is None else self.arch(field_, item, major)
+            if ptx[major] is not None and versions.arch_specific(str(ptx[major])):
+                raise self.error(
+                    field_,
+                    f"{shown(item)} is arch-specific: its PTX would JIT on compute capability "
+                    f"{versions.target_arch(str(item))} only, where its SASS runs already",
+                    f'name a plain arch ("{versions.target_arch(str(item))}") or null for no PTX',
+                )
         return ptx
 
     def exclude(self, value: object, listed: dict[str, tuple[Any, ...]]) -> tuple[dict[str, Any], ...]:

@@ -17,7 +17,7 @@ import hashlib
 import importlib.metadata
 import json
 import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from buildtool.builder import out_files
 from buildtool.builder.platform_tag import platform_tag
-from buildtool.core import atomic, cache, kernels_src
+from buildtool.core import atomic, cache, cuda_facts, kernels_src
 from buildtool.core.cuda_facts import TOOLKITS, compute_name, sm_name
 from buildtool.core.runtime import schema, versions
 from buildtool.core.wheel_file import REQUIRES_PYTHON
@@ -180,7 +180,7 @@ def manifest(spec: WheelSpec, tiles: ModuleType, source_sha256: str | None = Non
     units_by_arch: dict[str, dict[str, Any]] = {}  # tiles.units() builds the table; once per arch
     kernels: list[schema.KernelFile] = []
     coverage: list[schema.Coverage] = []
-    for job in sorted(spec.compile_jobs, key=lambda j: (versions.parse_arch(j.arch), j.image, j.unit)):
+    for job in sorted(spec.compile_jobs, key=lambda j: (versions.parse_target(j.arch), j.image, j.unit)):
         if job.arch not in units_by_arch:
             units_by_arch[job.arch] = {u.name: u for u in tiles.units(job.arch)}
         unit = units_by_arch[job.arch].get(job.unit)
@@ -199,7 +199,7 @@ def manifest(spec: WheelSpec, tiles: ModuleType, source_sha256: str | None = Non
         toolkit=tk.version,
         min_driver=tk.min_driver,
         ptx_min_driver=tk.ptx_min_driver if spec.ptx else None,
-        sass=tuple(spec.sass),
+        sass=cuda_facts.plain(spec.sass),
         ptx=spec.ptx,
         torch=spec.torch_minor,
         cxx11abi=spec.cxx11abi,
@@ -208,8 +208,22 @@ def manifest(spec: WheelSpec, tiles: ModuleType, source_sha256: str | None = Non
         torch_tested=spec.torch_tested,
         features=tuple(sorted(getattr(tiles, "FEATURES", ()))),
         coverage=tuple(coverage),
+        **arch_specific_info(spec.compile_jobs, tiles),
     )
     return schema.Manifest(info=info, kernels=tuple(kernels), source_sha256=source_sha256)
+
+
+def arch_specific_info(jobs: Sequence[CompileJob], tiles: ModuleType) -> dict[str, tuple[str, ...]]:
+    """WheelInfo's (and a KernelSet's) arch-specific fields for the programs `jobs` compile: the
+    "9.0a"-like targets among them, and what their units implement (kernels/tiles.py features(); the
+    intersection over the targets)."""
+    specific = tuple(sorted({j.arch for j in jobs if versions.arch_specific(j.arch)}, key=versions.parse_target))
+    if not specific:
+        return {"arch_specific": (), "arch_specific_features": ()}
+    features = set(getattr(tiles, "FEATURES", ()))
+    for target in specific:
+        features &= set(tiles.features(target))
+    return {"arch_specific": specific, "arch_specific_features": tuple(sorted(features))}
 
 
 def kernel_of(unit: Any, arch: str, image: str, file: str) -> schema.KernelFile:
@@ -218,13 +232,29 @@ def kernel_of(unit: Any, arch: str, image: str, file: str) -> schema.KernelFile:
         name: schema.Launch(launch.threads, launch.block_m, launch.block_n, launch.smem_bytes, launch.grid)
         for name, launch in unit.entries.items()
     }
-    return schema.KernelFile(arch, image, file, unit.name, unit.direction, unit.dtype, unit.head_dim, entries)
+    return schema.KernelFile(
+        versions.target_arch(arch),
+        image,
+        file,
+        unit.name,
+        unit.direction,
+        unit.dtype,
+        unit.head_dim,
+        entries,
+        arch_specific=versions.arch_specific(arch),
+    )
 
 
 def coverage_of(kernel: schema.KernelFile, head_dims: list[int]) -> schema.Coverage:
     """What a kernel file serves: the head dims tiles.head_dims() gives its unit, and its shared memory."""
     return schema.Coverage(
-        kernel.arch, kernel.image, kernel.dtype, kernel.direction, tuple(head_dims), kernel.smem_bytes
+        kernel.arch,
+        kernel.image,
+        kernel.dtype,
+        kernel.direction,
+        tuple(head_dims),
+        kernel.smem_bytes,
+        arch_specific=kernel.arch_specific,
     )
 
 

@@ -18,6 +18,7 @@ from buildtool.builder.all_wheel import AllWheelSpec
 from buildtool.builder.plan import SKIP_NO_TORCH_BUILD, BindingJob, Cell, CompileJob, Plan, WheelSpec
 from buildtool.core.binding_forms import STABLE
 from buildtool.core.console import counted, plain_console
+from buildtool.core.runtime import versions
 
 CacheStatus = Callable[[CompileJob], bool]
 SCHEMA = 1
@@ -162,7 +163,7 @@ def _wheels_table(data: dict[str, Any]) -> Table:
     for w in data["wheels"]:
         if w["variant"] == "all":  # every CUDA major's archs as one span; --json has each set's
             k = w["kernels"]
-            archs = sorted({a for s in w["kernel_sets"] for a in s["sass"]}, key=lambda a: float(a))
+            archs = sorted({a for s in w["kernel_sets"] for a in s["sass"]}, key=versions.parse_target)
             ptx = " ".join(s["ptx"] for s in w["kernel_sets"] if s["ptx"]) or "-"
             spans = [_span(w["torch_tested"]), _span(w["pythons"]), _span(archs), ptx]
             table.add_row("all", w["platform"], *spans, f"{k['to_compile']}/{k['total']}")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from buildtool.core.cpus import PLATFORMS, canonical
 from buildtool.core.cuda_facts import TOOLKITS
+from buildtool.core.runtime import versions
 from buildtool.core.textfile import printable, shown
 from buildtool.errors import InputError
 
@@ -69,7 +70,7 @@ def cuda_major(value: int, option: str = "--cuda") -> int:
 def arch(value: str, cuda: int | None, option: str = "--arch") -> str:
     """A compute capability one of fa's toolkits (`cuda`'s, when given) can build for."""
     toolkits = [TOOLKITS[cuda]] if cuda in TOOLKITS else list(TOOLKITS.values())
-    known = sorted({a for t in toolkits for a in t.archs}, key=lambda a: tuple(map(int, a.split("."))))
+    known = sorted({a for t in toolkits for a in t.archs}, key=versions.parse_target)
     if value not in known:
         which = f"CUDA {cuda}'s toolkit" if cuda in TOOLKITS else "fa's toolkits"
         raise InputError(

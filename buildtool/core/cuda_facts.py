@@ -9,6 +9,9 @@ Facts, with their sources:
   11.8 GA 520.61.05, 12.9 GA 575.51.03, 13.0 GA 580.65.06 (CUDA Toolkit release notes, table 3).
 - Targetable archs are what each NVRTC reports through nvrtcGetSupportedArchs (checked against the
   pinned libraries: 11.8 -> 35..90, 12.9 -> 50..121, 13.0 -> 75..121 with 110 for Thor).
+- The arch-specific target sm_90a ("9.0a": wgmma, setmaxnreg) is compiled by NVRTC 12.9 and 13.0 (HGMMA in
+  the SASS) and refused by 11.8 (issue 39's probe), so it is in the CUDA 12 and 13 lists only. Its SASS
+  runs on compute capability 9.0 exactly (versions.sass_runs_on) and no PTX of it is ever shipped.
 - Pinned files and hashes are PyPI's, for each host CPU NVIDIA publishes (x86_64 and aarch64/SBSA):
   a build on an Arm machine (GH200, DGX Spark, an Arm CI runner) compiles with the same NVRTC version.
 - Our kernels need mma.sync with fp16 operands, so nothing below sm_75 is built.
@@ -43,8 +46,8 @@ class Toolkit:
     min_driver: str  # to run SASS built by this toolkit (Linux)
     windows_min_driver: str  # the same on Windows, whose drivers are numbered differently
     ptx_min_driver: str  # to JIT PTX written by this toolkit
-    archs: tuple[str, ...]  # real archs this NVRTC can target and fa has kernels for
-    default_archs: tuple[str, ...]  # SASS built when matrix.yaml names none; PTX for the last
+    archs: tuple[str, ...]  # real targets this NVRTC can compile and fa has kernels for ("9.0a": arch-specific)
+    default_archs: tuple[str, ...]  # SASS built when matrix.yaml names none; PTX for the last plain one
 
     def wheel_for(self, host: str) -> PinnedWheel | None:
         """The NVRTC wheel that runs on a `host` CPU, None if NVIDIA publishes none for it."""
@@ -91,8 +94,8 @@ TOOLKITS: dict[int, Toolkit] = {
         min_driver="525.60.13",
         windows_min_driver="528.33",
         ptx_min_driver="575.51.03",
-        archs=("7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "10.1", "10.3", "12.0", "12.1"),
-        default_archs=("7.5", "8.0", "8.6", "9.0", "10.0", "12.0"),
+        archs=("7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "9.0a", "10.0", "10.1", "10.3", "12.0", "12.1"),
+        default_archs=("7.5", "8.0", "8.6", "9.0", "9.0a", "10.0", "12.0"),
     ),
     13: Toolkit(
         major=13,
@@ -112,11 +115,11 @@ TOOLKITS: dict[int, Toolkit] = {
         min_driver="580",
         windows_min_driver="580",
         ptx_min_driver="580.65.06",
-        archs=("7.5", "8.0", "8.6", "8.7", "8.8", "8.9", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1"),
+        archs=("7.5", "8.0", "8.6", "8.7", "8.8", "8.9", "9.0", "9.0a", "10.0", "10.3", "11.0", "12.0", "12.1"),
         # 11.0 (Jetson Thor) only here: no other major can serve it (SASS never crosses majors, CUDA 12's
         # sm_101 is Thor's pre-13 name, which a CUDA 13 driver does not report, and 12.0's PTX cannot JIT
         # down to 11.0). 10.3 and 12.1 are served by 10.0's and 12.0's SASS (same major, higher minor).
-        default_archs=("7.5", "8.0", "8.6", "9.0", "10.0", "11.0", "12.0"),
+        default_archs=("7.5", "8.0", "8.6", "9.0", "9.0a", "10.0", "11.0", "12.0"),
     ),
 }
 
@@ -147,12 +150,24 @@ def sass_of_use_on(arch: str, cpu: str) -> bool:
 TORCH_LAST_MINOR: dict[int, str] = {11: "2.7", 12: "2.14"}
 
 
-def sm_name(arch: str) -> str:
-    """ "8.6" -> "sm_86" (the NVRTC real target); "10.0" -> "sm_100"."""
-    major, minor = versions.parse_arch(arch)
-    return f"sm_{major}{minor}"
+def sm_name(target: str) -> str:
+    """ "8.6" -> "sm_86" (the NVRTC real target); "10.0" -> "sm_100"; "9.0a" -> "sm_90a"."""
+    major, minor, specific = versions.parse_target(target)
+    return f"sm_{major}{minor}{versions.ARCH_SPECIFIC if specific else ''}"
 
 
-def compute_name(arch: str) -> str:
-    major, minor = versions.parse_arch(arch)
+def compute_name(target: str) -> str:
+    """ "12.0" -> "compute_120", the virtual arch of a PTX image. ValueError for an arch-specific target:
+    its PTX would JIT on its own compute capability only, where its SASS runs already, so fa ships none."""
+    major, minor, specific = versions.parse_target(target)
+    if specific:
+        raise ValueError(
+            f"arch: {target!r} is arch-specific: its PTX JITs on compute capability {major}.{minor} only, "
+            "so fa builds its SASS and never its PTX"
+        )
     return f"compute_{major}{minor}"
+
+
+def plain(targets: tuple[str, ...]) -> tuple[str, ...]:
+    """The targets that are not arch-specific ("9.0a" left out), in their order."""
+    return tuple(t for t in targets if not versions.arch_specific(t))

@@ -45,6 +45,8 @@ def view(info: WheelInfo, binding: BindingFile, kernels: KernelSet) -> WheelInfo
         binding_form=binding.binding_form,
         torch_tested=binding.torch_tested,
         coverage=kernels.coverage,
+        arch_specific=kernels.arch_specific,
+        arch_specific_features=kernels.arch_specific_features,
         bindings=(),
         kernel_sets=(),
     )

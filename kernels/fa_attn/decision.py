@@ -8,16 +8,22 @@ The rules (CUDA C++ Programming Guide, "Binary Compatibility"; CUDA Compatibilit
 across majors, so the best image is the SASS of the device's major with the highest minor <= the
 device's. Failing that, PTX whose arch <= the device's can be JIT-compiled by the driver, but only by a
 driver at least as new as the toolkit that wrote it (`ptx_min_driver`). Capability is always a range,
-never an equality test. An image runs a call when it covers the dtype, the padded head dim, the
-backward if needed, and the GPU offers the shared memory its kernels ask for (an sm_80 cubin of up to
-163 KB runs on an sm_86 part only within its 99 KB).
+never an equality test, but for an arch-specific image (sm_90a, "9.0a"): its SASS runs on its own compute
+capability exactly, and no PTX of one is shipped. An image runs a call when it covers the dtype, the padded
+head dim, the backward if needed, and the GPU offers the shared memory its kernels ask for (an sm_80 cubin
+of up to 163 KB runs on an sm_86 part only within its 99 KB).
+
+On its GPU the arch-specific image comes first (9.0a before 9.0); a call it does not serve (its features,
+the backward, split-KV) passes on to the next image, the reason kept in `Dispatch.passed_over`. A route
+that chose it carries the next one (`Dispatch.then`): the runtime takes that one when the arch-specific
+units have not passed their check for the call's class (selfcheck.admit), so they never run unchecked.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .reasons import Reason
@@ -27,6 +33,9 @@ from .versions import (
     MIN_TORCH,
     driver_at_least,
     parse_arch,
+    parse_target,
+    sass_runs_on,
+    target_name,
     torch_minor,
     torch_version,
     version_text,
@@ -113,6 +122,16 @@ class Dispatch:
     # "self-check" (first use in this process), "unchecked" (ran where no check can run: graph capture,
     # torch.compile tracing), "off" (FA_SELF_CHECK=off); "" when not asked (fallback, doctor).
     verified: str = ""
+    # Why better images were not used (an arch-specific one that does not serve the call or has not
+    # passed its check here); the path above says what runs instead.
+    passed_over: tuple[Reason, ...] = ()
+    # An arch-specific route's next route (the plain arch's, or the fallback): what runs until the
+    # arch-specific units pass their check for the call's class. None on every other route.
+    then: Dispatch | None = field(default=None, repr=False)
+
+    def passed_on(self, reason: Reason) -> Dispatch:
+        """This route, taken because a better (arch-specific) one was passed over for `reason`."""
+        return replace(self, passed_over=(reason, *self.passed_over))
 
 
 def normalize_dtype(dtype: str) -> str:
@@ -140,12 +159,14 @@ def decide(
     kernels: Sequence[KernelFile] | None = None,
     package_dir: Path = Path("."),
     load_binding: Callable[[], Reason | None] | None = None,
+    arch_specific: bool = True,
 ) -> Dispatch:
     """The path a call takes with this wheel installed, or every reason it falls back.
 
     wheel: what the manifest (or the wheel's index.json entry) says. kernels: the manifest's kernel
     files, to fill the launches (the runtime); None to decide only (doctor). load_binding: called last,
     only when the kernels would run (the runtime loads the binding there); None: assumed loadable.
+    arch_specific: False leaves the arch-specific images out (an arch-specific route's `then`).
     """
     if device.kind != "cuda":
         where = "ROCm (AMD GPU)" if device.kind == "rocm" else device.kind
@@ -179,28 +200,35 @@ def decide(
                 "call without requires_grad (e.g. under torch.no_grad()) to use the kernels",
             )
         )
-    found = _image(wheel, device, dtype, call)
+    found = _image(wheel, device, dtype, call, arch_specific)
     if isinstance(found, list):
         codes = {r.code for r in reasons}  # an fp64 call has its dtype-unsupported already
         reasons += [r for r in found if r.code not in codes]
     if reasons or isinstance(found, list):
         return fallback(*reasons)
-    image, head_dim = found
+    image, head_dim, passed = found
+    then = None
+    if image.specific:  # what runs when the arch-specific units are passed over (no binding loaded here)
+        then = decide(wheel, device, call, kernels, package_dir, None, arch_specific=False)
     fwd = bwd = split = None
     if kernels is not None:
         fwd_file = _kernel_file(kernels, image, dtype, "fwd", head_dim)
         bwd_file = _kernel_file(kernels, image, dtype, "bwd", head_dim) if call.backward else None
+        problem = None
         if fwd_file is None or (call.backward and bwd_file is None):
-            return fallback(
-                Reason(
-                    "binding-unavailable",
-                    f"the manifest covers {dtype} head dim {head_dim} on {image.arch} "
-                    "but lists no kernel file for it",
-                    "reinstall fa-attn (damaged manifest)",
-                )
+            problem = Reason(
+                "binding-unavailable",
+                f"the manifest covers {dtype} head dim {head_dim} on {image.target} "
+                "but lists no kernel file for it",
+                "reinstall fa-attn (damaged manifest)",
             )
-        if not _holds_key_blocks(fwd_file, call.page_size):
-            return fallback(_pages_too_small(fwd_file, call.page_size, image.arch))
+        elif not _holds_key_blocks(fwd_file, call.page_size):
+            problem = _pages_too_small(fwd_file, call.page_size, image.target)
+        if problem is not None and then is not None:
+            return _with_binding(then.passed_on(_specific_gap(image, problem)), load_binding)
+        if problem is not None:
+            return fallback(problem)
+        assert fwd_file is not None
         fwd = KernelLaunch.of(fwd_file, package_dir)
         bwd = KernelLaunch.of(bwd_file, package_dir) if bwd_file else None
         split_file = None if call.backward else _kernel_file(kernels, image, dtype, "splitkv", head_dim)
@@ -210,10 +238,18 @@ def decide(
             and _holds_key_blocks(split_file, call.page_size)
         ):
             split = KernelLaunch.of(split_file, package_dir)
-    problem = load_binding() if load_binding is not None else None
-    if problem is not None:
-        return fallback(problem)
-    return Dispatch(image.image, image.arch, (), head_dim, fwd, bwd, split)
+        elif then is not None:  # the arch-specific units have no split-KV form: the plain arch's serves
+            split = then.splitkv
+    route = Dispatch(image.image, image.target, (), head_dim, fwd, bwd, split, passed_over=passed, then=then)
+    return _with_binding(route, load_binding)
+
+
+def _with_binding(route: Dispatch, load_binding: Callable[[], Reason | None] | None) -> Dispatch:
+    """`route`, or the fallback when the binding it would run with does not load (asked only then)."""
+    if route.path == "fallback" or load_binding is None:
+        return route
+    problem = load_binding()
+    return route if problem is None else fallback(problem)
 
 
 # ---- the image that runs ---------------------------------------------------------------------------
@@ -221,8 +257,22 @@ def decide(
 
 @dataclass(frozen=True)
 class _Image:
-    arch: str
+    arch: str  # the compute capability it is built for
     image: str  # "sass" | "ptx"
+    specific: bool = False  # built for the arch-specific target of `arch` ("9.0a"): runs there only
+
+    @property
+    def target(self) -> str:
+        return target_name(self.arch, self.specific)
+
+
+def _specific_gap(img: _Image, why: Reason) -> Reason:
+    """Why an arch-specific image does not serve a call that the next image may serve."""
+    return Reason(
+        "arch-specific-unsupported",
+        f"the sm {img.target} units do not serve this call ({why.code}: {why.message})",
+        f"nothing to do: the next kernels run it; {why.fix}",
+    )
 
 
 def _no_dtype_kernel(dtype: str) -> Reason:
@@ -233,8 +283,11 @@ def _no_dtype_kernel(dtype: str) -> Reason:
     )
 
 
-def _image(wheel: WheelInfo, device: Device, dtype: str, call: Call) -> tuple[_Image, int] | list[Reason]:
-    """The best image that runs the whole call and the head dim it runs with, or why none does."""
+def _image(
+    wheel: WheelInfo, device: Device, dtype: str, call: Call, arch_specific: bool = True
+) -> tuple[_Image, int, tuple[Reason, ...]] | list[Reason]:
+    """The best image that runs the whole call, the head dim it runs with and why the arch-specific
+    images before it did not, or why none does. arch_specific False: those images are left out."""
     if device.sm is None:
         no_gpu = "run on a machine with an NVIDIA GPU (check nvidia-smi and CUDA_VISIBLE_DEVICES)"
         return [Reason("no-gpu", "no NVIDIA GPU is visible", no_gpu)]
@@ -255,9 +308,10 @@ def _image(wheel: WheelInfo, device: Device, dtype: str, call: Call) -> tuple[_I
     gpu = parse_arch(sm)
     # Distinct (arch, image) pairs first, then one _Image each: a wheel has hundreds of coverage rows
     # and few images, and doctor and the index page decide thousands of times (bench/index_page.py).
-    images = [_Image(*pair) for pair in dict.fromkeys((row.arch, row.image) for row in wheel.coverage)]
+    rows = (row for row in wheel.coverage if arch_specific or not row.arch_specific)
+    images = [_Image(*key) for key in dict.fromkeys((row.arch, row.image, row.arch_specific) for row in rows)]
     runnable = sorted(
-        (img for img in images if _runs_on(img, gpu)), key=lambda i: parse_arch(i.arch), reverse=True
+        (img for img in images if _runs_on(img, gpu)), key=lambda i: parse_target(i.target), reverse=True
     )
     sass = [img for img in runnable if img.image == "sass"]
     ptx = [img for img in runnable if img.image == "ptx"]
@@ -275,7 +329,7 @@ def _image(wheel: WheelInfo, device: Device, dtype: str, call: Call) -> tuple[_I
         ptx = []
     if not sass and not ptx:
         if not reasons:
-            archs = ", ".join(sorted({img.arch for img in images}, key=parse_arch)) or "none"
+            archs = ", ".join(sorted({img.target for img in images}, key=parse_target)) or "none"
             # Below the kernels' floor no wheel helps: say what does work instead of a wheel fa
             # would refuse to build.
             fix = (
@@ -293,41 +347,59 @@ def _image(wheel: WheelInfo, device: Device, dtype: str, call: Call) -> tuple[_I
 
     # Walk the images best-first; the first one that runs the whole call wins. Otherwise report the
     # gap of the best image, which is the one a fix (a wheel with more coverage) would use.
+    # An arch-specific image that does not serve the call passes it on, with its reason; when no image
+    # serves it, the reason given is the best plain image's (a wheel with more coverage fixes that one).
     gaps = [_gap(wheel, img, device, dtype, call, padded) for img in sass + ptx]
+    passed: list[Reason] = []
     for img, gap in zip(sass + ptx, gaps, strict=True):
         if gap is None:
-            return img, padded
-    return [*reasons, next(gap for gap in gaps if gap is not None)]
+            return img, padded, tuple(passed)
+        if img.specific:
+            passed.append(_specific_gap(img, gap))
+    plain = [gap for img, gap in zip(sass + ptx, gaps, strict=True) if gap is not None and not img.specific]
+    return [*reasons, plain[0] if plain else next(gap for gap in gaps if gap is not None)]
 
 
 def _runs_on(img: _Image, gpu: tuple[int, int]) -> bool:
-    """SASS within the GPU's major up to its minor; PTX of any arch up to the GPU's."""
-    arch = parse_arch(img.arch)
-    return arch <= gpu and (img.image == "ptx" or arch[0] == gpu[0])
+    """SASS within the GPU's major up to its minor; PTX of any arch up to the GPU's; an arch-specific
+    image (fa ships no PTX of one, but a file may say so) on its own arch only."""
+    if img.image == "sass" or img.specific:
+        return sass_runs_on(img.target, f"{gpu[0]}.{gpu[1]}")
+    return parse_arch(img.arch) <= gpu
 
 
 def _rows(wheel: WheelInfo, img: _Image, dtype: str, direction: str) -> list[Coverage]:
+    key = (img.arch, img.image, img.specific, dtype, direction)
     return [
         row
         for row in wheel.coverage
-        if (row.arch, row.image, row.dtype, row.direction) == (img.arch, img.image, dtype, direction)
+        if (row.arch, row.image, row.arch_specific, row.dtype, row.direction) == key
     ]
 
 
 def _gap(wheel: WheelInfo, img: _Image, device: Device, dtype: str, call: Call, padded: int) -> Reason | None:
     """Why `img` does not run the call (None: it does)."""
+    if img.specific:
+        missing = sorted(call.features - frozenset(wheel.arch_specific_features))
+        if missing:
+            return Reason(
+                "feature-unsupported",
+                f"{', '.join(missing)} is not supported by the sm {img.target} kernels (they support: "
+                f"{', '.join(wheel.arch_specific_features) or 'none listed in the manifest'})",
+                f"call without {', '.join(missing)} to use them",
+            )
     fwd = _rows(wheel, img, dtype, "fwd")
     if not fwd:
         return Reason(
             "dtype-unsupported",
-            f"no {dtype} kernels for sm {img.arch} ({img.image})",
+            f"no {dtype} kernels for sm {img.target} ({img.image})",
             "use fp16 (sm 7.5 has no bf16 tensor cores) or a wheel with these kernels",
         )
     serving = [row for row in fwd if padded in row.head_dims]
     if not serving:
         return Reason(
             "head-dim-unsupported",
-            f"head dim {call.head_dim} (padded {padded}) has no {dtype} kernel for sm {img.arch}",
+            f"head dim {call.head_dim} (padded {padded}) has no {dtype} kernel for sm {img.target}",
             "use a head dim this wheel covers (`fa doctor` lists them)",
         )
     if call.backward:
@@ -335,7 +407,7 @@ def _gap(wheel: WheelInfo, img: _Image, device: Device, dtype: str, call: Call, 
         if not bwd:
             return Reason(
                 "backward-unsupported",
-                f"forward is covered but backward for {dtype} head dim {padded} on sm {img.arch} is not",
+                f"forward is covered but backward for {dtype} head dim {padded} on sm {img.target} is not",
                 "call without requires_grad, or use a head dim with backward kernels",
             )
         serving += bwd
@@ -344,7 +416,7 @@ def _gap(wheel: WheelInfo, img: _Image, device: Device, dtype: str, call: Call, 
     if need is not None and device.smem_per_block is not None and need > device.smem_per_block:
         return Reason(
             "arch-unsupported",
-            f"the {img.arch} kernels for {dtype} head dim {padded} need {need} bytes of shared memory "
+            f"the {img.target} kernels for {dtype} head dim {padded} need {need} bytes of shared memory "
             f"per block; this GPU (sm {device.sm}) offers {device.smem_per_block}",
             f"use a wheel with SASS for sm {device.sm} (fa build with archs including {device.sm})",
         )
@@ -355,11 +427,11 @@ def _kernel_file(
     kernels: Sequence[KernelFile], img: _Image, dtype: str, direction: str, head_dim: int
 ) -> KernelFile | None:
     """The kernel file that runs a chosen call: the smallest head-dim bucket >= the padded head dim."""
+    key = (img.arch, img.image, img.specific, dtype, direction)
     fits = [
         k
         for k in kernels
-        if (k.arch, k.image, k.dtype, k.direction) == (img.arch, img.image, dtype, direction)
-        and k.head_dim >= head_dim
+        if (k.arch, k.image, k.arch_specific, k.dtype, k.direction) == key and k.head_dim >= head_dim
     ]
     return min(fits, key=lambda k: k.head_dim) if fits else None
 

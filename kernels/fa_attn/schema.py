@@ -23,15 +23,16 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .versions import parse_arch, parse_driver
+from .versions import parse_arch, parse_driver, target_name
 
 SCHEMA_MAJOR = 1
 # 0: the first published shape. 1: coverage rows per compiled program with its `smem_bytes`; index
 # entries repeat the manifest's `binding` and `features`. 2: `binding_form` (aten | stable) and
 # `torch_tested`, for the stable-ABI wheels that serve every torch from their floor on; the manifest's
 # `source_sha256`. 3: the all-wheel (variant "all"): `bindings` and `kernel_sets`, several of each in
-# one wheel, and a kernel file's `cuda_major`.
-SCHEMA_MINOR = 3
+# one wheel, and a kernel file's `cuda_major`. 4: arch-specific images (sm_90a): a kernel file's and a
+# coverage row's `arch_specific`, and the wheel's and a kernel set's `arch_specific` targets ("9.0a").
+SCHEMA_MINOR = 4
 
 PACKAGE = "fa-attn"  # the distribution
 DIST = "fa_attn"  # the import package and the wheel file name's prefix
@@ -175,6 +176,7 @@ def _int_in(low: int, high: int) -> Callable[[Any, str], int]:
 # The values fa writes, and the readers that refuse any other: a value outside them is not one fa
 # wrote, and would break a comparison later (doctor's, or the runtime's).
 _arch = _parsed_by(parse_arch, 'a compute capability like "8.0"')
+_specific_target = _matching(r"[0-9]{1,2}\.[0-9]{1,2}a", 'an arch-specific target like "9.0a"')
 _driver = _parsed_by(parse_driver, 'a driver version like "575.51.03"')
 _torch_minor = _matching(r"[0-9]{1,3}\.[0-9]{1,3}", 'a torch minor like "2.5"')
 _sha256 = _matching(r"[0-9a-fA-F]{64}", "64 hex digits", str.lower)  # either case: one hash
@@ -293,6 +295,16 @@ class KernelFile:
     cuda_major: int | None = dataclasses.field(
         default=None, metadata={"read": _optional(_cuda_major), "since": 3, "absent": None}
     )
+    # Built for the arch-specific target of `arch` ("9.0a": sm_90a): it runs on compute capability
+    # `arch` exactly (1.4). `arch` stays the plain capability, so a reader before 1.4 reads the file.
+    arch_specific: bool = dataclasses.field(
+        default=False, metadata={"read": _bool, "since": 4, "absent": False}
+    )
+
+    @property
+    def target(self) -> str:
+        """ "9.0a" for an arch-specific file, else its arch."""
+        return target_name(self.arch, self.arch_specific)
 
     @property
     def smem_bytes(self) -> int:
@@ -312,6 +324,14 @@ class Coverage:
     # The most shared memory per block the program needs; None in files older than 1.1 (unknown). An
     # sm_80 cubin runs on an sm_86 GPU only if the GPU offers this much.
     smem_bytes: int | None = _field(_opt_int, since=1, absent=None)
+    # The program is built for the arch-specific target of `arch` and runs there only (1.4; KernelFile's).
+    arch_specific: bool = dataclasses.field(
+        default=False, metadata={"read": _bool, "since": 4, "absent": False}
+    )
+
+    @property
+    def target(self) -> str:
+        return target_name(self.arch, self.arch_specific)
 
 
 @dataclass(frozen=True)
@@ -339,6 +359,12 @@ class KernelSet:
     sass: tuple[str, ...] = _field(_tuple_of(_arch), since=3)
     ptx: str | None = _field(_optional(_arch), since=3)
     coverage: tuple[Coverage, ...] = _field(_rows(Coverage), since=3)
+    arch_specific: tuple[str, ...] = dataclasses.field(
+        default=(), metadata={"read": _tuple_of(_specific_target), "since": 4, "absent": ()}
+    )  # WheelInfo.arch_specific, of this set
+    arch_specific_features: tuple[str, ...] = dataclasses.field(
+        default=(), metadata={"read": _strs, "since": 4, "absent": ()}
+    )  # WheelInfo.arch_specific_features, of this set
 
 
 # ---- the documents ------------------------------------------------------------------------------------
@@ -378,6 +404,17 @@ class WheelInfo:
     )
     kernel_sets: tuple[KernelSet, ...] = dataclasses.field(
         default=(), metadata={"read": _rows(KernelSet), "since": 3, "absent": ()}
+    )
+    # Arch-specific targets with SASS ("9.0a", 1.4): each runs on its own compute capability only
+    # (versions.sass_runs_on); `sass` lists plain archs alone, so a reader before 1.4 never takes an
+    # sm_90a cubin for one that runs on a later minor.
+    arch_specific: tuple[str, ...] = dataclasses.field(
+        default=(), metadata={"read": _tuple_of(_specific_target), "since": 4, "absent": ()}
+    )
+    # What the arch-specific units implement (a subset of `features`): a call using anything else is
+    # passed on to the plain arch's units (decision.py).
+    arch_specific_features: tuple[str, ...] = dataclasses.field(
+        default=(), metadata={"read": _strs, "since": 4, "absent": ()}
     )
 
     @property

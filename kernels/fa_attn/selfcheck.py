@@ -371,6 +371,8 @@ def admit(
     if route.path == "fallback":
         return route
     chosen = mode()
+    if route.then is not None:
+        return _admit_arch_specific(route, call, device, dtype, backward, splitkv, may_check, chosen)
     if chosen == "off":
         unchecked = _unchecked.get(id(route))
         if unchecked is None or unchecked[0] is not route:
@@ -406,6 +408,73 @@ def admit(
     if slower is not None and route_mode() != "fa":
         return Dispatch("fallback", None, (slower,))
     return admitted
+
+
+def _admit_arch_specific(
+    route: Dispatch,
+    call: AttnCall,
+    device: torch.device,
+    dtype: torch.dtype,
+    backward: bool,
+    splitkv: bool,
+    may_check: bool,
+    chosen: str,
+) -> Dispatch:
+    """An arch-specific route (sm_90a; decision.py): its units serve a call only once a check of the
+    call's class passed on this GPU (a record, or the first-use check run now); otherwise the call takes
+    the route's `then` (the plain arch's units, admitted as usual) with the reason in `passed_over`."""
+    assert route.then is not None
+    bare = _bare(route)
+    if chosen == "off":
+        why = _specific_unchecked(route, "FA_SELF_CHECK=off runs no check")
+    else:
+        admitted = admit(bare, call, device, dtype, backward, splitkv, may_check)
+        why = _specific_reason(route, admitted)
+        if why is None:
+            return admitted
+    return admit(route.then, call, device, dtype, backward, splitkv, may_check).passed_on(why)
+
+
+_bares: dict[int, tuple[Dispatch, Dispatch]] = {}  # id(route) -> (route, route without `then`)
+
+
+def _bare(route: Dispatch) -> Dispatch:
+    """The arch-specific route without its `then`, one object per route (admit's memo keys it by id)."""
+    kept = _bares.get(id(route))
+    if kept is None or kept[0] is not route:
+        if len(_bares) >= 1024:
+            _bares.clear()
+        kept = _bares[id(route)] = (route, replace(route, then=None))
+    return kept[1]
+
+
+def _specific_reason(route: Dispatch, admitted: Dispatch) -> Reason | None:
+    """Why the arch-specific route, admitted as `admitted`, must pass the call on (None: it serves)."""
+    if admitted.path != "fallback":
+        if admitted.verified in ("record", "self-check"):
+            return None
+        return _specific_unchecked(route, "no check can run inside graph capture or torch.compile tracing")
+    first = admitted.reasons[0]
+    if first.code == "self-check-failed":
+        then = route.then
+        instead = f"the sm {then.arch} units" if then is not None and then.arch else "torch SDPA"
+        return Reason("arch-specific-check-failed", f"{first.message}; {instead} run the call", first.fix)
+    if first.code == "not-verified":
+        return _specific_unchecked(route, first.message)
+    return Reason(
+        "arch-specific-unsupported",
+        f"the sm {route.arch} units do not serve this call here ({first.code}: {first.message})",
+        f"nothing to do: the next kernels run it; {first.fix}",
+    )
+
+
+def _specific_unchecked(route: Dispatch, why: str) -> Reason:
+    unit = records.unit_name(route.fwd.module) if route.fwd is not None else f"sm {route.arch}"
+    return Reason(
+        "arch-specific-unchecked",
+        f"unit {unit} runs only after its check passes for this kind of call, and {why}",
+        "make one eager call of this kind first, or run `fa check` (its record verifies the unit)",
+    )
 
 
 def _admitted_route(
@@ -475,6 +544,14 @@ def traced(
     """admit() while torch.compile traces (interface._admitted_for runs it for real and bakes the
     answer into the graph): records and this process's verdicts decide; no check can run, no speed
     routing (the key length may be symbolic)."""
+    if route.then is not None and route.path != "fallback":  # arch-specific: a record or a verdict only
+        if chosen == "off":
+            why: Reason | None = _specific_unchecked(route, "FA_SELF_CHECK=off runs no check")
+        else:
+            why = _specific_reason(route, traced(_bare(route), device, dtype, cls, backward, splitkv, chosen))
+        if why is None:
+            return traced(_bare(route), device, dtype, cls, backward, splitkv, chosen)
+        return traced(route.then, device, dtype, cls, backward, splitkv, chosen).passed_on(why)
     if route.path == "fallback" or chosen == "off":
         return route if route.path == "fallback" else replace(route, verified="off")
     units = tuple((d, u.module, u.entries, u.launch) for d, u in _units(route, backward, splitkv))

@@ -35,6 +35,53 @@ def parse_arch(arch: str) -> tuple[int, int]:
     return int(match[1]), int(match[2])
 
 
+# An arch-specific target ("9.0a": NVRTC's sm_90a) uses instructions that exist on that one compute
+# capability only (wgmma, setmaxnreg on 9.0): its SASS runs on compute capability 9.0 exactly, never on a
+# higher minor, and its PTX (compute_90a) JITs to nothing else either (PTX ISA, "Target ISA notes": targets
+# with suffix "a" "do not follow the onion layer model"; CUDA C++ Programming Guide, "Architecture-Specific
+# Feature Set"), so fa ships no PTX of one. A target is what a
+# build compiles for and an image is built for; a GPU's compute capability is always a plain arch.
+ARCH_SPECIFIC = "a"
+_TARGET = re.compile(r"([0-9]{1,2})\.([0-9]{1,2})(a?)", re.ASCII)
+
+
+def parse_target(target: str) -> tuple[int, int, bool]:
+    """A compile target: "8.6" -> (8, 6, False), "9.0a" -> (9, 0, True). Tuples sort a target after the
+    plain arch of its compute capability and before the next one ("9.0" < "9.0a" < "10.0"). ValueError
+    for anything else."""
+    match = _TARGET.fullmatch(str(target).strip())
+    if match is None:
+        raise ValueError(f"arch: {target!r} is not a compute capability or target; write it like '8.6' or '9.0a'")
+    return int(match[1]), int(match[2]), bool(match[3])
+
+
+def arch_specific(target: str) -> bool:
+    """Whether `target` ("9.0a") is arch-specific: its SASS runs on its own compute capability only."""
+    return parse_target(target)[2]
+
+
+def target_arch(target: str) -> str:
+    """The compute capability a target's SASS is built for: "9.0a" -> "9.0", "8.6" -> "8.6"."""
+    major, minor, _ = parse_target(target)
+    return f"{major}.{minor}"
+
+
+def target_name(arch: str, specific: bool) -> str:
+    """The target of a compute capability: ("9.0", True) -> "9.0a"; ("8.6", False) -> "8.6"."""
+    parse_arch(arch)
+    return f"{arch}{ARCH_SPECIFIC}" if specific else arch
+
+
+def sass_runs_on(target: str, gpu: str) -> bool:
+    """Whether SASS built for `target` runs on a GPU of compute capability `gpu`: an arch-specific
+    target on its own capability only; any other within the GPU's major up to its minor."""
+    major, minor, specific = parse_target(target)
+    have = parse_arch(gpu)
+    if specific:
+        return (major, minor) == have
+    return major == have[0] and minor <= have[1]
+
+
 def parse_driver(version: str) -> tuple[int, int, int]:
     """ "575.51.03" -> (575, 51, 3); a plain "580" is (580, 0, 0), so it compares as NVIDIA means it."""
     text = str(version).strip()

@@ -19,6 +19,7 @@ from buildtool.builder.matrix import Matrix, MatrixError, load_matrix, parse_mat
 from buildtool.builder.plan import (
     SKIP_EXCLUDED,
     SKIP_NO_TORCH_BUILD,
+    WAITING_FOR_SOURCE,
     Cell,
     DroppedSass,
     local_plan,
@@ -598,13 +599,17 @@ def test_repo_matrix_dry_run_fits_80_columns_without_wrapping(catalog: TorchCata
 
 
 def test_repo_matrix_with_the_real_kernel_table(catalog: TorchCatalog) -> None:
-    """kernels/tiles.py and matrix.yaml agree: every default and listed arch has kernels."""
+    """kernels/tiles.py and matrix.yaml agree: every default and listed arch has kernels, but for an
+    arch-specific target whose source is not in this tree yet (said under "SASS left out")."""
     tiles = kernels_src.tiles()
     m = load_matrix(REPO / "matrix.yaml")
     m = replace(m, torch=tuple(t for t in m.torch if t in catalog.minors))
     plan = make_plan(m, catalog)
+    waiting = {(d.platform, d.cuda_major, d.arch) for d in plan.dropped_sass if d.why == WAITING_FOR_SOURCE}
+    assert all(tiles.missing_sources(arch) for _, _, arch in waiting)
     for w in plan.wheels[1:]:
-        assert w.sass == tuple(a for a in m.archs[w.cuda_major] if cuda_facts.sass_of_use_on(a, w.platform))
+        listed = [a for a in m.archs[w.cuda_major] if cuda_facts.sass_of_use_on(a, w.platform)]
+        assert w.sass == tuple(a for a in listed if (w.platform, w.cuda_major, a) not in waiting)
         assert w.ptx == m.ptx[w.cuda_major]
         expected = sum(len(tiles.units(a)) for a in w.sass) + len(tiles.units(w.ptx))
         assert len(w.compile_jobs) == expected

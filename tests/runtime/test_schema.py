@@ -30,6 +30,10 @@ ADDED = {
         "BindingFile": {"file", "torch", "cxx11abi", "binding_form", "torch_tested"},
         "KernelSet": {"cuda_major", "toolkit", "min_driver", "ptx_min_driver", "sass", "ptx", "coverage"},
     },
+    4: {
+        "WheelInfo": {"arch_specific", "arch_specific_features"}, "KernelFile": {"arch_specific"},
+        "Coverage": {"arch_specific"}, "KernelSet": {"arch_specific", "arch_specific_features"},
+    },
 }  # fmt: skip
 PARTS = (
     WheelInfo, Manifest, IndexEntry, schema.Coverage, schema.KernelFile, schema.Launch, schema.BindingFile,

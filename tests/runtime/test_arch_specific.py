@@ -1,0 +1,249 @@
+"""The arch-specific sm_90a units (issue 39) in the decision and the runtime's admission, on manifests
+that `fa build`'s packager writes from kernels/tiles.py's table (the sm_90a units listed whether or not
+csrc/hopper_fwd.cu is in this tree: nothing here compiles or runs a kernel).
+
+On compute capability 9.0 exactly the sm_90a forward comes first, but only once its check passed for
+the call's class (a `fa check` record here: no GPU runs a first-use check on this machine); a failed or
+impossible check, or a call it does not serve, passes the call to the sm 9.0 units with the reason in
+`passed_over`. Every other GPU never gets it. Not verified on a GPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import tiles
+import torch
+from fa_attn import selfcheck
+from fa_attn.decision import Call, Device, Dispatch, decide
+from fa_attn.inputs import Options, make_call
+from fa_attn.schema import Manifest
+from fa_attn.verify import record as records
+
+from buildtool.builder import package
+from buildtool.builder.plan import CompileJob
+from tests.select.fixture_index import kernel_spec
+
+# kernels/tiles.py with every table unit, the sm_90a ones included before their source lands.
+TABLE = SimpleNamespace(**{name: getattr(tiles, name) for name in dir(tiles) if not name.startswith("__")})
+TABLE.units = tiles.table_units
+SASS = ("8.0", "8.6", "9.0", "9.0a", "10.0", "12.0")
+H100 = Device("cuda", "9.0", 227 * 1024, "580.65.06")
+
+
+def built(sass: tuple[str, ...] = SASS, ptx: str | None = "12.0") -> Manifest:
+    """The manifest of a cu12 wheel with SASS for `sass` and PTX of `ptx`, read back from its JSON."""
+    images = [(arch, "sass") for arch in sass] + ([(ptx, "ptx")] if ptx else [])
+    jobs = tuple(CompileJob(12, a, image, u.name) for a, image in images for u in tiles.table_units(a))
+    spec = dataclasses.replace(kernel_spec(12, "2.8", True), sass=sass, ptx=ptx, compile_jobs=jobs)
+    text = json.dumps(package.manifest(spec, TABLE).to_json())
+    return Manifest.from_json(json.loads(text))
+
+
+MANIFEST = built()
+
+
+def route(device: Device, call: Call, man: Manifest = MANIFEST) -> Dispatch:
+    return decide(man.info, device, call, man.kernels, Path("/wheel/fa_attn"))
+
+
+def modules(dispatch: Dispatch) -> list[str]:
+    launches = (dispatch.fwd, dispatch.bwd, dispatch.splitkv)
+    return [launch.module for launch in launches if launch is not None]
+
+
+def test_the_manifest_marks_the_sm90a_units_arch_specific() -> None:
+    specific = [k for k in MANIFEST.kernels if k.arch_specific]
+    assert {(k.dtype, k.head_dim) for k in specific} == {
+        (dtype, d) for dtype in ("fp16", "bf16") for d in (64, 96, 128, 192, 256)
+    }
+    for kernel in specific:
+        assert (kernel.arch, kernel.target, kernel.image, kernel.direction) == ("9.0", "9.0a", "sass", "fwd")
+        assert kernel.file == f"kernels/sm_90a/{kernel.unit}.cubin"
+        assert list(kernel.entries) == ["fa_fwd_sm90a"]
+        launch = kernel.entries["fa_fwd_sm90a"]
+        assert launch.threads == 128 * (1 + launch.block_m // 64)
+    assert not any(k.arch_specific for k in MANIFEST.kernels if k.file.startswith("kernels/sm_90/"))
+    info = MANIFEST.info
+    # `sass` keeps plain archs, so a reader before schema 1.4 never takes sm_90a's SASS for 9.x's.
+    assert info.sass == ("8.0", "8.6", "9.0", "10.0", "12.0")
+    assert info.arch_specific == ("9.0a",)
+    assert set(info.arch_specific_features) <= set(info.features)
+    assert {r.target for r in info.coverage if r.arch_specific} == {"9.0a"}
+    # The d192 unit serves 136 to 192: the sm_90a buckets are FlashAttention-3's, no 160 between.
+    d192 = next(r for r in info.coverage if r.arch_specific and r.dtype == "bf16" and 192 in r.head_dims)
+    assert d192.head_dims[0] == 136
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("head_dim", [40, 64, 96, 128, 144, 192, 256])
+def test_9_0_chooses_the_sm90a_unit_with_the_sm90_route_behind_it(dtype: str, head_dim: int) -> None:
+    chosen = route(H100, Call(dtype, head_dim))
+    assert (chosen.path, chosen.arch, chosen.passed_over) == ("sass", "9.0a", ())
+    assert chosen.fwd is not None and "/kernels/sm_90a/fwd_" in chosen.fwd.module
+    assert chosen.then is not None
+    assert (chosen.then.path, chosen.then.arch) == ("sass", "9.0")
+    assert not any("sm_90a" in m for m in modules(chosen.then))
+    # No split-KV form of its own: the sm 9.0 split-KV unit serves a decode call's split.
+    assert chosen.splitkv is not None and "/kernels/sm_90/splitkv_" in chosen.splitkv.module
+    assert chosen.splitkv == chosen.then.splitkv
+
+
+@pytest.mark.parametrize(
+    "sm", ["7.5", "8.0", "8.6", "8.7", "8.9", "9.1", "10.0", "10.3", "11.0", "12.0", "12.1", "13.0"]
+)
+@pytest.mark.parametrize("backward", [False, True])
+def test_every_other_arch_never_chooses_sm90a(sm: str, backward: bool) -> None:
+    for dtype in ("fp16", "bf16"):
+        for head_dim in (64, 128, 256):
+            chosen = route(Device("cuda", sm, None, "580.65.06"), Call(dtype, head_dim, backward))
+            assert chosen.arch != "9.0a", (sm, chosen)
+            assert chosen.then is None and chosen.passed_over == ()
+            assert not any("sm_90a" in m for m in modules(chosen))
+
+
+def test_a_9_0_gpu_without_sm90_sass_jits_ptx_never_sm90a() -> None:
+    """9.0 with a wheel whose SASS is 8.0 and 9.0a only: a call the sm_90a unit does not serve (the
+    backward) JITs the 8.0 PTX, not sm_90a, and says why."""
+    man = built(sass=("8.0", "9.0a"), ptx="8.0")
+    chosen = route(H100, Call("bf16", 128, backward=True), man)
+    assert (chosen.path, chosen.arch) == ("ptx", "8.0")
+    assert [r.code for r in chosen.passed_over] == ["arch-specific-unsupported"]
+
+
+def test_there_is_never_ptx_of_sm90a() -> None:
+    with pytest.raises(ValueError, match="arch-specific: its PTX JITs on compute capability 9.0 only"):
+        package.kernel_file(CompileJob(12, "9.0a", "ptx", "fwd_bf16_d128"))
+    assert package.kernel_file(CompileJob(12, "9.0a", "sass", "fwd_bf16_d128")) == (
+        "kernels/sm_90a/fwd_bf16_d128.cubin"
+    )
+
+
+@pytest.mark.parametrize(
+    ("call", "why"),
+    [
+        (Call("bf16", 128, backward=True), "backward-unsupported"),  # forward only
+        (Call("bf16", 128, features=frozenset({"paged_kv"}), page_size=256), "feature-unsupported"),
+    ],
+)
+def test_a_call_sm90a_does_not_serve_goes_to_sm90_with_its_reason(call: Call, why: str) -> None:
+    chosen = route(H100, call)
+    assert (chosen.path, chosen.arch) == ("sass", "9.0")
+    (reason,) = chosen.passed_over
+    assert reason.code == "arch-specific-unsupported"
+    assert f"sm 9.0a units do not serve this call ({why}" in reason.message
+
+
+def test_a_9_0_part_with_less_shared_memory_passes_the_large_tile_on() -> None:
+    """The sm_90a d256 tile asks 229,448 B; a 9.0 part offering less runs sm 9.0's (FA2-class) d256."""
+    small = dataclasses.replace(H100, smem_per_block=200 * 1024)
+    chosen = route(small, Call("fp16", 256))
+    assert (chosen.path, chosen.arch) == ("sass", "9.0")
+    assert "shared memory" in chosen.passed_over[0].message
+    assert route(small, Call("fp16", 128)).arch == "9.0a"
+
+
+def test_doctor_reads_the_same_choice_without_kernel_files() -> None:
+    chosen = decide(MANIFEST.info, H100, Call("bf16", 128))
+    assert (chosen.path, chosen.arch, chosen.fwd) == ("sass", "9.0a", None)
+    assert chosen.then is not None and chosen.then.arch == "9.0"
+
+
+# ---- the runtime's admission: only after its check passed for the call's class ---------------------
+
+KEY = records.RecordKey("wheel", "NVIDIA H100 80GB HBM3", "9.0", "580.65.06", torch.__version__)
+CUDA = torch.device("cuda", 0)  # a name only: records decide, no kernel runs (no GPU here)
+
+
+def h100_call(causal: bool = True):
+    q = k = v = torch.empty(1, 96, 4, 128, dtype=torch.bfloat16)
+    return make_call(q, k, v, 1, 96, 96, Options(128**-0.5, 0.0, 0.0, None), causal, (-1, -1), False)
+
+
+@pytest.fixture
+def h100(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """The runtime's admission on an H100's identity with records in tmp_path (the device identity is
+    the stand-in: no GPU here), nothing captured; `record(**verdicts)` writes `fa check`'s record."""
+    monkeypatch.setenv(records.RECORDS_ENV, str(tmp_path))
+    monkeypatch.setenv("FA_SELF_CHECK", "first-use")
+    monkeypatch.setattr(selfcheck, "key_of", lambda _device: KEY)
+    monkeypatch.setattr(selfcheck, "in_capture", lambda _device: False)
+    selfcheck.reset()
+
+    def record(**verdicts: records.UnitResult) -> None:
+        units = {name.replace("__", "/"): result for name, result in verdicts.items()}
+        records.write(records.Record(KEY, "2026-11-28T14:00:00Z", "fa check", units))
+        selfcheck.reset()
+
+    yield record
+    selfcheck.reset()
+
+
+PASS = records.UnitResult("pass", max_err=1e-3, bound=4e-3)
+FAIL = records.UnitResult("fail", "out: error 0.5 > bound 0.004 (fwd causal bf16 d128)", 0.5, 4e-3)
+
+
+def admitted(**kwargs) -> Dispatch:
+    call = h100_call()
+    return selfcheck.admit(route(H100, Call("bf16", 128, features=frozenset({"causal"}))), call, CUDA,
+                           torch.bfloat16, False, **kwargs)  # fmt: skip
+
+
+def test_9_0_runs_sm90a_once_its_check_passed(h100) -> None:
+    h100(sm_90a__fwd_bf16_d128=PASS, sm_90__fwd_bf16_d128=PASS)
+    chosen = admitted()
+    assert (chosen.path, chosen.arch, chosen.verified, chosen.passed_over) == ("sass", "9.0a", "record", ())
+
+
+@pytest.mark.filterwarnings("ignore::fa_attn.selfcheck.FaSelfCheckWarning")
+def test_9_0_with_a_failed_check_chooses_sm90(h100) -> None:
+    h100(sm_90a__fwd_bf16_d128=FAIL, sm_90__fwd_bf16_d128=PASS)
+    chosen = admitted()
+    assert (chosen.path, chosen.arch, chosen.verified) == ("sass", "9.0", "record")
+    (reason,) = chosen.passed_over
+    assert reason.code == "arch-specific-check-failed"
+    assert "unit sm_90a/fwd_bf16_d128 failed" in reason.message
+    assert reason.message.endswith("the sm 9.0 units run the call")
+
+
+@pytest.mark.filterwarnings("ignore::fa_attn.selfcheck.FaSelfCheckWarning")
+def test_both_failed_falls_back_with_both_reasons(h100) -> None:
+    h100(sm_90a__fwd_bf16_d128=FAIL, sm_90__fwd_bf16_d128=FAIL)
+    chosen = admitted()
+    assert chosen.path == "fallback"
+    assert [r.code for r in chosen.reasons] == ["self-check-failed"]
+    assert [r.code for r in chosen.passed_over] == ["arch-specific-check-failed"]
+
+
+def test_sm90a_never_runs_unchecked(h100, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside graph capture no check can run: the sm 9.0 unit may run unchecked (as everywhere), the
+    sm_90a one never does."""
+    monkeypatch.setattr(selfcheck, "in_capture", lambda _device: True)
+    chosen = admitted()
+    assert (chosen.path, chosen.arch, chosen.verified) == ("sass", "9.0", "unchecked")
+    assert [r.code for r in chosen.passed_over] == ["arch-specific-unchecked"]
+
+
+def test_self_check_off_never_runs_sm90a(h100, monkeypatch: pytest.MonkeyPatch) -> None:
+    h100(sm_90a__fwd_bf16_d128=PASS)
+    monkeypatch.setenv("FA_SELF_CHECK", "off")
+    chosen = admitted()
+    assert (chosen.path, chosen.arch, chosen.verified) == ("sass", "9.0", "off")
+    assert [r.code for r in chosen.passed_over] == ["arch-specific-unchecked"]
+
+
+@pytest.mark.filterwarnings("ignore::fa_attn.selfcheck.FaSelfCheckWarning")
+def test_torch_compile_tracing_answers_from_records_alike(h100) -> None:
+    h100(sm_90a__fwd_bf16_d128=FAIL, sm_90__fwd_bf16_d128=PASS)
+    decided = route(H100, Call("bf16", 128, features=frozenset({"causal"})))
+    cls = tuple(selfcheck.class_of(h100_call()))
+    chosen = selfcheck.traced(decided, CUDA, torch.bfloat16, cls, False, False, "first-use")
+    assert (chosen.arch, chosen.verified) == ("9.0", "record")
+    assert [r.code for r in chosen.passed_over] == ["arch-specific-check-failed"]
+    h100(sm_90a__fwd_bf16_d128=PASS)
+    chosen = selfcheck.traced(decided, CUDA, torch.bfloat16, cls, False, False, "first-use")
+    assert (chosen.arch, chosen.verified) == ("9.0a", "record")
