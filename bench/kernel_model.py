@@ -110,6 +110,25 @@ class Model:
     dq_sectors_per_mflop: float  # backward only, else 0
 
 
+def opcodes(sass: str, entry: str) -> dict[str, int]:
+    """Opcode counts (modifiers kept, predicates dropped) of one function of nvdisasm's output."""
+    body = sass.split(f".text.{entry}:", 1)[1].split("//----", 1)[0]
+    out: dict[str, int] = {}
+    for line in body.splitlines():
+        m = re.search(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.x]+)", line)
+        if m:
+            out[m.group(1)] = out.get(m.group(1), 0) + 1
+    return out
+
+
+def disassemble(image: bytes) -> str:
+    """nvdisasm's listing of a cubin."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(image)
+        f.flush()
+        return subprocess.run([str(nvdisasm()), "-c", f.name], capture_output=True, text=True, check=True).stdout
+
+
 def _sass_counts(sass: str, entry: str) -> dict[str, float]:
     """Instruction counts of one function of nvdisasm's output."""
     body = sass.split(f".text.{entry}:", 1)[1].split("//----", 1)[0]
@@ -144,7 +163,7 @@ def model_units(
 ) -> list[Model]:
     nvrtc = open_nvrtc(str(toolkits.nvrtc_lib_dir(cuda)))
     headers = {p.name: p.read_text() for p in sorted(csrc.iterdir()) if p.suffix in (".h", ".cuh")}
-    exe = nvdisasm()
+    nvdisasm()  # fetched once, before the first compile
     out = []
     for arch in archs:
         for u in tiles.units(arch):
@@ -169,12 +188,7 @@ def model_units(
                 headers,
             )
             usage = {r.kernel: r for r in parse_resource_usage(compiled.log)}[entry]
-            with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-                f.write(compiled.image)
-                f.flush()
-                sass = subprocess.run(
-                    [str(exe), "-c", f.name], capture_output=True, text=True, check=True
-                ).stdout
+            sass = disassemble(compiled.image)
             c = _sass_counts(sass, entry)
             launch = u.entries[entry]
             mma = c["mma"] or 1.0
