@@ -201,6 +201,10 @@ def _runtime_json(runtime: Dispatch) -> dict[str, Any]:
         "arch": runtime.arch,
         "head_dim": runtime.head_dim,
         "reasons": _reasons_json(runtime.reasons),
+        # why a better (arch-specific, sm_90a) image does not run the call: [] when none was passed over
+        "passed_over": _reasons_json(runtime.passed_over),
+        # an arch-specific path's next one: what runs until its first-use check passed (null otherwise)
+        "then": None if runtime.then is None else _runtime_json(runtime.then),
     }
 
 
@@ -283,6 +287,12 @@ def _env_line(env: Env) -> str:
 
 
 def runtime_line(runtime: Dispatch) -> str:
+    if runtime.then is not None:  # arch-specific (sm_90a): only once checked, the next path before
+        return f"SASS for sm {runtime.arch} once checked, else {_image_line(runtime.then)}"
+    return _image_line(runtime)
+
+
+def _image_line(runtime: Dispatch) -> str:
     if runtime.path == "sass":
         return f"SASS for sm {runtime.arch}, head dim {runtime.head_dim}"
     if runtime.path == "ptx":
@@ -293,6 +303,12 @@ def runtime_line(runtime: Dispatch) -> str:
 def explain(runtime: Dispatch, sm: str) -> str:
     """Why an image of another arch serves this GPU (B300/GB300's 10.3 on 10.0's SASS, DGX Spark's 12.1
     on 12.0's), or "" when the image is the GPU's own or nothing runs (the reasons say why)."""
+    if runtime.then is not None:
+        return (
+            f"sm {runtime.arch} is the arch-specific forward (wgmma, TMA) for compute capability {sm} "
+            "only: a kind of call runs it once its first-use check (or `fa check`) passed here; not "
+            "verified on a GPU"
+        )
     if runtime.arch is None or runtime.arch == sm or runtime.path == "fallback":
         return ""
     if runtime.path == "sass":
@@ -450,6 +466,8 @@ def _render_dtypes(
             _item(console, explain(runtime, sm), 4)
         if runtime.reasons and runtime.reasons != report.answer.deciding:
             _reasons(console, runtime.reasons, 4)
+        for r in runtime.passed_over:  # not a failure: why the arch-specific units leave this call
+            _item(console, Text.assemble((r.code, "yellow"), f" {r.message}"), 4)
 
 
 def render(report: DoctorReport, console: Console, show_all: bool = False) -> None:

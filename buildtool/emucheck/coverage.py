@@ -256,7 +256,7 @@ def covering(feature: Feature, direction: str, tile: Tile, dtype: torch.dtype = 
 
 
 def gaps(
-    csrc: Path = CSRC, arches: tuple[str, ...] = ("7.5", "8.0", "8.6", "9.0", "10.0", "12.0"),
+    csrc: Path = CSRC, arches: tuple[str, ...] = ("7.5", "8.0", "8.6", "9.0", "9.0a", "10.0", "12.0"),
     features: tuple[Feature, ...] = FEATURES,
 ) -> list[str]:  # fmt: skip
     """Every way the declaration and the source disagree, as messages naming the fix ([] when none)."""

@@ -25,9 +25,13 @@ from fa_attn.verify.unitcheck import key_block, query_block
 
 from buildtool.emucheck.harness import emulator
 from buildtool.emucheck.ops import kernels_on_cpu
-from buildtool.errors import UsageError
+from buildtool.core import cuda_facts
+from buildtool.core.runtime import versions
+from buildtool.errors import FaError, UsageError
 
-ARCHES = ("7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0")
+ARCHES = ("7.5", "8.0", "8.6", "8.9", "9.0", "9.0a", "10.0", "12.0")
+# The arch-specific targets the emulator runs: tests/emu's emu_harness lists them in ARCH_SPECIFIC once it
+# interprets their instructions (sm_90a: wgmma, mbarrier phases, TMA, setmaxnreg; issue 39).
 
 
 def emulated_jobs(arch: str, only: tuple[str, ...]) -> list[tuple[Job, Any]]:
@@ -40,7 +44,7 @@ def emulated_jobs(arch: str, only: tuple[str, ...]) -> list[tuple[Job, Any]]:
         names = ", ".join(u.name for u in tiles.units(arch)[:6])
         raise UsageError(f"--unit {','.join(only)}: no unit of sm {arch} matches (units: {names}, ...)")
     jobs = []
-    tag = "sm_" + arch.replace(".", "")
+    tag = cuda_facts.sm_name(arch)
     for u in units:
         module = f"/emulated/{tag}/{u.name}.cubin"
         launch = [u.head_dim]  # as decision.KernelLaunch.of lays it out
@@ -63,6 +67,8 @@ def check_emulated(
     if arch not in ARCHES:
         raise UsageError(f"--arch {arch}: use one of {', '.join(ARCHES)}")
     harness = emulator()
+    if versions.arch_specific(arch):
+        _runs_arch_specific(arch, harness)
     if csrc is not None and not (csrc / "fwd.cu").is_file():
         raise UsageError(
             f"--source {csrc}: not a kernel source folder (no fwd.cu); use a copy of kernels/csrc"
@@ -91,6 +97,24 @@ def check_emulated(
     on_unit(len(jobs), len(jobs), "")
     gpu = {"index": 0, "gpu": f"CPU emulator, sm {arch}", "sm": arch}
     return CheckReport(verdict_of(units), [gpu], units, [])
+
+
+def _runs_arch_specific(arch: str, harness: Any) -> None:
+    """FaError (exit 1: nothing was checked, never a pass) unless the units of the arch-specific target
+    `arch` exist in this tree and the emulator runs their instructions."""
+    import tiles
+
+    missing = tiles.missing_sources(arch)
+    if missing:
+        raise FaError(
+            f"--arch {arch}: not supported by this checkout yet: kernels/{missing[0]} is not in the tree, so "
+            f"sm {arch} has no unit to check (kernels/tiles.py lists them for when it lands); nothing was checked"
+        )
+    if arch not in getattr(harness, "ARCH_SPECIFIC", ()):
+        raise FaError(
+            f"--arch {arch}: not supported by this emulator yet: tests/emu does not interpret sm {arch}'s "
+            "instructions (wgmma, mbarrier, TMA, setmaxnreg); nothing was checked"
+        )
 
 
 def problem_names(job: Job) -> list[str]:

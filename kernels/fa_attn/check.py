@@ -202,7 +202,11 @@ def jobs_on(
         route = dispatch.decide(dispatch.CallFacts(gpu, call), man, lambda: None, driver, package_dir)
         for reason in route.reasons:
             why.setdefault(reason.code, reason)
-        for direction, launch in (("fwd", route.fwd), ("bwd", route.bwd), ("splitkv", route.splitkv)):
+        # An arch-specific route (sm_90a) has the plain arch's behind it, which runs its calls until
+        # they pass their check (and where they fail it): both are checked.
+        routes = (route,) if route.then is None else (route, route.then)
+        launches = [(d, getattr(r, d)) for r in routes for d in ("fwd", "bwd", "splitkv")]
+        for direction, launch in launches:
             if launch is None or not launch.module or launch.module in seen:
                 continue
             unit = records.unit_name(launch.module)

@@ -35,10 +35,14 @@ SASS = ("8.0", "8.6", "9.0", "9.0a", "10.0", "12.0")
 H100 = Device("cuda", "9.0", 227 * 1024, "580.65.06")
 
 
-def built(sass: tuple[str, ...] = SASS, ptx: str | None = "12.0") -> Manifest:
-    """The manifest of a cu12 wheel with SASS for `sass` and PTX of `ptx`, read back from its JSON."""
+def built(
+    sass: tuple[str, ...] = SASS, ptx: str | None = "12.0", directions: tuple[str, ...] = tiles.DIRECTIONS
+) -> Manifest:
+    """The manifest of a cu12 wheel with SASS for `sass` and PTX of `ptx` (units of `directions`: a
+    matrix's kernel filter), read back from its JSON."""
     images = [(arch, "sass") for arch in sass] + ([(ptx, "ptx")] if ptx else [])
-    jobs = tuple(CompileJob(12, a, image, u.name) for a, image in images for u in tiles.table_units(a))
+    units = {a: [u for u in tiles.table_units(a) if u.direction in directions] for a, _ in images}
+    jobs = tuple(CompileJob(12, a, image, u.name) for a, image in images for u in units[a])
     spec = dataclasses.replace(kernel_spec(12, "2.8", True), sass=sass, ptx=ptx, compile_jobs=jobs)
     text = json.dumps(package.manifest(spec, TABLE).to_json())
     return Manifest.from_json(json.loads(text))
@@ -247,3 +251,21 @@ def test_torch_compile_tracing_answers_from_records_alike(h100) -> None:
     h100(sm_90a__fwd_bf16_d128=PASS)
     chosen = selfcheck.traced(decided, CUDA, torch.bfloat16, cls, False, False, "first-use")
     assert (chosen.arch, chosen.verified) == ("9.0a", "record")
+
+
+def test_fa_check_on_an_h100_checks_sm90a_and_the_sm90_units_behind_it() -> None:
+    """`fa check` (fa_attn.check.jobs_on, the runtime's decision per kernel file): on 9.0 both the sm_90a
+    forward and sm 9.0's forward, which serves until sm_90a passed and wherever it fails, in a wheel of
+    forward units only too (where no backward call reaches sm 9.0's forward); elsewhere no sm_90a unit."""
+    from fa_attn import check
+
+    forward_only = built(directions=("fwd", "splitkv"))
+    for man in (MANIFEST, forward_only):
+        jobs, _ = check.jobs_on(H100, 0, man, driver=lambda: "580.65.06", package_dir=Path("/wheel/fa_attn"))
+        units = {job.unit for job in jobs}
+        for dtype in ("fp16", "bf16"):
+            assert {f"sm_90a/fwd_{dtype}_d{d}" for d in (64, 96, 128, 192, 256)} <= units
+            assert {f"sm_90/fwd_{dtype}_d{d}" for d in tiles.HEAD_DIM_BUCKETS} <= units
+    a100 = Device("cuda", "8.0", 163 * 1024, "580.65.06")
+    jobs, _ = check.jobs_on(a100, 0, MANIFEST, driver=lambda: "580.65.06", package_dir=Path("/wheel/fa_attn"))
+    assert jobs and not any("sm_90a" in job.unit for job in jobs)

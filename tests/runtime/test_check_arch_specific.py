@@ -1,0 +1,76 @@
+"""`fa check --emulate --arch 9.0a`: it selects the sm_90a units (issue 39), and until this checkout can
+run them it exits 1 saying what is missing, the kernel source or the emulator's support, never a pass.
+
+The checks that need the emulator to run sm_90a (wgmma, mbarrier, TMA) wait for tests/emu to list the
+target in emu_harness.ARCH_SPECIFIC; the checks that need the kernel wait for csrc/hopper_fwd.cu."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tiles
+
+from buildtool.emucheck import run as emurun
+from buildtool.emucheck.harness import emulator
+from buildtool.errors import FaError
+
+REPO = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "PYTHONPATH": str(REPO / "kernels"), "FA_CHECK_RECORDS": "/nonexistent-fa-check"}
+
+pytestmark = pytest.mark.skipif(
+    shutil.which(os.environ.get("CXX", "g++")) is None, reason="--emulate needs a host C++ compiler (g++)"
+)
+
+
+def test_fa_check_emulate_9_0a_without_the_kernel_exits_1_naming_it() -> None:
+    if not tiles.missing_sources("9.0a"):
+        pytest.skip("csrc/hopper_fwd.cu is in this tree")
+    done = subprocess.run(
+        [sys.executable, "-m", "buildtool.cli", "check", "--emulate", "--arch", "9.0a"],
+        capture_output=True, text=True, env=ENV, cwd=REPO, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "--arch 9.0a: not supported by this checkout yet: kernels/csrc/hopper_fwd.cu" in done.stderr
+    assert "nothing was checked" in done.stderr
+    assert "pass" not in done.stdout
+    assert "Traceback" not in done.stderr
+
+
+@pytest.fixture
+def with_hopper_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """kernels/ as it will be once hopper_fwd.cu lands (a copy of kernels/csrc and the file's name; the
+    file is not a kernel: nothing here builds or runs it)."""
+    if not tiles.missing_sources("9.0a"):
+        return REPO / "kernels"
+    shutil.copytree(REPO / "kernels" / "csrc", tmp_path / "csrc")
+    (tmp_path / tiles.HOPPER_SOURCE).write_text("// stands for issue 39's forward: never compiled here\n")
+    monkeypatch.setattr(tiles, "_KERNELS_DIR", tmp_path)
+    return tmp_path
+
+
+@pytest.mark.usefixtures("with_hopper_source")
+def test_the_sm90a_units_are_selected() -> None:
+    jobs = emurun.emulated_jobs("9.0a", ())
+    assert {job.unit for job, _ in jobs} == {
+        f"sm_90a/fwd_{t}_d{d}" for t in ("fp16", "bf16") for d in (64, 96, 128, 192, 256)
+    }
+    for job, unit in jobs:
+        assert unit.arch_specific and job.direction == "fwd"
+        assert job.module == f"/emulated/sm_90a/{unit.name}.cubin"
+        assert job.entries == tiles.HOPPER_ENTRY
+    (only,) = emurun.emulated_jobs("9.0a", ("bf16_d128",))
+    assert only[0].unit == "sm_90a/fwd_bf16_d128"
+
+
+@pytest.mark.usefixtures("with_hopper_source")
+def test_an_emulator_without_sm90a_refuses_instead_of_passing() -> None:
+    if "9.0a" in getattr(emulator(), "ARCH_SPECIFIC", ()):
+        pytest.skip("this emulator runs sm_90a: tests/emu checks the units themselves")
+    with pytest.raises(FaError, match="not supported by this emulator yet") as caught:
+        emurun.check_emulated("9.0a", ("fwd_bf16_d128",))
+    assert caught.value.exit_code == 1
