@@ -65,6 +65,9 @@
 // What NVRTC defines: the kernels' sources take the device path.
 #define __CUDACC_RTC__ 1
 #define __CUDA_ARCH__ EMU_ARCH
+#ifdef EMU_ARCH_SPECIFIC  // an sm_90a library: what NVRTC defines for --gpu-architecture=sm_90a
+#define __CUDA_ARCH_FEAT_SM90_ALL 1
+#endif
 #ifndef __CUDACC_VER_MAJOR__
 #define __CUDACC_VER_MAJOR__ 12
 #define __CUDACC_VER_MINOR__ 8
@@ -112,10 +115,12 @@ inline uint64_t bits_of(const T& v) {
   }
 }
 
+// A `+` output's value is read by the interpreter, not here: a read here would be a plain access of the
+// register variable, which for a wgmma's pending accumulator is an error, and a chained wgmma may read it.
 template <class T>
 inline Operand out_op(char mode, char cons, T& ref) {
-  return Operand{cons, mode, static_cast<uint8_t>(sizeof(T)), static_cast<void*>(&ref),
-                 mode == '+' ? bits_of(ref) : 0};
+  static_assert(std::is_arithmetic_v<T> || std::is_pointer_v<T>, "an asm output of a type the emulator does not bind");
+  return Operand{cons, mode, static_cast<uint8_t>(sizeof(T)), static_cast<void*>(&ref), 0};
 }
 
 template <class T>

@@ -63,8 +63,14 @@ def _cache_dir() -> Path:
 
 
 def _arch_number(arch: str) -> int:
-    major, minor = arch.split(".")
+    """__CUDA_ARCH__ of "9.0" or "9.0a" (900)."""
+    major, minor = arch.removesuffix("a").split(".")
     return int(major) * 100 + int(minor) * 10
+
+
+def _arch_defines(arch: str) -> list[str]:
+    """What NVRTC defines for the arch: an arch-specific target ("9.0a") also has its feature macro."""
+    return [f"-DEMU_ARCH={_arch_number(arch)}", *(["-DEMU_ARCH_SPECIFIC"] if arch.endswith("a") else [])]
 
 
 # ---- the real sources, their inline PTX routed to the interpreter -------------------------------------
@@ -146,7 +152,7 @@ def rewrite_asm(text: str, where: str) -> tuple[str, int]:
         if close < 0 or not text[close + 1 :].lstrip().startswith(";"):
             raise RewriteError(f"{where}: an asm statement at offset {m.start()} is not closed by ');'")
         parts = _split(text[m.end() : close], ":")
-        template = parts[0]
+        template = parts[0].removesuffix("\\").rstrip()  # a line continuation inside a #define
         if not template.startswith('"') or len(parts) > 4:
             raise RewriteError(f"{where}: asm at offset {m.start()} is not 'template : out : in : clobbers'")
         outs = _operands(parts[1] if len(parts) > 1 else "", True, where)
@@ -244,7 +250,25 @@ def build(unit: tiles.KernelUnit, arch: str, csrc: Path = CSRC, binding: Path = 
     if compiler is None:
         raise EmulatorError("no C++ compiler (g++) to build the emulator with")
     src = emulator_sources(csrc)
-    flags = [
+    flags = _kernel_flags(src, arch, unit.defines)
+    link = ["-shared", "-Wl,-Bsymbolic"]
+    if os.environ.get("FA_EMU_UBSAN") == "1":  # undefined behaviour in the kernels' C++ aborts the run
+        ubsan = ["-fsanitize=undefined", "-fno-sanitize-recover=all", "-g"]
+        flags += ubsan
+        link += ubsan
+    kernel = src / Path(unit.source).name
+    tag = _digest(compiler, *flags, EMU_H.read_bytes(), src.name)
+    obj = _compile(
+        [compiler, *flags, "-c", "-x", "c++", str(kernel)], _cache_dir() / f"{unit.name}-{tag}.o", unit.name
+    )
+    runtime = runtime_object(compiler, csrc, binding)
+    out = _cache_dir() / f"{unit.name}-sm{arch.replace('.', '')}-{_digest(obj.name, runtime.name, *link)}.so"
+    return _compile([compiler, str(obj), str(runtime), *link], out, f"{unit.name} (link)")
+
+
+def _kernel_flags(src: Path, arch: str, defines: Mapping[str, object]) -> list[str]:
+    """g++ flags of a kernel translation unit over the emulator's copy of the sources `src`."""
+    return [
         "-std=c++17",
         "-O2",
         "-fPIC",
@@ -259,22 +283,108 @@ def build(unit: tiles.KernelUnit, arch: str, csrc: Path = CSRC, binding: Path = 
         f"-I{EMU_H.parent}",
         "-include",
         "emu.h",
-        f"-DEMU_ARCH={_arch_number(arch)}",
-        *(f"-D{k}={v}" for k, v in sorted(unit.defines.items())),
+        *_arch_defines(arch),
+        *(f"-D{k}={v}" for k, v in sorted(defines.items())),
     ]
+
+
+def build_source(
+    source: str, name: str, arch: str, defines: Mapping[str, object] | None = None, csrc: Path = CSRC
+) -> Path:
+    """An emulated library of one test kernel file's text `source` (which includes the headers of `csrc`,
+    e.g. hopper.cuh, as a kernel does), compiled once per content. Its kernels take `const void* args`
+    and run with EmulatedSource.launch."""
+    compiler = cxx()
+    if compiler is None:
+        raise EmulatorError("no C++ compiler (g++) to build the emulator with")
+    src = emulator_sources(csrc)
+    flags = _kernel_flags(src, arch, defines or {})
+    tag = _digest(compiler, *flags, EMU_H.read_bytes(), src.name, source)
+    text = _cache_dir() / f"{name}-{tag}.cpp"
+    if not text.exists():
+        tmp = text.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(_SMEM_DECL.sub("unsigned char* const smem = ::emu::block_smem();", source))
+        os.replace(tmp, text)
+    obj = _compile([compiler, *flags, "-c", "-x", "c++", str(text)], _cache_dir() / f"{name}-{tag}.o", name)
+    runtime = runtime_object(compiler, csrc, BINDING)
     link = ["-shared", "-Wl,-Bsymbolic"]
-    if os.environ.get("FA_EMU_UBSAN") == "1":  # undefined behaviour in the kernels' C++ aborts the run
-        ubsan = ["-fsanitize=undefined", "-fno-sanitize-recover=all", "-g"]
-        flags += ubsan
-        link += ubsan
-    kernel = src / Path(unit.source).name
-    tag = _digest(compiler, *flags, EMU_H.read_bytes(), src.name)
-    obj = _compile(
-        [compiler, *flags, "-c", "-x", "c++", str(kernel)], _cache_dir() / f"{unit.name}-{tag}.o", unit.name
-    )
-    runtime = runtime_object(compiler, csrc, binding)
-    out = _cache_dir() / f"{unit.name}-sm{arch.replace('.', '')}-{_digest(obj.name, runtime.name, *link)}.so"
-    return _compile([compiler, str(obj), str(runtime), *link], out, f"{unit.name} (link)")
+    out = _cache_dir() / f"{name}-{_digest(obj.name, runtime.name, *link)}.so"
+    return _compile([compiler, str(obj), str(runtime), *link], out, f"{name} (link)")
+
+
+class EmulatedSource:
+    """A test kernel library (build_source): launches of `void entry(const void* args)` and the driver's
+    cuTensorMapEncodeTiled as the emulator encodes it."""
+
+    def __init__(self, lib_path: Path, arch: str, seed: int = 1, window: int = 8, registers: int = 0):
+        self.lib = ctypes.CDLL(str(lib_path))
+        self.lib.emu_set_arch(_arch_number(arch))
+        self.lib.emu_set_arch_specific(int(arch.endswith("a")))
+        self.lib.emu_set_schedule.argtypes = [ctypes.c_uint64, ctypes.c_int]
+        self.lib.emu_set_schedule(seed, window)
+        self.lib.emu_set_limits.argtypes = [ctypes.c_int] * 4
+        self.lib.emu_set_limits(0, registers, 0, 0)
+        self.lib.emu_error.restype = ctypes.c_char_p
+        self.lib.emu_register.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_char_p]
+        self.lib.emu_launch_raw.argtypes = [
+            ctypes.c_void_p,
+            *[ctypes.c_uint] * 4,
+            ctypes.c_int,
+            ctypes.c_void_p,
+        ]
+        u64p, u32p = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32)
+        self.lib.emu_tensor_map_encode_tiled.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_int,
+            ctypes.c_uint32,
+            ctypes.c_void_p,
+            u64p,
+            u64p,
+            u32p,
+            u32p,
+            *[ctypes.c_int] * 4,
+        ]
+
+    def register(self, name: str, t: torch.Tensor) -> None:
+        """A global buffer kernels may read and write (bounds- and race-checked)."""
+        self.lib.emu_register(ctypes.c_void_p(t.data_ptr()), t.untyped_storage().nbytes(), name.encode())
+
+    def encode_tiled(
+        self,
+        out: ctypes.Array[ctypes.c_uint64],
+        dtype: int,
+        t: torch.Tensor,
+        dims: list[int],
+        strides: list[int],
+        box: list[int],
+        swizzle: int,
+    ) -> None:
+        """cuTensorMapEncodeTiled(out, dtype, rank, t's data, dims, strides (bytes, dims 1..), box, element
+        strides 1, interleave none, swizzle, L2 promotion none, OOB fill none) on the emulator."""
+        rank = len(dims)
+        rc = self.lib.emu_tensor_map_encode_tiled(
+            ctypes.cast(out, ctypes.c_void_p),
+            dtype,
+            rank,
+            ctypes.c_void_p(t.data_ptr()),
+            (ctypes.c_uint64 * rank)(*dims),
+            (ctypes.c_uint64 * max(rank - 1, 1))(*strides),
+            (ctypes.c_uint32 * rank)(*box),
+            (ctypes.c_uint32 * rank)(*[1] * rank),
+            0,
+            swizzle,
+            0,
+            0,
+        )
+        if rc != 0:
+            raise EmulatorError(self.lib.emu_error().decode())
+
+    def launch(
+        self, entry: str, grid: tuple[int, int, int], threads: int, smem: int, args: ctypes.Array
+    ) -> None:
+        fn = ctypes.cast(getattr(self.lib, entry), ctypes.c_void_p).value
+        if self.lib.emu_launch_raw(fn, *grid, threads, smem, ctypes.cast(args, ctypes.c_void_p)) != 0:
+            raise EmulatorError(f"{entry}: {self.lib.emu_error().decode()}")
 
 
 # ---- buffers between canaries -------------------------------------------------------------------------
@@ -370,6 +480,7 @@ class Emulated:
             ctypes.c_char_p,
         ]
         self.lib.emu_set_arch(_arch_number(arch))
+        self.lib.emu_set_arch_specific(int(arch.endswith("a")))
         self.lib.emu_set_schedule(self.seeds[0], self.window)  # launches made outside forward/backward
         self.lib.emu_collectives.restype = ctypes.c_uint64
         self.lib.emu_bank_stats.argtypes = [ctypes.POINTER(ctypes.c_uint64)]

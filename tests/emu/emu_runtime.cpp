@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <unordered_set>
 #include <unordered_map>
 #include <vector>
 
@@ -45,7 +46,7 @@ Dim3 cur_tid, cur_bid, cur_bdim, cur_gdim;
 constexpr int kMaxSmem = 256 * 1024;
 constexpr int kMaxThreads = 1024;
 constexpr int kWarpSize = 32;
-constexpr int kMaxOps = 16;    // asm operands of one statement
+constexpr int kMaxOps = 144;   // asm operands of one statement (wgmma m64n256: 128 accumulators + 7)
 constexpr int kMaxLocals = 4;  // .reg declarations of one statement
 
 void fail(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -111,6 +112,24 @@ enum class Op {
   kLd,
   kSt,
   kRed,
+  // sm_90a (hopper.cuh)
+  kSetp,
+  kSelp,
+  kElect,
+  kWgFence,
+  kWgCommit,
+  kWgWait,
+  kWgmma,
+  kMbarInit,
+  kMbarArrive,
+  kMbarExpectTx,
+  kMbarTryWait,
+  kFence,
+  kBarSync,
+  kBarArrive,
+  kPrefetchTmap,
+  kTma,
+  kSetmaxnreg,
 };
 
 enum class RefKind { kNone, kOperand, kLocal, kImm };
@@ -139,6 +158,8 @@ struct Instr {
   int k = 16;     // mma k
   Ty dst = Ty::kNone, src = Ty::kNone;
   char shfl_mode = 'b';  // b(fly) u(p) d(own) i(dx)
+  int n = 0;             // wgmma N; cp.async.bulk.tensor rank
+  bool expect_tx = false;  // mbarrier.arrive.expect_tx; setmaxnreg .inc (true) or .dec
   bool collective = false;
   bool memory = false;  // touches memory: a scheduling point
 };
@@ -150,6 +171,7 @@ struct Program {
 
 // Launch-wide state the interpreter needs before the scheduler's definitions.
 int g_arch = 0;            // __CUDA_ARCH__ of the library (emu.h's static initializer)
+bool g_arch_specific = false;  // an sm_90a library (the arch-specific features: wgmma, setmaxnreg)
 bool g_tanh_exact = false;
 
 [[noreturn]] void parse_fail(const std::string& text, const std::string& what) {
@@ -182,6 +204,7 @@ std::vector<std::string> split_top(const std::string& s, char sep) {
 
 Ref parse_ref(const std::string& tok, const std::map<std::string, int>& locals, const std::string& text) {
   Ref r;
+  if (tok == "_") return r;  // the sink: a result nobody reads
   if (tok.size() >= 2 && tok[0] == '%' && isdigit(static_cast<unsigned char>(tok[1]))) {
     r.kind = RefKind::kOperand;
     r.v = strtol(tok.c_str() + 1, nullptr, 10);
@@ -214,6 +237,13 @@ Arg parse_arg(const std::string& s, const std::map<std::string, int>& locals, co
   if (s.size() >= 2 && s.front() == '[' && s.back() == ']') {
     a.addr = true;
     std::string in = trim(s.substr(1, s.size() - 2));
+    const std::vector<std::string> parts = split_top(in, ',');
+    if (parts.size() == 2 && parts[1].size() >= 2 && parts[1].front() == '{') {  // [tensor-map, {coordinates}]
+      a.regs.push_back(parse_ref(parts[0], locals, text));
+      for (const Ref& c : parse_arg(parts[1], locals, text).regs) a.regs.push_back(c);
+      a.vec = true;
+      return a;
+    }
     const size_t plus = in.find('+');
     if (plus != std::string::npos) {
       a.offset = strtoll(trim(in.substr(plus + 1)).c_str(), nullptr, 0);
@@ -263,6 +293,8 @@ void need_arch(const Instr& in, int arch, const char* what) {
   }
 }
 
+bool parse_sm90(Instr& in, const std::string& name, const std::vector<std::string>& mods);
+
 Instr parse_instr(const std::string& stmt, const std::map<std::string, int>& locals) {
   Instr in;
   in.text = stmt;
@@ -283,7 +315,9 @@ Instr parse_instr(const std::string& stmt, const std::map<std::string, int>& loc
   const std::string name = mods[0];
   mods.erase(mods.begin());
   if (!rest.empty()) {
-    for (const std::string& a : split_top(rest, ',')) in.args.push_back(parse_arg(a, locals, stmt));
+    std::string args = rest;
+    if (name == "elect") std::replace(args.begin(), args.end(), '|', ',');  // elect.sync r|p, mask
+    for (const std::string& a : split_top(args, ',')) in.args.push_back(parse_arg(a, locals, stmt));
   }
   auto has = [&](const char* m) { return std::find(mods.begin(), mods.end(), m) != mods.end(); };
   auto unknown = [&](std::initializer_list<const char*> allowed) {
@@ -407,6 +441,7 @@ Instr parse_instr(const std::string& stmt, const std::map<std::string, int>& loc
     return in;
   }
   if (name == "cp") {
+    if (mods.size() >= 2 && mods[1] == "bulk" && parse_sm90(in, name, mods)) return in;
     if (mods.empty() || mods[0] != "async") parse_fail(stmt, "unknown instruction cp." + (mods.empty() ? "" : mods[0]));
     need_arch(in, 800, "cp.async");
     in.memory = true;
@@ -501,7 +536,177 @@ Instr parse_instr(const std::string& stmt, const std::map<std::string, int>& loc
     need_regs(in, 1, static_cast<size_t>(in.count), "red's data");
     return in;
   }
+  if (parse_sm90(in, name, mods)) return in;
   parse_fail(stmt, "unknown instruction '" + opcode + "'");
+}
+
+// The sm_90 / sm_90a forms hopper.cuh uses (PTX ISA 8.x); false for a name that is none of them.
+bool parse_sm90(Instr& in, const std::string& name, const std::vector<std::string>& mods) {
+  const std::string& stmt = in.text;
+  auto has = [&](const char* m) { return std::find(mods.begin(), mods.end(), m) != mods.end(); };
+  auto only = [&](std::initializer_list<const char*> allowed, const char* form) {
+    for (const std::string& m : mods) {
+      bool ok = false;
+      for (const char* a : allowed) ok |= m == a;
+      if (!ok) parse_fail(stmt, "modifier ." + m + " is not one the emulator knows (emulated: " + form + ")");
+    }
+  };
+  auto need_sm90a = [&](const char* what) {
+    need_arch(in, 900, what);
+    if (!g_arch_specific) parse_fail(stmt, std::string(what) + " needs sm_90a (this library is plain sm_90)");
+  };
+  if (name == "setp") {
+    only({"ne", "eq", "b32", "u32", "s32"}, "setp.{ne,eq}.{b32,u32,s32}");
+    in.op = Op::kSetp;
+    in.trans = has("eq");
+    need_args(in, 3);
+    return true;
+  }
+  if (name == "selp") {
+    only({"u32", "b32", "s32"}, "selp.{u32,b32,s32}");
+    in.op = Op::kSelp;
+    need_args(in, 4);
+    return true;
+  }
+  if (name == "elect") {
+    only({"sync"}, "elect.sync d|p, membermask");
+    need_arch(in, 900, "elect.sync");
+    in.op = Op::kElect;
+    need_args(in, 3);
+    in.collective = true;
+    return true;
+  }
+  if (name == "wgmma") {
+    need_sm90a(in.opcode.c_str());
+    if (!has("sync") || !has("aligned")) parse_fail(stmt, "wgmma without .sync.aligned");
+    in.collective = true;
+    if (mods.size() == 3 && mods[0] == "fence") {
+      in.op = Op::kWgFence;
+      need_args(in, 0);
+      return true;
+    }
+    if (mods.size() == 3 && mods[0] == "commit_group") {
+      in.op = Op::kWgCommit;
+      need_args(in, 0);
+      return true;
+    }
+    if (mods.size() == 3 && mods[0] == "wait_group") {
+      in.op = Op::kWgWait;
+      need_args(in, 1);
+      if (in.args[0].regs[0].kind == RefKind::kLocal) parse_fail(stmt, "wait_group takes an immediate");
+      return true;
+    }
+    int n = 0;
+    if (mods.size() != 7 || mods[0] != "mma_async" || sscanf(mods[3].c_str(), "m64n%dk16", &n) != 1 ||
+        mods[3] != "m64n" + std::to_string(n) + "k16") {
+      parse_fail(stmt, "only wgmma.mma_async.sync.aligned.m64n<N>k16.f32.<a>.<b> is emulated");
+    }
+    if (n < 8 || n > 256 || n % 8 != 0) parse_fail(stmt, "wgmma's N is a multiple of 8 from 8 to 256");
+    in.op = Op::kWgmma;
+    in.memory = true;
+    in.n = n;
+    in.dst = parse_ty(mods[4]);
+    in.src = parse_ty(mods[5]);
+    if (in.dst != Ty::kF32) parse_fail(stmt, "only fp32 accumulators are emulated");
+    if (in.src != parse_ty(mods[6]) || (in.src != Ty::kF16 && in.src != Ty::kBF16)) {
+      parse_fail(stmt, "A and B must both be .f16 or both .bf16");
+    }
+    if (in.args.size() != 8 && in.args.size() != 7) {
+      parse_fail(stmt, "wgmma takes d, a-desc, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-a, imm-trans-b "
+                       "(A from shared memory) or d, {a}, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-b");
+    }
+    in.trans = in.args.size() == 7;  // A from registers
+    need_regs(in, 0, static_cast<size_t>(n / 2), "wgmma's D");
+    if (in.trans) need_regs(in, 1, 4, "wgmma's A (registers)");
+    return true;
+  }
+  if (name == "mbarrier") {
+    need_arch(in, 900, "mbarrier (as hopper.cuh uses it)");
+    in.memory = true;
+    const bool cta = has("shared::cta") || has("shared");
+    if (!cta || !has("b64")) parse_fail(stmt, "only mbarrier.*.shared::cta.b64 is emulated");
+    if (mods[0] == "init") {
+      only({"init", "shared::cta", "shared", "b64"}, "mbarrier.init.shared::cta.b64 [addr], count");
+      in.op = Op::kMbarInit;
+      need_args(in, 2);
+      return true;
+    }
+    if (mods[0] == "arrive") {
+      only({"arrive", "expect_tx", "release", "cta", "shared::cta", "shared", "b64"},
+           "mbarrier.arrive[.expect_tx].shared::cta.b64 _, [addr][, tx]");
+      in.op = Op::kMbarArrive;
+      in.expect_tx = has("expect_tx");
+      need_args(in, in.expect_tx ? 3 : 2);
+      if (!in.args[1].addr) parse_fail(stmt, "mbarrier.arrive's second operand is [addr]");
+      return true;
+    }
+    if (mods[0] == "expect_tx") {
+      only({"expect_tx", "relaxed", "cta", "shared::cta", "shared", "b64"},
+           "mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [addr], tx");
+      in.op = Op::kMbarExpectTx;
+      need_args(in, 2);
+      return true;
+    }
+    if (mods[0] == "try_wait") {
+      only({"try_wait", "parity", "acquire", "cta", "shared::cta", "shared", "b64"},
+           "mbarrier.try_wait.parity.shared::cta.b64 p, [addr], parity");
+      if (!has("parity")) parse_fail(stmt, "only the .parity form of mbarrier.try_wait is emulated");
+      in.op = Op::kMbarTryWait;
+      need_args(in, 3);
+      return true;
+    }
+    parse_fail(stmt, "mbarrier." + mods[0] + " is not emulated");
+  }
+  if (name == "fence") {
+    const bool proxy = mods.size() == 3 && mods[0] == "proxy" && mods[1] == "async" && mods[2] == "shared::cta";
+    const bool init = mods.size() == 3 && mods[0] == "mbarrier_init" && mods[1] == "release" && mods[2] == "cluster";
+    if (!proxy && !init) parse_fail(stmt, "only fence.proxy.async.shared::cta and fence.mbarrier_init are emulated");
+    in.op = Op::kFence;
+    in.memory = true;
+    need_args(in, 0);
+    return true;
+  }
+  if (name == "bar") {
+    only({"sync", "arrive"}, "bar.sync id, threads / bar.arrive id, threads");
+    in.op = has("arrive") ? Op::kBarArrive : Op::kBarSync;
+    need_args(in, 2);
+    return true;
+  }
+  if (name == "prefetch") {
+    only({"tensormap"}, "prefetch.tensormap [addr]");
+    in.op = Op::kPrefetchTmap;
+    need_args(in, 1);
+    return true;
+  }
+  if (name == "cp" && mods.size() >= 3 && mods[0] == "async" && mods[1] == "bulk" && mods[2] == "tensor") {
+    need_arch(in, 900, "cp.async.bulk.tensor");
+    int rank = 0;
+    if (mods.size() != 7 || sscanf(mods[3].c_str(), "%dd", &rank) != 1 || rank < 1 || rank > 5 ||
+        mods[3] != std::to_string(rank) + "d" || mods[4] != "shared::cluster" || mods[5] != "global" ||
+        mods[6] != "mbarrier::complete_tx::bytes") {
+      parse_fail(stmt, "only cp.async.bulk.tensor.<n>d.shared::cluster.global.mbarrier::complete_tx::bytes is emulated");
+    }
+    in.op = Op::kTma;
+    in.memory = true;
+    in.n = rank;
+    need_args(in, 3);
+    if (!in.args[0].addr || !in.args[1].addr || !in.args[2].addr) parse_fail(stmt, "[dst], [map, {coords}], [mbar]");
+    if (in.args[1].regs.size() != static_cast<size_t>(rank) + 1) {
+      parse_fail(stmt, "a " + std::to_string(rank) + "d copy takes " + std::to_string(rank) + " coordinates");
+    }
+    return true;
+  }
+  if (name == "setmaxnreg") {
+    need_sm90a("setmaxnreg");
+    only({"inc", "dec", "sync", "aligned", "u32"}, "setmaxnreg.{inc,dec}.sync.aligned.u32 n");
+    if (!has("sync") || !has("aligned") || has("inc") == has("dec")) parse_fail(stmt, "setmaxnreg.{inc,dec}.sync.aligned.u32");
+    in.op = Op::kSetmaxnreg;
+    in.expect_tx = has("inc");
+    in.collective = true;
+    need_args(in, 1);
+    return true;
+  }
+  return false;
 }
 
 Program parse_program(const char* text) {
@@ -564,7 +769,7 @@ inline uint64_t get(const Regs& r, const Ref& ref) {
 }
 
 // ---- fibers and blocks -----------------------------------------------------------------------------
-enum class State { kReady, kWaitWarp, kWaitBlock, kDone };
+enum class State { kReady, kWaitWarp, kWaitBlock, kWaitWarpgroup, kWaitMbar, kWaitNamed, kWaitRegs, kDone };
 
 struct CopyOp {  // one cp.async
   uint32_t dst;
@@ -573,6 +778,14 @@ struct CopyOp {  // one cp.async
 };
 
 struct Block;
+
+// An accumulator register of a wgmma its warpgroup has not retired: the result it will hold, the group
+// (commit number) whose wait_group retires it, and the instruction.
+struct PendingAcc {
+  uint32_t value;
+  int group;
+  const Instr* ins;
+};
 
 struct Fiber {
   ucontext_t ctx;  // the first entry only (makecontext); later switches use jb
@@ -586,6 +799,15 @@ struct Fiber {
   std::vector<CopyOp> open_group;             // cp.async issued since the last commit
   std::deque<std::vector<CopyOp>> committed;  // oldest first
   std::unordered_map<uintptr_t, int> site_count;  // executions of each call site since the last barrier
+  // sm_90a
+  const Operand* outs = nullptr;  // the outputs of the asm statement running (for wgmma's accumulators)
+  size_t n_outs = 0;
+  std::unordered_map<uintptr_t, PendingAcc> pending;  // by the address of the kernel's register variable
+  uintptr_t pending_lo = UINTPTR_MAX, pending_hi = 0;
+  bool wg_fenced = false;                  // executed a wgmma.fence
+  std::unordered_set<uintptr_t> dirty;     // register variables written by ordinary code since it
+  std::vector<std::pair<uint32_t, uint32_t>> observed;  // mbarrier -> phases this thread saw complete
+  uint32_t wait_bar = 0, wait_parity = 0;
 };
 
 enum AccessKind { kAccLd, kAccSt, kAccCpAsync, kAccLdmatrix, kAccKinds };
@@ -608,14 +830,47 @@ struct WarpOp {
   Regs lanes[kWarpSize];
 };
 
+constexpr int32_t kAsyncWritten = -2;  // Shadow::w_epoch of a byte a TMA wrote
+
 struct Shadow {
   int32_t w_epoch = -1;
   int16_t w_tid = -1;
   int16_t r_tid = -1;
   int32_t r_epoch = -1;
   int16_t pending_tid = -1;
+  uint16_t async_reads = 0;  // wgmmas not yet retired that read the byte
+  int32_t tma_bar = -1;      // kAsyncWritten: the mbarrier the TMA completed on, and its phase then
+  uint32_t tma_phase = 0;
 };
 constexpr int16_t kManyReaders = -2;
+
+// An mbarrier object (PTX ISA "mbarrier"): arrivals and transaction bytes of the current phase.
+struct Mbar {
+  uint32_t count = 0, pending = 0;
+  int64_t tx = 0;
+  uint32_t phase = 0;  // phases completed
+};
+
+// The wgmmas a warpgroup committed together (wgmma.commit_group), with the shared memory they read.
+struct WgGroup {
+  int number = 0;
+  std::vector<uint32_t> reads;  // 2-byte elements
+};
+
+struct Warpgroup {
+  int arrived = 0;
+  const Instr* ins = nullptr;
+  uintptr_t site = 0;
+  std::vector<Regs> lanes;
+  WgGroup open;
+  std::deque<WgGroup> closed;  // oldest first
+  int regs = 0;                // per-thread register count (setmaxnreg)
+};
+
+struct NamedBarrier {
+  int arrived = 0, expected = 0;
+  std::vector<std::pair<uint32_t, uint32_t>> seen;  // what the arrivals observed of the mbarriers
+};
 
 struct Block {
   Dim3 idx;
@@ -628,6 +883,9 @@ struct Block {
   int live = 0;
   std::vector<Shadow> shadow;
   std::map<std::tuple<int, uintptr_t, int>, AccessGroup> groups;
+  std::map<uint32_t, Mbar> mbars;
+  std::vector<Warpgroup> wgs;
+  NamedBarrier named[16];
 };
 
 // A registered global buffer, with the guard bytes around it and a per-byte record of which block
@@ -890,6 +1148,33 @@ inline void flush_accesses(Block& b) {
   for (Fiber& f : b.fibers) f.site_count.clear();
 }
 
+inline uint32_t seen_phases(const Fiber* f, uint32_t bar) {
+  for (const auto& e : f->observed) {
+    if (e.first == bar) return e.second;
+  }
+  return 0;
+}
+
+inline void see_phases(std::vector<std::pair<uint32_t, uint32_t>>& into, uint32_t bar, uint32_t phases) {
+  for (auto& e : into) {
+    if (e.first == bar) {
+      e.second = std::max(e.second, phases);
+      return;
+    }
+  }
+  into.emplace_back(bar, phases);
+}
+
+// A byte a TMA wrote is readable by a thread that saw the mbarrier phase it completed on complete
+// (mbarrier.try_wait.parity), itself or through a barrier with a thread that did.
+inline void check_tma_seen(const Fiber* f, const Shadow& s, uint32_t addr, const char* what) {
+  if (seen_phases(f, static_cast<uint32_t>(s.tma_bar)) <= s.tma_phase) {
+    fail("%s: reads shared byte %u, which a TMA (cp.async.bulk.tensor) writes on the mbarrier at %d in its phase %u, "
+         "before thread %d waited for that phase to complete (race)",
+         what, addr, s.tma_bar, s.tma_phase, f->index);
+  }
+}
+
 // Race checks of a read by the current thread (no data moved).
 inline void smem_check_read(uint32_t addr, uint32_t n, uint32_t align, const char* what) {
   check_smem_range(addr, n, align, what);
@@ -901,8 +1186,11 @@ inline void smem_check_read(uint32_t addr, uint32_t n, uint32_t align, const cha
       fail("%s: reads shared byte %u before the cp.async of thread %d that writes it was waited for", what,
            addr + i, s.pending_tid);
     }
-    if (s.w_epoch < 0) fail("%s: reads shared byte %u, which nothing has written", what, addr + i);
-    if (s.w_epoch == b.epoch && s.w_tid != me) {
+    if (s.w_epoch == kAsyncWritten) {
+      check_tma_seen(g.cur, s, addr + i, what);
+    } else if (s.w_epoch < 0) {
+      fail("%s: reads shared byte %u, which nothing has written", what, addr + i);
+    } else if (s.w_epoch == b.epoch && s.w_tid != me) {
       fail("%s: reads shared byte %u written by thread %d with no __syncthreads between (race)", what, addr + i,
            s.w_tid);
     }
@@ -922,6 +1210,10 @@ inline void smem_claim(uint32_t addr, uint32_t n, int16_t me, const char* what) 
     if (s.pending_tid >= 0 && s.pending_tid != me) {
       fail("%s: writes shared byte %u while a cp.async of thread %d to it is in flight (race)", what, addr + i,
            s.pending_tid);
+    }
+    if (s.async_reads > 0) {
+      fail("%s: writes shared byte %u, which a wgmma no wgmma.wait_group has retired still reads (race)", what,
+           addr + i);
     }
     if (s.w_epoch == b.epoch && s.w_tid != me) {
       fail("%s: writes shared byte %u also written by thread %d with no __syncthreads between (race)", what,
@@ -961,6 +1253,21 @@ bool g_hooks_on = false;  // only while a kernel runs
 
 void plain_access(uintptr_t a, size_t n, bool write) {
   if (!g_hooks_on || g.cur == nullptr || g.failed) return;
+  Fiber* f = g.cur;
+  if (!f->pending.empty() && a < f->pending_hi && a + n > f->pending_lo) {
+    for (uintptr_t w = a & ~uintptr_t{3}; w < a + n; w += 4) {
+      auto it = f->pending.find(w);
+      if (it != f->pending.end()) {
+        fail("plain C++ %s of an accumulator register (at %p) of '%s' before the wgmma.wait_group that retires its "
+             "group: the register is undefined until then",
+             write ? "store" : "load", reinterpret_cast<void*>(w), it->second.ins->text.c_str());
+      }
+    }
+  }
+  if (write && f->wg_fenced && a >= reinterpret_cast<uintptr_t>(f->stack) &&
+      a < reinterpret_cast<uintptr_t>(f->stack) + kStackBytes) {
+    for (uintptr_t w = a & ~uintptr_t{3}; w < a + n; w += 4) f->dirty.insert(w);
+  }
   const uintptr_t arena = reinterpret_cast<uintptr_t>(g.smem_arena);
   if (a >= arena && a < arena + g.smem_slots * kMaxSmem) {
     Block& b = *g.cur->blk;
@@ -1176,7 +1483,563 @@ void compute_warp_op(WarpOp& w, Block& b, int warp) {
     }
     return;
   }
+  if (ins.op == Op::kElect) {
+    // elect.sync d|p, membermask: the leader is the lowest lane of membermask; d its lane number in every
+    // lane, p true in the leader only. Every lane executes it (the .sync rule), with one membermask.
+    const uint32_t mask = static_cast<uint32_t>(get(w.lanes[0], ins.args[2].regs[0]));
+    for (int l = 0; l < kWarpSize; ++l) {
+      if (static_cast<uint32_t>(get(w.lanes[l], ins.args[2].regs[0])) != mask || !(mask >> l & 1u)) {
+        fail("'%s': lane %d's membermask 0x%08x is not the warp's full, common mask 0x%08x", ins.text.c_str(), l,
+             static_cast<uint32_t>(get(w.lanes[l], ins.args[2].regs[0])), mask);
+      }
+    }
+    const int leader = __builtin_ctz(mask);
+    for (int l = 0; l < kWarpSize; ++l) {
+      set_reg(w.lanes[l], ins.args[0].regs[0], static_cast<uint64_t>(leader));
+      set_reg(w.lanes[l], ins.args[1].regs[0], l == leader ? 1 : 0);
+    }
+    return;
+  }
   fail("internal: '%s' is not a warp-wide instruction", ins.text.c_str());
+}
+
+// ---- sm_90a: warpgroups, wgmma, mbarrier, TMA, setmaxnreg --------------------------------------------
+constexpr int kWarpgroup = 128;
+constexpr uint32_t kPoison = 0x7fc0dead;  // what an accumulator register holds until its wgmma retires
+
+inline int warpgroup_of(const Fiber* f) { return f->index / kWarpgroup; }
+
+void compute_wg_op(Warpgroup& w, Block& b, int wg);
+
+// A .sync.aligned warpgroup instruction: all 128 threads of the warpgroup (4 whole warps) reach it from one
+// call site; the last to arrive computes every thread's results.
+void warpgroup_collective(const Instr& ins, uintptr_t site, Regs& regs) {
+  Fiber* f = g.cur;
+  Block& b = *f->blk;
+  const int wg = warpgroup_of(f), me = f->index % kWarpgroup;
+  if ((wg + 1) * kWarpgroup > g.threads) {
+    fail("'%s' by a partial warpgroup: the block's %d threads leave warpgroup %d only %d of its 128 (4 whole warps)",
+         ins.text.c_str(), g.threads, wg, g.threads - wg * kWarpgroup);
+  }
+  Warpgroup& w = b.wgs[static_cast<size_t>(wg)];
+  for (int t = 0; t < kWarpgroup; ++t) {
+    if (b.fibers[wg * kWarpgroup + t].state == State::kDone) {
+      fail("'%s' by a partial warpgroup: thread %d of warpgroup %d has exited", ins.text.c_str(),
+           wg * kWarpgroup + t, wg);
+    }
+  }
+  if (w.arrived == 0) {
+    w.ins = &ins;
+    w.site = site;
+  } else if (w.ins->op != ins.op) {
+    fail("threads of warpgroup %d diverge: this thread runs '%s' while others wait in '%s'", wg, ins.text.c_str(),
+         w.ins->text.c_str());
+  } else if (w.site != site || w.ins != &ins) {
+    fail("threads of warpgroup %d reach '%s' from different call sites: the .aligned form needs every thread of the "
+         "warpgroup at the same instruction",
+         wg, ins.text.c_str());
+  }
+  w.lanes[static_cast<size_t>(me)] = regs;
+  ++g.collectives;
+  if (++w.arrived < kWarpgroup) {
+    block_here(State::kWaitWarpgroup);
+  } else {
+    compute_wg_op(w, b, wg);
+    w.arrived = 0;
+    for (int t = 0; t < kWarpgroup; ++t) {
+      Fiber& o = b.fibers[wg * kWarpgroup + t];
+      if (&o != f && o.state == State::kWaitWarpgroup) make_ready(&o);
+    }
+    yield();
+  }
+  regs = w.lanes[static_cast<size_t>(me)];
+}
+
+// The shared-memory address of element (row, k) of a 16-bit wgmma operand (row: M of A, N of B) under
+// its matrix descriptor; the canonical layouts are hopper.cuh's (PTX ISA "Shared Memory Matrix Layout").
+uint32_t desc_address(uint64_t desc, int row, int k, bool mn_major, const Instr& ins) {
+  const uint32_t start = static_cast<uint32_t>(desc & 0x3fff) << 4;
+  const uint32_t lbo = static_cast<uint32_t>(desc >> 16 & 0x3fff) << 4;
+  const uint32_t sbo = static_cast<uint32_t>(desc >> 32 & 0x3fff) << 4;
+  const uint32_t base_offset = static_cast<uint32_t>(desc >> 49 & 7);
+  const int mode = static_cast<int>(desc >> 62);
+  if (base_offset != 0) fail("'%s': a descriptor base offset (%u) is not emulated", ins.text.c_str(), base_offset);
+  const uint32_t r = static_cast<uint32_t>(row), kk = static_cast<uint32_t>(k);
+  if (mode == 0) {  // core matrices of 8 x 16 bytes
+    return mn_major ? start + r / 8 * sbo + kk / 8 * lbo + kk % 8 * 16 + 2 * (r % 8)
+                    : start + r / 8 * sbo + kk / 8 * lbo + r % 8 * 16 + 2 * (kk % 8);
+  }
+  const uint32_t width = mode == 1 ? 128 : mode == 2 ? 64 : 32, bits = mode == 1 ? 3 : mode == 2 ? 2 : 1;
+  const uint32_t a = mn_major ? start + r / (width / 2) * lbo + kk / 8 * sbo + kk % 8 * width + 2 * (r % (width / 2))
+                              : start + r / 8 * sbo + r % 8 * width + 2 * kk;
+  return a ^ ((a >> 7 & ((1u << bits) - 1)) << 4);
+}
+
+// One 16-bit element a wgmma reads from shared memory, with the read rules: inside the launch's shared
+// memory, written, not by a thread outside the warpgroup since the last __syncthreads, not under a
+// cp.async in flight; a TMA's bytes after every thread of the warpgroup saw its mbarrier phase complete.
+uint16_t wg_read(Block& b, int wg, uint32_t addr, const char* what, std::vector<std::pair<uint32_t, uint32_t>>& tma) {
+  check_smem_range(addr, 2, 2, what);
+  for (uint32_t i = 0; i < 2; ++i) {
+    const Shadow& s = b.shadow[addr + i];
+    if (s.pending_tid >= 0) {
+      fail("%s: reads shared byte %u before the cp.async of thread %d that writes it was waited for", what, addr + i,
+           s.pending_tid);
+    }
+    if (s.w_epoch == kAsyncWritten) {
+      see_phases(tma, static_cast<uint32_t>(s.tma_bar), s.tma_phase + 1);
+    } else if (s.w_epoch < 0) {
+      fail("%s: reads shared byte %u, which nothing has written", what, addr + i);
+    } else if (s.w_epoch == b.epoch && s.w_tid / kWarpgroup != wg) {
+      fail("%s: reads shared byte %u written by thread %d (another warpgroup) with no __syncthreads between (race)",
+           what, addr + i, s.w_tid);
+    }
+  }
+  uint16_t v;
+  memcpy(&v, b.smem + addr, 2);
+  return v;
+}
+
+void compute_wgmma(Warpgroup& w, Block& b, int wg) {
+  const Instr& ins = *w.ins;
+  const int n = ins.n;
+  const bool a_regs = ins.trans;  // the 7-operand form
+  const Regs& r0 = w.lanes[0];
+  auto val = [&](const Regs& r, int arg) { return get(r, ins.args[static_cast<size_t>(arg)].regs[0]); };
+  const int arg_b = a_regs ? 2 : 2, arg_scale = 3;
+  const int arg_ta = a_regs ? -1 : 6, arg_tb = a_regs ? 6 : 7;
+  for (int t = 1; t < kWarpgroup; ++t) {  // the descriptors and immediates are the warpgroup's, not a thread's
+    const Regs& r = w.lanes[static_cast<size_t>(t)];
+    for (int arg = a_regs ? 2 : 1; arg < static_cast<int>(ins.args.size()); ++arg) {
+      if (val(r, arg) != val(r0, arg)) {
+        fail("'%s': operand %d differs between threads 0 and %d of warpgroup %d (0x%llx, 0x%llx): it must be "
+             "warpgroup-uniform",
+             ins.text.c_str(), arg, t, wg, static_cast<unsigned long long>(val(r0, arg)),
+             static_cast<unsigned long long>(val(r, arg)));
+      }
+    }
+  }
+  const int64_t scale_a = static_cast<int64_t>(val(r0, 4)), scale_b = static_cast<int64_t>(val(r0, 5));
+  const uint64_t trans_a = arg_ta < 0 ? 0 : val(r0, arg_ta), trans_b = val(r0, arg_tb);
+  if ((scale_a != 1 && scale_a != -1) || (scale_b != 1 && scale_b != -1) || trans_a > 1 || trans_b > 1) {
+    fail("'%s': imm-scale-a/b are 1 or -1 and imm-trans-a/b 0 or 1", ins.text.c_str());
+  }
+  const bool accumulate = val(r0, arg_scale) != 0;
+  auto to_f = [&](uint16_t h) { return ins.src == Ty::kBF16 ? bf16_to_float(h) : half_to_float(h); };
+  std::vector<std::pair<uint32_t, uint32_t>> tma;
+  std::vector<uint32_t>& reads = w.open.reads;
+  static thread_local std::vector<float> A, B;
+  A.assign(64 * 16, 0.f);
+  B.assign(static_cast<size_t>(16 * n), 0.f);
+  if (a_regs) {
+    for (int t = 0; t < kWarpgroup; ++t) {
+      const int wp = t / 32, l = t % 32, gr = l / 4, q = l % 4;
+      const Regs& r = w.lanes[static_cast<size_t>(t)];
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t v = static_cast<uint32_t>(get(r, ins.args[1].regs[static_cast<size_t>(i)]));
+        const int row = 16 * wp + gr + 8 * (i % 2), k = 2 * q + 8 * (i / 2);
+        A[static_cast<size_t>(row * 16 + k)] = to_f(static_cast<uint16_t>(v & 0xffff));
+        A[static_cast<size_t>(row * 16 + k + 1)] = to_f(static_cast<uint16_t>(v >> 16));
+      }
+    }
+  } else {
+    const uint64_t da = val(r0, 1);
+    for (int m = 0; m < 64; ++m) {
+      for (int k = 0; k < 16; ++k) {
+        const uint32_t addr = desc_address(da, m, k, trans_a != 0, ins);
+        A[static_cast<size_t>(m * 16 + k)] = to_f(wg_read(b, wg, addr, "wgmma (A from shared memory)", tma));
+        reads.push_back(addr);
+      }
+    }
+  }
+  const uint64_t db = val(r0, arg_b);
+  for (int nn = 0; nn < n; ++nn) {
+    for (int k = 0; k < 16; ++k) {
+      const uint32_t addr = desc_address(db, nn, k, trans_b != 0, ins);
+      B[static_cast<size_t>(k * n + nn)] = to_f(wg_read(b, wg, addr, "wgmma (B from shared memory)", tma));
+      reads.push_back(addr);
+    }
+  }
+  for (const auto& need : tma) {  // every thread of the warpgroup saw the phases its TMA bytes landed in
+    for (int t = 0; t < kWarpgroup; ++t) {
+      const Fiber& o = b.fibers[wg * kWarpgroup + t];
+      if (seen_phases(&o, need.first) < need.second) {
+        fail("'%s' reads shared memory a TMA writes on the mbarrier at %u in its phase %u before thread %d of "
+             "warpgroup %d waited for that phase to complete (race)",
+             ins.text.c_str(), need.first, need.second - 1, o.index, wg);
+      }
+    }
+  }
+  for (size_t i = reads.size() - (a_regs ? 0 : 64 * 16) - static_cast<size_t>(16 * n); i < reads.size(); ++i) {
+    ++b.shadow[reads[i]].async_reads;
+    ++b.shadow[reads[i] + 1].async_reads;
+  }
+  const double sign = static_cast<double>(scale_a * scale_b);
+  for (int t = 0; t < kWarpgroup; ++t) {
+    Fiber& o = b.fibers[wg * kWarpgroup + t];
+    Regs& r = w.lanes[static_cast<size_t>(t)];
+    const int wp = t / 32, l = t % 32, gr = l / 4, q = l % 4;
+    for (int i = 0; i < n / 2; ++i) {
+      const int row = 16 * wp + gr + 8 * ((i / 2) % 2), col = 8 * (i / 4) + 2 * q + (i % 2);
+      const Ref& ref = ins.args[0].regs[static_cast<size_t>(i)];
+      double acc = accumulate ? bits_f(static_cast<uint32_t>(get(r, ref))) : 0.0;
+      for (int k = 0; k < 16; ++k) {
+        acc += sign * static_cast<double>(A[static_cast<size_t>(row * 16 + k)]) * B[static_cast<size_t>(k * n + col)];
+      }
+      if (ref.kind != RefKind::kOperand || static_cast<size_t>(ref.v) >= o.n_outs) {
+        fail("'%s': accumulator %d is not an output operand of the asm statement", ins.text.c_str(), i);
+      }
+      const uintptr_t at = reinterpret_cast<uintptr_t>(o.outs[ref.v].ptr);
+      o.pending[at] = PendingAcc{f_bits(static_cast<float>(acc)), w.open.number, &ins};
+      o.pending_lo = std::min(o.pending_lo, at);
+      o.pending_hi = std::max(o.pending_hi, at + 4);
+      set_reg(r, ref, kPoison);
+    }
+  }
+}
+
+// wgmma.wait_group: retire the oldest groups until at most `keep` are pending; their accumulator registers
+// take their values and the shared memory they read is free to write.
+void retire_groups(Warpgroup& w, Block& b, int wg, size_t keep) {
+  while (w.closed.size() > keep) {
+    const WgGroup& grp = w.closed.front();
+    for (uint32_t a : grp.reads) {
+      --b.shadow[a].async_reads;
+      --b.shadow[a + 1].async_reads;
+    }
+    for (int t = 0; t < kWarpgroup; ++t) {
+      Fiber& o = b.fibers[wg * kWarpgroup + t];
+      for (auto it = o.pending.begin(); it != o.pending.end();) {
+        if (it->second.group == grp.number) {
+          memcpy(reinterpret_cast<void*>(it->first), &it->second.value, 4);
+          it = o.pending.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      if (o.pending.empty()) o.pending_lo = UINTPTR_MAX, o.pending_hi = 0;
+    }
+    w.closed.pop_front();
+  }
+}
+
+inline int64_t block_registers(const Block& b) {
+  int64_t sum = 0;
+  for (const Warpgroup& x : b.wgs) sum += static_cast<int64_t>(x.regs) * kWarpgroup;
+  return sum;
+}
+
+void compute_wg_op(Warpgroup& w, Block& b, int wg) {
+  const Instr& ins = *w.ins;
+  switch (ins.op) {
+    case Op::kWgFence:
+      return;
+    case Op::kWgCommit:
+      w.closed.push_back(std::move(w.open));
+      w.open = WgGroup{w.closed.back().number + 1, {}};
+      return;
+    case Op::kWgWait: {
+      const uint64_t keep = get(w.lanes[0], ins.args[0].regs[0]);
+      retire_groups(w, b, wg, static_cast<size_t>(keep));
+      return;
+    }
+    case Op::kWgmma:
+      compute_wgmma(w, b, wg);
+      return;
+    case Op::kSetmaxnreg: {
+      // the count is an immediate: one call site (the .aligned rule) means one count for the warpgroup
+      const int want = static_cast<int>(get(w.lanes[0], ins.args[0].regs[0]));
+      if (want < 24 || want > 256 || want % 8 != 0) fail("'%s': %d registers (24 to 256, a multiple of 8)", ins.text.c_str(), want);
+      const bool inc = ins.expect_tx;
+      if (inc ? want < w.regs : want > w.regs) {
+        fail("'%s': warpgroup %d holds %d registers per thread; .%s to %d goes the other way", ins.text.c_str(), wg,
+             w.regs, inc ? "inc" : "dec", want);
+      }
+      const int before = w.regs;
+      w.regs = want;
+      if (inc) {  // waits until the block's pool has them (another warpgroup's .dec)
+        while (block_registers(b) > kRegistersPerBlock) {
+          w.regs = before;
+          g.cur->wait_bar = static_cast<uint32_t>(want);
+          block_here(State::kWaitRegs);
+          w.regs = want;
+        }
+      } else {
+        for (Fiber& o : b.fibers) {
+          if (o.state == State::kWaitRegs) make_ready(&o);
+        }
+      }
+      return;
+    }
+    default:
+      fail("internal: '%s' is not a warpgroup instruction", ins.text.c_str());
+  }
+}
+
+Mbar& find_mbar(uint32_t addr, const char* what) {
+  check_smem_range(addr, 8, 8, what);
+  Block& b = *g.cur->blk;
+  auto it = b.mbars.find(addr);
+  if (it == b.mbars.end()) fail("%s: shared address %u holds no mbarrier (mbarrier.init it first)", what, addr);
+  return it->second;
+}
+
+// A phase completes when its arrivals and its transaction bytes are all in; the next begins.
+void mbar_progress(Mbar& m, uint32_t addr) {
+  if (m.pending != 0 || m.tx != 0) return;
+  ++m.phase;
+  m.pending = m.count;
+  for (Fiber& o : g.cur->blk->fibers) {
+    if (o.state == State::kWaitMbar && o.wait_bar == addr) make_ready(&o);
+  }
+}
+
+void mbar_complete_tx(Mbar& m, uint32_t addr, uint32_t bytes, const char* what) {
+  m.tx -= bytes;
+  if (m.tx < 0) {
+    fail("%s: completes %u bytes on the mbarrier at %u, whose phase %u expects only %lld: an "
+         "mbarrier.expect_tx (arrive.expect_tx) for these bytes is missing or too small",
+         what, bytes, addr, m.phase, static_cast<long long>(m.tx + bytes));
+  }
+  mbar_progress(m, addr);
+}
+
+// The emulator's tensor map, inside the driver's opaque 128 bytes (emu_tensor_map_encode_tiled makes it).
+constexpr uint32_t kTensorMapMagic = 0x544d4150;  // "TMAP"
+struct TensorMap {
+  uint32_t magic;
+  uint8_t dtype, rank, elem_bytes, swizzle, interleave, oob_fill, l2, pad;
+  uint64_t address;
+  uint32_t dim[5];
+  uint32_t pad2;
+  uint64_t stride[4];  // bytes, dims 1..rank-1
+  uint32_t box[5];
+  uint8_t elem_stride[5];
+};
+static_assert(sizeof(TensorMap) <= 128, "the tensor map lives in CUtensorMap's 128 bytes");
+
+const TensorMap& tensor_map_at(uintptr_t p, const Instr& ins) {
+  if (p == 0 || p % 64 != 0) fail("'%s': tensor map address %p is not 64-byte aligned", ins.text.c_str(), reinterpret_cast<void*>(p));
+  const TensorMap& m = *reinterpret_cast<const TensorMap*>(p);
+  if (m.magic != kTensorMapMagic) {
+    fail("'%s': the 128 bytes at %p are not a tensor map cuTensorMapEncodeTiled made (the emulator's encoder: "
+         "emu_tensor_map_encode_tiled)",
+         ins.text.c_str(), reinterpret_cast<void*>(p));
+  }
+  return m;
+}
+
+// cp.async.bulk.tensor: the box at `coords` into shared memory at `dst` (rows of box[0] elements, outer
+// dimensions in order, the swizzle pattern on the address bits), out-of-bounds elements zero; then its
+// bytes complete on the mbarrier.
+void tma_load(const Instr& ins, uint32_t dst, const TensorMap& m, const int32_t* coords, uint32_t bar) {
+  Block& b = *g.cur->blk;
+  const char* what = "cp.async.bulk.tensor";
+  if (static_cast<int>(m.rank) != ins.n) fail("'%s': a %dd copy of a rank-%d tensor map", ins.text.c_str(), ins.n, m.rank);
+  Mbar& mb = find_mbar(bar, what);
+  const uint32_t row_bytes = m.box[0] * m.elem_bytes;
+  uint32_t rows = 1;
+  for (int d = 1; d < m.rank; ++d) rows *= m.box[d];
+  const uint32_t bytes = rows * row_bytes;
+  check_smem_range(dst, bytes, 128, "cp.async.bulk.tensor destination");
+  const uint32_t bits = m.swizzle == 3 ? 3 : m.swizzle == 2 ? 2 : m.swizzle == 1 ? 1 : 0;
+  std::vector<unsigned char> row(row_bytes);
+  for (uint32_t r = 0; r < rows; ++r) {
+    int64_t off = 0;
+    bool inside = true;
+    uint32_t rest = r;
+    for (int d = 1; d < m.rank; ++d) {
+      const int64_t c = static_cast<int64_t>(coords[d]) + rest % m.box[d];
+      rest /= m.box[d];
+      inside &= c >= 0 && c < static_cast<int64_t>(m.dim[d]);
+      off += c * static_cast<int64_t>(m.stride[d - 1]);
+    }
+    std::fill(row.begin(), row.end(), 0);
+    if (inside) {
+      const int64_t x0 = std::max<int64_t>(coords[0], 0);
+      const int64_t x1 = std::min<int64_t>(static_cast<int64_t>(coords[0]) + m.box[0], m.dim[0]);
+      if (x1 > x0) {
+        const uintptr_t src = static_cast<uintptr_t>(static_cast<int64_t>(m.address) + off + x0 * m.elem_bytes);
+        const size_t len = static_cast<size_t>(x1 - x0) * m.elem_bytes;
+        check_global(src, len, 1, GAccess::kRead, "cp.async.bulk.tensor source");
+        memcpy(row.data() + (x0 - coords[0]) * m.elem_bytes, reinterpret_cast<const void*>(src), len);
+      }
+    }
+    for (uint32_t c = 0; c < row_bytes; c += 16) {
+      uint32_t a = dst + r * row_bytes + c;
+      if (bits != 0) a ^= (a >> 7 & ((1u << bits) - 1)) << 4;
+      for (uint32_t i = 0; i < 16 && c + i < row_bytes; ++i) {
+        Shadow& s = b.shadow[a + i];
+        if (s.pending_tid >= 0) fail("%s: writes shared byte %u while a cp.async of thread %d to it is in flight (race)", what, a + i, s.pending_tid);
+        if (s.async_reads > 0) {
+          fail("%s: writes shared byte %u, which a wgmma no wgmma.wait_group has retired still reads (race)", what, a + i);
+        }
+        s.w_epoch = kAsyncWritten;
+        s.w_tid = -1;
+        s.tma_bar = static_cast<int32_t>(bar);
+        s.tma_phase = mb.phase;
+        b.smem[a + i] = row[c + i];
+      }
+    }
+  }
+  mbar_complete_tx(mb, bar, bytes, what);
+}
+
+// At a barrier every waiting thread learns what the others saw of the mbarriers.
+void join_observed(std::vector<Fiber*>& fibers) {
+  std::vector<std::pair<uint32_t, uint32_t>> all;
+  for (Fiber* o : fibers) {
+    for (const auto& e : o->observed) see_phases(all, e.first, e.second);
+  }
+  for (Fiber* o : fibers) o->observed = all;
+}
+
+void named_barrier(uint32_t id, uint32_t threads, bool wait, const Instr& ins) {
+  Fiber* f = g.cur;
+  Block& b = *f->blk;
+  if (id > 15 || threads == 0 || threads % kWarpSize != 0 || threads > static_cast<uint32_t>(g.threads)) {
+    fail("'%s': barrier %u for %u threads (ids 0-15, a positive multiple of 32 up to the block's %d)", ins.text.c_str(),
+         id, threads, g.threads);
+  }
+  NamedBarrier& nb = b.named[id];
+  if (nb.arrived == 0) {
+    nb.expected = static_cast<int>(threads);
+  } else if (nb.expected != static_cast<int>(threads)) {
+    fail("'%s': barrier %u counts %u threads here and %d elsewhere", ins.text.c_str(), id, threads, nb.expected);
+  }
+  for (const auto& e : f->observed) see_phases(nb.seen, e.first, e.second);
+  if (++nb.arrived == nb.expected) {
+    for (Fiber& o : b.fibers) {
+      if (o.state == State::kWaitNamed && o.wait_bar == id) {
+        for (const auto& e : nb.seen) see_phases(o.observed, e.first, e.second);
+        make_ready(&o);
+      }
+    }
+    for (const auto& e : nb.seen) see_phases(f->observed, e.first, e.second);
+    nb = NamedBarrier{};
+    yield();
+    return;
+  }
+  if (wait) {
+    f->wait_bar = id;
+    block_here(State::kWaitNamed);
+  }
+}
+
+// What an sm_90 instruction does for the calling thread.
+void exec_sm90(const Instr& in, Regs& r, uintptr_t site) {
+  Fiber* f = g.cur;
+  auto src = [&](int i) { return get(r, in.args[static_cast<size_t>(i)].regs[0]); };
+  auto addr = [&](int i) {
+    return static_cast<uint32_t>(get(r, in.args[static_cast<size_t>(i)].regs[0]) + in.args[static_cast<size_t>(i)].offset);
+  };
+  switch (in.op) {
+    case Op::kSetp: {
+      const bool eq = (src(1) & 0xffffffffu) == (src(2) & 0xffffffffu);
+      set_reg(r, in.args[0].regs[0], (in.trans ? eq : !eq) ? 1 : 0);
+      return;
+    }
+    case Op::kSelp:
+      set_reg(r, in.args[0].regs[0], src(3) ? src(1) : src(2));
+      return;
+    case Op::kElect:
+      warp_collective(in, site, r);
+      return;
+    case Op::kWgFence:
+      f->wg_fenced = true;
+      f->dirty.clear();
+      warpgroup_collective(in, site, r);
+      return;
+    case Op::kWgCommit:
+    case Op::kWgWait:
+    case Op::kSetmaxnreg:
+      warpgroup_collective(in, site, r);
+      return;
+    case Op::kWgmma: {
+      if (!f->wg_fenced) {
+        fail("'%s' before any wgmma.fence of its thread: a wgmma.fence must come before the first wgmma",
+             in.text.c_str());
+      }
+      for (const Ref& ref : in.args[0].regs) {
+        const uintptr_t at = reinterpret_cast<uintptr_t>(f->outs[ref.v].ptr);
+        if (f->dirty.count(at) != 0) {
+          fail("'%s': accumulator register %lld (at %p) was written by an ordinary instruction after the last "
+               "wgmma.fence: a wgmma.fence must order that write before the wgmma",
+               in.text.c_str(), static_cast<long long>(ref.v), reinterpret_cast<void*>(at));
+        }
+      }
+      warpgroup_collective(in, site, r);
+      return;
+    }
+    case Op::kMbarInit: {
+      const uint32_t a = addr(0);
+      const uint64_t count = src(1);
+      check_smem_range(a, 8, 8, "mbarrier.init");
+      if (count == 0 || count >= (1u << 20)) fail("'%s': arrival count %llu (1 to 2^20 - 1)", in.text.c_str(), static_cast<unsigned long long>(count));
+      Block& b = *f->blk;
+      b.mbars[a] = Mbar{static_cast<uint32_t>(count), static_cast<uint32_t>(count), 0, 0};
+      return;
+    }
+    case Op::kMbarArrive: {
+      const uint32_t a = addr(1);
+      Mbar& m = find_mbar(a, in.opcode.c_str());
+      if (in.expect_tx) m.tx += static_cast<int64_t>(src(2) & 0xffffffffu);
+      if (m.pending == 0) {
+        fail("'%s': an arrival beyond the count: the mbarrier at %u expects %u arrivals per phase and phase %u has them "
+             "all (it waits for %lld transaction bytes)",
+             in.text.c_str(), a, m.count, m.phase, static_cast<long long>(m.tx));
+      }
+      --m.pending;
+      mbar_progress(m, a);
+      return;
+    }
+    case Op::kMbarExpectTx: {
+      const uint32_t a = addr(0);
+      Mbar& m = find_mbar(a, in.opcode.c_str());
+      m.tx += static_cast<int64_t>(src(1) & 0xffffffffu);
+      return;
+    }
+    case Op::kMbarTryWait: {
+      const uint32_t a = addr(1);
+      const uint32_t parity = static_cast<uint32_t>(src(2) & 1);
+      for (;;) {
+        Mbar& m = find_mbar(a, in.opcode.c_str());
+        if ((m.phase & 1) != parity) {  // the last phase of this parity has completed
+          const uint32_t seen = ((m.phase - 1) & 1) == parity ? m.phase : m.phase - 1;
+          for (auto& e : f->observed) {
+            if (e.first == a) {
+              e.second = std::max(e.second, seen);
+              break;
+            }
+          }
+          if (seen_phases(f, a) < seen) f->observed.emplace_back(a, seen);
+          set_reg(r, in.args[0].regs[0], 1);
+          return;
+        }
+        f->wait_bar = a;
+        f->wait_parity = parity;
+        block_here(State::kWaitMbar);
+      }
+    }
+    case Op::kFence:
+    case Op::kPrefetchTmap:
+      if (in.op == Op::kPrefetchTmap) tensor_map_at(src(0), in);
+      return;
+    case Op::kBarSync:
+    case Op::kBarArrive:
+      named_barrier(static_cast<uint32_t>(src(0)), static_cast<uint32_t>(src(1)), in.op == Op::kBarSync, in);
+      return;
+    case Op::kTma: {
+      const Arg& m = in.args[1];
+      const TensorMap& map = tensor_map_at(get(r, m.regs[0]) + m.offset, in);
+      int32_t coords[5];
+      for (int d = 0; d < in.n; ++d) coords[d] = static_cast<int32_t>(get(r, m.regs[static_cast<size_t>(d) + 1]));
+      tma_load(in, addr(0), map, coords, addr(2));
+      return;
+    }
+    default:
+      fail("internal: '%s' has no sm_90 execution", in.text.c_str());
+  }
 }
 
 // ---- executing one asm statement --------------------------------------------------------------------
@@ -1323,6 +2186,9 @@ void exec(const Instr& in, Regs& r, uintptr_t site) {
       }
       return;
     }
+    default:
+      exec_sm90(in, r, site);
+      return;
     case Op::kRed: {
       const uintptr_t addr = get(r, in.args[0].regs[0]) + in.args[0].offset;
       check_global(addr, 4u * in.count, 4u * in.count, GAccess::kAtomic, in.count > 1 ? "red.global.add.v2.f32" : "red.global.add.f32");
@@ -1348,6 +2214,9 @@ typedef void (*KernelFn)(FaParams);
 
 static KernelFn g_kernel = nullptr;
 static FaParams g_params;
+typedef void (*RawKernelFn)(const void*);  // a test kernel taking a pointer to its arguments
+static RawKernelFn g_raw_kernel = nullptr;
+static const void* g_raw_args = nullptr;
 
 inline void switch_to(Fiber* f) {
   g.cur = f;
@@ -1357,7 +2226,11 @@ inline void switch_to(Fiber* f) {
 
 void fiber_main() {
   Fiber* f = g.cur;
-  g_kernel(g_params);
+  if (g_kernel != nullptr) {
+    g_kernel(g_params);
+  } else {
+    g_raw_kernel(g_raw_args);
+  }
   f = g.cur;
   Block& b = *f->blk;
   if (b.barrier_arrived > 0) fail("thread exits while %d others wait at __syncthreads", b.barrier_arrived);
@@ -1365,6 +2238,10 @@ void fiber_main() {
     fail("thread exits with cp.async copies no wait_group retired (%zu committed groups, %zu copies not "
          "committed)",
          f->committed.size(), f->open_group.size());
+  }
+  if (!f->pending.empty()) {
+    fail("thread exits with %zu accumulator registers of '%s' that no wgmma.wait_group retired", f->pending.size(),
+         f->pending.begin()->second.ins->text.c_str());
   }
   const int warp = warp_of(f);
   if (b.warps[warp].arrived > 0) {
@@ -1384,6 +2261,15 @@ void start_block(Block& b, int64_t id) {
   b.live = g.threads;
   b.groups.clear();
   for (WarpOp& w : b.warps) w.arrived = 0;
+  b.mbars.clear();
+  for (NamedBarrier& nb : b.named) nb = NamedBarrier{};
+  const int regs0 = g.limits.registers > 0 ? g.limits.registers : std::min(255, kRegistersPerBlock / g.threads) / 8 * 8;
+  for (Warpgroup& w : b.wgs) {
+    w.arrived = 0;
+    w.open = WgGroup{};
+    w.closed.clear();
+    w.regs = regs0;
+  }
   std::fill(b.shadow.begin(), b.shadow.end(), Shadow{});
   memset(b.smem, 0xff, static_cast<size_t>(g.smem_bytes));  // fp16/bf16 NaN: an unwritten element that slips through shows
   for (Fiber& f : b.fibers) {
@@ -1394,6 +2280,12 @@ void start_block(Block& b, int64_t id) {
     f.open_group.clear();
     f.committed.clear();
     f.site_count.clear();
+    f.pending.clear();
+    f.pending_lo = UINTPTR_MAX;
+    f.pending_hi = 0;
+    f.wg_fenced = false;
+    f.dirty.clear();
+    f.observed.clear();
     f.started = false;
     makecontext(&f.ctx, fiber_main, 0);
     make_ready(&f);
@@ -1401,7 +2293,41 @@ void start_block(Block& b, int64_t id) {
 }
 
 const char* state_name(State s) {
-  return s == State::kWaitBlock ? "__syncthreads" : s == State::kWaitWarp ? "a warp-wide instruction" : "nothing";
+  switch (s) {
+    case State::kWaitBlock:
+      return "__syncthreads";
+    case State::kWaitWarp:
+      return "a warp-wide instruction";
+    case State::kWaitWarpgroup:
+      return "a warpgroup-wide instruction (wgmma, setmaxnreg: a partial warpgroup never completes it)";
+    case State::kWaitNamed:
+      return "a named barrier (bar.sync)";
+    default:
+      return "nothing";
+  }
+}
+
+// Why a deadlocked thread waits, in words (the most telling waiter of the block first).
+std::string wait_reason(const Block& b, const Fiber& f) {
+  char msg[320];
+  if (f.state == State::kWaitMbar) {
+    const auto it = b.mbars.find(f.wait_bar);
+    const Mbar m = it == b.mbars.end() ? Mbar{} : it->second;
+    snprintf(msg, sizeof msg,
+             "waits on the mbarrier at %u for parity %u, but its phase %u (parity %u) never completes: %u of %u "
+             "arrivals and %lld transaction bytes missing (a wrong parity, a missing arrive or TMA)",
+             f.wait_bar, f.wait_parity, m.phase, m.phase & 1, m.pending, m.count, static_cast<long long>(m.tx));
+  } else if (f.state == State::kWaitRegs) {
+    int64_t held = 0;
+    for (const Warpgroup& w : b.wgs) held += static_cast<int64_t>(w.regs) * kWarpgroup;
+    snprintf(msg, sizeof msg,
+             "waits in setmaxnreg.inc to %u registers for warpgroup %d: the block's warpgroups hold %lld of 65536 "
+             "and no setmaxnreg.dec gives any back",
+             f.wait_bar, f.index / kWarpgroup, static_cast<long long>(held));
+  } else {
+    snprintf(msg, sizeof msg, "waits at %s", state_name(f.state));
+  }
+  return msg;
 }
 
 // Runs every block of the grid, `window` at a time, fibers picked in a seeded random order.
@@ -1415,15 +2341,18 @@ bool run_grid(int64_t blocks) {
       for (size_t s = 0; s < slots; ++s) {
         Block& b = *g.blocks[s];
         if (b.id < 0) continue;
+        const Fiber* stuck = nullptr;
         for (const Fiber& f : b.fibers) {
-          if (f.state != State::kDone) {
-            g.cur = nullptr;
-            char msg[160];
-            snprintf(msg, sizeof msg, "deadlock: thread %d of block (%u, %u, %u) waits at %s and no thread can run",
-                     f.index, b.idx.x, b.idx.y, b.idx.z, state_name(f.state));
-            fail("%s", msg);
-            break;
-          }
+          if (f.state == State::kDone) continue;
+          const bool telling = f.state == State::kWaitRegs || f.state == State::kWaitMbar;
+          if (stuck == nullptr || (telling && stuck->state != State::kWaitRegs)) stuck = &f;
+        }
+        if (stuck != nullptr) {
+          g.cur = nullptr;
+          char msg[480];
+          snprintf(msg, sizeof msg, "deadlock: thread %d of block (%u, %u, %u) %s, and no thread can run",
+                   stuck->index, b.idx.x, b.idx.y, b.idx.z, wait_reason(b, *stuck).c_str());
+          fail("%s", msg);
         }
       }
       break;
@@ -1468,12 +2397,33 @@ __attribute__((noinline)) void ptx(const char* text, std::initializer_list<Opera
     abort();
   }
   const Program& prog = program_of(text);
+  Fiber* f = g.cur;
+  if (prog.instrs.empty()) return;  // a register dependence only (hopper.cuh's fence_acc): nothing executes
   Regs r;
   const size_t n_out = outs.size();
   if (n_out + ins.size() > static_cast<size_t>(kMaxOps)) fail("PTX '%s': more than %d operands", text, kMaxOps);
+  const bool wgmma = std::any_of(prog.instrs.begin(), prog.instrs.end(), [](const Instr& x) { return x.op == Op::kWgmma; });
   size_t i = 0;
-  for (const Operand& o : outs) r.op[i++] = o.val;
+  for (const Operand& o : outs) {
+    r.op[i] = 0;
+    if (o.mode == '+') memcpy(&r.op[i], o.ptr, o.size);  // read here: the kernel's read would be a plain access
+    const uintptr_t at = reinterpret_cast<uintptr_t>(o.ptr);
+    if (!f->pending.empty() && at >= f->pending_lo && at < f->pending_hi) {
+      auto it = f->pending.find(at);
+      if (it != f->pending.end()) {
+        if (!wgmma) {
+          fail("'%s' %s an accumulator register (at %p) of '%s' before the wgmma.wait_group that retires its group: "
+               "the register is undefined until then",
+               text, o.mode == '+' ? "reads" : "writes", o.ptr, it->second.ins->text.c_str());
+        }
+        r.op[i] = it->second.value;  // a chained wgmma accumulates into the pending result
+      }
+    }
+    ++i;
+  }
   for (const Operand& o : ins) r.op[i++] = o.val;
+  f->outs = outs.begin();
+  f->n_outs = n_out;
   bool memory = false;
   for (size_t k = 0; k < prog.instrs.size(); ++k) {
     const Instr& in = prog.instrs[k];
@@ -1481,10 +2431,14 @@ __attribute__((noinline)) void ptx(const char* text, std::initializer_list<Opera
     exec(in, r, site + k);
   }
   i = 0;
+  f = g.cur;
   for (const Operand& o : outs) {
     const uint64_t v = r.op[i++];
     memcpy(o.ptr, &v, o.size);
+    if (f->wg_fenced && !wgmma) f->dirty.insert(reinterpret_cast<uintptr_t>(o.ptr));  // an ordinary write
   }
+  f->outs = nullptr;
+  f->n_outs = 0;
   // A memory instruction is a scheduling point one time in kMemoryYield (drawn from the seeded order):
   // every one costs two fiber switches, and barriers and collectives already switch.
   if (memory && next_random() % kMemoryYield == 0) yield();
@@ -1499,6 +2453,13 @@ void syncthreads() {
   b.barrier_arrived = 0;
   ++b.epoch;
   flush_accesses(b);
+  {
+    std::vector<Fiber*> all;
+    for (Fiber& o : b.fibers) {
+      if (o.state != State::kDone) all.push_back(&o);
+    }
+    join_observed(all);
+  }
   for (Fiber& o : b.fibers) {
     if (&o != g.cur && o.state == State::kWaitBlock) make_ready(&o);
   }
@@ -1534,6 +2495,8 @@ void __tsan_init() {}
 int emu_sizeof_params() { return static_cast<int>(sizeof(FaParams)); }
 
 void emu_set_arch(int arch) { emu::g_arch = arch; }
+
+void emu_set_arch_specific(int on) { emu::g_arch_specific = on != 0; }
 
 void emu_reset_allocations() {
   emu::g.allocations.clear();
@@ -1660,11 +2623,82 @@ int emu_launch(void* fn, unsigned gx, unsigned gy, unsigned gz, unsigned threads
                                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0));
       }
       b.warps = std::vector<WarpOp>(threads / kWarpSize);
+      b.wgs = std::vector<Warpgroup>(threads / kWarpgroup);
+      for (Warpgroup& w : b.wgs) w.lanes.resize(kWarpgroup);
     }
     b.shadow.assign(static_cast<size_t>(smem_bytes), Shadow{});
   }
   if (blocks == 0) return 0;
   return run_grid(blocks) ? 0 : 1;
+}
+
+// A test kernel `void fn(const void* args)` over the grid; as emu_launch otherwise.
+int emu_launch_raw(void* fn, unsigned gx, unsigned gy, unsigned gz, unsigned threads, int smem_bytes,
+                   const void* args) {
+  static FaParams unused;
+  emu::g_raw_kernel = reinterpret_cast<emu::RawKernelFn>(fn);
+  emu::g_raw_args = args;
+  const int rc = emu_launch(nullptr, gx, gy, gz, threads, smem_bytes, &unused);
+  emu::g_raw_kernel = nullptr;
+  return rc;
+}
+
+// The emulator's cuTensorMapEncodeTiled: the driver's arguments, in its order and with its enum values
+// (CUtensorMapDataType, CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
+// CUtensorMapFloatOOBfill), checked by the rules the driver API documents; the 128 bytes it writes are the
+// emulator's own format (TensorMap), which cp.async.bulk.tensor decodes. Returns 0 (CUDA_SUCCESS) or 1
+// (CUDA_ERROR_INVALID_VALUE) with the reason in emu_error().
+int emu_tensor_map_encode_tiled(void* tensor_map, int dtype, uint32_t rank, void* global_address,
+                                const uint64_t* global_dim, const uint64_t* global_strides, const uint32_t* box_dim,
+                                const uint32_t* element_strides, int interleave, int swizzle, int l2_promotion,
+                                int oob_fill) {
+  using emu::g;
+  static const int kBytes[] = {1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4};  // by CUtensorMapDataType
+  auto bad = [](const char* why) {
+    g.error = std::string("cuTensorMapEncodeTiled: ") + why;
+    return 1;
+  };
+  g.error.clear();
+  if (tensor_map == nullptr || reinterpret_cast<uintptr_t>(tensor_map) % 64 != 0) return bad("tensorMap is not 64-byte aligned");
+  if (dtype < 0 || dtype > 12) return bad("tensorDataType is not a CUtensorMapDataType");
+  if (rank < 1 || rank > 5) return bad("tensorRank is 1 to 5");
+  if (interleave != 0) return bad("interleaved layouts are not emulated (CU_TENSOR_MAP_INTERLEAVE_NONE only)");
+  if (swizzle < 0 || swizzle > 3) return bad("swizzle is CU_TENSOR_MAP_SWIZZLE_NONE, 32B, 64B or 128B");
+  if (oob_fill != 0) return bad("only CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE (zeros) is emulated");
+  if (reinterpret_cast<uintptr_t>(global_address) % 16 != 0) return bad("globalAddress is not 16-byte aligned");
+  const uint32_t esize = static_cast<uint32_t>(kBytes[dtype]);
+  emu::TensorMap m{};
+  m.magic = emu::kTensorMapMagic;
+  m.dtype = static_cast<uint8_t>(dtype);
+  m.rank = static_cast<uint8_t>(rank);
+  m.elem_bytes = static_cast<uint8_t>(esize);
+  m.swizzle = static_cast<uint8_t>(swizzle);
+  m.l2 = static_cast<uint8_t>(l2_promotion);
+  m.address = reinterpret_cast<uintptr_t>(global_address);
+  for (uint32_t d = 0; d < rank; ++d) {
+    if (global_dim[d] == 0 || global_dim[d] > 0xffffffffull) return bad("globalDim[i] is 1 to 2^32 - 1 here");
+    if (box_dim[d] == 0 || box_dim[d] > 256) return bad("boxDim[i] is 1 to 256");
+    if (element_strides[d] != 1) return bad("elementStrides other than 1 are not emulated");
+    m.dim[d] = static_cast<uint32_t>(global_dim[d]);
+    m.box[d] = box_dim[d];
+    m.elem_stride[d] = 1;
+  }
+  for (uint32_t d = 0; d + 1 < rank; ++d) {
+    if (global_strides[d] % 16 != 0 || global_strides[d] >= (1ull << 40)) {
+      return bad("globalStrides[i] is a multiple of 16 below 2^40");
+    }
+    m.stride[d] = global_strides[d];
+  }
+  const uint32_t inner = box_dim[0] * esize;
+  if (inner % 16 != 0) return bad("boxDim[0] * element size is a multiple of 16 bytes");
+  if (swizzle != 0) {
+    const uint32_t span = swizzle == 3 ? 128 : swizzle == 2 ? 64 : 32;
+    if (inner > span) return bad("boxDim[0] * element size exceeds the swizzle span");
+    if (inner != span) return bad("an inner box narrower than the swizzle span is not emulated");
+  }
+  memset(tensor_map, 0, 128);
+  memcpy(tensor_map, &m, sizeof m);
+  return 0;
 }
 
 }  // extern "C"
