@@ -25,13 +25,14 @@
 //       O += P V(n)                  accumulate_pv    wgmma, A = P from registers, B = V (transposed)
 //     The consumers take turns issuing their S GEMM (named barriers, "ping-pong"): while one
 //     warpgroup's tensor-core work runs, the other's softmax runs on the other units.
-//   The epilogue writes O / l through the warpgroup's own rows of the Q tile and lse = m + log(l).
+//   The epilogue writes O / l from the accumulators and lse = m + log(l).
 //
 // Shared-memory tiles are TMA's 128-byte swizzle (64-byte for head dim 96): a tile of R rows x D
 // columns is stored as D / W column panels of W = 64 (32) elements, each panel R rows of 128 (64)
 // bytes whose 16-byte chunks are XOR-ed with the row's position in its 8-row (1024-byte) atom. TMA
-// writes that layout (the tensor map's swizzle), wgmma reads it (the matrix descriptor's layout type),
-// and the epilogue addresses it with SwizzledTile::at.
+// writes that layout (the tensor map's swizzle) and wgmma reads it (the matrix descriptor's layout type):
+// 16-byte chunk c of a row is stored at c ^ (the row's place in its 8-row atom), the XOR the hardware
+// applies to address bits [4, 7) with bits [7, 10) (128 B; 64 B: bits [4, 6) with [7, 9)).
 //
 // Not verified on a GPU: compiled with NVRTC for sm_90a (tests/kernels/test_hopper_compile.py checks
 // HGMMA and UTMALDG in the SASS and no spills); correctness needs the emulator or a device.
@@ -110,14 +111,6 @@ struct SwizzledTile {
   static constexpr int kBytes = kPanels * kPanelBytes;
   u32 base;
 
-  // Element (row, col): 16-byte chunk c of a row moves to c ^ (the row's place in its atom), the XOR
-  // the hardware applies to address bits [4, 7) with bits [7, 10).
-  FA_DEVICE u32 at(int row, int col) const {
-    const int panel = col / kPanelCols, c = col % kPanelCols;
-    const int key = kRowBytes == 128 ? (row & 7) : ((row >> 1) & 3);
-    return base + static_cast<u32>(panel * kPanelBytes + row * kRowBytes + (((c >> 3) ^ key) << 4) + (c & 7) * 2);
-  }
-
   // wgmma operand "K-major" (rows x k, k contiguous: Q as A, K as B of S = Q K^T): the 64 (A) or N (B)
   // rows from `row0`, k step k0. Rows step by kRowBytes inside an atom and atoms by kAtomBytes (the
   // stride offset); within a swizzled row the k step is a byte offset the hardware swizzles.
@@ -175,10 +168,8 @@ struct Slot {
   FA_DEVICE static Slot of(int i) { return Slot{i % kStages, static_cast<u32>((i / kStages) & 1)}; }
 };
 
-// Named barriers: 1 .. kConsumers order the consumers' GEMM issue (ping-pong), then one per
-// consumer for its epilogue.
+// Named barriers 1 .. kConsumers order the consumers' GEMM issue (ping-pong).
 constexpr int kTurnBarrier0 = 1;
-constexpr int kEpilogueBarrier0 = 1 + kConsumers;
 
 // ---------------------------------------------------------------------------------------------
 // The block: which rows, which keys (as fwd.cu's Block, without the split)
@@ -339,37 +330,28 @@ FA_DEVICE void consume(const FaParams& p, const Block& blk, const Layout& sm, in
   }
 }
 
-// O / l staged through the warpgroup's own 64 rows of the Q tile (which only its own S GEMMs read,
-// all retired), then 16-byte stores; lse = m + log(l), +inf for a row that sees nothing.
-FA_DEVICE void store_output(const FaParams& p, const Block& blk, const Layout& sm, int wg, const OutAcc& o,
-                            RowStats& st) {
+// O / l straight from the accumulators, a packed pair (4 bytes) per store: each quad of lanes writes 16
+// contiguous bytes of a row. (Staging through the warpgroup's rows of the Q tile for 16-byte stores needs
+// a named barrier between the writes and the reads, whose ordering the emulator's race model does not
+// credit yet; the accumulator layout makes the direct stores safe without one.) lse = m + log(l), +inf for
+// a row that sees nothing.
+FA_DEVICE void store_output(const FaParams& p, const Block& blk, int wg, const OutAcc& o, RowStats& st) {
   const int lane = threadIdx.x & 31, warp_in_wg = (threadIdx.x >> 5) & 3, g = lane >> 2, t = lane & 3;
-  const int tid = threadIdx.x & (kWgThreads - 1);
   const Seq& s = blk.seq;
-  const QTile sq = sm.sq();
-  const int wg_row0 = wg * 64;
   reduce_sums(st);
+  u16* out = q_rows(static_cast<u16*>(p.o), p.o_batch_stride, p.o_row_stride, p.o_head_stride, s);
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     const float sum = st.sum[0][hh];
     const float inv = sum > 0.f ? rcp_approx(sum) : 0.f;
-    const int r = wg_row0 + 16 * warp_in_wg + g + 8 * hh;  // row in the block
-    const int row = blk.row0 + r;
-    if (t == 0 && row < s.seqlen_q) p.lse[s.lse_row0 + row] = row_lse(st.max[0][hh], sum, blk.logit_scale, pos_inf());
+    const int row = blk.row0 + wg * 64 + 16 * warp_in_wg + g + 8 * hh;
+    if (row >= s.seqlen_q) continue;
+    if (t == 0) p.lse[s.lse_row0 + row] = row_lse(st.max[0][hh], sum, blk.logit_scale, pos_inf());
+    u32* dst = reinterpret_cast<u32*>(out + row * p.o_row_stride);
 #pragma unroll
     for (int j = 0; j < kOTiles; ++j) {
-      st_shared32(sq.at(r, 8 * j + 2 * t), pack_float2(o[0][j][2 * hh] * inv, o[0][j][2 * hh + 1] * inv));
-    }
-  }
-  named_sync(kEpilogueBarrier0 + wg, kWgThreads);
-  u16* out = q_rows(static_cast<u16*>(p.o), p.o_batch_stride, p.o_row_stride, p.o_head_stride, s);
-  constexpr int kChunksPerRow = kHeadDim / 8;
-#pragma unroll 1
-  for (int i = tid; i < 64 * kChunksPerRow; i += kWgThreads) {
-    const int r = i / kChunksPerRow, col = (i % kChunksPerRow) * 8;
-    const int row = blk.row0 + wg_row0 + r;
-    if (row < s.seqlen_q && col < p.head_dim) {
-      st_global16(out + row * p.o_row_stride + col, ld_shared16(sq.at(wg_row0 + r, col)));
+      const int col = 8 * j + 2 * t;
+      if (col < p.head_dim) dst[col / 2] = pack_float2(o[0][j][2 * hh] * inv, o[0][j][2 * hh + 1] * inv);
     }
   }
 }
@@ -421,5 +403,5 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   float o[1][kOTiles][4];
   RowStats st;
   consume(params, blk, sm, wg, o, st);
-  store_output(params, blk, sm, wg, o, st);
+  store_output(params, blk, wg, o, st);
 }
