@@ -187,3 +187,47 @@ def test_d64_fp16_two_query_blocks_three_key_blocks(tmp_path: Path, causal: bool
     c = KL.Call(q, k, v, causal=causal)
     out, lse = run(unit, c, tmp_path)
     check_padded(out, lse, c)
+
+
+# One head dim per swizzle / consumer layout: d96 (64-byte swizzle, three consumers), d128 bf16 (two),
+# d256 (two, the largest accumulators); GQA, a head dim below its bucket, softcap and a window on the way.
+@pytest.mark.parametrize(
+    ("dtype", "d", "head_dim", "heads", "causal", "window", "softcap"),
+    [
+        ("fp16", 96, 88, (4, 2), False, (-1, -1), 0.0),
+        ("bf16", 128, 128, (3, 1), True, (-1, -1), 0.0),
+        ("bf16", 128, 120, (2, 2), False, (40, 7), 0.0),
+        ("fp16", 256, 256, (2, 1), False, (-1, -1), 5.0),
+    ],
+)
+def test_head_dims_gqa_window_softcap(tmp_path: Path, dtype, d, head_dim, heads, causal, window, softcap) -> None:  # noqa: ANN001
+    unit = unit_of(dtype, d)
+    sq, sk = shape_for(unit)
+    tdtype = torch.bfloat16 if dtype == "bf16" else torch.float16
+    q, k, v = tensors(1, sq, sk + 5, heads[0], heads[1], head_dim, tdtype, seed=d)
+    c = KL.Call(q, k, v, causal=causal, window=window, softcap=softcap)
+    out, lse = run(unit, c, tmp_path)
+    check_padded(out, lse, c)
+
+
+def test_varlen_packed_sequences(tmp_path: Path) -> None:
+    """Three packed sequences (one shorter than a query block, one crossing two, one with more keys than
+    queries): each reads only its own rows, although the TMA boxes run into the next sequence's."""
+    unit = unit_of("bf16", 128)
+    lens_q, lens_k = [37, 150, 5], [60, 99, 170]
+    gen = torch.Generator().manual_seed(3)
+    h, hk, d = 2, 1, 128
+    q = torch.randn(sum(lens_q), h, d, generator=gen).bfloat16()
+    k = torch.randn(sum(lens_k), hk, d, generator=gen).bfloat16()
+    v = torch.randn(sum(lens_k), hk, d, generator=gen).bfloat16()
+    cu_q = torch.tensor([0, *torch.tensor(lens_q).cumsum(0).tolist()], dtype=torch.int32)
+    cu_k = torch.tensor([0, *torch.tensor(lens_k).cumsum(0).tolist()], dtype=torch.int32)
+    c = KL.Call(q, k, v, causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max(lens_q), max_seqlen_k=max(lens_k))
+    out, lse = run(unit, c, tmp_path)
+    for i in range(3):
+        sq_, sk_ = slice(cu_q[i], cu_q[i + 1]), slice(cu_k[i], cu_k[i + 1])
+        qi, ki, vi = q[sq_][None], k[sk_][None], v[sk_][None]
+        ref, lse_ref = attention_ref(qi, ki, vi, True)
+        low, _ = attention_ref(qi, ki, vi, True, upcast=False)
+        assert_fa2_close(f"out[{i}]", out[sq_][None], ref, low)
+        check_lse(lse[:, sq_], lse_ref[0], visible_rows(lens_q[i], lens_k[i], True, torch.device("cpu")))
