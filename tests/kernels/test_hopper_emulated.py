@@ -103,9 +103,9 @@ class HopperDevice:
     """kernel_launch.Device on the emulator for one sm_90a unit: buffers registered (bounds- and
     race-checked), tensor maps from tensor_maps.h encoded by the emulator, fa_fwd_sm90a over the grid."""
 
-    def __init__(self, unit: tiles.KernelUnit, tmp: Path, seed: int = 1) -> None:
+    def __init__(self, unit: tiles.KernelUnit, tmp: Path, seed: int = 1, csrc: Path = H.CSRC) -> None:
         self.unit = unit
-        lib = H.build_source(WRAPPER, f"hopper_fwd-{unit.name}", "9.0a", unit.defines)
+        lib = H.build_source(WRAPPER, f"hopper_fwd-{unit.name}", "9.0a", unit.defines, csrc)
         self.em = H.EmulatedSource(lib, "9.0a", seed=seed)
         self.maps = maps_lib(tmp)
         self.keep: list[object] = []
@@ -144,15 +144,20 @@ class HopperDevice:
                 raise H.EmulatorError(self.em.lib.emu_error().decode())
         args = (ctypes.c_void_p * 4)(ctypes.addressof(params), at, at + 128, at + 256)
         self.keep += [raw, params, args]
-        self.em.launch("hk_fwd", grid, launch.threads, launch.smem_bytes, args)
+        try:
+            self.em.launch("hk_fwd", grid, launch.threads, launch.smem_bytes, args)
+        except H.EmulatorError as e:
+            raise H.EmulatorError(f"sm 9.0a {self.unit.name}: {e}") from None
 
 
 def unit_of(dtype: str, d: int) -> tiles.KernelUnit:
     return next(u for u in tiles.units("9.0a") if u.dtype == dtype and u.head_dim == d)
 
 
-def run(unit: tiles.KernelUnit, c: KL.Call, tmp: Path, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    dev = HopperDevice(unit, tmp, seed)
+def run(
+    unit: tiles.KernelUnit, c: KL.Call, tmp: Path, seed: int = 1, csrc: Path = H.CSRC
+) -> tuple[torch.Tensor, torch.Tensor]:
+    dev = HopperDevice(unit, tmp, seed, csrc)
     return KL.forward(dev, KL.UnitLaunch.of(unit), c)
 
 
@@ -231,3 +236,52 @@ def test_varlen_packed_sequences(tmp_path: Path) -> None:
         low, _ = attention_ref(qi, ki, vi, True, upcast=False)
         assert_fa2_close(f"out[{i}]", out[sq_][None], ref, low)
         check_lse(lse[:, sq_], lse_ref[0], visible_rows(lens_q[i], lens_k[i], True, torch.device("cpu")))
+
+
+# ---- broken copies the emulator must catch (issue 39's done-when), naming the unit ------------------------
+
+MUTANTS = {
+    # the descriptors' swizzle disagrees with the one TMA wrote (64-byte instead of 128-byte at d64)
+    "wrong-swizzle": (
+        "constexpr sm90::Swizzle kSwizzle = kRowBytes == 128 ? sm90::kSwizzle128B : sm90::kSwizzle64B;",
+        "constexpr sm90::Swizzle kSwizzle = kRowBytes == 128 ? sm90::kSwizzle64B : sm90::kSwizzle128B;",
+    ),
+    # S read (masked, softmaxed) before the wgmma that writes it has retired
+    "missing-wait": (
+        "    if (wg != kConsumers - 1 || n > blk.keys.begin) pass_turn(wg);\n    wgmma_wait<0>();\n",
+        "    if (wg != kConsumers - 1 || n > blk.keys.begin) pass_turn(wg);\n",
+    ),
+    # the consumers wait for the other parity of the K/V stages' phases: they read a stage before its TMA
+    "wrong-phase": (
+        "mbar_wait(sm.k_full(slot.stage), slot.parity);",
+        "mbar_wait(sm.k_full(slot.stage), slot.parity ^ 1);",
+    ),
+    # S = Q K^T accumulates onto the previous contents instead of starting from zero at k step 0
+    "stale-accumulator": (
+        "k.k_major(0, k0), k0 > 0);",
+        "k.k_major(0, k0), 1);",
+    ),
+}
+
+
+@pytest.mark.parametrize("mutant", sorted(MUTANTS))
+def test_a_broken_copy_fails_naming_the_unit(tmp_path: Path, mutant: str) -> None:
+    old, new = MUTANTS[mutant]
+    csrc = tmp_path / "csrc"
+    csrc.mkdir()
+    for p in H.CSRC.iterdir():
+        (csrc / p.name).write_text(p.read_text())
+    src = csrc / "hopper_fwd.cu"
+    assert src.read_text().count(old) == 1, mutant
+    src.write_text(src.read_text().replace(old, new))
+    unit = unit_of("fp16", 64)
+    sq, sk = shape_for(unit)
+    q, k, v = tensors(1, sq, sk, 2, 2, 64, torch.float16)
+    c = KL.Call(q, k, v)
+    with pytest.raises((H.EmulatorError, AssertionError)) as err:
+        out, lse = run(unit, c, tmp_path, csrc=csrc)
+        try:
+            check_padded(out, lse, c)
+        except AssertionError as e:
+            raise AssertionError(f"sm 9.0a {unit.name}: {e}") from None
+    assert f"sm 9.0a {unit.name}:" in str(err.value), err.value
