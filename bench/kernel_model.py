@@ -126,7 +126,9 @@ def disassemble(image: bytes) -> str:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(image)
         f.flush()
-        return subprocess.run([str(nvdisasm()), "-c", f.name], capture_output=True, text=True, check=True).stdout
+        return subprocess.run(
+            [str(nvdisasm()), "-c", f.name], capture_output=True, text=True, check=True
+        ).stdout
 
 
 def _sass_counts(sass: str, entry: str) -> dict[str, float]:
@@ -350,7 +352,11 @@ def wgmma_model(who: str, d: int, block_m: int, block_n: int, stages: int, pv_rs
     producer, consumer = WG_REGS[wgs]
     acc = block_n // 2 + d // 2 + (block_n // 4 if pv_rs else 0)
     # Q, the K and V rings, the mbarriers; SS P V also stages P (block_m x block_n) in shared memory
-    smem = (block_m + 2 * stages * block_n) * d * 2 + 8 * (1 + 4 * stages) + (0 if pv_rs else block_m * block_n * 2)
+    smem = (
+        (block_m + 2 * stages * block_n) * d * 2
+        + 8 * (1 + 4 * stages)
+        + (0 if pv_rs else block_m * block_n * 2)
+    )
     return WgmmaModel(
         who=who,
         head_dim=d,
@@ -381,16 +387,25 @@ def model_sm90a(tiles: ModuleType, csrc: Path, cuda: int) -> list[WgmmaModel]:
     for u in (u for u in tiles.units("9.0a") if u.dtype == "bf16"):
         (entry,) = u.entries
         options = [*tiles.nvrtc_options("9.0a"), *(f"-D{k}={v}" for k, v in u.defines.items()), "-Xptxas=-v"]
-        compiled = nvrtc.compile((csrc / Path(u.source).name).read_text(), u.source, "sm_90a", options, headers)
+        compiled = nvrtc.compile(
+            (csrc / Path(u.source).name).read_text(), u.source, "sm_90a", options, headers
+        )
         usage = {r.kernel: r for r in parse_resource_usage(compiled.log)}[entry]
         ops = opcodes(disassemble(compiled.image), entry)
         seen = sum(c for op, c in ops.items() if op.startswith("HGMMA"))
         d, bm, bn = u.head_dim, u.defines["FA_BLOCK_M"], u.defines["FA_BLOCK_N"]
         out.append(
             wgmma_model(
-                "ours", d, bm, bn, u.defines["FA_STAGES"], True, seen, usage.registers,
+                "ours",
+                d,
+                bm,
+                bn,
+                u.defines["FA_STAGES"],
+                True,
+                seen,
+                usage.registers,
                 usage.spill_stores + usage.spill_loads,
-            )  # fmt: skip
+            )
         )
         for case, (fm, fn, rs, _overlap) in FA3_FWD_SM90[d].items():
             if case == "causal" and FA3_FWD_SM90[d]["non-causal"] == (fm, fn, rs, _overlap):
@@ -400,11 +415,11 @@ def model_sm90a(tiles: ModuleType, csrc: Path, cuda: int) -> list[WgmmaModel]:
 
 
 def sm90a_table(rows: list[WgmmaModel]) -> str:
-    lines = [
+    head = (
         "| d | who | tile (M x N) | WGs | P V | HGMMA / K-V block | smem B / HGMMA | smem B / kFLOP | TMA K+V B / block"
-        " | TMA Q B | regs prod / cons | S+O+P regs | mbarrier ops / block | named bar. / block | smem B | spills |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+        " | TMA Q B | regs prod / cons | S+O+P regs | mbarrier ops / block | named bar. / block | smem B | spills |"
+    )
+    lines = [head, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for m in rows:
         lines.append(
             f"| {m.head_dim} | {m.who} | {m.tile} | {m.consumers} | {'RS' if m.pv_from_registers else 'SS'} "
@@ -437,7 +452,9 @@ def main(argv: list[str] | None = None) -> int:
         help="forward and backward beside FA2 (default archs 8.0 8.6 8.9 9.0 10.0 12.0, head dims 64-256)",
     )
     ap.add_argument(
-        "--sm90a", action="store_true", help="the sm_90a forward's warpgroup-MMA model beside FlashAttention-3's tiles"
+        "--sm90a",
+        action="store_true",
+        help="the sm_90a forward's warpgroup-MMA model beside FlashAttention-3's tiles",
     )
     ap.add_argument(
         "--record",

@@ -91,11 +91,27 @@ def maps_lib(tmp: Path) -> ctypes.CDLL:
     cc = H.cxx()
     assert cc is not None
     subprocess.run(
-        [cc, "-std=c++17", "-shared", "-fPIC", f"-I{BINDING}", f"-I{REPO / 'kernels' / 'csrc'}", str(src), "-o", str(out)],
+        [
+            cc,
+            "-std=c++17",
+            "-shared",
+            "-fPIC",
+            f"-I{BINDING}",
+            f"-I{REPO / 'kernels' / 'csrc'}",
+            str(src),
+            "-o",
+            str(out),
+        ],
         check=True,
     )
     lib = ctypes.CDLL(str(out))
-    lib.hk_maps.argtypes = [ctypes.c_void_p, ctypes.c_int, *[ctypes.c_longlong] * 4, *[ctypes.c_int] * 3, ctypes.c_void_p]
+    lib.hk_maps.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_int,
+        *[ctypes.c_longlong] * 4,
+        *[ctypes.c_int] * 3,
+        ctypes.c_void_p,
+    ]
     return lib
 
 
@@ -123,7 +139,9 @@ class HopperDevice:
         self.em.register(name, t)
         return t
 
-    def launch(self, entry: str, launch: KL.EntryLaunch, grid: tuple[int, int, int], params: KL.FaParams) -> None:
+    def launch(
+        self, entry: str, launch: KL.EntryLaunch, grid: tuple[int, int, int], params: KL.FaParams
+    ) -> None:
         assert entry == ENTRY
         enc = (Encode * 3)()
         (qr, qb), (kr, kb) = self.extents["q"], self.extents["k"]
@@ -170,7 +188,7 @@ def check_padded(out: torch.Tensor, lse: torch.Tensor, c: KL.Call) -> None:
     check_lse(lse, lse_ref, rows)
 
 
-def tensors(b: int, sq: int, sk: int, h: int, hk: int, d: int, dtype: torch.dtype, seed: int = 0):  # noqa: ANN201
+def tensors(b: int, sq: int, sk: int, h: int, hk: int, d: int, dtype: torch.dtype, seed: int = 0):
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn(b, sq, h, d, generator=gen).to(dtype)
     k = torch.randn(b, sk, hk, d, generator=gen).to(dtype)
@@ -205,7 +223,9 @@ def test_d64_fp16_two_query_blocks_three_key_blocks(tmp_path: Path, causal: bool
         ("fp16", 256, 256, (2, 1), False, (-1, -1), 5.0),
     ],
 )
-def test_head_dims_gqa_window_softcap(tmp_path: Path, dtype, d, head_dim, heads, causal, window, softcap) -> None:  # noqa: ANN001
+def test_head_dims_gqa_window_softcap(
+    tmp_path: Path, dtype, d, head_dim, heads, causal, window, softcap
+) -> None:
     unit = unit_of(dtype, d)
     sq, sk = shape_for(unit)
     tdtype = torch.bfloat16 if dtype == "bf16" else torch.float16
@@ -227,7 +247,16 @@ def test_varlen_packed_sequences(tmp_path: Path) -> None:
     v = torch.randn(sum(lens_k), hk, d, generator=gen).bfloat16()
     cu_q = torch.tensor([0, *torch.tensor(lens_q).cumsum(0).tolist()], dtype=torch.int32)
     cu_k = torch.tensor([0, *torch.tensor(lens_k).cumsum(0).tolist()], dtype=torch.int32)
-    c = KL.Call(q, k, v, causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max(lens_q), max_seqlen_k=max(lens_k))
+    c = KL.Call(
+        q,
+        k,
+        v,
+        causal=True,
+        cu_seqlens_q=cu_q,
+        cu_seqlens_k=cu_k,
+        max_seqlen_q=max(lens_q),
+        max_seqlen_k=max(lens_k),
+    )
     out, lse = run(unit, c, tmp_path)
     for i in range(3):
         sq_, sk_ = slice(cu_q[i], cu_q[i + 1]), slice(cu_k[i], cu_k[i + 1])
@@ -279,9 +308,14 @@ def test_a_broken_copy_fails_naming_the_unit(tmp_path: Path, mutant: str) -> Non
     q, k, v = tensors(1, sq, sk, 2, 2, 64, torch.float16)
     c = KL.Call(q, k, v)
     with pytest.raises((H.EmulatorError, AssertionError)) as err:
-        out, lse = run(unit, c, tmp_path, csrc=csrc)
-        try:
-            check_padded(out, lse, c)
-        except AssertionError as e:
-            raise AssertionError(f"sm 9.0a {unit.name}: {e}") from None
+        run_checked(unit, c, tmp_path, csrc)
     assert f"sm 9.0a {unit.name}:" in str(err.value), err.value
+
+
+def run_checked(unit: tiles.KernelUnit, c: KL.Call, tmp: Path, csrc: Path) -> None:
+    """The emulated run and the reference check, either failure naming the unit."""
+    out, lse = run(unit, c, tmp, csrc=csrc)
+    try:
+        check_padded(out, lse, c)
+    except AssertionError as e:
+        raise AssertionError(f"sm 9.0a {unit.name}: {e}") from None

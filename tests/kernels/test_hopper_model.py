@@ -33,7 +33,8 @@ def test_shared_memory_pv_pays_for_p() -> None:
     ss = kernel_model.wgmma_model("x", 64, 192, 192, 2, False)
     assert ss.smem_per_hgmma - rs.smem_per_hgmma == pytest.approx(2048 * 12 / 16)  # A of 12 P V HGMMAs
     assert ss.smem_bytes - rs.smem_bytes == 192 * 192 * 2  # P's tile
-    assert ss.consumers == 3 and ss.regs == "32 / 160"
+    assert ss.consumers == 3
+    assert ss.regs == "32 / 160"
 
 
 def test_fa3_rows_cover_the_sm90a_head_dims() -> None:
@@ -47,4 +48,7 @@ def test_recorded_section_lists_every_sm90a_tile() -> None:
     section = text.split("<!-- begin kernel-sm90a -->", 1)[1].split("<!-- end kernel-sm90a -->", 1)[0]
     for u in (u for u in tiles.units("9.0a") if u.dtype == "bf16"):
         tile = f"{u.defines['FA_BLOCK_M']}x{u.defines['FA_BLOCK_N']}"
-        assert f"| {u.head_dim} | ours | {tile} |" in section, (u.name, "rerun bench/kernel_model.py --sm90a --record")
+        assert f"| {u.head_dim} | ours | {tile} |" in section, (
+            u.name,
+            "rerun bench/kernel_model.py --sm90a --record",
+        )
