@@ -4,7 +4,7 @@
 // kv_batch_idx). Not the paged KV cache (block_table): the binding refuses it for this unit and the
 // routing sends such calls to the sm_90 unit (fwd.cu).
 //
-// Defines (kernels/tiles.py's sm_90a family; docs in /work/prompts/hopper_api.md's contract):
+// Defines (kernels/tiles.py's sm_90a family, HopperTile; the contract of issue 39):
 //   FA_HEAD_DIM     64, 96, 128, 192, 256 (a call's head_dim is any multiple of 8 <= it)
 //   FA_BLOCK_M      query rows per block: 64 per consumer warpgroup
 //   FA_CONSUMER_WGS consumer warpgroups, FA_BLOCK_M / 64 (2 or 3); threads = 128 x (1 + it)
@@ -31,11 +31,12 @@
 // columns is stored as D / W column panels of W = 64 (32) elements, each panel R rows of 128 (64)
 // bytes whose 16-byte chunks are XOR-ed with the row's position in its 8-row (1024-byte) atom. TMA
 // writes that layout (the tensor map's swizzle) and wgmma reads it (the matrix descriptor's layout type):
-// 16-byte chunk c of a row is stored at c ^ (the row's place in its 8-row atom), the XOR the hardware
-// applies to address bits [4, 7) with bits [7, 10) (128 B; 64 B: bits [4, 6) with [7, 9)).
+// 16-byte chunk c of row r is stored at c ^ (r % 8) with 128-byte rows, c ^ ((r / 2) % 4) with 64-byte
+// rows: the XOR of address bits [4, 7) with [7, 10) (128 B), [4, 6) with [7, 9) (64 B).
 //
-// Not verified on a GPU: compiled with NVRTC for sm_90a (tests/kernels/test_hopper_compile.py checks
-// HGMMA and UTMALDG in the SASS and no spills); correctness needs the emulator or a device.
+// Not verified on a GPU: compiled with NVRTC 12.9 and 13 for sm_90a (tests/kernels/test_hopper_compile.py:
+// HGMMA and UTMALDG in the SASS, no spills) and run on the CPU emulator against the fp32 reference
+// (tests/kernels/test_hopper_emulated.py), which shows it right under the PTX ISA's definitions only.
 
 #include "attention.cuh"
 #include "hopper.cuh"
