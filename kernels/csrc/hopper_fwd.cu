@@ -24,7 +24,9 @@
 //       softcap, mask, online softmax                 softmax.cuh's stages on the fp32 fragments
 //       O += P V(n)                  accumulate_pv    wgmma, A = P from registers, B = V (transposed)
 //     The consumers take turns issuing their S GEMM (named barriers, "ping-pong"): while one
-//     warpgroup's tensor-core work runs, the other's softmax runs on the other units.
+//     warpgroup's tensor-core work runs, the other's softmax runs on the other units. Inside a
+//     warpgroup the loop is software-pipelined (FA3's intra-warpgroup overlap): S(n) and P V of the
+//     block before are in flight together, and S(n)'s softmax runs while that P V finishes.
 //   The epilogue writes O / l from the accumulators and lse = m + log(l).
 //
 // Shared-memory tiles are TMA's 128-byte swizzle (64-byte for head dim 96): a tile of R rows x D
@@ -263,32 +265,65 @@ FA_DEVICE void compute_scores(ScoreAcc& s, QTile q, KVTile k, int wg_row0) {
   wgmma_commit();
 }
 
-// O += P V: P packed from the S accumulators into wgmma's register A layout (the C layout of n-tiles
-// 2k and 2k + 1 is the A layout of k step k, as in fwd.cu).
-FA_DEVICE void accumulate_pv(OutAcc& o, const ScoreAcc& p, KVTile v) {
-  u32 frag[kBlockN / 16][4];
+// P packed from the S accumulators into wgmma's register A layout (the C layout of n-tiles 2k and
+// 2k + 1 is the A layout of k step k, as in fwd.cu).
+using ProbFrags = u32[kBlockN / 16][4];
+
+FA_DEVICE void pack_probs(ProbFrags& frag, const ScoreAcc& p) {
 #pragma unroll
   for (int kk = 0; kk < kBlockN / 16; ++kk) acc_to_a_frag(frag[kk], p[0][2 * kk], p[0][2 * kk + 1]);
+}
+
+// O += P V, issued and committed; the caller waits.
+FA_DEVICE void accumulate_pv(OutAcc& o, ProbFrags& frag, KVTile v) {
+  fence_acc(flat(o));
+  sm90::fence_regs(reinterpret_cast<u32(&)[kBlockN / 4]>(frag));
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kBlockN / 16; ++kk) Wgmma<kHeadDim>::rs<1>(flat(o), frag[kk], v.mn_major(kk * 16), 1);
   wgmma_commit();
 }
 
-
 // The ping-pong turn of consumer `wg` (0-based): barrier kTurnBarrier0 + wg completes when this
 // warpgroup syncs and the previous one has arrived (256 threads).
 FA_DEVICE void wait_turn(int wg) { named_sync(kTurnBarrier0 + wg, 2 * kWgThreads); }
 FA_DEVICE void pass_turn(int wg) { named_arrive(kTurnBarrier0 + (wg + 1) % kConsumers, 2 * kWgThreads); }
 
-// The key loop of one consumer warpgroup. Returns O unnormalised and the row statistics.
-FA_DEVICE void consume(const FaParams& p, const Block& blk, const Layout& sm, int wg, OutAcc& o, RowStats& st) {
-  const int lane = threadIdx.x & 31, warp_in_wg = (threadIdx.x >> 5) & 3;
-  const int wg_row0 = wg * 64;                          // the warpgroup's rows in the block
-  const int warp_row = blk.row0 + wg_row0 + 16 * warp_in_wg;  // this warp's first row in the sequence
-  const int seqlen_k = blk.seq.seqlen_k;
-  const int blocks = blk.keys.end - blk.keys.begin;
+// S of key block n (the i-th visited, in ring slot `slot`), issued in this warpgroup's ping-pong turn
+// once K has landed; the caller waits for it.
+FA_DEVICE void issue_scores(ScoreAcc& s, const Block& blk, const Layout& sm, int wg, int n, Slot slot) {
+  const int wg_row0 = wg * 64;
+  mbar_wait(sm.k_full(slot.stage), slot.parity);
+  wait_turn(wg);
+  compute_scores(s, sm.sq(), sm.sk(slot.stage), wg_row0);
+  // The last consumer keeps the turn after its last block: no one would take it.
+  if (wg != kConsumers - 1 || n > blk.keys.begin) pass_turn(wg);
+}
 
+// Retired S of key block n to P (softcap, mask, the softmax's row step); K's stage released. corr: O's
+// rescaling, applied by the caller once no P V is writing O.
+FA_DEVICE void scores_to_probs(ScoreAcc& s, const Block& blk, const Layout& sm, int wg, int n, Slot slot,
+                               RowStats& st, float (&corr)[1][2]) {
+  const int lane = threadIdx.x & 31, warp_in_wg = (threadIdx.x >> 5) & 3;
+  const int key0 = n * kBlockN;
+  fence_acc(flat(s));
+  mbar_arrive(sm.k_empty(slot.stage));  // K read: the producer may refill the stage
+  if (blk.softcap) apply_softcap(s, blk.tanh_scale);
+  if (blk.band.crosses(blk.row0 + wg * 64, 64, key0, kBlockN, blk.seq.seqlen_k)) {
+    apply_mask(s, blk.band, blk.row0 + wg * 64 + 16 * warp_in_wg, key0, blk.seq.seqlen_k, lane);
+  }
+  softmax_rows(s, st, blk.logit_scale, corr);
+}
+
+// The overlap holds S(n), P(n+1) and O at once: with two consumers (240 registers each) it fits; with
+// three (160) ptxas spilled (d96: 144 bytes) and serialised the wgmmas, so those run one GEMM at a time.
+constexpr bool kOverlap = kConsumers == 2;
+
+// The key loop of one consumer warpgroup. With kOverlap, software-pipelined as FA3's intra-warpgroup
+// overlap: S(n) is issued, then O += P(n+1) V(n+1) of the block before behind it; S(n)'s softmax runs
+// while that P V is in flight, and O is rescaled only after its wait. Returns O unnormalised and the
+// row statistics.
+FA_DEVICE void consume(const Block& blk, const Layout& sm, int wg, OutAcc& o, RowStats& st) {
 #pragma unroll
   for (int j = 0; j < kOTiles; ++j) {
 #pragma unroll
@@ -296,39 +331,62 @@ FA_DEVICE void consume(const FaParams& p, const Block& blk, const Layout& sm, in
   }
   st.start();
   mbar_wait(sm.q_full(), 0);  // also with no key block: the Q tile's TMA must land before the epilogue
-  if (blocks <= 0) return;     // writes over it
+  if (blk.keys.end <= blk.keys.begin) return;
 
-  // The first turn goes to consumer 0: the last consumer opens it. Each consumer passes the turn on
-  // after issuing its S GEMM, except the last consumer after its last block (no one would take it).
+  // The first turn goes to consumer 0: the last consumer opens it.
   if (wg == kConsumers - 1) pass_turn(wg);
 
-  int i = 0;
-  for (int n = blk.keys.end - 1; n >= blk.keys.begin; --n, ++i) {
-    const Slot slot = Slot::of(i);
-    const int key0 = n * kBlockN;
-    float s[1][kSTiles][4];
-
-    mbar_wait(sm.k_full(slot.stage), slot.parity);
-    wait_turn(wg);
-    compute_scores(s, sm.sq(), sm.sk(slot.stage), wg_row0);
-    if (wg != kConsumers - 1 || n > blk.keys.begin) pass_turn(wg);
-    wgmma_wait<0>();
-    fence_acc(flat(s));
-    mbar_arrive(sm.k_empty(slot.stage));  // K read: the producer may refill the stage
-
-    if (blk.softcap) apply_softcap(s, blk.tanh_scale);
-    if (blk.band.crosses(blk.row0 + wg_row0, 64, key0, kBlockN, seqlen_k)) {
-      apply_mask(s, blk.band, warp_row, key0, seqlen_k, lane);
+  float s[1][kSTiles][4];
+  float corr[1][2];
+  ProbFrags p;
+  if constexpr (!kOverlap) {
+    int i = 0;
+    for (int n = blk.keys.end - 1; n >= blk.keys.begin; --n, ++i) {
+      const Slot slot = Slot::of(i);
+      issue_scores(s, blk, sm, wg, n, slot);
+      wgmma_wait<0>();
+      scores_to_probs(s, blk, sm, wg, n, slot, st, corr);
+      rescale_output(o, corr);
+      pack_probs(p, s);
+      mbar_wait(sm.v_full(slot.stage), slot.parity);
+      accumulate_pv(o, p, sm.sv(slot.stage));
+      wgmma_wait<0>();
+      fence_acc(flat(o));
+      mbar_arrive(sm.v_empty(slot.stage));
     }
-    online_softmax(s, o, st, blk.logit_scale);
-
-    mbar_wait(sm.v_full(slot.stage), slot.parity);
-    fence_acc(flat(o));
-    accumulate_pv(o, s, sm.sv(slot.stage));
-    wgmma_wait<0>();
-    fence_acc(flat(o));
-    mbar_arrive(sm.v_empty(slot.stage));
+    return;
   }
+
+  // The first key block: S alone (O is zero, nothing to overlap with).
+  int n = blk.keys.end - 1;
+  Slot prev = Slot::of(0);
+  issue_scores(s, blk, sm, wg, n, prev);
+  wgmma_wait<0>();
+  scores_to_probs(s, blk, sm, wg, n, prev, st, corr);
+  pack_probs(p, s);
+
+  int i = 1;
+  for (--n; n >= blk.keys.begin; --n, ++i) {
+    const Slot slot = Slot::of(i);
+    issue_scores(s, blk, sm, wg, n, slot);
+    mbar_wait(sm.v_full(prev.stage), prev.parity);
+    accumulate_pv(o, p, sm.sv(prev.stage));
+    wgmma_wait<1>();  // S(n) retired; P V still in flight
+    scores_to_probs(s, blk, sm, wg, n, slot, st, corr);
+    wgmma_wait<0>();  // P V retired: O and the old P may be touched, V's stage released
+    fence_acc(flat(o));
+    mbar_arrive(sm.v_empty(prev.stage));
+    rescale_output(o, corr);
+    pack_probs(p, s);
+    prev = slot;
+  }
+
+  // The last block's P V.
+  mbar_wait(sm.v_full(prev.stage), prev.parity);
+  accumulate_pv(o, p, sm.sv(prev.stage));
+  wgmma_wait<0>();
+  fence_acc(flat(o));
+  mbar_arrive(sm.v_empty(prev.stage));
 }
 
 // O / l straight from the accumulators, a packed pair (4 bytes) per store: each quad of lanes writes 16
@@ -403,6 +461,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   const int wg = warpgroup - 1;
   float o[1][kOTiles][4];
   RowStats st;
-  consume(params, blk, sm, wg, o, st);
+  consume(blk, sm, wg, o, st);
   store_output(params, blk, wg, o, st);
 }

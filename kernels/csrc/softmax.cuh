@@ -76,10 +76,12 @@ FA_DEVICE void apply_mask(float (&s)[MT][ST][4], const Band& band, int row, int 
   }
 }
 
-// The online softmax step: new row max, O and the running sum rescaled by exp2(old - new), and
-// S replaced by P = exp2(logit2 - max2) with logit2 = S * logit_scale.
-template <int MT, int ST, int OT>
-FA_DEVICE void online_softmax(float (&s)[MT][ST][4], float (&o)[MT][OT][4], SoftmaxRows<MT>& st, float logit_scale) {
+// The online softmax's row step, O aside: the new row max, S replaced by P = exp2(logit2 - max2) with
+// logit2 = S * logit_scale, the running sum rescaled and extended; corr[mt][hh] = exp2(old - new) is
+// the factor O's rows take (rescale_output), separately so that a kernel whose O is still being written
+// by an asynchronous MMA (hopper_fwd.cu) computes P first and rescales O after the MMA's wait.
+template <int MT, int ST>
+FA_DEVICE void softmax_rows(float (&s)[MT][ST][4], SoftmaxRows<MT>& st, float logit_scale, float (&corr)[MT][2]) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -93,12 +95,8 @@ FA_DEVICE void online_softmax(float (&s)[MT][ST][4], float (&o)[MT][OT][4], Soft
       const float max2 = mx == -pos_inf() ? 0.f : mx * logit_scale;
       const float correction = exp2_approx(st.max[mt][hh] * logit_scale - max2);
       st.max[mt][hh] = mx;
+      corr[mt][hh] = correction;
       float sum = st.sum[mt][hh] * correction;
-#pragma unroll
-      for (int n = 0; n < OT; ++n) {
-        o[mt][n][2 * hh] *= correction;
-        o[mt][n][2 * hh + 1] *= correction;
-      }
 #pragma unroll
       for (int j = 0; j < ST; ++j) {
 #pragma unroll
@@ -111,6 +109,27 @@ FA_DEVICE void online_softmax(float (&s)[MT][ST][4], float (&o)[MT][OT][4], Soft
       st.sum[mt][hh] = sum;
     }
   }
+}
+
+// O's rows times their softmax_rows correction.
+template <int MT, int OT>
+FA_DEVICE void rescale_output(float (&o)[MT][OT][4], const float (&corr)[MT][2]) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int n = 0; n < OT; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[mt][n][e] *= corr[mt][e >> 1];
+    }
+  }
+}
+
+// The online softmax step: softmax_rows, then O rescaled at once.
+template <int MT, int ST, int OT>
+FA_DEVICE void online_softmax(float (&s)[MT][ST][4], float (&o)[MT][OT][4], SoftmaxRows<MT>& st, float logit_scale) {
+  float corr[MT][2];
+  softmax_rows(s, st, logit_scale, corr);
+  rescale_output(o, corr);
 }
 
 // Row sums reduced over the quad; afterwards st.sum holds this thread's rows' sums (g and g + 8 of

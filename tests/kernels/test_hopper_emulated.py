@@ -277,8 +277,8 @@ MUTANTS = {
     ),
     # S read (masked, softmaxed) before the wgmma that writes it has retired
     "missing-wait": (
-        "    if (wg != kConsumers - 1 || n > blk.keys.begin) pass_turn(wg);\n    wgmma_wait<0>();\n",
-        "    if (wg != kConsumers - 1 || n > blk.keys.begin) pass_turn(wg);\n",
+        "      issue_scores(s, blk, sm, wg, n, slot);\n      wgmma_wait<0>();\n",
+        "      issue_scores(s, blk, sm, wg, n, slot);\n",
     ),
     # the consumers wait for the other parity of the K/V stages' phases: they read a stage before its TMA
     "wrong-phase": (
