@@ -392,7 +392,10 @@ def model_sm90a(tiles: ModuleType, csrc: Path, cuda: int) -> list[WgmmaModel]:
         )
         usage = {r.kernel: r for r in parse_resource_usage(compiled.log)}[entry]
         ops = opcodes(disassemble(compiled.image), entry)
-        seen = sum(c for op, c in ops.items() if op.startswith("HGMMA"))
+        # the loop body holds each GEMM once; with two consumers (the intra-warpgroup overlap) the loop's
+        # prologue and epilogue hold a second copy of S's and P V's HGMMAs
+        places = 2 if u.defines["FA_CONSUMER_WGS"] == 2 else 1
+        seen = sum(c for op, c in ops.items() if op.startswith("HGMMA")) // places
         d, bm, bn = u.head_dim, u.defines["FA_BLOCK_M"], u.defines["FA_BLOCK_N"]
         out.append(
             wgmma_model(
