@@ -110,6 +110,27 @@ class Model:
     dq_sectors_per_mflop: float  # backward only, else 0
 
 
+def opcodes(sass: str, entry: str) -> dict[str, int]:
+    """Opcode counts (modifiers kept, predicates dropped) of one function of nvdisasm's output."""
+    body = sass.split(f".text.{entry}:", 1)[1].split("//----", 1)[0]
+    out: dict[str, int] = {}
+    for line in body.splitlines():
+        m = re.search(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.x]+)", line)
+        if m:
+            out[m.group(1)] = out.get(m.group(1), 0) + 1
+    return out
+
+
+def disassemble(image: bytes) -> str:
+    """nvdisasm's listing of a cubin."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(image)
+        f.flush()
+        return subprocess.run(
+            [str(nvdisasm()), "-c", f.name], capture_output=True, text=True, check=True
+        ).stdout
+
+
 def _sass_counts(sass: str, entry: str) -> dict[str, float]:
     """Instruction counts of one function of nvdisasm's output."""
     body = sass.split(f".text.{entry}:", 1)[1].split("//----", 1)[0]
@@ -144,7 +165,7 @@ def model_units(
 ) -> list[Model]:
     nvrtc = open_nvrtc(str(toolkits.nvrtc_lib_dir(cuda)))
     headers = {p.name: p.read_text() for p in sorted(csrc.iterdir()) if p.suffix in (".h", ".cuh")}
-    exe = nvdisasm()
+    nvdisasm()  # fetched once, before the first compile
     out = []
     for arch in archs:
         for u in tiles.units(arch):
@@ -169,12 +190,7 @@ def model_units(
                 headers,
             )
             usage = {r.kernel: r for r in parse_resource_usage(compiled.log)}[entry]
-            with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-                f.write(compiled.image)
-                f.flush()
-                sass = subprocess.run(
-                    [str(exe), "-c", f.name], capture_output=True, text=True, check=True
-                ).stdout
+            sass = disassemble(compiled.image)
             c = _sass_counts(sass, entry)
             launch = u.entries[entry]
             mma = c["mma"] or 1.0
@@ -282,6 +298,150 @@ def vs_fa2_table(rows: list[Model]) -> str:
     return "\n".join(lines)
 
 
+# ---- sm_90a: warpgroup MMAs (hopper_fwd.cu) beside FlashAttention-3 --------------------------------
+
+# FlashAttention-3's sm90 forward tiles for 16-bit inputs with head_dim_v = head_dim (hopper/tile_size.h,
+# tile_size_fwd_sm90 -> {kBlockM, kBlockN, MmaPV_is_RS, IntraWGOverlap}), non-causal and causal; and its
+# register split (hopper/flash_fwd_kernel_sm90.h: producer / consumer setmaxnreg by consumer warpgroups).
+FA3_FWD_SM90: dict[int, dict[str, tuple[int, int, bool, bool]]] = {
+    64: {"non-causal": (192, 192, False, True), "causal": (192, 128, True, True)},
+    96: {"non-causal": (192, 144, False, True), "causal": (192, 144, False, True)},
+    128: {"non-causal": (128, 176, True, True), "causal": (128, 128, True, True)},
+    192: {"non-causal": (128, 112, True, True), "causal": (128, 112, True, True)},
+    256: {"non-causal": (128, 80, True, True), "causal": (128, 80, True, True)},
+}
+FA3_STAGES = 2
+WG_REGS = {1: (56, 256), 2: (24, 240), 3: (32, 160)}  # consumer warpgroups -> (producer, consumer) registers
+
+
+@dataclass(frozen=True)
+class WgmmaModel:
+    """The warpgroup-MMA arithmetic of one sm_90a forward tile, per key block of one block (K/V stage)."""
+
+    who: str  # "ours" (with SASS) or "FA3 <case>"
+    head_dim: int
+    tile: str
+    consumers: int
+    pv_from_registers: bool
+    hgmma: int  # per consumer warpgroup per key block (ours: counted in the SASS)
+    smem_per_hgmma: float  # shared-memory operand bytes an HGMMA reads, on average
+    smem_per_kflop: float  # shared-memory bytes (operands, and P's round trip when P V is SS) per 1000 FLOPs
+    tma_kv_bytes: int  # K and V of one key block
+    tma_q_bytes: int  # Q, once per block
+    regs: str  # registers per thread after reallocation: producer / consumer
+    acc_regs: int  # fp32 accumulators + P's packed registers per consumer thread (S, O, P)
+    mbarrier_ops: int  # per key block: consumer waits and arrivals of one thread, producer waits and arms
+    named_barriers: int  # per key block per consumer warpgroup: the ping-pong's sync and arrive
+    smem_bytes: int
+    ptxas_regs: int = 0  # the launch's registers (ours)
+    spills: int = 0
+
+
+def wgmma_model(who: str, d: int, block_m: int, block_n: int, stages: int, pv_rs: bool, hgmma_seen: int = 0,
+                ptxas_regs: int = 0, spills: int = 0) -> WgmmaModel:  # fmt: skip
+    """S = Q K^T as d / 16 HGMMAs m64 n(block_n) k16, both operands from shared memory (A 64 x 16, B block_n
+    x 16: 2048 + 32 block_n bytes each); O += P V as block_n / 16 HGMMAs m64 n(d) k16, B 16 x d (32 d bytes)
+    and A = P from registers, or, when P V is SS (FA3's choice at some head dims), 2048 more bytes each after
+    P's 64 x block_n tile is stored to shared memory."""
+    wgs = block_m // 64
+    s_steps, pv_steps = d // 16, block_n // 16
+    s_bytes = s_steps * (2048 + 32 * block_n)
+    pv_bytes = pv_steps * (32 * d + (0 if pv_rs else 2048))
+    p_store = 0 if pv_rs else 64 * block_n * 2
+    flops = 2 * 64 * block_n * d * 2  # both GEMMs of one warpgroup's 64 rows
+    producer, consumer = WG_REGS[wgs]
+    acc = block_n // 2 + d // 2 + (block_n // 4 if pv_rs else 0)
+    # Q, the K and V rings, the mbarriers; SS P V also stages P (block_m x block_n) in shared memory
+    smem = (
+        (block_m + 2 * stages * block_n) * d * 2
+        + 8 * (1 + 4 * stages)
+        + (0 if pv_rs else block_m * block_n * 2)
+    )
+    return WgmmaModel(
+        who=who,
+        head_dim=d,
+        tile=f"{block_m}x{block_n}",
+        consumers=wgs,
+        pv_from_registers=pv_rs,
+        hgmma=hgmma_seen or s_steps + pv_steps,
+        smem_per_hgmma=round((s_bytes + pv_bytes) / (s_steps + pv_steps), 1),
+        smem_per_kflop=round(1000 * (s_bytes + pv_bytes + p_store) / flops, 2),
+        tma_kv_bytes=2 * block_n * d * 2,
+        tma_q_bytes=block_m * d * 2,
+        regs=f"{producer} / {consumer}",
+        acc_regs=acc,
+        mbarrier_ops=2 + 2 + 2 + 2,  # consumer: wait K, V full, arrive K, V empty; producer: wait, arm each
+        named_barriers=2,
+        smem_bytes=smem,
+        ptxas_regs=ptxas_regs,
+        spills=spills,
+    )
+
+
+def model_sm90a(tiles: ModuleType, csrc: Path, cuda: int) -> list[WgmmaModel]:
+    """Each bf16 sm_90a unit compiled (NVRTC of `cuda`), its HGMMAs counted in the SASS, beside FA3's tiles."""
+    nvrtc = open_nvrtc(str(toolkits.nvrtc_lib_dir(cuda)))
+    headers = {p.name: p.read_text() for p in sorted(csrc.iterdir()) if p.suffix in (".h", ".cuh")}
+    nvdisasm()
+    out = []
+    for u in (u for u in tiles.units("9.0a") if u.dtype == "bf16"):
+        (entry,) = u.entries
+        options = [*tiles.nvrtc_options("9.0a"), *(f"-D{k}={v}" for k, v in u.defines.items()), "-Xptxas=-v"]
+        compiled = nvrtc.compile(
+            (csrc / Path(u.source).name).read_text(), u.source, "sm_90a", options, headers
+        )
+        usage = {r.kernel: r for r in parse_resource_usage(compiled.log)}[entry]
+        ops = opcodes(disassemble(compiled.image), entry)
+        # the loop body holds each GEMM once; with two consumers (the intra-warpgroup overlap) the loop's
+        # prologue and epilogue hold a second copy of S's and P V's HGMMAs
+        places = 2 if u.defines["FA_CONSUMER_WGS"] == 2 else 1
+        seen = sum(c for op, c in ops.items() if op.startswith("HGMMA")) // places
+        d, bm, bn = u.head_dim, u.defines["FA_BLOCK_M"], u.defines["FA_BLOCK_N"]
+        out.append(
+            wgmma_model(
+                "ours",
+                d,
+                bm,
+                bn,
+                u.defines["FA_STAGES"],
+                True,
+                seen,
+                usage.registers,
+                usage.spill_stores + usage.spill_loads,
+            )
+        )
+        for case, (fm, fn, rs, _overlap) in FA3_FWD_SM90[d].items():
+            if case == "causal" and FA3_FWD_SM90[d]["non-causal"] == (fm, fn, rs, _overlap):
+                continue
+            out.append(wgmma_model(f"FA3 {case}", d, fm, fn, FA3_STAGES, rs))
+    return out
+
+
+def sm90a_table(rows: list[WgmmaModel]) -> str:
+    head = (
+        "| d | who | tile (M x N) | WGs | P V | HGMMA / K-V block | smem B / HGMMA | smem B / kFLOP | TMA K+V B / block"
+        " | TMA Q B | regs prod / cons | S+O+P regs | mbarrier ops / block | named bar. / block | smem B | spills |"
+    )
+    lines = [head, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for m in rows:
+        lines.append(
+            f"| {m.head_dim} | {m.who} | {m.tile} | {m.consumers} | {'RS' if m.pv_from_registers else 'SS'} "
+            f"| {m.hgmma} | {m.smem_per_hgmma} | {m.smem_per_kflop} | {m.tma_kv_bytes} | {m.tma_q_bytes} "
+            f"| {m.regs}{f' (ptxas {m.ptxas_regs})' if m.ptxas_regs else ''} | {m.acc_regs} | {m.mbarrier_ops} | {m.named_barriers} | {m.smem_bytes} "
+            f"| {m.spills if m.who == 'ours' else '-'} |"
+        )
+    lines.append("")
+    lines.append(
+        "Per key block (one K/V pipeline stage) of one consumer warpgroup (64 query rows). Ours: the bf16 units of"
+        " tiles.py's 9.0a table, HGMMAs counted in the SASS (NVRTC of the stamp's CUDA major, nvdisasm), ptxas's"
+        " spills; FA3: its hopper/tile_size.h choices (non-causal, and causal where they differ) through the same"
+        " arithmetic. smem B / kFLOP counts wgmma's shared-memory operand reads, plus P's store and reads when"
+        " P V takes P from shared memory (SS). Registers are the setmaxnreg split; S+O+P is the accumulator"
+        " floor of a consumer thread. Not verified on a GPU."
+    )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arch", action="append", help="arch like 9.0 (repeatable; default 8.0, 8.6, 9.0)")
@@ -295,11 +455,27 @@ def main(argv: list[str] | None = None) -> int:
         help="forward and backward beside FA2 (default archs 8.0 8.6 8.9 9.0 10.0 12.0, head dims 64-256)",
     )
     ap.add_argument(
-        "--record", action="store_true", help="with --vs-fa2: write docs/figures.md kernel-vs-fa2"
+        "--sm90a",
+        action="store_true",
+        help="the sm_90a forward's warpgroup-MMA model beside FlashAttention-3's tiles",
+    )
+    ap.add_argument(
+        "--record",
+        action="store_true",
+        help="with --vs-fa2 or --sm90a: write docs/figures.md kernel-vs-fa2 or kernel-sm90a",
     )
     args = ap.parse_args(argv)
-    if args.record and not args.vs_fa2:
-        ap.error("--record writes the --vs-fa2 table: give --vs-fa2 too")
+    if args.record and not (args.vs_fa2 or args.sm90a):
+        ap.error("--record writes the --vs-fa2 or --sm90a table: give one of them too")
+    if args.sm90a:
+        import figures
+
+        sys.path.insert(0, str(REPO / "kernels"))
+        import tiles as tiles_now
+
+        rows_90a = model_sm90a(tiles_now, REPO / "kernels" / "csrc", args.cuda)
+        figures.report("kernel-sm90a", sm90a_table(rows_90a), args.record)
+        return 0
     if args.vs_fa2:
         archs = args.arch or ["8.0", "8.6", "8.9", "9.0", "10.0", "12.0"]
         head_dims = args.head_dim or [64, 96, 128, 192, 256]

@@ -131,7 +131,8 @@ struct Attention {
     if (!num_splits) {
       const FaParams p = forward_params(s, vq, vk, vv, ptr(vcu_q), ptr(vcu_k), kv, options, Form::view(out),
                                         Form::view(lse));
-      launch_all(p, launch, vq.device);
+      const fa_tensor_maps::Source tma = tma_source(vq, vk);  // used by an sm_90a unit only
+      launch_all(p, launch, vq.device, &tma);
       return {out, lse};
     }
     Tensor o_accum = Form::empty(split_accum_sizes(s, *num_splits, launch.head_dim_bucket), DType::kFloat, q);

@@ -35,6 +35,8 @@ CudaDriver load() {
   resolve(lib, "cuLaunchKernel", d.cuLaunchKernel);
   resolve(lib, "cuGetErrorString", d.cuGetErrorString);
   resolve(lib, "cuStreamIsCapturing", d.cuStreamIsCapturing);
+  d.cuTensorMapEncodeTiled =
+      reinterpret_cast<decltype(d.cuTensorMapEncodeTiled)>(dynlib::symbol(lib, "cuTensorMapEncodeTiled"));
   const CUresult init = d.cuInit(0);
   FA_CHECK(init == 0, "cuInit failed: CUDA error ", init);
   return d;  // the library stays open for the life of the process, like torch's own handle

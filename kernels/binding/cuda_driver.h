@@ -7,6 +7,7 @@
 #ifndef FA_BINDING_CUDA_DRIVER_H_
 #define FA_BINDING_CUDA_DRIVER_H_
 
+#include <cstdint>
 #include <string>
 
 namespace fa_binding {
@@ -19,6 +20,11 @@ using CUfunction = struct CUfunc_st*;
 using CUstream = struct CUstream_st*;
 
 constexpr int kFuncAttributeSharedSizeBytes = 1;            // CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES (static)
+// The driver's CUtensorMap: 128 opaque bytes, 64-byte aligned (cuda.h; hopper.cuh's device-side twin).
+struct alignas(64) CUtensorMap {
+  uint64_t opaque[16];
+};
+
 constexpr int kFuncAttributeMaxDynamicSharedSizeBytes = 8;  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 constexpr int kDeviceAttributeMaxSharedMemoryPerBlockOptin = 97;  // CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
 constexpr int kJitErrorLogBuffer = 5;                       // CU_JIT_ERROR_LOG_BUFFER
@@ -43,6 +49,12 @@ struct CudaDriver {
                              void** extra);
   CUresult (*cuGetErrorString)(CUresult error, const char** text);
   CUresult (*cuStreamIsCapturing)(CUstream stream, int* status);  // kStreamCaptureStatus*
+  // CUDA 12.0+ drivers only; null on older ones (only the sm_90a units need it, and an H100's driver
+  // has it). The enum arguments are ints, as in cuda.h (binding/tensor_maps.h has their values).
+  CUresult (*cuTensorMapEncodeTiled)(CUtensorMap* map, int data_type, uint32_t rank, void* global_address,
+                                     const uint64_t* global_dim, const uint64_t* global_strides,
+                                     const uint32_t* box_dim, const uint32_t* element_strides, int interleave,
+                                     int swizzle, int l2_promotion, int oob_fill);
 };
 
 constexpr int kStreamCaptureStatusNone = 0;  // CU_STREAM_CAPTURE_STATUS_NONE

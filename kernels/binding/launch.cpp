@@ -282,6 +282,37 @@ int64_t workspace_rows(const Shape& s) {
   return s.varlen ? s.total_q + kSeqRound * s.batch : round_up(s.seqlen_q, kSeqRound);
 }
 
+
+// ---- the sm_90a forward's tensor maps -----------------------------------------------------------
+
+constexpr const char* kHopperEntry = "fa_fwd_sm90a";  // tiles.py HOPPER_ENTRY
+
+// Q's, K's and V's CUtensorMap for one launch of hopper_fwd.cu (tensor_maps.h), encoded by the driver.
+std::vector<CUtensorMap> hopper_tensor_maps(const FaParams& p, const Launch& launch, const Entry& e,
+                                            const fa_tensor_maps::Source* tma) {
+  FA_CHECK(tma != nullptr, "the sm_90a unit ", launch.module, " serves the forward only (fa_attn's routing sends ",
+           "split-KV and the backward to the sm_90 units)");
+  fa_tensor_maps::Maps maps{};
+  const fa_tensor_maps::Status status = fa_tensor_maps::hopper_maps(
+      p, *tma, static_cast<int>(launch.head_dim_bucket), e.block_m, e.block_n, &maps);
+  FA_CHECK(status == fa_tensor_maps::Status::kOk, "the sm_90a unit ", launch.module, " cannot take this call: ",
+           fa_tensor_maps::status_text(status));
+  const auto encode = driver().cuTensorMapEncodeTiled;
+  FA_CHECK(encode != nullptr, "the CUDA driver (", dynlib::kCudaDriver, ") lacks cuTensorMapEncodeTiled, which ",
+           "the sm_90a units need; update the NVIDIA driver (CUDA 12.0 or newer)");
+  std::vector<CUtensorMap> out(3);
+  const fa_tensor_maps::Encode* in[3] = {&maps.q, &maps.k, &maps.v};
+  const char* names[3] = {"q", "k", "v"};
+  for (int i = 0; i < 3; ++i) {
+    const fa_tensor_maps::Encode& m = *in[i];
+    check_cuda(encode(&out[i], m.data_type, m.rank, const_cast<void*>(m.global_address), m.global_dim,
+                      m.global_strides, m.box_dim, m.element_strides, m.interleave, m.swizzle, m.l2_promotion,
+                      m.oob_fill),
+               std::string("cuTensorMapEncodeTiled for ") + names[i] + " of " + launch.module);
+  }
+  return out;
+}
+
 }  // namespace
 
 const char* dtype_name(DType dtype) {
@@ -473,7 +504,14 @@ PairGrid fold_batch_heads(int64_t batch, int64_t heads, int64_t limit) {
   return pairs;
 }
 
-void launch_all(const FaParams& params, const Launch& launch, int device) {
+fa_tensor_maps::Source tma_source(const View& q, const View& k) {
+  // padded (batch, seqlen, heads, dim); packed (total, heads, dim) with a batch of 1
+  const bool q_packed = q.dim() == 3, k_packed = k.dim() == 3;
+  return fa_tensor_maps::Source{q.dtype == DType::kBFloat16, q.size(q_packed ? 0 : 1), q_packed ? 1 : q.size(0),
+                                k.size(k_packed ? 0 : 1), k_packed ? 1 : k.size(0)};
+}
+
+void launch_all(const FaParams& params, const Launch& launch, int device, const fa_tensor_maps::Source* tma) {
   use_primary_context(device);
   CUstream stream = current_stream(device);
   // The module and every entry's function first, whether or not a grid is empty: so a call with no
@@ -493,7 +531,9 @@ void launch_all(const FaParams& params, const Launch& launch, int device) {
     if (status != fa_geometry::Status::kOk) fold_batch_heads(params.batch, params.heads);  // its error
     CUfunction fn = functions[i];
     FaParams copy = params;  // cuLaunchKernel copies the argument bytes; keep a mutable lvalue
-    void* args[] = {&copy};
+    std::vector<CUtensorMap> maps;  // the sm_90a forward's Q, K, V maps, after the params
+    if (e.name == kHopperEntry) maps = hopper_tensor_maps(params, launch, e, tma);
+    void* args[] = {&copy, maps.data(), maps.data() + 1, maps.data() + 2};
     check_cuda(driver().cuLaunchKernel(fn, geo.grid_x, geo.grid_y, geo.grid_z, geo.threads, 1, 1,
                                        static_cast<unsigned>(geo.smem_bytes), stream, args, nullptr),
                "launching " + e.name);

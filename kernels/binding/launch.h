@@ -17,6 +17,7 @@
 
 #include "geometry.h"  // the launch geometry launch_all uses (shared with the CPU emulator)
 #include "params.h"
+#include "tensor_maps.h"  // the sm_90a forward's TMA tensor maps (shared with the CPU emulator)
 
 namespace fa_binding {
 
@@ -160,7 +161,11 @@ using PairGrid = fa_geometry::PairGrid;
 PairGrid fold_batch_heads(int64_t batch, int64_t heads, int64_t limit = kGridYZLimit);
 
 // Launches every entry of `launch` in order on torch's current stream of `device`.
-void launch_all(const FaParams& params, const Launch& launch, int device);
+// The TMA source of the forward's tensors: their dtype and extents (tensor_maps.h Source).
+fa_tensor_maps::Source tma_source(const View& q, const View& k);
+
+// `tma`: the forward's tensors for an sm_90a unit's tensor maps (null elsewhere; such a unit refuses).
+void launch_all(const FaParams& params, const Launch& launch, int device, const fa_tensor_maps::Source* tma = nullptr);
 
 }  // namespace fa_binding
 

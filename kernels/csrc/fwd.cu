@@ -57,6 +57,7 @@
 // Correctness of this file is not verified on a GPU here; the GPU tests under tests/gpu check it.
 
 #include "attention.cuh"
+#include "softmax.cuh"  // apply_softcap, apply_mask, online_softmax, reduce_sums: the stages hopper_fwd.cu shares
 #include "unit.cuh"  // kHeadDim, kBlockM, kBlockN, kWarps, kThreads, kStages from tiles.py's defines
 
 #ifndef FA_Q_IN_REGS
@@ -93,12 +94,8 @@ static_assert(kSmemBytes == FA_SMEM_BYTES, "tiles.py's smem_bytes disagrees with
 using ScoreAcc = float[kMT][kSTiles][4];
 using OutAcc = float[kMT][kOTiles][4];
 
-// The running softmax of this warp's rows g and g + 8 of each m-tile: the raw-logit max so far and
-// this thread's partial sum of exp (reduced over the quad only at the end).
-struct RowStats {
-  float max[kMT][2];
-  float sum[kMT][2];
-};
+// The running softmax of this warp's rows (softmax.cuh).
+using RowStats = SoftmaxRows<kMT>;
 
 // K and V tiles of one pipeline stage.
 struct KvStage {
@@ -120,83 +117,6 @@ template <class QOperand>
 FA_DEVICE void compute_scores(ScoreAcc& s, const QOperand& q, KVTile k, int warp_row, int head_dim, int lane) {
   zero<GridS>(s);
   warp_gemm<GridS, kHeadDim>(s, q, SmemB<KVTile, false>{k}, warp_row, 0, head_dim, lane);
-}
-
-// logit = softcap * tanh(S * scale / softcap); the outer softcap is folded into the exponent's scale.
-FA_DEVICE void apply_softcap(ScoreAcc& s, float tanh_scale) {
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt) {
-#pragma unroll
-    for (int j = 0; j < kSTiles; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[mt][j][e] = tanh_approx(s[mt][j][e] * tanh_scale);
-    }
-  }
-}
-
-// S = -inf where the band hides the key. `row` is this warp's first row in the sequence. Element
-// (mt, j, 2 hh + e) of this thread is key key0 + 2t + 8j + e of row row + g + 16 mt + 8 hh, visible
-// iff the key is < seqlen_k and -left <= key - row - diag <= right: two thread constants and
-// compile-time offsets, so the mask costs few registers. Selects, not branches: a branch per element
-// would split the unrolled body into hundreds of basic blocks.
-FA_DEVICE void apply_mask(ScoreAcc& s, const Band& band, int row, int key0, int seqlen_k, int lane) {
-  const int g = lane >> 2, t = lane & 3;
-  constexpr int kFar = 1 << 30;  // an unbounded side (Band::of keeps |key - row - diag| below it)
-  const int keys_left = seqlen_k - key0 - 2 * t;  // visible iff 8j + e < keys_left
-  const int offset = key0 + 2 * t - (row + g) - band.diag;
-  const int lo = band.left < 0 ? -kFar : -band.left;
-  const int hi = band.right < 0 ? kFar : band.right;
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt) {
-#pragma unroll
-    for (int j = 0; j < kSTiles; ++j) {
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int rel = offset + 8 * j + e - 16 * mt - 8 * hh;
-          float& x = s[mt][j][2 * hh + e];
-          x = (8 * j + e < keys_left) & (rel >= lo) & (rel <= hi) ? x : -pos_inf();
-        }
-      }
-    }
-  }
-}
-
-// The online softmax step: new row max, O and the running sum rescaled by exp2(old - new), and
-// S replaced by P = exp2(logit2 - max2) with logit2 = S * logit_scale.
-FA_DEVICE void online_softmax(ScoreAcc& s, OutAcc& o, RowStats& st, float logit_scale) {
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt) {
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      float mx = st.max[mt][hh];
-#pragma unroll
-      for (int j = 0; j < kSTiles; ++j) mx = fmax2(mx, fmax2(s[mt][j][2 * hh], s[mt][j][2 * hh + 1]));
-      mx = quad_max(mx);
-      // A row with nothing visible so far keeps max -inf; subtracting 0 instead keeps exp2 at 0 rather
-      // than NaN (-inf - -inf).
-      const float max2 = mx == -pos_inf() ? 0.f : mx * logit_scale;
-      const float correction = exp2_approx(st.max[mt][hh] * logit_scale - max2);
-      st.max[mt][hh] = mx;
-      float sum = st.sum[mt][hh] * correction;
-#pragma unroll
-      for (int n = 0; n < kOTiles; ++n) {
-        o[mt][n][2 * hh] *= correction;
-        o[mt][n][2 * hh + 1] *= correction;
-      }
-#pragma unroll
-      for (int j = 0; j < kSTiles; ++j) {
-#pragma unroll
-        for (int e = 2 * hh; e < 2 * hh + 2; ++e) {
-          const float p = exp2_approx(s[mt][j][e] * logit_scale - max2);
-          s[mt][j][e] = p;
-          sum += p;
-        }
-      }
-      st.sum[mt][hh] = sum;
-    }
-  }
 }
 
 // O += P V: P packed from the S accumulators (the C layout of n-tiles 2k, 2k + 1 is the A layout).
@@ -328,15 +248,6 @@ FA_DEVICE void attend(const FaParams& p, const Block& blk, QTile sQ, u32 kv_base
   }
   // With no key block at all the Q copy (issued by all threads) may still be in flight.
   copy_wait<0>();
-}
-
-// Row sums reduced over the quad; returns this thread's rows' sums (g and g + 8 of each m-tile).
-FA_DEVICE void reduce_sums(RowStats& st) {
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt) {
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) st.sum[mt][hh] = quad_sum(st.sum[mt][hh]);
-  }
 }
 
 // O / l staged through this warp's own rows of sQ, then 16-byte stores; lse = m + log(l), +inf for a

@@ -52,7 +52,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     # the sliding window
     Mutant(
-        "fwd-window-left-off-by-one", "window", "fwd.cu",
+        "fwd-window-left-off-by-one", "window", "softmax.cuh",
         "const int lo = band.left < 0 ? -kFar : -band.left;",
         "const int lo = band.left < 0 ? -kFar : 1 - band.left;",
         "fwd_fp16_d32", "window-left",
@@ -64,7 +64,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "bwd_fp16_d32", "window-left",
     ),
     Mutant(
-        "fwd-window-right-off-by-one", "window", "fwd.cu",
+        "fwd-window-right-off-by-one", "window", "softmax.cuh",
         "const int hi = band.right < 0 ? kFar : band.right;",
         "const int hi = band.right < 0 ? kFar : band.right + 1;",
         "fwd_fp16_d32", "window-right",
@@ -147,7 +147,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "fwd_fp16_d32", "no-key-rows",
     ),
     Mutant(
-        "fwd-no-key-row-max", "no-key rows", "fwd.cu",
+        "fwd-no-key-row-max", "no-key rows", "softmax.cuh",
         "const float max2 = mx == -pos_inf() ? 0.f : mx * logit_scale;",
         "const float max2 = mx * logit_scale;",
         "fwd_fp16_d32", "no-key-rows",

@@ -78,7 +78,7 @@ def test_emulate_passes_on_the_shipped_kernels() -> None:
 # and the KV cache's used rows (the shorter sequence attends to rows it does not use).
 MUTATIONS = {
     "causal-mask": (
-        "fwd.cu",
+        "softmax.cuh",
         "x = (8 * j + e < keys_left) & (rel >= lo) & (rel <= hi) ? x : -pos_inf();",
         "x = (8 * j + e < keys_left) & (rel >= lo) & (rel < hi) ? x : -pos_inf();",
         "padded",
