@@ -132,6 +132,7 @@ class Dispatch:
     def passed_on(self, reason: Reason) -> Dispatch:
         """This route, taken because a better (arch-specific) one was passed over for `reason`."""
         return replace(self, passed_over=(reason, *self.passed_over))
+
     # The tile each direction runs with, chosen by the GPU's shared memory: (("fwd", "m128n32w4s1"),
     # ...); empty on fallback or for wheels before schema 1.4. Not compared: the path is the decision.
     tiles: tuple[tuple[str, str], ...] = field(default=(), compare=False)
