@@ -62,11 +62,7 @@
 #error "hopper.cuh needs sm_90a (wgmma and setmaxnreg are arch-specific): --gpu-architecture=sm_90a"
 #endif
 
-#include "basics.cuh"  // u16/u32/u64, FA_DTYPE_BF16
-
-#ifndef FA_DEVICE
-#define FA_DEVICE __device__ __forceinline__
-#endif
+#include "primitives.cuh"  // FA_DEVICE, and basics.cuh's u16/u32/u64, FA_DTYPE_BF16
 
 namespace fa {
 namespace sm90 {
