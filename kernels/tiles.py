@@ -294,13 +294,13 @@ _FWD_SM75 = {**_FWD_V1["sm75"], 32: _T(128, 64, 4), 224: _T(64, 16, 4)}
 # Backward defaults: 8 warps and key blocks of 64 to 128 (FA2's are 128 at d <= 128 and 64 above),
 # the largest that leave ptxas room for the five accumulators without spilling (bench/
 # kernel_resources.py --candidates), two Q/dO stages where shared memory allows; dQ added from the
-# fragments in whole sectors (scalar reds before sm90, vector pairs from sm90 on). Head dim 256 fits the 99 KB parts (sm86/89/120)
-# with 32 x 32 blocks, where FA2 < 2.5.5 and torch SDPA refuse training. Turing (64 KB) gets backward
-# up to head dim 192; 224 and 256 do not fit 64 KB without blocks so small that they spill, so
-# dispatch falls back for them (backward-unsupported).
-# FA2's own blocks at d64 (128 x 128), d96 and d128 (64 x 128) since P and dS are computed apart
-# (bwd.cu probabilities, grad_scores): spill-free with NVRTC 11.8, 12.9 and 13.0 (bench/
-# kernel_resources.py). On sm80 d64 and d128 keep one Q/dO stage: two need 181,248 and 174,592 B.
+# fragments in whole sectors (bwd.cu dq_index). FA2's own blocks at d64 (128 x 128), d96 and d128
+# (64 x 128) on sm80 and sm90 on, since P and dS are computed apart (bwd.cu probabilities,
+# grad_scores); sm80 keeps one Q/dO stage at d64 and d128 (two need 181,248 and 174,592 B). At d192
+# and d256 FA2's 64 x 64 still spills (NVRTC 12.9: 8 to 444 B). Head dim 256 fits the 99 KB parts
+# (sm86/89/120) with 32 x 32 blocks, where FA2 < 2.5.5 and torch SDPA refuse training. Turing (64 KB)
+# gets backward up to head dim 192; 224 and 256 do not fit 64 KB without blocks so small that they
+# spill, so dispatch falls back for them (backward-unsupported).
 _BWD_SM80 = {
     32: _B(64, 128, 8, 2),
     64: _B(128, 128, 8, 1),
@@ -311,8 +311,10 @@ _BWD_SM80 = {
     224: _B(32, 64, 8, 1),
     256: _B(64, 32, 8, 1),
 }
-# sm90 on: sm80's blocks, two stages at every head dim (227 KB holds them).
+# sm90 on: sm80's blocks, two stages at every head dim (227 KB holds them). Blackwell's ptxas spills
+# 64 x 128 at d128 (NVRTC 12.9, sm100: 452 B with two stages, 28 with one), so it keeps 64 x 64 there.
 _BWD_SM90 = {d: dataclasses.replace(t, stages=2) for d, t in _BWD_SM80.items()}
+_BWD_SM100 = {**_BWD_SM90, 128: _B(64, 64, 8, 2)}
 _BWD_SM86 = {
     32: _B(64, 128, 8, 2),
     64: _B(64, 128, 8, 1),
@@ -374,13 +376,13 @@ FAMILIES: dict[str, ArchFamily] = {
         previous={"fwd": _FWD_V1["sm90"], "bwd": _BWD_V1["sm90"]},
         static_smem=1024,
     ),
-    # sm90's shared memory and tables but the forward's d128 tile (_FWD_SM100).
+    # sm90's shared memory and tables but the d128 tiles (_FWD_SM100, _BWD_SM100).
     "sm100": ArchFamily(
         name="sm100",
         smem_limit=227 * 1024,
         dtypes=("fp16", "bf16"),
         fwd=_FWD_SM100,
-        bwd=_BWD_SM90,
+        bwd=_BWD_SM100,
         splitkv=_SPLITKV_SM80,
         previous={"fwd": _FWD_V1["sm90"], "bwd": _BWD_V1["sm90"]},
         static_smem=1024,
