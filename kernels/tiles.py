@@ -296,7 +296,7 @@ _FWD_SM75 = {**_FWD_V1["sm75"], 32: _T(128, 64, 4), 224: _T(64, 16, 4)}
 # kernel_resources.py --candidates), two Q/dO stages where shared memory allows; dQ added from the
 # fragments in whole sectors (bwd.cu dq_index). FA2's own blocks at d64 (128 x 128), d96 and d128
 # (64 x 128) on sm80 and sm90 on, since P and dS are computed apart (bwd.cu probabilities,
-# grad_scores); sm80 keeps one Q/dO stage at d64 and d128 (two need 181,248 and 174,592 B). At d192
+# grad_scores); sm80 keeps one Q/dO stage at d64 and d128 (two need 181,248 and 174,592 B) and at d96. At d192
 # and d256 FA2's 64 x 64 still spills (NVRTC 12.9: 8 to 444 B). Head dim 256 fits the 99 KB parts
 # (sm86/89/120) with 32 x 32 blocks, where FA2 < 2.5.5 and torch SDPA refuse training. Turing (64 KB)
 # gets backward up to head dim 192; 224 and 256 do not fit 64 KB without blocks so small that they
@@ -304,7 +304,7 @@ _FWD_SM75 = {**_FWD_V1["sm75"], 32: _T(128, 64, 4), 224: _T(64, 16, 4)}
 _BWD_SM80 = {
     32: _B(64, 128, 8, 2),
     64: _B(128, 128, 8, 1),
-    96: _B(64, 128, 8, 2),
+    96: _B(64, 128, 8, 1),  # two stages spill 24 B on sm87 with NVRTC 11.8
     128: _B(64, 128, 8, 1),
     160: _B(32, 64, 8, 2),
     192: _B(32, 64, 8, 2),
