@@ -11,14 +11,16 @@ by file and sha256 below, fetched once into the tool cache) and counts, over the
   ldsm/mma  bytes ldmatrix reads per mma (x4: 512 B, x2: 256 B per warp)
   smem/mma  all shared-memory bytes a warp moves per mma (ldmatrix, loads, stores; not cp.async fills)
   red       global atomic instructions and their width (F32 or the sm90 vector F32x2)
+  bar       barrier instructions (BAR.SYNC): per step of the loop, the backward's is FA2's 3
 and, from ptxas (-v): registers, spills; from the usual occupancy rules (bench/kernel_resources.py):
 blocks per SM. The counts are static (each instruction once), which is the steady state of the key loop
 because the loop bodies are fully unrolled and dominate the code.
 
 dQ atomics (backward): per query block step of fa_bwd a block adds block_m x d floats into dq_accum.
-Added straight from the mma fragments one float at a time, each warp instruction touches 8 sectors
-using 16 of their 32 bytes; as sm90 vector pairs, or staged through shared memory so that a warp's
-lanes add 32 consecutive floats, every sector is used whole. `dq sect/MFLOP` = sectors per step over
+Added straight from the mma fragments one float at a time into a row-major dq_accum, each warp
+instruction touches 8 sectors using 16 of their 32 bytes; as sm90 vector pairs, staged through shared
+memory (kernels before the permuted layout), or into the permuted dq_accum (bwd.cu dq_index), every
+sector is used whole. `dq sect/MFLOP` = sectors per step over
 the step's 10 * block_m * block_n * d FLOPs (five GEMMs), per million.
 
 The FA2 rows are FlashAttention-2's own tile choices on each arch run through the same arithmetic
@@ -108,6 +110,7 @@ class Model:
     red: int
     red_width: int  # floats per atomic instruction (0: none)
     dq_sectors_per_mflop: float  # backward only, else 0
+    barriers: int = 0  # BAR.SYNC instructions in the entry (the key or query loop's, unrolled once)
 
 
 def opcodes(sass: str, entry: str) -> dict[str, int]:
@@ -134,13 +137,15 @@ def disassemble(image: bytes) -> str:
 def _sass_counts(sass: str, entry: str) -> dict[str, float]:
     """Instruction counts of one function of nvdisasm's output."""
     body = sass.split(f".text.{entry}:", 1)[1].split("//----", 1)[0]
-    c = {"mma": 0.0, "ldsm": 0.0, "lds": 0.0, "sts": 0.0, "red": 0.0, "red_width": 0.0}
+    c = {"mma": 0.0, "ldsm": 0.0, "lds": 0.0, "sts": 0.0, "red": 0.0, "red_width": 0.0, "bar": 0.0}
     for line in body.splitlines():
         m = re.search(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.x]+)", line)
         if not m:
             continue
         op = m.group(1)
-        if op.startswith("HMMA."):
+        if op.startswith("BAR.SYNC"):
+            c["bar"] += 1
+        elif op.startswith("HMMA."):
             c["mma"] += 0.5 if ".1688." in op else 1.0
         elif op.startswith("LDSM."):
             c["ldsm"] += LDSM_BYTES[op.rsplit(".", 1)[1]]
@@ -166,6 +171,8 @@ def model_units(
     nvrtc = open_nvrtc(str(toolkits.nvrtc_lib_dir(cuda)))
     headers = {p.name: p.read_text() for p in sorted(csrc.iterdir()) if p.suffix in (".h", ".cuh")}
     nvdisasm()  # fetched once, before the first compile
+    # From this tree on, dq_accum is permuted (bwd.cu dq_index) so that scalar adds are whole sectors too.
+    permuted_dq = "dq_index" in (csrc / "bwd.cu").read_text()
     out = []
     for arch in archs:
         for u in tiles.units(arch):
@@ -194,7 +201,7 @@ def model_units(
             c = _sass_counts(sass, entry)
             launch = u.entries[entry]
             mma = c["mma"] or 1.0
-            whole = c["red_width"] >= 2 or u.defines.get("FA_DQ_SMEM", 0) == 1
+            whole = c["red_width"] >= 2 or u.defines.get("FA_DQ_SMEM", 0) == 1 or permuted_dq
             tile_label = "m{FA_BLOCK_M}n{FA_BLOCK_N}w{FA_WARPS}".format(**u.defines)
             tile_label += f"s{u.defines.get('FA_STAGES', 1)}"
             tile_label += "q" if u.defines.get("FA_Q_IN_REGS") else ""
@@ -227,6 +234,7 @@ def model_units(
                     )
                     if u.direction == "bwd"
                     else 0.0,
+                    barriers=int(c["bar"]),
                 )
             )
     return out
@@ -511,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
     key = {(m.arch, m.unit): m for m in before}
     head = (
         f"{'arch':>4} {'unit':<18} {'':<7} {'tile':<14} {'regs':>4} {'spill':>5} {'warp/SM':>7} {'mma':>5} "
-        f"{'ldsm/mma':>8} {'smem/mma':>8} {'red':>4} {'x':>1} {'dq sect/MFLOP':>13}"
+        f"{'ldsm/mma':>8} {'smem/mma':>8} {'red':>4} {'x':>1} {'dq sect/MFLOP':>13} {'bar':>3}"
     )
     print(head)
     print("-" * len(head))
@@ -521,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
         dq = f"{m.dq_sectors_per_mflop:>13}" if m.dq_sectors_per_mflop else f"{'-':>13}"
         return (
             f"{m.arch:>4} {m.unit:<18} {who:<7} {m.tile:<14} {m.registers:>4} {m.spills:>5} {m.warps_per_sm:>7} "
-            f"{m.mma:>5.0f} {m.ldsm_per_mma:>8} {m.smem_per_mma:>8} {red} {dq}"
+            f"{m.mma:>5.0f} {m.ldsm_per_mma:>8} {m.smem_per_mma:>8} {red} {dq} {m.barriers:>3}"
         )
 
     for m in rows:

@@ -132,21 +132,18 @@ class FwdTile:
 
 @dataclass(frozen=True)
 class BwdTile:
-    """bwd.cu's knobs: FA_BLOCK_M query rows per step, FA_BLOCK_N keys per block, FA_WARPS, FA_STAGES
-    shared-memory buffers for Q and dO (2 prefetches the next query block) and FA_DQ_SMEM (dQ staged
-    through shared memory so every warp's atomic adds cover whole 32-byte sectors, instead of adding
-    straight from the mma fragments: a vector red per lane pair on sm90+, two scalar adds before)."""
+    """bwd.cu's knobs: FA_BLOCK_M query rows per step, FA_BLOCK_N keys per block, FA_WARPS and FA_STAGES
+    shared-memory buffers for Q and dO (2 prefetches the next query block). dQ is added straight from
+    the mma fragments in whole sectors (bwd.cu dq_index) on every arch."""
 
     block_m: int
     block_n: int
     warps: int
     stages: int
-    dq_smem: bool = False
 
     @property
     def label(self) -> str:
-        staged = "d" if self.dq_smem else ""
-        return f"m{self.block_m}n{self.block_n}w{self.warps}s{self.stages}{staged}"
+        return f"m{self.block_m}n{self.block_n}w{self.warps}s{self.stages}"
 
     def smem_bytes(self, head_dim: int) -> int:
         """bwd.cu's kSmemBytes: K, V; Q, dO per stage; P, dS (padded rows); lse and D (fp32) per query
@@ -173,7 +170,6 @@ class BwdTile:
             "FA_BLOCK_N": self.block_n,
             "FA_WARPS": self.warps,
             "FA_STAGES": self.stages,
-            "FA_DQ_SMEM": int(self.dq_smem),
         }
 
 
@@ -364,34 +360,39 @@ _FWD_SM75 = {**_FWD_V1["sm75"], 32: _T(128, 64, 4), 224: _T(64, 16, 4)}
 
 # Backward defaults: 8 warps and key blocks of 64 to 128 (FA2's are 128 at d <= 128 and 64 above),
 # the largest that leave ptxas room for the five accumulators without spilling (bench/
-# kernel_resources.py --candidates), two Q/dO stages where shared memory allows; dQ staged through
-# shared memory before sm90, vector reds from sm90 on. Head dim 256 fits the 99 KB parts (sm86/89/120)
-# with 32 x 32 blocks, where FA2 < 2.5.5 and torch SDPA refuse training. Turing (64 KB) gets backward
-# up to head dim 192; 224 and 256 do not fit 64 KB without blocks so small that they spill, so
-# dispatch falls back for them (backward-unsupported).
+# kernel_resources.py --candidates), two Q/dO stages where shared memory allows; dQ added from the
+# fragments in whole sectors (bwd.cu dq_index). FA2's own blocks at d64 (128 x 128), d96 and d128
+# (64 x 128) on sm80 and sm90 on, since P and dS are computed apart (bwd.cu probabilities,
+# grad_scores); sm80 keeps one Q/dO stage at d64 and d128 (two need 181,248 and 174,592 B) and at d96. At d192
+# and d256 FA2's 64 x 64 still spills (NVRTC 12.9: 8 to 444 B). Head dim 256 fits the 99 KB parts
+# (sm86/89/120) with 32 x 32 blocks, where FA2 < 2.5.5 and torch SDPA refuse training. Turing (64 KB)
+# gets backward up to head dim 192; 224 and 256 do not fit 64 KB without blocks so small that they
+# spill, so dispatch falls back for them (backward-unsupported).
 _BWD_SM80 = {
-    32: _B(64, 128, 8, 2, True),
-    64: _B(64, 128, 8, 2, True),
-    96: _B(64, 64, 8, 2, True),  # 64 x 128 spills on sm87
-    128: _B(64, 64, 8, 2, True),
-    160: _B(32, 64, 8, 2, True),
-    192: _B(32, 64, 8, 2, True),
-    224: _B(32, 64, 8, 1, True),
-    256: _B(64, 32, 8, 1, True),
+    32: _B(64, 128, 8, 2),
+    64: _B(128, 128, 8, 1),
+    96: _B(64, 128, 8, 1),  # two stages spill 24 B on sm87 with NVRTC 11.8
+    128: _B(64, 128, 8, 1),
+    160: _B(32, 64, 8, 2),
+    192: _B(32, 64, 8, 2),
+    224: _B(32, 64, 8, 1),
+    256: _B(64, 32, 8, 1),
 }
-# sm90 on: sm80's blocks, two stages at every head dim (227 KB holds them) and dQ by vector reds.
-_BWD_SM90 = {d: dataclasses.replace(t, stages=2, dq_smem=False) for d, t in _BWD_SM80.items()}
+# sm90 on: sm80's blocks, two stages at every head dim (227 KB holds them). Blackwell's ptxas spills
+# 64 x 128 at d128 (NVRTC 12.9, sm100: 452 B with two stages, 28 with one), so it keeps 64 x 64 there.
+_BWD_SM90 = {d: dataclasses.replace(t, stages=2) for d, t in _BWD_SM80.items()}
+_BWD_SM100 = {**_BWD_SM90, 128: _B(64, 64, 8, 2)}
 _BWD_SM86 = {
-    32: _B(64, 128, 8, 2, True),
-    64: _B(64, 128, 8, 1, True),
-    96: _B(64, 64, 8, 2, True),
-    128: _B(64, 64, 8, 1, True),
-    160: _B(32, 64, 8, 2, True),
-    192: _B(32, 64, 8, 1, True),
-    224: _B(32, 64, 8, 1, True),
-    256: _B(32, 32, 8, 1, True),
+    32: _B(64, 128, 8, 2),
+    64: _B(64, 128, 8, 1),
+    96: _B(64, 64, 8, 2),
+    128: _B(64, 64, 8, 1),
+    160: _B(32, 64, 8, 2),
+    192: _B(32, 64, 8, 1),
+    224: _B(32, 64, 8, 1),
+    256: _B(32, 32, 8, 1),
 }
-_BWD_SM75 = {d: dataclasses.replace(t, dq_smem=True) for d, t in _BWD_V1["sm75"].items()}
+_BWD_SM75 = _BWD_V1["sm75"]
 
 # Split-KV (decode: few query rows, long keys): FA2's 64-row blocks of 4 warps with long key blocks,
 # double-buffered where shared memory allows.
@@ -442,13 +443,13 @@ FAMILIES: dict[str, ArchFamily] = {
         previous={"fwd": _FWD_V1["sm90"], "bwd": _BWD_V1["sm90"]},
         static_smem=1024,
     ),
-    # sm90's shared memory and tables but the forward's d128 tile (_FWD_SM100).
+    # sm90's shared memory and tables but the d128 tiles (_FWD_SM100, _BWD_SM100).
     "sm100": ArchFamily(
         name="sm100",
         smem_limit=227 * 1024,
         dtypes=("fp16", "bf16"),
         fwd=_FWD_SM100,
-        bwd=_BWD_SM90,
+        bwd=_BWD_SM100,
         splitkv=_SPLITKV_SM80,
         previous={"fwd": _FWD_V1["sm90"], "bwd": _BWD_V1["sm90"]},
         static_smem=1024,
@@ -549,7 +550,6 @@ _SPACE: dict[str, tuple[type, dict[str, tuple[int, ...]]]] = {
             "block_n": (32, 64, 128),
             "warps": (4, 8),
             "stages": (1, 2),
-            "dq_smem": (False, True),
         },
     ),
     # Decode has a handful of query rows: smaller query blocks are worth a try.

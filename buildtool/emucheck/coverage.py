@@ -193,14 +193,14 @@ FEATURES: tuple[Feature, ...] = (
         _always,
     ),
     Feature(
-        "per-unit tiles: stages, Q in registers, dQ staging, warps",
+        "per-unit tiles: stages, Q in registers, warps",
         (),
-        ("FA_STAGES", "FA_Q_IN_REGS", "FA_DQ_SMEM", "FA_WARPS", "FA_SMEM_BYTES"),
+        ("FA_STAGES", "FA_Q_IN_REGS", "FA_WARPS", "FA_SMEM_BYTES"),
         _always,
         per_unit=True,
     ),
     Feature("dtype fp16 / bf16", (), ("FA_DTYPE_BF16",), _always, per_unit=True),
-    Feature("per-arch copies and atomics", (), ("FA_HAS_CP_ASYNC", "FA_HAS_RED_V2"), _always, per_unit=True),
+    Feature("per-arch copies", (), ("FA_HAS_CP_ASYNC",), _always, per_unit=True),
 )
 
 # ---- what the source uses --------------------------------------------------------------------------

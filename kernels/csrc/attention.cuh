@@ -35,7 +35,8 @@ struct Seq {
   fa_i64 lse_row0;        // lse (batch, heads, seqlen_q) or varlen (heads, total_q)
   fa_i64 lse_rows;        // rows of lse in all: batch * heads * seqlen_q, or heads * total_q
   fa_i64 dsum_row0;       // dsoftmax_sum (batch, heads, seqlen_q_rounded), varlen as lse
-  fa_i64 acc_row0;        // dq_accum row of query row 0: (batch, seqlen_q_rounded) or varlen q_row0
+  fa_i64 acc_row0;        // dq_accum row of query row 0, a multiple of 16: (batch, seqlen_q_rounded), or
+                          // varlen round_up(q_row0, 16) + 16 * batch index (bwd.cu dq_index)
 };
 
 FA_DEVICE Seq locate(const FaParams& p, int b, int h) {
@@ -51,7 +52,7 @@ FA_DEVICE Seq locate(const FaParams& p, int b, int h) {
     s.lse_row0 = h * total_q + start;
     s.lse_rows = p.heads * total_q;
     s.dsum_row0 = s.lse_row0;
-    s.acc_row0 = start;
+    s.acc_row0 = (start + 15) / 16 * 16 + 16 * b;
   } else {
     const fa_i64 bh = static_cast<fa_i64>(b) * p.heads + h;
     s.q_batch = b;

@@ -2,13 +2,15 @@
 //
 // Three entry points, launched in this order by the binding (tiles.py lists them in launch order):
 //   fa_bwd_preprocess   grid q_blocks: D = rowsum(dO * O) in fp32 into dsoftmax_sum, and zero the
-//                       rows of dq_accum this block owns.
+//                       16-row groups of dq_accum this block owns.
 //   fa_bwd              grid k_blocks: one block per BLOCK_N keys of one (batch, query head). K and V
 //                       stay in shared memory; the block walks the query blocks that can see its keys,
 //                       recomputes S = Q K^T and P = exp2(S * scale_log2 - lse * log2e), and
 //                       accumulates dV += P^T dO, dK += dS^T Q in registers (dS = P * (dO V^T - D));
-//                       dQ += dS K goes to dq_accum with fp32 atomic adds.
-//   fa_bwd_convert_dq   grid q_blocks: dq = dq_accum * scale_softmax, converted to fp16/bf16.
+//                       dQ += dS K goes to dq_accum with fp32 atomic adds straight from the mma
+//                       fragments, in dq_accum's permuted layout (below).
+//   fa_bwd_convert_dq   grid q_blocks: dq = dq_accum * scale_softmax, converted to fp16/bf16 (and
+//                       the permutation undone).
 //
 // Tile sizes come from kernels/tiles.py as -D defines (the same names as the forward):
 //   FA_HEAD_DIM   compiled head dim (bucket); params.head_dim is any multiple of 8 <= it
@@ -17,17 +19,16 @@
 //   FA_WARPS      warps per block
 //   FA_STAGES     1 or 2 shared-memory buffers for Q and dO (2: the next query block is fetched with
 //                 cp.async while this one is computed; 1 where shared memory is tight)
-//   FA_DQ_SMEM    1 stages each step's dQ through shared memory so that every warp's atomic adds cover
-//                 whole 32-byte sectors; 0 adds straight from the mma fragments (two adjacent floats
-//                 per lane: one vector red on sm90+, whole sectors as well)
 //   FA_DTYPE_BF16 1 for bf16, else fp16
 //
 // One step of fa_bwd (a query block against this block's keys), as named below:
 //   load_step                Q, dO of the step (prefetched a step ahead with two stages)
 //   S = Q K^T, dP = dO V^T   warp_gemm over this warp's rectangle of [query][key]
-//   probabilities_and_ds     P = exp2(logit2 - lse2), dS = P (dP - D), stored to shared memory
+//   probabilities            P = exp2(logit2 - lse2), stored to shared memory (packed copy kept)
+//   grad_scores              dS = P (dP - D), stored to shared memory
 //   dV += P^T dO, dK += dS^T Q   accumulated in registers across the steps
-//   accumulate_dq            dQ = dS K, added into the fp32 workspace
+//   accumulate_dq            dQ = dS K, added from registers into the fp32 workspace
+// Three barriers per step (after lse and D, after P and dS, after the step), FA2's count.
 // Each product uses attention.cuh's warp_gemm over shared tiles, split over the warps as reads the
 // fewest ldmatrix bytes per mma. P and dS go through shared memory (BLOCK_M x BLOCK_N each) so each
 // product can split its own result among the warps; this costs shared memory traffic, which FA2
@@ -45,10 +46,14 @@
 //   dsoftmax_sum (batch, heads, seqlen_q_rounded), fp32; varlen: element (h, cu_seqlens_q[b] + i) of
 //                a contiguous (heads, total_q) view (the binding allocates (heads, total_q + 128 *
 //                batch); the tail is unused)
-//   dq_accum     (batch, seqlen_q_rounded, heads, FA_HEAD_DIM), varlen (total_q + 128 * batch, heads,
-//                FA_HEAD_DIM), contiguous fp32: the last dim is the compiled bucket ("dim_rounded"),
-//                of which the first head_dim columns are used; sequence b of a varlen batch starts at
-//                row cu_seqlens_q[b]
+//   dq_accum     allocated (batch, seqlen_q_rounded, heads, FA_HEAD_DIM), varlen (total_q + 128 *
+//                batch, heads, FA_HEAD_DIM), contiguous fp32 (FA_HEAD_DIM is the compiled bucket); the
+//                kernels lay it out their own way (dq_index): rows in groups of 16, a group holding
+//                each head's FA_HEAD_DIM / 8 tiles of 16 x 8 in turn, a tile's 128 floats permuted so
+//                that each red instruction of a warp adds 32 consecutive floats: whole 32-byte sectors
+//                straight from the mma fragments, no staging. Sequence b of a
+//                varlen batch starts at row round_up(cu_seqlens_q[b], 16) + 16 * b (each sequence's
+//                groups whole, inside the allocation). Only fa_bwd_convert_dq reads it.
 //   dk, dv       per *query* head, with their own strides; the binding sums GQA groups.
 // Only rows and columns inside the sequence and head_dim are read or written, so the padding of the
 // workspaces is never touched (no initialisation needed beyond what fa_bwd_preprocess does).
@@ -58,14 +63,8 @@
 #include "attention.cuh"
 #include "unit.cuh"  // kHeadDim, kBlockM, kBlockN, kWarps, kThreads, kStages from tiles.py's defines
 
-#ifndef FA_DQ_SMEM
-#define FA_DQ_SMEM 0
-#endif
-
 namespace fa {
 namespace bwd {
-
-constexpr bool kDqViaSmem = FA_DQ_SMEM != 0;
 
 static_assert(kHeadDim % 32 == 0 && kBlockN % 32 == 0 && kBlockM % 16 == 0, "tile sizes: see tiles.cuh");
 
@@ -79,10 +78,24 @@ constexpr int kSmemBytes = 2 * KVTile::kBytes + 2 * kStages * QTile::kBytes + 2 
 static_assert(FA_SMEM_BYTES == kSmemBytes, "tiles.py's shared memory size disagrees with bwd.cu's layout");
 #endif
 
-// dQ of one step staged as fp32 in the step's own Q and dO buffers (free once dK and dV have read
-// them): rows padded by 4 floats so that the fragments' 8-byte stores are conflict-free.
-constexpr int kDqPitch = kHeadDim + 4;
-static_assert(kBlockM * kDqPitch * 4 <= 2 * QTile::kBytes, "the dQ staging tile must fit in Q and dO");
+// dq_accum's layout (the header): float (r, c) of one head, r counted from its sequence's first row,
+// at dq_index(r, c) from the head's group-0 base (dq_base), groups dq_group_stride floats apart. Inside
+// a 16 x 8 tile the mma C fragment's lane l = 4g + t holds rows g and g + 8, columns 2t and 2t + 1:
+// value e = 2 * (row >= 8) + column parity of lane l is at e * 32 + l, so a warp's scalar red of one e
+// adds 32 consecutive floats (4 whole sectors), as FA2's permuted dq_accum does. Scalar on every arch:
+// sm90's vector pairs (a row-major tile) made ptxas spill the 64 x 128 d128 tile (72 B, NVRTC 12.9).
+FA_DEVICE fa_i64 dq_index(int r, int c, fa_i64 group_stride) {
+  const int rr = r & 15, cc = c & 7;
+  const int in_tile = (2 * (rr >> 3) + (cc & 1)) * 32 + 4 * (rr & 7) + (cc >> 1);
+  return (r >> 4) * group_stride + (c >> 3) * 128 + in_tile;
+}
+
+FA_DEVICE fa_i64 dq_group_stride(const FaParams& p) { return static_cast<fa_i64>(p.heads) * kHeadDim * 16; }
+
+// The (group 0, this head) base of dq_accum for sequence s.
+FA_DEVICE float* dq_base(const FaParams& p, const Seq& s) {
+  return p.dq_accum + s.acc_row0 * p.heads * kHeadDim + static_cast<fa_i64>(s.head) * kHeadDim * 16;
+}
 
 // Each product splits its result over the warps the way that reads the fewest ldmatrix bytes per
 // mma (attention.cuh).
@@ -125,8 +138,8 @@ struct KeyBlock {
   const u16* dout;
   const float* lse;
   const float* dsum;
-  float* dq_accum;  // (query row 0, this head, column 0) of dq_accum
-  fa_i64 dq_accum_row_stride;
+  float* dq_accum;  // dq_base: group 0 of this head
+  fa_i64 dq_group_stride;
   float logit_scale;  // logit2 = raw * logit_scale, raw = q.k or tanh(q.k * tanh_scale)
   float tanh_scale;
   bool softcap;
@@ -143,8 +156,8 @@ FA_DEVICE KeyBlock key_block_of(const FaParams& p, const Seq& s) {
   kb.dout = q_rows(static_cast<const u16*>(p.dout), p.do_batch_stride, p.do_row_stride, p.do_head_stride, s);
   kb.lse = p.lse + s.lse_row0;
   kb.dsum = p.dsoftmax_sum + s.dsum_row0;
-  kb.dq_accum_row_stride = static_cast<fa_i64>(p.heads) * kHeadDim;
-  kb.dq_accum = p.dq_accum + s.acc_row0 * kb.dq_accum_row_stride + static_cast<fa_i64>(s.head) * kHeadDim;
+  kb.dq_group_stride = dq_group_stride(p);
+  kb.dq_accum = dq_base(p, s);
   // Softcap: logit = softcap * tanh(raw * scale / softcap); its derivative scale * (1 - tanh^2)
   // multiplies dS, and the common `scale` is applied once at the end as without softcap.
   kb.softcap = p.softcap > 0.f;
@@ -160,17 +173,20 @@ FA_DEVICE void load_step(const FaParams& p, const KeyBlock& kb, QStage st, int r
                             p.head_dim, tid);
 }
 
-// P = exp2(logit2 - lse2) on visible entries (0 elsewhere) and dS = P * (dP - D) (* softcap's
-// derivative), from this warp's S and dP rectangles, stored as elements for the products after.
-FA_DEVICE void probabilities_and_ds(const KeyBlock& kb, int row0, const float (&s)[GridS::kMT][GridS::kNT][4],
-                                    const float (&dp)[GridS::kMT][GridS::kNT][4], const float* s_lse,
-                                    const float* s_dsum, PTile sP, PTile sdS, int m_base, int n_base, int lane) {
+// The probabilities of this warp's S rectangle: P = exp2(logit2 - lse2) on visible entries (0
+// elsewhere), stored as elements for dV += P^T dO, and kept as P * softcap's derivative (1 without
+// softcap) in fp16 pairs `pd` for dS. Packed, they hold half the registers the fp32 S did while
+// dP is computed: the reason dS is split from P (64 x 128 at d128 spilled with both live).
+using Packed = u32[GridS::kMT][GridS::kNT][2];
+
+FA_DEVICE void probabilities(const KeyBlock& kb, int row0, const float (&s)[GridS::kMT][GridS::kNT][4],
+                             const float* s_lse, PTile sP, Packed& pd, int m_base, int n_base, int lane) {
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int i = 0; i < GridS::kMT; ++i) {
 #pragma unroll
     for (int j = 0; j < GridS::kNT; ++j) {
-      float pr[4], ds[4];
+      float pr[4], prd[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = m_base + i * 16 + g + (e >> 1) * 8;
@@ -183,47 +199,53 @@ FA_DEVICE void probabilities_and_ds(const KeyBlock& kb, int row0, const float (&
         }
         const bool vis = kb.band.visible(row0 + r, kb.key0 + c, kb.seqlen_q, kb.seqlen_k);
         pr[e] = vis ? exp2_approx(raw * kb.logit_scale - s_lse[r]) : 0.f;
-        ds[e] = pr[e] * (dp[i][j][e] - s_dsum[r]) * dtanh;
+        prd[e] = pr[e] * dtanh;
       }
       store_acc_frag(sP, pr, m_base + i * 16, n_base + j * 8, 1.f, 1.f, lane);
+      pd[i][j][0] = pack_half2(prd[0], prd[1]);
+      pd[i][j][1] = pack_half2(prd[2], prd[3]);
+    }
+  }
+}
+
+// dS = P * (dP - D) (* softcap's derivative, inside pd) from this warp's dP rectangle, stored as
+// elements for dK += dS^T Q and dQ += dS K.
+FA_DEVICE void grad_scores(const float (&dp)[GridS::kMT][GridS::kNT][4], const Packed& pd, const float* s_dsum,
+                           PTile sdS, int m_base, int n_base, int lane) {
+  const int g = lane >> 2;
+#pragma unroll
+  for (int i = 0; i < GridS::kMT; ++i) {
+#pragma unroll
+    for (int j = 0; j < GridS::kNT; ++j) {
+      const float d_lo = s_dsum[m_base + i * 16 + g], d_hi = s_dsum[m_base + i * 16 + g + 8];
+      float ds[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const u32 pair = pd[i][j][e >> 1];
+        const float prd = half_to_float(static_cast<u16>((e & 1) ? pair >> 16 : pair & 0xffffu));
+        ds[e] = prd * (dp[i][j][e] - ((e >> 1) ? d_hi : d_lo));
+      }
       store_acc_frag(sdS, ds, m_base + i * 16, n_base + j * 8, 1.f, 1.f, lane);
     }
   }
 }
 
-// dQ += dS K for this step's queries, added into the fp32 workspace (other key blocks add theirs).
-// Either staged through shared memory, so that every warp's atomic adds cover 32 consecutive floats
-// (four whole 32-byte sectors), or straight from the fragments, two adjacent floats per lane (a
-// vector red on sm90+, whole sectors too; two scalar adds before).
-FA_DEVICE void accumulate_dq(const FaParams& p, const KeyBlock& kb, int row0, PTile sdS, KVTile sK, QStage st,
-                             int tid) {
+// dQ += dS K for this step's queries, added into the fp32 workspace (other key blocks add theirs)
+// straight from the mma fragments: dq_index makes each warp instruction's adds whole sectors.
+FA_DEVICE void accumulate_dq(const FaParams& p, const KeyBlock& kb, int row0, PTile sdS, KVTile sK, int tid) {
   const int warp = tid >> 5, lane = tid & 31;
   const int m_base = GridQ::row0(warp), n_base = GridQ::col0(warp);
   float acc[GridQ::kMT][GridQ::kNT][4];
   zero<GridQ>(acc);
   warp_gemm<GridQ, kBlockN>(acc, SmemA<PTile, false>{sdS}, SmemB<KVTile, true>{sK}, m_base, n_base, kBlockN, lane);
-  float* dq = kb.dq_accum + row0 * kb.dq_accum_row_stride;
   const int rows = kb.seqlen_q - row0;
-  if (kDqViaSmem) {
-    const u32 staged = st.q.base;
-    __syncthreads();  // every warp is done reading this step's Q and dO (dK, dV above)
-    for_each_acc_pair<GridQ>(m_base, n_base, lane, [&](int r, int c, int i, int j, int e) {
-      st_shared64(staged + (r * kDqPitch + c) * 4, float_to_bits(acc[i][j][e]), float_to_bits(acc[i][j][e + 1]));
-    });
-    __syncthreads();
-    for (int k = tid; k < kBlockM * kHeadDim; k += kThreads) {
-      const int r = k / kHeadDim, c = k % kHeadDim;
-      if (r < rows && c < p.head_dim) {
-        red_add_f32(dq + r * kb.dq_accum_row_stride + c, bits_to_float(ld_shared32(staged + (r * kDqPitch + c) * 4)));
-      }
+  float* dq = kb.dq_accum + (row0 >> 4) * kb.dq_group_stride;  // row0: a multiple of 16
+  for_each_acc_pair<GridQ>(m_base, n_base, lane, [&](int r, int c, int i, int j, int e) {
+    if (r < rows && c < p.head_dim) {
+      red_add_f32(dq + dq_index(r, c, kb.dq_group_stride), acc[i][j][e]);
+      red_add_f32(dq + dq_index(r, c + 1, kb.dq_group_stride), acc[i][j][e + 1]);
     }
-  } else {
-    for_each_acc_pair<GridQ>(m_base, n_base, lane, [&](int r, int c, int i, int j, int e) {
-      if (r < rows && c < p.head_dim) {
-        red_add_f32x2(dq + r * kb.dq_accum_row_stride + c, acc[i][j][e], acc[i][j][e + 1]);
-      }
-    });
-  }
+  });
 }
 
 }  // namespace bwd
@@ -232,7 +254,8 @@ FA_DEVICE void accumulate_dq(const FaParams& p, const KeyBlock& kb, int row0, PT
 using namespace fa;
 using namespace fa::bwd;
 
-// D[row] = sum_c dO[row, c] * O[row, c] (fp32), and dq_accum[row, h, :] = 0, for this block's rows.
+// D[row] = sum_c dO[row, c] * O[row, c] (fp32) for this block's rows, and this head's dq_accum groups
+// of them zeroed (the group holding the sequence's last row whole: its rows past the end stay 0).
 // (The second launch bound keeps ptxas 12.9/13.0 from spilling a loop bound here on sm90 fp16.)
 // One warp per row at a time; each lane covers 8 columns per pass.
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
@@ -248,18 +271,20 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
                         params.o_head_stride, seq);
   const u16* dout = q_rows(static_cast<const u16*>(params.dout), params.do_batch_stride, params.do_row_stride,
                            params.do_head_stride, seq);
-  const fa_i64 acc_stride = static_cast<fa_i64>(params.heads) * kHeadDim;
-  float* dq_accum = params.dq_accum + seq.acc_row0 * acc_stride + static_cast<fa_i64>(seq.head) * kHeadDim;
   for (int row = row0 + warp; row < row_end; row += kWarps) {
     float dot = 0.f;
     for (int c = lane * 8; c < params.head_dim; c += 32 * 8) {
       dot += dot8(ld_global16(o + row * params.o_row_stride + c), ld_global16(dout + row * params.do_row_stride + c));
-      float* acc = dq_accum + row * acc_stride + c;
-      st_global16(acc, Chunk16{0u, 0u, 0u, 0u});
-      st_global16(acc + 4, Chunk16{0u, 0u, 0u, 0u});
     }
     dot = warp_sum(dot);
     if (lane == 0) params.dsoftmax_sum[seq.dsum_row0 + row] = dot;
+  }
+  // Each group of this head is 16 x kHeadDim contiguous floats (dq_index), 4 per 16-byte store.
+  const fa_i64 group_stride = dq_group_stride(params);
+  float* groups = dq_base(params, seq) + (row0 >> 4) * group_stride;
+  const int n_groups = (row_end - row0 + 15) >> 4;
+  for (int i = threadIdx.x; i < n_groups * 4 * kHeadDim; i += kThreads) {
+    st_global16(groups + (i / (4 * kHeadDim)) * group_stride + (i % (4 * kHeadDim)) * 4, Chunk16{0u, 0u, 0u, 0u});
   }
 }
 
@@ -326,15 +351,19 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) fa_bwd(const __grid_co
     // S = Q K^T and dP = dO V^T over this warp's rectangle of the [query][key] tile, then P and dS.
     {
       const int m_base = GridS::row0(warp), n_base = GridS::col0(warp);
-      float acc_s[GridS::kMT][GridS::kNT][4];
+      Packed pd;
+      {
+        float acc_s[GridS::kMT][GridS::kNT][4];
+        zero<GridS>(acc_s);
+        warp_gemm<GridS, kHeadDim>(acc_s, SmemA<QTile, false>{st.q}, SmemB<KVTile, false>{sK}, m_base, n_base,
+                                   head_dim, lane);
+        probabilities(kb, row0, acc_s, s_lse, sP, pd, m_base, n_base, lane);
+      }
       float acc_dp[GridS::kMT][GridS::kNT][4];
-      zero<GridS>(acc_s);
       zero<GridS>(acc_dp);
-      warp_gemm<GridS, kHeadDim>(acc_s, SmemA<QTile, false>{st.q}, SmemB<KVTile, false>{sK}, m_base, n_base, head_dim,
-                                 lane);
       warp_gemm<GridS, kHeadDim>(acc_dp, SmemA<QTile, false>{st.dout}, SmemB<KVTile, false>{sV}, m_base, n_base,
                                  head_dim, lane);
-      probabilities_and_ds(kb, row0, acc_s, acc_dp, s_lse, s_dsum, sP, sdS, m_base, n_base, lane);
+      grad_scores(acc_dp, pd, s_dsum, sdS, m_base, n_base, lane);
     }
     __syncthreads();
 
@@ -347,7 +376,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) fa_bwd(const __grid_co
                                  lane);
     }
 
-    accumulate_dq(params, kb, row0, sdS, sK, st, tid);
+    accumulate_dq(params, kb, row0, sdS, sK, tid);
     __syncthreads();  // sP, sdS, lse/D and this stage's Q/dO are free for the next step
   }
   copy_wait<0>();  // with no query block at all, K/V copies may still be in flight
@@ -368,7 +397,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) fa_bwd(const __grid_co
   });
 }
 
-// dq = dq_accum * scale_softmax in the output dtype, 8 columns (one 16-byte store) per lane per pass.
+// dq = dq_accum * scale_softmax in the output dtype, 8 columns (one 16-byte store) per lane per pass:
+// the 8 floats of one row's 16 x 8 tile are two 16-byte chunks in dq_index's layout, its even and its
+// odd columns.
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
     fa_bwd_convert_dq(const __grid_constant__ FaParams params) {
   if (!has_pair(params)) return;  // past the last (batch, head) pair of a folded grid
@@ -381,14 +412,16 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   const float s = params.scale_softmax;
   u16* dq = q_rows(static_cast<u16*>(params.dq), params.dq_batch_stride, params.dq_row_stride, params.dq_head_stride,
                    seq);
-  const fa_i64 acc_stride = static_cast<fa_i64>(params.heads) * kHeadDim;
-  const float* dq_accum = params.dq_accum + seq.acc_row0 * acc_stride + static_cast<fa_i64>(seq.head) * kHeadDim;
+  const fa_i64 group_stride = dq_group_stride(params);
+  const float* dq_accum = dq_base(params, seq);
   for (int r = warp; r < rows; r += kWarps) {
     const int row = row0 + r;
     for (int c = lane * 8; c < params.head_dim; c += 32 * 8) {
-      const float* acc = dq_accum + row * acc_stride + c;
-      const Chunk16 lo = ld_global16(acc);
-      const Chunk16 hi = ld_global16(acc + 4);
+      const float* acc = dq_accum + dq_index(row, c, group_stride);
+      const Chunk16 even = ld_global16(acc);     // columns 0, 2, 4, 6
+      const Chunk16 odd = ld_global16(acc + 32);  // columns 1, 3, 5, 7
+      const Chunk16 lo{even.x, odd.x, even.y, odd.y};
+      const Chunk16 hi{even.z, odd.z, even.w, odd.w};
       const Chunk16 out{
           pack_float2(bits_to_float(lo.x) * s, bits_to_float(lo.y) * s),
           pack_float2(bits_to_float(lo.z) * s, bits_to_float(lo.w) * s),

@@ -30,7 +30,7 @@ typedef struct FaParams {
 
   // Backward only (null in forward). dq_accum is fp32 (batch, seqlen_q_rounded, heads, dim_rounded)
   // or (total_q + 128 * batch, heads, dim_rounded) for varlen, dim_rounded = the compiled head-dim
-  // bucket (FA_HEAD_DIM); varlen sequence b starts at row cu_seqlens_q[b]. dsoftmax_sum is fp32
+  // bucket (FA_HEAD_DIM), laid out by bwd.cu (dq_index) in 16-row groups. dsoftmax_sum is fp32
   // rowsum(dO * O): (batch, heads, seqlen_q_rounded), or for varlen (heads, total_q) indexed like lse
   // (an allocation of (heads, total_q + 128 * batch) is fine: the tail is unused). dk/dv are per
   // *query* head when heads != heads_k (the binding sums the groups). bwd.cu's header has the details.

@@ -112,6 +112,27 @@ FA_DEVICE u32 pack_float2(float lo, float hi) {
   return r;
 }
 
+// Two floats in [0, 1]-ish range kept as an fp16 pair whatever the unit's dtype (the backward's P
+// between S and dS): fp16's 11-bit significand, not bf16's 8. `lo` in the low 16 bits.
+FA_DEVICE u32 pack_half2(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  u32 r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));  // first source: upper half
+  return r;
+#else
+  u16 l, h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(l) : "f"(lo));
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(hi));
+  return static_cast<u32>(l) | (static_cast<u32>(h) << 16);
+#endif
+}
+
+FA_DEVICE float half_to_float(u16 v) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v));
+  return f;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Fast math (MUFU); inputs of -inf give 0 from exp2, as the masked softmax needs
 // ---------------------------------------------------------------------------------------------
@@ -307,27 +328,6 @@ FA_DEVICE void st_global16(void* p, const Chunk16& c) {
 
 FA_DEVICE void red_add_f32(float* p, float v) {
   asm volatile("red.global.add.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
-}
-
-// p[0] += a, p[1] += b (p 8-byte aligned). sm90 has a vector red for it: one instruction, and a
-// warp's 8-byte pairs of one row fill whole 32-byte sectors. The PTX ISA's release notes list "Extends
-// atom and red instructions to support vector types" under PTX ISA 8.1, which CUDA 12.1 introduced
-// (its release-history table), so NVRTC 12.0 (PTX ISA 8.0) must not emit it: the gate is 12.1.
-// Before that, two scalar adds.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDACC_VER_MAJOR__) && \
-    (__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 1))
-#define FA_HAS_RED_V2 1
-#else
-#define FA_HAS_RED_V2 0
-#endif
-
-FA_DEVICE void red_add_f32x2(float* p, float a, float b) {
-#if FA_HAS_RED_V2
-  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(a), "f"(b) : "memory");
-#else
-  red_add_f32(p, a);
-  red_add_f32(p + 1, b);
-#endif
 }
 
 }  // namespace fa

@@ -1,6 +1,6 @@
 // The tile a compile unit is built with: the -D defines kernels/tiles.py gives every NVRTC program
 // (FwdTile.defines, BwdTile.defines), as the constants fwd.cu and bwd.cu share. Each kernel file adds
-// its own knobs (FA_Q_IN_REGS and FA_SPLITKV; FA_DQ_SMEM) and checks the sizes its layout needs.
+// its own knobs (FA_Q_IN_REGS and FA_SPLITKV) and checks the sizes its layout needs.
 #ifndef FA_UNIT_CUH_
 #define FA_UNIT_CUH_
 

@@ -607,7 +607,8 @@ def _per_seed(
 ) -> tuple[torch.Tensor, ...]:
     """`run` (inside an arena) once per scheduler seed of `em`. Every order must give the same results;
     only "dq", which blocks accumulate with red.add in an order that may differ, is compared with the
-    tolerance of one fp16 step. Returns the first seed's results."""
+    tolerance of one step of its dtype (an fp32 sum in another order can round to the neighbouring
+    element: 2 of 36,000 bf16 elements did, sm90 d128, sq 150, sk 270). Returns the first seed's results."""
     first: tuple[torch.Tensor, ...] | None = None
     for seed in em.seeds:
         em.lib.emu_set_schedule(seed, em.window)
@@ -618,7 +619,13 @@ def _per_seed(
             continue
         for name, a, b in zip(names, first, got, strict=True):
             same = (
-                torch.allclose(a.float(), b.float(), rtol=2e-3, atol=1e-5, equal_nan=True)
+                torch.allclose(
+                    a.float(),
+                    b.float(),
+                    rtol=2**-7 if a.dtype == torch.bfloat16 else 2e-3,
+                    atol=1e-5,
+                    equal_nan=True,
+                )
                 if name == "dq"
                 else torch.equal(a.nan_to_num(), b.nan_to_num())
             )

@@ -122,12 +122,12 @@ def test_launch_past_the_register_file() -> None:
 
 
 # ---- the rules of the real-PTX emulator: plain accesses, blocks that run together -------------------------
-# The dQ accumulation of the backward (sm80 d64: FA_DQ_SMEM, so the scalar red.add) as a plain `+=`: on a
+# The dQ accumulation of the backward (sm80 d64: no vector red before sm90, so the scalar red.add) as a plain `+=`: on a
 # GPU the key blocks' read-modify-writes of one dq_accum row interleave and lose updates. Blocks that run
 # one after another add correctly, so only the race rule between blocks sees it (2 key blocks: sk = 170,
 # block_n = 128).
-DQ_RED = "        red_add_f32(dq + r * kb.dq_accum_row_stride + c, bits_to_float(ld_shared32(staged + (r * kDqPitch + c) * 4)));"
-DQ_PLAIN = "        dq[r * kb.dq_accum_row_stride + c] += bits_to_float(ld_shared32(staged + (r * kDqPitch + c) * 4));"
+DQ_RED = "      red_add_f32(dq + dq_index(r, c, kb.dq_group_stride), acc[i][j][e]);"
+DQ_PLAIN = "      dq[dq_index(r, c, kb.dq_group_stride)] += acc[i][j][e];"
 
 # The forward's output tile stored at query block 0's rows whatever the block (2 query blocks: sq = 150,
 # block_m = 128): both blocks write rows 0..127 of out.

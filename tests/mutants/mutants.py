@@ -228,8 +228,8 @@ MUTANTS: tuple[Mutant, ...] = (
     # faults only an emulator that interleaves blocks / runs the real PTX can see
     Mutant(
         "dq-plain-add", "dq atomics", "bwd.cu",
-        "red_add_f32(dq + r * kb.dq_accum_row_stride + c, bits_to_float(ld_shared32(staged + (r * kDqPitch + c) * 4)));",
-        "dq[r * kb.dq_accum_row_stride + c] += bits_to_float(ld_shared32(staged + (r * kDqPitch + c) * 4));",
+        "red_add_f32(dq + dq_index(r, c, kb.dq_group_stride), acc[i][j][e]);",
+        "dq[dq_index(r, c, kb.dq_group_stride)] += acc[i][j][e];",
         "bwd_fp16_d32", "blocks",
     ),
     Mutant(
