@@ -106,6 +106,8 @@ def test_doctor_options_change_the_answer(tmp_path: Path, index_dir: Path):
         "arch": "7.5",
         "head_dim": 64,
         "reasons": [],
+        "passed_over": [],
+        "then": None,
         "tiles": {d: tiles.default_tile("7.5", d, 64).label for d in ("fwd", "bwd")},
         "notes": [],
     }
