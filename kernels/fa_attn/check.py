@@ -219,13 +219,13 @@ def jobs_on(
         # An arch-specific route (sm_90a) has the plain arch's behind it, which runs its calls until
         # they pass their check (and where they fail it): both are checked.
         routes = (route,) if route.then is None else (route, route.then)
-        launches = [(r, d, getattr(r, d)) for r in routes for d in ("fwd", "bwd", "splitkv")]
-        for r, direction, launch in launches:
+        launches = [(d, getattr(r, d)) for r in routes for d in ("fwd", "bwd", "splitkv")]
+        for direction, launch in launches:
             if launch is None or not launch.module or launch.module in seen:
                 continue
             unit = records.unit_name(launch.module)
-            # the arch-specific route's units read paged KV only if its manifest lists the feature
-            paged = r is not route or route.then is None or "paged_kv" in man.info.arch_specific_features
+            # an arch-specific unit ("sm_90a/...") reads paged KV only if the manifest lists the feature
+            paged = not unit.split("/")[0].endswith("a") or "paged_kv" in man.info.arch_specific_features
             seen[launch.module] = Job(
                 unit, direction, kernel.dtype, launch.module, launch.entries, launch.launch, index, paged
             )
