@@ -1,8 +1,10 @@
 """Which check problem covers which branch of the kernels: the coverage table of docs/checking.md.
 
 The kernels branch on two things only: the fields of FaParams (params.h; device code reads them as
-`p.X` / `params.X`) and the compile-time knobs in preprocessor conditions (`#if FA_X`, tiles.py's -D
-defines and the per-arch ones of primitives.cuh). `FEATURES` below declares, per feature, the fields
+`p.X` / `params.X`) and the compile-time knobs: FA_* names in preprocessor conditions (`#if FA_X`, the
+per-arch ones of primitives.cuh) and every -D define tiles.py gives a unit (`if constexpr` switches,
+e.g. the sm_90a forward's FA_CONSUMER_WGS). A feature an arch's units do not implement (tiles.features:
+sm_90a has no paged KV) is not applicable there, and its problems are not in those units' list. `FEATURES` below declares, per feature, the fields
 and knobs that implement it and which problems exercise it (a predicate on fa_attn.check's problems).
 `gaps` holds the declaration to the source: a field or knob the source uses that no feature claims, or
 a feature that some unit's problems never exercise, is a gap, and tests/runtime/test_check_coverage.py
@@ -58,6 +60,8 @@ class Feature:
     covers: Covers  # does a problem exercise it
     directions: tuple[str, ...] = DIRECTIONS  # where it exists (the others: not applicable)
     per_unit: bool = False  # a compile-time choice: each unit is built one way, every unit is checked
+    needs: str = ""  # the tiles.FEATURES name it implements: n/a on an arch whose units lack it
+    arches: tuple[str, ...] = ()  # the arches whose units have it (all when empty)
 
 
 def _blocks(p: Problem, t: Tile) -> bool:
@@ -163,6 +167,7 @@ FEATURES: tuple[Feature, ...] = (
         (),
         lambda p, t: p.layout == "paged" and p.page_size == t.block_n,
         KV,
+        needs="paged_kv",
     ),
     Feature(
         "paged KV, several key blocks per page",
@@ -170,6 +175,7 @@ FEATURES: tuple[Feature, ...] = (
         (),
         lambda p, t: p.layout == "paged" and p.page_size >= 2 * t.block_n,
         KV,
+        needs="paged_kv",
     ),
     Feature(
         "split-KV, >= 2 query blocks x >= 2 shares, combine",
@@ -201,6 +207,15 @@ FEATURES: tuple[Feature, ...] = (
     ),
     Feature("dtype fp16 / bf16", (), ("FA_DTYPE_BF16",), _always, per_unit=True),
     Feature("per-arch copies", (), ("FA_HAS_CP_ASYNC",), _always, per_unit=True),
+    Feature(
+        "sm_90a consumer warpgroups: 3 (one GEMM at a time), 2 (S overlapped with P V)",
+        (),
+        ("FA_CONSUMER_WGS",),
+        _always,
+        ("fwd",),
+        per_unit=True,
+        arches=("9.0a",),
+    ),
 )
 
 # ---- what the source uses --------------------------------------------------------------------------
@@ -227,9 +242,10 @@ def read_fields(csrc: Path = CSRC) -> set[str]:
     return found & params_fields(csrc)
 
 
-def knobs(csrc: Path = CSRC) -> set[str]:
-    """FA_* names in preprocessor conditions (not include guards)."""
-    found: set[str] = set()
+def knobs(csrc: Path = CSRC, arches: tuple[str, ...] = ()) -> set[str]:
+    """FA_* names in preprocessor conditions (not include guards), and the -D defines of the units of
+    `arches` (tiles.py)."""
+    found = {name for arch in arches for u in tiles().units(arch) for name in u.defines}
     for src in sorted(csrc.glob("*")):
         for line in src.read_text().splitlines():
             if re.match(r"\s*#\s*(?:if|ifdef|ifndef|elif)\b", line):
@@ -238,6 +254,20 @@ def knobs(csrc: Path = CSRC) -> set[str]:
 
 
 # ---- coverage --------------------------------------------------------------------------------------
+
+
+def applies(feature: Feature, arch: str, direction: str) -> bool:
+    """Does `feature` exist in `arch`'s units of `direction`."""
+    return (
+        direction in feature.directions
+        and (not feature.arches or arch in feature.arches)
+        and (not feature.needs or feature.needs in tiles().features(arch))
+    )
+
+
+def paged(arch: str) -> bool:
+    """Do `arch`'s units read paged KV (else their problem lists have no paged problem)."""
+    return "paged_kv" in tiles().features(arch)
 
 
 def unit_tiles(arch: str) -> list[tuple[str, str, Tile]]:
@@ -249,9 +279,11 @@ def unit_tiles(arch: str) -> list[tuple[str, str, Tile]]:
     return out
 
 
-def covering(feature: Feature, direction: str, tile: Tile, dtype: torch.dtype = torch.float16) -> list[str]:
-    """Names of the emulated problems of a unit (direction, tile) that exercise the feature."""
-    chosen = problems(dtype, tile.head_dim, direction, tile.block_n, False, tile.block_m)
+def covering(
+    feature: Feature, direction: str, tile: Tile, dtype: torch.dtype = torch.float16, arch: str = "8.0"
+) -> list[str]:
+    """Names of the emulated problems of a unit (direction, tile) of `arch` that exercise the feature."""
+    chosen = problems(dtype, tile.head_dim, direction, tile.block_n, False, tile.block_m, paged(arch))
     return [p.name for p in chosen if feature.covers(p, tile)]
 
 
@@ -268,7 +300,7 @@ def gaps(
             f"FaParams field {name} (kernels/csrc/params.h): no feature claims it; add it to a Feature in "
             "buildtool/emucheck/coverage.py, with a problem in fa_attn/check.py problems() that covers it"
         )
-    for name in sorted(knobs(csrc) - claimed_knobs):
+    for name in sorted(knobs(csrc, arches) - claimed_knobs):
         out.append(
             f"compile-time branch {name} (kernels/csrc): no feature claims it; add it to a Feature in "
             "buildtool/emucheck/coverage.py, with a problem that covers it"
@@ -276,7 +308,7 @@ def gaps(
     for arch in arches:
         for unit, direction, tile in unit_tiles(arch):
             for feat in features:
-                if direction in feat.directions and not covering(feat, direction, tile):
+                if applies(feat, arch, direction) and not covering(feat, direction, tile, arch=arch):
                     out.append(
                         f"sm {arch} {unit}: no problem covers '{feat.name}'; add one to fa_attn/check.py "
                         "problems()"
@@ -289,7 +321,10 @@ def table(arch: str = "8.0", dtype: str = "fp16", head_dim: int = 64) -> str:
     units = {
         d: (name, t) for name, d, t in unit_tiles(arch) if name.split("_")[1:] == [dtype, f"d{head_dim}"]
     }
-    head = ["feature", "FaParams fields / knobs", *(f"{units[d][0]} problems" for d in DIRECTIONS)]
+    head = [
+        "feature", "FaParams fields / knobs",
+        *(f"{units[d][0]} problems" if d in units else f"{d} (no unit)" for d in DIRECTIONS),
+    ]  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for feat in FEATURES:
         what = ", ".join(f"`{x}`" for x in (*feat.fields, *feat.knobs)) or "(a shape)"
@@ -297,12 +332,12 @@ def table(arch: str = "8.0", dtype: str = "fp16", head_dim: int = 64) -> str:
             what = ", ".join(f"`{x}`" for x in feat.fields[:5]) + f", ... ({len(feat.fields)} fields)"
         cells = []
         for d in DIRECTIONS:
-            if d not in feat.directions:
+            if d not in units or not applies(feat, arch, d):
                 cells.append("n/a")
             elif feat.per_unit:
                 cells.append("every unit (tiles.py)")
             else:
-                names = covering(feat, d, units[d][1])
+                names = covering(feat, d, units[d][1], arch=arch)
                 cells.append(", ".join(names[:4]) + (f" (+{len(names) - 4})" if len(names) > 4 else ""))
         lines.append("| " + " | ".join([feat.name, what, *cells]) + " |")
     return "\n".join(lines)
@@ -318,6 +353,15 @@ def section_text() -> str:
         )
         + "\n\n"
         + table()
+        + "\n\n"
+        + textwrap.fill(
+            "The sm_90a forward (hopper_fwd.cu; `fa check --emulate --arch 9.0a`), fp16, head dim 64: a forward "
+            "only, no paged KV (TMA cannot follow a block table; those calls run on sm 9.0's units), so "
+            "those rows are n/a and its problem list has no paged problem.",
+            105,
+        )
+        + "\n\n"
+        + table("9.0a")
     )
 
 

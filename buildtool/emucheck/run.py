@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 from fa_attn.check import (
+    NOT_PAGED,
     CheckReport,
     Job,
     Progress,
@@ -30,8 +31,8 @@ from buildtool.emucheck.ops import kernels_on_cpu
 from buildtool.errors import FaError, UsageError
 
 ARCHES = ("7.5", "8.0", "8.6", "8.9", "9.0", "9.0a", "10.0", "12.0")
-# The arch-specific targets `fa check --emulate` runs: tests/emu's emu_harness lists them in ARCH_SPECIFIC once
-# it launches their units as fa_attn's ops do (sm_90a: FaParams and the Q, K, V tensor maps; issue 39).
+# The arch-specific targets `fa check --emulate` runs: those tests/emu's emu_harness lists in ARCH_SPECIFIC, whose
+# units it launches as the binding does (sm_90a: FaParams and the Q, K, V tensor maps of tensor_maps.h).
 
 
 def emulated_jobs(arch: str, only: tuple[str, ...]) -> list[tuple[Job, Any]]:
@@ -45,12 +46,15 @@ def emulated_jobs(arch: str, only: tuple[str, ...]) -> list[tuple[Job, Any]]:
         raise UsageError(f"--unit {','.join(only)}: no unit of sm {arch} matches (units: {names}, ...)")
     jobs = []
     tag = cuda_facts.sm_name(arch)
+    paged = "paged_kv" in tiles.features(arch)  # sm_90a: no paged KV, so no paged problems
     for u in units:
         module = f"/emulated/{tag}/{u.name}.cubin"
         launch = [u.head_dim]  # as decision.KernelLaunch.of lays it out
         for e in u.entries.values():
             launch += [e.threads, e.block_m, e.block_n, e.smem_bytes, GRID_CODES[e.grid]]
-        job = Job(f"{tag}/{u.name}", u.direction, u.dtype, module, ",".join(u.entries), tuple(launch), 0)
+        job = Job(
+            f"{tag}/{u.name}", u.direction, u.dtype, module, ",".join(u.entries), tuple(launch), 0, paged
+        )
         jobs.append((job, u))
     return jobs
 
@@ -118,13 +122,15 @@ def _runs_arch_specific(arch: str, harness: Any) -> None:
         )
 
 
-def problem_names(job: Job) -> list[str]:
-    """The names of a unit's emulated problems (fa_attn.check.problems, without the medium shapes)."""
+def problem_names(job: Job, paged: bool | None = None) -> list[str]:
+    """The names of a unit's emulated problems (fa_attn.check.problems, without the medium shapes);
+    `paged`: as if the unit did (True) or did not read paged KV, instead of job.paged."""
     launch = KernelLaunch(job.module, job.entries, job.launch)
     dtype = torch.bfloat16 if job.dtype == "bf16" else torch.float16
     chosen = check_problems(
-        dtype, job.launch[0], job.direction, key_block(launch), False, query_block(launch)
-    )
+        dtype, job.launch[0], job.direction, key_block(launch), False, query_block(launch),
+        job.paged if paged is None else paged,
+    )  # fmt: skip
     return [p.name for p in chosen]
 
 
@@ -134,6 +140,12 @@ def _check_problem_names(jobs: list[tuple[Job, Any]], names: tuple[str, ...]) ->
         return
     known = {name for job, _ in jobs for name in problem_names(job)}
     unknown = [n for n in names if n not in known]
+    unpaged = [job.unit for job, _ in jobs if not job.paged]
+    if unpaged and set(unknown) & {n for job, _ in jobs for n in problem_names(job, paged=True)}:
+        raise UsageError(
+            f"--problem {', '.join(unknown)}: not a problem of {', '.join(unpaged)}, which {NOT_PAGED} "
+            f"(its problems: {', '.join(sorted(known))})"
+        )
     if unknown:
         raise UsageError(
             f"--problem {', '.join(unknown)}: no selected unit has such a problem "

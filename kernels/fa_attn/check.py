@@ -50,6 +50,9 @@ class Job:
     entries: str
     launch: tuple[int, ...]
     device: int  # CUDA device index
+    # False: the unit reads no paged KV (sm_90a: TMA cannot follow a block table; those calls run on sm_90's
+    # unit), so the paged problems are not its (problems(paged=False))
+    paged: bool = True
 
 
 @dataclass
@@ -74,6 +77,7 @@ def problems(
     block_n: int = 64,
     medium: bool = True,
     block_m: int = 64,
+    paged: bool = True,
 ) -> list[Problem]:
     """The problems a unit (bucket `head_dim`, tile block_m x block_n) is checked on: one per code path
     its kernels branch on (docs/checking.md's coverage table, generated from kernels/csrc by
@@ -86,7 +90,8 @@ def problems(
     sequences (no queries, no keys). Forward and split-KV add the KV-cache layouts: seqused_k,
     leftpad_k, cache_batch_idx and pages of one and of two key blocks; split-KV runs every problem in
     2 shares and adds a problem with more shares than key blocks (an empty share). Then, where a GPU
-    runs them (`medium`), a medium shape of each layout."""
+    runs them (`medium`), a medium shape of each layout. A unit without paged KV (`paged` False: sm_90a,
+    whose TMA loads cannot follow a block table) has no paged problems (NOT_PAGED names them)."""
     m, n = block_m, block_n
     sq, sk = m + 17, 2 * n + 15  # two query blocks and three key blocks, the last of each partial
     short = (17, n + 15)  # one partial query block, two key blocks
@@ -128,9 +133,12 @@ def problems(
             _named("kvcache", **cache, layout="kvcache"),
             _named("leftpad", **cache, layout="kvcache", leftpad=True, causal=True),
             _named("cache-batch-idx", **cache, layout="kvcache", cache_rows=True),
-            _named(f"paged{n}", **cache, layout="paged", page_size=n),
-            _named(f"paged{2 * n}", **cache, layout="paged", page_size=2 * n, causal=True),
         ]
+        if paged:
+            out += [
+                _named(f"paged{n}", **cache, layout="paged", page_size=n),
+                _named(f"paged{2 * n}", **cache, layout="paged", page_size=2 * n, causal=True),
+            ]
     if direction == "splitkv":  # a share with no key block: the combine weighs it 0
         out.append(_named("splits-empty", seqlen_q=sq, seqlen_k=sk, splits=4, causal=True))
     if medium:  # on a GPU: a medium shape of each layout too
@@ -146,6 +154,10 @@ def problems(
     return [Problem(**{**base, **kw, "seed": i, "name": name}) for i, (name, kw) in enumerate(out)]
 
 
+# Why a unit without paged KV has no paged problems (fa check's answer to `--problem paged...` on it).
+NOT_PAGED = "reads no paged KV (TMA cannot follow a block table): paged calls run on the plain arch's unit"
+
+
 def _named(name: str, **fields: Any) -> tuple[str, dict[str, Any]]:
     return name, fields
 
@@ -155,7 +167,9 @@ def run_job(job: Job, device: torch.device, medium: bool = True, only: tuple[str
     launch = decision.KernelLaunch(job.module, job.entries, job.launch)
     dtype = torch.bfloat16 if job.dtype == "bf16" else torch.float16
     out = []
-    chosen = problems(dtype, job.launch[0], job.direction, key_block(launch), medium, query_block(launch))
+    chosen = problems(
+        dtype, job.launch[0], job.direction, key_block(launch), medium, query_block(launch), job.paged
+    )
     for problem in chosen:
         if only and problem.name not in only:
             continue
@@ -210,8 +224,10 @@ def jobs_on(
             if launch is None or not launch.module or launch.module in seen:
                 continue
             unit = records.unit_name(launch.module)
+            # an arch-specific unit ("sm_90a/...") reads paged KV only if the manifest lists the feature
+            paged = not unit.split("/")[0].endswith("a") or "paged_kv" in man.info.arch_specific_features
             seen[launch.module] = Job(
-                unit, direction, kernel.dtype, launch.module, launch.entries, launch.launch, index
+                unit, direction, kernel.dtype, launch.module, launch.entries, launch.launch, index, paged
             )
     if not man.kernels:
         why.setdefault("binding-unavailable", NO_KERNELS)

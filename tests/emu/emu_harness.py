@@ -284,6 +284,8 @@ def _kernel_flags(src: Path, arch: str, defines: Mapping[str, object]) -> list[s
         "-include",
         "emu.h",
         *_arch_defines(arch),
+        # hopper_fwd.cu __trap()s on a misaligned shared window: the emulator's process stops there
+        *(["-D__trap()=__builtin_trap()"] if arch.endswith("a") else []),
         *(f"-D{k}={v}" for k, v in sorted(defines.items())),
     ]
 
@@ -312,6 +314,118 @@ def build_source(
     return _compile([compiler, str(obj), str(runtime), *link], out, f"{name} (link)")
 
 
+# ---- sm_90a tensor maps: kernels/binding/tensor_maps.h's arguments, encoded by the emulator -------------
+ARCH_SPECIFIC = ("9.0a",)  # the arch-specific targets Emulated launches (FaParams + Q, K, V tensor maps)
+
+# tensor_maps.h's hopper_maps, for ctypes: the binding's cuTensorMapEncodeTiled arguments of Q, K and V.
+_MAPS_SOURCE = r"""
+#include "tensor_maps.h"
+extern "C" int emu_hopper_maps(const FaParams* p, int bf16, long long q_rows, long long q_batches,
+                               long long k_rows, long long k_batches, int bucket, int block_m, int block_n,
+                               fa_tensor_maps::Encode* out) {
+  const fa_tensor_maps::Source src{bf16 != 0, q_rows, q_batches, k_rows, k_batches};
+  fa_tensor_maps::Maps m{};
+  const fa_tensor_maps::Status s = fa_tensor_maps::hopper_maps(*p, src, bucket, block_m, block_n, &m);
+  out[0] = m.q;
+  out[1] = m.k;
+  out[2] = m.v;
+  return static_cast<int>(s);
+}
+"""
+_MAPS_STATUS = (
+    "ok",
+    "paged KV (block_table) is not TMA-addressable",
+    "no such tile",
+    "a base address not a multiple of 16 bytes",
+    "a stride not a multiple of 16 bytes or >= 2^40",
+    "an extent < 1 or > 2^32",
+)  # tensor_maps.h Status, in order
+
+
+class TensorMapArgs(ctypes.Structure):
+    """fa_tensor_maps::Encode: one cuTensorMapEncodeTiled call's arguments, in its order (rank 4)."""
+
+    _fields_ = [
+        ("data_type", ctypes.c_int),
+        ("rank", ctypes.c_uint),
+        ("global_address", ctypes.c_void_p),
+        ("global_dim", ctypes.c_uint64 * 4),
+        ("global_strides", ctypes.c_uint64 * 3),
+        ("box_dim", ctypes.c_uint32 * 4),
+        ("element_strides", ctypes.c_uint32 * 4),
+        ("interleave", ctypes.c_int),
+        ("swizzle", ctypes.c_int),
+        ("l2_promotion", ctypes.c_int),
+        ("oob_fill", ctypes.c_int),
+    ]
+
+
+def maps_library(csrc: Path = CSRC, binding: Path = BINDING) -> ctypes.CDLL:
+    """tensor_maps.h (with `csrc`'s params.h) compiled by the host compiler, once per content."""
+    compiler = cxx()
+    if compiler is None:
+        raise EmulatorError("no C++ compiler (g++) to build the emulator with")
+    flags = ["-std=c++17", "-O2", "-shared", "-fPIC", f"-I{binding}", f"-I{csrc}"]
+    tag = _digest(compiler, *flags, _MAPS_SOURCE, (binding / "tensor_maps.h").read_bytes(),
+                  (csrc / "params.h").read_bytes())  # fmt: skip
+    text = _cache_dir() / f"tensor_maps-{tag}.cpp"
+    if not text.exists():
+        tmp = text.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(_MAPS_SOURCE)
+        os.replace(tmp, text)
+    lib = ctypes.CDLL(str(_compile([compiler, *flags, str(text)], text.with_suffix(".so"), "tensor_maps.h")))
+    lib.emu_hopper_maps.argtypes = [ctypes.c_void_p, ctypes.c_int, *[ctypes.c_longlong] * 4,
+                                    *[ctypes.c_int] * 3, ctypes.c_void_p]  # fmt: skip
+    return lib
+
+
+def _declare_encoder(lib: ctypes.CDLL) -> None:
+    u64p, u32p = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32)
+    lib.emu_tensor_map_encode_tiled.argtypes = [
+        ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p, u32p, u32p,
+        *[ctypes.c_int] * 4,
+    ]  # fmt: skip
+    lib.emu_error.restype = ctypes.c_char_p
+
+
+def encode_maps(lib: ctypes.CDLL, args: list[TensorMapArgs]) -> bytes:
+    """The 128-byte tensor maps the emulator's cuTensorMapEncodeTiled makes of `args`, in order."""
+    raw = (ctypes.c_uint8 * (128 * len(args) + 64))()
+    at = ctypes.addressof(raw) + (-ctypes.addressof(raw) % 64)  # a CUtensorMap is 64-byte aligned
+    for i, e in enumerate(args):
+        rc = lib.emu_tensor_map_encode_tiled(
+            ctypes.c_void_p(at + 128 * i), e.data_type, e.rank, ctypes.c_void_p(e.global_address),
+            e.global_dim, e.global_strides, e.box_dim, e.element_strides, e.interleave, e.swizzle,
+            e.l2_promotion, e.oob_fill,
+        )  # fmt: skip
+        if rc != 0:
+            raise EmulatorError(lib.emu_error().decode())
+    return ctypes.string_at(at, 128 * len(args))
+
+
+def hopper_maps(
+    maps_lib: ctypes.CDLL, lib: ctypes.CDLL, unit: tiles.KernelUnit, launch: kernel_launch.EntryLaunch,
+    params: FaParams, extents: Mapping[str, tuple[int, int]],
+) -> bytes:  # fmt: skip
+    """The Q, K, V tensor maps of an sm_90a launch, as the binding makes them: tensor_maps.h's arguments
+    (from `params` and the (rows, batches) `extents` of q and k) through the emulator's encoder."""
+    args = (TensorMapArgs * 3)()
+    (qr, qb), (kr, kb) = extents["q"], extents["k"]
+    status = maps_lib.emu_hopper_maps(
+        ctypes.byref(params), unit.dtype == "bf16", qr, qb, kr, kb, unit.head_dim, launch.block_m,
+        launch.block_n, args,
+    )  # fmt: skip
+    if status != 0:
+        why = _MAPS_STATUS[status] if status < len(_MAPS_STATUS) else f"status {status}"
+        raise kernel_launch.LaunchError(f"tensor_maps.h refuses the call: {why}")
+    return encode_maps(lib, list(args))
+
+
+def extent(t: torch.Tensor) -> tuple[int, int]:
+    """(rows, batches) of a padded (batch, seq, heads, d) or a packed (total, heads, d) tensor."""
+    return (t.shape[0], 1) if t.dim() == 3 else (t.shape[1], t.shape[0])
+
+
 class EmulatedSource:
     """A test kernel library (build_source): launches of `void entry(const void* args)` and the driver's
     cuTensorMapEncodeTiled as the emulator encodes it."""
@@ -332,18 +446,7 @@ class EmulatedSource:
             ctypes.c_int,
             ctypes.c_void_p,
         ]
-        u64p, u32p = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32)
-        self.lib.emu_tensor_map_encode_tiled.argtypes = [
-            ctypes.c_void_p,
-            ctypes.c_int,
-            ctypes.c_uint32,
-            ctypes.c_void_p,
-            u64p,
-            u64p,
-            u32p,
-            u32p,
-            *[ctypes.c_int] * 4,
-        ]
+        _declare_encoder(self.lib)
 
     def register(self, name: str, t: torch.Tensor) -> None:
         """A global buffer kernels may read and write (bounds- and race-checked)."""
@@ -504,6 +607,15 @@ class Emulated:
         # entry -> access kind -> [instructions, wavefronts, conflict-free wavefronts], summed over launches
         self.banks: dict[str, dict[str, list[int]]] = {}
         self._arena: Arena | None = None
+        # an arch-specific unit (sm_90a) takes Q, K, V tensor maps after FaParams, made from q's and k's extents
+        self.maps_lib = maps_library(csrc, binding) if unit.arch_specific else None
+        self.extents: dict[str, tuple[int, int]] = {}
+        if unit.arch_specific:
+            _declare_encoder(self.lib)
+            self.lib.emu_launch_maps.argtypes = [
+                ctypes.c_void_p, *[ctypes.c_uint] * 4, ctypes.c_int, ctypes.POINTER(FaParams), ctypes.c_char_p,
+                ctypes.c_int,
+            ]  # fmt: skip
         size = self.lib.emu_sizeof_params()
         if size != ctypes.sizeof(FaParams):
             raise EmulatorError(f"FaParams is {size} bytes in C++ and {ctypes.sizeof(FaParams)} in ctypes")
@@ -522,6 +634,8 @@ class Emulated:
     # kernel_launch.Device, inside `with self.arena()`
     def place(self, name: str, t: torch.Tensor) -> torch.Tensor:
         assert self._arena is not None, "place() outside `with arena()`"
+        if name in ("q", "k"):
+            self.extents[name] = extent(t)
         return self._arena.add(name, t)
 
     def output(self, name: str, shape: list[int], dtype: torch.dtype) -> torch.Tensor:
@@ -569,7 +683,13 @@ class Emulated:
             raise EmulatorError(
                 f"{entry}: launched on grid {grid}, which launch.cpp's geometry gives as {geo}"
             )
-        rc = self.lib.emu_launch(fn, *grid, geo[3], geo[4], ctypes.byref(params))
+        if self.maps_lib is None:
+            rc = self.lib.emu_launch(fn, *grid, geo[3], geo[4], ctypes.byref(params))
+        else:
+            maps = hopper_maps(self.maps_lib, self.lib, self.unit, launch, params, self.extents)
+            rc = self.lib.emu_launch_maps(
+                fn, *grid, geo[3], geo[4], ctypes.byref(params), maps, len(maps) // 128
+            )
         if rc != 0:
             raise EmulatorError(f"{self.unit.name} (sm {self.arch}) {entry}: {self.lib.emu_error().decode()}")
         stats = (ctypes.c_uint64 * (3 * len(ACCESS_KINDS)))()

@@ -238,4 +238,29 @@ MUTANTS: tuple[Mutant, ...] = (
         'asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));',
         "fwd_fp16_d32", "blocks",
     ),
+    # the sm_90a forward (hopper_fwd.cu, issue 39): wgmma, mbarrier and TMA faults, run with its tensor maps
+    Mutant(  # the descriptors' swizzle disagrees with the one TMA wrote (64-byte for 128-byte rows at d64)
+        "sm90a-wrong-swizzle", "sm_90a swizzle", "hopper_fwd.cu",
+        "constexpr sm90::Swizzle kSwizzle = kRowBytes == 128 ? sm90::kSwizzle128B : sm90::kSwizzle64B;",
+        "constexpr sm90::Swizzle kSwizzle = kRowBytes == 128 ? sm90::kSwizzle64B : sm90::kSwizzle128B;",
+        "fwd_fp16_d64", "blocks", "9.0a",
+    ),
+    Mutant(  # S masked and softmaxed before the wgmma that writes it has retired
+        "sm90a-missing-wgmma-wait", "sm_90a wgmma groups", "hopper_fwd.cu",
+        "      issue_scores(s, blk, sm, wg, n, slot);\n      wgmma_wait<0>();\n",
+        "      issue_scores(s, blk, sm, wg, n, slot);\n",
+        "fwd_fp16_d64", "blocks", "9.0a",
+    ),
+    Mutant(  # the consumers wait for the other phase of a K stage: they read it before its TMA lands
+        "sm90a-wrong-phase", "sm_90a mbarrier phases", "hopper_fwd.cu",
+        "mbar_wait(sm.k_full(slot.stage), slot.parity);",
+        "mbar_wait(sm.k_full(slot.stage), slot.parity ^ 1);",
+        "fwd_fp16_d64", "blocks", "9.0a",
+    ),
+    Mutant(  # S = Q K^T accumulates onto the last key block's scores instead of starting from zero
+        "sm90a-stale-accumulator", "sm_90a accumulators", "hopper_fwd.cu",
+        "k.k_major(0, k0), k0 > 0);",
+        "k.k_major(0, k0), 1);",
+        "fwd_fp16_d64", "blocks", "9.0a",
+    ),
 )  # fmt: skip

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from buildtool.core import cuda_facts
 from buildtool.emucheck.harness import emulator
 from buildtool.emucheck.run import check_emulated, emulated_jobs, problem_names
 from tests.mutants.mutants import MUTANTS, Mutant
@@ -107,6 +108,7 @@ def test_the_fault_fails_its_selection(name: str, sources: dict[str, Path]) -> N
     m = BY_NAME[name]
     report = check_emulated(m.arch, (m.unit,), sources[name], lambda *_: None, (m.problem,))
     (u,) = report.units
+    assert u.unit == f"{cuda_facts.sm_name(m.arch)}/{m.unit}", u.unit  # the report's line names the unit
     assert u.verdict == "fail", f"{name} escaped `{m.command(str(sources[name]))}`"
     assert report.exit_code == 1
     assert f"[{m.problem}]" in u.error or "Error" in u.error, u.error  # the failing problem is named

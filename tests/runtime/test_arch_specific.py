@@ -284,6 +284,9 @@ def test_fa_check_on_an_h100_checks_sm90a_and_the_sm90_units_behind_it() -> None
         for dtype in ("fp16", "bf16"):
             assert {f"sm_90a/fwd_{dtype}_d{d}" for d in (64, 96, 128, 192, 256)} <= units
             assert {f"sm_90/fwd_{dtype}_d{d}" for d in tiles.HEAD_DIM_BUCKETS} <= units
+        # the sm_90a units read no paged KV: their check has no paged problem, sm 9.0's keeps its own
+        assert {job.paged for job in jobs if job.unit.startswith("sm_90a/")} == {False}
+        assert {job.paged for job in jobs if job.unit.startswith("sm_90/")} == {True}
     a100 = Device("cuda", "8.0", 163 * 1024, "580.65.06")
     jobs, _ = check.jobs_on(a100, 0, MANIFEST, driver=lambda: "580.65.06", package_dir=Path("/wheel/fa_attn"))
     assert jobs

@@ -64,3 +64,27 @@ def test_docs_checking_has_the_generated_table() -> None:
     assert coverage.recorded() == coverage.section_text(), (
         f"docs/checking.md's coverage table is stale: run `{coverage.COMMAND}`"
     )
+
+
+def test_a_units_define_branched_on_with_if_constexpr_is_a_gap() -> None:
+    """tiles.py's -D defines are switches even where no #if reads them (hopper_fwd.cu picks its pipeline
+    with `if constexpr` on FA_CONSUMER_WGS): one no feature claims is a gap."""
+    features = tuple(f for f in coverage.FEATURES if "FA_CONSUMER_WGS" not in f.knobs)
+    found = coverage.gaps(arches=("9.0a",), features=features)
+    assert len(found) == 1, found
+    assert found[0].startswith("compile-time branch FA_CONSUMER_WGS (kernels/csrc): no feature claims it")
+
+
+def test_the_sm90a_units_have_no_paged_problem_and_no_paged_row() -> None:
+    """sm_90a reads no paged KV (tiles.features): its problems have none and the paged rows are n/a for
+    it, while the sm 9.0 units keep theirs."""
+    paged = [f for f in coverage.FEATURES if f.needs == "paged_kv"]
+    assert len(paged) == 2
+    for arch, has in (("9.0a", False), ("9.0", True)):
+        for unit, direction, tile in coverage.unit_tiles(arch):
+            if direction != "fwd":
+                continue
+            assert [coverage.applies(f, arch, direction) for f in paged] == [has, has], unit
+            anything = dataclasses.replace(paged[0], covers=lambda _p, _t: True)
+            everything = coverage.covering(anything, direction, tile, arch=arch)
+            assert any(n.startswith("paged") for n in everything) == has, unit
