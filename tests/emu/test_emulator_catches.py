@@ -33,12 +33,19 @@ def _case(d: int = 64, sq: int = 150, sk: int = 170) -> tuple[torch.Tensor, ...]
 
 
 def run(
-    tmp_path: Path, arch: str, direction: str, file: str, old: str, new: str, causal: bool = True
+    tmp_path: Path,
+    arch: str,
+    direction: str,
+    file: str,
+    old: str,
+    new: str,
+    causal: bool = True,
+    sq: int = 150,
 ) -> None:
     """Forward (and backward for direction "bwd", or the split-KV forward for "splitkv") of the altered
-    kernels, checked like the real ones."""
+    kernels, checked like the real ones; `sq` query rows."""
     csrc = altered(tmp_path, file, old, new)
-    q, k, v, dout = _case()
+    q, k, v, dout = _case(sq=sq)
     call = H.Call(q, k, v, causal=causal)
     ref, _ = attention_ref(q, k, v, causal)
     low, _ = attention_ref(q, k, v, causal, upcast=False)
@@ -103,10 +110,12 @@ def test_split_ranges_that_skip_a_key_block(tmp_path: Path) -> None:
 
 
 def test_missing_barrier_before_the_dq_atomics(tmp_path: Path) -> None:
-    """sm80 stages dQ through shared memory: reading the staged tile before every warp wrote it races
-    (or, where the writer has not run yet, reads what is still the padding of the Q tile)."""
-    old = """    __syncthreads();
-    for (int k = tid; k < kBlockM * kHeadDim; k += kThreads) {"""
+    """dS goes to shared memory, where other warps read it for dK and for the dQ atomics (added from
+    registers since issue 38): reading it before every warp wrote it races (or, where the writer has
+    not run yet, reads what no one has written)."""
+    old = """      grad_scores(acc_dp, pd, s_dsum, sdS, m_base, n_base, lane);
+    }
+    __syncthreads();"""
     with pytest.raises(H.EmulatorError, match=r"race|nothing has written"):
         run(tmp_path, "8.0", "bwd", "bwd.cu", old, old.replace("__syncthreads();", ""))
 
@@ -118,11 +127,12 @@ def test_missing_cp_async_wait(tmp_path: Path) -> None:
 
 
 def test_missing_closing_barrier_in_backward(tmp_path: Path) -> None:
-    """sm90 adds dQ straight from the fragments: without the closing barrier a fast warp's next step
-    overwrites P and dS while others still read dS for dQ. (sm80's staged dQ has barriers of its own.)"""
+    """Without the closing barrier a fast warp's next step prefetches Q/dO into the stage others still
+    read for dK, and overwrites lse/D. Three query blocks of 128 rows (sm90 d64's tile), not causal, so
+    that one key block sees a prefetch into a stage read one step before."""
     old = "    __syncthreads();  // sP, sdS, lse/D and this stage's Q/dO are free for the next step"
     with pytest.raises(H.EmulatorError, match="race"):
-        run(tmp_path, "9.0", "bwd", "bwd.cu", old, "")
+        run(tmp_path, "9.0", "bwd", "bwd.cu", old, "", causal=False, sq=300)
 
 
 def test_store_past_the_sequence_end(tmp_path: Path) -> None:
@@ -142,7 +152,7 @@ def test_load_without_zero_fill(tmp_path: Path) -> None:
 def test_causal_mask_off_by_one(tmp_path: Path) -> None:
     old = "x = (8 * j + e < keys_left) & (rel >= lo) & (rel <= hi) ? x : -pos_inf();"
     with pytest.raises(AssertionError, match="out: max error"):
-        run(tmp_path, "8.0", "fwd", "fwd.cu", old, old.replace("rel <= hi", "rel < hi"))
+        run(tmp_path, "8.0", "fwd", "softmax.cuh", old, old.replace("rel <= hi", "rel < hi"))
 
 
 def test_wrong_operand_layout(tmp_path: Path) -> None:
@@ -158,7 +168,7 @@ def test_divergent_warp_instruction(tmp_path: Path) -> None:
     old = "      mx = quad_max(mx);"
     new = "      if ((threadIdx.x & 31) < 16) mx = quad_max(mx);"
     with pytest.raises(H.EmulatorError, match=r"diverge|exited|deadlock"):
-        run(tmp_path, "8.0", "fwd", "fwd.cu", old, new)
+        run(tmp_path, "8.0", "fwd", "softmax.cuh", old, new)
 
 
 def test_barrier_skipped_by_some_threads(tmp_path: Path) -> None:

@@ -53,8 +53,10 @@ def test_x2_for_x4(tmp_path: Path) -> None:
 def test_cvt_x2_operand_order(tmp_path: Path) -> None:
     """cvt.rn.f16x2.f32 puts its first source in the upper half: hi, lo swapped packs every pair
     backwards (P as the A operand of P V)."""
-    old = 'asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));'
-    new = 'asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(lo), "f"(hi));'
+    old = (
+        '#else\n  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));'  # pack(), not pack_half2
+    )
+    new = '#else\n  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(lo), "f"(hi));'
     with pytest.raises(AssertionError, match="max error"):
         run(tmp_path, "8.0", "fwd", "primitives.cuh", old, new)
 
