@@ -450,8 +450,8 @@ def fitting_tile(rows: Sequence[Coverage], smem_per_block: int | None) -> Covera
     GPU's opt-in limit per block (`smem_per_block`; None: unknown, every one is taken to fit).
     Alternatives exist only for GPUs below the default's need, so the default wins wherever it fits.
     None: none fits. The one rule for doctor and the runtime."""
-    fits = [row for row in rows if smem_per_block is None or (_need(row) or 0) <= smem_per_block]
-    return max(fits, key=lambda row: _need(row) or 0, default=None)
+    fits = [row for row in rows if smem_per_block is None or _need(row) <= smem_per_block]
+    return max(fits, key=_need, default=None)
 
 
 def _need(row: Coverage) -> int:
