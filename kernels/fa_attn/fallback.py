@@ -222,6 +222,8 @@ def _backward(
 ) -> Grads:
     """The padded backward; with `lengths`, queries past a sequence's length add nothing."""
     dout, q, k, v, out, lse = tensors
+    if lengths is not None:
+        k, v = _within(k, lengths[1]), _within(v, lengths[1])
     group = call.heads // call.heads_k
     compute = _compute_dtype(q)
     qf, kf, vf, dof, of = (t.transpose(1, 2).to(compute) for t in (q, k, v, dout, out))  # (b, h, s, d)
@@ -267,10 +269,20 @@ def padded_attention(
     """q (b, sq, h, d), k/v (b, sk, hk, d) where sequence i has its first lengths[0][i] queries and
     lengths[1][i] keys (device tensors: nothing is read on the host) -> out (b, sq, h, d), lse (b, h, sq)."""
     group = call.heads // call.heads_k
+    k, v = _within(k, lengths[1]), _within(v, lengths[1])
     if group > 1:
         k = k.repeat_interleave(group, dim=2)
         v = v.repeat_interleave(group, dim=2)
     return _math(call, q, k, v, want_lse, lengths, keep)
+
+
+def _within(t: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """t (b, s, ...) with the slots at or past count[b] zeroed. Those slots are read from memory flash-attn
+    never reads (a KV cache's unfilled rows are torch.empty, a page table's unused pages anything): a
+    NaN there would survive masking as 0 * NaN in P @ V and in the backward's dO @ V^T."""
+    slots = torch.arange(t.shape[1], device=t.device).view(1, -1, *([1] * (t.dim() - 2)))
+    past = slots >= count.view(-1, *([1] * (t.dim() - 1)))
+    return t.masked_fill(past, 0)
 
 
 def rows_of(t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

@@ -189,7 +189,18 @@ def _kernel_grads(
     )  # fmt: skip
     if pad:
         dq, dk, dv = (t[..., : call.head_dim] for t in (dq, dk, dv))
+    if varlen is not None and call.kv.block_table is None:
+        dk, dv = unread_rows_zeroed(dk, varlen.cu_seqlens_k), unread_rows_zeroed(dv, varlen.cu_seqlens_k)
     return dq, dk, dv
+
+
+def unread_rows_zeroed(grad: Tensor, cu_seqlens: Tensor) -> Tensor:
+    """grad (total, ...) with rows at or past cu_seqlens[-1] zeroed, on the device (no host read). A
+    packed key buffer may be longer than its sequences (inputs accepts that, as flash-attn does); the
+    kernel writes only the sequences' rows of its torch.empty gradients, and the fallback gives zeros
+    past them, so the kernel route does too rather than hand back uninitialised memory."""
+    rows = torch.arange(grad.shape[0], device=grad.device)
+    return grad.masked_fill((rows >= cu_seqlens[-1]).view(-1, *([1] * (grad.dim() - 1))), 0)
 
 
 def _softmax_d(dout: Tensor, out: Tensor) -> Tensor:

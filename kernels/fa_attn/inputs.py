@@ -364,10 +364,12 @@ def check_index_tensor(name: str, t: object, shape: tuple[int, ...], device: tor
 
 
 def _check_cu_seqlens(
-    name: str, cu: object, total: int | None, device: torch.device
+    name: str, cu: object, total: int | None, device: torch.device, exact: bool = True
 ) -> tuple[torch.Tensor, tuple[int, ...] | None]:
     """The offsets, and the per-sequence lengths where they may be read (`may_read`; else None);
-    `total`: rows of the packed tensor the offsets index (None: paged keys)."""
+    `total`: rows of the packed tensor the offsets index (None: paged keys). `exact`: the offsets must
+    cover every row; keys need not (flash-attn reads k by its offsets only, so a preallocated key buffer
+    longer than cu_seqlens_k[-1] is accepted, and its tail is never read)."""
     if not isinstance(cu, torch.Tensor) or cu.dim() != 1:
         raise InputError(f"{name}: expected a 1-D torch.int32 tensor of length batch + 1")
     check_index_tensor(name, cu, tuple(cu.shape), device)
@@ -383,10 +385,11 @@ def _check_cu_seqlens(
         raise InputError(
             f"{name}: offsets {offsets} decrease; they must be non-decreasing (cumsum of lengths)"
         )
-    if total is not None and offsets[-1] != total:
+    if total is not None and (offsets[-1] > total or (exact and offsets[-1] != total)):
         raise InputError(
             f"{name}: last offset {offsets[-1]} != {total} rows in the packed tensor; "
             "it must equal the total number of tokens"
+            + ("" if exact else " (or be fewer: rows past it are never read)")
         )
     return cu, lengths
 
@@ -475,7 +478,9 @@ def check_varlen(
     v = check_tensor("v", v, 4 if paged else 3, kv_layout)
     check_same(q, k, v)
     cu_q, lens_q = _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], q.device)
-    cu_k, lens_k = _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, None if paged else k.shape[0], q.device)
+    cu_k, lens_k = _check_cu_seqlens(
+        "cu_seqlens_k", cu_seqlens_k, None if paged else k.shape[0], q.device, exact=False
+    )
     batch = cu_q.shape[0] - 1
     if cu_k.shape[0] != cu_q.shape[0]:
         raise InputError(

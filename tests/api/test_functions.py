@@ -192,8 +192,9 @@ def test_varlen_paged_block_table(page: int, causal: bool) -> None:
     num_blocks = 3 * blocks_per_seq + 2
     gen = torch.Generator().manual_seed(5)
     table = torch.randperm(num_blocks, generator=gen)[: 3 * blocks_per_seq].reshape(3, blocks_per_seq)
-    k_pages = torch.randn(num_blocks, page, 2, 16, dtype=torch.float64, generator=gen)
-    v_pages = torch.randn(num_blocks, page, 2, 16, dtype=torch.float64, generator=gen)
+    # Slots no sequence writes hold NaN: flash-attn never reads them, so neither may the fallback.
+    k_pages = torch.full((num_blocks, page, 2, 16), float("nan"), dtype=torch.float64)
+    v_pages = torch.full((num_blocks, page, 2, 16), float("nan"), dtype=torch.float64)
     start = 0
     for b, n in enumerate(lens_k):  # write each sequence's keys into its pages
         for t in range(n):
@@ -205,6 +206,33 @@ def test_varlen_paged_block_table(page: int, causal: bool) -> None:
     )
     ref_out, _ = varlen_reference(q, k, v, lens_q, lens_k, {"causal": causal})
     assert_close("out", out, ref_out, torch.float64)
+
+
+def test_rows_past_the_last_sequence_are_never_read() -> None:
+    """Packed k/v longer than cu_seqlens_k[-1] (a preallocated buffer): NaN in the tail reaches neither
+    out nor any gradient, forward or backward."""
+    lens_q, lens_k = [2, 3], [4, 0]
+    q, k, v, cu_q, cu_k = packed_sequences(lens_q, lens_k, dtype=torch.float64)
+    tail = torch.full((3, *k.shape[1:]), float("nan"), dtype=torch.float64)
+    k_buf, v_buf = torch.cat((k, tail)), torch.cat((v, tail))
+    q, k_buf, v_buf = (t.detach().requires_grad_() for t in (q, k_buf, v_buf))
+    out = fa_attn.flash_attn_varlen_func(q, k_buf, v_buf, cu_q, cu_k, 3, 4)
+    ref_out, _ = varlen_reference(q.detach(), k, v, lens_q, lens_k, {})
+    assert_close("out", out, ref_out, torch.float64)
+    out.sum().backward()
+    for name, grad in (("dq", q.grad), ("dk", k_buf.grad[: k.shape[0]]), ("dv", v_buf.grad[: k.shape[0]])):
+        assert grad is not None and torch.isfinite(grad).all(), f"{name}: NaN from the unread tail"
+
+
+def test_the_kernel_routes_gradients_past_the_last_sequence_are_zeros() -> None:
+    """The kernel writes only the sequences' rows of dk/dv (torch.empty): the route zeros the rest, on
+    the device, as the fallback's index_add into zeros does."""
+    from fa_attn.flash_attn_ext import unread_rows_zeroed
+
+    grad = torch.full((7, 2, 3), float("nan"))
+    grad[:4] = 1.0
+    zeroed = unread_rows_zeroed(grad, torch.tensor([0, 4, 4], dtype=torch.int32))
+    assert torch.equal(zeroed[:4], grad[:4]) and torch.equal(zeroed[4:], torch.zeros(3, 2, 3))
 
 
 def test_dropout_statistics() -> None:

@@ -121,6 +121,36 @@ def test_kvcache_matches_reference(case: dict, seqlen_q: int) -> None:
     assert torch.equal(v_after, ref_v.to(v_after.dtype)), "v_cache: the appended values differ"
 
 
+def _poison_unread_rows(args: dict) -> None:
+    """NaN into every cache slot flash-attn never reads: before a sequence's left pad, from its
+    cache_seqlens + seqlen_new on, and rows no sequence maps to. A cache is torch.empty memory past its
+    filled rows (flash_attn.modules.mha allocates it so), so those slots may hold NaN or inf."""
+    new = args["k"].shape[1] if "k" in args else 0
+    rows = args.get("cache_batch_idx", torch.arange(args["q"].shape[0])).tolist()
+    firsts = args.get("cache_leftpad", torch.zeros(len(rows), dtype=torch.int32)).tolist()
+    ends = [n + new for n in args["cache_seqlens"].tolist()]
+    for cache in (args["k_cache"], args["v_cache"]):
+        read = torch.zeros(cache.shape[:2], dtype=torch.bool)
+        for row, first, end in zip(rows, firsts, ends):
+            read[row, first:end] = True
+        cache[read.logical_not()] = float("nan")
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "ragged", "leftpad", "batch_idx"])
+@pytest.mark.parametrize("mask", ["full", "causal", "local"])
+def test_slots_past_the_keys_are_never_read(layout: str, mask: str) -> None:
+    """NaN in the unwritten part of a cache changes nothing (it did: P @ V took 0 * NaN there)."""
+    case = {"layout": layout, "mask": mask, "new_kv": True, "rotary": "half-interleaved", "heads": "gqa"}
+    args = build(case, 2)
+    ref_out, ref_lse, _, _ = reference_for(
+        {**args, "k_cache": args["k_cache"].clone(), "v_cache": args["v_cache"].clone()}
+    )
+    _poison_unread_rows(args)
+    out, lse = fa_attn.flash_attn_with_kvcache(**args, return_softmax_lse=True)
+    assert_close("out", out, ref_out, torch.float64)
+    assert_close("lse", lse, ref_lse, torch.float64)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("layout", ["contiguous", "paged"])
 def test_kvcache_low_precision(dtype: torch.dtype, layout: str) -> None:

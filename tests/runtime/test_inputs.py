@@ -55,6 +55,7 @@ QV, KV = t(6, 4, 16), t(7, 2, 16)
     [
         (cu(0, 2, 6, dtype=torch.int64), cu(0, 3, 7), 4, r"^cu_seqlens_q: dtype torch.int64"),
         (cu(0, 2, 5), cu(0, 3, 7), 4, r"^cu_seqlens_q: last offset 5 != 6"),
+        (cu(0, 2, 6), cu(0, 3, 8), 4, r"^cu_seqlens_k: last offset 8 != 7 .*or be fewer"),
         (cu(1, 2, 6), cu(0, 3, 7), 4, r"^cu_seqlens_q: starts at 1"),
         (cu(0, 4, 2, 6), cu(0, 3, 5, 7), 4, r"^cu_seqlens_q: offsets .* decrease"),
         (cu(0, 2, 6), cu(0, 7), 4, r"^cu_seqlens_k: 1 sequences but cu_seqlens_q has 2"),
