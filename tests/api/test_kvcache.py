@@ -131,7 +131,7 @@ def _poison_unread_rows(args: dict) -> None:
     ends = [n + new for n in args["cache_seqlens"].tolist()]
     for cache in (args["k_cache"], args["v_cache"]):
         read = torch.zeros(cache.shape[:2], dtype=torch.bool)
-        for row, first, end in zip(rows, firsts, ends):
+        for row, first, end in zip(rows, firsts, ends, strict=True):
             read[row, first:end] = True
         cache[read.logical_not()] = float("nan")
 
