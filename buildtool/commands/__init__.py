@@ -36,6 +36,15 @@ SUMMARIES = {
 }
 
 
+def say(command: str, doing: str) -> None:
+    """A command's first line, on stderr: what it is doing, printed before its first slow step (loading
+    the build pipeline or torch, probing, reading wheels), so that no command leaves a user looking at
+    nothing for seconds (issue 37: `fa build --dry-run` was silent for 16 s). Stderr keeps stdout for
+    the answer (--json stays one JSON document)."""
+    sys.stderr.write(f"fa {command}: {doing}\n")
+    sys.stderr.flush()
+
+
 def print_error(error: FaError) -> None:
     """`error: <message>` on stderr, the message as plain text (a path may hold `[/b]`); the prefix red
     on a terminal."""
