@@ -55,7 +55,7 @@ def section(text: str, exit_code: int) -> str:
             f"On a machine without an NVIDIA GPU the first command ends with doctor's answer (exit {exit_code});",
             "its first paragraph:",
             "",
-            "```text",
+            "```text recorded",
             text,
             "```",
         ]
