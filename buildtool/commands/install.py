@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -268,7 +269,7 @@ def _install(
         )
     else:
         for note in placement_notes():
-            console.print(f"note:    {note}", style="yellow", highlight=False)
+            _print(console, f"note:    {note}", style="yellow")
         try:
             result = install.run_install(
                 plan,
@@ -276,7 +277,7 @@ def _install(
                 log=(lambda line: console.print(line, style="dim", highlight=False))
                 if verbose
                 else (lambda _: None),
-                say=lambda line: console.print(f"note:    {line}", style="yellow", highlight=False),
+                say=lambda line: _print(console, f"note:    {line}", style="yellow"),
                 options=install.Options(allow_older=allow_downgrade, wait_s=wait),
             )
             out.update(
@@ -301,40 +302,56 @@ _VERDICT_SENTENCES = {
 }
 
 
+def _print(console: Console, text: str, style: str = "") -> None:
+    """Each line of `text` wrapped at the console's width between words, never inside one (a file name
+    or a URL stays whole, to copy), its wrapped lines indented under it."""
+    for line in text.split("\n"):
+        lead = " " * (len(line) - len(line.lstrip(" ")))
+        wrapped = textwrap.wrap(
+            line,
+            max(console.width, 40),
+            subsequent_indent=lead + "  ",
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+        for part in wrapped or [""]:
+            console.print(part, style=style, highlight=False, soft_wrap=True)
+
+
 def _render_choice(out: dict[str, Any], location: str, console: Console, verbose: bool) -> None:
     """What fa install is about to install, from where and why, in sentences (before it starts)."""
     if out["selected"] is None:
         return
     built = " (built here)" if out["built"] else ""
     verb = "would install" if out["dry_run"] else "installing"
-    console.print(f"{verb} {out['selected']}{built}\n  from {location}", highlight=False)
+    _print(console, f"{verb} {out['selected']}{built}\n  from {location}")
     if out["why"]:
-        console.print(f"  chosen: {out['why']}", highlight=False)
+        _print(console, f"  chosen: {out['why']}")
     said = _VERDICT_SENTENCES.get(out["verdict"])
     if said:
-        console.print("  " + said.format(codes=", ".join(out["codes"])), highlight=False)
+        _print(console, "  " + said.format(codes=", ".join(out["codes"])))
     for warning in out["warnings"]:
-        console.print(f"  warning: {warning['message']}", style="yellow", highlight=False)
+        _print(console, f"  warning: {warning['message']}", style="yellow")
     if out["downgrade"]:
-        console.print(f"  note: {out['downgrade']}", style="yellow", highlight=False)
+        _print(console, f"  note: {out['downgrade']}", style="yellow")
     if verbose and out["command"]:
-        console.print("  trial install: " + shlex.join(out["command"]), highlight=False)
+        _print(console, "  trial install: " + shlex.join(out["command"]))
 
 
 def _render_install(out: dict[str, Any], console: Console) -> None:
     """The result: installed (and what it replaced) or why not."""
     if out["ok"] and out["installed"]:
-        console.print(
+        _print(
+            console,
             "checked: its sha256 matches the index; it installed and imported in a scratch folder first",
-            highlight=False,
         )
     if out["ok"] and out["previous"]:
-        console.print(
+        _print(
+            console,
             f"set aside fa-attn {out['previous']} while the new one was checked; it is now removed",
-            highlight=False,
         )
     style = "green" if out["ok"] else "bold red"
-    console.print(out["message"], style=style, highlight=False)
+    _print(console, out["message"], style=style)
 
 
 def register(app: typer.Typer) -> None:
