@@ -28,19 +28,11 @@ CHECKOUT = "file:///home/you/fa/wheels"  # what the folder's own file URL is sho
 
 
 def run_fa(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "COLUMNS": "80",
-        "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "kernels")]),
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "buildtool.cli", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        check=False,
-    )
+    """`fa ARGS` from this checkout at 80 columns, as README's reader's terminal shows it."""
+    paths = os.pathsep.join([str(REPO), str(REPO / "kernels")])
+    command = [sys.executable, "-m", "buildtool.cli", *args]
+    env = {**os.environ, "COLUMNS": "80", "PYTHONPATH": paths}
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, check=False)
 
 
 def answer(stdout: str, wheels: Path) -> str:
