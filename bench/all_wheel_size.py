@@ -1,6 +1,6 @@
 """The all-wheel's size and composition, and what the images it leaves out would weigh.
 
-    python bench/all_wheel_size.py --wheels DIR [--cpu x86_64|aarch64] [--json OUT]
+    python bench/all_wheel_size.py --wheels DIR [--cpu x86_64|aarch64] [--json OUT] [--record]
 
 DIR is `fa build --matrix matrix.yaml --platform CPU`'s output (the all-wheel and the per-variant
 wheels beside it). Reports, from the wheel files themselves:
@@ -9,7 +9,10 @@ wheels beside it). Reports, from the wheel files themselves:
 - CUDA 13 against CUDA 12 for the same (arch, unit), from the cu13 and cu12 stable-ABI wheels: how many
   cubins are byte-identical, and how their code (.text sections, read with pyelftools) and sizes
   differ (byte-equal .text: the same machine code); this is what decides whether CUDA 13's cubins go in (no GPU here to time them);
-- what the left-out images would add: CUDA 13's cubins for archs CUDA 12 ships, CUDA 11's PTX.
+- what the left-out images would add: CUDA 13's cubins for archs CUDA 12 ships, CUDA 11's PTX;
+- every wheel's size on disk, the per-variant ones as a range per CUDA major.
+`--record` writes the sizes into docs/figures.md (section wheel-sizes), the one place docs quote them
+from, in MiB (1 MiB = 1,048,576 bytes, the unit fa prints).
 """
 
 from __future__ import annotations
@@ -106,6 +109,7 @@ def main() -> int:
     ap.add_argument("--wheels", type=Path, required=True)
     ap.add_argument("--cpu", default="x86_64", help="the CPU whose wheels to read (x86_64, aarch64)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    ap.add_argument("--record", action="store_true", help="write the sizes into docs/figures.md")
     args = ap.parse_args()
     wheels = wheels_by_variant(args.wheels, args.cpu)
     if "all" not in wheels:
@@ -136,9 +140,63 @@ def main() -> int:
     if cu11:
         figures["cu11_ptx_compressed"] = image_bytes(cu11, "ptx")
         print(f"CUDA 11's PTX would add {figures['cu11_ptx_compressed'] / MIB:.2f} MiB compressed")
+    figures["wheels"] = {variant: whl.stat().st_size for variant, whl in wheels.items()}
+    universal = sorted(args.wheels.glob("fa_attn-*-py3-none-any.whl"))
+    if universal:
+        figures["wheels"]["universal"] = universal[0].stat().st_size
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    if args.record:
+        from figures import record  # bench/figures.py, beside this script
+
+        record("wheel-sizes", sizes_table(figures, args.cpu))
     return 0
+
+
+def mib(n: int) -> str:
+    return f"{n / MIB:.2f} MiB"
+
+
+def sizes_table(figures: dict[str, Any], cpu: str) -> str:
+    """The wheels' sizes and the all-wheel's parts, in MiB, as docs quote them."""
+    parts = figures["parts"]
+    bindings = {k: v for k, v in parts.items() if k.startswith("binding ")}
+    rows = [
+        "| wheel or part | size (compressed) | note |",
+        "| --- | --- | --- |",
+        f"| the all-wheel, {cpu} | {mib(figures['bytes'])} | {sum(v['files'] for v in parts.values())} files |",
+    ]
+    majors = sorted({v.split("torch", 1)[0] for v in figures["wheels"] if v.startswith("cu")})
+    for major in majors:
+        sizes = [n for v, n in figures["wheels"].items() if v.startswith(f"{major}torch")]
+        low, high = min(sizes), max(sizes)
+        span = mib(low) if mib(low) == mib(high) else f"{low / MIB:.2f} to {mib(high)}"
+        rows.append(f"| per-variant {major} wheels | {span} | {len(sizes)} wheels |")
+    if "universal" in figures["wheels"]:
+        rows.append(
+            f"| the universal wheel (py3-none-any) | {mib(figures['wheels']['universal'])} | no kernels |"
+        )
+    rows.append(
+        f"| all-wheel: {len(bindings)} bindings | {mib(sum(v['compressed'] for v in bindings.values()))} | "
+        f"{min(v['compressed'] for v in bindings.values()) / MIB:.2f} to "
+        f"{mib(max(v['compressed'] for v in bindings.values()))} each |"
+    )
+    for major in sorted({k.split()[0] for k in parts if k.startswith("cu")}):
+        for image, prefix in (("SASS", "sm_"), ("PTX", "compute_")):
+            mine = {k.split()[1]: v for k, v in parts.items() if k.startswith(f"{major} {prefix}")}
+            if mine:
+                numbers = sorted((a.removeprefix(prefix) for a in mine), key=int)
+                archs = " ".join(f"{n[:-1]}.{n[-1]}" for n in numbers)
+                total = sum(v["compressed"] for v in mine.values())
+                rows.append(f"| all-wheel: CUDA {major[2:]} {image} ({archs}) | {mib(total)} | kept |")
+    differs = any(r["same_code"] < r["cubins"] for r in figures.get("cu13_vs_cu12", {}).values())
+    if differs:  # where CUDA 13's code is CUDA 12's, the cu13 wheels carry CUDA 12's cubins: nothing to add
+        rows.append(
+            f"| CUDA 13's own SASS | +{mib(figures['cu13_sass_compressed'])} | left out (docs/build.md) |"
+        )
+    if "cu11_ptx_compressed" in figures:
+        rows.append(f"| CUDA 11's PTX | +{mib(figures['cu11_ptx_compressed'])} | left out (docs/build.md) |")
+    return "\n".join(rows)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,16 @@ SUMMARIES = {
 }
 
 
+def say(command: str, doing: str) -> None:
+    """A command's first line, on stderr: what it is doing, printed before its first slow step (loading
+    the build pipeline or torch, probing, reading wheels), so that no command leaves a user looking at
+    nothing for seconds (issue 37: `fa build --dry-run` was silent for 16 s). Stderr keeps stdout for
+    the answer (--json stays one JSON document). It quotes paths from the command line: escaped and
+    capped as an error's lines are."""
+    sys.stderr.write(f"fa {command}: {_shown_message(doing)}\n")
+    sys.stderr.flush()
+
+
 def print_error(error: FaError) -> None:
     """`error: <message>` on stderr, the message as plain text (a path may hold `[/b]`); the prefix red
     on a terminal."""

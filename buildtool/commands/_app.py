@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import importlib.metadata
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,12 +17,17 @@ from buildtool.commands import COMMANDS, DISTRIBUTION, SUMMARIES, print_error
 from buildtool.commands._options import check_argv
 from buildtool.errors import EXIT_FAILED, FaError
 
+# Help and usage errors as plain text (click's layout), not rich's panels: typer's rich formatting
+# imports rich and markdown-it, which cost `fa --help` more than everything else it does (issue 37:
+# 0.55 s of CPU; bench/probe_time.py). One look for every command's help.
+MARKUP = None
+
 
 @functools.cache
 def _load(name: str) -> Any:
     """The click command of `name`: its module's register() on an app of its own."""
     module = importlib.import_module(f"buildtool.commands.{COMMANDS[name]}")
-    own = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    own = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=MARKUP)
     own.callback()(lambda: None)  # a group even with one command, so the command is taken by name
     module.register(own)
     command = typer.main.get_command(own).get_command(None, name)  # type: ignore[attr-defined]
@@ -100,6 +104,8 @@ class _Commands(typer.core.TyperGroup):
 def _print_version(value: bool) -> None:
     if not value:
         return
+    import importlib.metadata
+
     where = Path(__file__).resolve().parent.parent
     try:
         typer.echo(f"fa {importlib.metadata.version(DISTRIBUTION)} from {where}")
@@ -111,7 +117,9 @@ def _print_version(value: bool) -> None:
 
 @functools.cache
 def make_app() -> typer.Typer:
-    app = typer.Typer(cls=_Commands, no_args_is_help=True, pretty_exceptions_enable=False)
+    app = typer.Typer(
+        cls=_Commands, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=MARKUP
+    )
 
     @app.callback()
     def main(

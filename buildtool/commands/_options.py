@@ -1,7 +1,8 @@
 """Option values checked at the edge, before any file is read or anything is planned: each bad value
 is one InputError (exit 2) naming the option, the value (quoted, escaped, at most 80 characters) and
 what the option accepts. Typer has already checked the types (an integer is an integer); these are
-the ranges and the sets."""
+the ranges and the sets. The sets (CUDA toolkits, CPUs) are imported where they are checked, so that
+check_argv, which every command line passes through (`fa --help` too), loads none of them."""
 
 from __future__ import annotations
 
@@ -10,9 +11,6 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from buildtool.core.cpus import PLATFORMS, canonical
-from buildtool.core.cuda_facts import TOOLKITS
-from buildtool.core.runtime import versions
 from buildtool.core.textfile import printable, shown
 from buildtool.errors import InputError
 
@@ -61,6 +59,8 @@ def cuda_majors(values: Iterable[int], option: str = "--cuda") -> tuple[int, ...
 
 
 def cuda_major(value: int, option: str = "--cuda") -> int:
+    from buildtool.core.cuda_facts import TOOLKITS
+
     if value not in TOOLKITS:
         known = ", ".join(map(str, sorted(TOOLKITS)))
         raise InputError(option, None, f"CUDA {value} has no pinned toolkit in fa", f"pass one of {known}")
@@ -69,6 +69,9 @@ def cuda_major(value: int, option: str = "--cuda") -> int:
 
 def arch(value: str, cuda: int | None, option: str = "--arch") -> str:
     """A compute capability one of fa's toolkits (`cuda`'s, when given) can build for."""
+    from buildtool.core.cuda_facts import TOOLKITS
+    from buildtool.core.runtime import versions
+
     toolkits = [TOOLKITS[cuda]] if cuda in TOOLKITS else list(TOOLKITS.values())
     known = sorted({a for t in toolkits for a in t.archs}, key=versions.parse_target)
     if value in known and versions.arch_specific(value):
@@ -98,6 +101,8 @@ def one_of(value: str, choices: Sequence[str], option: str) -> str:
 
 def platform(value: str, option: str = "--platform") -> str:
     """A CPU fa builds for (or one of its aliases: amd64, arm64, ...)."""
+    from buildtool.core.cpus import PLATFORMS, canonical
+
     if canonical(value) is None:
         raise InputError(option, None, f"got {shown(value)}", f"pass one of {', '.join(PLATFORMS)}")
     return value

@@ -6,13 +6,15 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from buildtool.commands import _options
-from buildtool.compat.wheel_index import WheelIndex, load_index
 from buildtool.errors import UsageError
+
+if TYPE_CHECKING:
+    from buildtool.compat.wheel_index import WheelIndex
 
 WheelsOpt = Annotated[
     Path | None,
@@ -33,6 +35,8 @@ def print_json(data: Any) -> None:
 
 def load_wheel_index(wheels: Path | None, index: str | None) -> WheelIndex:
     """The index named by --wheels or --index (raises UsageError, exit 2, when it cannot be read)."""
+    from buildtool.compat.wheel_index import load_index  # after the command's first line (say)
+
     if wheels is not None and index is not None:
         raise UsageError("--wheels and --index both given; pass one")
     if wheels is not None:

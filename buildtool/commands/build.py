@@ -1,6 +1,7 @@
 """`fa build`: matrix -> plan -> compile -> package -> index.
 
-A thin shell: parse options, make the plan (build/plan.py), run it (build/pipeline.py), print.
+A thin shell: parse options, make the plan (build/plan.py), run it (build/pipeline.py), print. The
+build pipeline is imported after the command's first line (commands.say): loading it takes a second.
 Exit codes: 0 done, 1 the build failed (compiler, download, packaging), 2 bad input (matrix, options).
 """
 
@@ -10,22 +11,16 @@ import functools
 import json
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from buildtool.builder.compile import KernelTree, is_cached, usable_workers
-from buildtool.builder.matrix import Matrix, load_matrix
-from buildtool.builder.package import check_out_dir
-from buildtool.builder.pipeline import execute, summary_table
-from buildtool.builder.plan import Plan, local_plan, make_plan, parse_shard
-from buildtool.builder.pypi import fetch_torch_catalog
-from buildtool.builder.torch_headers import HeaderError, local_torch
-from buildtool.commands import _options
-from buildtool.core import installed
-from buildtool.core.console import plain_console
-from buildtool.core.cpus import cxx_for, cxx_install_hint, has_cxx
+from buildtool.commands import _options, say
 from buildtool.errors import FaError, UsageError
+
+if TYPE_CHECKING:
+    from buildtool.builder.matrix import Matrix
+    from buildtool.builder.plan import Plan
 
 RESUME_NOTE = "(finished work is cached: re-run the same command to resume)"
 LOCAL_OUT = Path("wheels") / "local"  # --local's own folder: never the release's wheels/
@@ -35,6 +30,12 @@ DEFAULT_LOCAL_CUDA = 12  # a CPU-only torch says nothing about CUDA; the newest 
 def _plan(
     matrix_path: Path, local: bool, cuda: list[int], shard: str | None, platform: str | None, refresh: bool
 ) -> Plan:
+    from buildtool.builder.matrix import load_matrix
+    from buildtool.builder.plan import local_plan, make_plan, parse_shard
+    from buildtool.builder.pypi import fetch_torch_catalog
+    from buildtool.builder.torch_headers import HeaderError, local_torch
+    from buildtool.core import installed
+
     if local:
         matrix: Matrix | None = load_matrix(matrix_path) if matrix_path.is_file() else None
         version, _ = local_torch()
@@ -112,14 +113,28 @@ def register(app: typer.Typer) -> None:
         out = out if out is not None else LOCAL_OUT if local else Path("wheels")
         _options.path(out, "--out")
         _options.path(matrix, "--matrix")
-        if shard is not None:
-            parse_shard(shard)  # "" too: an empty --shard is not "no shard"
         if cuda and not local:
             raise UsageError("--cuda: only used with --local\n  fix: list CUDA majors in matrix.yaml `cuda:`")
         if platform is not None:
             _options.platform(platform)
         if platform and local:
             raise UsageError("--platform: --local builds for this machine's CPU\n  fix: drop one of them")
+        doing = "planning" if dry_run else "planning, then building"
+        what, reading = (
+            ("the installed torch's wheel", "the installed torch's files")
+            if local
+            else (f"the wheels of {matrix}", "PyPI's torch releases")
+        )
+        say("build", f"{doing} {what} (loading the build pipeline, reading {reading})")
+        from buildtool.builder.compile import KernelTree, is_cached, usable_workers
+        from buildtool.builder.package import check_out_dir
+        from buildtool.builder.pipeline import execute, summary_table
+        from buildtool.builder.plan import parse_shard
+        from buildtool.core.console import plain_console
+        from buildtool.core.cpus import cxx_for, cxx_install_hint, has_cxx
+
+        if shard is not None:
+            parse_shard(shard)  # "" too: an empty --shard is not "no shard"
         if not dry_run:
             check_out_dir(out, KernelTree().root)
         if usable_workers(jobs) < jobs:  # one NVRTC process (~110 MB) per worker: no more than CPUs

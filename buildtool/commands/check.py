@@ -12,12 +12,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import MofNCompleteColumn, Progress
-from rich.table import Table
-from rich.text import Text
 
+from buildtool.commands import say
 from buildtool.commands._shared import JsonOpt, print_json
-from buildtool.core.console import plain_console, progress_columns
 from buildtool.errors import FaError, UsageError
 
 
@@ -87,6 +84,8 @@ def check_cmd(
         raise UsageError("--bench times a GPU; the emulator's speed means nothing: drop --bench")
     if plot is not None and not bench:
         raise UsageError(f"--plot {plot}: the plot shows speed ratios; add --bench")
+    where = f"on the CPU emulator for sm {arch}" if emulate else "on this machine's GPUs"
+    say("check", f"loading torch and fa_attn, then checking the kernels {where}")
     check = _check_module()
     if emulate:
         from buildtool.emucheck.run import check_emulated
@@ -109,6 +108,10 @@ def check_cmd(
 def _progress_bar() -> Iterator[Callable[[int, int, str], None]]:
     """A bar on stderr with the unit being checked, elapsed time and the time left (hidden when stderr
     is not a terminal: scripts read --json, logs need no bar)."""
+    from rich.progress import MofNCompleteColumn, Progress
+
+    from buildtool.core.console import plain_console, progress_columns
+
     console = plain_console(stderr=True)
     columns = progress_columns(MofNCompleteColumn())
     with Progress(*columns, console=console, disable=not console.is_terminal, transient=True) as bar:
@@ -123,6 +126,11 @@ def _progress_bar() -> Iterator[Callable[[int, int, str], None]]:
 def _print_table(check: Any, report: Any) -> None:
     """fa_attn.check's cells (unit_row, footer) in a rich table at 80 columns; each failure's message in
     full under the table."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from buildtool.core.console import plain_console
+
     console = plain_console()
     if report.verdict in ("no-gpu", "no-units"):
         check.render(report, console.print)

@@ -14,12 +14,15 @@ import typer
 
 from buildtool.builder.matrix import load_matrix
 from buildtool.commands import _options
+from buildtool.commands._app import MARKUP
 from buildtool.core import atomic
 from buildtool.core.console import plain_console
 from buildtool.errors import FaError
 from buildtool.release import pins, workflow
 
-ci_app = typer.Typer(no_args_is_help=True, help="CI files generated from matrix.yaml.")
+ci_app = typer.Typer(
+    no_args_is_help=True, help="CI files generated from matrix.yaml.", rich_markup_mode=MARKUP
+)
 
 
 @ci_app.command("render")

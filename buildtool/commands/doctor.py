@@ -1,28 +1,30 @@
-"""`fa doctor`: probe -> fit -> choose, reported wheel by wheel (compat/doctor.py)."""
+"""`fa doctor`: probe -> fit -> choose, reported wheel by wheel (compat/doctor.py). The probe and the
+doctor's rules are imported after the command's first line (commands.say)."""
 
 from __future__ import annotations
 
 import sys
 import sysconfig
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-import yaml
 
-from buildtool.commands import _options
+from buildtool.commands import _options, say
 from buildtool.commands._shared import IndexOpt, JsonOpt, WheelsOpt, load_wheel_index, print_json
-from buildtool.compat import doctor, install_txn
-from buildtool.compat.choose import DTYPES, Request
-from buildtool.compat.env import Env, env_from_file
-from buildtool.compat.probe import probe
-from buildtool.core.console import plain_console
 from buildtool.errors import EXIT_OK, UsageError
+
+if TYPE_CHECKING:
+    from buildtool.compat import doctor
+    from buildtool.compat.env import Env
 
 _MATRIX_MAX_BYTES = 1 << 20  # a matrix.yaml is a few KB
 
 
 def _load_env(path: Path | None) -> Env:
+    from buildtool.compat.env import env_from_file
+    from buildtool.compat.probe import probe
+
     return probe() if path is None else env_from_file(path)
 
 
@@ -51,12 +53,19 @@ def doctor_cmd(
 
     Exit codes: 0 ok/ok-jit, or any answer for a machine without an NVIDIA GPU; 1 fallback or no wheel
     on a machine with one; 2 usage."""
-    if dtype is not None:
-        _options.one_of(dtype, DTYPES, "--dtype")
     if head_dim <= 0:
         raise UsageError(f"--head-dim {head_dim}: use a positive head dimension like 128")
     if env_file is not None:
         _options.path(env_file, "--env")
+    machine = "this machine (driver, GPUs, torch)" if env_file is None else f"the machine in {env_file}"
+    where = index if index is not None else wheels or Path("wheels")
+    say("doctor", f"probing {machine} and reading the wheels in {where}")
+    from buildtool.compat import doctor, install_txn
+    from buildtool.compat.choose import DTYPES, Request
+    from buildtool.core.console import plain_console
+
+    if dtype is not None:
+        _options.one_of(dtype, DTYPES, "--dtype")
     env = _load_env(env_file)
     if env_file is None:  # this machine: say if its fa-attn is being changed, or was left half-changed
         state = install_txn.unfinished(Path(sysconfig.get_path("platlib")))
@@ -85,6 +94,8 @@ def exit_code(report: doctor.DoctorReport) -> int:
     (every call falls back, `no-gpu`) is what was asked, not a failure, and there is nothing in the
     wheels to fix, so README's `fa build ... && fa doctor` ends in success where the build did. A GPU
     machine where nothing runs still gets 1; the verdict itself (text and --json) is unchanged."""
+    from buildtool.compat import doctor
+
     if any(reason.code == "no-gpu" for reason in report.selection.stack):
         return EXIT_OK
     return doctor.EXIT_CODES[report.answer.verdict]
@@ -95,6 +106,8 @@ def matrix_platforms(wheels: Path | None, index: str | None) -> list[str] | None
     folder's parent's, else the current folder's, as README's `fa build --matrix matrix.yaml` leaves
     them); None for an --index URL or when there is none. Only read, for a fix to name the build's
     --platform; a matrix that does not parse counts as none (fa build reports its errors)."""
+    import yaml
+
     if index is not None:
         return None
     folder = (wheels or Path("wheels")).resolve()

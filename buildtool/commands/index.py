@@ -11,9 +11,7 @@ from typing import Annotated
 
 import typer
 
-from buildtool.builder import index, index_page
-from buildtool.commands import _options
-from buildtool.core.console import counted, plain_console
+from buildtool.commands import _options, say
 from buildtool.errors import UsageError
 
 
@@ -34,6 +32,10 @@ def register(app: typer.Typer) -> None:
         directory = _options.path(Path(given), "DIRECTORY")
         if not directory.is_dir():
             raise UsageError(f"{directory}: not a directory\n  fix: pass the folder holding the .whl files")
+        say("index", f"reading and checking the wheels in {directory}")
+        from buildtool.builder import index, index_page
+        from buildtool.core.console import counted, plain_console
+
         # WheelDirError (exit 1): a file there is not our wheel. Asked to rewrite the index: replaces
         # index.json and simple/ that fa made (here, or a shard's copied in), never a user's own, never
         # through a link.

@@ -1,29 +1,34 @@
 """`fa install`: the wheel fa doctor picks, hash-checked, installed without touching torch
 (compat/install.py does the side effects); with --build, when no wheel fits this machine's torch, the
-one wheel it needs is built first (compat/build_here.py)."""
+one wheel it needs is built first (compat/build_here.py). What does the work is imported after the
+command's first line (commands.say): loading it takes a second."""
 
 from __future__ import annotations
 
 import os
 import shlex
 import sys
+import textwrap
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 
-from buildtool.commands import _options
+from buildtool.commands import _options, say
 from buildtool.commands._shared import IndexOpt, JsonOpt, WheelsOpt, load_wheel_index, print_json
-from buildtool.compat import install
-from buildtool.compat.choose import Request, Selection, select
-from buildtool.compat.env import Env
-from buildtool.compat.install_site import placement_notes
-from buildtool.compat.probe import probe
-from buildtool.compat.wheel_index import WheelIndex, load_index
 from buildtool.core import interrupts
-from buildtool.core.console import plain_console
 from buildtool.errors import EXIT_FAILED, EXIT_OK, FaError, UsageError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from buildtool.compat.choose import Selection
+    from buildtool.compat.env import Env
+    from buildtool.compat.wheel_index import WheelIndex
+
+# How long a second fa install waits for the first, in minutes, as --wait's help says it
+# (compat/install.py's LOCK_WAIT_S, which loading here would cost `fa install` its quick first line).
+WAIT_HELP_MINUTES = 5
 
 BUILD_HINT = (
     "fa install --build builds the one wheel this machine needs (this torch, CPU, CUDA major and GPU arch)"
@@ -65,6 +70,8 @@ def _build_here(
     when the build fails. With --arch or --cuda the choice is among this build's wheels only: the
     folder may hold an earlier build for another arch or CUDA major, which the options rule out."""
     from buildtool.compat import build_here  # the build pipeline: loaded only when it runs
+    from buildtool.compat.choose import Request, select
+    from buildtool.compat.wheel_index import WheelIndex, load_index
 
     matrix = build_here.release_matrix()
     target = build_here.target(env, arch, cuda, matrix)
@@ -126,12 +133,13 @@ def install_cmd(
         typer.Option("--allow-downgrade", help="Install a version older than the installed fa-attn"),
     ] = False,
     wait: Annotated[
-        float,
+        float | None,
         typer.Option(
             "--wait",
-            help="Seconds to wait for another fa install into the same environment (0: stop at once)",
+            help="Seconds to wait for another fa install into the same environment (0: stop at once; "
+            f"default: {WAIT_HELP_MINUTES} minutes)",
         ),
-    ] = install.LOCK_WAIT_S,
+    ] = None,
 ) -> int:
     """Install the wheel fa doctor picks for this machine, checked against the index's sha256.
 
@@ -179,16 +187,28 @@ def _install(
     cuda: int | None,
     jobs: int,
     allow_downgrade: bool,
-    wait: float,
+    wait: float | None,
 ) -> int:
     if (arch is not None or cuda is not None) and not build:
         raise UsageError("--arch and --cuda only go with --build")
     _options.jobs(jobs)
-    _options.wait_seconds(wait)
+    if wait is not None:
+        _options.wait_seconds(wait)
     if cuda is not None:
         _options.cuda_major(cuda)
     if arch is not None:
         _options.arch(arch, cuda)
+    where = index if index is not None else wheels or Path("wheels")
+    say("install", f"probing this machine and reading the wheels in {where}")
+    from buildtool.compat import install
+    from buildtool.compat.choose import Request, select
+    from buildtool.compat.install_site import placement_notes
+    from buildtool.compat.probe import probe
+    from buildtool.compat.wheel_index import WheelIndex
+    from buildtool.core.console import plain_console
+
+    if wait is None:
+        wait = install.LOCK_WAIT_S
     idx = _index_or_none(wheels, index) if build else load_wheel_index(wheels, index)
     env = probe()
     selection = select(idx.entries if idx else (), env, Request())
@@ -249,7 +269,7 @@ def _install(
         )
     else:
         for note in placement_notes():
-            console.print(f"note:    {note}", style="yellow", highlight=False)
+            _print(console, f"note:    {note}", style="yellow")
         try:
             result = install.run_install(
                 plan,
@@ -257,7 +277,7 @@ def _install(
                 log=(lambda line: console.print(line, style="dim", highlight=False))
                 if verbose
                 else (lambda _: None),
-                say=lambda line: console.print(f"note:    {line}", style="yellow", highlight=False),
+                say=lambda line: _print(console, f"note:    {line}", style="yellow"),
                 options=install.Options(allow_older=allow_downgrade, wait_s=wait),
             )
             out.update(
@@ -282,40 +302,56 @@ _VERDICT_SENTENCES = {
 }
 
 
+def _print(console: Console, text: str, style: str = "") -> None:
+    """Each line of `text` wrapped at the console's width between words, never inside one (a file name
+    or a URL stays whole, to copy), its wrapped lines indented under it."""
+    for line in text.split("\n"):
+        lead = " " * (len(line) - len(line.lstrip(" ")))
+        wrapped = textwrap.wrap(
+            line,
+            max(console.width, 40),
+            subsequent_indent=lead + "  ",
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+        for part in wrapped or [""]:
+            console.print(part, style=style, highlight=False, soft_wrap=True)
+
+
 def _render_choice(out: dict[str, Any], location: str, console: Console, verbose: bool) -> None:
     """What fa install is about to install, from where and why, in sentences (before it starts)."""
     if out["selected"] is None:
         return
     built = " (built here)" if out["built"] else ""
     verb = "would install" if out["dry_run"] else "installing"
-    console.print(f"{verb} {out['selected']}{built}\n  from {location}", highlight=False)
+    _print(console, f"{verb} {out['selected']}{built}\n  from {location}")
     if out["why"]:
-        console.print(f"  chosen: {out['why']}", highlight=False)
+        _print(console, f"  chosen: {out['why']}")
     said = _VERDICT_SENTENCES.get(out["verdict"])
     if said:
-        console.print("  " + said.format(codes=", ".join(out["codes"])), highlight=False)
+        _print(console, "  " + said.format(codes=", ".join(out["codes"])))
     for warning in out["warnings"]:
-        console.print(f"  warning: {warning['message']}", style="yellow", highlight=False)
+        _print(console, f"  warning: {warning['message']}", style="yellow")
     if out["downgrade"]:
-        console.print(f"  note: {out['downgrade']}", style="yellow", highlight=False)
+        _print(console, f"  note: {out['downgrade']}", style="yellow")
     if verbose and out["command"]:
-        console.print("  trial install: " + shlex.join(out["command"]), highlight=False)
+        _print(console, "  trial install: " + shlex.join(out["command"]))
 
 
 def _render_install(out: dict[str, Any], console: Console) -> None:
     """The result: installed (and what it replaced) or why not."""
     if out["ok"] and out["installed"]:
-        console.print(
+        _print(
+            console,
             "checked: its sha256 matches the index; it installed and imported in a scratch folder first",
-            highlight=False,
         )
     if out["ok"] and out["previous"]:
-        console.print(
+        _print(
+            console,
             f"set aside fa-attn {out['previous']} while the new one was checked; it is now removed",
-            highlight=False,
         )
     style = "green" if out["ok"] else "bold red"
-    console.print(out["message"], style=style, highlight=False)
+    _print(console, out["message"], style=style)
 
 
 def register(app: typer.Typer) -> None:

@@ -25,6 +25,7 @@ TAGS = {
     "matrix": "a matrix file: fa build --dry-run plans it",
     "env": "a probe file: fa doctor --env reads it",
     "output": "what a command prints: the test makes the command print it",
+    "recorded": "a real run's output a bench script --record wrote: its test asks the command again",
     "sketch": "a data shape: every name in it exists in the files the info string names",
     "tree": "a picture of the tree: every file and folder it names exists (outputs, after -->, aside)",
 }

@@ -45,3 +45,16 @@ def test_doctor_loads_no_build_pipeline(tmp_path):
     loaded = _modules_after("doctor", "--wheels", str(tmp_path), "--json", cwd=tmp_path)
     assert "buildtool.compat.doctor" in loaded
     assert not {m for m in loaded if m.startswith("buildtool.builder")}
+
+
+@pytest.mark.parametrize("args", [("--help",), ()])
+def test_top_level_help_loads_nothing_heavy(args, tmp_path):
+    """`fa --help` (and a bare `fa`, which shows it) imports neither rich (typer's panels pulled it and
+    markdown-it in: 0.55 s of CPU where the target is 0.3 s) nor yaml, torch or packaging."""
+    loaded = _modules_after(*args, cwd=tmp_path)
+    assert "buildtool.commands._app" in loaded  # the help came from the CLI, not an early exit
+    heavy = {m.split(".")[0] for m in loaded} & {"rich", "markdown_it", "yaml", "torch", "packaging"}
+    assert heavy == set(), heavy
+    assert not {
+        m for m in loaded if m.startswith(("buildtool.builder", "buildtool.compat", "buildtool.core.cuda"))
+    }

@@ -264,7 +264,9 @@ def test_printed_errors_are_what_fa_prints(
         (offline / "matrix.yaml").write_text(text)
         result = run_fa("build", "--matrix", "matrix.yaml", "--dry-run")
         assert result.exit_code == 2, result.output
-        printed.append(result.stderr.strip())
+        said, _, error = result.stderr.partition("\n")  # the command's first line (commands.say), then
+        assert said.startswith("fa build: planning"), said  # the error the block shows
+        printed.append(error.strip())
     assert "\n".join(printed) + "\n" == block.text
 
 

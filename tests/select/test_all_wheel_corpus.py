@@ -118,7 +118,7 @@ def test_fa_doctor_says_what_the_all_wheel_acts_as(tmp_path: Path):
     env = tmp_path / "env.json"
     env.write_text(json.dumps(json.loads((ENVS / "driver520-torch-cu118.json").read_text())["env"]))
     args = ["doctor", "--env", str(env), "--wheels", str(tmp_path)]
-    data = json.loads(CliRunner().invoke(app, [*args, "--json"]).output)
+    data = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)  # stderr: the first line
     assert (data["verdict"], data["variant"]) == ("ok", "all")
     binding = "bindings/libfa_attn_ops-torch2.5cxx11abifalse.so"
     assert data["acts_as"] == {"binding": binding, "cuda_major": 11}

@@ -53,6 +53,8 @@ def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
     """The error, checked to be a single printable `error:` line with no traceback."""
     assert "Traceback" not in done.stderr
     lines = done.stderr.splitlines()
+    if lines and lines[0].startswith("fa doctor: "):  # what it was doing (commands.say), then the error
+        lines = lines[1:]
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith("error: ")
     assert lines[0].isprintable()

@@ -1,0 +1,63 @@
+"""Docs quote no size or count of a built artifact typed by hand (issue 37: the all-wheel was "9 MB" in
+README, 8.6 MiB in using.md and matrix.md, 8.63 MiB and 511 files in build.md; measured 9.23 MiB and
+525 files). Sizes are measured by bench/all_wheel_size.py into docs/figures.md (section wheel-sizes)
+and linked from there; every other size in docs is a limit fa enforces, in binary units as fa prints
+sizes (MiB, KiB, GiB; never MB or KB)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PAGES = [REPO / "README.md", REPO / "CONTRIBUTING.md", *sorted((REPO / "docs").glob("*.md"))]
+GENERATED = REPO / "docs" / "figures.md"  # its sections are written by the scripts that measure
+
+# (what is wrong, the pattern): a decimal unit; a measured-looking size (a fraction of a MiB or KiB, or
+# "about N MiB"); a count of files. A product name like "A100-SXM4-80GB" is not a size.
+HAND_TYPED = (
+    ("a decimal unit (fa prints MiB)", re.compile(r"(?<![\w.-])\d[\d,.]*\s?(?:kB|KB|MB|GB)\b")),
+    ("a measured size", re.compile(r"(?<![\w.-])\d+\.\d+\s?(?:MiB|KiB)\b")),
+    ("a measured size", re.compile(r"(?:about|~)\s*\d[\d,.]*\s?(?:MiB|KiB|GiB)\b")),
+    ("a count of files", re.compile(r"(?<![\w.-])\d[\d,]* files\b")),
+)
+
+
+def hand_typed(text: str) -> list[str]:
+    return [f"{what}: {m[0]!r}" for what, pattern in HAND_TYPED for m in pattern.finditer(text)]
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if p != GENERATED], ids=lambda p: p.name)
+def test_no_size_or_count_typed_by_hand(page: Path) -> None:
+    found = hand_typed(page.read_text(encoding="utf-8"))
+    assert found == [], (
+        f"{page.relative_to(REPO)}: {found}; link docs/figures.md#wheel-sizes (bench/all_wheel_size.py "
+        "--record) instead, and write limits in MiB"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "caught"),
+    [
+        ('the all-wheel is "9 MB"', True),
+        ("8.63 MiB (9,052,383 bytes)", True),
+        ("about 3.3 MiB", True),
+        ("511 files", True),
+        ("index.json at most 16 MiB", False),
+        ('{"name": "NVIDIA A100-SXM4-80GB"}', False),
+        ("shared memory per block (99 KiB sm86)", False),
+    ],
+)
+def test_the_patterns_catch_what_issue_37_found(text: str, caught: bool) -> None:
+    assert bool(hand_typed(text)) is caught
+
+
+def test_the_wheel_sizes_section_is_generated() -> None:
+    text = GENERATED.read_text(encoding="utf-8")
+    section = re.search(r"<!-- begin wheel-sizes -->\n(.*?)\n<!-- end wheel-sizes -->", text, re.DOTALL)
+    assert section, "docs/figures.md has no wheel-sizes section"
+    assert section[1].startswith("Measured "), section[1][:200]
+    assert "bench/all_wheel_size.py" in section[1].splitlines()[0]
+    assert " MB" not in section[1]
