@@ -1,8 +1,9 @@
 // Attention forward for sm_90a (H100, compute capability 9.0 exactly), FlashAttention-3's design in
 // fa's own code: O = softmax(Q K^T * scale) V and the row log-sum-exp, with the numerics contract of
 // fwd.cu (lse, softmax_scale, window, softcap, causal, GQA/MQA, varlen, seqused_k / leftpad_k /
-// kv_batch_idx). Not the paged KV cache (block_table): the binding refuses it for this unit and the
-// routing sends such calls to the sm_90 unit (fwd.cu).
+// kv_batch_idx, and the paged KV cache: block_table with pages of a multiple of FA_BLOCK_N keys, each key
+// block one TMA box in one page, as FA3 does where a page holds whole key blocks; other page sizes the
+// binding and the routing send to the sm_90 unit, fwd.cu).
 //
 // Defines (kernels/tiles.py's sm_90a family, HopperTile; the contract of issue 39):
 //   FA_HEAD_DIM     64, 96, 128, 192, 256 (a call's head_dim is any multiple of 8 <= it)
@@ -15,7 +16,7 @@
 // Warp specialisation (one block = one query block of one (batch, head) pair):
 //   warpgroup 0, the producer: gives registers back (setmaxnreg.dec); one thread loads Q once, then
 //     streams K(n) and V(n) with TMA (cp.async.bulk.tensor) into an FA_STAGES-deep ring of swizzled
-//     shared-memory tiles. Each stage has four mbarriers: k_full / v_full (armed with the bytes the
+//     shared-memory tiles (a paged cache's key block from its page: kv_coords). Each stage has four mbarriers: k_full / v_full (armed with the bytes the
 //     TMA brings: the copy completes the phase) and k_empty / v_empty (every consumer thread arrives
 //     when it has finished reading the tile).
 //   warpgroups 1 .. FA_CONSUMER_WGS, the consumers: take registers (setmaxnreg.inc); each owns 64 query
@@ -185,6 +186,7 @@ struct Block {
   Range keys;  // key blocks to visit, last to first
   float logit_scale, tanh_scale;
   bool softcap;
+  int page_size;  // keys per page when seq.k_pages is set (block_table)
 };
 
 FA_DEVICE Block block_of(const FaParams& p) {
@@ -199,6 +201,7 @@ FA_DEVICE Block block_of(const FaParams& p) {
   b.softcap = p.softcap > 0.f;
   b.logit_scale = b.softcap ? p.softcap * kLog2e : p.scale_softmax_log2;
   b.tanh_scale = b.softcap ? p.scale_softmax / p.softcap : 0.f;
+  b.page_size = p.page_block_size;
   return b;
 }
 
@@ -218,8 +221,22 @@ FA_DEVICE void load_tile(SwizzledTile<ROWS> tile, const CUtensorMap& map, u32 ba
   }
 }
 
-// Run by one thread. Rows are addressed in the tensor maps' coordinates (binding/tensor_maps.h):
-// (column, row, head, batch), with a packed (varlen) tensor's batch of 1 and its sequence's first row.
+// Key block n's (row, batch) in K's and V's tensor maps (binding/tensor_maps.h): (column, row, head,
+// batch), with a packed (varlen) tensor's batch of 1 and its sequence's first row. A paged cache's maps
+// are its pages, (column, row in page, head, page): the block's page from the block table, whose pages
+// hold whole key blocks (tensor_maps.h refuses other page sizes), so one box never crosses a page.
+struct KvCoords {
+  int row, batch;
+};
+
+FA_DEVICE KvCoords kv_coords(const Block& blk, int n) {
+  const Seq& s = blk.seq;
+  const int key0 = n * kBlockN;
+  if (s.k_pages != nullptr) return KvCoords{key0 % blk.page_size, s.k_pages[key0 / blk.page_size]};
+  return KvCoords{static_cast<int>(s.k_row0) + key0, s.k_batch};
+}
+
+// Run by one thread.
 FA_DEVICE void produce(const Block& blk, const Layout& sm, const CUtensorMap& tm_q, const CUtensorMap& tm_k,
                        const CUtensorMap& tm_v) {
   const Seq& s = blk.seq;
@@ -227,12 +244,12 @@ FA_DEVICE void produce(const Block& blk, const Layout& sm, const CUtensorMap& tm
   int i = 0;
   for (int n = blk.keys.end - 1; n >= blk.keys.begin; --n, ++i) {
     const Slot slot = Slot::of(i);
-    const int row = static_cast<int>(s.k_row0) + n * kBlockN;
+    const KvCoords at = kv_coords(blk, n);
     // The consumers have finished with what this stage held kStages blocks ago.
     mbar_wait(sm.k_empty(slot.stage), slot.parity ^ 1);
-    load_tile(sm.sk(slot.stage), tm_k, sm.k_full(slot.stage), row, s.kv_head, s.k_batch);
+    load_tile(sm.sk(slot.stage), tm_k, sm.k_full(slot.stage), at.row, s.kv_head, at.batch);
     mbar_wait(sm.v_empty(slot.stage), slot.parity ^ 1);
-    load_tile(sm.sv(slot.stage), tm_v, sm.v_full(slot.stage), row, s.kv_head, s.k_batch);
+    load_tile(sm.sv(slot.stage), tm_v, sm.v_full(slot.stage), at.row, s.kv_head, at.batch);
   }
 }
 

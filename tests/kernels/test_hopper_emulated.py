@@ -127,3 +127,27 @@ def test_varlen_packed_sequences() -> None:
         low, _ = attention_ref(qi, ki, vi, True, upcast=False)
         assert_fa2_close(f"out[{i}]", out[sq_][None], ref, low)
         check_lse(lse[:, sq_], lse_ref[0], visible_rows(lens_q[i], lens_k[i], True, torch.device("cpu")))
+
+
+# The paged KV cache: each sequence's keys in pages of one and of two key blocks, placed by a shuffled
+# block table over a cache of other random keys (tests/emu/kv_layouts.py: a wrong page reads plausible
+# numbers, not zeros), one sequence ending mid-block and one with no key. Decode (one query row) and a
+# query block's worth; d64 (three consumers, one GEMM at a time) and d128 (two, the overlapped loop).
+@pytest.mark.parametrize(
+    ("d", "layout", "seqlen_q", "causal", "window"),
+    [
+        (64, "paged-1", 1, False, (-1, -1)),
+        (64, "paged-2", 70, True, (-1, -1)),
+        (128, "paged-1", 40, False, (90, 3)),
+        (128, "paged-2", 1, True, (-1, -1)),
+    ],
+)
+def test_paged_kv_through_the_block_table(d, layout, seqlen_q, causal, window) -> None:
+    import kv_layouts
+
+    unit = unit_of("fp16", d)
+    problem = kv_layouts.build(
+        layout, unit.defines["FA_BLOCK_N"], seqlen_q, causal, window, d, seed=d + seqlen_q
+    )
+    out, lse = run(unit, problem.call)
+    kv_layouts.check(problem, out, lse)
