@@ -198,8 +198,9 @@ class HopperTile:
 
     def smem_bytes(self, head_dim: int) -> int:
         """Q (block_m rows) and K and V (block_n rows each) per stage, swizzled and unpadded, then the
-        pipeline's mbarriers (Q's, and a full and an empty one per K and V stage; 8 bytes each)."""
-        barriers = _MBARRIER_BYTES * (1 + 4 * self.stages)
+        pipeline's mbarriers (Q's, a full and an empty one per K and V stage, and the last V block's; 8 bytes
+        each)."""
+        barriers = _MBARRIER_BYTES * (2 + 4 * self.stages)  # q_full, 4 per stage, v_tail
         return (self.block_m + 2 * self.stages * self.block_n) * head_dim * _ELEM_BYTES + barriers
 
     def valid(self, head_dim: int) -> bool:

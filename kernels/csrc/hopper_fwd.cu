@@ -149,15 +149,18 @@ struct Layout {
   FA_DEVICE QTile sq() const { return QTile{q}; }
   FA_DEVICE KVTile sk(int stage) const { return KVTile{k + stage * KVTile::kBytes}; }
   FA_DEVICE KVTile sv(int stage) const { return KVTile{v + stage * KVTile::kBytes}; }
-  // mbarriers: q_full, then per stage k_full, v_full, k_empty, v_empty.
+  // mbarriers: q_full, then per stage k_full, v_full, k_empty, v_empty, then v_tail.
   FA_DEVICE u32 q_full() const { return bars; }
   FA_DEVICE u32 k_full(int stage) const { return bars + 8 * (1 + 4 * stage); }
   FA_DEVICE u32 v_full(int stage) const { return bars + 8 * (2 + 4 * stage); }
   FA_DEVICE u32 k_empty(int stage) const { return bars + 8 * (3 + 4 * stage); }
   FA_DEVICE u32 v_empty(int stage) const { return bars + 8 * (4 + 4 * stage); }
+  // The TMA of the V block that holds the sequence's last key (one per block: phase 0), which the
+  // producer completes itself (load_values) before it arrives on that stage's v_full.
+  FA_DEVICE u32 v_tail() const { return bars + 8 * (1 + 4 * kStages); }
 };
 
-constexpr int kBarrierBytes = 8 * (1 + 4 * kStages);
+constexpr int kBarrierBytes = 8 * (2 + 4 * kStages);
 constexpr int kSmemBytes = QTile::kBytes + 2 * kStages * KVTile::kBytes + kBarrierBytes;
 static_assert(kSmemBytes + 1024 <= 227 * 1024, "over sm_90's 227 KiB of shared memory per block (1 KiB reserved)");
 #ifdef FA_SMEM_BYTES
@@ -236,6 +239,33 @@ FA_DEVICE KvCoords kv_coords(const Block& blk, int n) {
   return KvCoords{static_cast<int>(s.k_row0) + key0, s.k_batch};
 }
 
+// V(n) into `stage`. Rows past the sequence's end must be zeros, as fwd.cu's zero-filling loads make
+// them: P is 0 there, but 0 x NaN is NaN, and those rows are other cache slots (seqused_k, a page's
+// unused tail, the next packed sequence), which may hold anything (torch.empty memory). So the block
+// that holds the last key lands on v_tail; the producer zeroes its rows past the end (generic stores,
+// then fence.proxy.async for wgmma's async-proxy reads) and arrives on v_full itself (count 1, no
+// bytes): the consumers' waits are the same for every block.
+FA_DEVICE void load_values(const Block& blk, const Layout& sm, const CUtensorMap& tm_v, int stage, int n,
+                           KvCoords at) {
+  const int valid = blk.seq.seqlen_k - n * kBlockN;  // >= 1: a visited block holds a key
+  const KVTile tile = sm.sv(stage);
+  if (valid >= kBlockN) {
+    load_tile(tile, tm_v, sm.v_full(stage), at.row, blk.seq.kv_head, at.batch);
+    return;
+  }
+  load_tile(tile, tm_v, sm.v_tail(), at.row, blk.seq.kv_head, at.batch);
+  mbar_wait(sm.v_tail(), 0);
+  // A swizzled row keeps its 16-byte chunks within its own kRowBytes: zero the rows' bytes whole.
+  const Chunk16 zero{0u, 0u, 0u, 0u};
+  for (int panel = 0; panel < kPanels; ++panel) {
+    const u32 first = tile.base + panel * KVTile::kPanelBytes + valid * kRowBytes;
+    const u32 end = tile.base + (panel + 1) * KVTile::kPanelBytes;
+    for (u32 a = first; a < end; a += 16) st_shared16(a, zero);
+  }
+  sm90::fence_async_shared();
+  mbar_arrive(sm.v_full(stage));
+}
+
 // Run by one thread.
 FA_DEVICE void produce(const Block& blk, const Layout& sm, const CUtensorMap& tm_q, const CUtensorMap& tm_k,
                        const CUtensorMap& tm_v) {
@@ -249,7 +279,7 @@ FA_DEVICE void produce(const Block& blk, const Layout& sm, const CUtensorMap& tm
     mbar_wait(sm.k_empty(slot.stage), slot.parity ^ 1);
     load_tile(sm.sk(slot.stage), tm_k, sm.k_full(slot.stage), at.row, s.kv_head, at.batch);
     mbar_wait(sm.v_empty(slot.stage), slot.parity ^ 1);
-    load_tile(sm.sv(slot.stage), tm_v, sm.v_full(slot.stage), at.row, s.kv_head, at.batch);
+    load_values(blk, sm, tm_v, slot.stage, n, at);
   }
 }
 
@@ -465,6 +495,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(sm.k_empty(st), kConsumerThreads);
       mbar_init(sm.v_empty(st), kConsumerThreads);
     }
+    mbar_init(sm.v_tail(), 1);
     sm90::fence_mbar_init();
   }
   __syncthreads();
