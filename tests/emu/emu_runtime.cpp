@@ -1226,8 +1226,8 @@ inline void smem_check_read(uint32_t addr, uint32_t n, uint32_t align, const cha
     } else if (s.w_epoch < 0) {
       fail("%s: reads shared byte %u, which nothing has written", what, addr + i);
     } else if (s.w_epoch == b.epoch && s.w_tid != me && !published_to(b, s, *g.cur)) {
-      fail("%s: reads shared byte %u written by thread %d with no __syncthreads between, nor an mbarrier arrival "
-           "after the write whose phase this thread saw complete (race)",
+      fail("%s: reads shared byte %u written by thread %d with no __syncthreads between (race); an mbarrier arrival "
+           "after the write whose phase this thread saw complete would order them",
            what, addr + i, s.w_tid);
     }
     if (s.r_epoch != b.epoch) {
@@ -1638,8 +1638,8 @@ uint16_t wg_read(Block& b, int wg, uint32_t addr, const char* what, std::vector<
     } else if (s.w_epoch < 0) {
       fail("%s: reads shared byte %u, which nothing has written", what, addr + i);
     } else if (s.w_epoch == b.epoch && s.w_tid / kWarpgroup != wg && !published_to_wg(b, s, wg)) {
-      fail("%s: reads shared byte %u written by thread %d (another warpgroup) with no __syncthreads between, nor an "
-           "mbarrier arrival after the write whose phase every thread of this warpgroup saw complete (race)",
+      fail("%s: reads shared byte %u written by thread %d (another warpgroup) with no __syncthreads between (race); "
+           "an mbarrier arrival after the write whose phase every thread of this warpgroup saw complete would order them",
            what, addr + i, s.w_tid);
     } else if (s.w_tid >= 0 && b.fibers[static_cast<size_t>(s.w_tid)].proxy_fences == s.w_fences) {
       fail("%s: reads shared byte %u, which thread %d wrote with a generic-proxy store and no fence.proxy.async since: "

@@ -201,7 +201,7 @@ TAIL_ARRIVE = "  sm90::fence_async_shared();\n  mbar_arrive(sm.v_full(stage));\n
         (((TAIL_WAIT, ""),), "a TMA writes on the mbarrier"),
         (
             ((TAIL_WAIT, TAIL_WAIT + "  mbar_arrive(sm.v_full(stage));\n"), (TAIL_ARRIVE, "")),
-            "nor an mbarrier arrival after the write",
+            r"another warpgroup\) with no __syncthreads between \(race\); an mbarrier arrival after the write",
         ),
         (((TAIL_ARRIVE, "  mbar_arrive(sm.v_full(stage));\n"),), "no fence.proxy.async"),
     ],

@@ -180,7 +180,7 @@ def test_paged_kv_runs_on_sm90a_where_pages_hold_its_key_blocks(
 
 
 def test_a_9_0_part_with_less_shared_memory_passes_the_large_tile_on() -> None:
-    """The sm_90a d256 tile asks 229,448 B; a 9.0 part offering less runs sm 9.0's (FA2-class) d256."""
+    """The sm_90a d256 tile asks 229,456 B; a 9.0 part offering less runs sm 9.0's (FA2-class) d256."""
     small = dataclasses.replace(H100, smem_per_block=200 * 1024)
     chosen = route(small, Call("fp16", 256))
     assert (chosen.path, chosen.arch) == ("sass", "9.0")
