@@ -198,8 +198,9 @@ class HopperTile:
 
     def smem_bytes(self, head_dim: int) -> int:
         """Q (block_m rows) and K and V (block_n rows each) per stage, swizzled and unpadded, then the
-        pipeline's mbarriers (Q's, and a full and an empty one per K and V stage; 8 bytes each)."""
-        barriers = _MBARRIER_BYTES * (1 + 4 * self.stages)
+        pipeline's mbarriers (Q's, a full and an empty one per K and V stage, and the last V block's; 8 bytes
+        each)."""
+        barriers = _MBARRIER_BYTES * (2 + 4 * self.stages)  # q_full, 4 per stage, v_tail
         return (self.block_m + 2 * self.stages * self.block_n) * head_dim * _ELEM_BYTES + barriers
 
     def valid(self, head_dim: int) -> bool:
@@ -478,9 +479,10 @@ _FWD_SM90A = {
     192: HopperTile(128, 96),
     256: HopperTile(128, 80),
 }
-# What hopper_fwd.cu implements (hkernel's list in the issue 39 contract): all but paged KV, whose pages
-# TMA cannot address (the binding refuses a block table for it): paged calls run sm_90's forward.
-SM90A_FEATURES: frozenset[str] = FEATURES - {"paged_kv"}
+# What hopper_fwd.cu implements (the issue 39 contract): every forward feature, paged KV too, whose key
+# blocks it TMA-loads from their pages: pages must hold whole key blocks of its tile (80 to 128 keys), and
+# a call whose pages do not passes on to sm_90's forward (decision.py _holds_key_blocks).
+SM90A_FEATURES: frozenset[str] = FEATURES
 FAMILIES["sm90a"] = ArchFamily(
     name="sm90a",
     smem_limit=227 * 1024,

@@ -3,8 +3,8 @@
 The kernels branch on two things only: the fields of FaParams (params.h; device code reads them as
 `p.X` / `params.X`) and the compile-time knobs: FA_* names in preprocessor conditions (`#if FA_X`, the
 per-arch ones of primitives.cuh) and every -D define tiles.py gives a unit (`if constexpr` switches,
-e.g. the sm_90a forward's FA_CONSUMER_WGS). A feature an arch's units do not implement (tiles.features:
-sm_90a has no paged KV) is not applicable there, and its problems are not in those units' list. `FEATURES` below declares, per feature, the fields
+e.g. the sm_90a forward's FA_CONSUMER_WGS). A feature an arch's units do not implement (tiles.features,
+e.g. an arch without paged KV) is not applicable there, and its problems are not in those units' list. `FEATURES` below declares, per feature, the fields
 and knobs that implement it and which problems exercise it (a predicate on fa_attn.check's problems).
 `gaps` holds the declaration to the source: a field or knob the source uses that no feature claims, or
 a feature that some unit's problems never exercise, is a gap, and tests/runtime/test_check_coverage.py
@@ -356,8 +356,8 @@ def section_text() -> str:
         + "\n\n"
         + textwrap.fill(
             "The sm_90a forward (hopper_fwd.cu; `fa check --emulate --arch 9.0a`), fp16, head dim 64: a forward "
-            "only, no paged KV (TMA cannot follow a block table; those calls run on sm 9.0's units), so "
-            "those rows are n/a and its problem list has no paged problem.",
+            "only, so the split-KV and backward rows are n/a; its paged problems load each key block from its "
+            "page by TMA (pages of one and of two key blocks).",
             105,
         )
         + "\n\n"

@@ -46,7 +46,7 @@ def emulated_jobs(arch: str, only: tuple[str, ...]) -> list[tuple[Job, Any]]:
         raise UsageError(f"--unit {','.join(only)}: no unit of sm {arch} matches (units: {names}, ...)")
     jobs = []
     tag = cuda_facts.sm_name(arch)
-    paged = "paged_kv" in tiles.features(arch)  # sm_90a: no paged KV, so no paged problems
+    paged = "paged_kv" in tiles.features(arch)  # an arch without paged KV has no paged problems
     for u in units:
         module = f"/emulated/{tag}/{u.name}.cubin"
         launch = [u.head_dim]  # as decision.KernelLaunch.of lays it out

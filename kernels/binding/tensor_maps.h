@@ -11,7 +11,11 @@
 // or BLOCK_N (K, V) rows, one head, one batch; the kernel issues one copy per panel. Columns past the
 // call's head dim and rows past the tensor's end are read as zeros (no OOB fill request), which the
 // kernel relies on: a zero column adds nothing to Q K^T, and keys past a sequence's end are masked.
-// Not the paged KV cache: its pages are not a tensor TMA can address (the routing sends it to sm_90).
+// A paged KV cache (block_table) is mapped as its pages: k/v (pages, page_block_size, heads_k, dim) is
+// (column, row in page, head, page), the kernel taking a key block's page from the block table. Its pages
+// must hold whole key blocks (page_block_size a multiple of BLOCK_N), so no box crosses a page; other page
+// sizes are refused (kSplitPages) and the routing sends them to sm_90's unit, which reads any page size
+// its own key block divides.
 #ifndef FA_BINDING_TENSOR_MAPS_H_
 #define FA_BINDING_TENSOR_MAPS_H_
 
@@ -54,7 +58,8 @@ struct Maps {
 
 // What FaParams does not say: the element type and the tensors' extents (rows: seqlen of a padded
 // tensor, total of a packed one; batches: dim 0 of a padded tensor, 1 for a packed one; k/v may hold
-// more batch rows than the call's batch with kv_batch_idx).
+// more batch rows than the call's batch with kv_batch_idx; a paged k/v's rows are page_block_size and
+// its batches the pages).
 struct Source {
   bool bf16;
   int64_t q_rows, q_batches;
@@ -63,7 +68,7 @@ struct Source {
 
 enum class Status {
   kOk,
-  kPaged,       // block_table: not TMA-addressable (use the sm_90 unit)
+  kSplitPages,  // block_table with pages that do not hold whole key blocks (use the sm_90 unit)
   kBadTile,     // bucket / block sizes the kernel does not build
   kUnaligned,   // a base address not a multiple of 16 bytes
   kBadStride,   // a stride not a multiple of 16 bytes, or >= 2^40
@@ -115,11 +120,13 @@ inline Status encode_one(const void* base, int64_t rows, int64_t batches, int64_
 
 // Q's, K's and V's maps for hopper_fwd.cu built with (bucket, block_m, block_n).
 inline Status hopper_maps(const FaParams& p, const Source& src, int bucket, int block_m, int block_n, Maps* out) {
-  if (p.block_table != nullptr) return Status::kPaged;
   const bool bucket_ok = bucket == 64 || bucket == 96 || bucket == 128 || bucket == 192 || bucket == 256;
   if (!bucket_ok || block_m < 64 || block_m > static_cast<int>(kMaxBoxDim) || block_n < 16 ||
       block_n > static_cast<int>(kMaxBoxDim) || p.head_dim > bucket) {
     return Status::kBadTile;
+  }
+  if (p.block_table != nullptr && (p.page_block_size < 1 || p.page_block_size % block_n != 0)) {
+    return Status::kSplitPages;
   }
   Maps m{};
   Status s = encode_one(p.q, src.q_rows, src.q_batches, p.q_row_stride, p.q_head_stride, p.q_batch_stride, p.heads,
@@ -140,8 +147,8 @@ inline const char* status_text(Status s) {
   switch (s) {
     case Status::kOk:
       return "ok";
-    case Status::kPaged:
-      return "a paged KV cache (block_table) is not TMA-addressable; the sm_90 unit serves it";
+    case Status::kSplitPages:
+      return "the paged KV cache's pages do not hold whole key blocks of this unit; the sm_90 unit serves them";
     case Status::kBadTile:
       return "the unit's head-dim bucket or block sizes are not the sm_90a kernel's (reinstall fa-attn)";
     case Status::kUnaligned:

@@ -1,8 +1,9 @@
 // Attention forward for sm_90a (H100, compute capability 9.0 exactly), FlashAttention-3's design in
 // fa's own code: O = softmax(Q K^T * scale) V and the row log-sum-exp, with the numerics contract of
 // fwd.cu (lse, softmax_scale, window, softcap, causal, GQA/MQA, varlen, seqused_k / leftpad_k /
-// kv_batch_idx). Not the paged KV cache (block_table): the binding refuses it for this unit and the
-// routing sends such calls to the sm_90 unit (fwd.cu).
+// kv_batch_idx, and the paged KV cache: block_table with pages of a multiple of FA_BLOCK_N keys, each key
+// block one TMA box in one page, as FA3 does where a page holds whole key blocks; other page sizes the
+// binding and the routing send to the sm_90 unit, fwd.cu).
 //
 // Defines (kernels/tiles.py's sm_90a family, HopperTile; the contract of issue 39):
 //   FA_HEAD_DIM     64, 96, 128, 192, 256 (a call's head_dim is any multiple of 8 <= it)
@@ -15,7 +16,7 @@
 // Warp specialisation (one block = one query block of one (batch, head) pair):
 //   warpgroup 0, the producer: gives registers back (setmaxnreg.dec); one thread loads Q once, then
 //     streams K(n) and V(n) with TMA (cp.async.bulk.tensor) into an FA_STAGES-deep ring of swizzled
-//     shared-memory tiles. Each stage has four mbarriers: k_full / v_full (armed with the bytes the
+//     shared-memory tiles (a paged cache's key block from its page: kv_coords). Each stage has four mbarriers: k_full / v_full (armed with the bytes the
 //     TMA brings: the copy completes the phase) and k_empty / v_empty (every consumer thread arrives
 //     when it has finished reading the tile).
 //   warpgroups 1 .. FA_CONSUMER_WGS, the consumers: take registers (setmaxnreg.inc); each owns 64 query
@@ -148,15 +149,18 @@ struct Layout {
   FA_DEVICE QTile sq() const { return QTile{q}; }
   FA_DEVICE KVTile sk(int stage) const { return KVTile{k + stage * KVTile::kBytes}; }
   FA_DEVICE KVTile sv(int stage) const { return KVTile{v + stage * KVTile::kBytes}; }
-  // mbarriers: q_full, then per stage k_full, v_full, k_empty, v_empty.
+  // mbarriers: q_full, then per stage k_full, v_full, k_empty, v_empty, then v_tail.
   FA_DEVICE u32 q_full() const { return bars; }
   FA_DEVICE u32 k_full(int stage) const { return bars + 8 * (1 + 4 * stage); }
   FA_DEVICE u32 v_full(int stage) const { return bars + 8 * (2 + 4 * stage); }
   FA_DEVICE u32 k_empty(int stage) const { return bars + 8 * (3 + 4 * stage); }
   FA_DEVICE u32 v_empty(int stage) const { return bars + 8 * (4 + 4 * stage); }
+  // The TMA of the V block that holds the sequence's last key (one per block: phase 0), which the
+  // producer completes itself (load_values) before it arrives on that stage's v_full.
+  FA_DEVICE u32 v_tail() const { return bars + 8 * (1 + 4 * kStages); }
 };
 
-constexpr int kBarrierBytes = 8 * (1 + 4 * kStages);
+constexpr int kBarrierBytes = 8 * (2 + 4 * kStages);
 constexpr int kSmemBytes = QTile::kBytes + 2 * kStages * KVTile::kBytes + kBarrierBytes;
 static_assert(kSmemBytes + 1024 <= 227 * 1024, "over sm_90's 227 KiB of shared memory per block (1 KiB reserved)");
 #ifdef FA_SMEM_BYTES
@@ -185,6 +189,7 @@ struct Block {
   Range keys;  // key blocks to visit, last to first
   float logit_scale, tanh_scale;
   bool softcap;
+  int page_size;  // keys per page when seq.k_pages is set (block_table)
 };
 
 FA_DEVICE Block block_of(const FaParams& p) {
@@ -199,6 +204,7 @@ FA_DEVICE Block block_of(const FaParams& p) {
   b.softcap = p.softcap > 0.f;
   b.logit_scale = b.softcap ? p.softcap * kLog2e : p.scale_softmax_log2;
   b.tanh_scale = b.softcap ? p.scale_softmax / p.softcap : 0.f;
+  b.page_size = p.page_block_size;
   return b;
 }
 
@@ -218,8 +224,49 @@ FA_DEVICE void load_tile(SwizzledTile<ROWS> tile, const CUtensorMap& map, u32 ba
   }
 }
 
-// Run by one thread. Rows are addressed in the tensor maps' coordinates (binding/tensor_maps.h):
-// (column, row, head, batch), with a packed (varlen) tensor's batch of 1 and its sequence's first row.
+// Key block n's (row, batch) in K's and V's tensor maps (binding/tensor_maps.h): (column, row, head,
+// batch), with a packed (varlen) tensor's batch of 1 and its sequence's first row. A paged cache's maps
+// are its pages, (column, row in page, head, page): the block's page from the block table, whose pages
+// hold whole key blocks (tensor_maps.h refuses other page sizes), so one box never crosses a page.
+struct KvCoords {
+  int row, batch;
+};
+
+FA_DEVICE KvCoords kv_coords(const Block& blk, int n) {
+  const Seq& s = blk.seq;
+  const int key0 = n * kBlockN;
+  if (s.k_pages != nullptr) return KvCoords{key0 % blk.page_size, s.k_pages[key0 / blk.page_size]};
+  return KvCoords{static_cast<int>(s.k_row0) + key0, s.k_batch};
+}
+
+// V(n) into `stage`. Rows past the sequence's end must be zeros, as fwd.cu's zero-filling loads make
+// them: P is 0 there, but 0 x NaN is NaN, and those rows are other cache slots (seqused_k, a page's
+// unused tail, the next packed sequence), which may hold anything (torch.empty memory). So the block
+// that holds the last key lands on v_tail; the producer zeroes its rows past the end (generic stores,
+// then fence.proxy.async for wgmma's async-proxy reads) and arrives on v_full itself (count 1, no
+// bytes): the consumers' waits are the same for every block.
+FA_DEVICE void load_values(const Block& blk, const Layout& sm, const CUtensorMap& tm_v, int stage, int n,
+                           KvCoords at) {
+  const int valid = blk.seq.seqlen_k - n * kBlockN;  // >= 1: a visited block holds a key
+  const KVTile tile = sm.sv(stage);
+  if (valid >= kBlockN) {
+    load_tile(tile, tm_v, sm.v_full(stage), at.row, blk.seq.kv_head, at.batch);
+    return;
+  }
+  load_tile(tile, tm_v, sm.v_tail(), at.row, blk.seq.kv_head, at.batch);
+  mbar_wait(sm.v_tail(), 0);
+  // A swizzled row keeps its 16-byte chunks within its own kRowBytes: zero the rows' bytes whole.
+  const Chunk16 zero{0u, 0u, 0u, 0u};
+  for (int panel = 0; panel < kPanels; ++panel) {
+    const u32 first = tile.base + panel * KVTile::kPanelBytes + valid * kRowBytes;
+    const u32 end = tile.base + (panel + 1) * KVTile::kPanelBytes;
+    for (u32 a = first; a < end; a += 16) st_shared16(a, zero);
+  }
+  sm90::fence_async_shared();
+  mbar_arrive(sm.v_full(stage));
+}
+
+// Run by one thread.
 FA_DEVICE void produce(const Block& blk, const Layout& sm, const CUtensorMap& tm_q, const CUtensorMap& tm_k,
                        const CUtensorMap& tm_v) {
   const Seq& s = blk.seq;
@@ -227,12 +274,12 @@ FA_DEVICE void produce(const Block& blk, const Layout& sm, const CUtensorMap& tm
   int i = 0;
   for (int n = blk.keys.end - 1; n >= blk.keys.begin; --n, ++i) {
     const Slot slot = Slot::of(i);
-    const int row = static_cast<int>(s.k_row0) + n * kBlockN;
+    const KvCoords at = kv_coords(blk, n);
     // The consumers have finished with what this stage held kStages blocks ago.
     mbar_wait(sm.k_empty(slot.stage), slot.parity ^ 1);
-    load_tile(sm.sk(slot.stage), tm_k, sm.k_full(slot.stage), row, s.kv_head, s.k_batch);
+    load_tile(sm.sk(slot.stage), tm_k, sm.k_full(slot.stage), at.row, s.kv_head, at.batch);
     mbar_wait(sm.v_empty(slot.stage), slot.parity ^ 1);
-    load_tile(sm.sv(slot.stage), tm_v, sm.v_full(slot.stage), row, s.kv_head, s.k_batch);
+    load_values(blk, sm, tm_v, slot.stage, n, at);
   }
 }
 
@@ -448,6 +495,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(sm.k_empty(st), kConsumerThreads);
       mbar_init(sm.v_empty(st), kConsumerThreads);
     }
+    mbar_init(sm.v_tail(), 1);
     sm90::fence_mbar_init();
   }
   __syncthreads();

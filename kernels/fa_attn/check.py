@@ -50,8 +50,8 @@ class Job:
     entries: str
     launch: tuple[int, ...]
     device: int  # CUDA device index
-    # False: the unit reads no paged KV (sm_90a: TMA cannot follow a block table; those calls run on sm_90's
-    # unit), so the paged problems are not its (problems(paged=False))
+    # False: the unit reads no paged KV (an arch-specific unit whose manifest features lack paged_kv; those
+    # calls run on the plain arch's unit), so the paged problems are not its (problems(paged=False))
     paged: bool = True
 
 
@@ -90,8 +90,8 @@ def problems(
     sequences (no queries, no keys). Forward and split-KV add the KV-cache layouts: seqused_k,
     leftpad_k, cache_batch_idx and pages of one and of two key blocks; split-KV runs every problem in
     2 shares and adds a problem with more shares than key blocks (an empty share). Then, where a GPU
-    runs them (`medium`), a medium shape of each layout. A unit without paged KV (`paged` False: sm_90a,
-    whose TMA loads cannot follow a block table) has no paged problems (NOT_PAGED names them)."""
+    runs them (`medium`), a medium shape of each layout. A unit without paged KV (`paged` False: an
+    arch-specific unit without the feature) has no paged problems (NOT_PAGED names them)."""
     m, n = block_m, block_n
     sq, sk = m + 17, 2 * n + 15  # two query blocks and three key blocks, the last of each partial
     short = (17, n + 15)  # one partial query block, two key blocks
@@ -155,7 +155,7 @@ def problems(
 
 
 # Why a unit without paged KV has no paged problems (fa check's answer to `--problem paged...` on it).
-NOT_PAGED = "reads no paged KV (TMA cannot follow a block table): paged calls run on the plain arch's unit"
+NOT_PAGED = "reads no paged KV (not among its features): paged calls run on the plain arch's unit"
 
 
 def _named(name: str, **fields: Any) -> tuple[str, dict[str, Any]]:

@@ -334,7 +334,7 @@ extern "C" int emu_hopper_maps(const FaParams* p, int bf16, long long q_rows, lo
 """
 _MAPS_STATUS = (
     "ok",
-    "paged KV (block_table) is not TMA-addressable",
+    "the paged KV cache's pages do not hold whole key blocks",
     "no such tile",
     "a base address not a multiple of 16 bytes",
     "a stride not a multiple of 16 bytes or >= 2^40",

@@ -817,6 +817,15 @@ struct Fiber {
   std::vector<std::pair<uint32_t, uint32_t>> observed;  // mbarrier -> phases this thread saw complete
   uint32_t wait_bar = 0, wait_parity = 0;
   uint32_t proxy_fences = 0;  // fence.proxy.async executed
+  // Release by mbarrier arrival: this thread's shared-memory writes so far (counted) and, per arrival,
+  // the mbarrier, the phase count its completion reaches and the write count then. A thread that saw
+  // that phase complete may read what this thread wrote before the arrival (mbarrier.arrive releases,
+  // try_wait acquires; PTX ISA "Memory Consistency Model").
+  uint32_t smem_writes = 0;
+  struct Release {
+    uint32_t bar, phase, writes;
+  };
+  std::vector<Release> releases;
 };
 
 enum AccessKind { kAccLd, kAccSt, kAccCpAsync, kAccLdmatrix, kAccKinds };
@@ -851,6 +860,7 @@ struct Shadow {
   int32_t tma_bar = -1;      // kAsyncWritten: the mbarrier the TMA completed on, and its phase then
   uint32_t tma_phase = 0;
   uint32_t w_fences = 0;     // the writer's fence.proxy.async count when it wrote (a generic write)
+  uint32_t w_seq = 0;        // the writer's smem_writes count after this write (a generic write)
 };
 constexpr int16_t kManyReaders = -2;
 
@@ -859,6 +869,10 @@ struct Mbar {
   uint32_t count = 0, pending = 0;
   int64_t tx = 0;
   uint32_t phase = 0;  // phases completed
+  // What the arriving threads of the current phase had seen of the mbarriers, and, per completed phase
+  // count, what a thread that sees it complete learns (cumulative: release is transitive).
+  std::vector<std::pair<uint32_t, uint32_t>> arriving;
+  std::map<uint32_t, std::vector<std::pair<uint32_t, uint32_t>>> released;
 };
 
 // The wgmmas a warpgroup committed together (wgmma.commit_group), with the shared memory they read.
@@ -1185,6 +1199,17 @@ inline void check_tma_seen(const Fiber* f, const Shadow& s, uint32_t addr, const
   }
 }
 
+// Whether thread `reader` may read a byte that thread s.w_tid wrote with a generic store in this epoch
+// (no __syncthreads between): the writer arrived on an mbarrier after the write and the reader saw
+// that phase complete (itself, through another mbarrier's release, or through a barrier).
+inline bool published_to(const Block& b, const Shadow& s, const Fiber& reader) {
+  if (s.w_tid < 0) return false;
+  for (const Fiber::Release& r : b.fibers[static_cast<size_t>(s.w_tid)].releases) {
+    if (r.writes >= s.w_seq && seen_phases(&reader, r.bar) >= r.phase) return true;
+  }
+  return false;
+}
+
 // Race checks of a read by the current thread (no data moved).
 inline void smem_check_read(uint32_t addr, uint32_t n, uint32_t align, const char* what) {
   check_smem_range(addr, n, align, what);
@@ -1200,9 +1225,10 @@ inline void smem_check_read(uint32_t addr, uint32_t n, uint32_t align, const cha
       check_tma_seen(g.cur, s, addr + i, what);
     } else if (s.w_epoch < 0) {
       fail("%s: reads shared byte %u, which nothing has written", what, addr + i);
-    } else if (s.w_epoch == b.epoch && s.w_tid != me) {
-      fail("%s: reads shared byte %u written by thread %d with no __syncthreads between (race)", what, addr + i,
-           s.w_tid);
+    } else if (s.w_epoch == b.epoch && s.w_tid != me && !published_to(b, s, *g.cur)) {
+      fail("%s: reads shared byte %u written by thread %d with no __syncthreads between (race); an mbarrier arrival "
+           "after the write whose phase this thread saw complete would order them",
+           what, addr + i, s.w_tid);
     }
     if (s.r_epoch != b.epoch) {
       s.r_epoch = b.epoch;
@@ -1241,11 +1267,13 @@ inline void smem_check_write(uint32_t addr, uint32_t n, uint32_t align, const ch
   Block& b = *g.cur->blk;
   const int16_t me = static_cast<int16_t>(g.cur->index);
   smem_claim(addr, n, me, what);
+  const uint32_t seq = ++g.cur->smem_writes;
   for (uint32_t i = 0; i < n; ++i) {
     Shadow& s = b.shadow[addr + i];
     s.w_epoch = b.epoch;
     s.w_tid = me;
     s.w_fences = g.cur->proxy_fences;
+    s.w_seq = seq;
   }
 }
 
@@ -1586,6 +1614,14 @@ uint32_t desc_address(uint64_t desc, int row, int k, bool mn_major, const Instr&
   return a ^ ((a >> 7 & ((1u << bits) - 1)) << 4);
 }
 
+// published_to for every thread of warpgroup `wg` (a wgmma's shared-memory operand).
+inline bool published_to_wg(const Block& b, const Shadow& s, int wg) {
+  for (int t = 0; t < kWarpgroup; ++t) {
+    if (!published_to(b, s, b.fibers[static_cast<size_t>(wg * kWarpgroup + t)])) return false;
+  }
+  return true;
+}
+
 // One 16-bit element a wgmma reads from shared memory, with the read rules: inside the launch's shared
 // memory, written, not by a thread outside the warpgroup since the last __syncthreads, not under a
 // cp.async in flight; a TMA's bytes after every thread of the warpgroup saw its mbarrier phase complete.
@@ -1601,8 +1637,9 @@ uint16_t wg_read(Block& b, int wg, uint32_t addr, const char* what, std::vector<
       see_phases(tma, static_cast<uint32_t>(s.tma_bar), s.tma_phase + 1);
     } else if (s.w_epoch < 0) {
       fail("%s: reads shared byte %u, which nothing has written", what, addr + i);
-    } else if (s.w_epoch == b.epoch && s.w_tid / kWarpgroup != wg) {
-      fail("%s: reads shared byte %u written by thread %d (another warpgroup) with no __syncthreads between (race)",
+    } else if (s.w_epoch == b.epoch && s.w_tid / kWarpgroup != wg && !published_to_wg(b, s, wg)) {
+      fail("%s: reads shared byte %u written by thread %d (another warpgroup) with no __syncthreads between (race); "
+           "an mbarrier arrival after the write whose phase every thread of this warpgroup saw complete would order them",
            what, addr + i, s.w_tid);
     } else if (s.w_tid >= 0 && b.fibers[static_cast<size_t>(s.w_tid)].proxy_fences == s.w_fences) {
       fail("%s: reads shared byte %u, which thread %d wrote with a generic-proxy store and no fence.proxy.async since: "
@@ -1802,7 +1839,13 @@ Mbar& find_mbar(uint32_t addr, const char* what) {
 // A phase completes when its arrivals and its transaction bytes are all in; the next begins.
 void mbar_progress(Mbar& m, uint32_t addr) {
   if (m.pending != 0 || m.tx != 0) return;
+  std::vector<std::pair<uint32_t, uint32_t>> learned;
+  const auto before = m.released.find(m.phase);
+  if (before != m.released.end()) learned = before->second;
+  for (const auto& e : m.arriving) see_phases(learned, e.first, e.second);
+  m.arriving.clear();
   ++m.phase;
+  m.released[m.phase] = std::move(learned);
   m.pending = m.count;
   for (Fiber& o : g.cur->blk->fibers) {
     if (o.state == State::kWaitMbar && o.wait_bar == addr) make_ready(&o);
@@ -2004,6 +2047,8 @@ void exec_sm90(const Instr& in, Regs& r, uintptr_t site) {
              "all (it waits for %lld transaction bytes)",
              in.text.c_str(), a, m.count, m.phase, static_cast<long long>(m.tx));
       }
+      for (const auto& e : f->observed) see_phases(m.arriving, e.first, e.second);
+      f->releases.push_back(Fiber::Release{a, m.phase + 1, f->smem_writes});
       --m.pending;
       mbar_progress(m, a);
       return;
@@ -2028,6 +2073,10 @@ void exec_sm90(const Instr& in, Regs& r, uintptr_t site) {
             }
           }
           if (seen_phases(f, a) < seen) f->observed.emplace_back(a, seen);
+          const auto learned = m.released.find(seen);  // what the arrivals of that phase had seen
+          if (learned != m.released.end()) {
+            for (const auto& e : learned->second) see_phases(f->observed, e.first, e.second);
+          }
           set_reg(r, in.args[0].regs[0], 1);
           return;
         }
@@ -2076,6 +2125,7 @@ inline uint16_t narrow(float f, Ty ty, bool rz) { return ty == Ty::kBF16 ? float
 void wait_groups(Fiber* f, size_t keep) {
   Block& b = *f->blk;
   while (f->committed.size() > keep) {
+    const uint32_t seq = ++f->smem_writes;
     for (const CopyOp& op : f->committed.front()) {
       unsigned char data[16] = {0};
       if (op.src_bytes > 0) memcpy(data, op.src, static_cast<size_t>(op.src_bytes));
@@ -2086,6 +2136,7 @@ void wait_groups(Fiber* f, size_t keep) {
         s.w_epoch = b.epoch;
         s.w_tid = static_cast<int16_t>(f->index);
         s.w_fences = f->proxy_fences;
+        s.w_seq = seq;
       }
     }
     f->committed.pop_front();
@@ -2318,6 +2369,8 @@ void start_block(Block& b, int64_t id) {
     f.dirty.clear();
     f.observed.clear();
     f.proxy_fences = 0;
+    f.smem_writes = 0;
+    f.releases.clear();
     f.started = false;
     makecontext(&f.ctx, fiber_main, 0);
     make_ready(&f);

@@ -8,6 +8,7 @@ the wgmma operand descriptors, the masks and the softmax are right under the PTX
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -127,3 +128,98 @@ def test_varlen_packed_sequences() -> None:
         low, _ = attention_ref(qi, ki, vi, True, upcast=False)
         assert_fa2_close(f"out[{i}]", out[sq_][None], ref, low)
         check_lse(lse[:, sq_], lse_ref[0], visible_rows(lens_q[i], lens_k[i], True, torch.device("cpu")))
+
+
+# The paged KV cache: each sequence's keys in pages of one and of two key blocks, placed by a shuffled
+# block table over a cache of other random keys (tests/emu/kv_layouts.py: a wrong page reads plausible
+# numbers, not zeros), one sequence ending mid-block and one with no key. Decode (one query row) and a
+# query block's worth; d64 (three consumers, one GEMM at a time) and d128 (two, the overlapped loop).
+@pytest.mark.parametrize(
+    ("d", "layout", "seqlen_q", "causal", "window"),
+    [
+        (64, "paged-1", 1, False, (-1, -1)),
+        (64, "paged-2", 70, True, (-1, -1)),
+        (128, "paged-1", 40, False, (90, 3)),
+        (128, "paged-2", 1, True, (-1, -1)),
+    ],
+)
+def test_paged_kv_through_the_block_table(d, layout, seqlen_q, causal, window) -> None:
+    import kv_layouts
+
+    unit = unit_of("fp16", d)
+    problem = kv_layouts.build(
+        layout, unit.defines["FA_BLOCK_N"], seqlen_q, causal, window, d, seed=d + seqlen_q
+    )
+    out, lse = run(unit, problem.call)
+    kv_layouts.check(problem, out, lse)
+
+
+def _poison_unread_slots(problem) -> None:
+    """NaN in every cache slot no sequence owns (torch.empty memory: flash_attn.modules.mha's cache, a
+    serving engine's page pool), in k and v: flash-attn 2 never reads them (its loads zero-fill past a
+    sequence's end), so they must not reach the output (0 * NaN in P V)."""
+    c = problem.call
+    lengths = [k.shape[0] for k in problem.keys]
+    owned = torch.zeros(c.k.shape[:2], dtype=torch.bool)
+    for b, n in enumerate(lengths):
+        if c.block_table is not None:
+            page = c.k.shape[1]
+            for t in range(n):
+                owned[int(c.block_table[b, t // page]), t % page] = True
+        else:
+            owned[b, :n] = True
+    c.k[~owned] = float("nan")
+    c.v[~owned] = float("nan")
+
+
+# The key block that holds a sequence's last key runs past it (one ending mid-block): its V rows past the
+# end are the cache's other slots, here NaN. d64 (three consumers) and d128 (two, overlapped); pages of
+# one and of two key blocks, and a padded cache with seqused_k.
+@pytest.mark.parametrize(("d", "layout"), [(64, "paged-1"), (128, "paged-2"), (128, "ragged")])
+def test_cache_slots_past_a_sequence_are_never_read(d: int, layout: str) -> None:
+    import kv_layouts
+
+    unit = unit_of("fp16", d)
+    problem = kv_layouts.build(layout, unit.defines["FA_BLOCK_N"], 5, True, (-1, -1), d, seed=7 * d)
+    _poison_unread_slots(problem)
+    out, lse = run(unit, problem.call)
+    kv_layouts.check(problem, out, lse)
+
+
+# The tail's hand-over broken three ways in a copy of kernels/csrc, each caught by the emulator's rules for
+# shared memory written by one warpgroup and read by another's wgmma: the producer arrives before it saw the
+# TMA land (the consumers read TMA bytes no one they synchronised with waited for), arrives before it
+# zeroes (its stores are not released by the arrival the consumers waited for), or omits the proxy fence
+# (wgmma reads through the async proxy).
+TAIL_WAIT = "  mbar_wait(sm.v_tail(), 0);\n"
+TAIL_ARRIVE = "  sm90::fence_async_shared();\n  mbar_arrive(sm.v_full(stage));\n"
+
+
+@pytest.mark.parametrize(
+    ("edits", "why"),
+    [
+        (((TAIL_WAIT, ""),), "a TMA writes on the mbarrier"),
+        (
+            ((TAIL_WAIT, TAIL_WAIT + "  mbar_arrive(sm.v_full(stage));\n"), (TAIL_ARRIVE, "")),
+            r"another warpgroup\) with no __syncthreads between \(race\); an mbarrier arrival after the write",
+        ),
+        (((TAIL_ARRIVE, "  mbar_arrive(sm.v_full(stage));\n"),), "no fence.proxy.async"),
+    ],
+    ids=["arrive-before-the-tma-landed", "zeroes-after-the-arrival", "no-proxy-fence"],
+)
+def test_a_broken_tail_hand_over_is_caught(
+    tmp_path: Path, edits: tuple[tuple[str, str], ...], why: str
+) -> None:
+    import kv_layouts
+
+    dst = tmp_path / "csrc"
+    shutil.copytree(H.CSRC, dst)
+    text = (dst / "hopper_fwd.cu").read_text()
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    (dst / "hopper_fwd.cu").write_text(text)
+    unit = unit_of("fp16", 64)
+    problem = kv_layouts.build("paged-1", unit.defines["FA_BLOCK_N"], 5, False, (-1, -1), 64, seed=3)
+    with pytest.raises(H.EmulatorError, match=why):
+        run(unit, problem.call, csrc=dst)

@@ -263,4 +263,10 @@ MUTANTS: tuple[Mutant, ...] = (
         "k.k_major(0, k0), 1);",
         "fwd_fp16_d64", "blocks", "9.0a",
     ),
+    Mutant(  # the key block's index taken for its page's: right for pages of one key block only
+        "sm90a-wrong-page", "sm_90a paged KV", "hopper_fwd.cu",
+        "return KvCoords{key0 % blk.page_size, s.k_pages[key0 / blk.page_size]};",
+        "return KvCoords{key0 % blk.page_size, s.k_pages[n]};",
+        "fwd_fp16_d64", "paged256", "9.0a",
+    ),
 )  # fmt: skip

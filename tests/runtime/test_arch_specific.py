@@ -132,7 +132,11 @@ def test_there_is_never_ptx_of_sm90a() -> None:
     ("call", "why"),
     [
         (Call("bf16", 128, backward=True), "backward-unsupported"),  # forward only
-        (Call("bf16", 128, features=frozenset({"paged_kv"}), page_size=256), "feature-unsupported"),
+        # pages of 256 keys split sm_90a's d256 key blocks of 80; sm 9.0's d256 unit reads 64-key blocks
+        (
+            Call("bf16", 256, features=frozenset({"paged_kv"}), page_size=256),
+            "feature-unsupported: paged_kv with pages of 256 keys",
+        ),
     ],
 )
 def test_a_call_sm90a_does_not_serve_goes_to_sm90_with_its_reason(call: Call, why: str) -> None:
@@ -148,12 +152,35 @@ def test_a_call_sm90a_does_not_serve_goes_to_sm90_with_its_reason(call: Call, wh
     [{"causal", "gqa"}, {"varlen", "window"}, {"softcap"}, {"seqused_k", "leftpad_k", "cache_batch_idx"}],
 )
 def test_what_hopper_fwd_implements_runs_on_sm90a(features: set[str]) -> None:
-    """hkernel's list (hopper_api.md): every forward feature but paged KV, which TMA cannot address."""
+    """hkernel's list (hopper_api.md): every forward feature, paged KV too (below)."""
     assert route(H100, Call("bf16", 128, features=frozenset(features))).arch == "9.0a"
 
 
+@pytest.mark.parametrize(
+    ("dtype", "head_dim", "page_size", "then"),
+    [("bf16", 128, 256, "9.0"), ("fp16", 64, 128, "9.0"), ("fp16", 192, 96, None)],
+)
+def test_paged_kv_runs_on_sm90a_where_pages_hold_its_key_blocks(
+    dtype: str, head_dim: int, page_size: int, then: str | None
+) -> None:
+    """A decode over a paged cache on an H100: the sm_90a forward TMA-loads each key block from its page
+    when pages hold whole key blocks of its tile (128 keys at d64 and d128, 96 at d192). Pages of 96 split
+    sm 9.0's 64-key blocks: behind sm_90a (until its check passes, or where it fails) such a call falls
+    back to SDPA, saying so."""
+    call = Call(dtype, head_dim, features=frozenset({"paged_kv", "seqused_k"}), page_size=page_size)
+    chosen = route(H100, call)
+    assert (chosen.path, chosen.arch, chosen.passed_over) == ("sass", "9.0a", ())
+    assert chosen.fwd is not None
+    assert "/kernels/sm_90a/fwd_" in chosen.fwd.module
+    assert chosen.then is not None
+    assert chosen.then.arch == then
+    if then is None:
+        assert [r.code for r in chosen.then.reasons] == ["feature-unsupported"]
+        assert "pages of 96 keys" in chosen.then.reasons[0].message
+
+
 def test_a_9_0_part_with_less_shared_memory_passes_the_large_tile_on() -> None:
-    """The sm_90a d256 tile asks 229,448 B; a 9.0 part offering less runs sm 9.0's (FA2-class) d256."""
+    """The sm_90a d256 tile asks 229,456 B; a 9.0 part offering less runs sm 9.0's (FA2-class) d256."""
     small = dataclasses.replace(H100, smem_per_block=200 * 1024)
     chosen = route(small, Call("fp16", 256))
     assert (chosen.path, chosen.arch) == ("sass", "9.0")
@@ -284,8 +311,8 @@ def test_fa_check_on_an_h100_checks_sm90a_and_the_sm90_units_behind_it() -> None
         for dtype in ("fp16", "bf16"):
             assert {f"sm_90a/fwd_{dtype}_d{d}" for d in (64, 96, 128, 192, 256)} <= units
             assert {f"sm_90/fwd_{dtype}_d{d}" for d in tiles.HEAD_DIM_BUCKETS} <= units
-        # the sm_90a units read no paged KV: their check has no paged problem, sm 9.0's keeps its own
-        assert {job.paged for job in jobs if job.unit.startswith("sm_90a/")} == {False}
+        # the sm_90a units read paged KV (the manifest lists it): their check runs the paged problems too
+        assert {job.paged for job in jobs if job.unit.startswith("sm_90a/")} == {True}
         assert {job.paged for job in jobs if job.unit.startswith("sm_90/")} == {True}
     a100 = Device("cuda", "8.0", 163 * 1024, "580.65.06")
     jobs, _ = check.jobs_on(a100, 0, MANIFEST, driver=lambda: "580.65.06", package_dir=Path("/wheel/fa_attn"))

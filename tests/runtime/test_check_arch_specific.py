@@ -1,6 +1,6 @@
 """`fa check --emulate --arch 9.0a`: it selects the sm_90a units (issue 39) and runs them on the emulator
 (wgmma, mbarrier, TMA) with the Q, K, V tensor maps the binding makes, on the problems their features
-cover (no paged KV: no paged problem); a checkout that cannot run them exits 1 saying what is missing,
+cover (paged KV too: the key block's page by TMA); a checkout that cannot run them exits 1 saying what is missing,
 the kernel source or the emulator's support, never a pass."""
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def test_fa_check_emulate_9_0a_passes_a_shipped_unit() -> None:
     compares with the fp32 reference; a few problems of one unit (the full run is the CLI's)."""
     if tiles.missing_sources("9.0a"):
         pytest.skip("csrc/hopper_fwd.cu is not in this tree")
-    problems = ("blocks-causal", "gqa2", "varlen", "leftpad")
+    problems = ("blocks-causal", "gqa2", "varlen", "leftpad", "paged128", "paged256")
     done = fa_check("--unit", "fwd_fp16_d64", *(a for p in problems for a in ("--problem", p)), "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
@@ -99,19 +99,32 @@ def test_fa_check_emulate_9_0a_passes_a_shipped_unit() -> None:
     assert report["verdict"] == "pass"
 
 
-def test_the_sm90a_units_have_no_paged_problem_and_say_why() -> None:
-    """No paged KV in the sm_90a unit (tensor_maps.h refuses a block table): its problem list leaves the
-    paged problems out, and asking for one is bad input naming the reason, not a skip."""
+def test_the_sm90a_units_run_the_paged_problems() -> None:
+    """The sm_90a forward reads paged KV (its key blocks TMA-loaded from their pages): its problem list has
+    the paged problems of its own key block, as sm 9.0's has of its own, and the CLI passes them."""
     if tiles.missing_sources("9.0a"):
         pytest.skip("csrc/hopper_fwd.cu is not in this tree")
-    ((job, _),) = emurun.emulated_jobs("9.0a", ("fwd_fp16_d64",))
-    names = emurun.problem_names(job)
-    assert not job.paged
-    assert not [n for n in names if n.startswith("paged")]
-    assert {"kvcache", "leftpad", "cache-batch-idx", "varlen"} <= set(names)
+    ((job, unit),) = emurun.emulated_jobs("9.0a", ("fwd_fp16_d64",))
+    block_n = unit.defines["FA_BLOCK_N"]
+    assert job.paged
+    paged = [n for n in emurun.problem_names(job) if n.startswith("paged")]
+    assert paged == [f"paged{block_n}", f"paged{2 * block_n}"]
     ((plain, _),) = emurun.emulated_jobs("9.0", ("fwd_fp16_d64",))
     assert plain.paged
-    assert any(n.startswith("paged") for n in emurun.problem_names(plain))
-    done = fa_check("--unit", "fwd_fp16_d64", "--problem", "paged128")
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert "--problem paged128: not a problem of sm_90a/fwd_fp16_d64, which reads no paged KV" in done.stderr
+
+
+def test_a_unit_without_paged_kv_refuses_a_paged_problem_naming_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An arch whose features lack paged_kv: its problem list leaves the paged problems out, and asking
+    for one is bad input naming the reason, not a skip."""
+    if tiles.missing_sources("9.0a"):
+        pytest.skip("csrc/hopper_fwd.cu is not in this tree")
+    features = tiles.features
+    monkeypatch.setattr(tiles, "features", lambda arch: features(arch) - {"paged_kv"})
+    ((job, _),) = emurun.emulated_jobs("9.0a", ("fwd_fp16_d64",))
+    assert not job.paged
+    assert not [n for n in emurun.problem_names(job) if n.startswith("paged")]
+    with pytest.raises(
+        FaError, match="--problem paged128: not a problem of sm_90a/fwd_fp16_d64, which reads no "
+    ) as e:
+        emurun.check_emulated("9.0a", ("fwd_fp16_d64",), problems=("paged128",))
+    assert e.value.exit_code == 2

@@ -9,6 +9,8 @@ import dataclasses
 import shutil
 from pathlib import Path
 
+import pytest
+
 from buildtool.emucheck import coverage
 
 
@@ -75,12 +77,13 @@ def test_a_units_define_branched_on_with_if_constexpr_is_a_gap() -> None:
     assert found[0].startswith("compile-time branch FA_CONSUMER_WGS (kernels/csrc): no feature claims it")
 
 
-def test_the_sm90a_units_have_no_paged_problem_and_no_paged_row() -> None:
-    """sm_90a reads no paged KV (tiles.features): its problems have none and the paged rows are n/a for
-    it, while the sm 9.0 units keep theirs."""
+def test_the_paged_rows_follow_tiles_features(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sm_90a forward reads paged KV (tiles.features): its paged rows apply and its problems have
+    them, as sm 9.0's do; an arch whose features lack paged_kv has neither (the rows are n/a for it)."""
     paged = [f for f in coverage.FEATURES if f.needs == "paged_kv"]
     assert len(paged) == 2
-    for arch, has in (("9.0a", False), ("9.0", True)):
+
+    def rows(arch: str, has: bool) -> None:
         for unit, direction, tile in coverage.unit_tiles(arch):
             if direction != "fwd":
                 continue
@@ -88,3 +91,9 @@ def test_the_sm90a_units_have_no_paged_problem_and_no_paged_row() -> None:
             anything = dataclasses.replace(paged[0], covers=lambda _p, _t: True)
             everything = coverage.covering(anything, direction, tile, arch=arch)
             assert any(n.startswith("paged") for n in everything) == has, unit
+
+    rows("9.0a", True)
+    rows("9.0", True)
+    features = coverage.tiles().features
+    monkeypatch.setattr(coverage.tiles(), "features", lambda arch: features(arch) - {"paged_kv"})
+    rows("9.0a", False)
