@@ -163,3 +163,38 @@ def test_backward_step_has_fa2s_three_barriers():
     assert m.barriers == 3
     assert m.red_width == 1
     assert m.dq_sectors_per_mflop == fa2_model.row("bwd", "8.0", 64).dq_sectors_per_mflop
+
+
+# nvdisasm's layout: a label line, then "/*offset*/ [predicate] OPCODE operands ;".
+_LISTING = """.text.fa_bwd:
+        /*0000*/                   LDSM.16.M88.4 R4, [R2] ;
+        /*0010*/                   LDSM.16.M88.4 R8, [R2+0x20] ;
+        /*0020*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+.L_x_1:
+        /*0030*/                   IADD3 R3, R3, 0x1, RZ ;
+        /*0040*/               @P0 BRA `(.L_x_1) ;
+.L_x_2:
+        /*0050*/                   LDSM.16.M88.2 R12, [R2] ;
+        /*0060*/                   HMMA.16816.F32 R16, R4, R12, R16 ;
+        /*0070*/                   HMMA.16816.F32 R20, R8, R12, R20 ;
+        /*0080*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*0090*/              @!P1 BRA `(.L_x_2) ;
+        /*00a0*/                   EXIT ;
+//--------------------- .text.next --------------------------
+"""
+
+
+def test_counts_are_per_pass_of_the_main_loop():
+    """The defect: the per-mma figures counted the whole entry, so fragments read once per block before
+    the loop (V kept in registers for the whole key block) weighed as much as one step's reads, and a
+    unit that reads V once looked no better than one that reads it every step. The loop holding the most
+    mmas is the steady state: here 256 B of ldmatrix for 2 mmas and 1 barrier, not 1280 B and 2."""
+    c = kernel_model._sass_counts(_LISTING, "fa_bwd")
+    assert (c["mma"], c["ldsm"], c["bar"]) == (2.0, 256.0, 1.0)
+    lines = _LISTING.split(".text.fa_bwd:", 1)[1].splitlines()
+    assert kernel_model.main_loop(lines)[0] == ".L_x_2:"
+    # No loop holds an mma (a straight-line kernel): every line counts.
+    straight = _LISTING.replace("`(.L_x_2)", "`(.L_x_3)")
+    c = kernel_model._sass_counts(straight, "fa_bwd")
+    assert (c["mma"], c["ldsm"], c["bar"]) == (2.0, 1280.0, 2.0)
+
