@@ -198,3 +198,21 @@ def test_counts_are_per_pass_of_the_main_loop():
     c = kernel_model._sass_counts(straight, "fa_bwd")
     assert (c["mma"], c["ldsm"], c["bar"]) == (2.0, 1280.0, 2.0)
 
+
+@pytest.mark.slow
+def test_99kb_backward_keeps_v_in_registers_like_fa2():
+    """The defect: on sm 12.0 the backward read V from shared memory for every step's dP (ldsm/mma +10%
+    at d64, +20% at d128), and at d96 P and dS beside V left room for 64 x 64 blocks only (+44%, dQ
+    sectors x2). With V's fragments in registers and P, dS, lse and D in V's shared memory
+    (FA_V_IN_REGS), FA2's 99 KB choice, d64, d96 and d128 are at or better than FA2 on every measure,
+    spill-free (NVRTC 12, read from the SASS); the step keeps FA2's three barriers."""
+    rows = kernel_model.model_units(
+        tiles, REPO / "kernels" / "csrc", "tree", ["12.0"], [64, 96, 128], 12, ("bwd",)
+    )
+    assert [m.head_dim for m in rows] == [64, 96, 128]
+    for m in rows:
+        fa2 = fa2_model.row("bwd", "12.0", m.head_dim)
+        assert fa2 is not None
+        assert m.tile.endswith("v"), m.tile
+        assert kernel_model.misses(m, fa2) == [], (m.unit, m.tile, fa2.tile)
+        assert m.barriers == 3
