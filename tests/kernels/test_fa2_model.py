@@ -136,8 +136,8 @@ def test_vs_fa2_table_from_real_sass(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_backward_at_fa2s_tiles_from_real_sass(arch: str):
     """The defect: the backward's key blocks were half of FA2's at d64, d96 and d128 (ldsm/mma +22% to
     +44%, dQ sectors x2 at d96 and d128). Compiled by NVRTC 12 and read from the SASS: d64 and d128 are
-    at or better than FA2 on each measure; d96 (FA2 keeps V in registers there, we do not) has FA2's
-    tile, dQ sectors and warps, without a spill."""
+    at or better than FA2 on each measure, and so is sm90's d96 (V in registers, as FA2); sm80's d96
+    (V in registers spills 48 B there) has FA2's tile, dQ sectors and warps, without a spill."""
     rows = kernel_model.model_units(
         tiles, REPO / "kernels" / "csrc", "tree", [arch], [64, 96, 128], 12, ("bwd",)
     )
@@ -145,7 +145,7 @@ def test_backward_at_fa2s_tiles_from_real_sass(arch: str):
     for m in rows:
         fa2 = fa2_model.row("bwd", arch, m.head_dim)
         assert fa2 is not None
-        if m.head_dim == 96:
+        if m.head_dim == 96 and arch == "8.0":
             assert m.tile.startswith(fa2.tile), (m.tile, fa2.tile)
             assert m.spills == 0
             assert m.dq_sectors_per_mflop <= fa2.dq_sectors_per_mflop
