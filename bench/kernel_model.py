@@ -6,15 +6,17 @@
 
 For each unit's main entry (fa_fwd, fa_bwd, fa_fwd_splitkv) this compiles the unit with a pinned NVRTC
 (buildtool, CUDA 12 by default), disassembles the cubin with nvdisasm from NVIDIA's PyPI wheel (pinned
-by file and sha256 below, fetched once into the tool cache) and counts, over the entry's code:
+by file and sha256 below, fetched once into the tool cache) and counts, over the entry's main loop (the
+loop holding the most mma instructions: the forward's key loop, the backward's query loop; main_loop):
   mma       tensor-core steps, as m16n8k16 equivalents (sm75's HMMA.1688 counts half)
   ldsm/mma  bytes ldmatrix reads per mma (x4: 512 B, x2: 256 B per warp)
   smem/mma  all shared-memory bytes a warp moves per mma (ldmatrix, loads, stores; not cp.async fills)
   red       global atomic instructions and their width (F32 or the sm90 vector F32x2)
   bar       barrier instructions (BAR.SYNC): per step of the loop, the backward's is FA2's 3
 and, from ptxas (-v): registers, spills; from the usual occupancy rules (bench/kernel_resources.py):
-blocks per SM. The counts are static (each instruction once), which is the steady state of the key loop
-because the loop bodies are fully unrolled and dominate the code.
+blocks per SM. The counts are static (each instruction once) over one pass of that loop, whose inner
+loops are fully unrolled: the steady state, without what runs once per block (the operands a unit keeps
+in registers across the loop, FA_Q_IN_REGS's Q and FA_V_IN_REGS's V, are read before it).
 
 dQ atomics (backward): per query block step of fa_bwd a block adds block_m x d floats into dq_accum.
 Added straight from the mma fragments one float at a time into a row-major dq_accum, each warp
@@ -110,7 +112,7 @@ class Model:
     red: int
     red_width: int  # floats per atomic instruction (0: none)
     dq_sectors_per_mflop: float  # backward only, else 0
-    barriers: int = 0  # BAR.SYNC instructions in the entry (the key or query loop's, unrolled once)
+    barriers: int = 0  # BAR.SYNC instructions per pass of the main loop
 
 
 def opcodes(sass: str, entry: str) -> dict[str, int]:
@@ -134,11 +136,31 @@ def disassemble(image: bytes) -> str:
         ).stdout
 
 
+def main_loop(lines: list[str]) -> list[str]:
+    """The steady state of a function: the lines of the loop (a label and a later branch back to it)
+    holding the most mma instructions, or every line when no loop holds one. Code before the loop runs
+    once per block (e.g. V's fragments read into registers for the whole key block), not per step."""
+    labels: dict[str, int] = {}
+    best: tuple[int, int, int] = (0, 0, len(lines))
+    for i, line in enumerate(lines):
+        m = re.match(r"\s*(\.L_x_\d+):", line)
+        if m:
+            labels[m.group(1)] = i
+            continue
+        m = re.search(r"\bBRA\b.*\((\.L_x_\d+)\)", line)
+        if m and m.group(1) in labels:
+            start = labels[m.group(1)]
+            mmas = sum("HMMA." in x for x in lines[start : i + 1])
+            if mmas > best[0]:
+                best = (mmas, start, i + 1)
+    return lines[best[1] : best[2]]
+
+
 def _sass_counts(sass: str, entry: str) -> dict[str, float]:
-    """Instruction counts of one function of nvdisasm's output."""
+    """Instruction counts of one function of nvdisasm's output, over its main loop (main_loop)."""
     body = sass.split(f".text.{entry}:", 1)[1].split("//----", 1)[0]
     c = {"mma": 0.0, "ldsm": 0.0, "lds": 0.0, "sts": 0.0, "red": 0.0, "red_width": 0.0, "bar": 0.0}
-    for line in body.splitlines():
+    for line in main_loop(body.splitlines()):
         m = re.search(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.x]+)", line)
         if not m:
             continue
@@ -205,6 +227,7 @@ def model_units(
             tile_label = "m{FA_BLOCK_M}n{FA_BLOCK_N}w{FA_WARPS}".format(**u.defines)
             tile_label += f"s{u.defines.get('FA_STAGES', 1)}"
             tile_label += "q" if u.defines.get("FA_Q_IN_REGS") else ""
+            tile_label += "v" if u.defines.get("FA_V_IN_REGS") else ""
             tile_label += "d" if u.defines.get("FA_DQ_SMEM") else ""
             blocks = kernel_resources.blocks_per_sm(
                 arch, launch.threads, usage.registers, launch.smem_bytes + usage.static_smem

@@ -140,19 +140,22 @@ class BwdTile:
     block_n: int
     warps: int
     stages: int
+    # FA_V_IN_REGS: V's fragments of dP = dO V^T in registers, and P and dS in V's shared memory
+    v_in_regs: bool = False
 
     @property
     def label(self) -> str:
-        return f"m{self.block_m}n{self.block_n}w{self.warps}s{self.stages}"
+        return f"m{self.block_m}n{self.block_n}w{self.warps}s{self.stages}" + ("v" if self.v_in_regs else "")
 
     def smem_bytes(self, head_dim: int) -> int:
         """bwd.cu's kSmemBytes: K, V; Q, dO per stage; P, dS (padded rows); lse and D (fp32) per query
-        row."""
+        row. With V in registers, P and dS reuse V's shared memory."""
         pitch = head_dim + _BWD_ROW_PAD
-        kv = 2 * self.block_n * pitch * _ELEM_BYTES
+        k_or_v = self.block_n * pitch * _ELEM_BYTES
         q_do = 2 * self.stages * self.block_m * pitch * _ELEM_BYTES
         p_ds = 2 * self.block_m * (self.block_n + _BWD_ROW_PAD) * _ELEM_BYTES
-        return kv + q_do + p_ds + 2 * self.block_m * 4
+        v_p_ds = max(k_or_v, p_ds) if self.v_in_regs else k_or_v + p_ds
+        return k_or_v + v_p_ds + q_do + 2 * self.block_m * 4
 
     def valid(self, head_dim: int) -> bool:
         """bwd.cu's static_asserts: WarpGrid splits S (block_m x block_n), dK/dV (block_n x d) and dQ
@@ -170,6 +173,7 @@ class BwdTile:
             "FA_BLOCK_N": self.block_n,
             "FA_WARPS": self.warps,
             "FA_STAGES": self.stages,
+            **({"FA_V_IN_REGS": 1} if self.v_in_regs else {}),
         }
 
 
@@ -379,19 +383,31 @@ _BWD_SM80 = {
     224: _B(32, 64, 8, 1),
     256: _B(64, 32, 8, 1),
 }
-# sm90 on: sm80's blocks, two stages at every head dim (227 KB holds them). Blackwell's ptxas spills
-# 64 x 128 at d128 (NVRTC 12.9, sm100: 452 B with two stages, 28 with one), so it keeps 64 x 64 there.
-_BWD_SM90 = {d: dataclasses.replace(t, stages=2) for d, t in _BWD_SM80.items()}
-_BWD_SM100 = {**_BWD_SM90, 128: _B(64, 64, 8, 2)}
+# sm90 on: sm80's blocks, two stages at every head dim (227 KB holds them), and V in registers at d96
+# (FA2's choice; sm80 spills 48 B so, NVRTC 12.9; sm100 32 B with two stages, none with one). sm90 also
+# takes FA2's 64 x 64 at d192 (sm80 spills 8 B, sm100 32 B). Blackwell's ptxas spills 64 x 128 at d128
+# (NVRTC 12.9, sm100: 452 B with two stages, 28 with one), so it keeps 64 x 64 there.
+_BWD_SM90_BASE = {d: dataclasses.replace(t, stages=2) for d, t in _BWD_SM80.items()}
+_BWD_SM90 = {**_BWD_SM90_BASE, 96: _B(64, 128, 8, 2, True), 192: _B(64, 64, 8, 2)}
+_BWD_SM100 = {**_BWD_SM90_BASE, 96: _B(64, 128, 8, 1, True), 128: _B(64, 64, 8, 2)}
+# The 99 KB parts: V in registers at d64 (FA2's choice there; at d96 and d128 sm86's ptxas spills 40
+# and 136 B so, NVRTC 12.9, where sm120's does not: _BWD_SM120).
 _BWD_SM86 = {
     32: _B(64, 128, 8, 2),
-    64: _B(64, 128, 8, 1),
+    64: _B(64, 128, 8, 1, True),
     96: _B(64, 64, 8, 2),
     128: _B(64, 64, 8, 1),
     160: _B(32, 64, 8, 2),
     192: _B(32, 64, 8, 1),
     224: _B(32, 64, 8, 1),
     256: _B(32, 32, 8, 1),
+}
+# sm120 keeps V in registers (FA_V_IN_REGS, FA2's choice on the 99 KB parts): P and dS take V's shared
+# memory, so d96 fits FA2's 64 x 128 (88,576 B) and dP reads no V from shared memory.
+_BWD_SM120 = {
+    **_BWD_SM86,
+    96: _B(64, 128, 8, 1, True),
+    128: _B(64, 64, 8, 1, True),
 }
 _BWD_SM75 = _BWD_V1["sm75"]
 
@@ -444,7 +460,8 @@ FAMILIES: dict[str, ArchFamily] = {
         previous={"fwd": _FWD_V1["sm90"], "bwd": _BWD_V1["sm90"]},
         static_smem=1024,
     ),
-    # sm90's shared memory and tables but the d128 tiles (_FWD_SM100, _BWD_SM100).
+    # sm90's shared memory and tables but the d128 tiles (_FWD_SM100) and sm90's backward before the
+    # d96 and d192 tiles its ptxas spills (_BWD_SM100).
     "sm100": ArchFamily(
         name="sm100",
         smem_limit=227 * 1024,
@@ -455,13 +472,14 @@ FAMILIES: dict[str, ArchFamily] = {
         previous={"fwd": _FWD_V1["sm90"], "bwd": _BWD_V1["sm90"]},
         static_smem=1024,
     ),
-    # sm86's shared memory and tables but the forward's d128 tile (_FWD_SM120).
+    # sm86's shared memory and tables but the forward's d128 tile (_FWD_SM120) and the backward's d96
+    # and d128, V in registers (_BWD_SM120).
     "sm120": ArchFamily(
         name="sm120",
         smem_limit=99 * 1024,
         dtypes=("fp16", "bf16"),
         fwd=_FWD_SM120,
-        bwd=_BWD_SM86,
+        bwd=_BWD_SM120,
         splitkv=_SPLITKV_SM86,
         previous={"fwd": _FWD_V1["sm86"], "bwd": _BWD_V1["sm86"]},
         static_smem=1024,

@@ -199,9 +199,9 @@ FEATURES: tuple[Feature, ...] = (
         _always,
     ),
     Feature(
-        "per-unit tiles: stages, Q in registers, warps",
+        "per-unit tiles: stages, Q or V in registers, warps",
         (),
-        ("FA_STAGES", "FA_Q_IN_REGS", "FA_WARPS", "FA_SMEM_BYTES"),
+        ("FA_STAGES", "FA_Q_IN_REGS", "FA_V_IN_REGS", "FA_WARPS", "FA_SMEM_BYTES"),
         _always,
         per_unit=True,
     ),

@@ -19,6 +19,9 @@
 //   FA_WARPS      warps per block
 //   FA_STAGES     1 or 2 shared-memory buffers for Q and dO (2: the next query block is fetched with
 //                 cp.async while this one is computed; 1 where shared memory is tight)
+//   FA_V_IN_REGS  1: each warp keeps its V fragments of dP = dO V^T in registers, read once per key
+//                 block, and P and dS take V's shared memory (FA2's Is_V_in_regs); 0: V stays in
+//                 shared memory beside them
 //   FA_DTYPE_BF16 1 for bf16, else fp16
 //
 // One step of fa_bwd (a query block against this block's keys), as named below:
@@ -38,6 +41,8 @@
 // FA_SMEM_BYTES, which is static_asserted below):
 //   K, V: 2 x BLOCK_N x (D + 8) x 2;  per stage Q then dO: 2 x STAGES x BLOCK_M x (D + 8) x 2;
 //   P, dS: 2 x BLOCK_M x (BLOCK_N + 8) x 2;  lse, D: 2 x BLOCK_M x 4.
+// With FA_V_IN_REGS, P and dS start where V does: K, max(V, P + dS), the Q/dO stages, lse and D. Every
+// warp has V in registers before the first step's barrier, and P and dS are written after it.
 //
 // Semantics match fwd.cu (see its header): flash-attn layouts and strides, GQA (query head h reads kv
 // head h / (heads / heads_k)), varlen through cu_seqlens, bottom-right causal, sliding window, softcap.
@@ -72,7 +77,14 @@ static_assert(kHeadDim % 32 == 0 && kBlockN % 32 == 0 && kBlockM % 16 == 0, "til
 using QTile = PaddedTile<kBlockM, kHeadDim>;   // Q and dO
 using KVTile = PaddedTile<kBlockN, kHeadDim>;  // K and V
 using PTile = PaddedTile<kBlockM, kBlockN>;    // P and dS, stored [query][key]
-constexpr int kSmemBytes = 2 * KVTile::kBytes + 2 * kStages * QTile::kBytes + 2 * PTile::kBytes + 2 * kBlockM * 4;
+#ifndef FA_V_IN_REGS
+#define FA_V_IN_REGS 0
+#endif
+constexpr bool kVInRegs = FA_V_IN_REGS != 0;
+constexpr int kPdsBytes = 2 * PTile::kBytes;  // P, dS
+constexpr int kVOrPds = KVTile::kBytes > kPdsBytes ? KVTile::kBytes : kPdsBytes;
+constexpr int kSmemBytes = KVTile::kBytes + (kVInRegs ? kVOrPds : KVTile::kBytes + kPdsBytes) +
+                           2 * kStages * QTile::kBytes + 2 * kBlockM * 4;
 
 #ifdef FA_SMEM_BYTES
 static_assert(FA_SMEM_BYTES == kSmemBytes, "tiles.py's shared memory size disagrees with bwd.cu's layout");
@@ -104,6 +116,45 @@ using GridKV = FewestBytesGrid<kBlockN, kHeadDim, kWarps>;  // dK, dV accumulato
 using GridQ = FewestBytesGrid<kBlockM, kHeadDim, kWarps>;   // dQ of one step: [query][dim]
 
 using KVAcc = float[GridKV::kMT][GridKV::kNT][4];
+
+// V as the B operand of dP = dO V^T, held in registers (FA_V_IN_REGS): this warp's n-tile pairs of
+// GridS over the whole head dim, read once per key block; warp_gemm asks for them as it would from
+// shared memory (n0 - n_base folds to a constant once unrolled).
+constexpr int kVPairs = (GridS::kNT + 1) / 2;
+using VFrags = u32[kVInRegs ? kVPairs : 1][kVInRegs ? kHeadDim / 16 : 1][4];
+
+struct RegB {
+  const VFrags& frag;
+  int n_base;
+  FA_DEVICE void load_pair(u32 (&b)[4], int n0, int k0, int /*lane*/) const {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) b[r] = frag[(n0 - n_base) / 16][k0 / 16][r];
+  }
+  FA_DEVICE void load_single(u32 (&b)[2], int n0, int k0, int /*lane*/) const {
+    b[0] = frag[(n0 - n_base) / 16][k0 / 16][0];
+    b[1] = frag[(n0 - n_base) / 16][k0 / 16][1];
+  }
+};
+
+// This warp's V fragments from shared memory, every k step of the bucket (columns past head_dim are
+// zero-filled there).
+FA_DEVICE void load_v_frags(VFrags& frag, KVTile sV, int n_base, int lane) {
+  const SmemB<KVTile, false> v{sV};
+#pragma unroll
+  for (int k = 0; k < kHeadDim / 16; ++k) {
+#pragma unroll
+    for (int j = 0; j < kVPairs; ++j) {
+      if (2 * j + 1 < GridS::kNT) {
+        v.load_pair(frag[j][k], n_base + j * 16, k * 16, lane);
+      } else {
+        u32 b[2];
+        v.load_single(b, n_base + j * 16, k * 16, lane);
+        frag[j][k][0] = b[0];
+        frag[j][k][1] = b[1];
+      }
+    }
+  }
+}
 
 // sum_i a_i * b_i over the 8 elements of two 16-byte chunks, in fp32.
 FA_DEVICE float dot8(const Chunk16& a, const Chunk16& b) {
@@ -297,21 +348,34 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) fa_bwd(const __grid_co
   if (kb.key0 >= kb.seqlen_k) return;  // varlen: this sequence is shorter than the grid
   const int head_dim = params.head_dim;
 
+  // K, V, Q/dO stages, P, dS, lse, D; with V in registers P and dS start at V (the header).
+  constexpr int kQAt = KVTile::kBytes + (kVInRegs ? kVOrPds : KVTile::kBytes);
+  constexpr int kPdsAt = kVInRegs ? KVTile::kBytes : kQAt + 2 * kStages * QTile::kBytes;
+  constexpr int kLseAt = kSmemBytes - 2 * kBlockM * 4;
   const KVTile sK{smem_addr(smem)};
   const KVTile sV{sK.base + KVTile::kBytes};
-  const u32 q_base = sV.base + KVTile::kBytes;  // kStages x (Q, dO)
-  const PTile sP{q_base + 2 * kStages * QTile::kBytes};
+  const u32 q_base = sK.base + kQAt;  // kStages x (Q, dO)
+  const PTile sP{sK.base + kPdsAt};
   const PTile sdS{sP.base + PTile::kBytes};
-  float* s_lse = reinterpret_cast<float*>(smem + 2 * KVTile::kBytes + 2 * kStages * QTile::kBytes +
-                                          2 * PTile::kBytes);  // lse * log2(e) per query row
-  float* s_dsum = s_lse + kBlockM;                               // D per query row
+  float* s_lse = reinterpret_cast<float*>(smem + kLseAt);  // lse * log2(e) per query row
+  float* s_dsum = s_lse + kBlockM;                         // D per query row
 
   const KvRows k = kv_rows(params, seq, params.k, params.k_batch_stride, params.k_row_stride, params.k_head_stride);
   const KvRows v = kv_rows(params, seq, params.v, params.v_batch_stride, params.v_row_stride, params.v_head_stride);
   load_tile_async<kThreads>(sK, k.rows(kb.key0), k.row_stride, kb.seqlen_k - kb.key0, head_dim, tid);
   load_tile_async<kThreads>(sV, v.rows(kb.key0), v.row_stride, kb.seqlen_k - kb.key0, head_dim, tid);
+  if (kVInRegs) copy_commit();  // K and V their own group: V is read before the first step's Q and dO land
   if (kb.queries.begin < kb.queries.end) load_step(params, kb, q_stage(q_base, 0), kb.queries.begin * kBlockM, tid);
   copy_commit();
+
+  // V into registers once K and V have landed (the first step's Q and dO may still be in flight); P
+  // and dS overwrite V only after the first step's first barrier, which every warp reaches after this.
+  VFrags v_frags;
+  if (kVInRegs) {
+    copy_wait<1>();
+    __syncthreads();  // every thread's V copies have landed
+    load_v_frags(v_frags, sV, GridS::col0(warp), lane);
+  }
 
   float acc_dk[GridKV::kMT][GridKV::kNT][4];
   float acc_dv[GridKV::kMT][GridKV::kNT][4];
@@ -361,8 +425,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) fa_bwd(const __grid_co
       }
       float acc_dp[GridS::kMT][GridS::kNT][4];
       zero<GridS>(acc_dp);
-      warp_gemm<GridS, kHeadDim>(acc_dp, SmemA<QTile, false>{st.dout}, SmemB<KVTile, false>{sV}, m_base, n_base,
-                                 head_dim, lane);
+      if (kVInRegs) {
+        warp_gemm<GridS, kHeadDim>(acc_dp, SmemA<QTile, false>{st.dout}, RegB{v_frags, n_base}, m_base, n_base,
+                                   head_dim, lane);
+      } else {
+        warp_gemm<GridS, kHeadDim>(acc_dp, SmemA<QTile, false>{st.dout}, SmemB<KVTile, false>{sV}, m_base, n_base,
+                                   head_dim, lane);
+      }
       grad_scores(acc_dp, pd, s_dsum, sdS, m_base, n_base, lane);
     }
     __syncthreads();

@@ -12,6 +12,7 @@ from pathlib import Path
 import emu_harness as H
 import kv_layouts
 import pytest
+import tiles
 import torch
 from attn_reference import assert_fa2_close, attention_ref
 
@@ -271,3 +272,13 @@ def test_cache_row_ignored(tmp_path: Path) -> None:
     old = "s.k_batch = p.kv_batch_idx != nullptr ? p.kv_batch_idx[b] : b;"
     with pytest.raises(AssertionError, match="max error"):
         run_layout("7.5", "splitkv", "batch_idx", altered(tmp_path, "attention.cuh", old, "s.k_batch = b;"))
+
+
+def test_v_read_into_registers_before_its_copies_land(tmp_path: Path) -> None:
+    """FA_V_IN_REGS (sm86's d64 backward): each warp reads its V fragments once, before the query loop,
+    after the wait and the barrier that land every thread's V copies; without the barrier a warp reads
+    rows another thread's cp.async has not landed yet."""
+    old = "    __syncthreads();  // every thread's V copies have landed"
+    assert tiles.default_tile("8.6", "bwd", 64).v_in_regs
+    with pytest.raises(H.EmulatorError, match=r"race|before the cp.async of thread"):
+        run(tmp_path, "8.6", "bwd", "bwd.cu", old, "")
