@@ -325,40 +325,46 @@ _BWD_V1 = {
 }
 
 # Forward defaults: 4 warps x 32 rows (two m-tiles per warp halve the K and V fragment reads per mma)
-# up to head dim 128 (Q kept in registers at 32 and 64: no Q fragment re-read per key block), 4 warps x
-# 16 rows with Q in registers at 160, FA2's 8-warp 128 x 64 blocks
-# at 192 and above (64 x 64 x 4 where shared memory is short, and FA2's H100 choice at 256 on sm90),
-# and two K/V stages wherever shared memory allows. Each is spill-free with NVRTC 11.8, 12.9 and 13.0
-# on every arch of its family (bench/kernel_resources.py); FA2's own d128 tile (128 x 64 x 4) misses
-# by a few bytes of spill here and stays a candidate.
+# up to head dim 128 at FA2's own blocks (128 x 128 at d64, 128 x 64 at d96 and d128: the K and V
+# fragments of a k step serve twice the mmas of a 32-key block; Q kept in registers at d32), 4 warps x
+# 16 rows with Q in registers at 160, FA2's 8-warp 128 x 64 blocks at 192 and above (64 x 64 x 4 where
+# shared memory is short, and FA2's H100 choice at 256 on sm90), and two K/V stages wherever shared
+# memory keeps FA2's blocks per SM (sm80's d128 takes one: two would leave one block per SM). Each is
+# spill-free with NVRTC 11.8, 12.9 and 13.0 on every arch of its family (bench/kernel_resources.py)
+# since P V skips the k steps past the sequence end (fwd.cu accumulate_pv).
 _FWD_SM80 = {
     32: _T(128, 64, 4, 2, True),  # 128 x 128 spills on sm100/sm120 with NVRTC 13.0
-    64: _T(128, 64, 4, 2, True),  # Q in registers: 128 ldmatrix B/mma against FA2's 144
-    96: _T(128, 32, 4, 2),
-    128: _T(128, 32, 4, 2),
+    64: _T(128, 128, 4, 2),
+    96: _T(128, 64, 4, 2),
+    128: _T(128, 64, 4, 1),
     160: _T(64, 64, 4, 1, True),
     192: _T(128, 64, 8, 2),
     224: _T(128, 64, 8, 1),
     256: _T(128, 64, 8, 1),
 }
-_FWD_SM90 = {**_FWD_SM80, 224: _T(128, 64, 8, 2), 256: _T(64, 64, 4, 1)}  # d256: FA2's H100 choice
+_FWD_SM90 = {
+    **_FWD_SM80,
+    128: _T(128, 64, 4, 2),
+    224: _T(128, 64, 8, 2),
+    256: _T(64, 64, 4, 1),  # FA2's H100 choice
+}
 # The 99 KB parts (sm86, sm89, sm120): two blocks per SM hold at most 50,176 B each (100 KB per SM, 1 KB
 # per block for the driver; sm120's 1 KiB of static shared memory too). With unpadded tiles d64 and d96
-# keep two K/V stages in 49,152 B; d128 gives up the second stage (128 x 32 x 4: 49,152 B), FA2's own
-# choice there "since we get 2 CTAs per SM". d192 fits sm80's 8-warp block single-staged (98,304 B).
+# keep FA2's blocks single-staged in 49,152 B; d128 takes 128 x 32 x 4 (49,152 B), FA2's own choice
+# there "since we get 2 CTAs per SM". d192 fits sm80's 8-warp block single-staged (98,304 B).
 _FWD_SM86 = {
     **_FWD_SM80,
+    64: _T(128, 128, 4, 1),
+    96: _T(128, 64, 4, 1),
     128: _T(128, 32, 4, 1),
     192: _T(128, 64, 8, 1),
     224: _T(64, 64, 4, 1),
     256: _T(64, 64, 4, 1),
 }
-# Blackwell (sm100 to sm121): ptxas for these archs spills the d128 4 x 32-row tile by 16 to 56 bytes
-# since paged KV joined the key loop (NVRTC 12.9 and 13.0; sm80 to sm90 stay spill-free), so d128
-# takes the first kernels' 8 x 16-row tile there, with two K/V stages where shared memory allows.
-# Their ptxas also spills d64 with Q kept in registers (24 and 32 bytes, NVRTC 12.9), so d64 re-reads Q.
-_FWD_SM100 = {**_FWD_SM90, 64: _T(128, 64, 4, 2), 128: _T(128, 64, 8, 2)}
-_FWD_SM120 = {**_FWD_SM86, 64: _T(128, 64, 4, 2), 128: _T(128, 64, 8, 1)}
+# Blackwell (sm100 to sm121) takes its shared-memory class's tables, but for sm120's d128: FA2 runs
+# 128 x 64 x 4 there (its "two CTAs per SM" 128 x 32 is for sm 8.x only), one block per SM.
+_FWD_SM100 = _FWD_SM90
+_FWD_SM120 = {**_FWD_SM86, 128: _T(128, 64, 4, 1)}
 # Turing: the first kernels' tiles, with 32 rows per warp at d32 and 16-key blocks at d224 (the
 # m16n8k8 path needs more registers per row than sm80's).
 _FWD_SM75 = {**_FWD_V1["sm75"], 32: _T(128, 64, 4), 224: _T(64, 16, 4)}
@@ -415,6 +421,9 @@ _BWD_SM75 = _BWD_V1["sm75"]
 # double-buffered where shared memory allows.
 _SPLITKV_SM80 = {d: _T(64, 128 if d <= 128 else 64, 4, 2 if d <= 224 else 1) for d in HEAD_DIM_BUCKETS}
 _SPLITKV_SM86 = {d: _T(64, 128 if d <= 64 else 64, 4, 2 if d <= 128 else 1) for d in HEAD_DIM_BUCKETS}
+# sm90's ptxas (NVRTC 12.9) spills 4 bytes of d96's double-buffered 64 x 128 since P V skips the k steps
+# past the sequence end; one stage does not (and fits three blocks per SM).
+_SPLITKV_SM90 = {**_SPLITKV_SM80, 96: _T(64, 128, 4, 1)}
 
 
 # Shared memory per block, opt-in maximum (CUDA C++ Programming Guide, "Technical Specifications per
@@ -456,7 +465,7 @@ FAMILIES: dict[str, ArchFamily] = {
         dtypes=("fp16", "bf16"),
         fwd=_FWD_SM90,
         bwd=_BWD_SM90,
-        splitkv=_SPLITKV_SM80,
+        splitkv=_SPLITKV_SM90,
         previous={"fwd": _FWD_V1["sm90"], "bwd": _BWD_V1["sm90"]},
         static_smem=1024,
     ),

@@ -24,6 +24,7 @@
 //   S = softcap(S), masked     apply_softcap, apply_mask (only blocks that cross a mask edge)
 //   m, l, O rescaled, P        online_softmax      fp32, log2 domain: exp2 with the scale folded in
 //   O += P V(n)                accumulate_pv       P straight from the S accumulators, in registers
+//                                                  (k steps past the sequence end skipped)
 // then O / l and lse = m + log(l) (store_output), or, split-KV, the partials (store_partials). Every
 // warp owns whole rows, so the softmax needs no inter-warp reduction. Causal grids run the query
 // blocks with the most keys first.
@@ -119,15 +120,18 @@ FA_DEVICE void compute_scores(ScoreAcc& s, const QOperand& q, KVTile k, int warp
   warp_gemm<GridS, kHeadDim>(s, q, SmemB<KVTile, false>{k}, warp_row, 0, head_dim, lane);
 }
 
-// O += P V: P packed from the S accumulators (the C layout of n-tiles 2k, 2k + 1 is the A layout).
-FA_DEVICE void accumulate_pv(OutAcc& o, const ScoreAcc& p, KVTile v, int warp_row, int lane) {
+// O += P V: P packed from the S accumulators (the C layout of n-tiles 2k, 2k + 1 is the A layout). The
+// k steps at or past `keys` (the keys left before the sequence end) are skipped: P is 0 there. Besides
+// the work, the skip's branches keep ptxas from hoisting every k step's V fragments at once: without
+// them the 128 x 64 x 4 tiles at d96 and d128 spill 16 to 84 bytes (NVRTC 11.8 to 13.0), with them none.
+FA_DEVICE void accumulate_pv(OutAcc& o, const ScoreAcc& p, KVTile v, int warp_row, int keys, int lane) {
   u32 frag[kMT][kNSteps][4];
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
     for (int kk = 0; kk < kNSteps; ++kk) acc_to_a_frag(frag[mt][kk], p[mt][2 * kk], p[mt][2 * kk + 1]);
   }
-  warp_gemm<GridO, kBlockN>(o, RegA<kMT, kNSteps>{frag}, SmemB<KVTile, true>{v}, warp_row, 0, kBlockN, lane);
+  warp_gemm<GridO, kBlockN>(o, RegA<kMT, kNSteps>{frag}, SmemB<KVTile, true>{v}, warp_row, 0, keys, lane);
 }
 
 // This block's query rows, the key blocks they see, and the arithmetic every step shares. (The
@@ -244,7 +248,7 @@ FA_DEVICE void attend(const FaParams& p, const Block& blk, QTile sQ, u32 kv_base
       apply_mask(sc, blk.band, blk.row0 + warp_row, key0, seqlen_k, lane);
     }
     online_softmax(sc, o, st, blk.logit_scale);
-    accumulate_pv(o, sc, kv.v, warp_row, lane);
+    accumulate_pv(o, sc, kv.v, warp_row, seqlen_k - key0, lane);
   }
   // With no key block at all the Q copy (issued by all threads) may still be in flight.
   copy_wait<0>();

@@ -54,11 +54,16 @@ class Config:
     @property
     def runs_split_kv(self) -> bool:
         """sm90's split-KV units are sm80's (same tiles, and the forward uses nothing sm90 adds), so the
-        emulator runs them once, on sm80; the variants' are their base family's, except a tile of
-        their own (sm120's d256)."""
-        if self.family in VARIANTS:
-            fam, base = tiles.arch_family(self.arch), tiles.FAMILIES[VARIANTS[self.family][1]]
-            return fam is not None and fam.splitkv.get(self.bucket) != base.splitkv.get(self.bucket)
+        emulator runs them once, on sm80, but a tile of sm90's own (d96); the variants' are their base
+        family's, except a tile of their own (sm120's d256)."""
+        base = (
+            VARIANTS[self.family][1] if self.family in VARIANTS else "sm80" if self.family == "sm90" else ""
+        )
+        if base:
+            fam = tiles.arch_family(self.arch)
+            return fam is not None and fam.splitkv.get(self.bucket) != tiles.FAMILIES[base].splitkv.get(
+                self.bucket
+            )
         return self.family in ("sm75", "sm80", "sm86")
 
     def unit(self, direction: str) -> tiles.KernelUnit | None:

@@ -159,6 +159,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "if (k0 + 16 > k_limit) break;",
         "fwd_fp16_d32", "hdim8",
     ),
+    # the key block that crosses the sequence end: P V skips only the k steps past it
+    Mutant(
+        "fwd-pv-partial-key-step-skipped", "key blocks", "fwd.cu",
+        "accumulate_pv(o, sc, kv.v, warp_row, seqlen_k - key0, lane);",
+        "accumulate_pv(o, sc, kv.v, warp_row, (seqlen_k - key0) / 16 * 16, lane);",
+        "fwd_fp16_d32", "blocks",
+    ),
     Mutant(
         "load-ignores-head-dim", "head dim", "tiles.cuh",
         "const bool ok = row < valid_rows && col < valid_cols;",
