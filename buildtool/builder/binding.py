@@ -45,8 +45,9 @@ BASE_FLAGS = (
 )
 # GCC collects its own garbage whenever its heap grows by 30% past a small floor; parsing torch's
 # headers makes that a few dozen collections per binding. A 1 GiB floor (the largest compile here
-# peaks near 650 MB) skips them: the same output bytes (tests/builder/test_binding.py compares them),
-# 15 to 25% less CPU per binding (bench/first_command.py). GCC's own option, so only for GCC.
+# peaks near 650 MB) skips them: the same output bytes (tests/builder/test_binding.py compares them).
+# One binding by hand: 14 s of user CPU against 15 to 18 s; the plan's ten, `bench/first_command.py
+# --bindings-only` at load 16: 148.8 s against 151.9 s, within the load's noise. GCC's option: GCC only.
 GCC_MEMORY_PARAMS = ("--param", "ggc-min-expand=100", "--param", "ggc-min-heapsize=1048576")
 
 

@@ -123,8 +123,8 @@ def wheel_key(out_dir: Path, spec: object, kernels_root: Path, inputs: list[Path
         _auditwheel_version(),
     ]
     # A compile cache file's path is its content key (written once, never rewritten); others by state.
-    # By the path's text: Path.is_relative_to for each of a release's ~6,000 inputs was a fifth of a
-    # no-op rebuild's CPU.
+    # By the path's text: Path.is_relative_to for each of a release's ~6,000 inputs led a profiled
+    # no-op rebuild.
     inside = os.path.join(cache.cache_dir(), "")
     texts = [str(p) for p in inputs]
     parts += [
