@@ -10,6 +10,11 @@ torch headers, PyPI's torch catalog) is fetched once, before, into a cache both 
 figure is the CPU's work, which this script compares, plus one cold fetch (`--fetch`, this checkout
 only) for the network's part on this machine.
 
+`--bindings-only` times one part, side by side the same way: the plan's host bindings (g++ against
+torch's headers), one after another in an empty cache, each side by its own code; the kernels are
+not compiled. It measures a change to the bindings' compile in minutes where the whole command takes
+most of an hour on a loaded machine.
+
 Prints a table and writes JSON outside the tree (default: a temporary file); `--record` writes the
 figures into docs/figures.md. Not a test: numbers depend on the machine.
 """
@@ -75,6 +80,53 @@ def _prefetch(shared: Path, platform: str) -> None:
     subprocess.run([sys.executable, "-c", _PREFETCH, platform], cwd=REPO, env=env, check=True)
 
 
+_BINDINGS = """
+import sys
+from pathlib import Path
+from buildtool.builder import binding, torch_headers
+from buildtool.builder.matrix import load_matrix
+from buildtool.builder.plan import make_plan
+from buildtool.builder.pypi import fetch_torch_catalog
+from buildtool.core import binding_forms, kernels_src
+plan = make_plan(load_matrix(Path("matrix.yaml")), fetch_torch_catalog(), platform=sys.argv[1])
+for job in plan.binding_jobs:
+    headers = torch_headers.headers_for(job.torch_version, job.header_source)
+    floor = job.torch_minor if job.form == binding_forms.STABLE else None
+    binding.build_binding(headers, job.cxx11abi, kernels_src.kernels_dir(), job.platform, floor)
+print(len(plan.binding_jobs))
+"""
+
+
+def _bindings(checkout: Path, cache: Path, platform: str) -> dict:
+    """The plan's bindings built one after another by `checkout`'s code: CPU seconds of that process
+    and its compilers (wait4, so other load does not count), wall seconds."""
+    path = os.pathsep.join([str(checkout), str(checkout / "kernels")])
+    env = {**os.environ, "FA_CACHE": str(cache), "PYTHONPATH": path}
+    t0 = time.perf_counter()
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _BINDINGS, platform],
+            cwd=checkout,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=err,
+        )
+        assert proc.stdout is not None
+        out = proc.stdout.read()
+        _, status, usage = os.wait4(proc.pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            err.seek(0)
+            raise SystemExit(
+                f"building the bindings in {checkout} failed:\n{err.read().decode(errors='replace')[-3000:]}"
+            )
+    return {
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
+        "bindings": int(out),
+        "load_5min": round(os.getloadavg()[1], 1),
+    }
+
+
 def _build(checkout: Path, cache: Path, out: Path, platform: str, jobs: int) -> dict:
     """One `fa build --json` of the checkout's matrix.yaml: its summary plus the wall time."""
     t0 = time.perf_counter()
@@ -124,6 +176,7 @@ def main() -> int:
     ap.add_argument("--fetch", action="store_true", help="also time one cold fetch (network) here")
     ap.add_argument("--json", type=Path, default=None, help="where to write results (default: a temp file)")
     ap.add_argument("--record", action="store_true", help="write the figures into docs/figures.md")
+    ap.add_argument("--bindings-only", action="store_true", help="time the plan's bindings only (see above)")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="fa-bench-first-"))
@@ -152,7 +205,12 @@ def main() -> int:
             for name in order:
                 tag = f"{name.replace(' ', '-')}-{repeat}"
                 cache = _cold_cache(work / f"cache-{tag}", shared)
-                runs[name].append(_build(sides[name], cache, work / f"out-{tag}", args.platform, args.jobs))
+                if args.bindings_only:
+                    runs[name].append(_bindings(sides[name], cache, args.platform))
+                else:
+                    runs[name].append(
+                        _build(sides[name], cache, work / f"out-{tag}", args.platform, args.jobs)
+                    )
                 print(f"{name} #{repeat + 1}: {runs[name][-1]['wall_s']} s", file=sys.stderr)
     finally:
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(baseline)], check=False)
@@ -164,12 +222,17 @@ def main() -> int:
             "cpu_s_median": statistics.median(r["cpu_s"] for r in rs),
             "runs": rs,
         }
+    out = args.json or Path(tempfile.gettempdir()) / "fa-bench-first-command.json"
+    if args.bindings_only:
+        out.write_text(json.dumps(result, indent=2))
+        print(_bindings_markdown(result))
+        print(f"(JSON: {out})", file=sys.stderr)
+        return 0
     base, new = result["baseline"], result["this checkout"]
     result["ratio_baseline_over_this"] = round(base["wall_s_median"] / new["wall_s_median"], 2)
     result["cpu_ratio_baseline_over_this"] = round(base["cpu_s_median"] / new["cpu_s_median"], 2)
     same = base["runs"][0]["wheel_files"] == new["runs"][0]["wheel_files"]
     result["same_wheels"] = same
-    out = args.json or Path(tempfile.gettempdir()) / "fa-bench-first-command.json"
     out.write_text(json.dumps(result, indent=2))
     print(_markdown(result))
     print(f"(JSON: {out})", file=sys.stderr)
@@ -215,6 +278,28 @@ def _markdown(r: dict) -> str:
         c = r["cold_with_fetch"]
         lines.append(f"One cold build with the network fetches, this checkout: {c['wall_s']} s.")
     return "\n".join(lines)
+
+
+def _bindings_markdown(r: dict) -> str:
+    rows = [
+        f"| {name} | {r[name]['runs'][0]['bindings']} | {r[name]['wall_s_median']} | {r[name]['cpu_s_median']} |"
+        for name in ("baseline", "this checkout")
+    ]
+    loads = [run["load_5min"] for name in ("baseline", "this checkout") for run in r[name]["runs"]]
+    return "\n".join(
+        [
+            (
+                f"The {r['platform']} plan's bindings, one after another in an empty cache, baseline "
+                f"`{r['baseline_ref']}` and this checkout in turns; median of {len(r['baseline']['runs'])} run(s) each."
+            ),
+            "",
+            "| code | bindings | wall s (median) | CPU s (median) |",
+            "| --- | --- | --- | --- |",
+            *rows,
+            "",
+            f"Load average (5 min) as each side ended: {', '.join(map(str, loads))} on {os.cpu_count()} CPUs.",
+        ]
+    )
 
 
 def _sizes(by_variant: dict[str, int]) -> str:

@@ -43,6 +43,12 @@ BASE_FLAGS = (
     "-shared",
     "-fvisibility=hidden",
 )
+# GCC collects its own garbage whenever its heap grows by 30% past a small floor; parsing torch's
+# headers makes that a few dozen collections per binding. A 1 GiB floor (the largest compile here
+# peaks near 650 MB) skips them: the same output bytes (tests/builder/test_binding.py compares them).
+# One binding by hand: 14 s of user CPU against 15 to 18 s; the plan's ten, `bench/first_command.py
+# --bindings-only` at load 16: 148.8 s against 151.9 s, within the load's noise. GCC's option: GCC only.
+GCC_MEMORY_PARAMS = ("--param", "ggc-min-expand=100", "--param", "ggc-min-heapsize=1048576")
 
 
 class BindingError(FaError):
@@ -85,6 +91,12 @@ def _identity(cxx: tuple[str, ...], platform: str) -> str:
     if programs:
         cache.write_stamp("cxx-identity", key, {"identity": identity})
     return identity
+
+
+def memory_params(platform: str | None = None) -> list[str]:
+    """GCC_MEMORY_PARAMS for a GCC (the identity says who it is: clang answers "clang version ...");
+    not in any cache key: they change how much memory the compiler keeps, never what it writes."""
+    return list(GCC_MEMORY_PARAMS) if "clang" not in compiler_identity(platform).lower() else []
 
 
 def _ask_identity(cxx: tuple[str, ...], platform: str) -> str:
@@ -248,6 +260,7 @@ def shared_objects(cxx11abi: bool, kernels_root: Path, platform: str) -> list[Pa
                 cmd = [
                     *compiler(platform),
                     *_object_flags(cxx11abi, kernels_root),
+                    *memory_params(platform),
                     f"-ffile-prefix-map={kernels_root}=/fa/kernels",
                     "-c",
                     str(src),
@@ -267,26 +280,11 @@ def _compile(
     key: str,
     out: Path,
 ) -> BindingBuild:
-    form = form_of(stable_floor)
     t0 = time.perf_counter()
     objects = [str(o) for o in shared_objects(cxx11abi, kernels_root, platform)]
-    layer = str(kernels_root / "binding" / FORMS_DIR / f"{form}.cpp")
-    stubs = stub_dir(platform)
+    stub_dir(platform)  # made (once per CPU) before the output file is opened
     with atomic.writing(out) as tmp:
-        cmd = [
-            *compiler(platform),
-            *flags(headers, cxx11abi, kernels_root, stable_floor),
-            *path_maps(headers, kernels_root),  # not in the key: they name paths, not contents
-            layer,
-            *objects,
-            "-o",
-            str(tmp),
-            f"-L{stubs}",
-            "-Wl,--no-as-needed",
-            *(f"-l:{s}" for s in NEEDED[form]),
-            "-Wl,--as-needed",
-            "-ldl",  # dlopen lives in libdl before glibc 2.34 (manylinux_2_28); as-needed drops it after
-        ]
+        cmd = binding_command(headers, cxx11abi, kernels_root, platform, stable_floor, objects, tmp)
         what = (
             f"stable-ABI binding for torch >= {stable_floor} (headers {headers.torch_version})"
             if stable_floor
@@ -294,6 +292,34 @@ def _compile(
         )
         _run(cmd, f"building the {platform} {what}", platform)
     return BindingBuild(out, key, False, time.perf_counter() - t0)
+
+
+def binding_command(
+    headers: Headers,
+    cxx11abi: bool,
+    kernels_root: Path,
+    platform: str,
+    stable_floor: str | None,
+    objects: list[str],
+    out: Path,
+) -> list[str]:
+    """The compiler command that builds the binding into `out` from its form's source and `objects`."""
+    form = form_of(stable_floor)
+    return [
+        *compiler(platform),
+        *flags(headers, cxx11abi, kernels_root, stable_floor),
+        *path_maps(headers, kernels_root),  # not in the key: they name paths, not contents
+        *memory_params(platform),  # not in the key either: the same bytes out
+        str(kernels_root / "binding" / FORMS_DIR / f"{form}.cpp"),
+        *objects,
+        "-o",
+        str(out),
+        f"-L{stub_dir(platform)}",
+        "-Wl,--no-as-needed",
+        *(f"-l:{s}" for s in NEEDED[form]),
+        "-Wl,--as-needed",
+        "-ldl",  # dlopen lives in libdl before glibc 2.34 (manylinux_2_28); as-needed drops it after
+    ]
 
 
 def _run(cmd: list[str], what: str, platform: str) -> None:

@@ -134,7 +134,7 @@ class CompileTask:
             h.update(data)
         return h.hexdigest()
 
-    @property
+    @cached_property
     def path(self) -> Path:
         return image_path(self.key, self.suffix)
 
@@ -151,7 +151,8 @@ def _source_digest(source_name: str, source: str, headers: tuple[tuple[str, str]
 
 
 def image_path(key: str, suffix: str) -> Path:
-    return cache.cache_dir() / "kernels" / key[:2] / f"{key}{suffix}"
+    # One Path from the joined text, not three `/` steps (pathlib led a profiled no-op rebuild).
+    return Path(os.path.join(cache.cache_dir(), "kernels", key[:2], f"{key}{suffix}"))
 
 
 def _headers(src_path: Path, root: Path) -> tuple[tuple[str, str], ...]:

@@ -9,6 +9,7 @@ in the file (`archs."12"[3]`, `exclude[0].torch`) and says how to fix it.
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -676,8 +677,14 @@ def _exclude_value_matches(
 
 def _matches(value: object, exact: str, version: Version) -> bool:
     if isinstance(value, str) and value[:1] in "<>=!~":
-        return SpecifierSet(value).contains(version, prereleases=True)
+        return _specifier(value).contains(version, prereleases=True)
     return str(value) == exact
+
+
+@functools.lru_cache(maxsize=256)
+def _specifier(text: str) -> SpecifierSet:
+    """An exclude entry's specifier, parsed once: a plan matches every cell against every entry."""
+    return SpecifierSet(text)
 
 
 def _unknown_key_fix(key: str, known: tuple[str, ...]) -> str:

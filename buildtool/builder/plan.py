@@ -15,6 +15,7 @@ Pure: the catalog and the kernel table come in as arguments; nothing is download
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from collections.abc import Callable, Sequence
@@ -120,8 +121,9 @@ def make_plan(
     universal wheel goes with the matrix's first platform), then `shard` keeps one shard of those.
     Raises MatrixError for a torch minor that PyPI never published, an arch without kernels, or a
     platform the matrix does not list."""
-    alternatives = _alternatives(units)
-    units = units or kernels_src.tiles().units
+    # Each CUDA major asks for the same archs' units: tiles builds an arch's table once per plan.
+    alternatives = functools.cache(_alternatives(units))
+    units = functools.cache(units or kernels_src.tiles().units)
     for i, minor in enumerate(matrix.torch):
         if minor not in catalog.minors:
             raise MatrixError(
@@ -270,8 +272,9 @@ def local_plan(
         sass_per_major=tuple(m for m in (matrix.sass_per_major if matrix else ()) if m in cuda),
         source=source,
     )
-    alternatives = _alternatives(units)
-    units = units or kernels_src.tiles().units
+    # Each CUDA major asks for the same archs' units: tiles builds an arch's table once per plan.
+    alternatives = functools.cache(_alternatives(units))
+    units = functools.cache(units or kernels_src.tiles().units)
     if stable:
         binding = BindingJob(str(stable_floor), torch_version, True, None, platform, binding_forms.STABLE)
     else:

@@ -28,11 +28,20 @@ from buildtool.errors import FaError, UsageError
 
 def cache_dir() -> Path:
     """FA_CACHE if set, else the platform's cache dir (~/.cache/fa on Linux)."""
-    root = Path(os.environ.get("FA_CACHE") or user_cache_dir("fa", appauthor=False))
+    return _made(os.environ.get("FA_CACHE") or "")
+
+
+@functools.lru_cache(maxsize=8)
+def _made(fa_cache: str) -> Path:
+    """The cache folder for this FA_CACHE value, made once per process: a build asks for it a few
+    thousand times (every image path, stamp and lock); a mkdir each time was the most-called step of a
+    profiled no-op rebuild. A folder removed meanwhile is made again by the write that needs it
+    (atomic.writing makes its parents)."""
+    root = Path(fa_cache or user_cache_dir("fa", appauthor=False))
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as e:  # a file where the folder belongs, no permission: the user's to fix (exit 2)
-        where = "FA_CACHE" if os.environ.get("FA_CACHE") else "the default cache folder"
+        where = "FA_CACHE" if fa_cache else "the default cache folder"
         raise UsageError(write_problem(root, e, f"cannot use {where}")) from None
     return root
 
@@ -100,7 +109,7 @@ def file_state(path: Path) -> list[int] | None:
 
 
 def _stamp_path(kind: str, key: str) -> Path:
-    return cache_dir() / "stamps" / kind / key[:2] / f"{key}.json"
+    return Path(os.path.join(cache_dir(), "stamps", kind, key[:2], f"{key}.json"))  # one Path, not four
 
 
 def read_stamp(kind: str, key: str) -> dict[str, Any] | None:

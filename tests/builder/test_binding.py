@@ -59,3 +59,21 @@ def test_binding_against_pypi_headers_of_an_older_torch(fixture_tree):
     built = binding.build_binding(headers, False, fixture_tree)
     assert built.path.is_file()
     assert "libc10.so" in elf_needs(built.path).libraries
+
+
+@pytest.mark.usefixtures("fresh_cache")
+def test_gcc_memory_params_leave_the_binding_bytes_as_they_were(fixture_tree, tmp_path):
+    """The GCC heap params (kept out of the cache key) only save CPU: the binding built with them is
+    byte for byte the one built without."""
+    _, headers = torch_headers.local_torch()
+    objects = [str(o) for o in binding.shared_objects(True, fixture_tree, "x86_64")]
+    binding.stub_dir("x86_64")
+    cmd = binding.binding_command(headers, True, fixture_tree, "x86_64", None, objects, tmp_path / "with.so")
+    params = binding.memory_params("x86_64")
+    assert params == list(binding.GCC_MEMORY_PARAMS)  # this machine's g++ is GCC
+    assert all(p in cmd for p in params)
+    without = [w for w in cmd if w not in params]
+    without[without.index(str(tmp_path / "with.so"))] = str(tmp_path / "without.so")
+    for run in (cmd, without):
+        subprocess.run(run, check=True, capture_output=True)
+    assert (tmp_path / "with.so").read_bytes() == (tmp_path / "without.so").read_bytes()

@@ -6,6 +6,7 @@ changed since, by fa or by hand, is still rebuilt or refused as before. Stamps l
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import zipfile
 from collections.abc import Callable
@@ -132,3 +133,18 @@ def test_the_compiler_is_asked_who_it_is_once_per_compiler_file(
     assert asked()[1] == 3  # the stamp answered: g++ not run again
     cxx.write_text(FAKE_CXX.replace("99.1.0", "99.2.0"))  # an upgraded compiler: asked again
     assert asked() == ("fake g++ (FA test) 99.2.0 (99.2.0, x86_64-linux-gnu)", 6)
+
+
+def test_a_cache_folder_removed_meanwhile_is_made_again_by_the_next_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cache_dir() makes the folder once per process (a no-op rebuild asks for it thousands of times):
+    removed while fa runs, the next stamp or image written brings it back, and a read finds nothing."""
+    monkeypatch.setenv("FA_CACHE", str(tmp_path / "c"))
+    cache.write_stamp("elf-facts", "ab" * 32, {"x": 1})
+    assert cache.read_stamp("elf-facts", "ab" * 32) == {"x": 1}
+    shutil.rmtree(tmp_path / "c")
+    assert cache.read_stamp("elf-facts", "ab" * 32) is None
+    cache.write_stamp("elf-facts", "cd" * 32, {"y": 2})
+    assert cache.read_stamp("elf-facts", "cd" * 32) == {"y": 2}
+    assert cache.cache_dir() == tmp_path / "c"
