@@ -17,8 +17,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "kernels")]
 
 import torch
-from fa_attn.check import problems
-from fa_attn.decision import KernelLaunch
+from fa_attn.runtime.decision import KernelLaunch
+from fa_attn.verify.check import problems
 from fa_attn.verify.unitcheck import check_backward, check_forward, key_block, query_block
 
 from buildtool.emucheck.harness import emulator

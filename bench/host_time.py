@@ -45,8 +45,9 @@ import fa_attn
 import figures  # bench/figures.py, beside this script
 import torch
 import torch.nn.functional as F
-from fa_attn import interface, selfcheck
-from fa_attn.decision import Dispatch, KernelLaunch
+from fa_attn.runtime import interface
+from fa_attn.runtime.decision import Dispatch, KernelLaunch
+from fa_attn.verify import selfcheck
 
 HEADS, HEAD_DIM, KEYS = 8, 64, 256
 FWD = KernelLaunch("/pkg/kernels/sm_80/fwd_fp16_d64.cubin", "fa_fwd", (64, 128, 128, 64, 49152, 0))

@@ -31,7 +31,7 @@ import fa_attn
 import figures
 import torch
 from _pytest.monkeypatch import MonkeyPatch
-from fa_attn import selfcheck
+from fa_attn.verify import selfcheck
 
 
 def median_s(fn, runs: int) -> float:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from fa_attn.check import problems
+from fa_attn.verify.check import problems
 from fa_attn.verify.reference import visible_rows
 from fa_attn.verify.unitcheck import NO_WINDOW, Problem
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from attn_reference import assert_fa2_close, attention_ref
 from emulated import kernels_on_cpu
-from fa_attn import sdpa
+from fa_attn.standin import sdpa
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::fa_attn.FaFallbackWarning"),

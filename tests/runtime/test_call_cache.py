@@ -10,7 +10,7 @@ import weakref
 import fa_attn
 import pytest
 import torch
-from fa_attn import call_cache, interface
+from fa_attn.runtime import call_cache, interface
 
 pytestmark = pytest.mark.filterwarnings("ignore::fa_attn.FaFallbackWarning")
 

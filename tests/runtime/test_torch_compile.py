@@ -13,9 +13,9 @@ import warnings
 import fa_attn
 import pytest
 import torch
-from fa_attn import interface
-from fa_attn.dispatch import Dispatch
-from fa_attn.ops import KernelLaunch
+from fa_attn.runtime import interface
+from fa_attn.runtime.dispatch import Dispatch
+from fa_attn.runtime.ops import KernelLaunch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 

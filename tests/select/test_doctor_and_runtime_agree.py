@@ -8,9 +8,9 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from fa_attn import dispatch
-from fa_attn.decision import Call, Device, Dispatch
-from fa_attn.dispatch import CallFacts
+from fa_attn.runtime import dispatch
+from fa_attn.runtime.decision import Call, Device, Dispatch
+from fa_attn.runtime.dispatch import CallFacts
 
 from buildtool.compat.choose import Request, select
 from buildtool.compat.env import Env

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from .inputs import InputError
+from ..runtime.inputs import InputError
 
 Tensor = torch.Tensor
 

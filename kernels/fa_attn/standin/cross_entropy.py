@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from .inputs import InputError
+from ..runtime.inputs import InputError
 
 Tensor = torch.Tensor
 

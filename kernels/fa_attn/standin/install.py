@@ -235,23 +235,21 @@ def not_provided(fullname: str) -> str:
 
 def _exports(fullname: str) -> dict[str, object]:
     """What each stand-in module holds (imported lazily: fa_attn is importing while this is defined)."""
+    from ..runtime import interface, kvcache, packed
     from . import (
         activations,
         bert_padding,
         block,
         cross_entropy,
         embedding,
-        flash_attn_ext,
-        flash_attn_privates,
-        interface,
-        kvcache,
         mha,
         norms,
-        packed,
         rotary,
         tensor_parallel,
         triton_attention,
     )
+    from . import extension as flash_attn_ext
+    from . import privates as flash_attn_privates
 
     public = {name: getattr(interface, name, None) or getattr(packed, name, None) for name in _PUBLIC}
     public["flash_attn_with_kvcache"] = kvcache.flash_attn_with_kvcache
@@ -405,7 +403,7 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 
 _FINDER = _Finder()
-_ORIGIN = Path(__file__).resolve().parent / "flash_attn_compat.py"
+_ORIGIN = Path(__file__).resolve().parent / "compat.py"
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import torch
 
+from .._env import switch
+from ..reasons import Reason
+from ..schema import Manifest
 from . import all_wheel, decision
-from ._env import switch
 from .decision import Call, Device, Dispatch
 from .inputs import AttnCall
-from .reasons import Reason
-from .schema import Manifest
 
 __all__ = ["CallFacts", "Dispatch", "FaFallbackError", "FaFallbackWarning", "decide", "facts_for", "report"]
 

@@ -17,7 +17,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from . import call_cache, decision, fallback, inputs, loader, ops, preload, selfcheck
+from ..verify import selfcheck
+from . import call_cache, decision, fallback, inputs, loader, ops, preload
 from . import dispatch as _dispatch
 from ._constant import assume_constant_result as _assume_constant_result
 from .dispatch import Dispatch

@@ -31,8 +31,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from ..runtime.inputs import InputError
 from .activations import sqrelu_fwd
-from .inputs import InputError
 
 Tensor = torch.Tensor
 Group = Any  # torch.distributed.ProcessGroup, or None for the default group

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .inputs import InputError
+from ..runtime.inputs import InputError
 from .mha import MHA
 from .norms import RMSNorm
 from .tensor_parallel import Mlp

@@ -28,7 +28,7 @@ from typing import SupportsIndex
 
 import torch
 
-from ._env import switch
+from .._env import switch
 
 # The public API's argument and result types. An integer argument is any integer-like flash-attn's
 # callers pass: an int, a numpy integer, a one-element integer tensor; a window is a pair of them.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import runpy
 import sys
 
-from ._standin import (
+from .install import (
     FLASH_ATTN_API,
     SHIM_VERSION,
     FlashAttnStatus,

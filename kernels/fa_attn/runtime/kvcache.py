@@ -33,7 +33,8 @@ from typing import NamedTuple
 
 import torch
 
-from . import call_cache, fallback, interface, rotary
+from ..standin import rotary
+from . import call_cache, fallback, interface
 from .inputs import (
     AttnCall,
     InputError,

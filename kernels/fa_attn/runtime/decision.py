@@ -26,9 +26,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .reasons import Reason
-from .schema import Coverage, KernelFile, WheelInfo
-from .versions import (
+from ..reasons import Reason
+from ..schema import Coverage, KernelFile, WheelInfo
+from ..versions import (
     KERNEL_ARCH_FLOOR,
     MIN_TORCH,
     driver_at_least,

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .inputs import InputError
+from ..runtime.inputs import InputError
 from .tensor_parallel import all_reduce, reduce_scatter
 
 Tensor = torch.Tensor

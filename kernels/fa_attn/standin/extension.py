@@ -34,10 +34,10 @@ from typing import cast
 import torch
 import torch.nn.functional as F
 
-from . import dispatch, fallback, inputs, interface, preload
-from .inputs import AttnCall, InputError
-from .interface import flash_attn_func, varlen_attention
-from .kvcache import flash_attn_with_kvcache
+from ..runtime import dispatch, fallback, inputs, interface, preload
+from ..runtime.inputs import AttnCall, InputError
+from ..runtime.interface import flash_attn_func, varlen_attention
+from ..runtime.kvcache import flash_attn_with_kvcache
 
 Tensor = torch.Tensor
 

@@ -28,12 +28,12 @@ from typing import Any, cast
 import torch
 import torch.nn.functional as F
 
+from ..reasons import Reason
+from ..runtime.decision import Dispatch
+from ..runtime.dispatch import report
+from ..runtime.fallback import sinks_attention
+from ..runtime.interface import flash_attn_func, flash_attn_varlen_func
 from .bert_padding import pad_input, unpad_input
-from .decision import Dispatch
-from .dispatch import report
-from .fallback import sinks_attention
-from .interface import flash_attn_func, flash_attn_varlen_func
-from .reasons import Reason
 
 NAME = "fa_attn"
 
@@ -283,7 +283,7 @@ def _serve_flash_name(name: str) -> None:
 
     def _lazy_imports(implementation: str | None, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         if implementation in _FLASH_NAMES:
-            from .kvcache import flash_attn_with_kvcache
+            from ..runtime.kvcache import flash_attn_with_kvcache
 
             return flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache, pad_input, unpad_input
         return loader(implementation, *args, **kwargs)

@@ -36,14 +36,14 @@ from typing import Any, NamedTuple
 
 import torch
 
-from . import call_cache, loader
-from ._env import reader
-from .decision import Dispatch, KernelLaunch
-from .dispatch import driver_version
-from .inputs import AttnCall
-from .reasons import Reason
-from .verify import record as records
-from .verify.unitcheck import Outcome, Problem, check_backward, check_forward, key_block
+from .._env import reader
+from ..reasons import Reason
+from ..runtime import call_cache, loader
+from ..runtime.decision import Dispatch, KernelLaunch
+from ..runtime.dispatch import driver_version
+from ..runtime.inputs import AttnCall
+from . import record as records
+from .unitcheck import Outcome, Problem, check_backward, check_forward, key_block
 
 Units = tuple[tuple[str, str, str, tuple[int, ...]], ...]  # (direction, module, entries, launch)
 MODES = ("first-use", "strict", "off")

@@ -29,10 +29,10 @@ from typing import Any
 
 import torch
 
-from . import decision, dispatch, loader
-from .reasons import Reason
-from .verify import record as records
-from .verify.unitcheck import Outcome, Problem, check_backward, check_forward, key_block, query_block
+from ..reasons import Reason
+from ..runtime import decision, dispatch, loader
+from . import record as records
+from .unitcheck import Outcome, Problem, check_backward, check_forward, key_block, query_block
 
 UNIT_TIMEOUT_S = 300.0  # one unit's worker: its problems, and a hang's limit
 BENCH_SEQLENS = (512, 2048, 8192)
@@ -417,7 +417,7 @@ def check_gpus(bench: bool = False, write: bool = True, on_unit: Progress | None
         units.append(run_isolated(job))
     on_unit(len(all_jobs), len(all_jobs), "")
     if bench:
-        from .verify.speed import measure_speed
+        from .speed import measure_speed
 
         for u in units:
             if u.verdict == "pass":

@@ -22,7 +22,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .inputs import InputError
+from ..runtime.inputs import InputError
 
 Tensor = torch.Tensor
 

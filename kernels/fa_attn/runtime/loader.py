@@ -24,11 +24,12 @@ from pathlib import Path
 
 import torch
 
-from . import all_wheel, ownfiles
-from ._version import __version__
+from .. import ownfiles
+from .._version import __version__
+from ..reasons import Reason
+from ..schema import BINDING_FILE, MANIFEST_MAX_BYTES, Manifest, WheelInfo, universal_info
+from . import all_wheel
 from .decision import binding_problems, driver_too_old, untested_torch
-from .reasons import Reason
-from .schema import BINDING_FILE, MANIFEST_MAX_BYTES, Manifest, WheelInfo, universal_info
 
 
 class FaUntestedTorchWarning(UserWarning):

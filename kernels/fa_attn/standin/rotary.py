@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from .inputs import as_int
+from ..runtime.inputs import as_int
 
 
 def rotate(

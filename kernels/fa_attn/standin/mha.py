@@ -36,15 +36,15 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .bert_padding import pad_input, unpad_input
-from .inputs import InputError
-from .kvcache import flash_attn_with_kvcache
-from .packed import (
+from ..runtime.inputs import InputError
+from ..runtime.kvcache import flash_attn_with_kvcache
+from ..runtime.packed import (
     flash_attn_kvpacked_func,
     flash_attn_qkvpacked_func,
     flash_attn_varlen_kvpacked_func,
     flash_attn_varlen_qkvpacked_func,
 )
+from .bert_padding import pad_input, unpad_input
 from .rotary import RotaryEmbedding, apply_rotary_emb
 
 Tensor = torch.Tensor

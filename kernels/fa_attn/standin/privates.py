@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from . import flash_attn_ext
+from . import extension as flash_attn_ext
 
 Tensor = torch.Tensor
 

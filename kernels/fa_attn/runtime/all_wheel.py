@@ -19,10 +19,10 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from ..reasons import Reason
+from ..schema import BindingFile, KernelFile, KernelSet, WheelInfo
+from ..versions import driver_at_least, parse_driver, torch_minor, torch_version
 from .decision import STABLE, Call, Device, Dispatch, binding_problems, decide, driver_too_old, fallback
-from .reasons import Reason
-from .schema import BindingFile, KernelFile, KernelSet, WheelInfo
-from .versions import driver_at_least, parse_driver, torch_minor, torch_version
 
 VARIANT = "all"  # WheelInfo.variant of the all-wheel; its version has no local label
 # Best first: what `fa install` prefers among wheels (buildtool/compat/choose.py) and a kernel set here.

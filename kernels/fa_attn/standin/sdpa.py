@@ -32,9 +32,9 @@ import torch
 from torch.library import Library
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from . import flash_attn_ext
-from .dispatch import FaFallbackWarning
-from .interface import flash_attn_func
+from ..runtime.dispatch import FaFallbackWarning
+from ..runtime.interface import flash_attn_func
+from . import extension as flash_attn_ext
 
 NAME = "fa"
 # The dispatch key the implementations are registered for: SDPA's flash path runs on CUDA. (tests/api
