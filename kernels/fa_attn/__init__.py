@@ -34,6 +34,7 @@ if _torch_version(_torch.__version__) < _MIN_TORCH:
         f"autograd registration); this is torch {_torch.__version__}: upgrade torch"
     )
 
+from . import _old_paths
 from .reasons import Reason
 from .runtime import ops as _ops  # noqa: F401  (defines the fa_attn:: op schemas)
 from .runtime.dispatch import Dispatch, FaFallbackError, FaFallbackWarning, last_dispatch
@@ -52,6 +53,10 @@ from .runtime.packed import (
 from .standin import bert_padding, hf
 from .standin import sdpa as _sdpa
 from .standin.install import flash_attn_status, install_as_flash_attn
+
+# The module paths before runtime/, standin/ and verify/ (`import fa_attn.decision`, `python -m
+# fa_attn.check`) are the modules at their new paths (_old_paths.py).
+_old_paths.install()
 
 # This wheel's version ("0.1.0+cu12torch2.8"), from its manifest; in a source checkout, fa's own
 # (_version.py, the one source every version starts from).
