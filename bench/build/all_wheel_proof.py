@@ -1,6 +1,6 @@
 """Proof on the CPU that one all-wheel per CPU serves every torch the matrix builds for, x86_64 and aarch64.
 
-    python bench/all_wheel_proof.py --wheels DIR --torch 2.4.0 2.7.0 2.9.0 2.13.0 2.15.0 \
+    python bench/build/all_wheel_proof.py --wheels DIR --torch 2.4.0 2.7.0 2.9.0 2.13.0 2.15.0 \
         [--cpu x86_64 aarch64] [--json /tmp/all-wheel-proof.json]
 
 DIR holds the all-wheels `fa build --matrix matrix.yaml` wrote (fa_attn-<version>-py3-none-<tag>.whl,
@@ -10,11 +10,11 @@ variant "all"); the per-variant wheels beside them are ignored.
    dependencies (PyPI's x86_64 torch is a CUDA build, which imports only with NVIDIA's libraries; uv
    when on PATH, which hard-links them from its cache), then the all-wheel with a plain
    `pip install --no-index --find-links <a folder holding only it> fa-attn`. In that venv:
-   `import fa_attn`, the loader picks the binding for this torch (fa_attn/all_wheel.py) and loads it,
+   `import fa_attn`, the loader picks the binding for this torch (fa_attn/runtime/all_wheel.py) and loads it,
    and `fa_attn::fwd` / `fa_attn::bwd` have CUDA kernels in torch's dispatcher.
 2. aarch64, per torch version: PyPI's aarch64 wheel's libraries (fetched by HTTP range), the binding
    the runtime would pick for that torch (all_wheel.binding_for, with the C++ ABI read from
-   libc10.so's symbols), and under qemu-user the checker of bench/stable_abi_proof.py loads
+   libc10.so's symbols), and under qemu-user the checker of bench/build/stable_abi_proof.py loads
    libtorch_cpu.so and the binding and asks the dispatcher for both operators' CUDA kernels.
 
 PyPI publishes one C++ ABI per torch version (the old one up to 2.6, the C++11 one from 2.7, on both
@@ -39,9 +39,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "bench" / "build"))
 
 from stable_abi_proof import Row, arm_torch, dynsyms, load_check, qemu_check, sh
 

@@ -1,6 +1,6 @@
 """The all-wheel's size and composition, and what the images it leaves out would weigh.
 
-    python bench/all_wheel_size.py --wheels DIR [--cpu x86_64|aarch64] [--json OUT]
+    python bench/build/all_wheel_size.py --wheels DIR [--cpu x86_64|aarch64] [--json OUT]
 
 DIR is `fa build --matrix matrix.yaml --platform CPU`'s output (the all-wheel and the per-variant
 wheels beside it). Reports, from the wheel files themselves:
@@ -25,7 +25,7 @@ from typing import Any
 
 from elftools.elf.elffile import ELFFile
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from buildtool.core.runtime import schema

@@ -1,6 +1,6 @@
 """Benchmark `fa build`: cold and warm build of a matrix, against a naive per-cell build.
 
-    python bench/build.py --matrix bench/build_small.yaml --jobs 2 --json bench-build.json
+    python bench/build/build.py --matrix bench/build/build_small.yaml --jobs 2 --json bench-build.json
 
 - cold: an empty compile cache (toolkits and torch headers are fetched first, in a prep step timed
   separately, so "cold" measures compiling and packaging, not the network);
@@ -29,10 +29,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+REPO = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
-from figures import record  # bench/figures.py, beside this script
+from figures import record  # bench/figures.py
 
 from buildtool.builder import toolkits, torch_headers
 from buildtool.builder.compile import KernelTree, compile_all

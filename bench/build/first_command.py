@@ -1,6 +1,6 @@
 """How long README's first command takes to build, today's code against an earlier commit, side by side.
 
-    python bench/first_command.py --baseline 21cff51 [--repeats 2] [--record]
+    python bench/build/first_command.py --baseline 21cff51 [--repeats 2] [--record]
 
 README's first command is `pip install -e . && fa build --matrix matrix.yaml --platform x86_64 && fa
 doctor`; its cost is the build. Each side (the baseline commit, checked out in a temporary worktree,
@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NETWORK_PARTS = ("toolkits", "torch-headers", "pypi")  # the cache folders filled from the network
 
 
@@ -174,8 +174,8 @@ def main() -> int:
     print(_markdown(result))
     print(f"(JSON: {out})", file=sys.stderr)
     if args.record:
-        sys.path.insert(0, str(Path(__file__).parent))
-        from figures import record  # bench/figures.py, beside this script
+        sys.path.insert(0, str(REPO / "bench"))
+        from figures import record  # bench/figures.py
 
         record("first-command", _markdown(result))
     return 0

@@ -1,6 +1,6 @@
 """What a build with nothing changed costs: `fa build ARGS` run again and again on a filled cache.
 
-    python bench/noop_build.py --out DIR [--runs 5] [--checkout PATH] -- --matrix matrix.yaml --platform x86_64
+    python bench/build/noop_build.py --out DIR [--runs 5] [--checkout PATH] -- --matrix matrix.yaml --platform x86_64
 
 The first run fills what is missing (it may be a whole cold build: run it where the cache already holds
 the build, FA_CACHE or the default cache) and is not counted; each next run is a no-op rebuild. CPU
@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from buildtool.core import atomic, cache

@@ -6,7 +6,7 @@ cubins. This script runs the pinned aarch64 libnvrtc under Debian's qemu-user (a
 that calls the NVRTC API) on real kernel units with the exact sources, headers and options `fa build`
 uses, and compares each cubin with the x86_64 NVRTC's.
 
-    python bench/nvrtc_aarch64.py --cuda 12 --arch 8.0 --units fwd_fp16_d128 bwd_bf16_d64
+    python bench/build/nvrtc_aarch64.py --cuda 12 --arch 8.0 --units fwd_fp16_d128 bwd_bf16_d64
 
 Needs g++-aarch64-linux-gnu (its gcc) and qemu-user from Debian, and PyPI for the NVRTC wheel (checked
 against the pinned sha256). Prints one line per unit and a JSON summary.

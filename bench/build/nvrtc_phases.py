@@ -1,7 +1,7 @@
 """Where a kernel compile's time goes, and what sharing could save: the measurements behind the choice
 of how to make the cold first build faster.
 
-    python bench/nvrtc_phases.py [--per-major 12] [--record]
+    python bench/build/nvrtc_phases.py [--per-major 12] [--record]
 
 For README's first command (the release matrix.yaml, x86_64) it measures, with the pinned NVRTCs:
 
@@ -32,11 +32,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+REPO = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 from elftools.elf.elffile import ELFFile  # pyelftools: reads the cubins' sections
-from figures import report  # bench/figures.py, beside this script
+from figures import report  # bench/figures.py
 
 from buildtool.builder import toolkits
 from buildtool.builder.compile import CompileTask, KernelTree, pair_ptx_with_cubins, resolve

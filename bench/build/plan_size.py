@@ -3,7 +3,7 @@ command (x86_64) and for the release (both CPUs); beside the kernel programs, wh
 would compile with `sass_per_major: [13]` (CUDA 13's own SASS and PTX for every arch, as before one
 SASS per arch: docs/build.md). Planning only: nothing is compiled.
 
-    python bench/plan_size.py [--record]
+    python bench/build/plan_size.py [--record]
 
 Reads matrix.yaml and PyPI's torch catalog (cached for a day) as `fa build --dry-run` does. `--record`
 writes the table into docs/figures.md (section `plan`); tests/ci/test_figures.py plans again (offline,
@@ -18,10 +18,10 @@ import dataclasses
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+REPO = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
-from figures import report  # bench/figures.py, beside this script
+from figures import report  # bench/figures.py
 
 from buildtool.builder.matrix import load_matrix
 from buildtool.builder.plan import Plan, make_plan

@@ -2,7 +2,7 @@
 takes from its cubin's compile (buildtool/builder/compile.py pair_ptx_with_cubins), compile it both
 ways, for compute_XX alone and for sm_XX keeping the PTX, and compare the bytes.
 
-    python bench/ptx_with_cubin.py [--matrix matrix.yaml] [--platform x86_64]
+    python bench/build/ptx_with_cubin.py [--matrix matrix.yaml] [--platform x86_64]
 
 Prints one line per CUDA major (programs compared, identical) and exits 1 if any pair differs, naming
 it. It compiles twice per pair (about 0.5 s each): minutes for the release matrix. Not a test.
@@ -15,7 +15,7 @@ import collections
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from buildtool.builder import toolkits

@@ -2,8 +2,8 @@
 kernels tree at different paths, each with its own FA_CACHE (downloads shared through symlinks, so
 torch's headers are included from different paths): prints each wheel's sha256 and whether they match.
 
-    python bench/reproducible.py                   # bench/reproducible.yaml: one kernel unit, torch 2.13
-    python bench/reproducible.py --matrix m.yaml   # any matrix
+    python bench/build/reproducible.py                   # bench/build/reproducible.yaml: one kernel unit, torch 2.13
+    python bench/build/reproducible.py --matrix m.yaml   # any matrix
 
 Needs PyPI (the torch catalog) the first time; compiles real kernels (minutes on 2 cores). Not a test:
 tests/builder/test_reproducible.py checks the same property on the fixture kernels in seconds.
@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHARED = ("toolkits", "torch-headers", "pypi")  # downloads only: compiled kernels and bindings are per cache
 
 
@@ -41,7 +41,7 @@ def build(root: Path, matrix: Path, user_cache: Path) -> dict[str, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--matrix", type=Path, default=REPO / "bench" / "reproducible.yaml")
+    parser.add_argument("--matrix", type=Path, default=REPO / "bench" / "build" / "reproducible.yaml")
     args = parser.parse_args()
     from buildtool.core.cache import cache_dir
 

@@ -1,6 +1,6 @@
 """Proof on the CPU that one stable-ABI wheel serves several torch minors, x86_64 and aarch64.
 
-    python bench/stable_abi_proof.py --torch 2.10.0 2.13.0 2.15.0 [--wheelhouse DIR] [--json out.json]
+    python bench/build/stable_abi_proof.py --torch 2.10.0 2.13.0 2.15.0 [--wheelhouse DIR] [--json out.json]
 
 1. Builds the stable-ABI wheels once, with `fa build`, from a small matrix (the floor 2.10 and the
    minors under test, CUDA 12, one arch, one kernel unit): the binding is compiled once per CPU
@@ -41,7 +41,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from buildtool.builder import torch_headers

@@ -2,7 +2,7 @@
 wheel of matrix.yaml, the all-wheels and the universal wheel, as tests/select/fixture_index.py builds
 them), side by side with the same machines answered without a memo, and the page's size.
 
-    python bench/index_page.py [--rounds 3] [--sample 300] [--json FILE]
+    python bench/install/index_page.py [--rounds 3] [--sample 300] [--json FILE]
 
 Prints medians over the rounds: CPU seconds (process time: the machine may be shared) to render the whole page (picker.page_data + the template), the
 machines it answers, the distinct answers, the page's bytes, and ms per machine with the memo against
@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from buildtool.builder import index_page

@@ -3,7 +3,7 @@
 Chromium, at 1280x900 and on a 390x844 phone, answering a T4 with torch 2.5 (CUDA 12, old C++ ABI),
 driver 525.60.13 and bf16 calls.
 
-    python bench/index_page_shots.py --out docs
+    python bench/install/index_page_shots.py --out docs
 
 Writes index-page.png (1280x900, from the picker down) and index-page-phone.png (390x844, from the answer down) into --out
 (default: $FA_CACHE or ~/.cache/fa, under index-page-shots/); needs chromium, chromedriver and selenium.
@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "kernels")]
 
 from buildtool.builder import index_page

@@ -1,10 +1,10 @@
 """Benchmark `fa install --build`: build the one wheel this machine needs and install it, cold and warm.
 
-    python bench/install_build.py --arch 8.0 --cuda 12 [--json bench-install-build.json]
+    python bench/install/install_build.py --arch 8.0 --cuda 12 [--json bench-install-build.json]
 
 In a fresh venv that sees the packages installed here (tests/nested_venv.py) and has fa installed in it:
 - cold: an empty FA_CACHE except the pinned NVRTC wheels (shared with yours, fetched first and timed
-  apart, like bench/build.py), so it measures compiling one arch's kernel programs, the binding, the
+  apart, like bench/build/build.py), so it measures compiling one arch's kernel programs, the binding, the
   wheel, and the install;
 - warm: the same command again: every compile is a cache hit; what is left is packaging and pip.
 Without a GPU here, --arch and --cuda say what to build for (with a GPU and a CUDA torch they default to
@@ -26,7 +26,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from buildtool.builder import toolkits

@@ -2,8 +2,8 @@
 venv, with pip and with uv side by side, and the member check (core/wheel_members.py) alone on a
 wheel shaped like a release's kernel wheel (about 210 members, 3.3 MiB packed).
 
-    python bench/install_time.py            # 5 installs per installer, 20 member checks; medians
-    python bench/install_time.py --runs 9
+    python bench/install/install_time.py            # 5 installs per installer, 20 member checks; medians
+    python bench/install/install_time.py --runs 9
 
 CPU seconds are the kernel's accounting of `fa install` and every process it waited for (pip, the
 imports, the guard), from wait4, so other load on the machine does not count; wall seconds do count it.
@@ -25,7 +25,7 @@ import time
 import zipfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from buildtool.compat.probe import probe

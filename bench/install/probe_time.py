@@ -2,9 +2,9 @@
 time, timed by the kernel's accounting of the child (user + system CPU seconds, from wait4), so other
 load on the machine does not count.
 
-    python bench/probe_time.py              # 20 runs each, median and min
-    python bench/probe_time.py --runs 50 --json probe-time.json
-    python bench/probe_time.py --runs 15 --record   # the table into docs/figures.md (section probe)
+    python bench/install/probe_time.py              # 20 runs each, median and min
+    python bench/install/probe_time.py --runs 50 --json probe-time.json
+    python bench/install/probe_time.py --runs 15 --record   # the table into docs/figures.md (section probe)
 
 The figure that matters is the median CPU time of `fa probe --json` (target: under 0.1 s). Also shows
 what a bare `python -c pass` costs here, the floor no command can go under, and the slowest imports
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 COMMANDS = {
     "python -c pass": [sys.executable, "-c", "pass"],
@@ -85,8 +85,8 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
     if args.record:
-        sys.path.insert(0, str(Path(__file__).parent))
-        from figures import record  # bench/figures.py, beside this script
+        sys.path.insert(0, str(REPO / "bench"))
+        from figures import record  # bench/figures.py
 
         record("probe", _markdown(figures))
 

@@ -3,7 +3,7 @@
 repeated rounds). An index page that answers every machine a picker offers calls select thousands of
 times, so this is what it costs.
 
-    python bench/select_time.py [--rounds 5] [--json FILE]
+    python bench/install/select_time.py [--rounds 5] [--json FILE]
 
 Compare two checkouts by running each one's copy in turns. Not a test: numbers depend on the machine.
 """
@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from buildtool.compat.choose import Request, select

@@ -1,10 +1,10 @@
 """Attention throughput: fa_attn against torch SDPA's flash and cuDNN backends, streamed row by row.
 
-    python bench/attention.py --out $OUT                    # on a GPU: every default shape
-    python bench/attention.py --head-dims 128 --seqlens 2048 4096 --dtypes bf16 --budget-s 240
-    python bench/attention.py --plot attention.png --jsonl attention.jsonl   # the PNG and targets, again
-    python bench/attention.py --list                        # the plan of shapes, nothing run
-    python bench/attention.py --dry-run --out /tmp/b        # the whole flow on the CPU, stand-in timings
+    python bench/kernels/attention.py --out $OUT                    # on a GPU: every default shape
+    python bench/kernels/attention.py --head-dims 128 --seqlens 2048 4096 --dtypes bf16 --budget-s 240
+    python bench/kernels/attention.py --plot attention.png --jsonl attention.jsonl   # the PNG and targets, again
+    python bench/kernels/attention.py --list                        # the plan of shapes, nothing run
+    python bench/kernels/attention.py --dry-run --out /tmp/b        # the whole flow on the CPU, stand-in timings
 
 Shapes follow FA2's benchmark: batch x seqlen = 16k tokens, hidden 2048 (heads = 2048 / head_dim),
 head dims 64/128/256, seqlens 512..16k, causal and not, bf16 and fp16. FLOPs: 4 * sq * sk * d * heads *

@@ -2,13 +2,13 @@
 compiled, pruned, checked and timed; the winner per (arch, dtype, head-dim bucket, direction) as JSON
 and as a patch to kernels/tiles.py that a person reviews and applies.
 
-    python bench/autotune.py --out $OUT --images .carry/autotune --budget-s 400   # on the GPU
-    python bench/autotune.py --dry-run --out /tmp/t --head-dims 64 --dtypes fp16 --max-candidates 3
-    python bench/autotune.py --patch-from autotune.json --out DIR    # winners and patch from saved results
+    python bench/kernels/autotune.py --out $OUT --images .carry/autotune --budget-s 400   # on the GPU
+    python bench/kernels/autotune.py --dry-run --out /tmp/t --head-dims 64 --dtypes fp16 --max-candidates 3
+    python bench/kernels/autotune.py --patch-from autotune.json --out DIR    # winners and patch from saved results
 
 1. Candidates: tiles.candidates(arch, direction, head_dim) for every bucket, dtype and direction, head
    dims 128, 64, 256 first (the benchmark's), bf16 before fp16; shared memory is pruned there.
-2. Compile and prune: NVRTC with -Xptxas=-v (bench/tile_compile.py); a candidate that spills registers
+2. Compile and prune: NVRTC with -Xptxas=-v (bench/kernels/tile_compile.py); a candidate that spills registers
    is dropped. --images takes cubins compiled beforehand (tile_compile.py, into .carry/) when their
    arch and source hash match this checkout; the rest compile here with --nvrtc-lib or the NVRTC that
    torch's CUDA build installed.
@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
+REPO = HERE.parents[1]
 for _p in (HERE, REPO / "tests" / "gpu", REPO / "tests" / "emu", REPO / "kernels", REPO):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
@@ -57,7 +57,7 @@ import tiles  # kernels/ is on sys.path above
 from tile_compile import Candidate
 
 PRIORITY_DIMS = (128, 64, 256)  # the benchmark's head dims: tuned first, at every seqlen
-TOKENS, HIDDEN = 16 * 1024, 2048  # bench/attention.py's shapes
+TOKENS, HIDDEN = 16 * 1024, 2048  # bench/kernels/attention.py's shapes
 MIN_GAIN = 0.03  # a winner must be this much faster than the default to replace it
 SLOW = 1.5  # slower than the default by this at the first shape: not timed further
 RESULTS, PATCH = "autotune.json", "tiles.patch"
@@ -190,7 +190,7 @@ class CandidateRunner:
         return kl.prepare_backward(dev, launch, call, t["out"], t["lse"], t["dout"])
 
     def splits(self, c: Candidate, call: Any) -> int:
-        """The runtime's split count for this call and tile (fa_attn/decision.py num_splits)."""
+        """The runtime's split count for this call and tile (fa_attn/runtime/decision.py num_splits)."""
         from buildtool.core.runtime import decision
 
         if self.sm_count is None:
@@ -461,7 +461,9 @@ def prepare_images(
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, help="where autotune.json and tiles.patch go (default $OUT)")
-    ap.add_argument("--images", type=Path, help="cubins from bench/tile_compile.py (e.g. .carry/autotune)")
+    ap.add_argument(
+        "--images", type=Path, help="cubins from bench/kernels/tile_compile.py (e.g. .carry/autotune)"
+    )
     ap.add_argument("--nvrtc-lib", type=Path, help="an NVRTC lib dir for the compiles made here")
     ap.add_argument(
         "--dtypes",
@@ -492,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.worker:
         return worker_main(args)
-    out_dir = args.out or Path(os.environ.get("OUT") or HERE / "out")
+    out_dir = args.out or Path(os.environ.get("OUT") or HERE.parent / "out")
     if args.patch_from:
         payload = json.loads(args.patch_from.read_text())
         write_outputs(payload, out_dir)

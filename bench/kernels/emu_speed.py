@@ -2,7 +2,7 @@
 repeats of a fixed set of emulated calls (forward, split-KV forward and backward of sm80 and sm75 fp16
 d64 units, 150 x 170 causal, 2 heads, the shapes tests/emu/test_emulator_catches.py runs).
 
-    python bench/emu_speed.py [--checkout DIR] [--repeats 3]
+    python bench/kernels/emu_speed.py [--checkout DIR] [--repeats 3]
 
 --checkout runs another checkout's emulator (a copy of main, to compare before and after a change of
 tests/emu). Each call runs under that checkout's defaults (FA_EMU_SEEDS, FA_EMU_WINDOW as set).
@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parents[2]
 
 
 def main() -> int:

@@ -1,4 +1,4 @@
-"""FlashAttention-2's tile choices and the static arithmetic that bench/kernel_model.py sets beside ours.
+"""FlashAttention-2's tile choices and the static arithmetic that bench/kernels/kernel_model.py sets beside ours.
 
 No FA2 code and no FA2 binary: the facts are its launch templates' choices (csrc/flash_attn/src/
 flash_fwd_launch_template.h and flash_bwd_launch_template.h, 2.8: the non-causal, no-dropout branch,
@@ -30,12 +30,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-for _p in (REPO / "bench", REPO / "kernels"):
+REPO = Path(__file__).resolve().parents[2]
+for _p in (REPO / "bench" / "kernels", REPO / "kernels"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
-import kernel_resources  # bench/ and kernels/ are not packages: found through sys.path
+import kernel_resources  # bench/kernels/ and kernels/ are not packages: found through sys.path
 import tiles
 
 FA2_REGISTERS = 255  # assumed per thread (see the module docstring)

@@ -1,8 +1,8 @@
 """A static cost model of the kernels, read from their SASS: no GPU, no timing.
 
-    python bench/kernel_model.py                          # today's default units, sm 8.0 / 8.6 / 9.0
-    python bench/kernel_model.py --before ffc809d         # side by side with the kernels of a git revision
-    python bench/kernel_model.py --arch 9.0 --head-dim 128 --json out.json
+    python bench/kernels/kernel_model.py                          # today's default units, sm 8.0 / 8.6 / 9.0
+    python bench/kernels/kernel_model.py --before ffc809d         # side by side with the kernels of a git revision
+    python bench/kernels/kernel_model.py --arch 9.0 --head-dim 128 --json out.json
 
 For each unit's main entry (fa_fwd, fa_bwd, fa_fwd_splitkv) this compiles the unit with a pinned NVRTC
 (buildtool, CUDA 12 by default), disassembles the cubin with nvdisasm from NVIDIA's PyPI wheel (pinned
@@ -12,7 +12,7 @@ by file and sha256 below, fetched once into the tool cache) and counts, over the
   smem/mma  all shared-memory bytes a warp moves per mma (ldmatrix, loads, stores; not cp.async fills)
   red       global atomic instructions and their width (F32 or the sm90 vector F32x2)
   bar       barrier instructions (BAR.SYNC): per step of the loop, the backward's is FA2's 3
-and, from ptxas (-v): registers, spills; from the usual occupancy rules (bench/kernel_resources.py):
+and, from ptxas (-v): registers, spills; from the usual occupancy rules (bench/kernels/kernel_resources.py):
 blocks per SM. The counts are static (each instruction once), which is the steady state of the key loop
 because the loop bodies are fully unrolled and dominate the code.
 
@@ -24,11 +24,11 @@ sector is used whole. `dq sect/MFLOP` = sectors per step over
 the step's 10 * block_m * block_n * d FLOPs (five GEMMs), per million.
 
 The FA2 rows are FlashAttention-2's own tile choices on each arch run through the same arithmetic
-(bench/fa2_model.py says which facts and how), not its SASS. `--vs-fa2` sets every forward and backward
+(bench/kernels/fa2_model.py says which facts and how), not its SASS. `--vs-fa2` sets every forward and backward
 unit beside them at head dims 64 to 256 on sm 8.0 to 12.0 and marks each measure where ours is worse:
 ldmatrix bytes per mma above FA2's, warps per SM below, dQ sectors per MFLOP above, or any spill.
 
-    python bench/kernel_model.py --vs-fa2 [--record]      # docs/figures.md section kernel-vs-fa2
+    python bench/kernels/kernel_model.py --vs-fa2 [--record]      # docs/figures.md section kernel-vs-fa2
 """
 
 from __future__ import annotations
@@ -47,10 +47,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
+REPO = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(REPO / "bench" / "kernels"), str(REPO / "bench")]
 
-import fa2_model  # bench/ is not a package: found through sys.path
+import fa2_model  # bench/ is not a package: found through sys.path (bench/kernels/)
 import kernel_resources
 
 from buildtool.builder import toolkits
@@ -301,7 +301,7 @@ def vs_fa2_table(rows: list[Model]) -> str:
         f"{at_or_better} of {compared} units at or better than FA2 on every measure (ldmatrix bytes per mma at or"
         " below, warps per SM at or above, backward dQ sectors per MFLOP at or below, no spill). Ours: the SASS"
         " of the bf16 units (NVRTC of the stamp's CUDA major); FA2: its own tile choices through the same"
-        " arithmetic, registers assumed at 255 (bench/fa2_model.py). Not verified on a GPU."
+        " arithmetic, registers assumed at 255 (bench/kernels/fa2_model.py). Not verified on a GPU."
     )
     return "\n".join(lines)
 

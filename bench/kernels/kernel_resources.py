@@ -1,12 +1,12 @@
 """Registers, spills, shared memory and occupancy of every kernel unit, per arch, from ptxas itself.
 
-    python bench/kernel_resources.py                    # CUDA 12, every arch it targets
-    python bench/kernel_resources.py --cuda 11 --arch 7.5 --arch 8.0 --json out.json
-    python bench/kernel_resources.py --cuda 13 --direction fwd     # forward units only
-    python bench/kernel_resources.py --lib-dir /path/to/nvrtc/lib   # an unpacked NVRTC, no download
-    python bench/kernel_resources.py --candidates --arch 9.0 --direction fwd --dtype bf16 --head-dim 128
+    python bench/kernels/kernel_resources.py                    # CUDA 12, every arch it targets
+    python bench/kernels/kernel_resources.py --cuda 11 --arch 7.5 --arch 8.0 --json out.json
+    python bench/kernels/kernel_resources.py --cuda 13 --direction fwd     # forward units only
+    python bench/kernels/kernel_resources.py --lib-dir /path/to/nvrtc/lib   # an unpacked NVRTC, no download
+    python bench/kernels/kernel_resources.py --candidates --arch 9.0 --direction fwd --dtype bf16 --head-dim 128
                                                         # every tile of the autotuner's search space
-    python bench/kernel_resources.py --alternatives --arch 8.0  # the smaller tiles sm 8.0's image
+    python bench/kernels/kernel_resources.py --alternatives --arch 8.0  # the smaller tiles sm 8.0's image
                                                         # carries for 99 KB GPUs (tiles.alternative_units)
 
 Compiles each unit of kernels/tiles.py for each arch with `-Xptxas=-v` (in parallel, one NVRTC per
@@ -269,7 +269,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{wall:.1f}s wall on {args.workers} workers"
     )
 
-    out = args.json or Path(__file__).resolve().parent / "results" / f"kernel_resources_cu{args.cuda}.json"
+    out = (
+        args.json or Path(__file__).resolve().parents[1] / "results" / f"kernel_resources_cu{args.cuda}.json"
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
         json.dumps(

@@ -7,7 +7,7 @@ wavefronts to the conflict-free minimum (1.00: no conflict). ldmatrix phases are
 loads, stores and cp.async are grouped by call site and execution count per warp between barriers.
 No GPU involved: these are properties of the addresses the kernels compute, not timings.
 
-    python bench/smem_banks.py [--family sm80] [--json out.json]
+    python bench/kernels/smem_banks.py [--family sm80] [--json out.json]
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO / "kernels"), str(REPO / "tests" / "emu")]
 
 import emu_harness as H

@@ -1,8 +1,8 @@
 """Compile every candidate tile of kernels/tiles.py with NVRTC for one arch, and keep those without
 register spills: the autotuner's first stage, run here (.carry/) or on the GPU machine.
 
-    python bench/tile_compile.py --arch 9.0 --out .carry/autotune         # the pinned CUDA 13 NVRTC
-    python bench/tile_compile.py --arch 9.0 --out /tmp/c --nvrtc-lib DIR    # any unpacked NVRTC
+    python bench/kernels/tile_compile.py --arch 9.0 --out .carry/autotune         # the pinned CUDA 13 NVRTC
+    python bench/kernels/tile_compile.py --arch 9.0 --out /tmp/c --nvrtc-lib DIR    # any unpacked NVRTC
 
 One NVRTC program per (dtype, head-dim bucket, direction, candidate tile) with `-Xptxas=-v`; a unit
 whose entries spill registers (ptxas's spill stores or loads) is pruned before anything runs, as is
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 for _p in (REPO, REPO / "kernels"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TILES = REPO / "kernels" / "tiles.py"
 
 

@@ -18,7 +18,7 @@ median of rounds, on the CPU:
 Shapes: decode, 1 query x 256 keys x 8 heads x head dim 64 (batch 1). The target: at most 10 µs above
 the op call, and the fallback at most 10 µs above SDPA.
 
-    python bench/host_time.py [--rounds 7] [--calls 2000] [--json FILE] [--record]
+    python bench/runtime/host_time.py [--rounds 7] [--calls 2000] [--json FILE] [--record]
 
 `--record` writes the overheads into docs/figures.md (section `host-time`).
 
@@ -37,12 +37,12 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "kernels"))
+REPO = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(REPO / "kernels"), str(REPO / "bench")]
 os.environ["FA_SELF_CHECK"] = "off"
 
 import fa_attn
-import figures  # bench/figures.py, beside this script
+import figures  # bench/figures.py
 import torch
 import torch.nn.functional as F
 from fa_attn.runtime import interface

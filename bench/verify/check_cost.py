@@ -1,7 +1,7 @@
 """What `fa check --emulate` costs per unit: each problem's CPU seconds on the emulator (in this process,
 the unit's library built first and not counted), its verdict and its error / bound.
 
-    python bench/check_cost.py --arch 8.0 --unit fwd_fp16_d64 [--unit bwd_fp16_d64 ...]
+    python bench/verify/check_cost.py --arch 8.0 --unit fwd_fp16_d64 [--unit bwd_fp16_d64 ...]
 
 Medians of --repeat runs per problem (CPU time: the machine's other load does not count)."""
 
@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "kernels")]
 
 import torch

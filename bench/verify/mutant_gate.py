@@ -2,8 +2,8 @@
 checkout's `fa check --emulate` catches, each run as a user runs it (a subprocess on an altered copy of
 kernels/csrc), with the CPU seconds it took.
 
-    python bench/mutant_gate.py                       # this checkout, each fault's own selection
-    python bench/mutant_gate.py --checkout /old/clone --whole-unit   # another checkout's check, every
+    python bench/verify/mutant_gate.py                       # this checkout, each fault's own selection
+    python bench/verify/mutant_gate.py --checkout /old/clone --whole-unit   # another checkout's check, every
                                                       # problem of each fault's unit (for a before/after)
 
 --whole-unit runs every problem of the unit (a checkout without --problem); the faults that need the
@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from tests.mutants.mutants import MUTANTS, Mutant

@@ -1,7 +1,7 @@
 """What the runtime's first-use self-check (fa_attn.selfcheck) costs per call class, on the CPU emulator.
 
-    python bench/selfcheck_cost.py            # 3 runs each, medians side by side
-    python bench/selfcheck_cost.py --record   # and write them to docs/figures.md (section selfcheck-cost)
+    python bench/verify/selfcheck_cost.py            # 3 runs each, medians side by side
+    python bench/verify/selfcheck_cost.py --record   # and write them to docs/figures.md (section selfcheck-cost)
 
 A unit serves a call only of a class it was checked for (selfcheck.CallClass: causal, window, softcap,
 layout, page size, GQA group, MQA, head dim; per direction), so each class's first call pays one check
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 for folder in ("kernels", "tests/api", "tests/emu", "tests/gpu", "", "bench"):
     sys.path.insert(0, str(REPO / folder))
 

@@ -1,4 +1,4 @@
-"""fa as torch's SDPA flash implementation (torch >= 2.13's registry, fa_attn/sdpa.py): registered on
+"""fa as torch's SDPA flash implementation (torch >= 2.13's registry, fa_attn/standin/sdpa.py): registered on
 import and never activated; once activated, SDPA's flash operators run fa's kernels (here the emulated
 ones, registered for the CPU as tests/api does) with fa's reasons, forward and backward."""
 

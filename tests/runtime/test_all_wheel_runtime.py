@@ -1,4 +1,4 @@
-"""The all-wheel at run time (fa_attn/all_wheel.py through dispatch.decide): per call the kernel set of
+"""The all-wheel at run time (fa_attn/runtime/all_wheel.py through dispatch.decide): per call the kernel set of
 this driver, files of that CUDA major, and Jetson Thor's sm 11.0 served by the CUDA 13 set that only
 the newer NVRTC can make. The manifests are the build's own (buildtool/builder/all_wheel.py over the
 fixture index's wheel specs); the GPU is described, this machine has none."""

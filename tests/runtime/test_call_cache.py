@@ -1,4 +1,4 @@
-"""Validated calls kept by their metadata (fa_attn/call_cache.py): a repeated call is validated once,
+"""Validated calls kept by their metadata (fa_attn/runtime/call_cache.py): a repeated call is validated once,
 and anything validation reads still decides (a different dtype still raises, options still count)."""
 
 from __future__ import annotations
