@@ -1,7 +1,7 @@
 """flash_attn_with_kvcache: attention over a KV cache for inference, with flash-attn 2.x's semantics.
 
 One call does, in order (flash-attn does all of it in one kernel; here the first two are torch ops):
-  1. rotary embedding of q and of the new k (`rotary_cos`/`rotary_sin`, rotary.py) at their positions
+  1. rotary embedding of q and of the new k (`rotary_cos`/`rotary_sin`, rope.py) at their positions
   2. the new k/v written into the cache in place, at rows cache_seqlens[b] .. + seqlen_new of sequence b
      (through `cache_batch_idx` or the pages of `block_table`)
   3. attention of q over each sequence's keys [cache_leftpad[b], cache_seqlens[b] + seqlen_new),
@@ -33,8 +33,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..standin import rotary
-from . import call_cache, fallback, interface
+from . import call_cache, fallback, interface, rope
 from .inputs import (
     AttnCall,
     InputError,
@@ -572,8 +571,8 @@ def flash_attn_with_kvcache(
         assert k is not None  # rotary needs the new keys (_check_rotary)
         cos, sin, interleaved = req.rotary.cos, req.rotary.sin, req.rotary.interleaved
         per_token = req.attn.causal or req.attn.has_window
-        q = rotary.rotate(q, cos, sin, _positions(req, q.shape[1], per_token, q.device), interleaved)
-        k = rotary.rotate(k, cos, sin, _positions(req, req.seqlen_new, True, q.device), interleaved)
+        q = rope.rotate(q, cos, sin, _positions(req, q.shape[1], per_token, q.device), interleaved)
+        k = rope.rotate(k, cos, sin, _positions(req, req.seqlen_new, True, q.device), interleaved)
     if k is not None and v is not None and req.seqlen_new:  # _check: seqlen_new > 0 means both given
         _append(req, k_cache, v_cache, k, v)
     out, lse = _attend_cache(req, q, k_cache, v_cache, return_softmax_lse)
