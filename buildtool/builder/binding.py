@@ -13,7 +13,7 @@ the flags.
 
 The shared sources (launch.cpp, cuda_driver.cpp) include no torch header, so they are compiled once
 per (CPU, C++ ABI) into cached objects that every binding of that CPU and ABI links: a release build
-has ten bindings per CPU and would otherwise compile them ten times (bench/build.py measures it).
+has ten bindings per CPU and would otherwise compile them ten times (bench/build/build.py measures it).
 """
 
 from __future__ import annotations

@@ -321,7 +321,7 @@ def _image(
 
     gpu = parse_arch(sm)
     # Distinct (arch, image) pairs first, then one _Image each: a wheel has hundreds of coverage rows
-    # and few images, and doctor and the index page decide thousands of times (bench/index_page.py).
+    # and few images, and doctor and the index page decide thousands of times (bench/install/index_page.py).
     rows = (row for row in wheel.coverage if arch_specific or not row.arch_specific)
     images = [_Image(*key) for key in dict.fromkeys((row.arch, row.image, row.arch_specific) for row in rows)]
     runnable = sorted(
