@@ -58,6 +58,12 @@ from .standin.install import flash_attn_status, install_as_flash_attn
 # fa_attn.check`) are the modules at their new paths (_old_paths.py).
 _old_paths.install()
 
+
+def __getattr__(name: str) -> object:
+    """fa_attn.decision, fa_attn.loader, ...: the old module names as attributes too (_old_paths.py)."""
+    return _old_paths.attribute(name)
+
+
 # This wheel's version ("0.1.0+cu12torch2.8"), from its manifest; in a source checkout, fa's own
 # (_version.py, the one source every version starts from).
 __version__ = _manifest().info.version

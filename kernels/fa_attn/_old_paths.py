@@ -88,6 +88,14 @@ class _OldPathFinder(importlib.abc.MetaPathFinder):
         return importlib.util.spec_from_loader(fullname, _OldPathLoader(f"{PACKAGE}.{MOVED[name]}"))
 
 
+def attribute(name: str) -> ModuleType:
+    """fa_attn.<old name> as an attribute of the package (its __getattr__), as when fa_attn's
+    __init__ imported those modules; the module at the new path."""
+    if name not in MOVED:
+        raise AttributeError(f"module {PACKAGE!r} has no attribute {name!r}")
+    return importlib.import_module(f"{PACKAGE}.{name}")
+
+
 def install() -> None:
     """Put the finder last on sys.meta_path (once)."""
     if not any(isinstance(finder, _OldPathFinder) for finder in sys.meta_path):

@@ -72,6 +72,20 @@ def test_every_old_module_path_is_the_module_at_its_new_path(old: str) -> None:
     assert Path(module.__file__).is_file()
 
 
+def test_every_old_name_is_an_attribute_of_the_package_without_importing_it() -> None:
+    """`import fa_attn; fa_attn.decision.Call(...)` ran before the move (fa_attn's __init__ imported
+    those modules); in a fresh interpreter, with nothing imported by its old name first, it still does."""
+    probe = (
+        "import fa_attn, importlib, sys\n"
+        f"names = {sorted(OLD_TOP_LEVEL)!r}\n"
+        "wrong = [n for n in names if getattr(fa_attn, n) is not importlib.import_module('fa_attn.' + n)]\n"
+        "print(wrong, hasattr(fa_attn, 'no_such_module'))\n"
+    )
+    done = _run("-c", probe)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[] False"
+
+
 def test_the_table_names_only_moved_modules_and_real_targets() -> None:
     """An old name is in the table only when no file has it any more (a real file always wins),
     and each target is a file under fa_attn/."""
