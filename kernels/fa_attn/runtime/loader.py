@@ -40,7 +40,7 @@ class FaWheelMisfitWarning(UserWarning):
     """The installed fa-attn wheel is built for another torch, C++ ABI or driver: calls fall back."""
 
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # fa_attn/: the manifest, binding and kernels
 MANIFEST_FILE = PACKAGE_DIR / "manifest.json"
 # What only a wheel with kernels holds beside its manifest (the all-wheel: bindings/).
 _KERNEL_PARTS = ("kernels", "bindings", BINDING_FILE)

@@ -369,7 +369,7 @@ class _ShimDistribution(importlib.metadata.Distribution):
         return None
 
     def locate_file(self, path: str | os.PathLike[str]) -> Path:
-        return Path(__file__).resolve().parent / str(path)
+        return Path(__file__).resolve().parents[1] / str(path)  # fa_attn/, where the package lies
 
 
 def _normalize(name: str) -> str:
