@@ -2,7 +2,7 @@
 buildtool/commands/ with a `register(app)`, named in commands.COMMANDS and imported only when it runs (or
 when help lists it), so a command loads what it needs and no more: `fa doctor` never imports the build
 pipeline. `fa probe` (what scripts, and `fa doctor --env` for another machine, start from) does not
-even load the CLI framework: `main` runs it straight (bench/probe_time.py measures it). The typer
+even load the CLI framework: `main` runs it straight (bench/install/probe_time.py measures it). The typer
 application itself is commands/_app.py; `app` here makes it on first use (for typer's CliRunner).
 
 Commands raise buildtool.errors.FaError (or a subclass) for anything that stops them, and return an

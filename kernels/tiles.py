@@ -2,7 +2,7 @@
 
 The one place where per-arch and per-head-dim differences live (docs/contracts.md section 2). The
 build reads it to know what to compile; the packager copies the launches into the manifest; the GPU
-autotuner (bench/autotune.py) reads its search space. Pure Python, stdlib only: the build tool loads
+autotuner (bench/kernels/autotune.py) reads its search space. Pure Python, stdlib only: the build tool loads
 this file by path (buildtool/core/kernels_src.py).
 
 Three layers:
@@ -12,7 +12,7 @@ Three layers:
     autotuner measures them on a GPU and a patch to the defaults records the winner;
   - the compile units (`unit`, `units`): a tile turned into an NVRTC program's defines and launches.
 Register limits (no spills) are not modelled here: they are ptxas's, checked at compile time
-(bench/kernel_resources.py, the autotuner's pruning).
+(bench/kernels/kernel_resources.py, the autotuner's pruning).
 
 Tile choices start from FlashAttention-2's published configs (csrc/flash_attn/src/
 flash_fwd_launch_template.h, flash_bwd_launch_template.h) fitted to each family's shared memory per
@@ -34,7 +34,7 @@ DIRECTIONS: tuple[str, ...] = ("fwd", "bwd", "splitkv")
 # What the forward kernel implements (fwd.cu's header states the exact semantics). Anything else the
 # runtime must refuse with reason `feature-unsupported` (dropout, alibi, ...). The KV-cache layouts
 # (paged_kv, seqused_k, leftpad_k, cache_batch_idx) are the forward's and split-KV's only: the
-# decision (fa_attn/decision.py KV_LAYOUT_FEATURES) sends a call that needs their gradients to the
+# decision (fa_attn/runtime/decision.py KV_LAYOUT_FEATURES) sends a call that needs their gradients to the
 # fallback, and pages must hold whole key blocks (a multiple of every unit's block_n).
 FEATURES: frozenset[str] = frozenset(
     {"causal", "gqa", "varlen", "window", "softcap", "paged_kv", "seqused_k", "leftpad_k", "cache_batch_idx"}
@@ -330,7 +330,7 @@ _BWD_V1 = {
 # 16 rows with Q in registers at 160, FA2's 8-warp 128 x 64 blocks at 192 and above (64 x 64 x 4 where
 # shared memory is short, and FA2's H100 choice at 256 on sm90), and two K/V stages wherever shared
 # memory keeps FA2's blocks per SM (sm80's d128 takes one: two would leave one block per SM). Each is
-# spill-free with NVRTC 11.8, 12.9 and 13.0 on every arch of its family (bench/kernel_resources.py)
+# spill-free with NVRTC 11.8, 12.9 and 13.0 on every arch of its family (bench/kernels/kernel_resources.py)
 # since P V skips the k steps past the sequence end (fwd.cu accumulate_pv).
 _FWD_SM80 = {
     32: _T(128, 64, 4, 2, True),  # 128 x 128 spills on sm100/sm120 with NVRTC 13.0
@@ -761,7 +761,7 @@ def features(arch: str) -> frozenset[str]:
 #     with a toolkit that does not target 8.8.
 # The alternative for a GPU is the tile its own family's SASS uses, so it is a tile the table already
 # holds (spill-free on that family; sm 8.0's 24 compile spill-free for sm_80 too with NVRTC 12.9:
-# `python bench/kernel_resources.py --cuda 12 --arch 8.0 --alternatives`, 2026-11-28); it is built only where the default needs more than that GPU's
+# `python bench/kernels/kernel_resources.py --cuda 12 --arch 8.0 --alternatives`, 2026-11-28); it is built only where the default needs more than that GPU's
 # limit, and the plan (buildtool/builder/plan.py alternative_jobs) compiles it only into wheels where
 # that GPU would run this image: none of the release matrix's wheels, whose every GPU has SASS of its
 # own family. The runtime and doctor pick among them by the GPU's reported limit (decision.py).

@@ -4,7 +4,7 @@ per-variant wheels. matrix.yaml `all_wheel: true` adds it to the plan; docs/matr
 
 It is made of the per-variant wheels' own work: its bindings are theirs and its compile jobs a subset
 of theirs (cached by content), so it costs no NVRTC or C++ compile of its own. What it leaves out was
-decided by measurement (docs/build.md, "The all-wheel"; bench/all_wheel_size.py):
+decided by measurement (docs/build.md, "The all-wheel"; bench/build/all_wheel_size.py):
 - the main CUDA major (the one the most torch minors of the matrix are built with: 12) ships every
   arch the matrix lists for it, and its PTX;
 - an older major (11) ships its archs too, without PTX: it is the one drivers below the main major's

@@ -13,7 +13,7 @@ the flags.
 
 The shared sources (launch.cpp, cuda_driver.cpp) include no torch header, so they are compiled once
 per (CPU, C++ ABI) into cached objects that every binding of that CPU and ABI links: a release build
-has ten bindings per CPU and would otherwise compile them ten times (bench/build.py measures it).
+has ten bindings per CPU and would otherwise compile them ten times (bench/build/build.py measures it).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ BASE_FLAGS = (
 # GCC collects its own garbage whenever its heap grows by 30% past a small floor; parsing torch's
 # headers makes that a few dozen collections per binding. A 1 GiB floor (the largest compile here
 # peaks near 650 MB) skips them: the same output bytes (tests/builder/test_binding.py compares them).
-# One binding by hand: 14 s of user CPU against 15 to 18 s; the plan's ten, `bench/first_command.py
+# One binding by hand: 14 s of user CPU against 15 to 18 s; the plan's ten, `bench/build/first_command.py
 # --bindings-only` at load 16: 148.8 s against 151.9 s, within the load's noise. GCC's option: GCC only.
 GCC_MEMORY_PARAMS = ("--param", "ggc-min-expand=100", "--param", "ggc-min-heapsize=1048576")
 

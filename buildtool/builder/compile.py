@@ -8,7 +8,7 @@ compiles nothing, and a changed header recompiles exactly the units that include
 Compiles run in worker processes (one NVRTC loaded per worker); each worker writes its image into
 the cache itself, atomically, so work finished before a kill is kept. Where a build ships both the
 cubin and the PTX of one (CUDA major, arch, unit), one NVRTC compile makes both: NVRTC produces the
-PTX on its way to the cubin, byte for byte what a compute_XX compile gives (bench/ptx_with_cubin.py
+PTX on its way to the cubin, byte for byte what a compute_XX compile gives (bench/build/ptx_with_cubin.py
 compares every pair), so the second compile would only repeat the first one's work.
 """
 

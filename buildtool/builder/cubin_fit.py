@@ -114,7 +114,7 @@ class UnitImage:
 def _needs_of(path: Path) -> dict[str, KernelNeeds]:
     """kernel_needs of the cubin at `path`, read from its ELF once per content: a compile cache image is
     named by the content key of all it is made from (compile.py), any other file by its bytes' sha256.
-    Parsing every cubin's ELF was most of a no-op rebuild's time (bench/build.py --noop)."""
+    Parsing every cubin's ELF was most of a no-op rebuild's time (bench/build/build.py --noop)."""
     kernels = cache.cache_dir() / "kernels"
     if path.parent.parent == kernels and path.suffix == ".cubin":
         key = cache.content_key(_FACTS, cache.own_code_hash(), path.stem)

@@ -56,7 +56,7 @@ class Compiled:
     log: str
     kind: str  # "cubin" | "ptx"
     # With `with_ptx`, a cubin compile's PTX too: NVRTC makes it on the way to the cubin, the same bytes
-    # as compiling for compute_XX (bench/ptx_with_cubin.py compares them for every program).
+    # as compiling for compute_XX (bench/build/ptx_with_cubin.py compares them for every program).
     ptx: bytes | None = None
 
 

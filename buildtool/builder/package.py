@@ -75,7 +75,7 @@ class BuiltWheel:
 
 # A wheel's stamp (core/cache.py): what fa wrote for inputs named by a content key, and the file's
 # state then. A build with nothing changed finds each wheel there as written and assembles none of
-# them: no manifest, no image read, no hashing (bench/build.py --noop).
+# them: no manifest, no image read, no hashing (bench/build/build.py --noop).
 _STAMPS = "wheels"
 
 

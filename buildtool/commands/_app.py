@@ -19,7 +19,7 @@ from buildtool.errors import EXIT_FAILED, FaError
 
 # Help and usage errors as plain text (click's layout), not rich's panels: typer's rich formatting
 # imports rich and markdown-it, which cost `fa --help` more than everything else it does (issue 37:
-# 0.55 s of CPU; bench/probe_time.py). One look for every command's help.
+# 0.55 s of CPU; bench/install/probe_time.py). One look for every command's help.
 MARKUP = None
 
 

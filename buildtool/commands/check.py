@@ -19,12 +19,13 @@ from buildtool.errors import FaError, UsageError
 
 
 def _check_module() -> Any:
-    """fa_attn.check from the installed fa-attn, else from this source checkout's kernels/."""
+    """fa_attn.check from the installed fa-attn, else from this source checkout's kernels/ (its old path,
+    which wheels built before fa_attn/verify/check.py existed also have)."""
     try:
         return importlib.import_module("fa_attn.check")
     except ImportError:
         kernels = Path(__file__).resolve().parents[2] / "kernels"
-        if not (kernels / "fa_attn" / "check.py").is_file():
+        if not (kernels / "fa_attn" / "verify" / "check.py").is_file():
             raise FaError("fa-attn is not installed here: nothing to check (fix: `fa install`)") from None
         sys.path.insert(0, str(kernels))
         return importlib.import_module("fa_attn.check")

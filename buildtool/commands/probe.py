@@ -1,7 +1,7 @@
 """`fa probe`: describe this machine (compat/probe.py), for people or as JSON.
 
 `run` needs no CLI framework: cli.main calls it straight for `fa probe [--json]`, which scripts call
-and which must stay fast (bench/probe_time.py: under 0.1 s of CPU). `register` adds it to typer's app
+and which must stay fast (bench/install/probe_time.py: under 0.1 s of CPU). `register` adds it to typer's app
 for `--help` and the other spellings; only then is typer imported. (No `from __future__ import
 annotations` here: the command's annotations are evaluated where typer is imported, in register.)"""
 

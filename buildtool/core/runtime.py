@@ -14,14 +14,17 @@ from typing import TYPE_CHECKING
 from buildtool.core import kernels_src
 
 if TYPE_CHECKING:
-    from fa_attn import all_wheel, decision, ownfiles, reasons, schema, versions
+    from fa_attn import ownfiles, reasons, schema, versions
+    from fa_attn.runtime import all_wheel, decision
 
 __all__ = ["all_wheel", "decision", "ownfiles", "reasons", "schema", "versions"]
+# Where each sits inside fa_attn/ when not at its top.
+_PATHS = {"all_wheel": "runtime.all_wheel", "decision": "runtime.decision"}
 
 
 def __getattr__(name: str) -> ModuleType:
     if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = kernels_src.runtime_module(name)
+    module = kernels_src.runtime_module(_PATHS.get(name, name))
     globals()[name] = module
     return module

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from fa_attn.check import (
+from fa_attn.runtime.decision import GRID_CODES, KernelLaunch
+from fa_attn.verify.check import (
     NOT_PAGED,
     CheckReport,
     Job,
@@ -20,8 +21,7 @@ from fa_attn.check import (
     summarize,
     verdict_of,
 )
-from fa_attn.check import problems as check_problems
-from fa_attn.decision import GRID_CODES, KernelLaunch
+from fa_attn.verify.check import problems as check_problems
 from fa_attn.verify.unitcheck import key_block, query_block
 
 from buildtool.core import cuda_facts

@@ -99,7 +99,7 @@ def check(wheel: Path) -> str:
     """The checks after installation; run in a fresh interpreter by main()."""
     import fa_attn
     import torch
-    from fa_attn import loader
+    from fa_attn.runtime import loader
 
     where = Path(fa_attn.__file__).resolve()
     if "site-packages" not in where.parts:

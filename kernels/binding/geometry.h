@@ -12,7 +12,7 @@
 
 namespace fa_geometry {
 
-// Grid codes of an entry (fa_attn/decision.py GRID_CODES, docs/contracts.md section 2).
+// Grid codes of an entry (fa_attn/runtime/decision.py GRID_CODES, docs/contracts.md section 2).
 constexpr int kGridQBlocks = 0;        // "q_blocks": blocks over the query rows
 constexpr int kGridKBlocks = 1;        // "k_blocks": blocks over the key rows
 constexpr int kGridQBlocksSplits = 2;  // "q_blocks_splits": q blocks times params.num_splits

@@ -95,7 +95,7 @@ std::string read_file(const std::string& path) {
 
 // Loading a module (and, with lazy loading, resolving its functions) is not something a CUDA graph
 // capture may see: a launch on a capturing stream whose kernels are not loaded yet is refused instead
-// (the runtime loads a unit's modules at its first eager call: fa_attn/preload.py).
+// (the runtime loads a unit's modules at its first eager call: fa_attn/runtime/preload.py).
 bool capturing(CUstream stream) {
   int status = kStreamCaptureStatusNone;
   check_cuda(driver().cuStreamIsCapturing(stream, &status), "cuStreamIsCapturing");
@@ -131,7 +131,7 @@ CUmodule module_for(int device, const std::string& path, CUstream stream) {
   return module;
 }
 
-// The decision (fa_attn/decision.py) chose this kernel because the manifest's static + dynamic shared
+// The decision (fa_attn/runtime/decision.py) chose this kernel because the manifest's static + dynamic shared
 // memory fits the GPU's opt-in limit per block; for PTX the static part is a margin, since the driver's
 // JIT decides it. Here the loaded function says its own: a kernel that would not launch is refused
 // with both numbers rather than CUDA's "invalid argument".
@@ -515,7 +515,7 @@ void launch_all(const FaParams& params, const Launch& launch, int device, const 
   use_primary_context(device);
   CUstream stream = current_stream(device);
   // The module and every entry's function first, whether or not a grid is empty: so a call with no
-  // (batch, head) pair (batch 0) loads a unit's kernels and launches nothing (fa_attn/preload.py).
+  // (batch, head) pair (batch 0) loads a unit's kernels and launches nothing (fa_attn/runtime/preload.py).
   CUmodule module = module_for(device, launch.module, stream);
   std::vector<CUfunction> functions;
   for (const Entry& e : launch.entries) functions.push_back(function_for(module, e.name, e.smem_bytes, stream));

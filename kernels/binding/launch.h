@@ -3,7 +3,7 @@
 // only as `View`s (pointer, dtype, device, sizes, strides), so it includes no torch header at all and
 // compiles the same into either form; attention.h strings it together with a form's allocations.
 //
-// Python (fa_attn/dispatch.py) has already chosen the cubin/PTX file and passes it with the launch
+// Python (fa_attn/runtime/dispatch.py) has already chosen the cubin/PTX file and passes it with the launch
 // numbers from the wheel manifest; here we check what a kernel would otherwise read out of bounds.
 // No CUDA header, no libtorch_cuda/libc10_cuda at link time (see cuda_driver.h), no Python C API.
 #ifndef FA_BINDING_LAUNCH_H_
@@ -42,7 +42,7 @@ struct View {
   int64_t stride(int64_t i) const { return strides[i < 0 ? i + dim() : i]; }
 };
 
-// The scalar arguments of both operators, as the schemas (fa_attn/ops.py) name them.
+// The scalar arguments of both operators, as the schemas (fa_attn/runtime/ops.py) name them.
 struct Options {
   int64_t max_seqlen_q, max_seqlen_k;
   double softmax_scale;

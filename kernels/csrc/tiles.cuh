@@ -1,7 +1,7 @@
 // Named shared-memory tiles and the fragment loads that read them, shared by fwd.cu and bwd.cu.
 //
 // A tile is ROWS x COLS elements, row-major, in one of two layouts; both keep ldmatrix free of bank
-// conflicts at every head dim (bench/smem_banks.py counts them on the CPU emulator).
+// conflicts at every head dim (bench/kernels/smem_banks.py counts them on the CPU emulator).
 //
 // Swizzled (the forward's): unpadded (ROWS * COLS * 2 bytes), its 16-byte chunks XOR-permuted. Take
 // the tile as one run of chunks, chunk L = row * C + col / 8 with C = COLS / 8 chunks per row; chunk L

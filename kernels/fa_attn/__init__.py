@@ -34,24 +34,35 @@ if _torch_version(_torch.__version__) < _MIN_TORCH:
         f"autograd registration); this is torch {_torch.__version__}: upgrade torch"
     )
 
-from . import bert_padding, hf
-from . import ops as _ops  # noqa: F401  (defines the fa_attn:: op schemas)
-from . import sdpa as _sdpa
-from ._standin import flash_attn_status, install_as_flash_attn
-from .dispatch import Dispatch, FaFallbackError, FaFallbackWarning, last_dispatch
-from .dispatch import driver_version as _driver_version
-from .interface import explain, flash_attn_func, flash_attn_varlen_func
-from .kvcache import flash_attn_with_kvcache
-from .loader import FaUntestedTorchWarning, FaWheelMisfitWarning
-from .loader import manifest as _manifest
-from .loader import warn_misfit as _warn_misfit
-from .packed import (
+from . import _old_paths
+from .reasons import Reason
+from .runtime import ops as _ops  # noqa: F401  (defines the fa_attn:: op schemas)
+from .runtime.dispatch import Dispatch, FaFallbackError, FaFallbackWarning, last_dispatch
+from .runtime.dispatch import driver_version as _driver_version
+from .runtime.interface import explain, flash_attn_func, flash_attn_varlen_func
+from .runtime.kvcache import flash_attn_with_kvcache
+from .runtime.loader import FaUntestedTorchWarning, FaWheelMisfitWarning
+from .runtime.loader import manifest as _manifest
+from .runtime.loader import warn_misfit as _warn_misfit
+from .runtime.packed import (
     flash_attn_kvpacked_func,
     flash_attn_qkvpacked_func,
     flash_attn_varlen_kvpacked_func,
     flash_attn_varlen_qkvpacked_func,
 )
-from .reasons import Reason
+from .standin import bert_padding, hf
+from .standin import sdpa as _sdpa
+from .standin.install import flash_attn_status, install_as_flash_attn
+
+# The module paths before runtime/, standin/ and verify/ (`import fa_attn.decision`, `python -m
+# fa_attn.check`) are the modules at their new paths (_old_paths.py).
+_old_paths.install()
+
+
+def __getattr__(name: str) -> object:
+    """fa_attn.decision, fa_attn.loader, ...: the old module names as attributes too (_old_paths.py)."""
+    return _old_paths.attribute(name)
+
 
 # This wheel's version ("0.1.0+cu12torch2.8"), from its manifest; in a source checkout, fa's own
 # (_version.py, the one source every version starts from).

@@ -422,7 +422,7 @@ class WheelInfo:
     coverage: tuple[Coverage, ...] = _field(_rows(Coverage), absent=())
     # The all-wheel (variant "all", 1.3): every binding and every CUDA major's kernels in one wheel; its
     # own cuda_major, binding and coverage are None/empty (a reader older than 1.3 takes it for the
-    # universal wheel, and its runtime, which is new, still runs the kernels). fa_attn/all_wheel.py
+    # universal wheel, and its runtime, which is new, still runs the kernels). fa_attn/runtime/all_wheel.py
     # picks one binding per torch and one set per GPU and driver. () in every other wheel.
     bindings: tuple[BindingFile, ...] = dataclasses.field(
         default=(), metadata={"read": _rows(BindingFile), "since": 3, "absent": ()}

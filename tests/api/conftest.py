@@ -13,7 +13,7 @@ from pathlib import Path
 
 import fa_attn
 import pytest
-from fa_attn import flash_attn_compat
+from fa_attn.standin import compat as flash_attn_compat
 
 HERE = Path(__file__).resolve().parent
 for folder in (HERE, HERE.parent / "emu", HERE.parent / "gpu"):  # reference, emu_harness, attn_reference
@@ -42,7 +42,7 @@ def stand_in(clean_flash_attn: None) -> None:  # noqa: ARG001 (its setup and tea
 def calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The fa_attn attention calls made, "varlen" or "padded" (proof a model ran on fa_attn, not on a
     fallback of the library's own)."""
-    from fa_attn import interface
+    from fa_attn.runtime import interface
 
     seen: list[str] = []
     original = interface._attend

@@ -16,8 +16,9 @@ from pathlib import Path
 import emu_harness as H
 import tiles
 import torch
-from fa_attn import dispatch, interface, selfcheck
-from fa_attn.decision import Call, Device
+from fa_attn.runtime import dispatch, interface
+from fa_attn.runtime.decision import Call, Device
+from fa_attn.verify import selfcheck
 
 from buildtool.core.runtime import schema
 from buildtool.emucheck import ops as emu_ops

@@ -18,7 +18,7 @@ torch.version.cuda = "12.8"  # type: ignore[misc]
 
 import transformers
 import transformers.models.modernbert.modeling_modernbert as modernbert
-from fa_attn import rotary
+from fa_attn.standin import rotary
 from transformers.utils import import_utils
 
 print("CASE version", transformers.__version__)

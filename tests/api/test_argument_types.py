@@ -8,7 +8,7 @@ import fa_attn
 import numpy as np
 import pytest
 import torch
-from fa_attn import bert_padding, rotary
+from fa_attn.standin import bert_padding, rotary
 
 pytestmark = pytest.mark.filterwarnings("ignore::fa_attn.FaFallbackWarning")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from fa_attn import bert_padding
+from fa_attn.standin import bert_padding
 
 
 def test_unpad_input_layout() -> None:

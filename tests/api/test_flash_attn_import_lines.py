@@ -14,7 +14,7 @@ import types
 
 import pytest
 import torch
-from fa_attn._standin import _ABSENT, _EINOPS, _STANDS_IN
+from fa_attn.standin.install import _ABSENT, _EINOPS, _STANDS_IN
 from flash_attn_import_lines import FLASH_ATTN_2_8_3, NOT_IN_FLASH_ATTN_2_8_3
 
 pytestmark = pytest.mark.usefixtures("stand_in")

@@ -17,7 +17,7 @@ from pathlib import Path
 import fa_attn
 import pytest
 import torch
-from fa_attn import flash_attn_compat
+from fa_attn.standin import compat as flash_attn_compat
 from flash_attn_2_8_3 import EXTENSION, REQUIRED, SIGNATURES
 
 pytestmark = pytest.mark.filterwarnings("ignore::fa_attn.FaFallbackWarning")

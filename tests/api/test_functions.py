@@ -230,7 +230,7 @@ def test_rows_past_the_last_sequence_are_never_read() -> None:
 def test_the_kernel_routes_gradients_past_the_last_sequence_are_zeros() -> None:
     """The kernel writes only the sequences' rows of dk/dv (torch.empty): the route zeros the rest, on
     the device, as the fallback's index_add into zeros does."""
-    from fa_attn.flash_attn_ext import unread_rows_zeroed
+    from fa_attn.standin.extension import unread_rows_zeroed
 
     grad = torch.full((7, 2, 3), float("nan"))
     grad[:4] = 1.0

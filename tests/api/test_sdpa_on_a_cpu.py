@@ -7,7 +7,7 @@ from __future__ import annotations
 import fa_attn
 import pytest
 import torch
-from fa_attn import sdpa
+from fa_attn.standin import sdpa
 
 pytestmark = pytest.mark.skipif(
     not sdpa.supported() or torch.cuda.is_available(),

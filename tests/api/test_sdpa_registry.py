@@ -1,4 +1,4 @@
-"""fa as torch's SDPA flash implementation (torch >= 2.13's registry, fa_attn/sdpa.py): registered on
+"""fa as torch's SDPA flash implementation (torch >= 2.13's registry, fa_attn/standin/sdpa.py): registered on
 import and never activated; once activated, SDPA's flash operators run fa's kernels (here the emulated
 ones, registered for the CPU as tests/api does) with fa's reasons, forward and backward."""
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 from attn_reference import assert_fa2_close, attention_ref
 from emulated import kernels_on_cpu
-from fa_attn import sdpa
+from fa_attn.standin import sdpa
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::fa_attn.FaFallbackWarning"),

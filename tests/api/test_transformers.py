@@ -14,7 +14,7 @@ from contextlib import nullcontext
 import fa_attn
 import pytest
 import torch
-from fa_attn import flash_attn_compat
+from fa_attn.standin import compat as flash_attn_compat
 from reference import assert_close
 
 transformers = pytest.importorskip("transformers")
@@ -243,7 +243,7 @@ def test_attention_sinks_are_exact_with_a_named_reason() -> None:
     """gpt-oss passes its sinks as s_aux: fa_attn.hf computes them on the fallback (reason
     sinks-unsupported, never the kernels), so logits under padding, packing and greedy generation, and
     the gradients (to the sinks too), equal transformers' eager path."""
-    from fa_attn import dispatch
+    from fa_attn.runtime import dispatch
 
     eager, ours = gpt_oss_models()
     dispatch._warned.discard("sinks-unsupported")

@@ -233,7 +233,7 @@ def test_binding_loads_into_aarch64_torch_under_qemu(built, tmp_path):
 def test_stable_abi_binding_needs_only_the_c_shim_of_a_later_aarch64_torch():
     """The aarch64 stable-ABI binding, cross-built once against torch 2.10's aarch64 headers: every
     symbol it needs from torch is a C shim function, and torch 2.13's aarch64 libtorch_cpu.so exports
-    each of them (bench/stable_abi_proof.py also loads it there under qemu-user)."""
+    each of them (bench/build/stable_abi_proof.py also loads it there under qemu-user)."""
     from buildtool.builder import binding
     from buildtool.core import binding_forms
 

@@ -2,7 +2,7 @@
 makes it from the per-variant wheels' own compiles (nothing compiled for it), real pip and real uv
 install it offline from a plain --find-links folder holding only it, and in each venv the runtime
 picks its binding for this torch, loads it, registers the ops, and picks each call's kernel set by
-GPU and driver (a described GPU: this machine has none). bench/all_wheel_proof.py does the same
+GPU and driver (a described GPU: this machine has none). bench/build/all_wheel_proof.py does the same
 across torch 2.4 to 2.15 from PyPI and for aarch64 under qemu-user."""
 
 from __future__ import annotations

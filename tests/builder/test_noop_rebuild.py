@@ -1,7 +1,7 @@
 """A build with nothing changed assembles no wheel and writes no index file (issue 37: a no-op rebuild
 of the release cost 11 s of CPU, re-reading every image and re-encoding the index), while anything
 changed since, by fa or by hand, is still rebuilt or refused as before. Stamps live in the cache
-(core/cache.py); bench/noop_build.py measures the whole command."""
+(core/cache.py); bench/build/noop_build.py measures the whole command."""
 
 from __future__ import annotations
 

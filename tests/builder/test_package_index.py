@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -62,6 +63,39 @@ def images(tmp_path: Path) -> dict[CompileJob, Path]:
 
 def _build(spec, out, tree, images, lib):
     return package.build_wheel(spec, out, tree, KernelTree(tree).tiles, images, lib)
+
+
+def test_the_wheel_ships_the_runtime_package_whole(fixture_tree, images, host_lib, tmp_path):
+    """Every file of kernels/fa_attn/ lands in the wheel, its subpackages too (runtime/, standin/,
+    verify/); unpacked alone (no checkout on sys.path), the old module paths still work there:
+    `python -m fa_attn.check` (docs/checking.md: the wheel-only way) and `import fa_attn.decision`."""
+    built = _build(_spec(), tmp_path / "w", fixture_tree, images, host_lib)
+    shipped = {
+        f"fa_attn/{p.relative_to(fixture_tree / 'fa_attn').as_posix()}"
+        for p in (fixture_tree / "fa_attn").rglob("*.py")
+    }
+    assert {"fa_attn/runtime/decision.py", "fa_attn/standin/install.py", "fa_attn/verify/check.py"} <= shipped
+    site = tmp_path / "site"
+    with zipfile.ZipFile(built.path) as zf:
+        assert shipped <= set(zf.namelist())
+        zf.extractall(site)
+    env = {"PYTHONPATH": str(site), "FA_CHECK_RECORDS": str(tmp_path / "records"), "PATH": "/usr/bin:/bin"}
+
+    def run(*argv: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-W", "ignore", *argv],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    probe = "import fa_attn, fa_attn.decision as d, fa_attn.runtime.decision as r; print(fa_attn.__file__, d is r)"
+    assert run("-c", probe).split() == [str(site / "fa_attn" / "__init__.py"), "True"]
+    assert "usage:" in run("-m", "fa_attn.check", "--help")
 
 
 def test_kernel_wheel_contents_and_manifest(fixture_tree, images, host_lib, tmp_path):

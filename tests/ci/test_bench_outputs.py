@@ -1,5 +1,5 @@
 """Bench scripts write under the user's cache or where --out/--json says, never into the checkout
-(issue 37: `bench/attention.py --dry-run` left an untracked bench/out/)."""
+(issue 37: `bench/kernels/attention.py --dry-run` left an untracked bench/out/)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ def test_attention_dry_run_without_out_writes_under_the_cache(tmp_path: Path) ->
     small = ["--head-dims", "64", "--seqlens", "512", "--dtypes", "fp16", "--causal", "no"]
     small += ["--impls", "fa_attn", "--warmup", "1", "--reps", "1"]
     done = run_child(
-        [sys.executable, str(REPO / "bench" / "attention.py"), "--dry-run", *small], cwd=tmp_path, env=env
+        [sys.executable, str(REPO / "bench" / "kernels" / "attention.py"), "--dry-run", *small],
+        cwd=tmp_path,
+        env=env,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "cache" / "bench" / "attention" / "attention.jsonl").is_file()

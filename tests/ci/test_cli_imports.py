@@ -1,5 +1,5 @@
 """Each command imports what it needs and no more: `fa probe` loads neither typer nor rich, and doctor
-and install never load the build pipeline (bench/probe_time.py measures what that buys: `fa probe
+and install never load the build pipeline (bench/install/probe_time.py measures what that buys: `fa probe
 --json` went from about 0.65 s of CPU to under 0.1 s). Checked by what is imported, not by timing."""
 
 from __future__ import annotations

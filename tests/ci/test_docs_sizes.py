@@ -1,6 +1,6 @@
 """Docs quote no size or count of a built artifact typed by hand (issue 37: the all-wheel was "9 MB" in
 README, 8.6 MiB in using.md and matrix.md, 8.63 MiB and 511 files in build.md; measured 9.23 MiB and
-525 files). Sizes are measured by bench/all_wheel_size.py into docs/figures.md (section wheel-sizes)
+525 files). Sizes are measured by bench/build/all_wheel_size.py into docs/figures.md (section wheel-sizes)
 and linked from there; every other size in docs is a limit fa enforces, in binary units as fa prints
 sizes (MiB, KiB, GiB; never MB or KB)."""
 
@@ -33,7 +33,7 @@ def hand_typed(text: str) -> list[str]:
 def test_no_size_or_count_typed_by_hand(page: Path) -> None:
     found = hand_typed(page.read_text(encoding="utf-8"))
     assert found == [], (
-        f"{page.relative_to(REPO)}: {found}; link docs/figures.md#wheel-sizes (bench/all_wheel_size.py "
+        f"{page.relative_to(REPO)}: {found}; link docs/figures.md#wheel-sizes (bench/build/all_wheel_size.py "
         "--record) instead, and write limits in MiB"
     )
 
@@ -59,5 +59,5 @@ def test_the_wheel_sizes_section_is_generated() -> None:
     section = re.search(r"<!-- begin wheel-sizes -->\n(.*?)\n<!-- end wheel-sizes -->", text, re.DOTALL)
     assert section, "docs/figures.md has no wheel-sizes section"
     assert section[1].startswith("Measured "), section[1][:200]
-    assert "bench/all_wheel_size.py" in section[1].splitlines()[0]
+    assert "bench/build/all_wheel_size.py" in section[1].splitlines()[0]
     assert " MB" not in section[1]

@@ -15,14 +15,14 @@ from buildtool.builder.pypi import catalog_from_simple_json
 from tests.ci import offline_catalog
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "bench"))
+sys.path[:0] = [str(REPO / "bench"), str(REPO / "bench" / "build")]
 
 import figures  # bench/figures.py
-import plan_size  # bench/plan_size.py
+import plan_size  # bench/build/plan_size.py
 
 SECTIONS = {s.name: s for s in figures.sections(figures.FIGURES.read_text())}
 NOT_YET = re.compile(r"^Not recorded yet: `(?P<command>[^`]+)`")
-SCRIPT = re.compile(r"(?:bench|tests/gpu)/\w+\.py|\.ci/run")
+SCRIPT = re.compile(r"(?:bench(?:/\w+)?|tests/gpu)/\w+\.py|\.ci/run")
 
 
 def _stamp_paragraph(section: figures.Section) -> str:
@@ -42,9 +42,9 @@ def test_every_section_says_when_where_and_how(name: str) -> None:
 def _recorders() -> dict[str, str]:
     """Section name -> the bench script that writes it with --record."""
     out = {}
-    for script in (REPO / "bench").glob("*.py"):
+    for script in (REPO / "bench").rglob("*.py"):
         for name in re.findall(r'\b(?:record|report)\(\s*"([\w-]+)"', script.read_text()):
-            out[name] = f"bench/{script.name}"
+            out[name] = script.relative_to(REPO).as_posix()
     return out
 
 
@@ -70,7 +70,7 @@ def test_the_plan_figures_are_in_step_with_the_tree() -> None:
     for label, plan in live.items():
         recorded = dict(zip(header, rows[label], strict=True))
         assert int(recorded["kernel programs"]) == len(plan.compile_jobs), (
-            f"docs/figures.md's plan is stale for {label}: run python bench/plan_size.py --record"
+            f"docs/figures.md's plan is stale for {label}: run python bench/build/plan_size.py --record"
         )
         assert int(recorded["bindings"]) == len(plan.binding_jobs), label
         assert int(recorded["per-major SASS"]) == len(per_major[label].compile_jobs), label

@@ -3,7 +3,7 @@ silent for 16 s, `fa index` for 9 s). Checked by the order of events in the real
 timing: an audit hook (sys.addaudithook) in the child logs each write to stdout/stderr and the first
 slow step (loading the build pipeline, the probe and rules, torch or fa_attn; starting a process;
 opening a socket; reading a wheel), then ends the child there, so the test waits for no slow step.
-bench/first_output.py measures the seconds."""
+bench/install/first_output.py measures the seconds."""
 
 from __future__ import annotations
 

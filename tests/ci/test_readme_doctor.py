@@ -1,5 +1,5 @@
 """README shows what its first command prints on a machine without a GPU (issue 37), and the sample is
-what doctor prints now: `bench/readme_doctor.py --record` wrote it from a real run on a release build's
+what doctor prints now: `bench/install/readme_doctor.py --record` wrote it from a real run on a release build's
 wheels and kept that machine's probe; here doctor answers again for the same machine, the real CLI on
 the index fixture shaped like the release's, and the README section must be the same text."""
 
@@ -20,8 +20,10 @@ from tests.select.fixture_index import fixture_index
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _script():  # bench/readme_doctor.py, whose answer() and section() made README's text
-    spec = importlib.util.spec_from_file_location("readme_doctor", REPO / "bench" / "readme_doctor.py")
+def _script():  # bench/install/readme_doctor.py, whose answer() and section() made README's text
+    spec = importlib.util.spec_from_file_location(
+        "readme_doctor", REPO / "bench" / "install" / "readme_doctor.py"
+    )
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -34,10 +36,10 @@ def _recorded(script) -> str:
     found = re.search(
         rf"<!-- begin {script.SECTION} -->\n(.*?)\n<!-- end {script.SECTION} -->", text, re.DOTALL
     )
-    assert found, f"README.md has no section {script.SECTION}: run bench/readme_doctor.py --record"
+    assert found, f"README.md has no section {script.SECTION}: run bench/install/readme_doctor.py --record"
     stamp, _, body = found[1].partition("\n\n")
     assert stamp.startswith("Measured "), stamp
-    assert "bench/readme_doctor.py" in stamp, stamp
+    assert "bench/install/readme_doctor.py" in stamp, stamp
     return body
 
 
@@ -79,7 +81,9 @@ def test_readmes_sample_is_what_doctor_prints_for_that_machine(tmp_path: Path) -
         check=False,
     )
     now = script.section(script.answer(done.stdout, wheels), done.returncode)
-    assert _recorded(script) == now, "README's doctor sample is stale: run bench/readme_doctor.py --record"
+    assert _recorded(script) == now, (
+        "README's doctor sample is stale: run bench/install/readme_doctor.py --record"
+    )
 
 
 def test_the_sample_is_for_a_machine_without_a_gpu() -> None:

@@ -75,7 +75,7 @@
 // each result is y (1 + r 2^-10.987), clamped to [-1, 1], with r in [-1, 1] a fixed hash of the input,
 // so the same input gives the same result, as on hardware), and anything the ISA leaves open.
 //
-// It also counts shared-memory wavefronts (bank conflicts) per access kind, for bench/smem_banks.py.
+// It also counts shared-memory wavefronts (bank conflicts) per access kind, for bench/kernels/smem_banks.py.
 #ifndef FA_EMU_H_
 #define FA_EMU_H_
 

@@ -1,5 +1,5 @@
 """kernels/csrc/hopper.cuh through the project's pinned NVRTC (12.9 and 13) for sm_90a: every wrapper
-compiles, and the cubin's SASS (bench/kernel_model.py's pinned nvdisasm) holds the Hopper instructions
+compiles, and the cubin's SASS (bench/kernels/kernel_model.py's pinned nvdisasm) holds the Hopper instructions
 it exists for: HGMMA (wgmma), UTMALDG (TMA loads, 2d to 5d), SYNCS (mbarrier), USETMAXREG, ELECT,
 UTMACCTL.PF (tensormap prefetch). Plain sm_90 is refused by the header's own #error. Not run on a GPU."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(REPO / "bench")]
+sys.path[:0] = [str(REPO / "bench" / "kernels"), str(REPO / "bench")]
 
 import kernel_model
 

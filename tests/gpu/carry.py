@@ -6,7 +6,7 @@
 build makes, from this checkout:
   .carry/wheels-h100    fa build -m tests/gpu/device_matrix.yaml (SASS 9.0 + PTX compute_90, cu13, torch 2.11)
   .carry/wheels-turing  fa build -m tests/gpu/turing_matrix.yaml (only the 7.5 image: SASS + compute_75 PTX)
-  .carry/autotune       bench/tile_compile.py --arch 9.0: every candidate tile of every direction and
+  .carry/autotune       bench/kernels/tile_compile.py --arch 9.0: every candidate tile of every direction and
                         bucket in bf16 (tiles.py's tables are per family, not per dtype), compiled by
                         the pinned CUDA 13 NVRTC; those that spill registers are left out; the cubins
                         packed into cubins.tar.gz beside index.json
@@ -65,13 +65,20 @@ def build(autotune: bool) -> int:
     elif autotune:
         out = CARRY / "autotune"
         shutil.rmtree(out, ignore_errors=True)  # old cubins would ride along unused
-        cmd = [sys.executable, str(REPO / "bench" / "tile_compile.py"), "--arch", "9.0", "--out", str(out)]
+        cmd = [
+            sys.executable,
+            str(REPO / "bench" / "kernels" / "tile_compile.py"),
+            "--arch",
+            "9.0",
+            "--out",
+            str(out),
+        ]
         print(f"$ {' '.join(cmd)}", flush=True)
         t0 = time.monotonic()
         if subprocess.run(cmd, cwd=REPO, check=False).returncode != 0:
             print("carry: compiling the autotuner's candidates failed (see above)", file=sys.stderr)
             return 1
-        sys.path.insert(0, str(REPO / "bench"))
+        sys.path.insert(0, str(REPO / "bench" / "kernels"))
         import tile_compile
 
         tarball = tile_compile.pack(out)

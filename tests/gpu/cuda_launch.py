@@ -4,7 +4,7 @@ The same driver calls as kernels/binding/cuda_driver.cpp and launch.cpp (cuModul
 cuModuleGetFunction, cuFuncSetAttribute above 48 KiB of dynamic shared memory, cuLaunchKernel with one
 FaParams by value) on torch's current stream in the device's primary context, which is torch's own.
 Buffers are torch CUDA tensors; the launch steps around the kernels are tests/gpu/kernel_launch.py's,
-shared with the CPU emulator. So the kit can run a cubin the moment NVRTC made it (bench/autotune.py)
+shared with the CPU emulator. So the kit can run a cubin the moment NVRTC made it (bench/kernels/autotune.py)
 or straight out of a wheel (tests/gpu/smoke.py), whatever torch's version.
 """
 

@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import fa_attn
     import torch
-    from fa_attn import loader
+    from fa_attn.runtime import loader
 
     where = Path(fa_attn.__file__).resolve().parent
     print(f"fa_attn from {where}")

@@ -109,7 +109,7 @@ class UnitLaunch:
         )
 
 
-GRIDS = ("q_blocks", "k_blocks", "q_blocks_splits")  # fa_attn/decision.py GRID_CODES, in code order
+GRIDS = ("q_blocks", "k_blocks", "q_blocks_splits")  # fa_attn/runtime/decision.py GRID_CODES, in code order
 
 # ---- the launch geometry: the binding's own (kernels/binding/geometry.h), compiled for ctypes ----------
 BINDING = REPO / "kernels" / "binding"

@@ -1,8 +1,8 @@
 """The GPU window's runner: each command of tests/gpu/README.md's plan is one call of the device tool.
 
     python tests/gpu/kit.py verify    # smoke (H100 wheel; Turing PTX), explain, the sweep, the Turing tests
-    python tests/gpu/kit.py tune      # bench/autotune.py with the cubins carried in .carry/autotune
-    python tests/gpu/kit.py bench     # bench/attention.py, compute-sanitizer, Nsight Compute on d128
+    python tests/gpu/kit.py tune      # bench/kernels/autotune.py with the cubins carried in .carry/autotune
+    python tests/gpu/kit.py bench     # bench/kernels/attention.py, compute-sanitizer, Nsight Compute on d128
     python tests/gpu/kit.py verify --dry-run        # the same flow here (CI runs all three)
     python tests/gpu/kit.py verify --steps sweep    # some steps again (after a failure)
 
@@ -403,9 +403,9 @@ def _has(module: str) -> bool:
 
 
 def _bench_script(kit: Kit, script: str, resume: Path | None, result: str, *options: str) -> list[str]:
-    """`python bench/<script> --out <out> <options>`, resuming from `resume`/<result> where an earlier
+    """`python bench/kernels/<script> --out <out> <options>`, resuming from `resume`/<result> where an earlier
     call of the kit left one."""
-    cmd = [kit.py, str(REPO / "bench" / script), "--out", str(kit.out), *options]
+    cmd = [kit.py, str(REPO / "bench" / "kernels" / script), "--out", str(kit.out), *options]
     if resume and (resume / result).is_file():
         cmd += ["--resume", str(resume / result)]
     return cmd

@@ -5,7 +5,7 @@
     python tests/gpu/profile_units.py --dry-run --unit fwd_fp16_d64     # the same launches on the emulator
 
 Loads the unit's SASS image for the live arch from an unpacked wheel and runs its entries twice at one
-benchmark-like shape (bench/attention.py's: 16k tokens, hidden 2048): a warm-up that ncu skips
+benchmark-like shape (bench/kernels/attention.py's: 16k tokens, hidden 2048): a warm-up that ncu skips
 (--launch-skip = the number of entries) and the launch it profiles. Through the driver API
 (cuda_launch.py), so the profile holds our kernels and torch's input setup, nothing of the binding.
 """

@@ -8,6 +8,6 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-for _p in (REPO / "tests" / "gpu", REPO / "tests" / "emu", REPO / "bench"):
+for _p in (REPO / "tests" / "gpu", REPO / "tests" / "emu", REPO / "bench" / "kernels", REPO / "bench"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))

@@ -1,4 +1,4 @@
-"""bench/attention.py streams: rows land in attention.jsonl as they are measured, a SIGTERM keeps them,
+"""bench/kernels/attention.py streams: rows land in attention.jsonl as they are measured, a SIGTERM keeps them,
 --resume measures only the rest, --plot redraws from the lines, and the targets read the rows. Run as
 the dry run (CPU stand-ins for the three implementations)."""
 

@@ -44,7 +44,7 @@ class Block(importlib.abc.MetaPathFinder):
         if name.split(".")[0] in {NOT_ON_DEVICE!r}:
             raise ImportError(f"{{name}} is not on the GPU machine")
 sys.meta_path.insert(0, Block())
-sys.path[:0] = [{str(REPO)!r}, {str(REPO / "kernels")!r}, {str(REPO / "tests" / "gpu")!r}, {str(REPO / "bench")!r}]
+sys.path[:0] = [{str(REPO)!r}, {str(REPO / "kernels")!r}, {str(REPO / "tests" / "gpu")!r}, {str(REPO / "bench" / "kernels")!r}, {str(REPO / "bench")!r}]
 for name in {DEVICE_MODULES!r}:
     importlib.import_module(name)
 print("ok")

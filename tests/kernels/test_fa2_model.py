@@ -1,4 +1,4 @@
-"""bench/fa2_model.py (FA2's tile choices and arithmetic) and bench/kernel_model.py's --vs-fa2 table.
+"""bench/kernels/fa2_model.py (FA2's tile choices and arithmetic) and bench/kernels/kernel_model.py's --vs-fa2 table.
 
 The FA2 figures are checked against numbers worked out by hand from FA2's launch templates (the
 warp grid of each of the five backward GEMMs, per 16-deep k step: 512 B per A fragment, 256 B per
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(REPO / "bench"), str(REPO / "kernels")]
+sys.path[:0] = [str(REPO / "bench" / "kernels"), str(REPO / "bench"), str(REPO / "kernels")]
 
 import fa2_model
 import kernel_model

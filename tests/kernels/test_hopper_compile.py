@@ -1,5 +1,5 @@
 """The sm_90a forward (kernels/csrc/hopper_fwd.cu) through the project's pinned NVRTC 12.9 and 13 for every
-unit of tiles.py's 9.0a family: no spills, and the SASS (bench/kernel_model.py's pinned nvdisasm) holds what
+unit of tiles.py's 9.0a family: no spills, and the SASS (bench/kernels/kernel_model.py's pinned nvdisasm) holds what
 the design rests on: one HGMMA per k16 step of S = Q K^T (N = the key block) and of O += P V (N = the head
 dim), TMA loads (UTMALDG.4D), mbarrier waits, the register reallocation (USETMAXREG) and the named
 barriers of the ping-pong. A branch between the wgmmas makes ptxas serialise them (its C7520 note): none.
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(REPO / "bench")]
+sys.path[:0] = [str(REPO / "bench" / "kernels"), str(REPO / "bench")]
 
 import kernel_model
 

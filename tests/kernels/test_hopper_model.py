@@ -1,4 +1,4 @@
-"""bench/kernel_model.py's warpgroup-MMA arithmetic (the sm_90a forward beside FlashAttention-3), by hand
+"""bench/kernels/kernel_model.py's warpgroup-MMA arithmetic (the sm_90a forward beside FlashAttention-3), by hand
 on the tiles whose numbers are easy to state, and the recorded docs/figures.md section against the tiles."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(REPO / "bench")]
+sys.path[:0] = [str(REPO / "bench" / "kernels"), str(REPO / "bench")]
 
 import kernel_model
 
@@ -50,5 +50,5 @@ def test_recorded_section_lists_every_sm90a_tile() -> None:
         tile = f"{u.defines['FA_BLOCK_M']}x{u.defines['FA_BLOCK_N']}"
         assert f"| {u.head_dim} | ours | {tile} |" in section, (
             u.name,
-            "rerun bench/kernel_model.py --sm90a --record",
+            "rerun bench/kernels/kernel_model.py --sm90a --record",
         )

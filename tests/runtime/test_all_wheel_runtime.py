@@ -1,4 +1,4 @@
-"""The all-wheel at run time (fa_attn/all_wheel.py through dispatch.decide): per call the kernel set of
+"""The all-wheel at run time (fa_attn/runtime/all_wheel.py through dispatch.decide): per call the kernel set of
 this driver, files of that CUDA major, and Jetson Thor's sm 11.0 served by the CUDA 13 set that only
 the newer NVRTC can make. The manifests are the build's own (buildtool/builder/all_wheel.py over the
 fixture index's wheel specs); the GPU is described, this machine has none."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fa_attn import all_wheel, dispatch
-from fa_attn.decision import Call, Device
+from fa_attn.runtime import all_wheel, dispatch
+from fa_attn.runtime.decision import Call, Device
 
 from buildtool.builder import all_wheel as builder
 from buildtool.core import kernels_src
@@ -68,7 +68,7 @@ def test_thor_runs_cuda_13s_sass_from_driver_580_and_falls_back_below():
 def test_import_time_check_reads_it_as_the_wheel_for_this_torch():
     """loader.misfits (the wrong-wheel warning at import): the all-wheel fits this torch (2.13, its
     stable-ABI binding) on any driver its oldest CUDA major runs, and says driver-too-old below that."""
-    from fa_attn import loader
+    from fa_attn.runtime import loader
 
     man = manifest()
     assert loader.misfits(man, "550.54.15") == []
@@ -84,7 +84,7 @@ def test_the_misfit_warning_names_every_torch_the_all_wheel_serves(monkeypatch, 
     import warnings
 
     import torch
-    from fa_attn import loader
+    from fa_attn.runtime import loader
 
     monkeypatch.setattr(torch, "__version__", torch_here)  # this machine has one torch: describe another
     with warnings.catch_warnings(record=True) as caught:
@@ -98,7 +98,7 @@ def test_the_misfit_warning_names_every_torch_the_all_wheel_serves(monkeypatch, 
 
 def test_a_missing_manifest_beside_kernels_is_a_damaged_install_not_the_universal_wheel(tmp_path: Path):
     """Round three: an all-wheel without its manifest read "this fa-attn is the universal wheel"."""
-    from fa_attn import loader
+    from fa_attn.runtime import loader
 
     (tmp_path / "bindings").mkdir()
     man, problem = loader.read_manifest(tmp_path / "manifest.json")
@@ -115,7 +115,7 @@ def test_a_missing_manifest_beside_kernels_is_a_damaged_install_not_the_universa
 
 @pytest.mark.parametrize("hazard", ["symlink", "fifo", "dev_zero", "deep", "folder"])
 def test_the_manifest_is_read_only_as_fas_own_file(tmp_path: Path, hazard: str):
-    from fa_attn import loader
+    from fa_attn.runtime import loader
 
     from tests.hostile import plant
 
@@ -133,7 +133,7 @@ def test_a_manifest_in_another_users_environment_is_read(tmp_path: Path):
     import json
     import os
 
-    from fa_attn import loader
+    from fa_attn.runtime import loader
 
     from tests.hostile import OTHER_UID
 

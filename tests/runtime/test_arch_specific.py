@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 import tiles
 import torch
-from fa_attn import selfcheck
-from fa_attn.decision import Call, Device, Dispatch, decide
-from fa_attn.inputs import Options, make_call
+from fa_attn.runtime.decision import Call, Device, Dispatch, decide
+from fa_attn.runtime.inputs import Options, make_call
 from fa_attn.schema import Manifest
 from fa_attn.verify import record as records
+from fa_attn.verify import selfcheck
 
 from buildtool.builder import package
 from buildtool.builder.plan import CompileJob
@@ -302,7 +302,7 @@ def test_fa_check_on_an_h100_checks_sm90a_and_the_sm90_units_behind_it() -> None
     """`fa check` (fa_attn.check.jobs_on, the runtime's decision per kernel file): on 9.0 both the sm_90a
     forward and sm 9.0's forward, which serves until sm_90a passed and wherever it fails, in a wheel of
     forward units only too (where no backward call reaches sm 9.0's forward); elsewhere no sm_90a unit."""
-    from fa_attn import check
+    from fa_attn.verify import check
 
     forward_only = built(directions=("fwd", "splitkv"))
     for man in (MANIFEST, forward_only):

@@ -1,4 +1,4 @@
-"""Validated calls kept by their metadata (fa_attn/call_cache.py): a repeated call is validated once,
+"""Validated calls kept by their metadata (fa_attn/runtime/call_cache.py): a repeated call is validated once,
 and anything validation reads still decides (a different dtype still raises, options still count)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import weakref
 import fa_attn
 import pytest
 import torch
-from fa_attn import call_cache, interface
+from fa_attn.runtime import call_cache, interface
 
 pytestmark = pytest.mark.filterwarnings("ignore::fa_attn.FaFallbackWarning")
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fa_attn import check, dispatch
-from fa_attn.decision import Call, Device
-from fa_attn.loader import UNIVERSAL_MANIFEST
+from fa_attn.runtime import dispatch
+from fa_attn.runtime.decision import Call, Device
+from fa_attn.runtime.loader import UNIVERSAL_MANIFEST
+from fa_attn.verify import check
 
 from tests.runtime.test_all_wheel_runtime import manifest
 

@@ -38,7 +38,7 @@ def test_a_new_field_the_kernels_branch_on_is_a_gap(tmp_path: Path) -> None:
     found = coverage.gaps(csrc, arches=("8.0",))
     assert len(found) == 1, found
     assert "FaParams field alibi_slopes" in found[0]
-    assert "fa_attn/check.py problems()" in found[0]
+    assert "fa_attn/verify/check.py problems()" in found[0]
 
 
 def test_a_new_compile_time_branch_is_a_gap(tmp_path: Path) -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 from fa_attn import versions
-from fa_attn.decision import Call, Device, Dispatch, decide
 from fa_attn.reasons import Reason
+from fa_attn.runtime.decision import Call, Device, Dispatch, decide
 from fa_attn.schema import Manifest, WheelInfo
 
 ALL_DIMS = list(range(8, 257, 8))

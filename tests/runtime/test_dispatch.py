@@ -12,9 +12,10 @@ from pathlib import Path
 import fa_attn
 import pytest
 import torch
-from fa_attn import dispatch, loader, versions
-from fa_attn.decision import Call, Device
-from fa_attn.dispatch import CallFacts, decide
+from fa_attn import versions
+from fa_attn.runtime import dispatch, loader
+from fa_attn.runtime.decision import Call, Device
+from fa_attn.runtime.dispatch import CallFacts, decide
 from fa_attn.schema import Manifest
 
 DIMS = list(range(8, 257, 8))
@@ -268,7 +269,7 @@ def test_last_dispatch_and_explain() -> None:
 
 
 def test_features_of_a_call() -> None:
-    from fa_attn import inputs
+    from fa_attn.runtime import inputs
 
     q, k, v = torch.randn(1, 3, 4, 8), torch.randn(1, 5, 2, 8), torch.randn(1, 5, 2, 8)
     call = inputs.check_padded(q, k, v, 0.1, None, True, (2, -1), 0.0, None, True)

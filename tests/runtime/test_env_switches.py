@@ -6,7 +6,7 @@ from __future__ import annotations
 import fa_attn
 import pytest
 import torch
-from fa_attn import dispatch
+from fa_attn.runtime import dispatch
 
 
 def _small() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -80,8 +80,8 @@ def test_varlen_needs_packed_layout() -> None:
 
 def test_fp32_is_accepted_and_falls_back_with_dtype_reason() -> None:
     # On CPU the first reason is device-not-cuda; the dtype reason shows for a (described) CUDA call.
-    from fa_attn.decision import Call, Device
-    from fa_attn.dispatch import CallFacts, decide
+    from fa_attn.runtime.decision import Call, Device
+    from fa_attn.runtime.dispatch import CallFacts, decide
     from fa_attn.schema import Manifest
 
     facts = CallFacts(Device("cuda", "9.0"), Call("fp32", 64))

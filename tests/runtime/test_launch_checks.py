@@ -87,7 +87,7 @@ def test_more_pairs_than_a_grid_holds_is_a_clear_error(probe) -> None:
 
 def test_graph_capture_never_loads_kernels(probe, tmp_path: Path) -> None:
     """launch_all on a capturing stream: refused before any load while the module is not loaded; an
-    eager call with no (batch, head) pair (what fa_attn/preload.py issues) loads module and functions
+    eager call with no (batch, head) pair (what fa_attn/runtime/preload.py issues) loads module and functions
     and launches nothing; the captured call then launches without loading anything."""
     module = tmp_path / "unit.cubin"
     module.write_bytes(b"a cubin")  # the fake driver does not read it

@@ -11,9 +11,9 @@ from collections.abc import Callable
 import fa_attn
 import pytest
 import torch
-from fa_attn import interface
-from fa_attn.dispatch import Dispatch
-from fa_attn.ops import KernelLaunch
+from fa_attn.runtime import interface
+from fa_attn.runtime.dispatch import Dispatch
+from fa_attn.runtime.ops import KernelLaunch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 pytestmark = pytest.mark.filterwarnings("ignore::fa_attn.FaFallbackWarning")

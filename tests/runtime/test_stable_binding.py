@@ -1,6 +1,6 @@
 """The stable-ABI binding, built once against the floor's headers (torch 2.10 from PyPI, by HTTP range) as
 `fa build` builds it, loads into the torch installed here (a later minor), registers the CUDA kernels of
-both operators, and references nothing of torch but its C shim. bench/stable_abi_proof.py does the same
+both operators, and references nothing of torch but its C shim. bench/build/stable_abi_proof.py does the same
 across fresh venvs of several torch minors, and for aarch64 under qemu-user."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fa_attn.decision import Call, Device, decide, fitting_tile
+from fa_attn.runtime.decision import Call, Device, decide, fitting_tile
 from fa_attn.schema import Coverage, Manifest
 
 # An sm_80 image's head dim 256 forward: its default tile (sm80's 163 KB) and the alternative sized for

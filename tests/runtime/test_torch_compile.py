@@ -13,9 +13,9 @@ import warnings
 import fa_attn
 import pytest
 import torch
-from fa_attn import interface
-from fa_attn.dispatch import Dispatch
-from fa_attn.ops import KernelLaunch
+from fa_attn.runtime import interface
+from fa_attn.runtime.dispatch import Dispatch
+from fa_attn.runtime.ops import KernelLaunch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -273,7 +273,7 @@ def test_opcheck_schema_fake_autograd_and_aot(kernel_path_on_cpu) -> None:
 def test_first_eager_call_loads_the_routes_kernels_and_capture_never_does(
     kernel_path_on_cpu, monkeypatch
 ) -> None:
-    """fa_attn/preload.py with the CPU stand-ins as the GPU: the first eager call issues one empty op
+    """fa_attn/runtime/preload.py with the CPU stand-ins as the GPU: the first eager call issues one empty op
     call (batch 0) per module of its route (forward and backward) before the real one; a later call,
     and any call under graph capture, issues none (the binding's side: tests/runtime/test_launch_checks)."""
     monkeypatch.setattr(fa_attn.preload, "on_gpu", lambda _t: True)

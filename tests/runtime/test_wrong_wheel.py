@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from fa_attn import loader
+from fa_attn.runtime import loader
 
 from tests.select.fixture_index import kernel_manifest
 

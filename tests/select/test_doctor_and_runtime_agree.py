@@ -1,4 +1,4 @@
-"""fa doctor and a live call decide with the same code (fa_attn/decision.py): asked about the same
+"""fa doctor and a live call decide with the same code (fa_attn/runtime/decision.py): asked about the same
 wheel, GPU and call, they give the same path, arch, head dim and reason codes. The runtime here is
 fa_attn.dispatch.decide as a live call runs it, on the manifest the build writes for the wheel, with the
 GPU's facts a CUDA device would report (its shared memory: the kernel table's figure for its arch)."""
@@ -8,9 +8,9 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from fa_attn import dispatch
-from fa_attn.decision import Call, Device, Dispatch
-from fa_attn.dispatch import CallFacts
+from fa_attn.runtime import dispatch
+from fa_attn.runtime.decision import Call, Device, Dispatch
+from fa_attn.runtime.dispatch import CallFacts
 
 from buildtool.compat.choose import Request, select
 from buildtool.compat.env import Env

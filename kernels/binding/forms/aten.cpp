@@ -1,9 +1,9 @@
 // The ATen form of the binding: CUDA kernels for fa_attn::fwd / fa_attn::bwd (schemas:
-// kernels/fa_attn/ops.py) registered with TORCH_LIBRARY_IMPL against ATen's C++ API. Its binary uses
+// kernels/fa_attn/runtime/ops.py) registered with TORCH_LIBRARY_IMPL against ATen's C++ API. Its binary uses
 // C++ symbols of libc10/libtorch_cpu, so it is built per torch minor and C++ ABI; torch minors from
 // the stable-ABI floor on take forms/stable.cpp instead. The operators themselves are attention.h's.
 // Only the headers it uses: <ATen/ATen.h> declares every operator and took 2.5x as long to compile
-// (the same undefined symbols either way; bench/build.py measures the bindings' compile time).
+// (the same undefined symbols either way; bench/build/build.py measures the bindings' compile time).
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/DeviceGuard.h>
@@ -64,7 +64,7 @@ KernelArgs kernel_args(c10::string_view module, c10::string_view entries, at::In
                     std::string_view(entries.data(), entries.size()), launch.data(), launch.size()};
 }
 
-// The C++ signatures must match the schemas in fa_attn/ops.py exactly (TORCH_LIBRARY_IMPL checks).
+// The C++ signatures must match the schemas in fa_attn/runtime/ops.py exactly (TORCH_LIBRARY_IMPL checks).
 using MaybeTensor = std::optional<at::Tensor>;
 
 std::tuple<at::Tensor, at::Tensor> fwd(

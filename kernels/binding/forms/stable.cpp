@@ -1,5 +1,5 @@
 // The stable-ABI form of the binding: CUDA kernels for fa_attn::fwd / fwd_splitkv / bwd (schemas:
-// kernels/fa_attn/ops.py) registered with STABLE_TORCH_LIBRARY_IMPL. Everything it asks of torch goes
+// kernels/fa_attn/runtime/ops.py) registered with STABLE_TORCH_LIBRARY_IMPL. Everything it asks of torch goes
 // through torch's C shim (extern "C" aoti_torch_* / torch_* functions, called by the header-only
 // torch::stable wrappers), never through an ATen or c10 C++ symbol, so one binary serves every torch
 // from the floor it is built for on, whatever that torch's minor or C++ ABI.

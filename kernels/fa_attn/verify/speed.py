@@ -18,8 +18,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..decision import KernelLaunch
-from ..ops import NO_LAUNCH
+from ..runtime.decision import KernelLaunch
+from ..runtime.ops import NO_LAUNCH
 from .record import speed_key
 
 REPEATS = 20

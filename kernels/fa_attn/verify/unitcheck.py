@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..decision import KernelLaunch
-from ..ops import NO_LAUNCH
+from ..runtime.decision import KernelLaunch
+from ..runtime.ops import NO_LAUNCH
 from .reference import Fa2Error, attention_ref, fa2_error, lse_error
 
 SPLITS = 2  # the split-KV check's key shares, unless a problem says otherwise
