@@ -369,11 +369,12 @@ class WgmmaModel:
 
 
 def wgmma_model(who: str, d: int, block_m: int, block_n: int, stages: int, pv_rs: bool, hgmma_seen: int = 0,
-                ptxas_regs: int = 0, spills: int = 0) -> WgmmaModel:  # fmt: skip
+                ptxas_regs: int = 0, spills: int = 0, smem_bytes: int | None = None) -> WgmmaModel:  # fmt: skip
     """S = Q K^T as d / 16 HGMMAs m64 n(block_n) k16, both operands from shared memory (A 64 x 16, B block_n
     x 16: 2048 + 32 block_n bytes each); O += P V as block_n / 16 HGMMAs m64 n(d) k16, B 16 x d (32 d bytes)
     and A = P from registers, or, when P V is SS (FA3's choice at some head dims), 2048 more bytes each after
-    P's 64 x block_n tile is stored to shared memory."""
+    P's 64 x block_n tile is stored to shared memory. `smem_bytes`: the unit's own figure (tiles.py's, which
+    counts its every mbarrier) in place of the estimate FA3's rows get."""
     wgs = block_m // 64
     s_steps, pv_steps = d // 16, block_n // 16
     s_bytes = s_steps * (2048 + 32 * block_n)
@@ -383,7 +384,7 @@ def wgmma_model(who: str, d: int, block_m: int, block_n: int, stages: int, pv_rs
     producer, consumer = WG_REGS[wgs]
     acc = block_n // 2 + d // 2 + (block_n // 4 if pv_rs else 0)
     # Q, the K and V rings, the mbarriers; SS P V also stages P (block_m x block_n) in shared memory
-    smem = (
+    smem = smem_bytes or (
         (block_m + 2 * stages * block_n) * d * 2
         + 8 * (1 + 4 * stages)
         + (0 if pv_rs else block_m * block_n * 2)
@@ -439,6 +440,7 @@ def model_sm90a(tiles: ModuleType, csrc: Path, cuda: int) -> list[WgmmaModel]:
                 seen,
                 usage.registers,
                 usage.spill_stores + usage.spill_loads,
+                u.defines["FA_SMEM_BYTES"],
             )
         )
         for case, (fm, fn, rs, _overlap) in FA3_FWD_SM90[d].items():
