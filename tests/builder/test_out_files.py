@@ -246,7 +246,9 @@ def test_a_held_record_lock_says_who_holds_it_then_waits(tmp_path):
             cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
         assert index_run.stderr is not None
-        said = index_run.stderr.readline()  # blocks until fa says something
+        first = index_run.stderr.readline()  # blocks until fa says something: what it is doing
+        assert first.startswith("fa index: ")
+        said = index_run.stderr.readline()  # then who holds the lock
         assert f"{lock}" in said
         assert f"pid {holder.pid}" in said
         assert "waiting up to" in said

@@ -629,8 +629,12 @@ def test_alternatives_go_where_a_gpu_below_the_image_s_shared_memory_runs_it(cat
     m = replace(m, torch=("2.8",), cuda=(12,), platforms=("x86_64",), all_wheel=False)
     only80 = make_plan(replace(m, archs={12: ("8.0",)}, ptx={}), catalog).wheels[1]
     alternatives = {j.unit for j in only80.compile_jobs} - {u.name for u in tiles.units("8.0")}
-    assert alternatives == {u.name for u in tiles.alternative_units("8.0")}
-    assert all("8.6" in u.serves for u in tiles.alternative_units("8.0"))
+    # sm 8.0's SASS runs on 8.6/8.9 only; alternatives for sm 12.x alone (its backward keeps V in
+    # registers where 8.6's ptxas spills) come with a PTX image, never with this SASS
+    on_8x = [u for u in tiles.alternative_units("8.0") if {"8.6", "8.9"} & set(u.serves)]
+    assert alternatives == {u.name for u in on_8x}
+    assert on_8x
+    assert all("8.6" in u.serves for u in on_8x)
     with86 = make_plan(replace(m, archs={12: ("8.0", "8.6")}, ptx={}), catalog).wheels[1]
     assert {j.unit for j in with86.compile_jobs if j.arch == "8.0"} == {u.name for u in tiles.units("8.0")}
     # PTX of 9.0 as the newest image of a CUDA 12 wheel: sm 12.x (99 KB) JIT it, and get their tiles.
