@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from buildtool.core import kernels_src
+from buildtool.core import runtime
 
-choice = kernels_src.runtime_module("decision")  # as doctor loads it (stdlib only)
+choice = runtime.decision  # as doctor loads it (stdlib only)
 
 
 def splits(batch: int, heads: int, seqlen_q: int, seqlen_k: int, requested: int = 0, sms: int = 132) -> int:
