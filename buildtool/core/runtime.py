@@ -18,13 +18,13 @@ if TYPE_CHECKING:
     from fa_attn.runtime import all_wheel, decision
 
 __all__ = ["all_wheel", "decision", "ownfiles", "reasons", "schema", "versions"]
-# Where each sits inside fa_attn/ when not at its top.
-_PATHS = {"all_wheel": "runtime.all_wheel", "decision": "runtime.decision"}
 
 
 def __getattr__(name: str) -> ModuleType:
     if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = kernels_src.runtime_module(_PATHS.get(name, name))
+    # Where each sits inside fa_attn/ when not at its top: the runtime's own table of moved modules.
+    moved = kernels_src.runtime_module("_old_paths").MOVED
+    module = kernels_src.runtime_module(moved.get(name, name))
     globals()[name] = module
     return module
