@@ -29,6 +29,15 @@ STAMP = re.compile(
 )
 
 
+def cache_out(*parts: str) -> Path:
+    """Where a bench script writes what it was not told where to put (--out, --json, $OUT): under the
+    user's cache (FA_CACHE, else $XDG_CACHE_HOME/fa or ~/.cache/fa) in bench/, never into the checkout.
+    Stdlib only: the GPU machine has no platformdirs (this is XDG's rule, as platformdirs applies it on
+    Linux)."""
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(os.environ.get("FA_CACHE") or os.path.join(xdg, "fa"), "bench", *parts)
+
+
 @dataclass(frozen=True)
 class Section:
     name: str

@@ -37,6 +37,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: figures (stdlib only)
+import figures
+
 TOKENS = 16 * 1024
 HIDDEN = 2048
 MODES = ("fwd", "bwd", "fwd_bwd")
@@ -375,12 +378,8 @@ def run(args: argparse.Namespace, shapes: list[Shape]) -> int:
     device = (
         "dry run: CPU stand-ins, the numbers mean nothing" if args.dry_run else torch.cuda.get_device_name()
     )
-    # Never into the checkout: $OUT, else the user's cache (FA_CACHE or ~/.cache/fa) under bench/attention.
-    # (stdlib only: this script runs on the GPU machine, which has no platformdirs; XDG's rule, as
-    # platformdirs applies it on Linux)
-    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    cache_root = os.environ.get("FA_CACHE") or os.path.join(xdg, "fa")
-    out_dir: Path = args.out or Path(os.environ.get("OUT") or Path(cache_root) / "bench" / "attention")
+    # Never into the checkout: $OUT, else the user's cache under bench/attention.
+    out_dir: Path = args.out or Path(os.environ.get("OUT") or figures.cache_out("attention"))
     out_dir.mkdir(parents=True, exist_ok=True)
     jsonl = out_dir / JSONL
     done: dict[tuple, dict] = {}

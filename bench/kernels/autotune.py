@@ -48,10 +48,11 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-for _p in (HERE, REPO / "tests" / "gpu", REPO / "tests" / "emu", REPO / "kernels", REPO):
+for _p in (HERE, REPO / "bench", REPO / "tests" / "gpu", REPO / "tests" / "emu", REPO / "kernels", REPO):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
+import figures
 import tile_compile
 import tiles  # kernels/ is on sys.path above
 from tile_compile import Candidate
@@ -460,7 +461,11 @@ def prepare_images(
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, help="where autotune.json and tiles.patch go (default $OUT)")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        help="where autotune.json and tiles.patch go (default $OUT, else the user's cache: bench/autotune)",
+    )
     ap.add_argument(
         "--images", type=Path, help="cubins from bench/kernels/tile_compile.py (e.g. .carry/autotune)"
     )
@@ -494,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.worker:
         return worker_main(args)
-    out_dir = args.out or Path(os.environ.get("OUT") or HERE.parent / "out")
+    out_dir = args.out or Path(os.environ.get("OUT") or figures.cache_out("autotune"))  # never the checkout
     if args.patch_from:
         payload = json.loads(args.patch_from.read_text())
         write_outputs(payload, out_dir)

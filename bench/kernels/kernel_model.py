@@ -53,6 +53,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO / "bench" / "kernels"), str(REPO / "bench")]
 
 import fa2_model  # bench/ is not a package: found through sys.path (bench/kernels/)
+import figures
 import kernel_resources
 
 from buildtool.builder import toolkits
@@ -481,7 +482,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--head-dim", type=int, action="append", help="head-dim buckets (default 64, 128, 256)")
     ap.add_argument("--cuda", type=int, default=12, choices=(11, 12, 13), help="the NVRTC to compile with")
     ap.add_argument("--before", metavar="REV", help="also model the kernels of this git revision")
-    ap.add_argument("--json", type=Path, help="write the rows here (default bench/results/kernel_model.json)")
+    ap.add_argument(
+        "--json", type=Path, help="write the rows here (default: the user's cache, bench/kernel_model.json)"
+    )
     ap.add_argument(
         "--vs-fa2",
         action="store_true",
@@ -501,8 +504,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.record and not (args.vs_fa2 or args.sm90a):
         ap.error("--record writes the --vs-fa2 or --sm90a table: give one of them too")
     if args.sm90a:
-        import figures
-
         sys.path.insert(0, str(REPO / "kernels"))
         import tiles as tiles_now
 
@@ -528,12 +529,10 @@ def main(argv: list[str] | None = None) -> int:
             old_tiles, old_csrc = _tiles_at(args.before, Path(tmp))
             before = model_units(old_tiles, old_csrc, args.before, archs, head_dims, args.cuda, directions)
 
-    out = args.json or REPO / "bench" / "results" / "kernel_model.json"
+    out = args.json or figures.cache_out("kernel_model.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps([asdict(m) for m in before + rows], indent=1) + "\n")
     if args.vs_fa2:
-        import figures
-
         body = vs_fa2_table(rows)
         if before:
             body = f"Before ({args.before}):\n\n{vs_fa2_table(before)}\n\nAfter (this tree):\n\n{body}"

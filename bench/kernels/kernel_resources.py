@@ -31,6 +31,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: figures
+import figures
+
 from buildtool.builder import cubin_fit, toolkits
 from buildtool.builder.nvrtc import NvrtcError, open_nvrtc, parse_resource_usage
 from buildtool.core import kernels_src
@@ -216,7 +219,11 @@ def main(argv: list[str] | None = None) -> int:
         "--alternatives", action="store_true", help="the alternative tiles (tiles.alternative_units) instead"
     )
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--json", type=Path, help="where to write the rows (default bench/results/...)")
+    ap.add_argument(
+        "--json",
+        type=Path,
+        help="where to write the rows (default: the user's cache, bench/kernel_resources_cuN.json)",
+    )
     args = ap.parse_args(argv)
 
     archs = args.arch or list(TOOLKITS[args.cuda].archs)
@@ -269,9 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{wall:.1f}s wall on {args.workers} workers"
     )
 
-    out = (
-        args.json or Path(__file__).resolve().parents[1] / "results" / f"kernel_resources_cu{args.cuda}.json"
-    )
+    out = args.json or figures.cache_out(f"kernel_resources_cu{args.cuda}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
         json.dumps(
