@@ -1,6 +1,6 @@
 """Benchmark `fa build`: cold and warm build of a matrix, against a naive per-cell build.
 
-    python bench/build/build.py --matrix bench/build/build_small.yaml --jobs 2 --json bench-build.json
+    python bench/build/build.py --matrix bench/build/build_small.yaml --jobs 2
 
 - cold: an empty compile cache (toolkits and torch headers are fetched first, in a prep step timed
   separately, so "cold" measures compiling and packaging, not the network);
@@ -32,7 +32,7 @@ from rich.table import Table
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
-from figures import record  # bench/figures.py
+from figures import cache_out, record  # bench/figures.py
 
 from buildtool.builder import toolkits, torch_headers
 from buildtool.builder.compile import KernelTree, compile_all
@@ -80,7 +80,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--matrix", type=Path, default=REPO / "matrix.yaml")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--json", type=Path, default=Path("bench-build.json"), help="where to write results")
+    ap.add_argument(
+        "--json", type=Path, help="where to write results (default: the user's cache, bench/build.json)"
+    )
     ap.add_argument("--keep", action="store_true", help="keep the temporary caches and wheels")
     ap.add_argument("--record", action="store_true", help="write the figures into docs/figures.md")
     args = ap.parse_args()
@@ -142,7 +144,7 @@ def main() -> int:
             for w in cold.wheels
         ],
     }
-    atomic.write_json(args.json.resolve(), result)
+    atomic.write_json((args.json or cache_out("build.json")).resolve(), result)
     _print(result)
     if args.record:
         record("build", _markdown(result))

@@ -1,6 +1,6 @@
 """Benchmark `fa install --build`: build the one wheel this machine needs and install it, cold and warm.
 
-    python bench/install/install_build.py --arch 8.0 --cuda 12 [--json bench-install-build.json]
+    python bench/install/install_build.py --arch 8.0 --cuda 12
 
 In a fresh venv that sees the packages installed here (tests/nested_venv.py) and has fa installed in it:
 - cold: an empty FA_CACHE except the pinned NVRTC wheels (shared with yours, fetched first and timed
@@ -59,7 +59,7 @@ def main() -> int:
     ap.add_argument("--arch", default="8.0", help="the GPU's compute capability to build for")
     ap.add_argument("--cuda", type=int, default=12, help="the CUDA major to build for")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--json", type=Path, default=Path("bench-install-build.json"))
+    ap.add_argument("--json", type=Path, help="default: the user's cache, bench/install_build.json")
     args = ap.parse_args()
     shared = cache.cache_dir()
     t0 = time.perf_counter()
@@ -107,7 +107,9 @@ def main() -> int:
     table.add_row("cold (empty cache but NVRTC)", f"{cold:.1f}", out["selected"])
     table.add_row("warm (same command again)", f"{warm:.1f}", again["selected"])
     Console().print(table)
-    args.json.write_text(json.dumps(result, indent=2) + "\n")
+    dest = args.json or shared / "bench" / "install_build.json"  # never into the checkout
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(json.dumps(result, indent=2) + "\n")
     return 0
 
 

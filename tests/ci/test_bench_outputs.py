@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import sys
@@ -80,3 +81,32 @@ def test_kernel_model_without_json_writes_under_the_cache(tmp_path: Path) -> Non
     cache = _run_bench("kernels/kernel_model.py", ["--arch", "8.0", "--head-dim", "64"], tmp_path)
     rows = json.loads((cache / "bench" / "kernel_model.json").read_text())
     assert {r["arch"] for r in rows} == {"8.0"}
+
+
+def _output_defaults(script: Path) -> list[str]:
+    """The default=... of each --out/--json option of a bench script, as source text."""
+    tree = ast.parse(script.read_text())
+    found = []
+    for call in ast.walk(tree):
+        if not (isinstance(call, ast.Call) and getattr(call.func, "attr", "") == "add_argument"):
+            continue
+        names = [a.value for a in call.args if isinstance(a, ast.Constant)]
+        if not {"--out", "--json"} & set(names):
+            continue
+        found += [ast.unparse(k.value) for k in call.keywords if k.arg == "default"]
+    return found
+
+
+def test_no_bench_script_defaults_its_output_to_the_checkout_or_the_working_folder() -> None:
+    """build.py and install_build.py wrote bench-build.json / bench-install-build.json into the folder
+    they were run from (the checkout, as docs/figures.md's commands run them); the cheap scripts are run
+    for real above, these two are whole builds, so their defaults are read."""
+    scripts = sorted((REPO / "bench").rglob("*.py"))
+    assert len(scripts) > 20
+    bad = {
+        f"{script.relative_to(REPO)}: default={default}"
+        for script in scripts
+        for default in _output_defaults(script)
+        if default != "None" and not any(ok in default for ok in ("cache", "gettempdir"))
+    }
+    assert bad == set(), "write under figures.cache_out(...) (the user's cache) or a temp folder instead"
