@@ -97,8 +97,22 @@ def _load_dir(directory: Path, location: str) -> WheelIndex:
         return WheelIndex(location=str(directory), entries=_parse_index(text, str(index)))
     wheels = sorted(directory.glob("*.whl"))
     if not wheels:
-        raise WheelIndexError(f"{location}: neither {INDEX_FILE} nor any .whl file here (run fa build)")
+        raise WheelIndexError(f"{location}: neither {INDEX_FILE} nor any .whl file here{_below(directory)}")
     return WheelIndex(location=str(directory), entries=tuple(entry_from_wheel(w) for w in wheels))
+
+
+def _below(directory: Path) -> str:
+    """What to do about a folder without wheels: read the wheel index one level down when there is one
+    (`fa build --local` writes wheels/local/, README's `fa doctor` reads wheels/), else build."""
+    try:
+        found = sorted(p.parent for p in directory.glob(f"*/{INDEX_FILE}"))
+    except OSError:
+        found = []
+    if not found:
+        return " (run fa build)"
+    return (
+        f"; a wheel index is in {', '.join(str(p) for p in found)}\n  fix: read it with --wheels {found[0]}"
+    )
 
 
 def _is_dir(directory: Path) -> bool:
