@@ -42,7 +42,7 @@ _VERDICT_STYLE = {
 }
 VERDICT_TEXT = {
     "ok": "our kernels run from SASS on this GPU",
-    "ok-jit": "our kernels run, JIT-compiled from PTX by the driver on first use",
+    "ok-jit": "our kernels run, JIT-compiled from PTX on first use",
     "fallback": "a wheel installs, but calls fall back to torch SDPA",
     "no-wheel": "no wheel can be installed here",
 }
@@ -482,7 +482,7 @@ def render(report: DoctorReport, console: Console, show_all: bool = False) -> No
     reasons and their fixes under `show_all`), and the other ways to install."""
     sel = report.selection
     answer = report.answer
-    console.print(_verdict_line(report), soft_wrap=True)
+    _item(console, _verdict_line(report))  # wrapped lines hang under it, as every item's do
     if sel.selected is not None:
         _item(console, f"wheel: {wheel_name(sel.selected)} (fa install picks it)")
         if sel.selected.info.all_wheel:

@@ -190,3 +190,16 @@ def test_eight_alike_gpus_share_one_answer(tmp_path: Path, index_dir: Path) -> N
     screen = out.splitlines()[:SCREEN]
     assert any(line.startswith("GPUs 0-7 NVIDIA H100 80GB HBM3 (sm 9.0)") for line in screen), out
     assert "GPU 1 " not in out
+
+
+@pytest.mark.parametrize("case", sorted(p.stem for p in ENVS.glob("*.json")))
+def test_every_machine_of_the_corpus_reads_at_80_columns(tmp_path: Path, index_dir: Path, case: str) -> None:
+    """Each line of doctor's report fits 80 columns (a wrapped line is indented under its item) for every
+    machine of the corpus; only a line that is one word, or names a path pasted whole, may be longer. The
+    ok-jit verdict's line was 87 columns, unwrapped."""
+    _, out = doctor("--env", str(env_file(tmp_path, case)), "--wheels", str(index_dir))
+    lines = out.splitlines()
+    assert lines[0].startswith("verdict: ")
+    assert [
+        line for line in lines if len(line) > 80 and str(index_dir) not in line and " " in line.strip()
+    ] == []
