@@ -57,10 +57,20 @@ def _must_build(selection: Selection, build: bool, rebuild: bool, arch: str | No
 
 
 def _index_or_none(wheels: Path | None, index: str | None) -> WheelIndex | None:
-    """With --build the index may be absent (nothing built yet): that is "no wheel fits"."""
-    if wheels is None and index is None and not Path("wheels").is_dir():
+    """With --build the index may be absent (nothing built yet): that is "no wheel fits". So is a wheel
+    folder that is there but holds no index and no wheel (only `fa build --local`'s local/, or the logs
+    of a build stopped before its index); a folder that is not there is still refused (a typo)."""
+    folder = Path("wheels") if wheels is None else wheels
+    if index is None and ((wheels is None and not folder.is_dir()) or _holds_no_wheel(folder)):
         return None
     return load_wheel_index(wheels, index)
+
+
+def _holds_no_wheel(folder: Path) -> bool:
+    try:
+        return folder.is_dir() and not (folder / "index.json").exists() and not any(folder.glob("*.whl"))
+    except OSError:
+        return False
 
 
 def _build_here(
