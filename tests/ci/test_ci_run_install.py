@@ -64,3 +64,18 @@ def test_the_install_step_works_in_a_venv_with_pip_and_in_a_uv_venv_without(
         [venv / "bin" / "python", "-c", "import fa_ci_probe"], capture_output=True, text=True, check=False
     )
     assert imported.returncode == 0, imported.stderr
+
+
+def test_the_test_extra_brings_pip_which_a_uv_venv_lacks() -> None:
+    """Tests run the environment's own pip (`sys.executable -m pip`: the release backend's `pip wheel`,
+    pip download against the index, the printed pip lines); a uv venv has no pip unless the test extra
+    installs it. The check reads which tests call it, so it goes when they stop."""
+    call = 'sys.executable, "-m", "pip"'
+    callers = [p for p in (REPO / "tests").rglob("*.py") if p != Path(__file__) and call in p.read_text()]
+    extra = re.search(
+        r"^test = \[\n(.*?)^\]", (REPO / "pyproject.toml").read_text(), re.DOTALL | re.MULTILINE
+    )
+    assert extra, "pyproject.toml: the test extra"
+    names = {m.lower() for m in re.findall(r'^\s*"([A-Za-z0-9_.-]+)', extra.group(1), re.MULTILINE)}
+    assert "pytest" in names
+    assert not callers or "pip" in names, [str(p.relative_to(REPO)) for p in callers]
