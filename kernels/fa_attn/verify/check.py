@@ -310,8 +310,8 @@ class CheckReport:
 
 NO_GPU_FIX = "run it where nvidia-smi lists a GPU; without one: fa check --emulate"
 # `python -m fa_attn.check` runs where only the wheel is installed: the emulator is fa's source, not the
-# wheel's, so the fix says where it runs (one line: the report reads at 80 columns).
-WHEEL_NO_GPU_FIX = "run it where nvidia-smi lists a GPU; `fa check --emulate` needs a checkout"
+# wheel's, so the fix names nothing that needs a checkout (one line: the report reads at 80 columns).
+WHEEL_NO_GPU_FIX = "run it where nvidia-smi lists a GPU: the wheel's kernels are checked on one"
 
 
 def no_gpu_report() -> CheckReport:
