@@ -203,3 +203,15 @@ def test_every_machine_of_the_corpus_reads_at_80_columns(tmp_path: Path, index_d
     assert [
         line for line in lines if len(line) > 80 and str(index_dir) not in line and " " in line.strip()
     ] == []
+
+
+def test_readme_describes_the_report_doctor_prints(tmp_path: Path, index_dir: Path) -> None:
+    """README said doctor gives 'for every other wheel the reasons it does not fit': it gives their count,
+    and --all lists them. README's paragraph on doctor must say what the report holds: the count and
+    --all."""
+    _, out = doctor("--env", str(env_file(tmp_path, "a100-ngc-24.10")), "--wheels", str(index_dir))
+    assert "torch-version-mismatch" not in out  # no other wheel's reasons without --all
+    readme = " ".join((REPO / "README.md").read_text().split())
+    paragraph = readme[readme.index("`fa doctor` reads `wheels/`") :].split(" On a machine")[0]
+    assert "for every other wheel the reasons" not in paragraph
+    assert "--all" in paragraph, paragraph
