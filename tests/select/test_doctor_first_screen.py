@@ -215,3 +215,5 @@ def test_readme_describes_the_report_doctor_prints(tmp_path: Path, index_dir: Pa
     paragraph = readme[readme.index("`fa doctor` reads `wheels/`") :].split(" On a machine")[0]
     assert "for every other wheel the reasons" not in paragraph
     assert "--all" in paragraph, paragraph
+    first = readme[readme.index("The first builds the release wheels") :].split(".")[0]
+    assert "why the others don't" not in first or "--all" in first, first
