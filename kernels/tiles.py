@@ -391,11 +391,12 @@ _BWD_SM80 = {
 }
 # sm90 on: sm80's blocks, two stages at every head dim (227 KB holds them), and V in registers at d96
 # (FA2's choice; sm80 spills 48 B so, NVRTC 12.9; sm100 32 B with two stages, none with one). sm90 also
-# takes FA2's 64 x 64 at d192 (sm80 spills 8 B, sm100 32 B). Blackwell's ptxas spills 64 x 128 at d128
-# (NVRTC 12.9, sm100: 452 B with two stages, 28 with one), so it keeps 64 x 64 there.
+# takes FA2's 64 x 64 at d192 (sm80 spills 8 B, sm100 32 B). Blackwell runs FA2's 64 x 128 at d128 with
+# one stage (252-254 registers, no spill, NVRTC 12.9 and 13.0, since fa_bwd recomputes dQ's group
+# stride at each step: bwd.cu kHoldDqStride; 28 B spilled before); two stages spill 384 B there.
 _BWD_SM90_BASE = {d: dataclasses.replace(t, stages=2) for d, t in _BWD_SM80.items()}
 _BWD_SM90 = {**_BWD_SM90_BASE, 96: _B(64, 128, 8, 2, True), 192: _B(64, 64, 8, 2)}
-_BWD_SM100 = {**_BWD_SM90_BASE, 96: _B(64, 128, 8, 1, True), 128: _B(64, 64, 8, 2)}
+_BWD_SM100 = {**_BWD_SM90_BASE, 96: _B(64, 128, 8, 1, True), 128: _B(64, 128, 8, 1)}
 # The 99 KB parts: V in registers at d64 (FA2's choice there; at d96 and d128 sm86's ptxas spills 40
 # and 136 B so, NVRTC 12.9, where sm120's does not: _BWD_SM120).
 _BWD_SM86 = {

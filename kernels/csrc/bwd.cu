@@ -104,6 +104,13 @@ FA_DEVICE fa_i64 dq_index(int r, int c, fa_i64 group_stride) {
 
 FA_DEVICE fa_i64 dq_group_stride(const FaParams& p) { return static_cast<fa_i64>(p.heads) * kHeadDim * 16; }
 
+// Whether fa_bwd holds dQ's group stride in a register across the query loop or recomputes it from the
+// parameters at each step's dQ adds. The units run at ptxas's 255-register limit, where those two
+// registers decide whether it spills: recomputed, FA2's 64 x 128 at d128 compiles without spills on
+// sm100 (28 B when held, NVRTC 12.9) and sm90's two-stage one stays clean; the V-in-registers units,
+// whose V fragments take 48-64 registers, spill when it is recomputed (sm100 d96 16 B) and keep it.
+constexpr bool kHoldDqStride = kVInRegs;
+
 // The (group 0, this head) base of dq_accum for sequence s.
 FA_DEVICE float* dq_base(const FaParams& p, const Seq& s) {
   return p.dq_accum + s.acc_row0 * p.heads * kHeadDim + static_cast<fa_i64>(s.head) * kHeadDim * 16;
@@ -190,7 +197,7 @@ struct KeyBlock {
   const float* lse;
   const float* dsum;
   float* dq_accum;  // dq_base: group 0 of this head
-  fa_i64 dq_group_stride;
+  fa_i64 dq_group_stride;  // read only where kHoldDqStride (above)
   float logit_scale;  // logit2 = raw * logit_scale, raw = q.k or tanh(q.k * tanh_scale)
   float tanh_scale;
   bool softcap;
@@ -290,11 +297,12 @@ FA_DEVICE void accumulate_dq(const FaParams& p, const KeyBlock& kb, int row0, PT
   zero<GridQ>(acc);
   warp_gemm<GridQ, kBlockN>(acc, SmemA<PTile, false>{sdS}, SmemB<KVTile, true>{sK}, m_base, n_base, kBlockN, lane);
   const int rows = kb.seqlen_q - row0;
-  float* dq = kb.dq_accum + (row0 >> 4) * kb.dq_group_stride;  // row0: a multiple of 16
+  const fa_i64 group_stride = kHoldDqStride ? kb.dq_group_stride : dq_group_stride(p);
+  float* dq = kb.dq_accum + (row0 >> 4) * group_stride;  // row0: a multiple of 16
   for_each_acc_pair<GridQ>(m_base, n_base, lane, [&](int r, int c, int i, int j, int e) {
     if (r < rows && c < p.head_dim) {
-      red_add_f32(dq + dq_index(r, c, kb.dq_group_stride), acc[i][j][e]);
-      red_add_f32(dq + dq_index(r, c + 1, kb.dq_group_stride), acc[i][j][e + 1]);
+      red_add_f32(dq + dq_index(r, c, group_stride), acc[i][j][e]);
+      red_add_f32(dq + dq_index(r, c + 1, group_stride), acc[i][j][e + 1]);
     }
   });
 }
