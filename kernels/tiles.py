@@ -440,11 +440,17 @@ _BWD_SM86 = {
     256: _B(64, 32, 8, 1, True, True, 4),
 }
 # sm120 keeps V in registers (FA_V_IN_REGS, FA2's choice on the 99 KB parts): P and dS take V's shared
-# memory, so d96 fits FA2's 64 x 128 (88,576 B) and dP reads no V from shared memory.
+# memory, so d96 fits FA2's 64 x 128 (88,576 B) and dP reads no V from shared memory. Its ptxas also
+# keeps d192's S in FA2's four warp rows and d256's dQ in two passes without a spill (NVRTC 12.9 and
+# 13.0; ldsm/mma 247.5 and 307.2), which sm 8.0's, 9.0's and 10.0's ptxas spill as alternatives (4 to
+# 128 B stored, NVRTC 12.9: kernel_resources.py --alternatives; the 12.0 GPUs they serve JIT the PTX), as
+# sm 8.0's does sm120's d96 and d128.
 _BWD_SM120 = {
     **_BWD_SM86,
     96: _B(64, 128, 8, 1, True),
     128: _B(64, 64, 8, 1, True),
+    192: _B(64, 64, 8, 1, True, True, 2),
+    256: _B(64, 32, 8, 1, True, True, 2),
 }
 _BWD_SM75 = _BWD_V1["sm75"]
 
