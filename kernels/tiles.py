@@ -142,29 +142,51 @@ class BwdTile:
     stages: int
     # FA_V_IN_REGS: V's fragments of dP = dO V^T in registers, and P and dS in V's shared memory
     v_in_regs: bool = False
+    # FA_BWD_SWIZZLE: the shared-memory layout, unpadded and XOR-swizzled (label suffix "x") or rows
+    # padded by _BWD_ROW_PAD elements (tiles.cuh says what each costs)
+    swizzled: bool = False
+    # FA_DQ_PASSES: dQ = dS K in this many passes over column slices of the head dim (label suffix
+    # "p2"...), a rolled loop: fewer accumulators live beside V's registers, at more ldmatrix bytes
+    dq_passes: int = 1
+    # FA_S_ROWS: the warps' row split of S and dP (label suffix "r2"...); 0: the one reading the fewest
+    # ldmatrix bytes (attention.cuh FewestBytesGrid). With V in registers, fewer warp rows hold fewer
+    # of V's fragments per warp
+    s_rows: int = 0
 
     @property
     def label(self) -> str:
-        return f"m{self.block_m}n{self.block_n}w{self.warps}s{self.stages}" + ("v" if self.v_in_regs else "")
+        suffix = ("v" if self.v_in_regs else "") + ("x" if self.swizzled else "")
+        suffix += f"p{self.dq_passes}" if self.dq_passes > 1 else ""
+        suffix += f"r{self.s_rows}" if self.s_rows else ""
+        return f"m{self.block_m}n{self.block_n}w{self.warps}s{self.stages}{suffix}"
 
     def smem_bytes(self, head_dim: int) -> int:
-        """bwd.cu's kSmemBytes: K, V; Q, dO per stage; P, dS (padded rows); lse and D (fp32) per query
-        row. With V in registers, P and dS reuse V's shared memory."""
-        pitch = head_dim + _BWD_ROW_PAD
-        k_or_v = self.block_n * pitch * _ELEM_BYTES
-        q_do = 2 * self.stages * self.block_m * pitch * _ELEM_BYTES
-        p_ds = 2 * self.block_m * (self.block_n + _BWD_ROW_PAD) * _ELEM_BYTES
+        """bwd.cu's kSmemBytes: K, V; Q, dO per stage; P, dS (rows padded unless swizzled); lse and D
+        (fp32) per query row. With V in registers, P and dS reuse V's shared memory."""
+        pad = 0 if self.swizzled else _BWD_ROW_PAD
+        k_or_v = self.block_n * (head_dim + pad) * _ELEM_BYTES
+        q_do = 2 * self.stages * self.block_m * (head_dim + pad) * _ELEM_BYTES
+        p_ds = 2 * self.block_m * (self.block_n + pad) * _ELEM_BYTES
         v_p_ds = max(k_or_v, p_ds) if self.v_in_regs else k_or_v + p_ds
         return k_or_v + v_p_ds + q_do + 2 * self.block_m * 4
 
     def valid(self, head_dim: int) -> bool:
-        """bwd.cu's static_asserts: WarpGrid splits S (block_m x block_n), dK/dV (block_n x d) and dQ
-        (block_m x d) into whole 16 x 8 mma tiles over the warps; tile widths multiples of 32."""
-        if self.block_n % 32 or self.block_m % 16 or self.stages not in (1, 2):
+        """bwd.cu's static_asserts: WarpGrid splits S (block_m x block_n), dK/dV (block_n x d) and each
+        dQ pass (block_m x d / dq_passes) into whole 16 x 8 mma tiles over the warps; tile widths
+        multiples of 32."""
+        if (
+            self.block_n % 32
+            or self.block_m % 16
+            or self.stages not in (1, 2)
+            or head_dim % (8 * self.dq_passes)
+        ):
+            return False
+        dq_cols = head_dim // self.dq_passes
+        if self.s_rows and not _warp_grid_fits(self.block_m, self.block_n, self.warps, self.s_rows):
             return False
         return all(
             _warp_grid_fits(m, n, self.warps)
-            for m, n in ((self.block_m, self.block_n), (self.block_n, head_dim), (self.block_m, head_dim))
+            for m, n in ((self.block_m, self.block_n), (self.block_n, head_dim), (self.block_m, dq_cols))
         )
 
     def defines(self) -> dict[str, int]:
@@ -174,6 +196,9 @@ class BwdTile:
             "FA_WARPS": self.warps,
             "FA_STAGES": self.stages,
             **({"FA_V_IN_REGS": 1} if self.v_in_regs else {}),
+            **({"FA_BWD_SWIZZLE": 1} if self.swizzled else {}),
+            **({"FA_DQ_PASSES": self.dq_passes} if self.dq_passes > 1 else {}),
+            **({"FA_S_ROWS": self.s_rows} if self.s_rows else {}),
         }
 
 
@@ -231,11 +256,12 @@ class HopperTile:
 Tile = FwdTile | BwdTile | HopperTile
 
 
-def _warp_grid_fits(m: int, n: int, warps: int) -> bool:
-    """attention.cuh FewestBytesGrid<M, N, WARPS>: some rows x columns split of the warps gives every
-    warp whole 16 x 8 mma tiles."""
+def _warp_grid_fits(m: int, n: int, warps: int, rows: int = 0) -> bool:
+    """attention.cuh FewestBytesGrid<M, N, WARPS>: some rows x columns split of the warps (or the one of
+    `rows` warp rows) gives every warp whole 16 x 8 mma tiles."""
     return any(
-        warps % wm == 0 and m % (16 * wm) == 0 and n % (8 * (warps // wm)) == 0 for wm in range(1, warps + 1)
+        warps % wm == 0 and m % (16 * wm) == 0 and n % (8 * (warps // wm)) == 0
+        for wm in ((rows,) if rows else range(1, warps + 1))
     )
 
 
@@ -397,24 +423,35 @@ _BWD_SM80 = {
 _BWD_SM90_BASE = {d: dataclasses.replace(t, stages=2) for d, t in _BWD_SM80.items()}
 _BWD_SM90 = {**_BWD_SM90_BASE, 96: _B(64, 128, 8, 2, True), 192: _B(64, 64, 8, 2)}
 _BWD_SM100 = {**_BWD_SM90_BASE, 96: _B(64, 128, 8, 1, True), 128: _B(64, 128, 8, 1)}
-# The 99 KB parts: V in registers at d64 (FA2's choice there; at d96 and d128 sm86's ptxas spills 40
-# and 136 B so, NVRTC 12.9, where sm120's does not: _BWD_SM120).
+# The 99 KB parts: FA2's blocks with V in registers from d64 up (FA2's choice there). Beside V's
+# fragments sm86's ptxas spilled dQ's accumulators at d96 and d128 (40 and 136 B, NVRTC 12.9), so dQ runs
+# in column passes there (dq_passes, FA_DQ_PASSES); d192 and d256 fit 99 KB only swizzled (98,816 B;
+# padded 102,912 and 101,888), d192 with S in two warp rows (s_rows: 48 registers of V, not 96) and d256
+# in four passes (two spill 4 B as sm 8.0's alternative, 8 on sm_100). Spill-free with NVRTC 11.8, 12.9
+# and 13.0; ldsm/mma (kernel_model.py --vs-fa2, NVRTC 12) d96 247.5, d128 281.6, d192 273.1, d256 332.8,
+# against the padded half blocks' 332.8, 307.2, 349.9, 460.8 and FA2's 230.4, 256.0, 230.4, 294.4.
 _BWD_SM86 = {
     32: _B(64, 128, 8, 2),
     64: _B(64, 128, 8, 1, True),
-    96: _B(64, 64, 8, 2),
-    128: _B(64, 64, 8, 1),
+    96: _B(64, 128, 8, 1, True, True, 2),
+    128: _B(64, 64, 8, 1, True, True, 2),
     160: _B(32, 64, 8, 2),
-    192: _B(32, 64, 8, 1),
+    192: _B(64, 64, 8, 1, True, True, 2, s_rows=2),
     224: _B(32, 64, 8, 1),
-    256: _B(32, 32, 8, 1),
+    256: _B(64, 32, 8, 1, True, True, 4),
 }
 # sm120 keeps V in registers (FA_V_IN_REGS, FA2's choice on the 99 KB parts): P and dS take V's shared
-# memory, so d96 fits FA2's 64 x 128 (88,576 B) and dP reads no V from shared memory.
+# memory, so d96 fits FA2's 64 x 128 (88,576 B) and dP reads no V from shared memory. Its ptxas also
+# keeps d192's S in FA2's four warp rows and d256's dQ in two passes without a spill (NVRTC 12.9 and
+# 13.0; ldsm/mma 247.5 and 307.2), which sm 8.0's, 9.0's and 10.0's ptxas spill as alternatives (4 to
+# 128 B stored, NVRTC 12.9: kernel_resources.py --alternatives; the 12.0 GPUs they serve JIT the PTX), as
+# sm 8.0's does sm120's d96 and d128.
 _BWD_SM120 = {
     **_BWD_SM86,
     96: _B(64, 128, 8, 1, True),
     128: _B(64, 64, 8, 1, True),
+    192: _B(64, 64, 8, 1, True, True, 2),
+    256: _B(64, 32, 8, 1, True, True, 2),
 }
 _BWD_SM75 = _BWD_V1["sm75"]
 

@@ -157,27 +157,49 @@ def main_loop(lines: list[str]) -> list[str]:
     return lines[best[1] : best[2]]
 
 
-def _sass_counts(sass: str, entry: str) -> dict[str, float]:
-    """Instruction counts of one function of nvdisasm's output, over its main loop (main_loop)."""
+def line_weights(loop: list[str], inner_trips: int) -> list[int]:
+    """How many times each line of a main loop runs per pass of it: 1, or `inner_trips` for the lines of
+    a loop nested in it that holds mma (bwd.cu's dQ passes, FA_DQ_PASSES: a rolled loop whose SASS
+    holds one pass of the FA_DQ_PASSES the step runs)."""
+    weights = [1] * len(loop)
+    if inner_trips <= 1:
+        return weights
+    labels: dict[str, int] = {}
+    for i, line in enumerate(loop[:-1]):
+        m = re.match(r"\s*(\.L_x_\d+):", line)
+        if m and i > 0:
+            labels[m.group(1)] = i
+            continue
+        m = re.search(r"\bBRA\b.*\((\.L_x_\d+)\)", line)
+        if m and m.group(1) in labels and any("HMMA." in x for x in loop[labels[m.group(1)] : i + 1]):
+            for k in range(labels[m.group(1)], i + 1):
+                weights[k] = inner_trips
+    return weights
+
+
+def _sass_counts(sass: str, entry: str, inner_trips: int = 1) -> dict[str, float]:
+    """Instruction counts of one function of nvdisasm's output, over its main loop (main_loop), a loop
+    nested in it that holds mma counted `inner_trips` times (line_weights)."""
     body = sass.split(f".text.{entry}:", 1)[1].split("//----", 1)[0]
     c = {"mma": 0.0, "ldsm": 0.0, "lds": 0.0, "sts": 0.0, "red": 0.0, "red_width": 0.0, "bar": 0.0}
-    for line in main_loop(body.splitlines()):
+    loop = main_loop(body.splitlines())
+    for line, weight in zip(loop, line_weights(loop, inner_trips), strict=True):
         m = re.search(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.x]+)", line)
         if not m:
             continue
         op = m.group(1)
         if op.startswith("BAR.SYNC"):
-            c["bar"] += 1
+            c["bar"] += weight
         elif op.startswith("HMMA."):
-            c["mma"] += 0.5 if ".1688." in op else 1.0
+            c["mma"] += (0.5 if ".1688." in op else 1.0) * weight
         elif op.startswith("LDSM."):
-            c["ldsm"] += LDSM_BYTES[op.rsplit(".", 1)[1]]
+            c["ldsm"] += LDSM_BYTES[op.rsplit(".", 1)[1]] * weight
         elif op.startswith(("LDS", "STS")) and not op.startswith("LDSM"):
             width = re.search(r"\.(32|64|128)\b", op)
             nbytes = 32 * (int(width.group(1)) // 8 if width else 4)  # per warp
-            c["lds" if op.startswith("LDS") else "sts"] += nbytes
+            c["lds" if op.startswith("LDS") else "sts"] += nbytes * weight
         elif op.startswith(("RED", "ATOMG", "ATOM.")) and ".ADD.F32" in op:
-            c["red"] += 1
+            c["red"] += weight
             c["red_width"] = 2.0 if "F32x2" in op else 4.0 if "F32x4" in op else 1.0
     return c
 
@@ -221,7 +243,7 @@ def model_units(
             )
             usage = {r.kernel: r for r in parse_resource_usage(compiled.log)}[entry]
             sass = disassemble(compiled.image)
-            c = _sass_counts(sass, entry)
+            c = _sass_counts(sass, entry, u.defines.get("FA_DQ_PASSES", 1))
             launch = u.entries[entry]
             mma = c["mma"] or 1.0
             whole = c["red_width"] >= 2 or u.defines.get("FA_DQ_SMEM", 0) == 1 or permuted_dq
@@ -230,6 +252,9 @@ def model_units(
             tile_label += "q" if u.defines.get("FA_Q_IN_REGS") else ""
             tile_label += "v" if u.defines.get("FA_V_IN_REGS") else ""
             tile_label += "d" if u.defines.get("FA_DQ_SMEM") else ""
+            tile_label += "x" if u.defines.get("FA_BWD_SWIZZLE") else ""
+            tile_label += f"p{u.defines['FA_DQ_PASSES']}" if u.defines.get("FA_DQ_PASSES", 1) > 1 else ""
+            tile_label += f"r{u.defines['FA_S_ROWS']}" if u.defines.get("FA_S_ROWS") else ""
             blocks = kernel_resources.blocks_per_sm(
                 arch, launch.threads, usage.registers, launch.smem_bytes + usage.static_smem
             )

@@ -22,6 +22,13 @@
 //   FA_V_IN_REGS  1: each warp keeps its V fragments of dP = dO V^T in registers, read once per key
 //                 block, and P and dS take V's shared memory (FA2's Is_V_in_regs); 0: V stays in
 //                 shared memory beside them
+//   FA_DQ_PASSES  dQ = dS K of a step in this many passes over slices of the head dim (default 1), a
+//                 rolled loop: a pass's accumulators are all that is live beside dK, dV (and V with
+//                 FA_V_IN_REGS); each pass reads dS again
+//   FA_S_ROWS     the warps' row split of S and dP (default: FewestBytesGrid's); with FA_V_IN_REGS a
+//                 warp holds V's fragments of its 1 / (warps / FA_S_ROWS) of the keys
+//   FA_BWD_SWIZZLE 1: shared-memory tiles unpadded and XOR-swizzled (the forward's layout, less shared
+//                 memory: what fits FA2's tiles in 99 KB); 0: rows padded by 8 elements (tiles.cuh)
 //   FA_DTYPE_BF16 1 for bf16, else fp16
 //
 // One step of fa_bwd (a query block against this block's keys), as named below:
@@ -40,7 +47,7 @@
 // Shared memory (bytes; tiles.py BwdTile.smem_bytes computes the same number and passes it as
 // FA_SMEM_BYTES, which is static_asserted below):
 //   K, V: 2 x BLOCK_N x (D + 8) x 2;  per stage Q then dO: 2 x STAGES x BLOCK_M x (D + 8) x 2;
-//   P, dS: 2 x BLOCK_M x (BLOCK_N + 8) x 2;  lse, D: 2 x BLOCK_M x 4.
+//   P, dS: 2 x BLOCK_M x (BLOCK_N + 8) x 2;  lse, D: 2 x BLOCK_M x 4 (swizzled: the same without the + 8).
 // With FA_V_IN_REGS, P and dS start where V does: K, max(V, P + dS), the Q/dO stages, lse and D. Every
 // warp has V in registers before the first step's barrier, and P and dS are written after it.
 //
@@ -73,14 +80,22 @@ namespace bwd {
 
 static_assert(kHeadDim % 32 == 0 && kBlockN % 32 == 0 && kBlockM % 16 == 0, "tile sizes: see tiles.cuh");
 
-// Padded tiles, not the forward's swizzled ones: tiles.cuh says why.
-using QTile = PaddedTile<kBlockM, kHeadDim>;   // Q and dO
-using KVTile = PaddedTile<kBlockN, kHeadDim>;  // K and V
-using PTile = PaddedTile<kBlockM, kBlockN>;    // P and dS, stored [query][key]
+// Padded tiles by default, the forward's swizzled ones with FA_BWD_SWIZZLE (tiles.cuh says what each
+// costs).
+#ifndef FA_BWD_SWIZZLE
+#define FA_BWD_SWIZZLE 0
+#endif
+constexpr bool kSwizzled = FA_BWD_SWIZZLE != 0;
+using QTile = SmemTile<kBlockM, kHeadDim, kSwizzled>;   // Q and dO
+using KVTile = SmemTile<kBlockN, kHeadDim, kSwizzled>;  // K and V
+using PTile = SmemTile<kBlockM, kBlockN, kSwizzled>;    // P and dS, stored [query][key]
 #ifndef FA_V_IN_REGS
 #define FA_V_IN_REGS 0
 #endif
 constexpr bool kVInRegs = FA_V_IN_REGS != 0;
+// Every tile starts on a 128-byte boundary, as the swizzle's groups of 8 chunks assume.
+static_assert(!kSwizzled || (QTile::kBytes % 128 == 0 && KVTile::kBytes % 128 == 0 && PTile::kBytes % 128 == 0),
+              "swizzled tiles must be whole 128-byte groups");
 constexpr int kPdsBytes = 2 * PTile::kBytes;  // P, dS
 constexpr int kVOrPds = KVTile::kBytes > kPdsBytes ? KVTile::kBytes : kPdsBytes;
 constexpr int kSmemBytes = KVTile::kBytes + (kVInRegs ? kVOrPds : KVTile::kBytes + kPdsBytes) +
@@ -117,10 +132,20 @@ FA_DEVICE float* dq_base(const FaParams& p, const Seq& s) {
 }
 
 // Each product splits its result over the warps the way that reads the fewest ldmatrix bytes per
-// mma (attention.cuh).
-using GridS = FewestBytesGrid<kBlockM, kBlockN, kWarps>;    // S, dP (and so P, dS): [query][key]
+// mma (attention.cuh); S and dP (and so P, dS: [query][key]) in FA_S_ROWS warp rows where given.
+#ifdef FA_S_ROWS
+using GridS = WarpGrid<kBlockM, kBlockN, kWarps, FA_S_ROWS>;
+#else
+using GridS = FewestBytesGrid<kBlockM, kBlockN, kWarps>;
+#endif
 using GridKV = FewestBytesGrid<kBlockN, kHeadDim, kWarps>;  // dK, dV accumulators: [key][dim]
-using GridQ = FewestBytesGrid<kBlockM, kHeadDim, kWarps>;   // dQ of one step: [query][dim]
+#ifndef FA_DQ_PASSES
+#define FA_DQ_PASSES 1
+#endif
+constexpr int kDqPasses = FA_DQ_PASSES;  // dQ of a step in column slices (the header)
+constexpr int kDqCols = kHeadDim / kDqPasses;
+static_assert(kHeadDim % (8 * kDqPasses) == 0, "FA_DQ_PASSES must split the head dim into whole n-tiles");
+using GridQ = FewestBytesGrid<kBlockM, kDqCols, kWarps>;  // one dQ pass of one step: [query][dim slice]
 
 using KVAcc = float[GridKV::kMT][GridKV::kNT][4];
 
@@ -289,22 +314,26 @@ FA_DEVICE void grad_scores(const float (&dp)[GridS::kMT][GridS::kNT][4], const P
 }
 
 // dQ += dS K for this step's queries, added into the fp32 workspace (other key blocks add theirs)
-// straight from the mma fragments: dq_index makes each warp instruction's adds whole sectors.
+// straight from the mma fragments: dq_index makes each warp instruction's adds whole sectors. In
+// kDqPasses column slices, a rolled loop (ptxas interleaves an unrolled one back into one live set).
 FA_DEVICE void accumulate_dq(const FaParams& p, const KeyBlock& kb, int row0, PTile sdS, KVTile sK, int tid) {
   const int warp = tid >> 5, lane = tid & 31;
-  const int m_base = GridQ::row0(warp), n_base = GridQ::col0(warp);
-  float acc[GridQ::kMT][GridQ::kNT][4];
-  zero<GridQ>(acc);
-  warp_gemm<GridQ, kBlockN>(acc, SmemA<PTile, false>{sdS}, SmemB<KVTile, true>{sK}, m_base, n_base, kBlockN, lane);
   const int rows = kb.seqlen_q - row0;
   const fa_i64 group_stride = kHoldDqStride ? kb.dq_group_stride : dq_group_stride(p);
   float* dq = kb.dq_accum + (row0 >> 4) * group_stride;  // row0: a multiple of 16
-  for_each_acc_pair<GridQ>(m_base, n_base, lane, [&](int r, int c, int i, int j, int e) {
-    if (r < rows && c < p.head_dim) {
-      red_add_f32(dq + dq_index(r, c, group_stride), acc[i][j][e]);
-      red_add_f32(dq + dq_index(r, c + 1, group_stride), acc[i][j][e + 1]);
-    }
-  });
+#pragma unroll 1
+  for (int pass = 0; pass < kDqPasses; ++pass) {
+    const int m_base = GridQ::row0(warp), n_base = pass * kDqCols + GridQ::col0(warp);
+    float acc[GridQ::kMT][GridQ::kNT][4];
+    zero<GridQ>(acc);
+    warp_gemm<GridQ, kBlockN>(acc, SmemA<PTile, false>{sdS}, SmemB<KVTile, true>{sK}, m_base, n_base, kBlockN, lane);
+    for_each_acc_pair<GridQ>(m_base, n_base, lane, [&](int r, int c, int i, int j, int e) {
+      if (r < rows && c < p.head_dim) {
+        red_add_f32(dq + dq_index(r, c, group_stride), acc[i][j][e]);
+        red_add_f32(dq + dq_index(r, c + 1, group_stride), acc[i][j][e + 1]);
+      }
+    });
+  }
 }
 
 }  // namespace bwd

@@ -16,12 +16,15 @@
 //     each row pair's 4 remaining choices: again 8 distinct quads.
 // This is also the 128-byte swizzle TMA and wgmma read, for the sm90 paths to come.
 //
-// Padded (the backward's): each row padded by 8 elements (16 B). With COLS a multiple of 32 the row
-// pitch is an odd number of 16-byte chunks, so the 8 rows of an ldmatrix phase fall in 8 different
-// bank quads; the row-wise copies of widths 32, 96, 160 and 224 take 2, 1.33, 1.2 and 1.14 times the
-// conflict-free wavefronts (a quarter-warp spans two rows). The backward keeps it because the
-// swizzle's XOR costs ptxas registers its five accumulators do not have: swizzled, sm80's d192 and
-// d256 backward spill 28 and 4 bytes with NVRTC 12.9 (sm86's none), padded none.
+// Padded (the backward's default): each row padded by 8 elements (16 B). With COLS a multiple of 32
+// the row pitch is an odd number of 16-byte chunks, so the 8 rows of an ldmatrix phase fall in 8
+// different bank quads; the row-wise copies of widths 32, 96, 160 and 224 take 2, 1.33, 1.2 and 1.14
+// times the conflict-free wavefronts (a quarter-warp spans two rows). The backward picks per tile
+// (tiles.py BwdTile.swizzled, bwd.cu FA_BWD_SWIZZLE): the swizzle's XOR costs ptxas registers its
+// five accumulators may not have (swizzled, sm80's 32 x 64 d192 and 64 x 32 d256 spilled 28 and 4
+// bytes with NVRTC 12.9, padded none), and it saves the padding's shared memory, which is what fits
+// FA2's V-in-registers tiles on the 99 KB parts at d192 and d256 (98,816 B swizzled; padded 102,912
+// and 101,888, over the 101,376 B limit).
 //
 // Fragment loads return registers in the mma layouts documented in primitives.cuh.
 #ifndef FA_TILES_CUH_
@@ -57,10 +60,6 @@ struct SmemTile {
     return base + static_cast<u32>(chunk * 16 + (col & 7) * 2);
   }
 };
-
-// The backward's layout (see the header).
-template <int ROWS, int COLS>
-using PaddedTile = SmemTile<ROWS, COLS, false>;
 
 // Global -> shared copy of a whole tile by THREADS cooperating threads, 16 B per copy (cp.async on
 // sm80+, register-staged on sm75; see copy16_async). Element (r, c) comes from

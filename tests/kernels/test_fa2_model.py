@@ -238,3 +238,61 @@ def test_99kb_backward_keeps_v_in_registers_like_fa2():
         assert m.tile.endswith("v"), m.tile
         assert kernel_model.misses(m, fa2) == [], (m.unit, m.tile, fa2.tile)
         assert m.barriers == 3
+
+
+# A main loop (.L_x_2) around a rolled loop holding mma (.L_x_3), as bwd.cu's dQ passes compile.
+_NESTED = """.text.fa_bwd:
+.L_x_2:
+        /*0000*/                   LDSM.16.M88.4 R4, [R2] ;
+        /*0010*/                   HMMA.16816.F32 R16, R4, R12, R16 ;
+        /*0020*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+.L_x_3:
+        /*0030*/                   LDSM.16.M88.2 R12, [R2] ;
+        /*0040*/                   HMMA.16816.F32 R20, R8, R12, R20 ;
+        /*0050*/                   RED.E.ADD.F32.FTZ.RN.STRONG.GPU [R6.64], R20 ;
+        /*0060*/               @P0 BRA `(.L_x_3) ;
+        /*0070*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*0080*/              @!P1 BRA `(.L_x_2) ;
+        /*0090*/                   EXIT ;
+//--------------------- .text.next --------------------------
+"""
+
+
+def test_a_rolled_loop_inside_the_main_loop_counts_each_pass():
+    """The defect: bwd.cu's dQ passes (FA_DQ_PASSES) are a rolled loop, whose SASS holds one pass, so the
+    step's dQ mmas, ldmatrix reads and adds counted once for every FA_DQ_PASSES the step runs, and the
+    per-mma figures leaned on the other products. Its lines count once per pass; the rest of the step
+    once; without passes the count is as before."""
+    once = kernel_model._sass_counts(_NESTED, "fa_bwd")
+    assert (once["mma"], once["ldsm"], once["red"], once["bar"]) == (2.0, 768.0, 1.0, 2.0)
+    three = kernel_model._sass_counts(_NESTED, "fa_bwd", inner_trips=3)
+    assert (three["mma"], three["ldsm"], three["red"], three["bar"]) == (4.0, 512.0 + 3 * 256.0, 3.0, 2.0)
+
+
+@pytest.mark.slow
+def test_99kb_backward_at_fa2s_tiles_on_sm86():
+    """The defect: sm 8.6's (and so 8.9's) backward ran half of FA2's key block at d96 (64 x 64: ldsm/mma
+    332.8 against 230.4, dQ sectors x2) and half its query block at d192 and d256 (32 x 64, 32 x 32:
+    349.9 and 460.8 against 230.4 and 294.4), and read V from shared memory at d128 (307.2 against
+    256): FA2's V-in-registers tiles spilled there or, padded, did not fit 99 KB. With the swizzled
+    layout (d192, d256 fit in 98,816 B) and dQ in column passes (fewer live accumulators beside V's
+    fragments), each is FA2's block, warps per SM and dQ sectors, spill-free (NVRTC 12, read from the
+    SASS), with the step's three barriers and every pass's mmas: 5 products of block_m x block_n x d
+    per step, in m16n8k16 steps over the warps."""
+    rows = kernel_model.model_units(
+        tiles, REPO / "kernels" / "csrc", "tree", ["8.6"], [96, 128, 192, 256], 12, ("bwd",)
+    )
+    assert [m.head_dim for m in rows] == [96, 128, 192, 256]
+    for m in rows:
+        fa2 = fa2_model.row("bwd", "8.6", m.head_dim)
+        assert fa2 is not None
+        tile = tiles.default_tile("8.6", "bwd", m.head_dim)
+        assert m.tile.startswith(fa2.tile), (m.tile, fa2.tile)
+        assert "v" in m.tile, m.tile
+        assert m.spills == 0, m
+        assert m.warps_per_sm >= fa2.warps_per_sm
+        assert m.dq_sectors_per_mflop <= fa2.dq_sectors_per_mflop
+        assert m.barriers == 3
+        assert m.mma == 5 * tile.block_m * tile.block_n * m.head_dim / (16 * 8 * 16) / tile.warps
+        before = {96: 332.8, 128: 307.2, 192: 349.9, 256: 460.8}[m.head_dim]
+        assert m.ldsm_per_mma < before, m

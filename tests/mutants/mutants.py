@@ -239,6 +239,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "dq[dq_index(r, c, group_stride)] += acc[i][j][e];",
         "bwd_fp16_d32", "blocks",
     ),
+    # the backward's dQ in column passes (FA_DQ_PASSES, sm 8.6's d128): every pass adds the first slice
+    Mutant(
+        "bwd-dq-pass-slice", "dq passes", "bwd.cu",
+        "n_base = pass * kDqCols + GridQ::col0(warp);",
+        "n_base = GridQ::col0(warp);",
+        "bwd_fp16_d128", "blocks", "8.6",
+    ),
     Mutant(
         "ptx-exp2-is-log2", "primitives PTX", "primitives.cuh",
         'asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));',
