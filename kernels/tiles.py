@@ -27,7 +27,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-HEAD_DIM_BUCKETS: tuple[int, ...] = (32, 64, 96, 128, 160, 192, 224, 256)
+# FlashAttention-2's buckets (flash_api.cpp rounds a head dim <= 192 up to a multiple of 32 and any
+# larger one to 256): it has no d224 kernels, and neither do we; head dims 200 to 256 run the d256 unit.
+HEAD_DIM_BUCKETS: tuple[int, ...] = (32, 64, 96, 128, 160, 192, 256)
 MIN_ARCH = "7.5"
 DIRECTIONS: tuple[str, ...] = ("fwd", "bwd", "splitkv")
 
@@ -308,11 +310,10 @@ _FWD_V1 = {
         128: _T(64, 64, 4),
         160: _T(64, 32, 4),
         192: _T(64, 32, 4),
-        224: _T(64, 32, 4),
         256: _T(64, 16, 4),
     },
     "sm80": _FWD_V1_SM80,
-    "sm86": {**_FWD_V1_SM80, 192: _T(64, 64, 4), 224: _T(64, 64, 4), 256: _T(64, 64, 4)},
+    "sm86": {**_FWD_V1_SM80, 192: _T(64, 64, 4), 256: _T(64, 64, 4)},
     "sm90": {d: _T(128, 128 if d <= 128 else 64, 8) for d in HEAD_DIM_BUCKETS},
 }
 
@@ -365,13 +366,11 @@ _FWD_SM80 = {
     128: _T(128, 64, 4, 1),
     160: _T(64, 64, 4, 1, True),
     192: _T(128, 64, 8, 2),
-    224: _T(128, 64, 8, 1),
     256: _T(128, 64, 8, 1),
 }
 _FWD_SM90 = {
     **_FWD_SM80,
     128: _T(128, 64, 4, 2),
-    224: _T(128, 64, 8, 2),
     256: _T(64, 64, 4, 1),  # FA2's H100 choice
 }
 # The 99 KB parts (sm86, sm89, sm120): two blocks per SM hold at most 50,176 B each (100 KB per SM, 1 KB
@@ -384,16 +383,15 @@ _FWD_SM86 = {
     96: _T(128, 64, 4, 1),
     128: _T(128, 32, 4, 1),
     192: _T(128, 64, 8, 1),
-    224: _T(64, 64, 4, 1),
     256: _T(64, 64, 4, 1),
 }
 # Blackwell (sm100 to sm121) takes its shared-memory class's tables, but for sm120's d128: FA2 runs
 # 128 x 64 x 4 there (its "two CTAs per SM" 128 x 32 is for sm 8.x only), one block per SM.
 _FWD_SM100 = _FWD_SM90
 _FWD_SM120 = {**_FWD_SM86, 128: _T(128, 64, 4, 1)}
-# Turing: the first kernels' tiles, with 32 rows per warp at d32 and 16-key blocks at d224 (the
-# m16n8k8 path needs more registers per row than sm80's).
-_FWD_SM75 = {**_FWD_V1["sm75"], 32: _T(128, 64, 4), 224: _T(64, 16, 4)}
+# Turing: the first kernels' tiles, with 32 rows per warp at d32 (16-key blocks at d256: the m16n8k8
+# path needs more registers per row than sm80's).
+_FWD_SM75 = {**_FWD_V1["sm75"], 32: _T(128, 64, 4)}
 
 # Backward defaults: 8 warps and key blocks of 64 to 128 (FA2's are 128 at d <= 128 and 64 above),
 # the largest that leave ptxas room for the five accumulators without spilling (bench/
@@ -457,7 +455,7 @@ _BWD_SM75 = _BWD_V1["sm75"]
 
 # Split-KV (decode: few query rows, long keys): FA2's 64-row blocks of 4 warps with long key blocks,
 # double-buffered where shared memory allows.
-_SPLITKV_SM80 = {d: _T(64, 128 if d <= 128 else 64, 4, 2 if d <= 224 else 1) for d in HEAD_DIM_BUCKETS}
+_SPLITKV_SM80 = {d: _T(64, 128 if d <= 128 else 64, 4, 2 if d < 256 else 1) for d in HEAD_DIM_BUCKETS}
 _SPLITKV_SM86 = {d: _T(64, 128 if d <= 64 else 64, 4, 2 if d <= 128 else 1) for d in HEAD_DIM_BUCKETS}
 # sm90's ptxas (NVRTC 12.9) spills 4 bytes of d96's double-buffered 64 x 128 since P V skips the k steps
 # past the sequence end; one stage does not (and fits three blocks per SM).
@@ -476,7 +474,7 @@ FAMILIES: dict[str, ArchFamily] = {
         fwd=_FWD_SM75,
         bwd=_BWD_SM75,
         # No split-KV at d256: its 16-key blocks spill there; such calls run the plain forward.
-        splitkv={d: _T(64, 64 if d <= 96 else 32, 4) for d in HEAD_DIM_BUCKETS if d <= 224},
+        splitkv={d: _T(64, 64 if d <= 96 else 32, 4) for d in HEAD_DIM_BUCKETS if d < 256},
         previous={"fwd": _FWD_V1["sm75"], "bwd": _BWD_V1["sm75"]},
     ),
     "sm80": ArchFamily(

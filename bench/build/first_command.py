@@ -22,9 +22,9 @@ figures into docs/figures.md. Not a test: numbers depend on the machine.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -35,18 +35,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 NETWORK_PARTS = ("toolkits", "torch-headers", "pypi")  # the cache folders filled from the network
-
-
-def _fa(checkout: Path, cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "FA_CACHE": str(cache), "PYTHONPATH": str(checkout)}
-    return subprocess.run(
-        [sys.executable, "-m", "buildtool.cli", *args],
-        cwd=checkout,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
 
 
 def _cold_cache(root: Path, shared: Path) -> Path:
@@ -128,30 +116,29 @@ def _bindings(checkout: Path, cache: Path, platform: str) -> dict:
 
 
 def _build(checkout: Path, cache: Path, out: Path, platform: str, jobs: int) -> dict:
-    """One `fa build --json` of the checkout's matrix.yaml: its summary plus the wall time."""
+    """One `fa build --json` of the checkout's matrix.yaml: its summary plus the wall time and the CPU
+    seconds of fa and every process it ran (wait4: the build's own, whatever else runs beside it)."""
     t0 = time.perf_counter()
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = _fa(
-        checkout,
-        cache,
-        "build",
-        "--matrix",
-        str(checkout / "matrix.yaml"),
-        "--platform",
-        platform,
-        "--out",
-        str(out),
-        "--jobs",
-        str(jobs),
-        "--json",
-    )
-    wall = time.perf_counter() - t0
-    load = os.getloadavg()[1]  # the 5-minute load average as the build ends: how busy the machine was
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    if proc.returncode != 0:
-        raise SystemExit(f"fa build in {checkout} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    summary = json.loads(proc.stdout)
+    cmd = ["build", "--matrix", str(checkout / "matrix.yaml"), "--platform", platform, "--out", str(out)]
+    env = {**os.environ, "FA_CACHE": str(cache), "PYTHONPATH": str(checkout)}
+    with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "buildtool.cli", *cmd, "--jobs", str(jobs), "--json"],
+            cwd=checkout,
+            env=env,
+            stdout=stdout,
+            stderr=stderr,
+        )
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        load = os.getloadavg()[1]  # the 5-minute load average as the build ends: how busy the machine was
+        cpu = usage.ru_utime + usage.ru_stime
+        stdout.seek(0)
+        stderr.seek(0)
+        out_text, err_text = stdout.read().decode(), stderr.read().decode(errors="replace")
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"fa build in {checkout} failed (exit {status}):\n{err_text[-3000:]}")
+    summary = json.loads(out_text)
     return {
         "wall_s": round(wall, 1),
         "cpu_s": round(cpu, 1),  # user + system seconds of fa and every process it ran
@@ -177,6 +164,11 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None, help="where to write results (default: a temp file)")
     ap.add_argument("--record", action="store_true", help="write the figures into docs/figures.md")
     ap.add_argument("--bindings-only", action="store_true", help="time the plan's bindings only (see above)")
+    ap.add_argument(
+        "--together",
+        action="store_true",
+        help="run the two sides' builds at the same time (each --jobs), so both see the same load",
+    )
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="fa-bench-first-"))
@@ -187,7 +179,12 @@ def main() -> int:
     )
     sides = {"baseline": baseline, "this checkout": REPO}
     runs: dict[str, list[dict]] = {name: [] for name in sides}
-    result: dict = {"baseline_ref": args.baseline, "platform": args.platform, "jobs": args.jobs}
+    result: dict = {
+        "baseline_ref": args.baseline,
+        "platform": args.platform,
+        "jobs": args.jobs,
+        "together": args.together,
+    }
     try:
         shared = work / "net"
         if args.fetch:
@@ -202,6 +199,22 @@ def main() -> int:
             _prefetch(shared, args.platform)
         for repeat in range(args.repeats):
             order = list(sides) if repeat % 2 == 0 else list(reversed(sides))
+            if args.together and not args.bindings_only:
+                caches = {
+                    n: _cold_cache(work / f"cache-{n.replace(' ', '-')}-{repeat}", shared) for n in order
+                }
+                with concurrent.futures.ThreadPoolExecutor(len(order)) as pool:
+                    futures = {
+                        n: pool.submit(
+                            _build, sides[n], caches[n], work / f"out-{n.replace(' ', '-')}-{repeat}",
+                            args.platform, args.jobs,
+                        )
+                        for n in order
+                    }  # fmt: skip
+                    for name in order:
+                        runs[name].append(futures[name].result())
+                        print(f"{name} #{repeat + 1}: {runs[name][-1]['wall_s']} s", file=sys.stderr)
+                continue
             for name in order:
                 tag = f"{name.replace(' ', '-')}-{repeat}"
                 cache = _cold_cache(work / f"cache-{tag}", shared)
@@ -255,7 +268,8 @@ def _markdown(r: dict) -> str:
     lines = [
         (
             f"`fa build --matrix matrix.yaml --platform {r['platform']} --jobs {r['jobs']}` with an empty compile "
-            f"cache (network parts fetched before), baseline `{r['baseline_ref']}` and this checkout in turns; "
+            f"cache (network parts fetched before), baseline `{r['baseline_ref']}` and this checkout "
+            f"{'at the same time' if r.get('together') else 'in turns'}; "
             f"median of {len(r['baseline']['runs'])} run(s) each."
         ),
         "",

@@ -28,7 +28,15 @@ from packaging.version import Version
 
 from buildtool.builder import package
 from buildtool.builder.platform_tag import platform_tag
-from buildtool.builder.wheel_specs import BindingJob, Cell, CompileJob, WheelSpec, variant_label
+from buildtool.builder.wheel_specs import (
+    BindingJob,
+    Cell,
+    CompileJob,
+    ReusedSass,
+    WheelSpec,
+    keep_reused,
+    variant_label,
+)
 from buildtool.core import cuda_facts, kernels_src
 from buildtool.core.cuda_facts import TOOLKITS, compute_name, sm_name
 from buildtool.core.runtime import all_wheel, schema, versions
@@ -43,6 +51,7 @@ class KernelSetSpec:
     sass: tuple[str, ...]
     ptx: str | None
     compile_jobs: tuple[CompileJob, ...]
+    reused_sass: tuple[ReusedSass, ...] = ()  # units a lower minor's cubin serves (wheel_specs)
 
 
 @dataclass(frozen=True)
@@ -104,13 +113,17 @@ def _spec(wheels: Sequence[WheelSpec], version: str) -> AllWheelSpec:
         if major < main:
             ptx = None
         kept.update(sass)
-        jobs = tuple(
-            j
-            for j in w.compile_jobs
-            if (j.image == "sass" and j.arch in sass) or (j.image == "ptx" and j.arch == ptx)
+        jobs, reused = keep_reused(
+            tuple(
+                j
+                for j in w.compile_jobs
+                if (j.image == "sass" and j.arch in sass) or (j.image == "ptx" and j.arch == ptx)
+            ),
+            w.reused_sass,
+            sass,
         )
         if jobs:
-            sets.append(KernelSetSpec(major, sass, ptx, jobs))
+            sets.append(KernelSetSpec(major, sass, ptx, jobs, reused))
     sets.sort(key=lambda k: k.cuda_major)
     bindings: dict[BindingJob, set[str]] = {}
     for w in wheels:
@@ -150,17 +163,14 @@ def manifest(spec: AllWheelSpec, tiles: ModuleType, source_sha256: str | None = 
     for kernel_set in spec.kernel_sets:
         coverage = []
         tk = TOOLKITS[kernel_set.cuda_major]
-        order = sorted(
-            kernel_set.compile_jobs, key=lambda j: (versions.parse_target(j.arch), j.image, j.unit)
-        )
-        for job in order:
-            if job.arch not in units:
-                units[job.arch] = {u.name: u for u in tiles.all_units(job.arch)}
-            unit = units[job.arch].get(job.unit)
+        for arch, job in package.images_by_arch(kernel_set.compile_jobs, kernel_set.reused_sass):
+            if arch not in units:
+                units[arch] = {u.name: u for u in tiles.all_units(arch)}
+            unit = units[arch].get(job.unit)
             if unit is None:
-                raise package.PackageError(f"tiles.units({job.arch!r}) has no unit {job.unit!r}")
-            static = tiles.static_smem(job.arch, job.image)
-            kernel = package.kernel_of(unit, job.arch, job.image, kernel_file(job), static)
+                raise package.PackageError(f"tiles.units({arch!r}) has no unit {job.unit!r}")
+            static = tiles.static_smem(arch, job.image)
+            kernel = package.kernel_of(unit, arch, job.image, kernel_file(job), static)
             kernel = dataclasses.replace(kernel, cuda_major=kernel_set.cuda_major)
             kernels.append(kernel)
             coverage.append(package.coverage_of(kernel, tiles.head_dims(unit)))

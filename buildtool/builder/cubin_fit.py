@@ -33,7 +33,7 @@ from buildtool.errors import FaError
 
 if TYPE_CHECKING:
     from buildtool.builder.compile import KernelTree
-    from buildtool.builder.wheel_specs import CompileJob
+    from buildtool.builder.wheel_specs import CompileJob, ReusedSass
 
 _FACTS = "elf-facts"  # the stamps of kernel_needs (keyed with fa's code: a changed parser parses again)
 _EIFMT_SVAL = 0x04
@@ -164,14 +164,18 @@ def check_units(images: Iterable[UnitImage], limits: Mapping[str, int]) -> None:
         )
 
 
-def check_build(images: Mapping[CompileJob, Path], tree: KernelTree) -> None:
-    """check_units over a build's cubins (its "sass" jobs) with the tree's SMEM_LIMIT. PTX is compiled
-    by the driver on the user's machine, so its static size is not known at build time."""
+def check_build(
+    images: Mapping[CompileJob, Path], tree: KernelTree, reused: Iterable[ReusedSass] = ()
+) -> None:
+    """check_units over a build's cubins (its "sass" jobs) with the tree's SMEM_LIMIT, and each cubin
+    a higher minor reuses (wheel_specs.ReusedSass) against that arch's limit too. PTX is compiled by
+    the driver on the user's machine, so its static size is not known at build time."""
+    sass = [(job.arch, job) for job in images if job.image == "sass"]
+    sass += [(r.arch, r.job) for r in reused if r.job in images]
     units = []
-    for job, path in images.items():
-        if job.image == "sass":
-            entries = tree.unit(job.arch, job.unit).entries
-            dynamic = {name: launch.smem_bytes for name, launch in entries.items()}
-            declared = tree.tiles.static_smem(job.arch, "sass")
-            units.append(UnitImage(job.unit, job.arch, path, dynamic, declared))
+    for arch, job in sass:
+        entries = tree.unit(arch, job.unit).entries
+        dynamic = {name: launch.smem_bytes for name, launch in entries.items()}
+        declared = tree.tiles.static_smem(arch, "sass")
+        units.append(UnitImage(job.unit, arch, images[job], dynamic, declared))
     check_units(units, tree.tiles.SMEM_LIMIT)

@@ -34,7 +34,7 @@ from buildtool.core.wheel_file import REQUIRES_PYTHON
 from buildtool.errors import FaError, UsageError
 
 if TYPE_CHECKING:
-    from buildtool.builder.wheel_specs import CompileJob, WheelSpec
+    from buildtool.builder.wheel_specs import CompileJob, ReusedSass, WheelSpec
 
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # the zip format's earliest date: no build time leaks in
 SUMMARY = "Fused attention kernels for PyTorch, built per CUDA major and torch minor by fa"
@@ -179,6 +179,14 @@ def kernel_file(job: CompileJob) -> str:
     return f"kernels/{compute_name(job.arch)}/{job.unit}.ptx"
 
 
+def images_by_arch(jobs: Sequence[CompileJob], reused: Sequence[ReusedSass]) -> list[tuple[str, CompileJob]]:
+    """(the arch a manifest entry is for, the job whose image file it names), in the manifest's order:
+    each job for its own arch, and each reused unit (wheel_specs.ReusedSass) for its arch with the
+    lower minor's cubin."""
+    rows = [(j.arch, j) for j in jobs] + [(r.arch, r.job) for r in reused]
+    return sorted(rows, key=lambda row: (versions.parse_target(row[0]), row[1].image, row[1].unit))
+
+
 def manifest(spec: WheelSpec, tiles: ModuleType, source_sha256: str | None = None) -> schema.Manifest:
     """The manifest of `spec` (contracts section 3); the universal wheel's for a spec without CUDA.
     `source_sha256`: kernels_src.source_hash of the kernels/ tree the wheel is built from."""
@@ -188,17 +196,13 @@ def manifest(spec: WheelSpec, tiles: ModuleType, source_sha256: str | None = Non
     units_by_arch: dict[str, dict[str, Any]] = {}  # tiles.all_units() builds the table; once per arch
     kernels: list[schema.KernelFile] = []
     coverage: list[schema.Coverage] = []
-    for job in sorted(spec.compile_jobs, key=lambda j: (versions.parse_target(j.arch), j.image, j.unit)):
-        if job.arch not in units_by_arch:
-            units_by_arch[job.arch] = {u.name: u for u in tiles.all_units(job.arch)}
-        unit = units_by_arch[job.arch].get(job.unit)
+    for arch, job in images_by_arch(spec.compile_jobs, spec.reused_sass):
+        if arch not in units_by_arch:
+            units_by_arch[arch] = {u.name: u for u in tiles.all_units(arch)}
+        unit = units_by_arch[arch].get(job.unit)
         if unit is None:
-            raise PackageError(
-                f"tiles.units({job.arch!r}) has no unit {job.unit!r} (plan and tiles.py disagree)"
-            )
-        kernel = kernel_of(
-            unit, job.arch, job.image, kernel_file(job), tiles.static_smem(job.arch, job.image)
-        )
+            raise PackageError(f"tiles.units({arch!r}) has no unit {job.unit!r} (plan and tiles.py disagree)")
+        kernel = kernel_of(unit, arch, job.image, kernel_file(job), tiles.static_smem(arch, job.image))
         if job.cuda_major != spec.cuda_major:  # another major's NVRTC compiled it (wheel_specs.sass_compiler)
             kernel = dataclasses.replace(kernel, cuda_major=job.cuda_major)
         kernels.append(kernel)

@@ -176,7 +176,7 @@ def execute(
             toolkit_progress=lambda m: bars.download(f"NVRTC for CUDA {m}"),
             on_compiling=compiling,
         )
-        cubin_fit.check_build(images, tree)
+        cubin_fit.check_build(images, tree, plan.reused_sass)
         summary.nvrtc_compiles, summary.nvrtc_cached = cstats.compiled, len(cstats.cached)
         summary.nvrtc_ptx_with_cubin = len(cstats.with_cubin)
         summary.nvrtc_seconds = round(sum(cstats.seconds.values()), 3)

@@ -40,7 +40,9 @@ from buildtool.builder.wheel_specs import (
     BindingJob,
     Cell,
     CompileJob,
+    ReusedSass,
     WheelSpec,
+    keep_reused,
     sass_compiler,
     variant_label,
 )
@@ -108,6 +110,13 @@ class Plan:
     # the matrix's archs whose SASS a CPU's wheels leave out (reported like skipped cells: by shard 1)
     dropped_sass: tuple[DroppedSass, ...] = ()
 
+    @property
+    def reused_sass(self) -> tuple[ReusedSass, ...]:
+        """Every unit a lower minor's cubin serves, over the plan's wheels and all-wheels."""
+        rows = [r for w in self.wheels for r in w.reused_sass]
+        rows += [r for a in self.all_wheels for k in a.kernel_sets for r in k.reused_sass]
+        return tuple(dict.fromkeys(rows))
+
 
 def make_plan(
     matrix: Matrix,
@@ -123,6 +132,7 @@ def make_plan(
     platform the matrix does not list."""
     # Each CUDA major asks for the same archs' units: tiles builds an arch's table once per plan.
     alternatives = functools.cache(_alternatives(units))
+    options = _options(units)
     units = functools.cache(units or kernels_src.tiles().units)
     for i, minor in enumerate(matrix.torch):
         if minor not in catalog.minors:
@@ -132,7 +142,7 @@ def make_plan(
                 f"torch {minor} was never published on PyPI (newest minors: {', '.join(catalog.newest())})",
                 "remove it, or use a published minor (fa build --refresh re-reads PyPI)",
             )
-    kernels = {m: _kernels_for_major(matrix, m, units, alternatives) for m in matrix.cuda}
+    kernels = {m: _kernels_for_major(matrix, m, units, alternatives, options) for m in matrix.cuda}
     per_cpu: dict[tuple[str, int], _MajorKernels] = {}
 
     def kernels_of(cpu: str, cuda: int) -> _MajorKernels:
@@ -274,13 +284,14 @@ def local_plan(
     )
     # Each CUDA major asks for the same archs' units: tiles builds an arch's table once per plan.
     alternatives = functools.cache(_alternatives(units))
+    options = _options(units)
     units = functools.cache(units or kernels_src.tiles().units)
     if stable:
         binding = BindingJob(str(stable_floor), torch_version, True, None, platform, binding_forms.STABLE)
     else:
         binding = BindingJob(minor, torch_version, cxx11abi, None, platform)
     # The one GPU's arch (`sass`) is built as asked: it names this machine's own GPU.
-    kernels = {m: _kernels_for_major(local, m, units, alternatives) for m in cuda}
+    kernels = {m: _kernels_for_major(local, m, units, alternatives, options) for m in cuda}
     per_cpu = {(platform, m): kernels[m] if sass else _for_cpu(local, m, kernels[m], platform) for m in cuda}
     wheels = [
         _kernel_wheel(
@@ -364,6 +375,7 @@ class _MajorKernels:
     ptx: str | None
     jobs: tuple[CompileJob, ...]
     waiting: tuple[str, ...] = ()  # arch-specific targets of the matrix left out: no source yet
+    reused: tuple[ReusedSass, ...] = ()  # SASS units a lower minor's cubin serves (not in `jobs`)
 
 
 def _no_alternatives(arch: str) -> Sequence[Any]:  # noqa: ARG001 (a Units)
@@ -375,6 +387,56 @@ def _alternatives(units: Units | None) -> Units:
     if units is not None:
         return _no_alternatives
     return getattr(kernels_src.tiles(), "alternative_units", _no_alternatives)
+
+
+Options = Callable[[str], Sequence[str]] | None  # tiles.nvrtc_options; None: no reuse of SASS
+
+
+def _options(units: Units | None) -> Options:
+    """tiles.nvrtc_options with the repo's table; None with a table a caller passes (`units`): its
+    units need not say how they compile, so no SASS is reused."""
+    return None if units is not None else kernels_src.tiles().nvrtc_options
+
+
+def _program(unit: Any, arch: str, options: Callable[[str], Sequence[str]]) -> tuple[Any, ...]:
+    """What NVRTC is given for `unit` on `arch`, but the target."""
+    return (unit.source, tuple(sorted(unit.defines.items())), tuple(options(arch)))
+
+
+def reuse_lower_minor(
+    jobs: Sequence[CompileJob], chosen: dict[str, Sequence[Any]], options: Options
+) -> tuple[list[CompileJob], list[ReusedSass]]:
+    """Split a major's SASS `jobs` into those to compile and the units a lower minor's cubin serves
+    (ReusedSass): a unit of X.y (not arch-specific) whose program is the same as that of the
+    lowest X.z < y the major builds, by the same NVRTC. `chosen`: each SASS arch's units."""
+    if options is None:
+        return list(jobs), []
+    plain = sorted((a for a in chosen if not versions.arch_specific(a)), key=versions.parse_arch)
+    programs = {arch: {u.name: _program(u, arch, options) for u in chosen[arch]} for arch in plain}
+    served: dict[CompileJob, CompileJob] = {}  # a job of a higher minor -> the kept job serving it
+    kept: dict[tuple[str, str], CompileJob] = {}  # (arch, unit) -> its job, for SASS compiled
+    for job in sorted((j for j in jobs if j.image == "sass"), key=lambda j: versions.parse_target(j.arch)):
+        if job.arch not in programs:  # arch-specific: its cubin runs on its own capability only
+            continue
+        major, minor = versions.parse_arch(job.arch)
+        base = next(
+            (
+                kept[arch, job.unit]
+                for arch in plain
+                if versions.parse_arch(arch)[0] == major
+                and versions.parse_arch(arch)[1] < minor
+                and (arch, job.unit) in kept
+                and kept[arch, job.unit].cuda_major == job.cuda_major
+                and programs[arch].get(job.unit) == programs[job.arch][job.unit]
+            ),
+            None,
+        )
+        if base is None:
+            kept[job.arch, job.unit] = job
+        else:
+            served[job] = base
+    keep = [j for j in jobs if j not in served]
+    return keep, [ReusedSass(j.arch, base) for j, base in served.items()]
 
 
 def runs_image(image_arch: str, image: str, sass: Sequence[str], gpu: str) -> bool:
@@ -413,7 +475,7 @@ def alternative_jobs(
 
 
 def _kernels_for_major(
-    matrix: Matrix, major: int, units: Units, alternatives: Units = _no_alternatives
+    matrix: Matrix, major: int, units: Units, alternatives: Units = _no_alternatives, options: Options = None
 ) -> _MajorKernels:
     def selected(arch: str, field: str) -> list[Any]:
         all_units = list(units(arch))
@@ -434,13 +496,16 @@ def _kernels_for_major(
     sass: list[str] = []
     jobs: list[CompileJob] = []
     waiting: list[str] = []
+    sass_units: dict[str, Sequence[Any]] = {}
     for i, arch in enumerate(matrix.archs[major]):
         field = f'archs."{major}"[{i}]' if explicit else f'archs."{major}" (default {arch})'
         chosen = selected(arch, field)
         if chosen:  # a kernel filter can leave an arch with nothing to ship
             sass.append(arch)
+            sass_units[arch] = chosen
             by = sass_compiler(major, arch, matrix.cuda, matrix.sass_per_major)
             jobs += [CompileJob(by, arch, "sass", u.name) for u in chosen]
+    jobs, reused = reuse_lower_minor(jobs, sass_units, options)
     ptx = matrix.ptx.get(major)
     if ptx is not None:
         chosen = selected(ptx, f'ptx."{major}"')
@@ -455,7 +520,7 @@ def _kernels_for_major(
             f"the filter selects no kernel for any arch of CUDA {major}",
             "widen kernels: (dtypes, head_dims, directions) or remove it",
         )
-    return _MajorKernels(tuple(sass), ptx, tuple(jobs), tuple(waiting))
+    return _MajorKernels(tuple(sass), ptx, tuple(jobs), tuple(waiting), tuple(reused))
 
 
 def _for_cpu(matrix: Matrix, major: int, kernels: _MajorKernels, cpu: str) -> _MajorKernels:
@@ -465,7 +530,9 @@ def _for_cpu(matrix: Matrix, major: int, kernels: _MajorKernels, cpu: str) -> _M
     sass = tuple(a for a in kernels.sass if cuda_facts.sass_of_use_on(a, cpu))
     if sass == kernels.sass:
         return kernels
-    jobs = tuple(j for j in kernels.jobs if j.image == "ptx" or j.arch in sass)
+    jobs, reused = keep_reused(
+        tuple(j for j in kernels.jobs if j.image == "ptx" or j.arch in sass), kernels.reused, sass
+    )
     if not jobs:
         gone = "; ".join(DroppedSass(cpu, major, a).reason for a in kernels.sass)
         raise MatrixError(
@@ -474,7 +541,7 @@ def _for_cpu(matrix: Matrix, major: int, kernels: _MajorKernels, cpu: str) -> _M
             f"no arch of CUDA {major} is of use in {cpu} wheels: {gone}",
             f"add an arch of GPUs that {cpu} machines have, or exclude {{platform: {cpu}, cuda: {major}}}",
         )
-    return _MajorKernels(sass, kernels.ptx, jobs, kernels.waiting)
+    return _MajorKernels(sass, kernels.ptx, jobs, kernels.waiting, reused)
 
 
 def _dropped(
@@ -514,6 +581,7 @@ def _kernel_wheel(
         binding=binding,
         variant=variant,
         version=f"{matrix.version}+{variant}",
+        reused_sass=kernels.reused,
     )
 
 

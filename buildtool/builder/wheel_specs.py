@@ -8,7 +8,7 @@ all-wheel.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from packaging.version import Version
@@ -37,6 +37,34 @@ class CompileJob:
 
 
 @dataclass(frozen=True)
+class ReusedSass:
+    """A SASS unit of `arch` ("8.6") whose program (source, -D defines, NVRTC options) is a lower
+    minor's of the same major ("8.0"), compiled by the same NVRTC: the wheel carries that one cubin
+    (`job`) and the manifest's `arch` entry names its file. A cubin runs on every GPU of its major
+    whose minor is at least its own (CUDA C++ Programming Guide, "Binary Compatibility"); FA2's wheels
+    ship sm_80 SASS alone for all of 8.x. The unit keeps its own tile: only equal programs are reused."""
+
+    arch: str
+    job: CompileJob
+
+    @property
+    def own_job(self) -> CompileJob:
+        """The program `arch` compiles without the reuse."""
+        return CompileJob(self.job.cuda_major, self.arch, "sass", self.job.unit)
+
+
+def keep_reused(
+    jobs: Sequence[CompileJob], reused: Sequence[ReusedSass], sass: Collection[str]
+) -> tuple[tuple[CompileJob, ...], tuple[ReusedSass, ...]]:
+    """`reused` narrowed to a subset of a major's images (SASS archs `sass`, compile jobs `jobs`): an
+    arch left out drops its entries; an entry whose cubin `jobs` left out (its lower minor dropped)
+    compiles its own program again."""
+    kept = tuple(r for r in reused if r.arch in sass and r.job in jobs)
+    own = tuple(r.own_job for r in reused if r.arch in sass and r.job not in jobs)
+    return (*jobs, *own), kept
+
+
+@dataclass(frozen=True)
 class BindingJob:
     torch_minor: str  # the stable form's floor
     torch_version: str  # the patch whose headers are used: the oldest of the minor
@@ -58,6 +86,7 @@ class WheelSpec:
     binding: BindingJob | None
     variant: str  # "cu12torch2.5cxx11abifalse", "cu12torch2.7", "cu12torch2.10plus", "" for universal
     version: str  # "0.1.0+cu12torch2.5cxx11abifalse"
+    reused_sass: tuple[ReusedSass, ...] = ()  # units of an arch served by a lower minor's cubin
 
     @property
     def form(self) -> str | None:

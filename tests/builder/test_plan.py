@@ -615,7 +615,9 @@ def test_repo_matrix_with_the_real_kernel_table(catalog: TorchCatalog) -> None:
         assert w.ptx == m.ptx[w.cuda_major]
         defaults = sum(len(tiles.units(a)) for a in w.sass) + len(tiles.units(w.ptx))
         alternatives = [j for j in w.compile_jobs if j.unit not in {u.name for u in tiles.units(j.arch)}]
-        assert len(w.compile_jobs) == defaults + len(alternatives)
+        # A unit a lower minor's cubin serves (sm 8.6 on sm 8.0's: tests/builder/test_sass_reuse.py) is
+        # a manifest entry without a compile of its own.
+        assert len(w.compile_jobs) + len(w.reused_sass) == defaults + len(alternatives)
         # No alternative tiles in the release: every GPU a wheel's torch runs on has SASS of its own
         # family there (cu11's compute 9.0 PTX would serve sm 12.x, where no CUDA 11 torch runs).
         assert alternatives == [], w.variant

@@ -215,6 +215,14 @@ def test_random_shape(cfg: Config) -> None:
     random_problem(cfg)
 
 
+@pytest.mark.parametrize("head_dim", [200, 224])
+def test_head_dims_above_192_run_the_d256_unit(head_dim: int) -> None:
+    """FlashAttention-2's buckets: no d224 unit; 200 (the first above 192) and 224 run d256's kernels."""
+    cfg = Config("sm80", "fp16", tiles.bucket_of(head_dim))
+    assert cfg.bucket == 256
+    random_problem(cfg, head_dim)
+
+
 # FA_EMU_SWEEP=full: every head dim 8..256 on every family and dtype (about 15 minutes on 2 cores).
 FULL = [
     (Config(family, dtype, unit.head_dim), d)

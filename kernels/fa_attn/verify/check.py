@@ -95,7 +95,7 @@ def problems(
     m, n = block_m, block_n
     sq, sk = m + 17, 2 * n + 15  # two query blocks and three key blocks, the last of each partial
     short = (17, n + 15)  # one partial query block, two key blocks
-    lower = max((b for b in (0, 32, 64, 96, 128, 160, 192, 224) if b < head_dim), default=0)
+    lower = max((b for b in (0, 32, 64, 96, 128, 160, 192) if b < head_dim), default=0)
     out: list[tuple[str, dict[str, Any]]] = [
         _named("blocks", seqlen_q=sq, seqlen_k=sk, batch=2),
         _named("blocks-causal", seqlen_q=sq, seqlen_k=sk, batch=2, causal=True),
