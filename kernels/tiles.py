@@ -325,7 +325,6 @@ _BWD_V1_SM80 = {
     128: _B(64, 32, 8, 2),
     160: _B(64, 32, 8, 2),
     192: _B(64, 32, 8, 2),
-    224: _B(64, 32, 8, 2),
     256: _B(32, 32, 8, 2),
 }
 _BWD_V1 = {
@@ -345,7 +344,6 @@ _BWD_V1 = {
         128: _B(64, 32, 8, 2),
         160: _B(64, 32, 8, 1),
         192: _B(64, 32, 8, 1),
-        224: _B(64, 32, 8, 1),
         256: _B(32, 32, 8, 1),
     },
     "sm90": _BWD_V1_SM80,
@@ -400,9 +398,9 @@ _FWD_SM75 = {**_FWD_V1["sm75"], 32: _T(128, 64, 4)}
 # (64 x 128) on sm80 and sm90 on, since P and dS are computed apart (bwd.cu probabilities,
 # grad_scores); sm80 keeps one Q/dO stage at d64 and d128 (two need 181,248 and 174,592 B) and at d96. At d192
 # and d256 FA2's 64 x 64 still spills (NVRTC 12.9: 8 to 444 B). Head dim 256 fits the 99 KB parts
-# (sm86/89/120) with 32 x 32 blocks, where FA2 < 2.5.5 and torch SDPA refuse training. Turing (64 KB)
-# gets backward up to head dim 192; 224 and 256 do not fit 64 KB without blocks so small that they
-# spill, so dispatch falls back for them (backward-unsupported).
+# (sm86/89/120) with 64 x 32 blocks (swizzled: _BWD_SM86), where FA2 < 2.5.5 and torch SDPA refuse
+# training. Turing (64 KB) gets backward up to head dim 192; 256 does not fit 64 KB without blocks so
+# small that they spill, so dispatch falls back for it (backward-unsupported).
 _BWD_SM80 = {
     32: _B(64, 128, 8, 2),
     64: _B(128, 128, 8, 1),
@@ -410,7 +408,6 @@ _BWD_SM80 = {
     128: _B(64, 128, 8, 1),
     160: _B(32, 64, 8, 2),
     192: _B(32, 64, 8, 2),
-    224: _B(32, 64, 8, 1),
     256: _B(64, 32, 8, 1),
 }
 # sm90 on: sm80's blocks, two stages at every head dim (227 KB holds them), and V in registers at d96
@@ -435,7 +432,6 @@ _BWD_SM86 = {
     128: _B(64, 64, 8, 1, True, True, 2),
     160: _B(32, 64, 8, 2),
     192: _B(64, 64, 8, 1, True, True, 2, s_rows=2),
-    224: _B(32, 64, 8, 1),
     256: _B(64, 32, 8, 1, True, True, 4),
 }
 # sm120 keeps V in registers (FA_V_IN_REGS, FA2's choice on the 99 KB parts): P and dS take V's shared
