@@ -134,7 +134,9 @@ def test_killed_build_resumes_and_leaves_no_partial_wheel(tmp_path, fixture_tree
     )
     assert resumed["nvrtc_cached"] >= done_before
     images = resumed["nvrtc_cached"] + resumed["nvrtc_compiles"] + resumed["nvrtc_ptx_with_cubin"]
-    assert images == 7 * 2 + 2  # SASS x dtypes + PTX x dtypes
+    # SASS programs x dtypes + PTX x dtypes: 8.6 and 8.9 run sm 8.0's cubin, the fixture's program being
+    # the same for every arch (plan.reuse_lower_minor), so 5 of the 7 archs compile
+    assert images == 5 * 2 + 2
     assert not stale.exists()
     assert all(p.read_text() == "x" for p in users)
     assert not list(out.glob("*.fa-tmp-*"))
