@@ -35,7 +35,11 @@ def unit_cost(arch: str, name: str, repeat: int) -> float:
     cpu = torch.device("cpu")
     total = 0.0
     with kernels_on_cpu(lambda _module: lib):
-        for p in problems(dtype, job.launch[0], job.direction, key_block(launch), False, query_block(launch)):
+        chosen = problems(
+            dtype, job.launch[0], job.direction, key_block(launch), False, query_block(launch),
+            lowest_head_dim=job.lowest_head_dim,
+        )  # fmt: skip
+        for p in chosen:
             times = []
             for _ in range(repeat):
                 start = time.process_time()

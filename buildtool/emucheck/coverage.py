@@ -47,6 +47,7 @@ class Tile:
     head_dim: int
     block_m: int
     block_n: int
+    lowest_head_dim: int  # the smallest head dim the unit serves (tiles.head_dims)
 
 
 Covers = Callable[[Problem, Tile], bool]
@@ -284,7 +285,8 @@ def unit_tiles(arch: str) -> list[tuple[str, str, Tile]]:
     out = []
     for u in tiles().units(arch):
         main = max(u.entries.values(), key=lambda e: e.block_n)
-        out.append((u.name, u.direction, Tile(u.head_dim, main.block_m, main.block_n)))
+        tile = Tile(u.head_dim, main.block_m, main.block_n, tiles().head_dims(u)[0])
+        out.append((u.name, u.direction, tile))
     return out
 
 
@@ -292,7 +294,10 @@ def covering(
     feature: Feature, direction: str, tile: Tile, dtype: torch.dtype = torch.float16, arch: str = "8.0"
 ) -> list[str]:
     """Names of the emulated problems of a unit (direction, tile) of `arch` that exercise the feature."""
-    chosen = problems(dtype, tile.head_dim, direction, tile.block_n, False, tile.block_m, paged(arch))
+    chosen = problems(
+        dtype, tile.head_dim, direction, tile.block_n, False, tile.block_m, paged(arch),
+        lowest_head_dim=tile.lowest_head_dim,
+    )  # fmt: skip
     return [p.name for p in chosen if feature.covers(p, tile)]
 
 

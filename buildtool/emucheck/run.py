@@ -53,8 +53,9 @@ def emulated_jobs(arch: str, only: tuple[str, ...]) -> list[tuple[Job, Any]]:
         for e in u.entries.values():
             launch += [e.threads, e.block_m, e.block_n, e.smem_bytes, GRID_CODES[e.grid]]
         job = Job(
-            f"{tag}/{u.name}", u.direction, u.dtype, module, ",".join(u.entries), tuple(launch), 0, paged
-        )
+            f"{tag}/{u.name}", u.direction, u.dtype, module, ",".join(u.entries), tuple(launch), 0,
+            tiles.head_dims(u)[0], paged,
+        )  # fmt: skip
         jobs.append((job, u))
     return jobs
 
@@ -129,7 +130,7 @@ def problem_names(job: Job, paged: bool | None = None) -> list[str]:
     dtype = torch.bfloat16 if job.dtype == "bf16" else torch.float16
     chosen = check_problems(
         dtype, job.launch[0], job.direction, key_block(launch), False, query_block(launch),
-        job.paged if paged is None else paged,
+        job.paged if paged is None else paged, lowest_head_dim=job.lowest_head_dim,
     )  # fmt: skip
     return [p.name for p in chosen]
 

@@ -318,3 +318,27 @@ def test_fa_check_on_an_h100_checks_sm90a_and_the_sm90_units_behind_it() -> None
     jobs, _ = check.jobs_on(a100, 0, MANIFEST, driver=lambda: "580.65.06", package_dir=Path("/wheel/fa_attn"))
     assert jobs
     assert not any("sm_90a" in job.unit for job in jobs)
+
+
+def test_fa_check_runs_the_lowest_head_dims_each_unit_serves() -> None:
+    """Each unit's head-dim problems start at the smallest head dim it serves, read from the wheel's
+    coverage: the sm_90a d192 forward serves 136 to 192 (FlashAttention-3's buckets), so it is checked at
+    136 and 144, not at 168 and 176 (what the plain buckets' restatement gave it); sm 9.0's d256 unit
+    serves 200 to 256, so 200 and 208."""
+    from fa_attn.verify import check
+
+    jobs, _ = check.jobs_on(H100, 0, MANIFEST, driver=lambda: "580.65.06", package_dir=Path("/wheel/fa_attn"))
+    by_unit = {job.unit: job for job in jobs}
+    expected = {
+        "sm_90a/fwd_bf16_d192": (136, 144),
+        "sm_90/bwd_fp16_d256": (200, 208),
+        "sm_90/fwd_fp16_d64": (40, 48),
+    }
+    for unit, dims in expected.items():
+        job = by_unit[unit]
+        names = [p.name for p in check.problems(
+            torch.bfloat16, job.launch[0], job.direction, medium=False, lowest_head_dim=job.lowest_head_dim
+        )]  # fmt: skip
+        assert [n for n in names if n.startswith("hdim")] == [f"hdim{d}" for d in dims], unit
+        served = [d for d in range(8, job.launch[0] + 1, 8) if tiles.bucket_of(d) == job.launch[0]]
+        assert unit.startswith("sm_90a") or job.lowest_head_dim == served[0], unit

@@ -50,6 +50,9 @@ class Job:
     entries: str
     launch: tuple[int, ...]
     device: int  # CUDA device index
+    # The smallest head dim the unit serves (its manifest coverage; tiles.head_dims in a checkout): its
+    # problems check it and the next, the head dims just above the next smaller bucket
+    lowest_head_dim: int
     # False: the unit reads no paged KV (an arch-specific unit whose manifest features lack paged_kv; those
     # calls run on the plain arch's unit), so the paged problems are not its (problems(paged=False))
     paged: bool = True
@@ -78,14 +81,16 @@ def problems(
     medium: bool = True,
     block_m: int = 64,
     paged: bool = True,
+    *,
+    lowest_head_dim: int,
 ) -> list[Problem]:
     """The problems a unit (bucket `head_dim`, tile block_m x block_n) is checked on: one per code path
     its kernels branch on (docs/checking.md's coverage table, generated from kernels/csrc by
     buildtool/emucheck/coverage.py), each as small as that path allows at the unit's real tile sizes.
 
     Several query and key blocks with a partial last tile of each, padded batch 2, causal and not;
-    rows that see no key; GQA groups 2, 4 and 8 (MQA); the head dims below the bucket (the first above
-    the next smaller bucket, an odd multiple of 8, and the next, a multiple of 16); a softmax_scale not
+    rows that see no key; GQA groups 2, 4 and 8 (MQA); the head dims below the bucket (the unit's lowest,
+    `lowest_head_dim`, the first above the next smaller bucket, and the one after it); a softmax_scale not
     1/sqrt(d); left, right and two-sided windows and a causal one; softcap; varlen with empty
     sequences (no queries, no keys). Forward and split-KV add the KV-cache layouts: seqused_k,
     leftpad_k, cache_batch_idx and pages of one and of two key blocks; split-KV runs every problem in
@@ -95,7 +100,6 @@ def problems(
     m, n = block_m, block_n
     sq, sk = m + 17, 2 * n + 15  # two query blocks and three key blocks, the last of each partial
     short = (17, n + 15)  # one partial query block, two key blocks
-    lower = max((b for b in (0, 32, 64, 96, 128, 160, 192) if b < head_dim), default=0)
     out: list[tuple[str, dict[str, Any]]] = [
         _named("blocks", seqlen_q=sq, seqlen_k=sk, batch=2),
         _named("blocks-causal", seqlen_q=sq, seqlen_k=sk, batch=2, causal=True),
@@ -106,7 +110,7 @@ def problems(
     ]
     out += [
         _named(f"hdim{d}", seqlen_q=short[0], seqlen_k=short[1], head_dim=d)
-        for d in (lower + 8, lower + 16)
+        for d in (lowest_head_dim, lowest_head_dim + 8)
         if d < head_dim
     ]
     out += [
@@ -168,8 +172,9 @@ def run_job(job: Job, device: torch.device, medium: bool = True, only: tuple[str
     dtype = torch.bfloat16 if job.dtype == "bf16" else torch.float16
     out = []
     chosen = problems(
-        dtype, job.launch[0], job.direction, key_block(launch), medium, query_block(launch), job.paged
-    )
+        dtype, job.launch[0], job.direction, key_block(launch), medium, query_block(launch), job.paged,
+        lowest_head_dim=job.lowest_head_dim,
+    )  # fmt: skip
     for problem in chosen:
         if only and problem.name not in only:
             continue
@@ -211,6 +216,7 @@ def jobs_on(
     the decision names. With none, the reasons the calls fall back (one per code)."""
     seen: dict[str, Job] = {}
     why: dict[str, Reason] = {}
+    lowest = lowest_head_dims(man, package_dir)
     for kernel in man.kernels:
         call = decision.Call(kernel.dtype, kernel.head_dim, backward=kernel.direction == "bwd")
         route = dispatch.decide(dispatch.CallFacts(gpu, call), man, lambda: None, driver, package_dir)
@@ -227,12 +233,33 @@ def jobs_on(
             # an arch-specific unit ("sm_90a/...") reads paged KV only if the manifest lists the feature
             paged = not unit.split("/")[0].endswith("a") or "paged_kv" in man.info.arch_specific_features
             seen[launch.module] = Job(
-                unit, direction, kernel.dtype, launch.module, launch.entries, launch.launch, index, paged
-            )
+                unit, direction, kernel.dtype, launch.module, launch.entries, launch.launch, index,
+                lowest[launch.module], paged,
+            )  # fmt: skip
     if not man.kernels:
         why.setdefault("binding-unavailable", NO_KERNELS)
     jobs = sorted(seen.values(), key=lambda j: j.unit)
     return jobs, ([] if jobs else list(why.values()))
+
+
+def lowest_head_dims(man: Any, package_dir: Path) -> dict[str, int]:
+    """Each kernel file's path (as KernelLaunch.of makes it) -> the smallest head dim it serves, from the
+    manifest's coverage rows (the per-variant wheel's, and every kernel set's in the all-wheel): the
+    packager wrote them from tiles.head_dims, so the buckets are defined once, in tiles.py."""
+    rows = [*man.info.coverage, *(row for kset in man.info.kernel_sets for row in kset.coverage)]
+    served: dict[tuple[Any, ...], int] = {}
+    for row in rows:
+        key = (row.arch, row.image, row.arch_specific, row.dtype, row.direction, row.tile, max(row.head_dims))
+        served[key] = min(served.get(key, row.head_dims[0]), *row.head_dims)
+    out = {}
+    for k in man.kernels:
+        key = (k.arch, k.image, k.arch_specific, k.dtype, k.direction, k.tile, k.head_dim)
+        if key not in served:
+            raise ValueError(
+                f"the manifest has no coverage row for its kernel file {k.file}: rebuild the wheel"
+            )
+        out[str(package_dir / k.file)] = served[key]
+    return out
 
 
 NO_KERNELS = Reason(
