@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -112,25 +113,39 @@ class UnitImage:
 
 
 def _needs_of(path: Path) -> dict[str, KernelNeeds]:
-    """kernel_needs of the cubin at `path`, read from its ELF once per content: a compile cache image is
-    named by the content key of all it is made from (compile.py), any other file by its bytes' sha256.
-    Parsing every cubin's ELF was most of a no-op rebuild's time (bench/build/build.py --noop)."""
-    kernels = cache.cache_dir() / "kernels"
-    if path.parent.parent == kernels and path.suffix == ".cubin":
-        key = cache.content_key(_FACTS, cache.own_code_hash(), path.stem)
-        data = None
-    else:
-        data = path.read_bytes()
-        key = cache.content_key(_FACTS, cache.own_code_hash(), hashlib.sha256(data).hexdigest())
-    stamp = cache.read_stamp(_FACTS, key)
-    if stamp is not None:
-        try:
-            return {k: KernelNeeds(*v) for k, v in stamp.items()}
-        except TypeError:
-            pass  # not what write_stamp below wrote: parse again
-    needs = kernel_needs(path.read_bytes() if data is None else data)
-    cache.write_stamp(_FACTS, key, {k: [v.static_smem, v.registers, v.max_threads] for k, v in needs.items()})
+    """kernel_needs of the cubin at `path`, its ELF parsed once per content (parsing every cubin was most
+    of a no-op rebuild's time, issue 37). The stamp, keyed by the path, keeps the file's state
+    (cache.file_state) and sha256 beside the facts: the same state answers without reading the file, as
+    git's index does; another state reads the bytes, and only another sha256 parses them again. Even a
+    compile cache image, named by the key of what it is made from, is checked so: an edited one is
+    never answered for by its stamp. A stamp not as written here is ignored and written again."""
+    key = cache.content_key(_FACTS, cache.own_code_hash(), os.path.abspath(path))
+    state = cache.file_state(path)  # before the read: a write meanwhile leaves a state the next run redoes
+    stamp = cache.read_stamp(_FACTS, key) or {}
+    needs = _stamped(stamp.get("kernels"))
+    if needs is not None and state is not None and stamp.get("state") == state:
+        return needs
+    data = path.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if needs is None or stamp.get("sha256") != digest:
+        needs = kernel_needs(data)
+    kernels = {k: [v.static_smem, v.registers, v.max_threads] for k, v in needs.items()}
+    cache.write_stamp(_FACTS, key, {"state": state, "sha256": digest, "kernels": kernels})
     return needs
+
+
+def _stamped(kernels: object) -> dict[str, KernelNeeds] | None:
+    """The facts of an elf-facts stamp's "kernels", or None when they are not what _needs_of writes."""
+    if not isinstance(kernels, dict):
+        return None
+    out = {}
+    for name, facts in kernels.items():
+        if not (
+            isinstance(facts, list) and len(facts) == 3 and all(type(n) is int and n >= 0 for n in facts)
+        ):
+            return None
+        out[name] = KernelNeeds(*facts)
+    return out
 
 
 def misfits(image: UnitImage, limit: int) -> list[str]:

@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -95,15 +96,16 @@ def locked(path: Path, timeout: float = math.inf) -> Iterator[None]:
         yield  # the work, outside the try: its own errors are its own
 
 
-def file_state(path: Path) -> list[int] | None:
+def file_state(path: Path | str) -> list[int] | None:
     """What tells that a file is unchanged without reading it (as git's index does): its device, inode,
     size, and modification and status-change times in ns. Every write or rename moves the last, which
-    no user can set back. None when it is not a regular file."""
+    no user can set back. None when it is not a regular file. One stat: a no-op rebuild asks it of every
+    image of every wheel."""
     try:
-        st = path.stat()
-    except OSError:
+        st = os.stat(path)
+    except (OSError, ValueError):
         return None
-    if not os.path.isfile(path):
+    if not stat.S_ISREG(st.st_mode):
         return None
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 

@@ -148,3 +148,77 @@ def test_a_cache_folder_removed_meanwhile_is_made_again_by_the_next_write(
     cache.write_stamp("elf-facts", "cd" * 32, {"y": 2})
     assert cache.read_stamp("elf-facts", "cd" * 32) == {"y": 2}
     assert cache.cache_dir() == tmp_path / "c"
+
+
+# A cubin as cubin_fit reads it (kernel_needs: the sections, not the machine): `fa_fwd` with `threads`
+# per block in its EIATTR_MAX_THREADS record and `smem` bytes of static shared memory, assembled by the
+# real GNU assembler into a relocatable ELF.
+CUBIN_ASM = """\
+.section .nv.info.fa_fwd,"",@progbits
+.byte 0x04, 0x05
+.short 12
+.long {threads}, 1, 1
+.section .nv.shared.fa_fwd,"aw",@nobits
+.zero {smem}
+"""
+
+
+def _cubin(path: Path, threads: int, smem: int) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    source = path.with_suffix(".s")
+    source.write_text(CUBIN_ASM.format(threads=threads, smem=smem))
+    subprocess.run(["as", str(source), "-o", str(path)], check=True)
+    source.unlink()
+    return path
+
+
+def _cached_cubin(threads: int, smem: int) -> Path:
+    """A cubin where the compile cache keeps them (kernels/<2>/<content key>.cubin)."""
+    key = "ab" * 32
+    return _cubin(cache.cache_dir() / "kernels" / key[:2] / f"{key}.cubin", threads, smem)
+
+
+@pytest.mark.usefixtures("fresh_cache")
+def test_elf_facts_of_a_cubin_edited_in_place_are_read_again() -> None:
+    """The ELF facts are stamped, but a cubin changed since (even in the compile cache, whose file names
+    are content keys) is parsed again: the stamp never answers for bytes it was not made from."""
+    from buildtool.builder import cubin_fit
+
+    path = _cached_cubin(threads=128, smem=1024)
+    assert cubin_fit._needs_of(path)["fa_fwd"] == cubin_fit.KernelNeeds(1024, 0, 128)
+    _cubin(path, threads=256, smem=2048)
+    assert cubin_fit._needs_of(path)["fa_fwd"] == cubin_fit.KernelNeeds(2048, 0, 256)
+
+
+@pytest.mark.usefixtures("fresh_cache")
+@pytest.mark.parametrize("corrupt", [b"{not json", b'{"fa_fwd": "abc"}', b'{"kernels": {"fa_fwd": [1, 2]}}'])
+def test_a_corrupt_elf_facts_stamp_is_ignored_and_written_again(corrupt: bytes) -> None:
+    from buildtool.builder import cubin_fit
+
+    path = _cached_cubin(threads=128, smem=1024)
+    right = cubin_fit._needs_of(path)
+    (stamp,) = (cache.cache_dir() / "stamps" / "elf-facts").rglob("*.json")
+    stamp.write_bytes(corrupt)
+    assert cubin_fit._needs_of(path) == right
+    assert stamp.read_bytes() != corrupt  # written again, whole
+    assert cubin_fit._needs_of(path) == right
+
+
+def test_a_cached_image_edited_in_place_rebuilds_the_wheel(
+    build: Callable[[], package.BuiltWheel], inputs: tuple[dict[CompileJob, Path], Path]
+) -> None:
+    """The wheel's stamp is keyed by each input's state, the compile cache's images too (their names
+    are the content keys of what they are made from, not of their bytes): one edited there is packed
+    again, not taken as unchanged."""
+    images, _ = inputs
+    moved = cache.cache_dir() / "kernels" / "cd" / ("cd" * 32 + ".cubin")
+    moved.parent.mkdir(parents=True)
+    moved.write_bytes(images[JOBS[0]].read_bytes())
+    images[JOBS[0]] = moved
+    assert build().manifest is not None
+    assert build().manifest is None  # nothing changed
+    moved.write_bytes(b"edited in the cache")
+    rebuilt = build()
+    assert rebuilt.manifest is not None
+    with zipfile.ZipFile(rebuilt.path) as zf:
+        assert zf.read("fa_attn/kernels/sm_80/fwd_fp16_d64.cubin") == b"edited in the cache"
