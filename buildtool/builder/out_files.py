@@ -15,6 +15,7 @@ after it, so a build killed between the two still finds the file it wrote to be 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import stat
@@ -239,7 +240,18 @@ def writing(root: Path, rel: str, *, take_over: bool = False) -> Iterator[Path]:
     note(root, rel, digest)
 
 
+def _holds(root: Path, rel: str, data: bytes) -> bool:
+    """Whether root/rel is a file fa wrote (in the record) holding exactly `data`."""
+    path = inside(root, rel)
+    digest = hashlib.sha256(data).hexdigest()
+    return path.is_file() and digest in written(root).get(rel, []) and sha256_file(path) == digest
+
+
 def write_text(root: Path, rel: str, text: str, *, take_over: bool = False) -> Path:
+    """root/rel holding `text`, recorded; left untouched (file and record) when fa wrote that text there
+    already: a build with nothing changed rewrites no log or page (issue 37)."""
+    if _holds(root, rel, text.encode("utf-8")):
+        return root / rel
     with writing(root, rel, take_over=take_over) as tmp:
         try:
             with tmp.open("w", encoding="utf-8") as f:

@@ -222,3 +222,18 @@ def test_a_cached_image_edited_in_place_rebuilds_the_wheel(
     assert rebuilt.manifest is not None
     with zipfile.ZipFile(rebuilt.path) as zf:
         assert zf.read("fa_attn/kernels/sm_80/fwd_fp16_d64.cubin") == b"edited in the cache"
+
+
+def test_a_file_written_again_with_the_same_text_is_left_as_it_is(tmp_path: Path) -> None:
+    """A build with nothing changed writes its log (logs/build-<cpu>.json) with the same text: neither
+    the file nor the record of what fa wrote is touched (a backup or rsync sees no change)."""
+    from buildtool.builder import out_files
+
+    out_files.write_json(tmp_path, "logs/build.json", {"wheels": [1]})
+    files = [tmp_path / "logs" / "build.json", tmp_path / out_files.RECORD]
+    states = [cache.file_state(p) for p in files]
+    out_files.write_json(tmp_path, "logs/build.json", {"wheels": [1]})
+    assert [cache.file_state(p) for p in files] == states
+    out_files.write_json(tmp_path, "logs/build.json", {"wheels": [2]})  # other text: written
+    assert json.loads(files[0].read_text()) == {"wheels": [2]}
+    assert cache.file_state(files[0]) != states[0]
