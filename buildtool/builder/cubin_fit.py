@@ -27,8 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from elftools.elf.elffile import ELFFile
-
 from buildtool.core import cache
 from buildtool.errors import FaError
 
@@ -71,6 +69,8 @@ def _records(data: bytes) -> Iterable[tuple[int, bytes]]:
 
 def kernel_needs(image: bytes) -> dict[str, KernelNeeds]:
     """Every kernel of a cubin (each has a .nv.info.<kernel> section) and what its launch needs."""
+    from elftools.elf.elffile import ELFFile  # here: a build with nothing changed reads stamps (_needs_of)
+
     elf = ELFFile(io.BytesIO(image))
     symtab: Any = elf.get_section_by_name(".symtab")
     symbols = [s.name for s in symtab.iter_symbols()] if symtab is not None else []
