@@ -5,7 +5,8 @@
 The first run fills what is missing (it may be a whole cold build: run it where the cache already holds
 the build, FA_CACHE or the default cache) and is not counted; each next run is a no-op rebuild. CPU
 seconds are the kernel's accounting of the `fa build` process and its children (wait4), so other load
-on the machine does not count; wall seconds do count it. Each run also counts the files under DIR it
+on the machine does not count; wall seconds do count it. Each fa runs with its bytecode cached (under
+the user's cache), as an installed one does. Each run also counts the files under DIR it
 wrote (a changed state: inode, size, mtime or ctime), which a no-op rebuild should leave at 0.
 `--baseline COMMIT` runs that commit's fa (unpacked by `git archive` into a temporary folder) on the same
 cache and DIR, in turns with this checkout's: before and after side by side. Writes JSON under the
@@ -40,6 +41,10 @@ def _states(out: Path) -> dict[str, list[int] | None]:
 def _run(checkout: Path, args: list[str], out: Path) -> tuple[float, float, int]:
     """(CPU s, wall s, files under `out` written) of one `fa build ARGS` by `checkout`'s code."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(checkout), str(checkout / "kernels")])}
+    # Bytecode cached, as an installed fa has it (pip compiles it), but under the user's cache, never in
+    # the checkout; a PYTHONDONTWRITEBYTECODE here would add every module's compile to every run.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(cache.cache_dir() / "bench" / "pycache")
     # Not `python -m`: that puts the current folder first on sys.path, and from inside a checkout its fa
     # would run whatever --baseline says.
     run = f"import sys; sys.path[0] = {str(checkout)!r}; from buildtool.cli import main; main()"

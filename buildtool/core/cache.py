@@ -110,6 +110,31 @@ def file_state(path: Path | str) -> list[int] | None:
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
+_HELD: dict[str, list[int] | None] | None = None  # within inputs_held(): each input's state, once
+
+
+@contextlib.contextmanager
+def inputs_held() -> Iterator[None]:
+    """Within it, input_state looks at each path once: a build does not change the images and bindings
+    it packs while it packs them, and a release's wheels name ~6,000 of them (each image in several)."""
+    global _HELD  # a memo scoped by this context manager
+    saved, _HELD = _HELD, {}
+    try:
+        yield
+    finally:
+        _HELD = saved
+
+
+def input_state(path: Path) -> list[int] | None:
+    """file_state of an input, once per path within inputs_held() (at every call outside it)."""
+    if _HELD is None:
+        return file_state(path)
+    key = os.fspath(path)
+    if key not in _HELD:
+        _HELD[key] = file_state(key)
+    return _HELD[key]
+
+
 def _stamp_path(kind: str, key: str) -> Path:
     return Path(os.path.join(cache_dir(), "stamps", kind, key[:2], f"{key}.json"))  # one Path, not four
 

@@ -5,7 +5,9 @@ changed since, by fa or by hand, is still rebuilt or refused as before. Stamps l
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
 import subprocess
 import zipfile
@@ -19,7 +21,11 @@ from buildtool.builder.compile import KernelTree
 from buildtool.builder.out_files import OutFileError
 from buildtool.builder.plan import CompileJob
 from buildtool.core import cache
+from buildtool.core.fetch import sha256_file
+from tests.builder.conftest import fa_command
+from tests.builder.test_build_cli import TINY
 from tests.builder.test_reproducible import JOBS, SPEC  # a one-wheel spec of the fixture tree
+from tests.child import run_child
 
 
 @pytest.fixture
@@ -237,3 +243,51 @@ def test_a_file_written_again_with_the_same_text_is_left_as_it_is(tmp_path: Path
     out_files.write_json(tmp_path, "logs/build.json", {"wheels": [2]})  # other text: written
     assert json.loads(files[0].read_text()) == {"wheels": [2]}
     assert cache.file_state(files[0]) != states[0]
+
+
+def _states(out: Path) -> dict[Path, list[int] | None]:
+    return {p: cache.file_state(p) for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+@pytest.mark.network  # the CUDA 12 NVRTC wheel, once per machine
+@pytest.mark.usefixtures("fresh_cache")
+def test_a_build_with_nothing_changed_writes_nothing_and_notices_a_deleted_wheel_or_edited_cubin(
+    tmp_path: Path, fixture_tree: Path
+) -> None:
+    """`fa build` again (the real command, a child process) leaves every file under --out as it was,
+    the record of what fa wrote included; a wheel deleted since is built again and indexed, and a cubin
+    edited in the compile cache is packed again (its sha256 in the index follows), not taken on trust."""
+    (tmp_path / "matrix.yaml").write_text(TINY.format(archs='["8.0"]', dtypes="[fp16]"))
+    out = tmp_path / "wheels"
+    env = {**os.environ, "FA_KERNELS_DIR": str(fixture_tree)}
+
+    def fa_build() -> dict:
+        proc = run_child(fa_command("build", "--local", "--out", str(out), "--json"), cwd=tmp_path, env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout)
+
+    first = fa_build()
+    (wheel,) = out.glob("fa_attn-*.whl")
+    states = _states(out)
+    again = fa_build()
+    assert again["nvrtc_compiles"] == again["cxx_compiles"] == 0
+    assert _states(out) == states  # not one file rewritten: wheels, index, pages, log, record
+
+    good = wheel.read_bytes()
+    wheel.unlink()
+    fa_build()
+    assert wheel.read_bytes() == good  # built again, the same bytes
+    listed = json.loads((out / "index.json").read_text())["wheels"]
+    assert [w["file"] for w in listed] == [wheel.name]
+
+    cubins = list((cache.cache_dir() / "kernels").rglob("*.cubin"))
+    assert first["nvrtc_compiles"] >= 1
+    assert cubins
+    edited = cubins[0].read_bytes() + b"\0" * 16  # still an ELF, other bytes
+    cubins[0].write_bytes(edited)
+    fa_build()
+    with zipfile.ZipFile(wheel) as zf:
+        assert edited in [zf.read(n) for n in zf.namelist() if n.endswith(".cubin")]
+    (entry,) = json.loads((out / "index.json").read_text())["wheels"]
+    assert entry["sha256"] == sha256_file(wheel) != hashlib.sha256(good).hexdigest()
