@@ -112,26 +112,49 @@ class UnitImage:
     declared_static: int = 0
 
 
+def needs_of(paths: Iterable[Path]) -> dict[Path, dict[str, KernelNeeds]]:
+    """kernel_needs of each cubin, its ELF parsed once per content (parsing every cubin was most of a
+    no-op rebuild's time, issue 37). One stamp holds the table of every cubin looked at: its path ->
+    its state (cache.file_state), sha256 and facts, read once and written once when anything changed.
+    The same state answers without reading the file, as git's index does; another state reads the
+    bytes, and only another sha256 parses them again. Even a compile cache image, named by the key of
+    what it is made from, is checked so: an edited one is never answered for by its stamp. Entries not
+    as written here, or whose file is gone, are dropped; two builds writing the table at once lose at
+    most the other's new entries (parsed again next time)."""
+    key = cache.content_key(_FACTS, cache.own_code_hash())
+    table = cache.read_stamp(_FACTS, key) or {}
+    out: dict[Path, dict[str, KernelNeeds]] = {}
+    changed = False
+    for path in paths:
+        name = os.path.abspath(path)
+        entry = table.get(name)
+        entry = entry if isinstance(entry, dict) else {}
+        needs = _stamped(entry.get("kernels"))
+        state = cache.file_state(path)  # before the read: a write meanwhile leaves a state redone next time
+        if needs is None or state is None or entry.get("state") != state:
+            data = path.read_bytes()
+            digest = hashlib.sha256(data).hexdigest()
+            if needs is None or entry.get("sha256") != digest:
+                needs = kernel_needs(data)
+            kernels = {k: [v.static_smem, v.registers, v.max_threads] for k, v in needs.items()}
+            table[name] = {"state": state, "sha256": digest, "kernels": kernels}
+            changed = True
+        out[path] = needs
+    if changed:
+        kept = {
+            name: entry
+            for name, entry in table.items()
+            if isinstance(entry, dict)
+            and _stamped(entry.get("kernels")) is not None
+            and os.path.isabs(name)
+            and os.path.isfile(name)
+        }
+        cache.write_stamp(_FACTS, key, kept)
+    return out
+
+
 def _needs_of(path: Path) -> dict[str, KernelNeeds]:
-    """kernel_needs of the cubin at `path`, its ELF parsed once per content (parsing every cubin was most
-    of a no-op rebuild's time, issue 37). The stamp, keyed by the path, keeps the file's state
-    (cache.file_state) and sha256 beside the facts: the same state answers without reading the file, as
-    git's index does; another state reads the bytes, and only another sha256 parses them again. Even a
-    compile cache image, named by the key of what it is made from, is checked so: an edited one is
-    never answered for by its stamp. A stamp not as written here is ignored and written again."""
-    key = cache.content_key(_FACTS, cache.own_code_hash(), os.path.abspath(path))
-    state = cache.file_state(path)  # before the read: a write meanwhile leaves a state the next run redoes
-    stamp = cache.read_stamp(_FACTS, key) or {}
-    needs = _stamped(stamp.get("kernels"))
-    if needs is not None and state is not None and stamp.get("state") == state:
-        return needs
-    data = path.read_bytes()
-    digest = hashlib.sha256(data).hexdigest()
-    if needs is None or stamp.get("sha256") != digest:
-        needs = kernel_needs(data)
-    kernels = {k: [v.static_smem, v.registers, v.max_threads] for k, v in needs.items()}
-    cache.write_stamp(_FACTS, key, {"state": state, "sha256": digest, "kernels": kernels})
-    return needs
+    return needs_of([path])[path]
 
 
 def _stamped(kernels: object) -> dict[str, KernelNeeds] | None:
@@ -148,9 +171,10 @@ def _stamped(kernels: object) -> dict[str, KernelNeeds] | None:
     return out
 
 
-def misfits(image: UnitImage, limit: int) -> list[str]:
-    """One line per entry of `image` whose static + dynamic shared memory exceeds `limit`."""
-    needs = _needs_of(image.path)
+def misfits(image: UnitImage, limit: int, needs: Mapping[str, KernelNeeds] | None = None) -> list[str]:
+    """One line per entry of `image` whose static + dynamic shared memory exceeds `limit` (`needs`: its
+    cubin's kernel_needs, when already read)."""
+    needs = _needs_of(image.path) if needs is None else needs
     lines = []
     for entry, dynamic in image.dynamic_smem.items():
         static = needs[entry].static_smem if entry in needs else 0
@@ -169,7 +193,9 @@ def misfits(image: UnitImage, limit: int) -> list[str]:
 
 def check_units(images: Iterable[UnitImage], limits: Mapping[str, int]) -> None:
     """Raises SharedMemoryFitError naming every entry that cannot launch on its arch."""
-    lines = [line for image in images for line in misfits(image, limits[image.arch])]
+    images = list(images)
+    needs = needs_of(image.path for image in images)
+    lines = [line for image in images for line in misfits(image, limits[image.arch], needs[image.path])]
     if lines:
         raise SharedMemoryFitError(
             "kernels that cannot launch on the arch they are built for:\n  "

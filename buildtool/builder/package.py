@@ -123,7 +123,7 @@ def wheel_key(out_dir: Path, spec: object, kernels_root: Path, inputs: list[Path
     ]
     # Every input by path and state, the compile cache's images too: their names are the keys of what
     # they are made from, not of their bytes, so one edited there must still make the wheel again.
-    parts += [json.dumps([str(p), cache.input_state(p)]) for p in inputs]
+    parts += [f"{p}\0{cache.input_state(p)}" for p in inputs]
     return cache.content_key(*parts)
 
 
