@@ -94,7 +94,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="fa-noop-baseline-") as tmp:
         sides = {"this checkout": REPO}
         if args.baseline:
-            sides = {f"baseline {args.baseline}": _unpacked(args.baseline, Path(tmp)), **sides}
+            commit = subprocess.run(
+                ["git", "-C", str(REPO), "rev-parse", "--short", args.baseline],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+            sides = {f"baseline {args.baseline} ({commit})": _unpacked(args.baseline, Path(tmp)), **sides}
         for checkout in sides.values():
             _run(checkout, build, out)  # fills what is missing (and each side's stamps); not counted
         runs: dict[str, list[tuple[float, float, int]]] = {name: [] for name in sides}
