@@ -7,6 +7,7 @@ Files land in it through core/atomic.py, so two builds sharing one cache never c
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import hashlib
 import json
@@ -110,29 +111,32 @@ def file_state(path: Path | str) -> list[int] | None:
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
-_HELD: dict[str, list[int] | None] | None = None  # within inputs_held(): each input's state, once
+# Within inputs_held(): each input's state, looked at once.
+_HELD: contextvars.ContextVar[dict[str, list[int] | None] | None] = contextvars.ContextVar(
+    "fa_inputs_held", default=None
+)
 
 
 @contextlib.contextmanager
 def inputs_held() -> Iterator[None]:
     """Within it, input_state looks at each path once: a build does not change the images and bindings
     it packs while it packs them, and a release's wheels name ~6,000 of them (each image in several)."""
-    global _HELD  # a memo scoped by this context manager
-    saved, _HELD = _HELD, {}
+    token = _HELD.set({})
     try:
         yield
     finally:
-        _HELD = saved
+        _HELD.reset(token)
 
 
 def input_state(path: Path) -> list[int] | None:
     """file_state of an input, once per path within inputs_held() (at every call outside it)."""
-    if _HELD is None:
+    held = _HELD.get()
+    if held is None:
         return file_state(path)
     key = os.fspath(path)
-    if key not in _HELD:
-        _HELD[key] = file_state(key)
-    return _HELD[key]
+    if key not in held:
+        held[key] = file_state(key)
+    return held[key]
 
 
 def _stamp_path(kind: str, key: str) -> Path:
