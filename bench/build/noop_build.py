@@ -11,7 +11,8 @@ wrote (a changed state: inode, size, mtime or ctime), which a no-op rebuild shou
 `--baseline COMMIT` runs that commit's fa (unpacked by `git archive` into a temporary folder) on the same
 cache and DIR, in turns with this checkout's: before and after side by side. Writes JSON under the
 user's cache (or --json); `--record` writes the table into docs/figures.md (section noop-build). Not a
-test: numbers depend on the machine.
+test: numbers depend on the machine. A floor row times `python -c "import typer._adapters"` in the same
+turns: the part of each figure that is the interpreter and the CLI framework, not fa's work.
 """
 
 from __future__ import annotations
@@ -38,18 +39,22 @@ def _states(out: Path) -> dict[str, list[int] | None]:
     return {str(p): cache.file_state(p) for p in out.rglob("*") if p.is_file()} if out.is_dir() else {}
 
 
-def _run(checkout: Path, args: list[str], out: Path) -> tuple[float, float, int]:
-    """(CPU s, wall s, files under `out` written) of one `fa build ARGS` by `checkout`'s code."""
+# What every fa command with options costs before any of fa's own work: the interpreter (with this
+# machine's site-packages), typer, and the pydantic typer's option parsing loads.
+FLOOR = "import typer._adapters"
+
+
+def _env(checkout: Path) -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(checkout), str(checkout / "kernels")])}
     # Bytecode cached, as an installed fa has it (pip compiles it), but under the user's cache, never in
     # the checkout; a PYTHONDONTWRITEBYTECODE here would add every module's compile to every run.
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPYCACHEPREFIX"] = str(cache.cache_dir() / "bench" / "pycache")
-    # Not `python -m`: that puts the current folder first on sys.path, and from inside a checkout its fa
-    # would run whatever --baseline says.
-    run = f"import sys; sys.path[0] = {str(checkout)!r}; from buildtool.cli import main; main()"
-    cmd = [sys.executable, "-c", run, "build", *args, "--no-progress"]
-    before = _states(out)
+    return env
+
+
+def _cpu(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(CPU s, wall s) of one run of `cmd`, its children's CPU included (wait4)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert proc.stderr is not None
@@ -58,8 +63,18 @@ def _run(checkout: Path, args: list[str], out: Path) -> tuple[float, float, int]
     wall = time.perf_counter() - t0
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"failed: {' '.join(cmd)}\n{err.decode(errors='replace')[-2000:]}")
+    return usage.ru_utime + usage.ru_stime, wall
+
+
+def _run(checkout: Path, args: list[str], out: Path) -> tuple[float, float, int]:
+    """(CPU s, wall s, files under `out` written) of one `fa build ARGS` by `checkout`'s code."""
+    # Not `python -m`: that puts the current folder first on sys.path, and from inside a checkout its fa
+    # would run whatever --baseline says.
+    run = f"import sys; sys.path[0] = {str(checkout)!r}; from buildtool.cli import main; main()"
+    before = _states(out)
+    cpu, wall = _cpu([sys.executable, "-c", run, "build", *args, "--no-progress"], _env(checkout))
     written = sum(state != before.get(path) for path, state in _states(out).items())
-    return usage.ru_utime + usage.ru_stime, wall, written
+    return cpu, wall, written
 
 
 def _unpacked(commit: str, into: Path) -> Path:
@@ -104,14 +119,17 @@ def main() -> int:
         for checkout in sides.values():
             _run(checkout, build, out)  # fills what is missing (and each side's stamps); not counted
         runs: dict[str, list[tuple[float, float, int]]] = {name: [] for name in sides}
+        floor: list[tuple[float, float, int]] = []
         for _ in range(args.runs):  # in turns: the machine's load falls on both sides alike
             for name, checkout in sides.items():
                 runs[name].append(_run(checkout, build, out))
+            floor.append((*_cpu([sys.executable, "-c", FLOOR], _env(REPO)), 0))
     result = {
         "command": "fa build " + " ".join(build),
         "runs": args.runs,
         "wheels": len(list(out.glob("*.whl"))),
         "sides": {name: _figures(r) for name, r in runs.items()},
+        "floor": {"python -c": FLOOR, **_figures(floor)},
         "load_avg_5min": round(os.getloadavg()[1], 1),
         "cpus": os.cpu_count(),
     }
@@ -132,6 +150,11 @@ def _markdown(result: dict, build_args: list[str]) -> str:
         f"| {name} | {s['cpu_s_median']} | {s['wall_s_median']} | {max(s['files_written'])} |"
         for name, s in result["sides"].items()
     ]
+    floor = result["floor"]
+    rows.append(
+        f'| floor: `python -c "{FLOOR}"` (every fa command with options pays it) | '
+        f"{floor['cpu_s_median']} | {floor['wall_s_median']} | - |"
+    )
     head = (
         f"`fa build {' '.join(build_args)}` run again on a folder of {result['wheels']} wheels it built, "
         f"with a filled cache; median of {result['runs']} runs per side, the sides in turns (load average "
