@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from elftools.elf.elffile import ELFFile
 
 from buildtool.core import cache
 from buildtool.errors import FaError
@@ -70,6 +69,8 @@ def _records(data: bytes) -> Iterable[tuple[int, bytes]]:
 
 def kernel_needs(image: bytes) -> dict[str, KernelNeeds]:
     """Every kernel of a cubin (each has a .nv.info.<kernel> section) and what its launch needs."""
+    from elftools.elf.elffile import ELFFile  # here: a build with nothing changed reads stamps (_needs_of)
+
     elf = ELFFile(io.BytesIO(image))
     symtab: Any = elf.get_section_by_name(".symtab")
     symbols = [s.name for s in symtab.iter_symbols()] if symtab is not None else []
@@ -111,31 +112,69 @@ class UnitImage:
     declared_static: int = 0
 
 
+def needs_of(paths: Iterable[Path]) -> dict[Path, dict[str, KernelNeeds]]:
+    """kernel_needs of each cubin, its ELF parsed once per content (parsing every cubin was most of a
+    no-op rebuild's time, issue 37). One stamp holds the table of every cubin looked at: its path ->
+    its state (cache.file_state), sha256 and facts, read once and written once when anything changed.
+    The same state answers without reading the file, as git's index does; another state reads the
+    bytes, and only another sha256 parses them again. Even a compile cache image, named by the key of
+    what it is made from, is checked so: an edited one is never answered for by its stamp. Entries not
+    as written here, or whose file is gone, are dropped; two builds writing the table at once lose at
+    most the other's new entries (parsed again next time)."""
+    key = cache.content_key(_FACTS, cache.own_code_hash())
+    table = cache.read_stamp(_FACTS, key) or {}
+    out: dict[Path, dict[str, KernelNeeds]] = {}
+    changed = False
+    for path in paths:
+        name = os.path.abspath(path)
+        entry = table.get(name)
+        entry = entry if isinstance(entry, dict) else {}
+        needs = _stamped(entry.get("kernels"))
+        state = cache.file_state(path)  # before the read: a write meanwhile leaves a state redone next time
+        if needs is None or state is None or entry.get("state") != state:
+            data = path.read_bytes()
+            digest = hashlib.sha256(data).hexdigest()
+            if needs is None or entry.get("sha256") != digest:
+                needs = kernel_needs(data)
+            kernels = {k: [v.static_smem, v.registers, v.max_threads] for k, v in needs.items()}
+            table[name] = {"state": state, "sha256": digest, "kernels": kernels}
+            changed = True
+        out[path] = needs
+    if changed:
+        kept = {
+            name: entry
+            for name, entry in table.items()
+            if isinstance(entry, dict)
+            and _stamped(entry.get("kernels")) is not None
+            and os.path.isabs(name)
+            and os.path.isfile(name)
+        }
+        cache.write_stamp(_FACTS, key, kept)
+    return out
+
+
 def _needs_of(path: Path) -> dict[str, KernelNeeds]:
-    """kernel_needs of the cubin at `path`, read from its ELF once per content: a compile cache image is
-    named by the content key of all it is made from (compile.py), any other file by its bytes' sha256.
-    Parsing every cubin's ELF was most of a no-op rebuild's time (bench/build/build.py --noop)."""
-    kernels = cache.cache_dir() / "kernels"
-    if path.parent.parent == kernels and path.suffix == ".cubin":
-        key = cache.content_key(_FACTS, cache.own_code_hash(), path.stem)
-        data = None
-    else:
-        data = path.read_bytes()
-        key = cache.content_key(_FACTS, cache.own_code_hash(), hashlib.sha256(data).hexdigest())
-    stamp = cache.read_stamp(_FACTS, key)
-    if stamp is not None:
-        try:
-            return {k: KernelNeeds(*v) for k, v in stamp.items()}
-        except TypeError:
-            pass  # not what write_stamp below wrote: parse again
-    needs = kernel_needs(path.read_bytes() if data is None else data)
-    cache.write_stamp(_FACTS, key, {k: [v.static_smem, v.registers, v.max_threads] for k, v in needs.items()})
-    return needs
+    return needs_of([path])[path]
 
 
-def misfits(image: UnitImage, limit: int) -> list[str]:
-    """One line per entry of `image` whose static + dynamic shared memory exceeds `limit`."""
-    needs = _needs_of(image.path)
+def _stamped(kernels: object) -> dict[str, KernelNeeds] | None:
+    """The facts of an elf-facts stamp's "kernels", or None when they are not what _needs_of writes."""
+    if not isinstance(kernels, dict):
+        return None
+    out = {}
+    for name, facts in kernels.items():
+        if not (
+            isinstance(facts, list) and len(facts) == 3 and all(type(n) is int and n >= 0 for n in facts)
+        ):
+            return None
+        out[name] = KernelNeeds(*facts)
+    return out
+
+
+def misfits(image: UnitImage, limit: int, needs: Mapping[str, KernelNeeds] | None = None) -> list[str]:
+    """One line per entry of `image` whose static + dynamic shared memory exceeds `limit` (`needs`: its
+    cubin's kernel_needs, when already read)."""
+    needs = _needs_of(image.path) if needs is None else needs
     lines = []
     for entry, dynamic in image.dynamic_smem.items():
         static = needs[entry].static_smem if entry in needs else 0
@@ -154,7 +193,9 @@ def misfits(image: UnitImage, limit: int) -> list[str]:
 
 def check_units(images: Iterable[UnitImage], limits: Mapping[str, int]) -> None:
     """Raises SharedMemoryFitError naming every entry that cannot launch on its arch."""
-    lines = [line for image in images for line in misfits(image, limits[image.arch])]
+    images = list(images)
+    needs = needs_of(image.path for image in images)
+    lines = [line for image in images for line in misfits(image, limits[image.arch], needs[image.path])]
     if lines:
         raise SharedMemoryFitError(
             "kernels that cannot launch on the arch they are built for:\n  "

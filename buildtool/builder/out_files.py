@@ -15,6 +15,7 @@ after it, so a build killed between the two still finds the file it wrote to be 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import stat
@@ -53,11 +54,38 @@ def _record_path(root: Path) -> Path:
     return _own_path(root, RECORD)
 
 
+# Each record read in this process: its path -> (its state then, what it held). A build asks for the
+# record once per wheel and index file; read again only when its state moved (every write renames a new
+# file into place). A link, FIFO or folder there has no regular file's state: read (and refused) anew.
+_READ: dict[str, tuple[tuple[int, ...], dict[str, list[str]]]] = {}
+
+
+def _record_state(path: Path) -> tuple[int, ...] | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode, st.st_uid)
+
+
 def written(root: Path) -> dict[str, list[str]]:
     """The record: relative path -> the sha256s fa wrote there (two while a rename is under way). Read
     as fa's own file (ownfiles): a link, FIFO, device, folder, deep or oversized JSON, or another
     user's record is refused by name (exit 2) and left where it is."""
     path = _record_path(root)
+    state = _record_state(path)  # before the read: a write meanwhile gives a state read again next time
+    seen = _READ.get(str(path))
+    if state is not None and seen is not None and seen[0] == state:
+        return {rel: list(hashes) for rel, hashes in seen[1].items()}
+    files = _read_record(path, root)
+    if state is not None:
+        _READ[str(path)] = (state, {rel: list(hashes) for rel, hashes in files.items()})
+    return files
+
+
+def _read_record(path: Path, root: Path) -> dict[str, list[str]]:
     try:
         raw = ownfiles.read_json(path, limit=MAX_RECORD_BYTES, private=True)
     except FileNotFoundError:
@@ -239,7 +267,18 @@ def writing(root: Path, rel: str, *, take_over: bool = False) -> Iterator[Path]:
     note(root, rel, digest)
 
 
+def _holds(root: Path, rel: str, data: bytes) -> bool:
+    """Whether root/rel is a file fa wrote (in the record) holding exactly `data`."""
+    path = inside(root, rel)
+    digest = hashlib.sha256(data).hexdigest()
+    return path.is_file() and digest in written(root).get(rel, []) and sha256_file(path) == digest
+
+
 def write_text(root: Path, rel: str, text: str, *, take_over: bool = False) -> Path:
+    """root/rel holding `text`, recorded; left untouched (file and record) when fa wrote that text there
+    already: a build with nothing changed rewrites no log or page (issue 37)."""
+    if _holds(root, rel, text.encode("utf-8")):
+        return root / rel
     with writing(root, rel, take_over=take_over) as tmp:
         try:
             with tmp.open("w", encoding="utf-8") as f:

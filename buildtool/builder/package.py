@@ -17,7 +17,6 @@ import functools
 import hashlib
 import importlib.metadata
 import json
-import os
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -122,15 +121,9 @@ def wheel_key(out_dir: Path, spec: object, kernels_root: Path, inputs: list[Path
         _tree_state(kernels_root),
         _auditwheel_version(),
     ]
-    # A compile cache file's path is its content key (written once, never rewritten); others by state.
-    # By the path's text: Path.is_relative_to for each of a release's ~6,000 inputs led a profiled
-    # no-op rebuild.
-    inside = os.path.join(cache.cache_dir(), "")
-    texts = [str(p) for p in inputs]
-    parts += [
-        t if t.startswith(inside) else json.dumps([t, cache.file_state(p)])
-        for t, p in zip(texts, inputs, strict=True)
-    ]
+    # Every input by path and state, the compile cache's images too: their names are the keys of what
+    # they are made from, not of their bytes, so one edited there must still make the wheel again.
+    parts += [f"{p}\0{cache.input_state(p)}" for p in inputs]
     return cache.content_key(*parts)
 
 

@@ -36,7 +36,7 @@ from buildtool.builder import binding as binding_mod
 from buildtool.builder.compile import CompileStats, CompileTask, KernelTree, compile_all
 from buildtool.builder.plan import Plan
 from buildtool.builder.wheel_specs import BindingJob, CompileJob, WheelSpec
-from buildtool.core import atomic, binding_forms
+from buildtool.core import atomic, binding_forms, cache
 from buildtool.core.console import counted, plain_console, progress_columns
 from buildtool.core.cuda_facts import TOOLKITS, compute_name, sm_name
 from buildtool.core.fetch import ProgressHook
@@ -188,17 +188,20 @@ def execute(
 
         wheels_bar = bars.counter("wheels", len(plan.wheels))
         logs: list[dict[str, Any]] = []
-        for spec in plan.wheels:
-            b = bindings.get(spec.binding) if spec.binding else None
-            built = package.build_wheel(spec, out_dir, tree.root, tree.tiles, images, b.path if b else None)
-            summary.wheels.append(_report(spec, built, cstats, b))
-            logs.append(_log_entry(spec, built, b))
-            bars.advance(wheels_bar)
-        for whole in plan.all_wheels:
-            paths = {job: bindings[job].path for job in (b.job for b in whole.bindings)}
-            made = all_wheel.build_all_wheel(whole, out_dir, tree.root, tree.tiles, images, paths)
-            summary.wheels.append(_all_report(whole, made))
-            logs.append(_all_log_entry(whole, made))
+        with cache.inputs_held():  # the images and bindings stay as they are while the wheels are packed
+            for spec in plan.wheels:
+                b = bindings.get(spec.binding) if spec.binding else None
+                built = package.build_wheel(
+                    spec, out_dir, tree.root, tree.tiles, images, b.path if b else None
+                )
+                summary.wheels.append(_report(spec, built, cstats, b))
+                logs.append(_log_entry(spec, built, b))
+                bars.advance(wheels_bar)
+            for whole in plan.all_wheels:
+                paths = {job: bindings[job].path for job in (b.job for b in whole.bindings)}
+                made = all_wheel.build_all_wheel(whole, out_dir, tree.root, tree.tiles, images, paths)
+                summary.wheels.append(_all_report(whole, made))
+                logs.append(_all_log_entry(whole, made))
         index.write_index(out_dir)
         _write_log(out_dir, plan, logs)
     summary.seconds = round(time.perf_counter() - t0, 3)

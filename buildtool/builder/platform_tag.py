@@ -17,11 +17,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.dynamic import DynamicSection
-from elftools.elf.elffile import ELFFile
-from elftools.elf.gnuversions import GNUVerNeedSection
-
 from buildtool.errors import FaError
 
 # Provided by the user's torch at run time (loaded by `import torch` before our binding).
@@ -57,6 +52,12 @@ class PlatformTagError(FaError):
 
 
 def elf_needs(path: Path) -> ElfNeeds:
+    # pyelftools here: a build with nothing changed packs no wheel, so it reads no binary's ELF
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.gnuversions import GNUVerNeedSection
+
     try:
         with path.open("rb") as f:
             elf = ELFFile(f)

@@ -7,11 +7,13 @@ Files land in it through core/atomic.py, so two builds sharing one cache never c
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import hashlib
 import json
 import math
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -95,17 +97,46 @@ def locked(path: Path, timeout: float = math.inf) -> Iterator[None]:
         yield  # the work, outside the try: its own errors are its own
 
 
-def file_state(path: Path) -> list[int] | None:
+def file_state(path: Path | str) -> list[int] | None:
     """What tells that a file is unchanged without reading it (as git's index does): its device, inode,
     size, and modification and status-change times in ns. Every write or rename moves the last, which
-    no user can set back. None when it is not a regular file."""
+    no user can set back. None when it is not a regular file. One stat: a no-op rebuild asks it of every
+    image of every wheel."""
     try:
-        st = path.stat()
-    except OSError:
+        st = os.stat(path)
+    except (OSError, ValueError):
         return None
-    if not os.path.isfile(path):
+    if not stat.S_ISREG(st.st_mode):
         return None
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+# Within inputs_held(): each input's state, looked at once.
+_HELD: contextvars.ContextVar[dict[str, list[int] | None] | None] = contextvars.ContextVar(
+    "fa_inputs_held", default=None
+)
+
+
+@contextlib.contextmanager
+def inputs_held() -> Iterator[None]:
+    """Within it, input_state looks at each path once: a build does not change the images and bindings
+    it packs while it packs them, and a release's wheels name ~6,000 of them (each image in several)."""
+    token = _HELD.set({})
+    try:
+        yield
+    finally:
+        _HELD.reset(token)
+
+
+def input_state(path: Path) -> list[int] | None:
+    """file_state of an input, once per path within inputs_held() (at every call outside it)."""
+    held = _HELD.get()
+    if held is None:
+        return file_state(path)
+    key = os.fspath(path)
+    if key not in held:
+        held[key] = file_state(key)
+    return held[key]
 
 
 def _stamp_path(kind: str, key: str) -> Path:

@@ -5,7 +5,9 @@ changed since, by fa or by hand, is still rebuilt or refused as before. Stamps l
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
 import subprocess
 import zipfile
@@ -19,7 +21,11 @@ from buildtool.builder.compile import KernelTree
 from buildtool.builder.out_files import OutFileError
 from buildtool.builder.plan import CompileJob
 from buildtool.core import cache
+from buildtool.core.fetch import sha256_file
+from tests.builder.conftest import fa_command
+from tests.builder.test_build_cli import TINY
 from tests.builder.test_reproducible import JOBS, SPEC  # a one-wheel spec of the fixture tree
+from tests.child import run_child
 
 
 @pytest.fixture
@@ -148,3 +154,140 @@ def test_a_cache_folder_removed_meanwhile_is_made_again_by_the_next_write(
     cache.write_stamp("elf-facts", "cd" * 32, {"y": 2})
     assert cache.read_stamp("elf-facts", "cd" * 32) == {"y": 2}
     assert cache.cache_dir() == tmp_path / "c"
+
+
+# A cubin as cubin_fit reads it (kernel_needs: the sections, not the machine): `fa_fwd` with `threads`
+# per block in its EIATTR_MAX_THREADS record and `smem` bytes of static shared memory, assembled by the
+# real GNU assembler into a relocatable ELF.
+CUBIN_ASM = """\
+.section .nv.info.fa_fwd,"",@progbits
+.byte 0x04, 0x05
+.short 12
+.long {threads}, 1, 1
+.section .nv.shared.fa_fwd,"aw",@nobits
+.zero {smem}
+"""
+
+
+def _cubin(path: Path, threads: int, smem: int) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    source = path.with_suffix(".s")
+    source.write_text(CUBIN_ASM.format(threads=threads, smem=smem))
+    subprocess.run(["as", str(source), "-o", str(path)], check=True)
+    source.unlink()
+    return path
+
+
+def _cached_cubin(threads: int, smem: int) -> Path:
+    """A cubin where the compile cache keeps them (kernels/<2>/<content key>.cubin)."""
+    key = "ab" * 32
+    return _cubin(cache.cache_dir() / "kernels" / key[:2] / f"{key}.cubin", threads, smem)
+
+
+@pytest.mark.usefixtures("fresh_cache")
+def test_elf_facts_of_a_cubin_edited_in_place_are_read_again() -> None:
+    """The ELF facts are stamped, but a cubin changed since (even in the compile cache, whose file names
+    are content keys) is parsed again: the stamp never answers for bytes it was not made from."""
+    from buildtool.builder import cubin_fit
+
+    path = _cached_cubin(threads=128, smem=1024)
+    assert cubin_fit._needs_of(path)["fa_fwd"] == cubin_fit.KernelNeeds(1024, 0, 128)
+    _cubin(path, threads=256, smem=2048)
+    assert cubin_fit._needs_of(path)["fa_fwd"] == cubin_fit.KernelNeeds(2048, 0, 256)
+
+
+@pytest.mark.usefixtures("fresh_cache")
+@pytest.mark.parametrize("corrupt", [b"{not json", b'{"fa_fwd": "abc"}', b'{"kernels": {"fa_fwd": [1, 2]}}'])
+def test_a_corrupt_elf_facts_stamp_is_ignored_and_written_again(corrupt: bytes) -> None:
+    from buildtool.builder import cubin_fit
+
+    path = _cached_cubin(threads=128, smem=1024)
+    right = cubin_fit._needs_of(path)
+    (stamp,) = (cache.cache_dir() / "stamps" / "elf-facts").rglob("*.json")
+    stamp.write_bytes(corrupt)
+    assert cubin_fit._needs_of(path) == right
+    assert stamp.read_bytes() != corrupt  # written again, whole
+    assert cubin_fit._needs_of(path) == right
+
+
+def test_a_cached_image_edited_in_place_rebuilds_the_wheel(
+    build: Callable[[], package.BuiltWheel], inputs: tuple[dict[CompileJob, Path], Path]
+) -> None:
+    """The wheel's stamp is keyed by each input's state, the compile cache's images too (their names
+    are the content keys of what they are made from, not of their bytes): one edited there is packed
+    again, not taken as unchanged."""
+    images, _ = inputs
+    moved = cache.cache_dir() / "kernels" / "cd" / ("cd" * 32 + ".cubin")
+    moved.parent.mkdir(parents=True)
+    moved.write_bytes(images[JOBS[0]].read_bytes())
+    images[JOBS[0]] = moved
+    assert build().manifest is not None
+    assert build().manifest is None  # nothing changed
+    moved.write_bytes(b"edited in the cache")
+    rebuilt = build()
+    assert rebuilt.manifest is not None
+    with zipfile.ZipFile(rebuilt.path) as zf:
+        assert zf.read("fa_attn/kernels/sm_80/fwd_fp16_d64.cubin") == b"edited in the cache"
+
+
+def test_a_file_written_again_with_the_same_text_is_left_as_it_is(tmp_path: Path) -> None:
+    """A build with nothing changed writes its log (logs/build-<cpu>.json) with the same text: neither
+    the file nor the record of what fa wrote is touched (a backup or rsync sees no change)."""
+    from buildtool.builder import out_files
+
+    out_files.write_json(tmp_path, "logs/build.json", {"wheels": [1]})
+    files = [tmp_path / "logs" / "build.json", tmp_path / out_files.RECORD]
+    states = [cache.file_state(p) for p in files]
+    out_files.write_json(tmp_path, "logs/build.json", {"wheels": [1]})
+    assert [cache.file_state(p) for p in files] == states
+    out_files.write_json(tmp_path, "logs/build.json", {"wheels": [2]})  # other text: written
+    assert json.loads(files[0].read_text()) == {"wheels": [2]}
+    assert cache.file_state(files[0]) != states[0]
+
+
+def _states(out: Path) -> dict[Path, list[int] | None]:
+    return {p: cache.file_state(p) for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+@pytest.mark.network  # the CUDA 12 NVRTC wheel, once per machine
+@pytest.mark.usefixtures("fresh_cache")
+def test_a_build_with_nothing_changed_writes_nothing_and_notices_a_deleted_wheel_or_edited_cubin(
+    tmp_path: Path, fixture_tree: Path
+) -> None:
+    """`fa build` again (the real command, a child process) leaves every file under --out as it was,
+    the record of what fa wrote included; a wheel deleted since is built again and indexed, and a cubin
+    edited in the compile cache is packed again (its sha256 in the index follows), not taken on trust."""
+    (tmp_path / "matrix.yaml").write_text(TINY.format(archs='["8.0"]', dtypes="[fp16]"))
+    out = tmp_path / "wheels"
+    env = {**os.environ, "FA_KERNELS_DIR": str(fixture_tree)}
+
+    def fa_build() -> dict:
+        proc = run_child(fa_command("build", "--local", "--out", str(out), "--json"), cwd=tmp_path, env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout)
+
+    first = fa_build()
+    (wheel,) = out.glob("fa_attn-*.whl")
+    states = _states(out)
+    again = fa_build()
+    assert again["nvrtc_compiles"] == again["cxx_compiles"] == 0
+    assert _states(out) == states  # not one file rewritten: wheels, index, pages, log, record
+
+    good = wheel.read_bytes()
+    wheel.unlink()
+    fa_build()
+    assert wheel.read_bytes() == good  # built again, the same bytes
+    listed = json.loads((out / "index.json").read_text())["wheels"]
+    assert [w["file"] for w in listed] == [wheel.name]
+
+    cubins = list((cache.cache_dir() / "kernels").rglob("*.cubin"))
+    assert first["nvrtc_compiles"] >= 1
+    assert cubins
+    edited = cubins[0].read_bytes() + b"\0" * 16  # still an ELF, other bytes
+    cubins[0].write_bytes(edited)
+    fa_build()
+    with zipfile.ZipFile(wheel) as zf:
+        assert edited in [zf.read(n) for n in zf.namelist() if n.endswith(".cubin")]
+    (entry,) = json.loads((out / "index.json").read_text())["wheels"]
+    assert entry["sha256"] == sha256_file(wheel) != hashlib.sha256(good).hexdigest()
