@@ -181,3 +181,74 @@ def test_a_packaged_cu12_wheel_names_the_11_8_cubin(fixture_tree: Path) -> None:
     assert files[11] == {"kernels/cu11/sm_80/fwd_fp16_d64.cubin", "kernels/cu11/sm_80/fwd_bf16_d64.cubin"}
     assert files[11] < files[12]  # the same cubins, and the PTX
     assert {all_wheel.kernel_file(j) for j in spec.compile_jobs} == files[12]  # each file stored once
+
+
+PER_MAJOR_TILES = """
+from dataclasses import dataclass, field
+
+SMEM_LIMIT = {"8.0": 163 * 1024}
+
+
+@dataclass(frozen=True)
+class Launch:
+    threads: int
+    block_m: int
+    block_n: int
+    smem_bytes: int
+    grid: str
+
+
+@dataclass(frozen=True)
+class KernelUnit:
+    name: str
+    direction: str
+    dtype: str
+    head_dim: int
+    source: str
+    defines: dict = field(hash=False)
+    entries: dict = field(hash=False)
+    tile: str = ""
+
+
+def all_units(arch, cuda_major=12):
+    smem = 200 * 1024 if cuda_major == 11 else 64 * 1024  # CUDA 11's tile asks more than 8.0 has
+    launch = Launch(128, 64, 64 if cuda_major == 11 else 128, smem, "q_blocks")
+    tile = "m64n64w4s1" if cuda_major == 11 else "m64n128w4s1"
+    return [
+        KernelUnit("fwd_fp16_d64", "fwd", "fp16", 64, "csrc/fwd.cu", {"FA_SMEM": smem}, {"fa_fwd": launch}, tile)
+    ]
+
+
+def static_smem(arch, image):
+    return 0
+
+
+def head_dims(unit):
+    return list(range(8, unit.head_dim + 1, 8))
+"""
+
+
+def test_a_cubin_is_checked_against_the_tile_of_the_major_that_compiled_it(tmp_path: Path) -> None:
+    """cubin_fit.check_build takes each cubin's launch from its compiling major's table: CUDA 11.8's
+    cubin of a unit whose tile is per major is held to CUDA 11's tile, not the default (12's)."""
+    from buildtool.builder import cubin_fit
+
+    (tmp_path / "tiles.py").write_text(PER_MAJOR_TILES)
+    tree = KernelTree(tmp_path)
+    image = tmp_path / "fwd.cubin"  # an ELF without kernel sections: no static shared memory
+    image.write_bytes(Path("/bin/true").read_bytes())
+    cubin_fit.check_build({CompileJob(12, "8.0", "sass", "fwd_fp16_d64"): image}, tree)
+    with pytest.raises(cubin_fit.SharedMemoryFitError, match=r"fwd_fp16_d64 \(fa_fwd\) on sm 8.0: 204800 B"):
+        cubin_fit.check_build({CompileJob(11, "8.0", "sass", "fwd_fp16_d64"): image}, tree)
+
+
+def test_a_manifest_describes_the_tile_of_the_major_that_compiled_each_kernel(tmp_path: Path) -> None:
+    """A cu12 wheel's entry for CUDA 11.8's cubin carries CUDA 11's tile and launch (the runtime
+    chooses and launches by them), its own cubin CUDA 12's."""
+    (tmp_path / "tiles.py").write_text(PER_MAJOR_TILES)
+    tree = KernelTree(tmp_path)
+    jobs = (CompileJob(11, "8.0", "sass", "fwd_fp16_d64"), CompileJob(12, "8.0", "ptx", "fwd_fp16_d64"))
+    spec = WheelSpec(12, "2.7", True, ("8.0",), "8.0", (), jobs, None, "cu12torch2.7", "0.1.0+cu12torch2.7")
+    man = package.manifest(spec, tree.tiles)
+    got = {(k.image, k.cuda_major): (k.tile, k.entries["fa_fwd"].block_n) for k in man.kernels}
+    assert got == {("sass", 11): ("m64n64w4s1", 64), ("ptx", None): ("m64n128w4s1", 128)}
