@@ -92,11 +92,8 @@ def test_sass_per_major_12_keeps_cuda_12s_own_cubins_and_cuda_13_takes_them(cata
 
 
 @dataclass(frozen=True)
-class Unit:  # the fields of tiles.KernelUnit that the plan reads and compares
+class Unit:  # the fields of tiles.KernelUnit that a plan without a kernel filter reads and compares
     name: str
-    direction: str
-    dtype: str
-    head_dim: int
     source: str
     defines: dict[str, int] = field(hash=False)
 
@@ -106,7 +103,7 @@ def units(arch: str, cuda_major: int = 12) -> list[Unit]:
     out = []
     for dtype in ("fp16", "bf16"):
         block_n = 32 if (arch, dtype, cuda_major) == ("8.0", "fp16", 11) else 64
-        out.append(Unit(f"fwd_{dtype}_d64", "fwd", dtype, 64, "csrc/fwd.cu", {"FA_BLOCK_N": block_n}))
+        out.append(Unit(f"fwd_{dtype}_d64", "csrc/fwd.cu", {"FA_BLOCK_N": block_n}))
     return out
 
 
@@ -183,49 +180,23 @@ def test_a_packaged_cu12_wheel_names_the_11_8_cubin(fixture_tree: Path) -> None:
     assert {all_wheel.kernel_file(j) for j in spec.compile_jobs} == files[12]  # each file stored once
 
 
-PER_MAJOR_TILES = """
-from dataclasses import dataclass, field
-
-SMEM_LIMIT = {"8.0": 163 * 1024}
-
-
-@dataclass(frozen=True)
-class Launch:
-    threads: int
-    block_m: int
-    block_n: int
-    smem_bytes: int
-    grid: str
-
-
-@dataclass(frozen=True)
-class KernelUnit:
-    name: str
-    direction: str
-    dtype: str
-    head_dim: int
-    source: str
-    defines: dict = field(hash=False)
-    entries: dict = field(hash=False)
-    tile: str = ""
-
+# The fixture table (tests/builder/fixture_kernels/tiles.py) with one unit whose tile is per CUDA major.
+PER_MAJOR = """
 
 def all_units(arch, cuda_major=12):
-    smem = 200 * 1024 if cuda_major == 11 else 64 * 1024  # CUDA 11's tile asks more than 8.0 has
+    smem = 200 * 1024 if cuda_major == 11 else 64 * 1024  # CUDA 11's tile asks more than a block has
     launch = Launch(128, 64, 64 if cuda_major == 11 else 128, smem, "q_blocks")
     tile = "m64n64w4s1" if cuda_major == 11 else "m64n128w4s1"
-    return [
-        KernelUnit("fwd_fp16_d64", "fwd", "fp16", 64, "csrc/fwd.cu", {"FA_SMEM": smem}, {"fa_fwd": launch}, tile)
-    ]
-
-
-def static_smem(arch, image):
-    return 0
-
-
-def head_dims(unit):
-    return list(range(8, unit.head_dim + 1, 8))
+    defines = {"FA_SMEM": smem}
+    return [KernelUnit("fwd_fp16_d64", "fwd", "fp16", 64, "csrc/tiny.cu", defines, {"fa_fwd": launch}, tile)]
 """
+
+
+def per_major_tree(root: Path) -> KernelTree:
+    (root / "tiles.py").write_text(
+        (Path(__file__).parent / "fixture_kernels" / "tiles.py").read_text() + PER_MAJOR
+    )
+    return KernelTree(root)
 
 
 def test_a_cubin_is_checked_against_the_tile_of_the_major_that_compiled_it(tmp_path: Path) -> None:
@@ -233,8 +204,7 @@ def test_a_cubin_is_checked_against_the_tile_of_the_major_that_compiled_it(tmp_p
     cubin of a unit whose tile is per major is held to CUDA 11's tile, not the default (12's)."""
     from buildtool.builder import cubin_fit
 
-    (tmp_path / "tiles.py").write_text(PER_MAJOR_TILES)
-    tree = KernelTree(tmp_path)
+    tree = per_major_tree(tmp_path)
     image = tmp_path / "fwd.cubin"  # an ELF without kernel sections: no static shared memory
     image.write_bytes(Path("/bin/true").read_bytes())
     cubin_fit.check_build({CompileJob(12, "8.0", "sass", "fwd_fp16_d64"): image}, tree)
@@ -245,8 +215,7 @@ def test_a_cubin_is_checked_against_the_tile_of_the_major_that_compiled_it(tmp_p
 def test_a_manifest_describes_the_tile_of_the_major_that_compiled_each_kernel(tmp_path: Path) -> None:
     """A cu12 wheel's entry for CUDA 11.8's cubin carries CUDA 11's tile and launch (the runtime
     chooses and launches by them), its own cubin CUDA 12's."""
-    (tmp_path / "tiles.py").write_text(PER_MAJOR_TILES)
-    tree = KernelTree(tmp_path)
+    tree = per_major_tree(tmp_path)
     jobs = (CompileJob(11, "8.0", "sass", "fwd_fp16_d64"), CompileJob(12, "8.0", "ptx", "fwd_fp16_d64"))
     spec = WheelSpec(12, "2.7", True, ("8.0",), "8.0", (), jobs, None, "cu12torch2.7", "0.1.0+cu12torch2.7")
     man = package.manifest(spec, tree.tiles)
