@@ -1,7 +1,7 @@
 """What the release matrix asks for: cells, wheels, kernel programs and bindings, for README's first
 command (x86_64) and for the release (both CPUs); beside the kernel programs, what the same matrix
-would compile with `sass_per_major: [13]` (CUDA 13's own SASS and PTX for every arch, as before one
-SASS per arch: docs/build.md). Planning only: nothing is compiled.
+would compile with `sass_per_major: [12, 13]` (CUDA 12's and 13's own SASS and PTX for every arch, as
+before one SASS per arch: docs/build.md). Planning only: nothing is compiled.
 
     python bench/build/plan_size.py [--record]
 
@@ -65,8 +65,8 @@ def main() -> int:
     catalog = fetch_torch_catalog()
     body = table(plans(catalog), plans(catalog, per_major=True))
     body += (
-        "\n\nper-major SASS: the kernel programs with `sass_per_major: [13]`, CUDA 13 compiling its own "
-        'cubins and PTX for every arch (docs/build.md, "One SASS per arch").'
+        "\n\nper-major SASS: the kernel programs with `sass_per_major: [12, 13]`, CUDA 12 and 13 compiling "
+        'their own cubins and PTX for every arch (docs/build.md, "One SASS per arch").'
     )
     report("plan", body, args.record)
     return 0

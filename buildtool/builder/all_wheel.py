@@ -13,16 +13,17 @@ decided by measurement (docs/build.md, "The all-wheel"; bench/build/all_wheel_si
   lists it, in the aarch64 all-wheel: CUDA 12 cannot target it, and the x86_64 wheels leave it out), and PTX only for an arch newer than every other: on a driver that runs the main major's
   cubin, its own cubin for the same arch adds bytes and no measured benefit (no GPU here to measure
   a speed-up).
+A kernel set's cubin that an older major's NVRTC compiled (wheel_specs.sass_compiler: a cu12 wheel's
+sm_80 cubin is CUDA 11.8's where the program is the same) is stored once, under that major's folder
+(kernels/cu11/), and named by each set that ships it.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 from packaging.version import Version
 
@@ -156,31 +157,33 @@ def kernel_file(job: CompileJob) -> str:
     return f"kernels/cu{job.cuda_major}/{where}/{job.unit}.{suffix}"
 
 
+def _named(major: int) -> Callable[[CompileJob], int | None]:
+    """Each kernel file's `cuda_major` in the all-wheel: its kernel set's."""
+    return lambda _job: major
+
+
 def manifest(spec: AllWheelSpec, tiles: ModuleType, source_sha256: str | None = None) -> schema.Manifest:
-    units: dict[str, dict[str, Any]] = {}
     kernels: list[schema.KernelFile] = []
     sets: list[schema.KernelSet] = []
     for kernel_set in spec.kernel_sets:
-        coverage = []
         tk = TOOLKITS[kernel_set.cuda_major]
-        for arch, job in package.images_by_arch(kernel_set.compile_jobs, kernel_set.reused_sass):
-            if arch not in units:
-                units[arch] = {u.name: u for u in tiles.all_units(arch)}
-            unit = units[arch].get(job.unit)
-            if unit is None:
-                raise package.PackageError(f"tiles.units({arch!r}) has no unit {job.unit!r}")
-            static = tiles.static_smem(arch, job.image)
-            kernel = package.kernel_of(unit, arch, job.image, kernel_file(job), static)
-            kernel = dataclasses.replace(kernel, cuda_major=kernel_set.cuda_major)
-            kernels.append(kernel)
-            coverage.append(package.coverage_of(kernel, tiles.head_dims(unit)))
+        # Each entry names its set's major (the runtime groups files by it); its file, the major whose
+        # NVRTC compiled it (kernels/cu11/... for a cu12 set's CUDA 11.8 cubin, stored once).
+        files, coverage = package.kernel_entries(
+            kernel_set.compile_jobs,
+            kernel_set.reused_sass,
+            tiles,
+            kernel_file,
+            _named(kernel_set.cuda_major),
+        )
+        kernels += files
         specific, features = package.arch_specific_info(kernel_set.compile_jobs, tiles)
         sets.append(
             schema.KernelSet(
                 cuda_major=kernel_set.cuda_major,
                 toolkit=tk.version,
                 min_driver=tk.min_driver,
-                ptx_min_driver=tk.ptx_min_driver if kernel_set.ptx else None,
+                ptx_min_driver=package.ptx_min_driver(kernel_set.compile_jobs),
                 sass=cuda_facts.plain(kernel_set.sass),
                 ptx=kernel_set.ptx,
                 coverage=tuple(coverage),

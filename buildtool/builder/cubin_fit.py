@@ -18,6 +18,7 @@ Programming Guide's table, the static figure ptxas's.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import os
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from buildtool.builder.wheel_specs import units_per_major
 from buildtool.core import cache
 from buildtool.errors import FaError
 
@@ -209,13 +211,18 @@ def check_build(
     images: Mapping[CompileJob, Path], tree: KernelTree, reused: Iterable[ReusedSass] = ()
 ) -> None:
     """check_units over a build's cubins (its "sass" jobs) with the tree's SMEM_LIMIT, and each cubin
-    a higher minor reuses (wheel_specs.ReusedSass) against that arch's limit too. PTX is compiled by
+    a higher minor reuses (wheel_specs.ReusedSass) against that arch's limit too; each with the launch
+    of the unit its compiling CUDA major's table gives. PTX is compiled by
     the driver on the user's machine, so its static size is not known at build time."""
     sass = [(job.arch, job) for job in images if job.image == "sass"]
     sass += [(r.arch, r.job) for r in reused if r.job in images]
+    # Each cubin against the unit of the major whose NVRTC compiled it (a cu12 wheel's sm_80 cubin may
+    # be CUDA 11.8's: wheel_specs.sass_compiler), whose tile is its own where tiles.py has one per major.
+    all_units = units_per_major(tree.tiles.all_units)
+    by_name = functools.cache(lambda arch, major: {u.name: u for u in all_units(arch, major)})
     units = []
     for arch, job in sass:
-        entries = tree.unit(arch, job.unit).entries
+        entries = by_name(arch, job.cuda_major)[job.unit].entries
         dynamic = {name: launch.smem_bytes for name, launch in entries.items()}
         declared = tree.tiles.static_smem(arch, "sass")
         units.append(UnitImage(job.unit, arch, images[job], dynamic, declared))

@@ -120,8 +120,9 @@ class Matrix:
     # One more wheel per CPU, variant "all": every binding and CUDA major of that CPU's wheels in one
     # (buildtool/builder/all_wheel.py), for PyPI.
     all_wheel: bool = False
-    # CUDA majors whose wheels compile every arch's SASS with their own NVRTC; by default CUDA 13's
-    # wheels ship CUDA 12's cubins where NVRTC 12 targets the arch (wheel_specs.sass_compiler).
+    # CUDA majors whose wheels compile every arch's SASS with their own NVRTC; by default CUDA 12's and
+    # 13's wheels ship the oldest major's cubin whose NVRTC targets the arch with the same program
+    # (wheel_specs.sass_compiler: 13 -> 12 -> 11).
     sass_per_major: tuple[int, ...] = ()
     source: str = field(default="matrix.yaml", compare=False)
 

@@ -18,7 +18,7 @@ import hashlib
 import importlib.metadata
 import json
 import zipfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from buildtool.builder import out_files
 from buildtool.builder.platform_tag import platform_tag
+from buildtool.builder.wheel_specs import units_per_major
 from buildtool.core import atomic, cache, cuda_facts, kernels_src
 from buildtool.core.cuda_facts import TOOLKITS, compute_name, sm_name
 from buildtool.core.runtime import schema, versions
@@ -186,20 +187,14 @@ def manifest(spec: WheelSpec, tiles: ModuleType, source_sha256: str | None = Non
     if spec.cuda_major is None:
         return schema.Manifest(info=schema.universal_info(spec.version), kernels=())
     tk = TOOLKITS[spec.cuda_major]
-    units_by_arch: dict[str, dict[str, Any]] = {}  # tiles.all_units() builds the table; once per arch
-    kernels: list[schema.KernelFile] = []
-    coverage: list[schema.Coverage] = []
-    for arch, job in images_by_arch(spec.compile_jobs, spec.reused_sass):
-        if arch not in units_by_arch:
-            units_by_arch[arch] = {u.name: u for u in tiles.all_units(arch)}
-        unit = units_by_arch[arch].get(job.unit)
-        if unit is None:
-            raise PackageError(f"tiles.units({arch!r}) has no unit {job.unit!r} (plan and tiles.py disagree)")
-        kernel = kernel_of(unit, arch, job.image, kernel_file(job), tiles.static_smem(arch, job.image))
-        if job.cuda_major != spec.cuda_major:  # another major's NVRTC compiled it (wheel_specs.sass_compiler)
-            kernel = dataclasses.replace(kernel, cuda_major=job.cuda_major)
-        kernels.append(kernel)
-        coverage.append(coverage_of(kernel, tiles.head_dims(unit)))
+    kernels, coverage = kernel_entries(
+        spec.compile_jobs,
+        spec.reused_sass,
+        tiles,
+        kernel_file,
+        # another major's NVRTC compiled it (wheel_specs.sass_compiler): the manifest names that major
+        lambda job: job.cuda_major if job.cuda_major != spec.cuda_major else None,
+    )
     info = schema.WheelInfo(
         version=spec.version,
         variant=spec.variant,
@@ -207,7 +202,7 @@ def manifest(spec: WheelSpec, tiles: ModuleType, source_sha256: str | None = Non
         cuda_major=spec.cuda_major,
         toolkit=tk.version,
         min_driver=tk.min_driver,
-        ptx_min_driver=tk.ptx_min_driver if spec.ptx else None,
+        ptx_min_driver=ptx_min_driver(spec.compile_jobs),
         sass=cuda_facts.plain(spec.sass),
         ptx=spec.ptx,
         torch=spec.torch_minor,
@@ -221,6 +216,44 @@ def manifest(spec: WheelSpec, tiles: ModuleType, source_sha256: str | None = Non
     specific, features = arch_specific_info(spec.compile_jobs, tiles)
     info = dataclasses.replace(info, arch_specific=specific, arch_specific_features=features)
     return schema.Manifest(info=info, kernels=tuple(kernels), source_sha256=source_sha256)
+
+
+def kernel_entries(
+    jobs: Sequence[CompileJob],
+    reused: Sequence[ReusedSass],
+    tiles: ModuleType,
+    file_of: Callable[[CompileJob], str],
+    major_of: Callable[[CompileJob], int | None],
+) -> tuple[list[schema.KernelFile], list[schema.Coverage]]:
+    """The manifest's kernel files and coverage for the images of `jobs` and the units `reused` serves
+    (images_by_arch's order), a per-variant wheel's or one kernel set of the all-wheel's: `file_of` is
+    where a job's image sits inside fa_attn/, `major_of` the `cuda_major` its entry carries."""
+    # tiles.all_units() builds an arch's table: once per arch and the major whose NVRTC compiled the
+    # image (its unit, and so its tile, is that major's where the table has a tile per major)
+    all_units = units_per_major(tiles.all_units)
+    by_name = functools.cache(lambda arch, major: {u.name: u for u in all_units(arch, major)})
+    kernels: list[schema.KernelFile] = []
+    coverage: list[schema.Coverage] = []
+    for arch, job in images_by_arch(jobs, reused):
+        unit = by_name(arch, job.cuda_major).get(job.unit)
+        if unit is None:
+            raise PackageError(
+                f"tiles.units({arch!r}) has no unit {job.unit!r} for CUDA {job.cuda_major} "
+                "(plan and tiles.py disagree)"
+            )
+        kernel = kernel_of(unit, arch, job.image, file_of(job), tiles.static_smem(arch, job.image))
+        kernel = dataclasses.replace(kernel, cuda_major=major_of(job))
+        kernels.append(kernel)
+        coverage.append(coverage_of(kernel, tiles.head_dims(unit)))
+    return kernels, coverage
+
+
+def ptx_min_driver(jobs: Sequence[CompileJob]) -> str | None:
+    """The driver that JITs the PTX among `jobs`: that of the newest toolkit that wrote any of it (a
+    cu12 wheel's compute 9.0 PTX from NVRTC 11.8 JITs from 520.61.05 on, 12.9's from 575.51.03);
+    None without PTX."""
+    majors = [j.cuda_major for j in jobs if j.image == "ptx"]
+    return TOOLKITS[max(majors)].ptx_min_driver if majors else None
 
 
 def arch_specific_info(

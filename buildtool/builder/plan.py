@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import itertools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,10 +40,12 @@ from buildtool.builder.wheel_specs import (
     BindingJob,
     Cell,
     CompileJob,
+    MajorUnits,
     ReusedSass,
     WheelSpec,
     keep_reused,
     sass_compiler,
+    units_per_major,
     variant_label,
 )
 from buildtool.core import binding_forms, cpus, cuda_facts, kernels_src
@@ -133,7 +135,7 @@ def make_plan(
     # Each CUDA major asks for the same archs' units: tiles builds an arch's table once per plan.
     alternatives = functools.cache(_alternatives(units))
     options = _options(units)
-    units = functools.cache(units or kernels_src.tiles().units)
+    table = units_per_major(units or kernels_src.tiles().units)
     for i, minor in enumerate(matrix.torch):
         if minor not in catalog.minors:
             raise MatrixError(
@@ -142,7 +144,6 @@ def make_plan(
                 f"torch {minor} was never published on PyPI (newest minors: {', '.join(catalog.newest())})",
                 "remove it, or use a published minor (fa build --refresh re-reads PyPI)",
             )
-    kernels = {m: _kernels_for_major(matrix, m, units, alternatives, options) for m in matrix.cuda}
     per_cpu: dict[tuple[str, int], _MajorKernels] = {}
 
     def kernels_of(cpu: str, cuda: int) -> _MajorKernels:
@@ -161,6 +162,10 @@ def make_plan(
             skipped.append(skip)
         else:
             covered.setdefault((cpu, cuda, torch), []).append(cell)
+    # A major's cubins go to a newer major's wheels only where the plan builds its wheels anyway (for
+    # the CPU `platform` keeps): no toolkit is fetched only to share.
+    built = {cuda for cpu, cuda, _ in covered if platform is None or cpu == platform}
+    kernels = {m: _kernels_for_major(matrix, m, table, alternatives, options, built) for m in matrix.cuda}
 
     wheels = [universal_wheel(matrix)]
     stable_cells: dict[tuple[str, int], list[Cell]] = {}
@@ -285,13 +290,13 @@ def local_plan(
     # Each CUDA major asks for the same archs' units: tiles builds an arch's table once per plan.
     alternatives = functools.cache(_alternatives(units))
     options = _options(units)
-    units = functools.cache(units or kernels_src.tiles().units)
+    table = units_per_major(units or kernels_src.tiles().units)
     if stable:
         binding = BindingJob(str(stable_floor), torch_version, True, None, platform, binding_forms.STABLE)
     else:
         binding = BindingJob(minor, torch_version, cxx11abi, None, platform)
     # The one GPU's arch (`sass`) is built as asked: it names this machine's own GPU.
-    kernels = {m: _kernels_for_major(local, m, units, alternatives, options) for m in cuda}
+    kernels = {m: _kernels_for_major(local, m, table, alternatives, options, cuda) for m in cuda}
     per_cpu = {(platform, m): kernels[m] if sass else _for_cpu(local, m, kernels[m], platform) for m in cuda}
     wheels = [
         _kernel_wheel(
@@ -403,6 +408,17 @@ def _program(unit: Any, arch: str, options: Callable[[str], Sequence[str]]) -> t
     return (unit.source, tuple(sorted(unit.defines.items())), tuple(options(arch)))
 
 
+def _same_program(a: Any, b: Any, arch: str, options: Options) -> bool:
+    """Whether two units (one unit of two CUDA majors' tables) are the same NVRTC program on `arch`:
+    by source, -D defines and options where the table says how it compiles, else by the unit itself."""
+    if a is None or b is None:
+        return False
+    if not (hasattr(a, "source") and hasattr(a, "defines")):
+        return bool(a == b)
+    opts = options or (lambda _arch: ())
+    return _program(a, arch, opts) == _program(b, arch, opts)
+
+
 def reuse_lower_minor(
     jobs: Sequence[CompileJob], chosen: dict[str, Sequence[Any]], options: Options
 ) -> tuple[list[CompileJob], list[ReusedSass]]:
@@ -475,10 +491,18 @@ def alternative_jobs(
 
 
 def _kernels_for_major(
-    matrix: Matrix, major: int, units: Units, alternatives: Units = _no_alternatives, options: Options = None
+    matrix: Matrix,
+    major: int,
+    units: MajorUnits,
+    alternatives: Units = _no_alternatives,
+    options: Options = None,
+    built: Collection[int] | None = None,
 ) -> _MajorKernels:
+    """`built`: the majors whose wheels the plan builds (their NVRTC is fetched anyway); None: the
+    matrix's."""
+
     def selected(arch: str, field: str) -> list[Any]:
-        all_units = list(units(arch))
+        all_units = list(units(arch, major))
         if not all_units and versions.arch_specific(arch):
             waiting.append(arch)
             return []
@@ -492,6 +516,18 @@ def _kernels_for_major(
         flt = matrix.kernels
         return [u for u in all_units if flt is None or flt.accepts(u)]
 
+    def compiler(arch: str, unit: Any) -> int:
+        """The major whose NVRTC compiles `unit` of `arch` for this major's wheels (sass_compiler):
+        an older one only where its program of the unit is this major's."""
+
+        def same(older: int) -> bool:
+            theirs = {u.name: u for u in units(arch, older)}.get(unit.name)
+            return _same_program(theirs, unit, arch, options)
+
+        return sass_compiler(
+            major, arch, matrix.cuda if built is None else built, matrix.sass_per_major, same
+        )
+
     explicit = matrix.archs.get(major) != cuda_facts.TOOLKITS[major].default_archs
     sass: list[str] = []
     jobs: list[CompileJob] = []
@@ -503,14 +539,12 @@ def _kernels_for_major(
         if chosen:  # a kernel filter can leave an arch with nothing to ship
             sass.append(arch)
             sass_units[arch] = chosen
-            by = sass_compiler(major, arch, matrix.cuda, matrix.sass_per_major)
-            jobs += [CompileJob(by, arch, "sass", u.name) for u in chosen]
+            jobs += [CompileJob(compiler(arch, u), arch, "sass", u.name) for u in chosen]
     jobs, reused = reuse_lower_minor(jobs, sass_units, options)
     ptx = matrix.ptx.get(major)
     if ptx is not None:
         chosen = selected(ptx, f'ptx."{major}"')
-        by = sass_compiler(major, ptx, matrix.cuda, matrix.sass_per_major)
-        jobs += [CompileJob(by, ptx, "ptx", u.name) for u in chosen]
+        jobs += [CompileJob(compiler(ptx, u), ptx, "ptx", u.name) for u in chosen]
         ptx = ptx if chosen else None
     jobs += alternative_jobs(major, sass, ptx, alternatives, matrix.kernels)
     if not jobs:

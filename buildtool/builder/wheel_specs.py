@@ -8,14 +8,21 @@ all-wheel.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import functools
+import inspect
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from packaging.version import Version
 
 from buildtool.builder.matrix import CXX11ABI_ONLY_FROM
 from buildtool.builder.pypi import TorchFile
 from buildtool.core import binding_forms, cpus, cuda_facts
+
+# `units(arch, cuda_major)`: kernels/tiles.py's units of an arch for one CUDA major (`units_per_major`):
+# a unit's tile may differ per major where one NVRTC spills on it.
+MajorUnits = Callable[[str, int], Sequence[Any]]
 
 
 @dataclass(frozen=True)
@@ -125,15 +132,48 @@ def variant_label(cuda_major: int, torch_minor: str, cxx11abi: bool | None) -> s
     return label
 
 
-def sass_compiler(major: int, arch: str, built: Collection[int], per_major: Collection[int] = ()) -> int:
-    """The CUDA major whose NVRTC compiles the SASS (and the PTX) of `arch` for the wheels of CUDA
-    `major`: the older major cuda_facts.SASS_FROM names when its NVRTC targets `arch` and the plan
-    builds that major anyway (`built`: no toolkit is fetched for it alone), else `major` itself.
-    `per_major` (matrix.yaml sass_per_major) lists the majors that compile all their own. The rule
-    the all-wheel follows too: a newer major only where no older NVRTC can serve. An older NVRTC's
-    PTX JITs under the newer major's driver floor (CUDA 12.9's needs 575.51.03, CUDA 13's floor is
-    580), so the PTX follows the same rule and, with SASS of the same arch, comes out of its run."""
-    older = cuda_facts.SASS_FROM.get(major)
-    if older is None or major in per_major or older not in built:
-        return major
-    return older if arch in cuda_facts.TOOLKITS[older].archs else major
+def sass_compiler(
+    major: int,
+    arch: str,
+    built: Collection[int],
+    per_major: Collection[int] = (),
+    same: Callable[[int], bool] | None = None,
+) -> int:
+    """The CUDA major whose NVRTC compiles the SASS (and the PTX) of `arch` for a unit of the wheels of
+    CUDA `major`: along the chain cuda_facts.SASS_FROM names (13 -> 12 -> 11), the oldest major whose
+    NVRTC targets `arch`, which the plan builds anyway (`built`: no toolkit is fetched for it alone)
+    and whose program of the unit is the same as `major`'s (`same(older)`: source, -D defines and
+    options; None: the same), else `major` itself. A major in `per_major` (matrix.yaml
+    sass_per_major) compiles all its own, and the chain stops there. The rule the all-wheel follows
+    too: a newer major only where no older NVRTC can serve. An older NVRTC's PTX JITs under a newer
+    major's driver floor (11.8's needs 520.61.05, CUDA 12's floor is 525.60.13; 12.9's needs
+    575.51.03, CUDA 13's floor is 580), so the PTX follows the same rule and, with SASS of the same
+    arch, comes out of its run."""
+    by = major
+    while by not in per_major:
+        older = cuda_facts.SASS_FROM.get(by)
+        if older is None or older not in built or arch not in cuda_facts.TOOLKITS[older].archs:
+            break
+        if same is not None and not same(older):
+            break
+        by = older
+    return by
+
+
+def units_per_major(units: Callable[..., Sequence[Any]]) -> MajorUnits:
+    """`units` (tiles.units or a caller's table) as `(arch, cuda_major) -> units`, each arch and major
+    asked once per plan: a table whose units take the CUDA major (a parameter named cuda_major, major
+    or cuda, or a second positional one) is given it; one without gives every major the same units."""
+    try:
+        params = inspect.signature(units).parameters
+    except (TypeError, ValueError):
+        params = {}  # type: ignore[assignment]  # a builtin or C callable: no major
+    named = next((n for n in ("cuda_major", "major", "cuda") if n in params), None)
+    if named is not None:
+        return functools.cache(lambda arch, major: units(arch, **{named: major}))
+    positional = [
+        p for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+    ]
+    if len(positional) >= 2:
+        return functools.cache(lambda arch, major: units(arch, major))
+    return functools.cache(lambda arch, major: units(arch))  # noqa: ARG005 (no tile per major)

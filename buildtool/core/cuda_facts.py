@@ -140,14 +140,16 @@ TOOLKITS: dict[int, Toolkit] = {
 }
 
 
-# CUDA major -> the older major whose SASS its wheels ship for every arch that older NVRTC targets
-# (buildtool/builder/wheel_specs.py sass_compiler). A cubin runs on its arch under any driver at least
-# as new as its toolkit's floor (NVIDIA's CUDA Compatibility guide: binary compatibility across driver
-# upgrades), and CUDA 13's floor (580) is above CUDA 12's (525.60.13), so a cu13 wheel needs NVRTC 13
-# only for the archs NVRTC 12 cannot target (Jetson Thor's 11.0), and a cu12 and a cu13 user run the
-# same cubin bytes. CUDA 12 compiles its own: it is the main major (the most torch minors), and
-# CUDA 11's NVRTC stops at 9.0, so taking its cubins would save the least.
-SASS_FROM: dict[int, int] = {13: 12}
+# CUDA major -> the older major whose SASS its wheels ship for every arch that older NVRTC targets and
+# every unit whose NVRTC program (source, -D defines, options) is that older major's too: a chain,
+# 13 -> 12 -> 11 (buildtool/builder/wheel_specs.py sass_compiler). A cubin runs on its arch under any
+# driver at least as new as its toolkit's floor (NVIDIA's CUDA Compatibility guide: binary
+# compatibility across driver upgrades), and each newer major's floor is above the older's (11.x
+# 450.80.02, 12.x 525.60.13, 13.x 580), so a cu12 wheel needs NVRTC 12 only for the archs 11.8 cannot
+# target (9.0a, 10.x, 12.x) and for units whose tile is per major (kernels/tiles.py), a cu13 wheel
+# NVRTC 13 only for Jetson Thor's 11.0, and a cu11, cu12 and cu13 user on an A100 run the same cubin
+# bytes. matrix.yaml `sass_per_major` opts a major back into its own.
+SASS_FROM: dict[int, int] = {12: 11, 13: 12}
 
 
 # Archs whose GPUs only ever come as the integrated GPU of a system-on-chip with one kind of CPU: their

@@ -142,7 +142,7 @@ def test_error_text_names_source_field_and_fix() -> None:
         ("stable_abi: 2.10\n", "stable_abi", "YAML reads 2.10 as 2.1", 'quote the minor: "2.1"'),
         ('stable_abi: ">=2.10"\n', "stable_abi", "not a torch minor", 'like "2.5"'),
         ("sass_per_major: [13]\n", "sass_per_major[0]", "CUDA 13 is not in cuda (11, 12)", "add 13 to cuda"),
-        ("sass_per_major: [12]\n", "sass_per_major[0]", "with their own NVRTC already", "only 13"),
+        ("sass_per_major: [11]\n", "sass_per_major[0]", "with their own NVRTC already", "only 12, 13"),
         ("sass_per_major: [12.9]\n", "sass_per_major[0]", "is a CUDA version", "write the major only: 12"),
         ("sass_per_major: 13\n", "sass_per_major", "non-empty list", "sass_per_major: [13]"),
     ],
@@ -246,8 +246,9 @@ def test_platforms_default_to_x86_64_and_exclude_by_platform() -> None:
 
 
 def test_sass_per_major() -> None:
-    """Default: none (CUDA 13 takes CUDA 12's SASS); listed majors compile all their own."""
+    """Default: none (CUDA 13 takes CUDA 12's SASS, CUDA 12 CUDA 11's); listed majors compile all their own."""
     assert parse(BASE).sass_per_major == ()
     both = BASE.replace("cuda: [11, 12]", "cuda: [12, 13]")
     assert parse(both + "sass_per_major: [13]\n").sass_per_major == (13,)
     assert parse(both + "sass_per_major: []\n").sass_per_major == ()
+    assert parse(BASE + "sass_per_major: [12]\n").sass_per_major == (12,)

@@ -803,19 +803,28 @@ def test_local_plan_drops_other_cpus_sass_but_builds_the_gpu_asked_for(
 # -- one SASS per arch across CUDA 12 and 13 ----------------------------------------------------------
 
 
-def test_cu13_wheels_ship_cuda12s_sass_for_the_archs_nvrtc12_targets(catalog: TorchCatalog) -> None:
+def test_cu13_wheels_ship_the_older_majors_sass_for_the_archs_their_nvrtc_targets(
+    catalog: TorchCatalog,
+) -> None:
     """A cu13 wheel's cubins are CUDA 12's wherever NVRTC 12 targets the arch (a driver >= 580 runs
-    them): the same jobs as the cu12 wheels', so the plan compiles them once. So is the PTX (a 580
-    driver JITs CUDA 12.9's): NVRTC 13 compiles only Thor's 11.0, in the aarch64 wheels."""
+    them), and those are CUDA 11.8's wherever NVRTC 11.8 does (a chain): the same jobs as the older
+    wheels', so the plan compiles them once. So is the PTX (a 580 driver JITs CUDA 12.9's): NVRTC 13
+    compiles only Thor's 11.0, in the aarch64 wheels. The aarch64 wheels of CUDA 12 and 13 take the
+    cubins the x86_64 cu11 wheels compile: a compile serves every CPU."""
     plan = make_plan(matrix(THOR), catalog, units=units)
+    cu11 = next(w for w in plan.wheels if w.cuda_major == 11)
     cu12 = {w.platform: w for w in plan.wheels if w.cuda_major == 12}
     cu13 = {w.platform: w for w in plan.wheels if w.cuda_major == 13}
     for cpu in ("x86_64", "aarch64"):
         own = {(j.arch, j.image) for j in cu13[cpu].compile_jobs if j.cuda_major == 13}
         assert own == ({("11.0", "sass")} if cpu == "aarch64" else set())
-        borrowed = {j for j in cu13[cpu].compile_jobs if j.cuda_major == 12}
-        assert {(j.arch, j.image) for j in borrowed} == {("8.0", "sass"), ("12.0", "sass"), ("12.0", "ptx")}
-        assert borrowed <= set(cu12[cpu].compile_jobs)  # the cu12 wheels' own programs
+        borrowed = {j for j in cu13[cpu].compile_jobs if j.cuda_major in (11, 12)}
+        assert {(j.cuda_major, j.arch, j.image) for j in borrowed} == {
+            (11, "8.0", "sass"),
+            (12, "12.0", "sass"),
+            (12, "12.0", "ptx"),
+        }
+        assert borrowed <= set(cu12[cpu].compile_jobs) | set(cu11.compile_jobs)  # the older wheels' programs
     # What the plan no longer compiles: NVRTC 13's SASS of 8.0 and 12.0, and its PTX of 12.0.
     per_major = make_plan(matrix(THOR + "sass_per_major: [13]\n"), catalog, units=units)
     saved = set(per_major.compile_jobs) - set(plan.compile_jobs)
@@ -828,6 +837,10 @@ def test_cu13_wheels_ship_cuda12s_sass_for_the_archs_nvrtc12_targets(catalog: To
         return [(a.platform, k.cuda_major, k.sass, k.ptx) for a in p.all_wheels for k in a.kernel_sets]
 
     assert sets(plan) == sets(per_major)
+    # With --platform aarch64 no cu11 wheel is built (excluded there): CUDA 12 compiles its own rather
+    # than fetch NVRTC 11.8 only to share.
+    arm = make_plan(matrix(THOR), catalog, platform="aarch64", units=units)
+    assert {j.cuda_major for j in arm.compile_jobs} == {12, 13}
 
 
 def test_sass_per_major_opts_a_major_back_into_its_own_sass(catalog: TorchCatalog) -> None:
