@@ -157,16 +157,16 @@ def kernel_file(job: CompileJob) -> str:
 
 
 def manifest(spec: AllWheelSpec, tiles: ModuleType, source_sha256: str | None = None) -> schema.Manifest:
-    units: dict[str, dict[str, Any]] = {}
+    units: dict[tuple[str, int], dict[str, Any]] = {}
     kernels: list[schema.KernelFile] = []
     sets: list[schema.KernelSet] = []
     for kernel_set in spec.kernel_sets:
         coverage = []
         tk = TOOLKITS[kernel_set.cuda_major]
         for arch, job in package.images_by_arch(kernel_set.compile_jobs, kernel_set.reused_sass):
-            if arch not in units:
-                units[arch] = {u.name: u for u in tiles.all_units(arch)}
-            unit = units[arch].get(job.unit)
+            if (arch, job.cuda_major) not in units:  # the tiles of the major that compiled it
+                units[arch, job.cuda_major] = {u.name: u for u in tiles.all_units(arch, job.cuda_major)}
+            unit = units[arch, job.cuda_major].get(job.unit)
             if unit is None:
                 raise package.PackageError(f"tiles.units({arch!r}) has no unit {job.unit!r}")
             static = tiles.static_smem(arch, job.image)

@@ -174,7 +174,7 @@ def check_build(
     sass += [(r.arch, r.job) for r in reused if r.job in images]
     units = []
     for arch, job in sass:
-        entries = tree.unit(arch, job.unit).entries
+        entries = tree.unit(arch, job.unit, job.cuda_major).entries
         dynamic = {name: launch.smem_bytes for name, launch in entries.items()}
         declared = tree.tiles.static_smem(arch, "sass")
         units.append(UnitImage(job.unit, arch, images[job], dynamic, declared))

@@ -193,13 +193,13 @@ def manifest(spec: WheelSpec, tiles: ModuleType, source_sha256: str | None = Non
     if spec.cuda_major is None:
         return schema.Manifest(info=schema.universal_info(spec.version), kernels=())
     tk = TOOLKITS[spec.cuda_major]
-    units_by_arch: dict[str, dict[str, Any]] = {}  # tiles.all_units() builds the table; once per arch
+    units_by_arch: dict[tuple[str, int], dict[str, Any]] = {}  # tiles.all_units(): once per arch and major
     kernels: list[schema.KernelFile] = []
     coverage: list[schema.Coverage] = []
     for arch, job in images_by_arch(spec.compile_jobs, spec.reused_sass):
-        if arch not in units_by_arch:
-            units_by_arch[arch] = {u.name: u for u in tiles.all_units(arch)}
-        unit = units_by_arch[arch].get(job.unit)
+        if (arch, job.cuda_major) not in units_by_arch:  # the tiles of the major that compiled it
+            units_by_arch[arch, job.cuda_major] = {u.name: u for u in tiles.all_units(arch, job.cuda_major)}
+        unit = units_by_arch[arch, job.cuda_major].get(job.unit)
         if unit is None:
             raise PackageError(f"tiles.units({arch!r}) has no unit {job.unit!r} (plan and tiles.py disagree)")
         kernel = kernel_of(unit, arch, job.image, kernel_file(job), tiles.static_smem(arch, job.image))

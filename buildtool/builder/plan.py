@@ -51,8 +51,9 @@ from buildtool.core.runtime import versions
 from buildtool.core.textfile import shown
 from buildtool.core.wheel_file import local_build_label
 
-# `units(arch)` from kernels/tiles.py: the kernel programs to compile for an arch.
-Units = Callable[[str], Sequence[Any]]
+# `units(arch, cuda)` from kernels/tiles.py: the kernel programs CUDA major `cuda`'s NVRTC compiles for
+# an arch (the same names in every major; a tile can differ).
+Units = Callable[[str, int], Sequence[Any]]
 
 # Rough weights for balancing shards, in "kernel programs": a binding is one g++ compile against
 # torch's headers, which costs a few NVRTC programs. Not measured; only the order matters.
@@ -378,7 +379,7 @@ class _MajorKernels:
     reused: tuple[ReusedSass, ...] = ()  # SASS units a lower minor's cubin serves (not in `jobs`)
 
 
-def _no_alternatives(arch: str) -> Sequence[Any]:  # noqa: ARG001 (a Units)
+def _no_alternatives(arch: str, cuda: int) -> Sequence[Any]:  # noqa: ARG001 (a Units)
     return ()
 
 
@@ -468,7 +469,7 @@ def alternative_jobs(
     return [
         CompileJob(major, arch, image, u.name)
         for arch, image in images
-        for u in alternatives(arch)
+        for u in alternatives(arch, major)
         if (flt is None or flt.accepts(u))
         and any(gpu in known and runs_image(arch, image, sass, gpu) for gpu in u.serves)
     ]
@@ -477,8 +478,8 @@ def alternative_jobs(
 def _kernels_for_major(
     matrix: Matrix, major: int, units: Units, alternatives: Units = _no_alternatives, options: Options = None
 ) -> _MajorKernels:
-    def selected(arch: str, field: str) -> list[Any]:
-        all_units = list(units(arch))
+    def selected(arch: str, field: str, by: int) -> list[Any]:
+        all_units = list(units(arch, by))
         if not all_units and versions.arch_specific(arch):
             waiting.append(arch)
             return []
@@ -499,17 +500,17 @@ def _kernels_for_major(
     sass_units: dict[str, Sequence[Any]] = {}
     for i, arch in enumerate(matrix.archs[major]):
         field = f'archs."{major}"[{i}]' if explicit else f'archs."{major}" (default {arch})'
-        chosen = selected(arch, field)
+        by = sass_compiler(major, arch, matrix.cuda, matrix.sass_per_major)
+        chosen = selected(arch, field, by)
         if chosen:  # a kernel filter can leave an arch with nothing to ship
             sass.append(arch)
             sass_units[arch] = chosen
-            by = sass_compiler(major, arch, matrix.cuda, matrix.sass_per_major)
             jobs += [CompileJob(by, arch, "sass", u.name) for u in chosen]
     jobs, reused = reuse_lower_minor(jobs, sass_units, options)
     ptx = matrix.ptx.get(major)
     if ptx is not None:
-        chosen = selected(ptx, f'ptx."{major}"')
         by = sass_compiler(major, ptx, matrix.cuda, matrix.sass_per_major)
+        chosen = selected(ptx, f'ptx."{major}"', by)
         jobs += [CompileJob(by, ptx, "ptx", u.name) for u in chosen]
         ptx = ptx if chosen else None
     jobs += alternative_jobs(major, sass, ptx, alternatives, matrix.kernels)
