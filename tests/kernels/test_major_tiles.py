@@ -15,6 +15,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO / "bench" / "kernels"), str(REPO / "bench"), str(REPO / "kernels")]
 
 import fa2_model
+import kernel_model
+import kernel_resources
 import tiles
 
 from buildtool.core.cuda_facts import TOOLKITS
@@ -89,3 +91,69 @@ def test_sm87_has_its_own_row_and_80s_shared_memory():
 
 def test_a_major_the_table_names_no_tiles_for_compiles_the_default():
     assert _tiles("8.0", 14) == _tiles("8.0", None)
+
+
+def test_kernel_resources_compiles_the_tile_of_its_cuda_major():
+    """The defect: kernel_resources.py --cuda 11 compiled the one table, so NVRTC 11.8's spills were
+    measured on tiles no cu11 wheel ships (and 12's on tiles no cu12 wheel ships)."""
+    for cuda in (11, 12, 13):
+        jobs = kernel_resources.plan(["8.0", "9.0"], ("bwd",), ("bf16",), (96, 192, 256), cuda=cuda)
+        got = {(j.arch, j.unit): j.tile for j in jobs}
+        for (arch, unit), label in got.items():
+            tile = tiles.default_tile(arch, "bwd", int(unit.rsplit("_d", 1)[1]), cuda)
+            assert tile is not None
+            assert label == tile.label, (cuda, arch, unit)
+            (job,) = [j for j in jobs if (j.arch, j.unit) == (arch, unit)]
+            assert f"-DFA_SMEM_BYTES={tile.smem_bytes(int(unit.rsplit('_d', 1)[1]))}" in job.options
+        assert got["8.0", "bwd_bf16_d96"] == ("m64n128w8s1" if cuda == 11 else "m64n128w8s2v")
+
+
+def _model(unit: str, tile: str, cuda: int, ldsm: float) -> kernel_model.Model:
+    return kernel_model.Model(
+        rev="tree", unit=unit, tile=tile, arch="8.0", entry="fa_bwd", head_dim=96, registers=255, spills=0,
+        blocks_per_sm=1, warps_per_sm=8, mma=160, ldsm_per_mma=ldsm, smem_per_mma=300.0, red=64,
+        red_width=1, dq_sectors_per_mflop=97.7, cuda=cuda,
+    )  # fmt: skip
+
+
+def test_vs_fa2_says_which_majors_sass_each_row_is_and_counts_the_cu11_tiles_apart():
+    """The defect: --vs-fa2 compiled one table with one NVRTC and did not say which wheels' SASS a row is;
+    with tiles per CUDA major a row of CUDA 12's tile says nothing of what a cu11 wheel ships."""
+    ours = _model("bwd_bf16_d96", "m64n128w8s2v", 12, 221.9)
+    cu11 = _model("bwd_bf16_d96", "m64n128w8s1", 11, 247.5)
+    text = kernel_model.vs_fa2_table([ours], [cu11])
+    lines = text.splitlines()
+    assert lines[0].split("|")[3].strip() == "SASS"
+    (row12,) = [x for x in lines if "m64n128w8s2v" in x]
+    (row11,) = [x for x in lines if "m64n128w8s1 " in x]
+    assert row12.split("|")[3].strip() == "cu12"
+    assert row11.split("|")[3].strip() == "cu11"
+    assert "1 of 1 units at or better than FA2" in text  # the cu12 row only
+    assert "as the cu12 wheels ship them" in text
+    assert row11.endswith("| ldsm/mma +7% |")
+    assert "Apart, not counted above" in text
+    assert "as the cu11 wheels ship them: 0 of 1 at or better than FA2" in text
+    assert lines.index(row12) < lines.index(row11)
+    assert "Apart" not in kernel_model.vs_fa2_table([ours])
+
+
+def test_the_model_asks_for_the_units_of_its_cuda_major():
+    assert kernel_model.own_tile_units(tiles, "8.0", 11) == {
+        f"bwd_{t}_d{d}" for t in ("fp16", "bf16") for d in (96, 192)
+    }
+    assert kernel_model.own_tile_units(tiles, "8.0", 12) == set()
+    assert kernel_model.own_tile_units(tiles, "8.7", 11) == set()
+    assert kernel_model.own_tile_units(tiles, "9.0", 11) == {"bwd_fp16_d256", "bwd_bf16_d256"}
+    tile = {u.name: u.tile for u in kernel_model.major_units(tiles, "9.0", 11)}["bwd_bf16_d256"]
+    assert tile == "m64n32w8s2"
+
+
+def test_the_coverage_check_holds_each_majors_own_tiles():
+    """The defect: buildtool/emucheck/coverage.py checked the problems of the default tiles only, so a
+    CUDA 11 tile (its own block sizes) could lose the problem that crosses its block edges unseen."""
+    from buildtool.emucheck import coverage
+
+    rows = {name: t for name, _, t in coverage.unit_tiles("9.0")}
+    assert (rows["bwd_fp16_d256"].block_m, rows["bwd_fp16_d256"].block_n) == (64, 64)
+    assert (rows["bwd_fp16_d256 (CUDA 11)"].block_m, rows["bwd_fp16_d256 (CUDA 11)"].block_n) == (64, 32)
+    assert not [n for n in rows if "CUDA 12" in n or "CUDA 13" in n]  # 12 and 13 are the defaults
