@@ -157,3 +157,26 @@ def test_the_coverage_check_holds_each_majors_own_tiles():
     assert (rows["bwd_fp16_d256"].block_m, rows["bwd_fp16_d256"].block_n) == (64, 64)
     assert (rows["bwd_fp16_d256 (CUDA 11)"].block_m, rows["bwd_fp16_d256 (CUDA 11)"].block_n) == (64, 32)
     assert not [n for n in rows if "CUDA 12" in n or "CUDA 13" in n]  # 12 and 13 are the defaults
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cuda", [11, 12, 13])
+def test_each_majors_tiles_compile_without_a_spill_and_12s_reach_fa2(cuda):
+    """Each per-major unit as its major's NVRTC compiles it (read from the SASS): no spill, and the tiles
+    of CUDA 12 and 13 at or better than FA2 on every measure; sm 8.7 runs FA2's tiles under 11.8 too."""
+    only = {(arch, f"bwd_bf16_d{d}") for arch, _, d in PER_MAJOR}
+    if cuda == 11:
+        only |= {("8.7", "bwd_bf16_d96"), ("8.7", "bwd_bf16_d192")}
+    archs = sorted({arch for arch, _ in only})
+    rows = kernel_model.model_units(
+        tiles, REPO / "kernels" / "csrc", "tree", archs, [96, 192, 256], cuda, ("bwd",), only
+    )
+    assert {(m.arch, m.unit) for m in rows} == only
+    for m in rows:
+        assert m.cuda == cuda
+        assert m.tile == tiles.default_tile(m.arch, "bwd", m.head_dim, cuda).label
+        assert m.spills == 0, (m.arch, m.unit, m.tile)
+        fa2 = fa2_model.row("bwd", m.arch, m.head_dim)
+        assert fa2 is not None
+        if cuda != 11 or m.arch == "8.7":
+            assert kernel_model.misses(m, fa2) == [], (m.arch, m.unit, m.tile)
