@@ -510,15 +510,6 @@ FAMILIES: dict[str, ArchFamily] = {
         previous={"fwd": _FWD_V1["sm80"], "bwd": _BWD_V1["sm80"]},
         per_cuda={11: {"bwd": _CU11_BWD_SM80}},
     ),
-    "sm87": ArchFamily(
-        name="sm87",
-        smem_limit=163 * 1024,
-        dtypes=("fp16", "bf16"),
-        fwd=_FWD_SM80,
-        bwd=_BWD_SM87,
-        splitkv=_SPLITKV_SM80,
-        previous={"fwd": _FWD_V1["sm80"], "bwd": _BWD_V1["sm80"]},
-    ),
     "sm86": ArchFamily(
         name="sm86",
         smem_limit=99 * 1024,
@@ -564,6 +555,11 @@ FAMILIES: dict[str, ArchFamily] = {
         static_smem=1024,
     ),
 }
+
+# sm87 (Jetson Orin): sm80's family but its backward row (_BWD_SM87), the same in every CUDA major.
+FAMILIES["sm87"] = dataclasses.replace(
+    FAMILIES["sm80"], name="sm87", fwd=_FWD_SM80, bwd=_BWD_SM87, splitkv=_SPLITKV_SM80, per_cuda={}
+)
 
 # sm_90a (issue 39): FlashAttention-3's forward tiles per head dim (hopper/tile_size.h, non-causal fwd:
 # d64 192 x 128, d96 192 x 128, d128 128 x 128, d192 128 x 96, d256 128 x 80), two K/V stages, a consumer
