@@ -406,9 +406,10 @@ _FWD_SM75 = {**_FWD_V1["sm75"], 32: _T(128, 64, 4)}
 # fragments in whole sectors (bwd.cu dq_index). FA2's own blocks at d64 (128 x 128), d96 and d128
 # (64 x 128) on sm80 and sm90 on, since P and dS are computed apart (bwd.cu probabilities,
 # grad_scores); sm80 keeps one Q/dO stage at d64 and d128 (two need 181,248 and 174,592 B) and at d96. At d192
-# and d256 FA2's 64 x 64 still spills (NVRTC 12.9: 8 to 444 B), but for CUDA 12 and 13 at d96, d192 (below). Head dim 256 fits the 99 KB parts
-# (sm86/89/120) with 64 x 32 blocks (swizzled: _BWD_SM86), where FA2 < 2.5.5 and torch SDPA refuse
-# training. Turing (64 KB) gets backward up to head dim 192; 256 does not fit 64 KB without blocks so
+# and d256 FA2's 64 x 64 spilled (NVRTC 12.9: 8 to 444 B); sm80's d192 takes it for CUDA 12 and 13
+# with S in two warp rows, and sm90's d256 with one stage (tiles per CUDA major, below). Head dim 256
+# fits the 99 KB parts (sm86/89/120) with 64 x 32 blocks (swizzled: _BWD_SM86), where FA2 < 2.5.5
+# and torch SDPA refuse training. Turing (64 KB) gets backward up to head dim 192; 256 does not fit 64 KB without blocks so
 # small that they spill, so dispatch falls back for it (backward-unsupported).
 _BWD_SM80 = {
     32: _B(64, 128, 8, 2),
@@ -430,7 +431,7 @@ _BWD_SM100 = {**_BWD_SM90_BASE, 96: _B(64, 128, 8, 1, True), 128: _B(64, 128, 8,
 # Tiles per CUDA major (issue 38): where NVRTC 12.9's and 13.0's ptxas fit FA2's blocks without a spill
 # and 11.8's does not, CUDA 12 and 13 compile FA2's and CUDA 11 keeps the tile above (ArchFamily.
 # per_cuda). Spilled bytes, stores + loads, the same for bf16 and fp16 (bench/kernels/kernel_resources.py
-# --cuda N --direction bwd; kernel_model.py --vs-fa2 for ldsm/mma), 2026-11-28:
+# --cuda N --direction bwd; kernel_model.py --vs-fa2 for ldsm/mma), 2026-11-29:
 #   - sm80 d96: FA2's 64 x 128 with V in registers, two Q/dO stages (ldsm/mma 221.9, FA2's 230.4):
 #     none with 12.9 and 13.0, 16 with 11.8; one stage spills 48 with every NVRTC.
 #   - sm80 d192: FA2's 64 x 64, two stages, swizzled (padded it needs 172,544 B) with S and dP in two
