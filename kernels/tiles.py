@@ -290,6 +290,15 @@ class ArchFamily:
     # its kernel implements (None: FEATURES, every unit's), and its cubins run on one compute capability.
     arch_specific: bool = False
     features: frozenset[str] | None = None
+    # Tiles of one CUDA major's own, where its NVRTC's ptxas spills on the default (fwd, bwd, splitkv)
+    # tiles: CUDA major -> direction -> head-dim bucket -> tile. The defaults are what every other major
+    # compiles (CUDA 12 and 13: the wheels most users get), and the unit keeps its name in each.
+    per_cuda: Mapping[int, Mapping[str, Mapping[int, Tile]]] = dataclasses.field(default_factory=dict)
+
+    def table(self, direction: str, cuda: int | None = None) -> Mapping[int, Tile]:
+        """Head-dim bucket -> tile of `direction` that CUDA `cuda`'s NVRTC compiles (None: the defaults)."""
+        own = self.per_cuda.get(cuda, {}).get(direction, {}) if cuda is not None else {}
+        return {**getattr(self, direction), **own}
 
     @property
     def dynamic_limit(self) -> int:
@@ -397,9 +406,10 @@ _FWD_SM75 = {**_FWD_V1["sm75"], 32: _T(128, 64, 4)}
 # fragments in whole sectors (bwd.cu dq_index). FA2's own blocks at d64 (128 x 128), d96 and d128
 # (64 x 128) on sm80 and sm90 on, since P and dS are computed apart (bwd.cu probabilities,
 # grad_scores); sm80 keeps one Q/dO stage at d64 and d128 (two need 181,248 and 174,592 B) and at d96. At d192
-# and d256 FA2's 64 x 64 still spills (NVRTC 12.9: 8 to 444 B). Head dim 256 fits the 99 KB parts
-# (sm86/89/120) with 64 x 32 blocks (swizzled: _BWD_SM86), where FA2 < 2.5.5 and torch SDPA refuse
-# training. Turing (64 KB) gets backward up to head dim 192; 256 does not fit 64 KB without blocks so
+# and d256 FA2's 64 x 64 spilled (NVRTC 12.9: 8 to 444 B); sm80's d192 takes it for CUDA 12 and 13
+# with S in two warp rows, and sm90's d256 with one stage (tiles per CUDA major, below). Head dim 256
+# fits the 99 KB parts (sm86/89/120) with 64 x 32 blocks (swizzled: _BWD_SM86), where FA2 < 2.5.5
+# and torch SDPA refuse training. Turing (64 KB) gets backward up to head dim 192; 256 does not fit 64 KB without blocks so
 # small that they spill, so dispatch falls back for it (backward-unsupported).
 _BWD_SM80 = {
     32: _B(64, 128, 8, 2),
@@ -418,6 +428,24 @@ _BWD_SM80 = {
 _BWD_SM90_BASE = {d: dataclasses.replace(t, stages=2) for d, t in _BWD_SM80.items()}
 _BWD_SM90 = {**_BWD_SM90_BASE, 96: _B(64, 128, 8, 2, True), 192: _B(64, 64, 8, 2)}
 _BWD_SM100 = {**_BWD_SM90_BASE, 96: _B(64, 128, 8, 1, True), 128: _B(64, 128, 8, 1)}
+# Tiles per CUDA major (issue 38): where NVRTC 12.9's and 13.0's ptxas fit FA2's blocks without a spill
+# and 11.8's does not, CUDA 12 and 13 compile FA2's and CUDA 11 keeps the tile above (ArchFamily.
+# per_cuda). Spilled bytes, stores + loads, the same for bf16 and fp16 (bench/kernels/kernel_resources.py
+# --cuda N --direction bwd; kernel_model.py --vs-fa2 for ldsm/mma), 2026-11-29:
+#   - sm80 d96: FA2's 64 x 128 with V in registers, two Q/dO stages (ldsm/mma 221.9, FA2's 230.4):
+#     none with 12.9 and 13.0, 16 with 11.8; one stage spills 48 with every NVRTC.
+#   - sm80 d192: FA2's 64 x 64, two stages, swizzled (padded it needs 172,544 B) with S and dP in two
+#     warp rows (s_rows; ldsm/mma 281.6, FA2's): none with 12.9 and 13.0, 40 with 11.8 (one stage,
+#     padded, 8); FA2's four warp rows spill 128 with 12.9, two dQ passes none but read 298.7 B/mma.
+#   - sm90 d256: FA2's 64 x 64, one stage: none with 12.9 and 13.0, 528 with 11.8; two stages spill 84
+#     with 12.9.
+_FA2_BWD_SM80 = {96: _B(64, 128, 8, 2, True), 192: _B(64, 64, 8, 2, swizzled=True, s_rows=2)}
+_FA2_BWD_SM90 = {256: _B(64, 64, 8, 1)}
+_CU11_BWD_SM80 = {d: _BWD_SM80[d] for d in _FA2_BWD_SM80}
+_CU11_BWD_SM90 = {d: _BWD_SM90[d] for d in _FA2_BWD_SM90}
+# sm87 (Jetson Orin, DRIVE Orin) has sm80's shared memory but a row of its own: its ptxas fits both of
+# sm80's FA2 tiles with every NVRTC, 11.8 too (none spilled, bf16 and fp16), so it needs no CUDA 11 row.
+_BWD_SM87 = {**_BWD_SM80, **_FA2_BWD_SM80}
 # The 99 KB parts: FA2's blocks with V in registers from d64 up (FA2's choice there). Beside V's
 # fragments sm86's ptxas spilled dQ's accumulators at d96 and d128 (40 and 136 B, NVRTC 12.9), so dQ runs
 # in column passes there (dq_passes, FA_DQ_PASSES); d192 and d256 fit 99 KB only swizzled (98,816 B;
@@ -478,9 +506,10 @@ FAMILIES: dict[str, ArchFamily] = {
         smem_limit=163 * 1024,
         dtypes=("fp16", "bf16"),
         fwd=_FWD_SM80,
-        bwd=_BWD_SM80,
+        bwd={**_BWD_SM80, **_FA2_BWD_SM80},
         splitkv=_SPLITKV_SM80,
         previous={"fwd": _FWD_V1["sm80"], "bwd": _BWD_V1["sm80"]},
+        per_cuda={11: {"bwd": _CU11_BWD_SM80}},
     ),
     "sm86": ArchFamily(
         name="sm86",
@@ -496,10 +525,11 @@ FAMILIES: dict[str, ArchFamily] = {
         smem_limit=227 * 1024,
         dtypes=("fp16", "bf16"),
         fwd=_FWD_SM90,
-        bwd=_BWD_SM90,
+        bwd={**_BWD_SM90, **_FA2_BWD_SM90},
         splitkv=_SPLITKV_SM90,
         previous={"fwd": _FWD_V1["sm90"], "bwd": _BWD_V1["sm90"]},
         static_smem=1024,
+        per_cuda={11: {"bwd": _CU11_BWD_SM90}},
     ),
     # sm90's shared memory and tables but the d128 tiles (_FWD_SM100) and sm90's backward before the
     # d96 and d192 tiles its ptxas spills (_BWD_SM100).
@@ -526,6 +556,11 @@ FAMILIES: dict[str, ArchFamily] = {
         static_smem=1024,
     ),
 }
+
+# sm87 (Jetson Orin): sm80's family but its backward row (_BWD_SM87), the same in every CUDA major.
+FAMILIES["sm87"] = dataclasses.replace(
+    FAMILIES["sm80"], name="sm87", fwd=_FWD_SM80, bwd=_BWD_SM87, splitkv=_SPLITKV_SM80, per_cuda={}
+)
 
 # sm_90a (issue 39): FlashAttention-3's forward tiles per head dim (hopper/tile_size.h, non-causal fwd:
 # d64 192 x 128, d96 192 x 128, d128 128 x 128, d192 128 x 96, d256 128 x 80), two K/V stages, a consumer
@@ -560,7 +595,7 @@ FAMILIES["sm90a"] = ArchFamily(
 _ARCH_FAMILY: dict[str, str] = {
     "7.5": "sm75",
     "8.0": "sm80",
-    "8.7": "sm80",
+    "8.7": "sm87",
     "8.6": "sm86",
     "8.8": "sm86",
     "8.9": "sm86",
@@ -660,20 +695,20 @@ def _check_direction(direction: str) -> None:
         raise ValueError(f"direction: {direction!r} is not one of {', '.join(DIRECTIONS)}")
 
 
-def default_tile(arch: str, direction: str, head_dim: int) -> Tile | None:
-    """The tile `units(arch)` compiles for this direction and head dim (its bucket); None where the
-    family builds no kernel (Turing's backward above 192)."""
+def default_tile(arch: str, direction: str, head_dim: int, cuda: int | None = None) -> Tile | None:
+    """The tile `units(arch, cuda)` compiles for this direction and head dim (its bucket); None where
+    the family builds no kernel (Turing's backward above 192). `cuda`: the major whose NVRTC compiles
+    it (ArchFamily.per_cuda); None, or a major the table names no tiles for: the defaults."""
     family = _family_or_raise(arch)
     _check_direction(direction)
-    table: Mapping[int, Tile] = getattr(family, direction)
-    return table.get(bucket_of(head_dim, _buckets(family)))
+    return family.table(direction, cuda).get(bucket_of(head_dim, _buckets(family)))
 
 
-def candidates(arch: str, direction: str, head_dim: int) -> list[Tile]:
-    """Every tile the autotuner may try for this direction and head dim's bucket: the default first,
-    then the earlier defaults, then every valid combination of the search space; all fit the family's
-    shared memory. [] where the family builds no such kernel."""
-    default = default_tile(arch, direction, head_dim)
+def candidates(arch: str, direction: str, head_dim: int, cuda: int | None = None) -> list[Tile]:
+    """Every tile the autotuner may try for this direction and head dim's bucket: the default (of
+    CUDA `cuda`'s NVRTC) first, then the earlier defaults, then every valid combination of the search
+    space; all fit the family's shared memory. [] where the family builds no such kernel."""
+    default = default_tile(arch, direction, head_dim, cuda)
     if default is None:
         return []
     family = _family_or_raise(arch)
@@ -746,16 +781,16 @@ def unit(arch: str, direction: str, dtype: str, head_dim: int, tile: Tile) -> Ke
     return KernelUnit(name, direction, dtype, d, _SOURCES[direction], defines, entries, tile=tile.label)
 
 
-def units(arch: str) -> list[KernelUnit]:
-    """Every unit to compile for `arch` ("8.0"), each with its default tile; [] for an arch we have no
-    kernels for. Units whose source file is not in this tree are left out, so a build never compiles a
-    missing file."""
-    return [u for u in table_units(arch) if (_KERNELS_DIR / u.source).is_file()]
+def units(arch: str, cuda: int | None = None) -> list[KernelUnit]:
+    """Every unit to compile for `arch` ("8.0") with CUDA `cuda`'s NVRTC, each with its default tile
+    (default_tile: `cuda` None is CUDA 12's and 13's); [] for an arch we have no kernels for. Units
+    whose source file is not in this tree are left out, so a build never compiles a missing file."""
+    return [u for u in table_units(arch, cuda) if (_KERNELS_DIR / u.source).is_file()]
 
 
-def table_units(arch: str) -> list[KernelUnit]:
-    """Every unit the table lists for `arch`, whether or not its source is in this tree (`units` keeps
-    those that are): hopper_fwd.cu's units are planned before the kernel lands."""
+def table_units(arch: str, cuda: int | None = None) -> list[KernelUnit]:
+    """Every unit the table lists for `arch` and CUDA `cuda`, whether or not its source is in this
+    tree (`units` keeps those that are): hopper_fwd.cu's units are planned before the kernel lands."""
     family = arch_family(arch)
     if family is None:
         return []
@@ -763,10 +798,17 @@ def table_units(arch: str) -> list[KernelUnit]:
     for direction in DIRECTIONS:
         for dtype in family.dtypes:
             for d in _buckets(family):
-                tile = default_tile(arch, direction, d)
+                tile = default_tile(arch, direction, d, cuda)
                 if tile is not None:
                     out.append(unit(arch, direction, dtype, d, tile))
     return out
+
+
+def own_majors(arch: str) -> tuple[int, ...]:
+    """The CUDA majors whose NVRTC compiles some unit of `arch` with a tile of its own (ArchFamily.
+    per_cuda); () for none, or for an arch we have no kernels for."""
+    family = arch_family(arch)
+    return tuple(sorted(family.per_cuda)) if family else ()
 
 
 def missing_sources(arch: str) -> list[str]:
@@ -799,10 +841,11 @@ def features(arch: str) -> frozenset[str]:
 # own family. The runtime and doctor pick among them by the GPU's reported limit (decision.py).
 
 
-def alternative_units(arch: str) -> list[KernelUnit]:
+def alternative_units(arch: str, cuda: int | None = None) -> list[KernelUnit]:
     """The units of `arch` with a smaller tile than the default, for newer GPUs whose opt-in shared
     memory per block is below the default's need (its static shared memory counted as PTX's, the
-    larger); each names the GPUs it serves (`serves`). [] for an arch we have no kernels for."""
+    larger); each names the GPUs it serves (`serves`). Both tiles are those CUDA `cuda`'s NVRTC
+    compiles (default_tile). [] for an arch we have no kernels for."""
     family = arch_family(arch)
     if family is None or family.arch_specific:  # its cubin runs on its own capability only
         return []
@@ -817,8 +860,8 @@ def alternative_units(arch: str) -> list[KernelUnit]:
         theirs = FAMILIES[name]
         for direction in DIRECTIONS:
             for d in HEAD_DIM_BUCKETS:
-                default = default_tile(arch, direction, d)
-                smaller: Tile | None = getattr(theirs, direction).get(d)
+                default = default_tile(arch, direction, d, cuda)
+                smaller: Tile | None = theirs.table(direction, cuda).get(d)
                 if default is None or smaller is None or default.smem_bytes(d) <= budget:
                     continue
                 if smaller.smem_bytes(d) > budget or not smaller.valid(d):
@@ -832,9 +875,10 @@ def alternative_units(arch: str) -> list[KernelUnit]:
     return [u for u in out if (_KERNELS_DIR / u.source).is_file()]
 
 
-def all_units(arch: str) -> list[KernelUnit]:
-    """Every unit a build may compile for `arch`: the defaults, then the alternatives."""
-    return units(arch) + alternative_units(arch)
+def all_units(arch: str, cuda: int | None = None) -> list[KernelUnit]:
+    """Every unit a build may compile for `arch` with CUDA `cuda`'s NVRTC: the defaults, then the
+    alternatives."""
+    return units(arch, cuda) + alternative_units(arch, cuda)
 
 
 def _arch_key(arch: str) -> tuple[int, int]:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import inspect
 import json
 import os
 import re
@@ -48,6 +49,7 @@ import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO / "bench" / "kernels"), str(REPO / "bench")]
@@ -59,6 +61,7 @@ import kernel_resources
 from buildtool.builder import toolkits
 from buildtool.builder.nvrtc import open_nvrtc, parse_resource_usage
 from buildtool.core import cache, fetch
+from buildtool.core.cuda_facts import TOOLKITS
 
 # nvdisasm from NVIDIA's PyPI wheel (x86_64 Linux). CUDA 13's nvdisasm reads the cubins of every arch
 # fa builds (sm 7.5 and up) and both ELF ABIs.
@@ -114,6 +117,7 @@ class Model:
     red_width: int  # floats per atomic instruction (0: none)
     dq_sectors_per_mflop: float  # backward only, else 0
     barriers: int = 0  # BAR.SYNC instructions per pass of the main loop
+    cuda: int = 0  # the CUDA major whose NVRTC compiled the SASS (and whose tiles it is: tiles per major)
 
 
 def opcodes(sass: str, entry: str) -> dict[str, int]:
@@ -204,6 +208,20 @@ def _sass_counts(sass: str, entry: str, inner_trips: int = 1) -> dict[str, float
     return c
 
 
+def major_units(tiles: ModuleType, arch: str, cuda: int | None) -> list[Any]:
+    """tiles.units of `arch` as CUDA `cuda`'s wheels compile them (kernels/tiles.py's tiles per CUDA
+    major); a revision's tiles.py from before them has one table for every major."""
+    if "cuda" in inspect.signature(tiles.units).parameters:
+        return list(tiles.units(arch, cuda))
+    return list(tiles.units(arch))
+
+
+def own_tile_units(tiles: ModuleType, arch: str, cuda: int) -> set[str]:
+    """The units of `arch` that CUDA `cuda` compiles with a tile of its own (not the default's)."""
+    default = {u.name: u.tile for u in major_units(tiles, arch, None)}
+    return {u.name for u in major_units(tiles, arch, cuda) if default.get(u.name) != u.tile}
+
+
 def model_units(
     tiles: ModuleType,
     csrc: Path,
@@ -212,7 +230,11 @@ def model_units(
     head_dims: list[int],
     cuda: int,
     directions: tuple[str, ...] = tuple(MAIN_ENTRIES),
+    only: set[tuple[str, str]] | None = None,
 ) -> list[Model]:
+    """Each unit of `archs` (as CUDA `cuda`'s wheels compile it) in `directions` at `head_dims`, bf16
+    (fp16 on 7.5), compiled with that major's NVRTC and counted in its SASS; `only`: these (arch, unit
+    name) pairs alone."""
     nvrtc = open_nvrtc(str(toolkits.nvrtc_lib_dir(cuda)))
     headers = {p.name: p.read_text() for p in sorted(csrc.iterdir()) if p.suffix in (".h", ".cuh")}
     nvdisasm()  # fetched once, before the first compile
@@ -220,10 +242,11 @@ def model_units(
     permuted_dq = "dq_index" in (csrc / "bwd.cu").read_text()
     out = []
     for arch in archs:
-        for u in tiles.units(arch):
+        for u in major_units(tiles, arch, cuda):
             entry = MAIN_ENTRIES.get(u.direction)
             if (
                 entry is None
+                or (only is not None and (arch, u.name) not in only)
                 or u.direction not in directions
                 or u.head_dim not in head_dims
                 or u.dtype != ("fp16" if arch == "7.5" else "bf16")
@@ -284,6 +307,7 @@ def model_units(
                     if u.direction == "bwd"
                     else 0.0,
                     barriers=int(c["bar"]),
+                    cuda=cuda,
                 )
             )
     return out
@@ -326,11 +350,11 @@ def misses(m: Model, fa2: fa2_model.Fa2Row) -> list[str]:
     return out
 
 
-def vs_fa2_table(rows: list[Model]) -> str:
-    """Markdown: each unit beside FA2's tile on its arch, and where it is worse."""
+def _vs_fa2_rows(rows: list[Model]) -> tuple[list[str], int, int]:
+    """The table's lines for `rows`, how many are at or better than FA2, and how many have an FA2 row."""
     lines = [
-        "| arch | unit | tile: ours / FA2 | ldsm/mma | warps/SM | dQ sectors/MFLOP | spills | worse than FA2 |",
-        "|---|---|---|---|---|---|---|---|",
+        "| arch | unit | SASS | tile: ours / FA2 | ldsm/mma | warps/SM | dQ sectors/MFLOP | spills | worse than FA2 |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     at_or_better = compared = 0
     for m in rows:
@@ -342,16 +366,34 @@ def vs_fa2_table(rows: list[Model]) -> str:
         at_or_better += not worse
         dq = f"{m.dq_sectors_per_mflop} / {fa2.dq_sectors_per_mflop}" if fa2.dq_sectors_per_mflop else "-"
         lines.append(
-            f"| {m.arch} | {m.unit} | {m.tile} / {fa2.tile} | {m.ldsm_per_mma} / {fa2.ldsm_per_mma} "
+            f"| {m.arch} | {m.unit} | cu{m.cuda} | {m.tile} / {fa2.tile} | {m.ldsm_per_mma} / {fa2.ldsm_per_mma} "
             f"| {m.warps_per_sm} / {fa2.warps_per_sm} | {dq} | {m.spills} | {'; '.join(worse) or 'no'} |"
         )
+    return lines, at_or_better, compared
+
+
+def vs_fa2_table(rows: list[Model], apart: list[Model] | None = None) -> str:
+    """Markdown: each unit beside FA2's tile on its arch, and where it is worse; `apart`: the units a
+    CUDA major compiles with tiles of its own (tiles per CUDA major), in a table of their own."""
+    lines, at_or_better, compared = _vs_fa2_rows(rows)
+    majors = sorted({m.cuda for m in rows})
     lines.append("")
     lines.append(
         f"{at_or_better} of {compared} units at or better than FA2 on every measure (ldmatrix bytes per mma at or"
         " below, warps per SM at or above, backward dQ sectors per MFLOP at or below, no spill). Ours: the SASS"
-        " of the bf16 units (NVRTC of the stamp's CUDA major); FA2: its own tile choices through the same"
-        " arithmetic, registers assumed at 255 (bench/kernels/fa2_model.py). Not verified on a GPU."
+        f" of the bf16 units as the {', '.join(f'cu{c}' for c in majors)} wheels ship them (column SASS: the CUDA"
+        " major whose NVRTC compiled the cubin, with that major's tiles from kernels/tiles.py; the cu13 wheels"
+        " ship CUDA 12's cubins for these archs, cuda_facts.SASS_FROM); FA2: its own tile choices through the"
+        " same arithmetic, registers assumed at 255 (bench/kernels/fa2_model.py). Not verified on a GPU."
     )
+    if apart:
+        own, better, total = _vs_fa2_rows(apart)
+        lines += ["", *own, ""]
+        lines.append(
+            f"Apart, not counted above: the units whose tile is CUDA {', '.join(sorted({str(m.cuda) for m in apart}))}'s"
+            " own, where its NVRTC spills on the tile above (kernels/tiles.py ArchFamily.per_cuda), as the"
+            f" cu{apart[0].cuda} wheels ship them: {better} of {total} at or better than FA2."
+        )
     return "\n".join(lines)
 
 
@@ -558,7 +600,20 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps([asdict(m) for m in before + rows], indent=1) + "\n")
     if args.vs_fa2:
-        body = vs_fa2_table(rows)
+        apart: list[Model] = []
+        if args.cuda != 11:  # the cu11 wheels' own tiles, compiled by NVRTC 11.8 (it targets up to 9.0)
+            only = {
+                (a, name)
+                for a in archs
+                if a in TOOLKITS[11].archs
+                for name in own_tile_units(tiles, a, 11)
+                if name.split("_")[0] in directions and int(name.rsplit("_d", 1)[1]) in head_dims
+            }
+            if only:
+                apart = model_units(
+                    tiles, REPO / "kernels" / "csrc", "tree", archs, head_dims, 11, directions, only
+                )
+        body = vs_fa2_table(rows, apart)
         if before:
             body = f"Before ({args.before}):\n\n{vs_fa2_table(before)}\n\nAfter (this tree):\n\n{body}"
         figures.report("kernel-vs-fa2", body, args.record)

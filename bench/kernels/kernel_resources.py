@@ -10,7 +10,8 @@
                                                         # carries for 99 KB GPUs (tiles.alternative_units)
 
 Compiles each unit of kernels/tiles.py for each arch with `-Xptxas=-v` (in parallel, one NVRTC per
-worker process), prints one row per (unit, arch, entry) and writes the rows as JSON. No GPU needed.
+worker process), each with the tile of the --cuda major (kernels/tiles.py gives NVRTC 11.8 its own
+tiles where its ptxas spills on the defaults), prints one row per (unit, arch, entry) and writes the rows as JSON. No GPU needed.
 Fails (exit 1) if a compile fails or a launch's shared memory exceeds its arch's per-block limit.
 
 Occupancy (blocks/SM) is the usual calculator's estimate from per-SM limits (CUDA C++ Programming
@@ -165,20 +166,21 @@ def plan(
     head_dims: tuple[int, ...] | None = None,
     every_candidate: bool = False,
     alternatives: bool = False,
+    cuda: int | None = None,
 ) -> list[Job]:
-    """One job per unit of tiles.units(arch) (with every_candidate: per tile of tiles.candidates; with
-    alternatives: tiles.alternative_units instead, the smaller tiles for GPUs with less shared memory)
-    that passes the filters."""
+    """One job per unit of tiles.units(arch, cuda) (with every_candidate: per tile of tiles.candidates;
+    with alternatives: tiles.alternative_units instead, the smaller tiles for GPUs with less shared
+    memory) that passes the filters: the tiles CUDA `cuda`'s NVRTC compiles (tiles per CUDA major)."""
     tiles = kernels_src.tiles()
     kdir = kernels_src.kernels_dir()
     jobs = []
     for arch in archs:
-        for u in tiles.alternative_units(arch) if alternatives else tiles.units(arch):
+        for u in tiles.alternative_units(arch, cuda) if alternatives else tiles.units(arch, cuda):
             if u.direction not in directions or (dtypes and u.dtype not in dtypes):
                 continue
             if head_dims and u.head_dim not in head_dims:
                 continue
-            rows = tiles.candidates(arch, u.direction, u.head_dim) if every_candidate else [None]
+            rows = tiles.candidates(arch, u.direction, u.head_dim, cuda) if every_candidate else [None]
             for tile in rows:
                 if tile is None:
                     unit = u  # its own tile: the default, or the alternative's
@@ -238,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         tuple(args.head_dim) if args.head_dim else None,
         args.candidates,
         args.alternatives,
+        args.cuda,
     )
     headers = _headers(kernels_src.kernels_dir())
 

@@ -66,7 +66,7 @@ class KernelTree:
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = Path(root) if root is not None else kernels_src.kernels_dir()
-        self._units: dict[str, dict[str, Any]] = {}
+        self._units: dict[tuple[str, int | None], dict[str, Any]] = {}
         self._headers: dict[str, tuple[tuple[str, str], ...]] = {}
         self._sources: dict[str, str] = {}
 
@@ -85,11 +85,12 @@ class KernelTree:
         spec.loader.exec_module(mod)
         return mod
 
-    def unit(self, arch: str, name: str) -> Any:  # a tiles.KernelUnit
-        if arch not in self._units:  # tiles.all_units() builds the arch's whole table: once per arch
-            self._units[arch] = {u.name: u for u in self.tiles.all_units(arch)}
+    def unit(self, arch: str, name: str, cuda: int | None = None) -> Any:  # a tiles.KernelUnit
+        """The unit `name` of `arch` as CUDA `cuda`'s NVRTC compiles it (tiles per CUDA major)."""
+        if (arch, cuda) not in self._units:  # tiles.all_units() builds the arch's whole table: once
+            self._units[arch, cuda] = {u.name: u for u in self.tiles.all_units(arch, cuda)}
         try:
-            return self._units[arch][name]
+            return self._units[arch, cuda][name]
         except KeyError:
             raise KeyError(f"tiles.units({arch!r}) has no unit {name!r}") from None
 
@@ -174,7 +175,7 @@ def _headers(src_path: Path, root: Path) -> tuple[tuple[str, str], ...]:
 
 
 def resolve(job: CompileJob, tree: KernelTree) -> CompileTask:
-    unit = tree.unit(job.arch, job.unit)
+    unit = tree.unit(job.arch, job.unit, job.cuda_major)
     defines = tuple(f"-D{k}={v}" for k, v in sorted(unit.defines.items()))
     target = sm_name(job.arch) if job.image == "sass" else compute_name(job.arch)
     return CompileTask(

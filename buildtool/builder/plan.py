@@ -53,8 +53,9 @@ from buildtool.core.runtime import versions
 from buildtool.core.textfile import shown
 from buildtool.core.wheel_file import local_build_label
 
-# `units(arch)` from kernels/tiles.py: the kernel programs to compile for an arch.
-Units = Callable[[str], Sequence[Any]]
+# `units(arch, cuda)` from kernels/tiles.py: the kernel programs CUDA major `cuda`'s NVRTC compiles for
+# an arch (the same names in every major; a tile can differ).
+Units = Callable[[str, int], Sequence[Any]]
 
 # Rough weights for balancing shards, in "kernel programs": a binding is one g++ compile against
 # torch's headers, which costs a few NVRTC programs. Not measured; only the order matters.
@@ -383,7 +384,7 @@ class _MajorKernels:
     reused: tuple[ReusedSass, ...] = ()  # SASS units a lower minor's cubin serves (not in `jobs`)
 
 
-def _no_alternatives(arch: str) -> Sequence[Any]:  # noqa: ARG001 (a Units)
+def _no_alternatives(arch: str, cuda: int) -> Sequence[Any]:  # noqa: ARG001 (a Units)
     return ()
 
 
@@ -484,7 +485,7 @@ def alternative_jobs(
     return [
         CompileJob(major, arch, image, u.name)
         for arch, image in images
-        for u in alternatives(arch)
+        for u in alternatives(arch, major)
         if (flt is None or flt.accepts(u))
         and any(gpu in known and runs_image(arch, image, sass, gpu) for gpu in u.serves)
     ]

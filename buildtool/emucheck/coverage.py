@@ -17,12 +17,14 @@ fails on any. So a new branch in the kernels fails CI until a problem covers it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import sys
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from fa_attn.verify.check import problems
@@ -254,8 +256,8 @@ def read_fields(csrc: Path = CSRC) -> set[str]:
 
 def knobs(csrc: Path = CSRC, arches: tuple[str, ...] = ()) -> set[str]:
     """FA_* names in preprocessor conditions (not include guards), and the -D defines of the units of
-    `arches` (tiles.py)."""
-    found = {name for arch in arches for u in tiles().units(arch) for name in u.defines}
+    `arches` (tiles.py), in every CUDA major's tiles."""
+    found = {name for arch in arches for u in _every_major(arch) for name in u.defines}
     for src in sorted(csrc.glob("*")):
         for line in src.read_text().splitlines():
             if re.match(r"\s*#\s*(?:if|ifdef|ifndef|elif)\b", line):
@@ -280,10 +282,25 @@ def paged(arch: str) -> bool:
     return "paged_kv" in tiles().features(arch)
 
 
+def _every_major(arch: str) -> list[Any]:
+    """The units of `arch` with the default tiles, then those a CUDA major compiles with a tile of its
+    own (tiles.own_majors; named "<unit> (CUDA <major>)")."""
+    table = tiles()
+    out = list(table.units(arch))
+    for cuda in table.own_majors(arch):
+        default = {u.name: u.tile for u in out}
+        out += [
+            dataclasses.replace(u, name=f"{u.name} (CUDA {cuda})")
+            for u in table.units(arch, cuda)
+            if default.get(u.name) != u.tile
+        ]
+    return out
+
+
 def unit_tiles(arch: str) -> list[tuple[str, str, Tile]]:
-    """(unit name, direction, tile) of every unit of `arch`."""
+    """(unit name, direction, tile) of every unit of `arch`, each CUDA major's own tiles too."""
     out = []
-    for u in tiles().units(arch):
+    for u in _every_major(arch):
         main = max(u.entries.values(), key=lambda e: e.block_n)
         tile = Tile(u.head_dim, main.block_m, main.block_n, tiles().head_dims(u)[0])
         out.append((u.name, u.direction, tile))

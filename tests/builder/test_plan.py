@@ -52,7 +52,7 @@ class Unit:  # the fields of tiles.KernelUnit that the plan reads
     head_dim: int
 
 
-def units(arch: str) -> list[Unit]:
+def units(arch: str, cuda: int | None = None) -> list[Unit]:  # noqa: ARG001 (one table for every major)
     """A small kernel table: like the real one, no bf16 on 7.5 and nothing below it."""
     if Version(arch) < Version("7.5"):
         return []
@@ -323,8 +323,8 @@ def test_plan_errors(catalog: TorchCatalog) -> None:
     assert "never published on PyPI" in e.problem
     assert "2.15" in e.problem
 
-    def no_kernels_for_90(arch: str) -> list[Unit]:
-        return [] if arch == "9.0" else units(arch)
+    def no_kernels_for_90(arch: str, cuda: int) -> list[Unit]:
+        return [] if arch == "9.0" else units(arch, cuda)
 
     m = matrix('torch: ["2.9"]\ncuda: [12]\npython: ["3.12"]\narchs: {"12": ["8.0", "9.0"]}\n')
     with pytest.raises(MatrixError) as info:

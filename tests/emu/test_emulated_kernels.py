@@ -31,7 +31,7 @@ from attn_runs import check_lse
 ARCHS = {"sm75": "7.5", "sm80": "8.0", "sm86": "8.6", "sm90": "9.0"}
 # Families that take another's tables but a few tiles: only the buckets whose tiles differ run (the
 # rest are their base family's units, run above).
-VARIANTS = {"sm100": ("10.0", "sm90"), "sm120": ("12.0", "sm86")}
+VARIANTS = {"sm100": ("10.0", "sm90"), "sm120": ("12.0", "sm86"), "sm87": ("8.7", "sm80")}
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -42,6 +42,9 @@ class Config:
     family: str
     dtype: str
     bucket: int
+    cuda: int | None = (
+        None  # a CUDA major with tiles of its own (tiles.ArchFamily.per_cuda); None: the defaults
+    )
 
     @property
     def arch(self) -> str:
@@ -49,13 +52,16 @@ class Config:
 
     @property
     def id(self) -> str:
-        return f"{self.family}-{self.dtype}-d{self.bucket}"
+        return f"{self.family}-{self.dtype}-d{self.bucket}" + (f"-cu{self.cuda}" if self.cuda else "")
 
     @property
     def runs_split_kv(self) -> bool:
         """sm90's split-KV units are sm80's (same tiles, and the forward uses nothing sm90 adds), so the
         emulator runs them once, on sm80, but a tile of sm90's own (d96); the variants' are their base
         family's, except a tile of their own (sm120's d256)."""
+        if self.cuda is not None:  # a major's own tiles: its split-KV only if one of them
+            own = tiles.arch_family(self.arch)
+            return own is not None and "splitkv" in own.per_cuda.get(self.cuda, {})
         base = (
             VARIANTS[self.family][1] if self.family in VARIANTS else "sm80" if self.family == "sm90" else ""
         )
@@ -67,7 +73,7 @@ class Config:
         return self.family in ("sm75", "sm80", "sm86")
 
     def unit(self, direction: str) -> tiles.KernelUnit | None:
-        for u in tiles.units(self.arch):
+        for u in tiles.units(self.arch, self.cuda):
             if u.direction == direction and u.dtype == self.dtype and u.head_dim == self.bucket:
                 return u
         return None
@@ -91,11 +97,19 @@ def _configs() -> list[Config]:
             own = (fam.fwd[d], fam.bwd.get(d), fam.splitkv.get(d))
             if own != (base_fam.fwd[d], base_fam.bwd.get(d), base_fam.splitkv.get(d)):
                 out.append(Config(family, "fp16", d))
+    # a CUDA major's own tiles (NVRTC 11.8's where it spills on the defaults): those buckets, in fp16
+    for family, arch in {**ARCHS, **{f: a for f, (a, _) in VARIANTS.items()}}.items():
+        fam = tiles.arch_family(arch)
+        assert fam is not None
+        for cuda, tables in fam.per_cuda.items():
+            out.extend(
+                Config(family, "fp16", d, cuda) for d in sorted({d for t in tables.values() for d in t})
+            )
     return out
 
 
 CONFIGS = _configs()
-_LIBS: dict[tuple[str, str], H.Emulated] = {}
+_LIBS: dict[tuple[str, str, str], H.Emulated] = {}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -116,7 +130,7 @@ def emulated(cfg: Config, direction: str) -> H.Emulated | None:
     unit = cfg.unit(direction)
     if unit is None:
         return None
-    key = (unit.name, cfg.arch)
+    key = (unit.name, unit.tile, cfg.arch)
     if key not in _LIBS:
         _LIBS[key] = H.Emulated(unit, cfg.arch)
     return _LIBS[key]

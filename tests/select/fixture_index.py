@@ -44,7 +44,9 @@ def table_tiles() -> SimpleNamespace:
         **{name: getattr(tiles, name) for name in dir(tiles) if not name.startswith("__")}
     )
     table.units = tiles.table_units
-    table.all_units = lambda arch: tiles.table_units(arch) + tiles.alternative_units(arch)
+    table.all_units = lambda arch, cuda=None: (
+        tiles.table_units(arch, cuda) + tiles.alternative_units(arch, cuda)
+    )
     return table
 
 

@@ -39,7 +39,7 @@ def _arch(arch: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def units(arch: str) -> list[KernelUnit]:
+def units(arch: str, cuda: int | None = None) -> list[KernelUnit]:  # one table for every major
     if _arch(arch) < _arch(MIN_ARCH):
         return []
     launch = Launch(threads=32, block_m=64, block_n=64, smem_bytes=0, grid="q_blocks")
@@ -57,8 +57,8 @@ def units(arch: str) -> list[KernelUnit]:
     ]
 
 
-def all_units(arch: str) -> list[KernelUnit]:
-    return units(arch)  # no alternative tiles here
+def all_units(arch: str, cuda: int | None = None) -> list[KernelUnit]:
+    return units(arch, cuda)  # no alternative tiles here
 
 
 def static_smem(arch: str, image: str) -> int:
