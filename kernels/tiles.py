@@ -412,15 +412,26 @@ _BWD_SM80 = {
 }
 # sm90 on: sm80's blocks, two stages at every head dim (227 KB holds them), and V in registers at d96
 # (FA2's choice; sm80 spills 48 B so, NVRTC 12.9; sm100 32 B with two stages, none with one). sm90 also
-# takes FA2's 64 x 64 at d192 (sm80 spills 8 B, sm100 32 B). Blackwell runs FA2's 64 x 128 at d128 with
+# takes FA2's 64 x 64 at d192 (sm80 spills 8 B; sm100 below). Blackwell runs FA2's 64 x 128 at d128 with
 # one stage (252-254 registers, no spill, NVRTC 12.9 and 13.0, since fa_bwd recomputes dQ's group
 # stride at each step: bwd.cu kHoldDqStride; 28 B spilled before); two stages spill 384 B there.
 _BWD_SM90_BASE = {d: dataclasses.replace(t, stages=2) for d, t in _BWD_SM80.items()}
 _BWD_SM90 = {**_BWD_SM90_BASE, 96: _B(64, 128, 8, 2, True), 192: _B(64, 64, 8, 2)}
-_BWD_SM100 = {**_BWD_SM90_BASE, 96: _B(64, 128, 8, 1, True), 128: _B(64, 128, 8, 1)}
+# Blackwell also runs FA2's 64 x 64 at d192 and d256, one stage, since accumulate_dq adds dQ at constant
+# offsets from one pointer per lane (bwd.cu): NVRTC 12.9 spilled 32 and 8 B there before, 13.0 0 and 24
+# B; none now with either (two stages at d256 still spill 8 B with 12.9).
+_BWD_SM100 = {
+    **_BWD_SM90_BASE,
+    96: _B(64, 128, 8, 1, True),
+    128: _B(64, 128, 8, 1),
+    192: _B(64, 64, 8, 1),
+    256: _B(64, 64, 8, 1),
+}
 # The 99 KB parts: FA2's blocks with V in registers from d64 up (FA2's choice there). Beside V's
-# fragments sm86's ptxas spilled dQ's accumulators at d96 and d128 (40 and 136 B, NVRTC 12.9), so dQ runs
-# in column passes there (dq_passes, FA_DQ_PASSES); d192 and d256 fit 99 KB only swizzled (98,816 B;
+# fragments sm86's ptxas spilled dQ's accumulators at d96 and d128 (40 and 136 B, NVRTC 12.9), so dQ ran
+# in column passes there (dq_passes, FA_DQ_PASSES); d128 takes one pass since accumulate_dq adds at
+# constant offsets from one pointer per lane (bwd.cu; 8, 4 and 4 B spilled before with NVRTC 11.8, 12.9
+# and 13.0, none now); d192 and d256 fit 99 KB only swizzled (98,816 B;
 # padded 102,912 and 101,888), d192 with S in two warp rows (s_rows: 48 registers of V, not 96) and d256
 # in four passes (two spill 4 B as sm 8.0's alternative, 8 on sm_100). Spill-free with NVRTC 11.8, 12.9
 # and 13.0; ldsm/mma (kernel_model.py --vs-fa2, NVRTC 12) d96 247.5, d128 281.6, d192 273.1, d256 332.8,
@@ -429,7 +440,7 @@ _BWD_SM86 = {
     32: _B(64, 128, 8, 2),
     64: _B(64, 128, 8, 1, True),
     96: _B(64, 128, 8, 1, True, True, 2),
-    128: _B(64, 64, 8, 1, True, True, 2),
+    128: _B(64, 64, 8, 1, True, True),  # one dQ pass since accumulate_dq's adds share a pointer (bwd.cu)
     160: _B(32, 64, 8, 2),
     192: _B(64, 64, 8, 1, True, True, 2, s_rows=2),
     256: _B(64, 32, 8, 1, True, True, 4),

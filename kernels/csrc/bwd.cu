@@ -327,10 +327,15 @@ FA_DEVICE void accumulate_dq(const FaParams& p, const KeyBlock& kb, int row0, PT
     float acc[GridQ::kMT][GridQ::kNT][4];
     zero<GridQ>(acc);
     warp_gemm<GridQ, kBlockN>(acc, SmemA<PTile, false>{sdS}, SmemB<KVTile, true>{sK}, m_base, n_base, kBlockN, lane);
+    // dq_index is affine over one lane's fragments: from its first pair (row m_base + g, column n_base +
+    // 2t), pair (i, j, e) lies i groups, j 16 x 8 tiles and e value rows of 32 floats on. One pointer
+    // and constant offsets, not an index per add (those took the registers sm86's d128 spilled).
+    float* lane_dq = dq + dq_index(m_base + (lane >> 2), n_base + 2 * (lane & 3), group_stride);
     for_each_acc_pair<GridQ>(m_base, n_base, lane, [&](int r, int c, int i, int j, int e) {
       if (r < rows && c < p.head_dim) {
-        red_add_f32(dq + dq_index(r, c, group_stride), acc[i][j][e]);
-        red_add_f32(dq + dq_index(r, c + 1, group_stride), acc[i][j][e + 1]);
+        float* at = lane_dq + i * group_stride + j * 128 + e * 32;
+        red_add_f32(at, acc[i][j][e]);
+        red_add_f32(at + 32, acc[i][j][e + 1]);
       }
     });
   }

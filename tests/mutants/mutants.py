@@ -235,8 +235,8 @@ MUTANTS: tuple[Mutant, ...] = (
     # faults only an emulator that interleaves blocks / runs the real PTX can see
     Mutant(
         "dq-plain-add", "dq atomics", "bwd.cu",
-        "red_add_f32(dq + dq_index(r, c, group_stride), acc[i][j][e]);",
-        "dq[dq_index(r, c, group_stride)] += acc[i][j][e];",
+        "red_add_f32(at, acc[i][j][e]);",
+        "*at += acc[i][j][e];",
         "bwd_fp16_d32", "blocks",
     ),
     # the backward's dQ in column passes (FA_DQ_PASSES, sm 8.6's d128): every pass adds the first slice
