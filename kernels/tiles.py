@@ -154,12 +154,16 @@ class BwdTile:
     # ldmatrix bytes (attention.cuh FewestBytesGrid). With V in registers, fewer warp rows hold fewer
     # of V's fragments per warp
     s_rows: int = 0
+    # FA_DQ_LANE_POINTER: dQ's adds at constant offsets from one pointer per lane (label suffix "l"), not
+    # an index each; which of the two ptxas fits in 255 registers differs by tile (bwd.cu kDqLanePointer)
+    dq_lane_pointer: bool = False
 
     @property
     def label(self) -> str:
         suffix = ("v" if self.v_in_regs else "") + ("x" if self.swizzled else "")
         suffix += f"p{self.dq_passes}" if self.dq_passes > 1 else ""
         suffix += f"r{self.s_rows}" if self.s_rows else ""
+        suffix += "l" if self.dq_lane_pointer else ""
         return f"m{self.block_m}n{self.block_n}w{self.warps}s{self.stages}{suffix}"
 
     def smem_bytes(self, head_dim: int) -> int:
@@ -201,6 +205,7 @@ class BwdTile:
             **({"FA_BWD_SWIZZLE": 1} if self.swizzled else {}),
             **({"FA_DQ_PASSES": self.dq_passes} if self.dq_passes > 1 else {}),
             **({"FA_S_ROWS": self.s_rows} if self.s_rows else {}),
+            **({"FA_DQ_LANE_POINTER": 1} if self.dq_lane_pointer else {}),
         }
 
 
@@ -417,21 +422,21 @@ _BWD_SM80 = {
 # stride at each step: bwd.cu kHoldDqStride; 28 B spilled before); two stages spill 384 B there.
 _BWD_SM90_BASE = {d: dataclasses.replace(t, stages=2) for d, t in _BWD_SM80.items()}
 _BWD_SM90 = {**_BWD_SM90_BASE, 96: _B(64, 128, 8, 2, True), 192: _B(64, 64, 8, 2)}
-# Blackwell also runs FA2's 64 x 64 at d192 and d256, one stage, since accumulate_dq adds dQ at constant
-# offsets from one pointer per lane (bwd.cu): NVRTC 12.9 spilled 32 and 8 B there before, 13.0 0 and 24
-# B; none now with either (two stages at d256 still spill 8 B with 12.9).
+# Blackwell also runs FA2's 64 x 64 at d192 and d256, one stage, with dQ's adds at offsets from one
+# pointer per lane (dq_lane_pointer, bwd.cu kDqLanePointer): NVRTC 12.9 spilled 32 and 8 B there
+# without it, 13.0 0 and 24 B; none with it (two stages at d256 still spill 8 B with 12.9).
 _BWD_SM100 = {
     **_BWD_SM90_BASE,
     96: _B(64, 128, 8, 1, True),
     128: _B(64, 128, 8, 1),
-    192: _B(64, 64, 8, 1),
-    256: _B(64, 64, 8, 1),
+    192: _B(64, 64, 8, 1, dq_lane_pointer=True),
+    256: _B(64, 64, 8, 1, dq_lane_pointer=True),
 }
 # The 99 KB parts: FA2's blocks with V in registers from d64 up (FA2's choice there). Beside V's
 # fragments sm86's ptxas spilled dQ's accumulators at d96 and d128 (40 and 136 B, NVRTC 12.9), so dQ ran
-# in column passes there (dq_passes, FA_DQ_PASSES); d128 takes one pass since accumulate_dq adds at
-# constant offsets from one pointer per lane (bwd.cu; 8, 4 and 4 B spilled before with NVRTC 11.8, 12.9
-# and 13.0, none now); d192 and d256 fit 99 KB only swizzled (98,816 B;
+# in column passes there (dq_passes, FA_DQ_PASSES); d128 takes one pass with dQ's adds at offsets from
+# one pointer per lane (dq_lane_pointer: 8, 4 and 4 B spilled without it with NVRTC 11.8, 12.9 and 13.0,
+# none with it); d192 and d256 fit 99 KB only swizzled (98,816 B;
 # padded 102,912 and 101,888), d192 with S in two warp rows (s_rows: 48 registers of V, not 96) and d256
 # in four passes (two spill 4 B as sm 8.0's alternative, 8 on sm_100). Spill-free with NVRTC 11.8, 12.9
 # and 13.0; ldsm/mma (kernel_model.py --vs-fa2, NVRTC 12) d96 247.5, d128 281.6, d192 273.1, d256 332.8,
@@ -440,7 +445,7 @@ _BWD_SM86 = {
     32: _B(64, 128, 8, 2),
     64: _B(64, 128, 8, 1, True),
     96: _B(64, 128, 8, 1, True, True, 2),
-    128: _B(64, 64, 8, 1, True, True),  # one dQ pass since accumulate_dq's adds share a pointer (bwd.cu)
+    128: _B(64, 64, 8, 1, True, True, dq_lane_pointer=True),
     160: _B(32, 64, 8, 2),
     192: _B(64, 64, 8, 1, True, True, 2, s_rows=2),
     256: _B(64, 32, 8, 1, True, True, 4),

@@ -126,8 +126,8 @@ def test_launch_past_the_register_file() -> None:
 # GPU the key blocks' read-modify-writes of one dq_accum row interleave and lose updates. Blocks that run
 # one after another add correctly, so only the race rule between blocks sees it (2 key blocks: sk = 170,
 # block_n = 128).
-DQ_RED = "        red_add_f32(at, acc[i][j][e]);"
-DQ_PLAIN = "        *at += acc[i][j][e];"
+DQ_RED = "      red_add_f32(dq + dq_index(r, c, group_stride), acc[i][j][e]);"
+DQ_PLAIN = "      dq[dq_index(r, c, group_stride)] += acc[i][j][e];"
 
 # The forward's output tile stored at query block 0's rows whatever the block (2 query blocks: sq = 150,
 # block_m = 128): both blocks write rows 0..127 of out.
