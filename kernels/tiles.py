@@ -443,7 +443,7 @@ _BWD_SM80_FAMILY = {**_BWD_SM80, 256: _B(64, 64, 8, 1, dq_passes=2)}
 # none with it); d192 and d256 fit 99 KB only swizzled (98,816 B;
 # padded 102,912 and 101,888), d192 with S in two warp rows (s_rows: 48 registers of V, not 96) and d256
 # in four passes (two spill 4 B as sm 8.0's alternative, 8 on sm_100). Spill-free with NVRTC 11.8, 12.9
-# and 13.0; ldsm/mma (kernel_model.py --vs-fa2, NVRTC 12) d96 247.5, d128 281.6, d192 273.1, d256 332.8,
+# and 13.0; ldsm/mma (kernel_model.py --vs-fa2, NVRTC 12) d96 247.5, d128 256.0 (281.6 in two passes), d192 273.1, d256 332.8,
 # against the padded half blocks' 332.8, 307.2, 349.9, 460.8 and FA2's 230.4, 256.0, 230.4, 294.4.
 _BWD_SM86 = {
     32: _B(64, 128, 8, 2),
