@@ -432,10 +432,11 @@ _BWD_SM100 = {
     192: _B(64, 64, 8, 1, dq_lane_pointer=True),
     256: _B(64, 64, 8, 1, dq_lane_pointer=True),
 }
-# sm80's own d256: FA2's 64 x 64 with dQ in two column passes (64 x 32 before: dQ sectors twice FA2's).
-# One pass spills 152 B (NVRTC 12.9); two run at 250-252 registers without a spill with NVRTC 11.8, 12.9
-# and 13.0 on sm80 and sm87. (sm90's table derives from _BWD_SM80 and keeps its 64 x 32.)
-_BWD_SM80_FAMILY = {**_BWD_SM80, 256: _B(64, 64, 8, 1, dq_passes=2)}
+# sm80's own d192 and d256: FA2's 64 x 64 with dQ in two column passes (32 x 64 and 64 x 32 before, the
+# latter with dQ sectors twice FA2's). One pass spills 4 and 152 B (NVRTC 12.9); two run at 215-220 and
+# 250-252 registers without a spill with NVRTC 11.8, 12.9 and 13.0 on sm80 and sm87. (sm90's table
+# derives from _BWD_SM80 and keeps its own rows.)
+_BWD_SM80_FAMILY = {**_BWD_SM80, 192: _B(64, 64, 8, 1, dq_passes=2), 256: _B(64, 64, 8, 1, dq_passes=2)}
 # The 99 KB parts: FA2's blocks with V in registers from d64 up (FA2's choice there). Beside V's
 # fragments sm86's ptxas spilled dQ's accumulators at d96 and d128 (40 and 136 B, NVRTC 12.9), so dQ ran
 # in column passes there (dq_passes, FA_DQ_PASSES); d128 takes one pass with dQ's adds at offsets from
