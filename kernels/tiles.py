@@ -402,7 +402,8 @@ _FWD_SM75 = {**_FWD_V1["sm75"], 32: _T(128, 64, 4)}
 # fragments in whole sectors (bwd.cu dq_index). FA2's own blocks at d64 (128 x 128), d96 and d128
 # (64 x 128) on sm80 and sm90 on, since P and dS are computed apart (bwd.cu probabilities,
 # grad_scores); sm80 keeps one Q/dO stage at d64 and d128 (two need 181,248 and 174,592 B) and at d96. At d192
-# and d256 FA2's 64 x 64 still spills (NVRTC 12.9: 8 to 444 B). Head dim 256 fits the 99 KB parts
+# and d256 FA2's 64 x 64 spills in one dQ pass (NVRTC 12.9: 4 to 444 B); sm80 runs it in two
+# (_BWD_SM80_FAMILY), sm100 in one with dQ's per-lane pointer (_BWD_SM100). Head dim 256 fits the 99 KB parts
 # (sm86/89/120) with 64 x 32 blocks (swizzled: _BWD_SM86), where FA2 < 2.5.5 and torch SDPA refuse
 # training. Turing (64 KB) gets backward up to head dim 192; 256 does not fit 64 KB without blocks so
 # small that they spill, so dispatch falls back for it (backward-unsupported).
