@@ -154,12 +154,16 @@ class BwdTile:
     # ldmatrix bytes (attention.cuh FewestBytesGrid). With V in registers, fewer warp rows hold fewer
     # of V's fragments per warp
     s_rows: int = 0
+    # FA_DQ_LANE_POINTER: dQ's adds at constant offsets from one pointer per lane (label suffix "l"), not
+    # an index each; which of the two ptxas fits in 255 registers differs by tile (bwd.cu kDqLanePointer)
+    dq_lane_pointer: bool = False
 
     @property
     def label(self) -> str:
         suffix = ("v" if self.v_in_regs else "") + ("x" if self.swizzled else "")
         suffix += f"p{self.dq_passes}" if self.dq_passes > 1 else ""
         suffix += f"r{self.s_rows}" if self.s_rows else ""
+        suffix += "l" if self.dq_lane_pointer else ""
         return f"m{self.block_m}n{self.block_n}w{self.warps}s{self.stages}{suffix}"
 
     def smem_bytes(self, head_dim: int) -> int:
@@ -201,6 +205,7 @@ class BwdTile:
             **({"FA_BWD_SWIZZLE": 1} if self.swizzled else {}),
             **({"FA_DQ_PASSES": self.dq_passes} if self.dq_passes > 1 else {}),
             **({"FA_S_ROWS": self.s_rows} if self.s_rows else {}),
+            **({"FA_DQ_LANE_POINTER": 1} if self.dq_lane_pointer else {}),
         }
 
 
@@ -406,10 +411,12 @@ _FWD_SM75 = {**_FWD_V1["sm75"], 32: _T(128, 64, 4)}
 # fragments in whole sectors (bwd.cu dq_index). FA2's own blocks at d64 (128 x 128), d96 and d128
 # (64 x 128) on sm80 and sm90 on, since P and dS are computed apart (bwd.cu probabilities,
 # grad_scores); sm80 keeps one Q/dO stage at d64 and d128 (two need 181,248 and 174,592 B) and at d96. At d192
-# and d256 FA2's 64 x 64 spilled (NVRTC 12.9: 8 to 444 B); sm80's d192 takes it for CUDA 12 and 13
-# with S in two warp rows, and sm90's d256 with one stage (tiles per CUDA major, below). Head dim 256
-# fits the 99 KB parts (sm86/89/120) with 64 x 32 blocks (swizzled: _BWD_SM86), where FA2 < 2.5.5
-# and torch SDPA refuse training. Turing (64 KB) gets backward up to head dim 192; 256 does not fit 64 KB without blocks so
+# and d256 FA2's 64 x 64 spills in one dQ pass (NVRTC 12.9: 4 to 444 B); sm80 runs it in two
+# (_BWD_SM80_FAMILY), except d192 with CUDA 12 and 13, which take it in one pass with S in two warp rows
+# (tiles per CUDA major, below); sm90's d256 takes it with one stage for CUDA 12 and 13; sm100 in one pass
+# with dQ's per-lane pointer (_BWD_SM100). Head dim 256 fits the 99 KB parts
+# (sm86/89/120) with 64 x 32 blocks (swizzled: _BWD_SM86), where FA2 < 2.5.5 and torch SDPA refuse
+# training. Turing (64 KB) gets backward up to head dim 192; 256 does not fit 64 KB without blocks so
 # small that they spill, so dispatch falls back for it (backward-unsupported).
 _BWD_SM80 = {
     32: _B(64, 128, 8, 2),
@@ -422,12 +429,26 @@ _BWD_SM80 = {
 }
 # sm90 on: sm80's blocks, two stages at every head dim (227 KB holds them), and V in registers at d96
 # (FA2's choice; sm80 spills 48 B so, NVRTC 12.9; sm100 32 B with two stages, none with one). sm90 also
-# takes FA2's 64 x 64 at d192 (sm80 spills 8 B, sm100 32 B). Blackwell runs FA2's 64 x 128 at d128 with
+# takes FA2's 64 x 64 at d192 (sm80 spills 8 B; sm100 below). Blackwell runs FA2's 64 x 128 at d128 with
 # one stage (252-254 registers, no spill, NVRTC 12.9 and 13.0, since fa_bwd recomputes dQ's group
 # stride at each step: bwd.cu kHoldDqStride; 28 B spilled before); two stages spill 384 B there.
 _BWD_SM90_BASE = {d: dataclasses.replace(t, stages=2) for d, t in _BWD_SM80.items()}
 _BWD_SM90 = {**_BWD_SM90_BASE, 96: _B(64, 128, 8, 2, True), 192: _B(64, 64, 8, 2)}
-_BWD_SM100 = {**_BWD_SM90_BASE, 96: _B(64, 128, 8, 1, True), 128: _B(64, 128, 8, 1)}
+# Blackwell also runs FA2's 64 x 64 at d192 and d256, one stage, with dQ's adds at offsets from one
+# pointer per lane (dq_lane_pointer, bwd.cu kDqLanePointer): NVRTC 12.9 spilled 32 and 8 B there
+# without it, 13.0 0 and 24 B; none with it (two stages at d256 still spill 8 B with 12.9).
+_BWD_SM100 = {
+    **_BWD_SM90_BASE,
+    96: _B(64, 128, 8, 1, True),
+    128: _B(64, 128, 8, 1),
+    192: _B(64, 64, 8, 1, dq_lane_pointer=True),
+    256: _B(64, 64, 8, 1, dq_lane_pointer=True),
+}
+# sm80's own d192 and d256: FA2's 64 x 64 with dQ in two column passes (32 x 64 and 64 x 32 before, the
+# latter with dQ sectors twice FA2's). One pass spills 4 and 152 B (NVRTC 12.9); two run at 215-220 and
+# 250-252 registers without a spill with NVRTC 11.8, 12.9 and 13.0 on sm80 and sm87. (sm90's table
+# derives from _BWD_SM80 and keeps its own rows.)
+_BWD_SM80_FAMILY = {**_BWD_SM80, 192: _B(64, 64, 8, 1, dq_passes=2), 256: _B(64, 64, 8, 1, dq_passes=2)}
 # Tiles per CUDA major (issue 38): where NVRTC 12.9's and 13.0's ptxas fit FA2's blocks without a spill
 # and 11.8's does not, CUDA 12 and 13 compile FA2's and CUDA 11 keeps the tile above (ArchFamily.
 # per_cuda). Spilled bytes, stores + loads, the same for bf16 and fp16 (bench/kernels/kernel_resources.py
@@ -436,28 +457,31 @@ _BWD_SM100 = {**_BWD_SM90_BASE, 96: _B(64, 128, 8, 1, True), 128: _B(64, 128, 8,
 #     none with 12.9 and 13.0, 16 with 11.8; one stage spills 48 with every NVRTC.
 #   - sm80 d192: FA2's 64 x 64, two stages, swizzled (padded it needs 172,544 B) with S and dP in two
 #     warp rows (s_rows; ldsm/mma 281.6, FA2's): none with 12.9 and 13.0, 40 with 11.8 (one stage,
-#     padded, 8); FA2's four warp rows spill 128 with 12.9, two dQ passes none but read 298.7 B/mma.
+#     padded, 8); FA2's four warp rows spill 128 with 12.9. CUDA 11 takes 64 x 64 in two dQ passes
+#     (_BWD_SM80_FAMILY: spill-free with every NVRTC, but 298.7 B/mma: the passes re-read dS).
 #   - sm90 d256: FA2's 64 x 64, one stage: none with 12.9 and 13.0, 528 with 11.8; two stages spill 84
 #     with 12.9.
 _FA2_BWD_SM80 = {96: _B(64, 128, 8, 2, True), 192: _B(64, 64, 8, 2, swizzled=True, s_rows=2)}
 _FA2_BWD_SM90 = {256: _B(64, 64, 8, 1)}
-_CU11_BWD_SM80 = {d: _BWD_SM80[d] for d in _FA2_BWD_SM80}
+_CU11_BWD_SM80 = {d: _BWD_SM80_FAMILY[d] for d in _FA2_BWD_SM80}
 _CU11_BWD_SM90 = {d: _BWD_SM90[d] for d in _FA2_BWD_SM90}
 # sm87 (Jetson Orin, DRIVE Orin) has sm80's shared memory but a row of its own: its ptxas fits both of
 # sm80's FA2 tiles with every NVRTC, 11.8 too (none spilled, bf16 and fp16), so it needs no CUDA 11 row.
-_BWD_SM87 = {**_BWD_SM80, **_FA2_BWD_SM80}
+_BWD_SM87 = {**_BWD_SM80_FAMILY, **_FA2_BWD_SM80}
 # The 99 KB parts: FA2's blocks with V in registers from d64 up (FA2's choice there). Beside V's
-# fragments sm86's ptxas spilled dQ's accumulators at d96 and d128 (40 and 136 B, NVRTC 12.9), so dQ runs
-# in column passes there (dq_passes, FA_DQ_PASSES); d192 and d256 fit 99 KB only swizzled (98,816 B;
+# fragments sm86's ptxas spilled dQ's accumulators at d96 and d128 (40 and 136 B, NVRTC 12.9), so dQ ran
+# in column passes there (dq_passes, FA_DQ_PASSES); d128 takes one pass with dQ's adds at offsets from
+# one pointer per lane (dq_lane_pointer: 8, 4 and 4 B spilled without it with NVRTC 11.8, 12.9 and 13.0,
+# none with it); d192 and d256 fit 99 KB only swizzled (98,816 B;
 # padded 102,912 and 101,888), d192 with S in two warp rows (s_rows: 48 registers of V, not 96) and d256
 # in four passes (two spill 4 B as sm 8.0's alternative, 8 on sm_100). Spill-free with NVRTC 11.8, 12.9
-# and 13.0; ldsm/mma (kernel_model.py --vs-fa2, NVRTC 12) d96 247.5, d128 281.6, d192 273.1, d256 332.8,
+# and 13.0; ldsm/mma (kernel_model.py --vs-fa2, NVRTC 12) d96 247.5, d128 256.0 (281.6 in two passes), d192 273.1, d256 332.8,
 # against the padded half blocks' 332.8, 307.2, 349.9, 460.8 and FA2's 230.4, 256.0, 230.4, 294.4.
 _BWD_SM86 = {
     32: _B(64, 128, 8, 2),
     64: _B(64, 128, 8, 1, True),
     96: _B(64, 128, 8, 1, True, True, 2),
-    128: _B(64, 64, 8, 1, True, True, 2),
+    128: _B(64, 64, 8, 1, True, True, dq_lane_pointer=True),
     160: _B(32, 64, 8, 2),
     192: _B(64, 64, 8, 1, True, True, 2, s_rows=2),
     256: _B(64, 32, 8, 1, True, True, 4),
@@ -506,7 +530,7 @@ FAMILIES: dict[str, ArchFamily] = {
         smem_limit=163 * 1024,
         dtypes=("fp16", "bf16"),
         fwd=_FWD_SM80,
-        bwd={**_BWD_SM80, **_FA2_BWD_SM80},
+        bwd={**_BWD_SM80_FAMILY, **_FA2_BWD_SM80},
         splitkv=_SPLITKV_SM80,
         previous={"fwd": _FWD_V1["sm80"], "bwd": _BWD_V1["sm80"]},
         per_cuda={11: {"bwd": _CU11_BWD_SM80}},

@@ -202,7 +202,7 @@ FEATURES: tuple[Feature, ...] = (
         _always,
     ),
     Feature(
-        "per-unit tiles: stages, Q or V in registers, warps, backward layout and dQ passes",
+        "per-unit tiles: stages, Q or V in registers, warps, backward layout, dQ passes and addressing",
         (),
         (
             "FA_STAGES",
@@ -213,6 +213,7 @@ FEATURES: tuple[Feature, ...] = (
             "FA_BWD_SWIZZLE",
             "FA_DQ_PASSES",
             "FA_S_ROWS",
+            "FA_DQ_LANE_POINTER",
         ),
         _always,
         per_unit=True,

@@ -126,6 +126,17 @@ FA_DEVICE fa_i64 dq_group_stride(const FaParams& p) { return static_cast<fa_i64>
 // whose V fragments take 48-64 registers, spill when it is recomputed (sm100 d96 16 B) and keep it.
 constexpr bool kHoldDqStride = kVInRegs;
 
+// How accumulate_dq addresses its adds (FA_DQ_LANE_POINTER, tiles.py BwdTile.dq_lane_pointer): 1, one
+// pointer per lane held through the adds and constant offsets from it; 0, each add's dq_index from
+// scratch (more instructions, nothing held). Again ptxas's margin at 255 registers decides, and not
+// the same way for every tile: the pointer takes sm86's d128 64 x 64 to one dQ pass without a spill
+// (8, 4 and 4 B with NVRTC 11.8, 12.9 and 13.0 before) and sm100's 64 x 64 at d192 and d256 (12.9: 32
+// and 8 B), but spills others that run clean without it (sm80's d128 64 x 128 24 B, sm90's d128 48 B).
+#ifndef FA_DQ_LANE_POINTER
+#define FA_DQ_LANE_POINTER 0
+#endif
+constexpr bool kDqLanePointer = FA_DQ_LANE_POINTER != 0;
+
 // The (group 0, this head) base of dq_accum for sequence s.
 FA_DEVICE float* dq_base(const FaParams& p, const Seq& s) {
   return p.dq_accum + s.acc_row0 * p.heads * kHeadDim + static_cast<fa_i64>(s.head) * kHeadDim * 16;
@@ -327,12 +338,25 @@ FA_DEVICE void accumulate_dq(const FaParams& p, const KeyBlock& kb, int row0, PT
     float acc[GridQ::kMT][GridQ::kNT][4];
     zero<GridQ>(acc);
     warp_gemm<GridQ, kBlockN>(acc, SmemA<PTile, false>{sdS}, SmemB<KVTile, true>{sK}, m_base, n_base, kBlockN, lane);
-    for_each_acc_pair<GridQ>(m_base, n_base, lane, [&](int r, int c, int i, int j, int e) {
-      if (r < rows && c < p.head_dim) {
-        red_add_f32(dq + dq_index(r, c, group_stride), acc[i][j][e]);
-        red_add_f32(dq + dq_index(r, c + 1, group_stride), acc[i][j][e + 1]);
-      }
-    });
+    if (kDqLanePointer) {
+      // dq_index is affine over one lane's fragments: from its first pair (row m_base + g, column
+      // n_base + 2t), pair (i, j, e) lies i groups, j 16 x 8 tiles and e value rows of 32 floats on.
+      float* lane_dq = dq + dq_index(m_base + (lane >> 2), n_base + 2 * (lane & 3), group_stride);
+      for_each_acc_pair<GridQ>(m_base, n_base, lane, [&](int r, int c, int i, int j, int e) {
+        if (r < rows && c < p.head_dim) {
+          float* at = lane_dq + i * group_stride + j * 128 + e * 32;
+          red_add_f32(at, acc[i][j][e]);
+          red_add_f32(at + 32, acc[i][j][e + 1]);
+        }
+      });
+    } else {
+      for_each_acc_pair<GridQ>(m_base, n_base, lane, [&](int r, int c, int i, int j, int e) {
+        if (r < rows && c < p.head_dim) {
+          red_add_f32(dq + dq_index(r, c, group_stride), acc[i][j][e]);
+          red_add_f32(dq + dq_index(r, c + 1, group_stride), acc[i][j][e + 1]);
+        }
+      });
+    }
   }
 }
 

@@ -137,12 +137,18 @@ def test_features_are_declared():
 
 # One small forward unit per CUDA major, on an arch that exercises a different code path each time:
 # Turing's m16n8k8 + register-staged copies, Ampere bf16 + cp.async, and a CUDA 13 ABI-v8 cubin;
-# plus the backward unit that must fit the 99 KB of sm86 at head dim 256.
+# plus the backward unit that must fit the 99 KB of sm86 at head dim 256, and two at FA2's tiles whose
+# dQ adds spilled before they shared one pointer per lane (bwd.cu accumulate_dq): sm86's d128 in one
+# dQ pass (8 B with NVRTC 11.8) and sm100's 64 x 64 at d192 (32 B with NVRTC 12.9); and sm80's 64 x 64
+# at d256, whose dQ takes two column passes (one spills 152 B with NVRTC 12.9).
 COMPILES = [
     (11, "7.5", "fwd_fp16_d32"),
     (12, "8.0", "fwd_bf16_d32"),
     (13, "12.0", "fwd_fp16_d32"),
     (12, "8.6", "bwd_bf16_d256"),
+    (11, "8.6", "bwd_bf16_d128"),
+    (12, "10.0", "bwd_bf16_d192"),
+    (11, "8.0", "bwd_fp16_d256"),
 ]
 
 
