@@ -18,7 +18,6 @@ Programming Guide's table, the static figure ptxas's.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import io
 import os
@@ -28,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from buildtool.builder.wheel_specs import units_per_major
 from buildtool.core import cache
 from buildtool.errors import FaError
 
@@ -217,12 +215,11 @@ def check_build(
     sass = [(job.arch, job) for job in images if job.image == "sass"]
     sass += [(r.arch, r.job) for r in reused if r.job in images]
     # Each cubin against the unit of the major whose NVRTC compiled it (a cu12 wheel's sm_80 cubin may
-    # be CUDA 11.8's: wheel_specs.sass_compiler), whose tile is its own where tiles.py has one per major.
-    all_units = units_per_major(tree.tiles.all_units)
-    by_name = functools.cache(lambda arch, major: {u.name: u for u in all_units(arch, major)})
+    # be CUDA 11.8's: wheel_specs.sass_compiler), whose tile is its own where tiles.py has one per major:
+    # the unit the compile resolved (KernelTree.unit, which holds each arch and major's table once).
     units = []
     for arch, job in sass:
-        entries = by_name(arch, job.cuda_major)[job.unit].entries
+        entries = tree.unit(arch, job.unit, job.cuda_major).entries
         dynamic = {name: launch.smem_bytes for name, launch in entries.items()}
         declared = tree.tiles.static_smem(arch, "sass")
         units.append(UnitImage(job.unit, arch, images[job], dynamic, declared))
