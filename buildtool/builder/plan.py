@@ -517,13 +517,15 @@ def _kernels_for_major(
         flt = matrix.kernels
         return [u for u in all_units if flt is None or flt.accepts(u)]
 
+    # An older major's units of an arch by name: once per (arch, major), not once per unit asked.
+    named = functools.cache(lambda arch, older: {u.name: u for u in units(arch, older)})
+
     def compiler(arch: str, unit: Any) -> int:
         """The major whose NVRTC compiles `unit` of `arch` for this major's wheels (sass_compiler):
         an older one only where its program of the unit is this major's."""
 
         def same(older: int) -> bool:
-            theirs = {u.name: u for u in units(arch, older)}.get(unit.name)
-            return _same_program(theirs, unit, arch, options)
+            return _same_program(named(arch, older).get(unit.name), unit, arch, options)
 
         return sass_compiler(
             major, arch, matrix.cuda if built is None else built, matrix.sass_per_major, same

@@ -9,7 +9,6 @@ all-wheel.
 from __future__ import annotations
 
 import functools
-import inspect
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -161,19 +160,6 @@ def sass_compiler(
 
 
 def units_per_major(units: Callable[..., Sequence[Any]]) -> MajorUnits:
-    """`units` (tiles.units or a caller's table) as `(arch, cuda_major) -> units`, each arch and major
-    asked once per plan: a table whose units take the CUDA major (a parameter named cuda_major, major
-    or cuda, or a second positional one) is given it; one without gives every major the same units."""
-    try:
-        params = inspect.signature(units).parameters
-    except (TypeError, ValueError):
-        params = {}  # type: ignore[assignment]  # a builtin or C callable: no major
-    named = next((n for n in ("cuda_major", "major", "cuda") if n in params), None)
-    if named is not None:
-        return functools.cache(lambda arch, major: units(arch, **{named: major}))
-    positional = [
-        p for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
-    ]
-    if len(positional) >= 2:
-        return functools.cache(lambda arch, major: units(arch, major))
-    return functools.cache(lambda arch, major: units(arch))  # noqa: ARG005 (no tile per major)
+    """`units` (tiles.units, or a caller's table of its signature `(arch, cuda=None)`) as
+    `(arch, cuda_major) -> units`, each arch and major asked once per plan."""
+    return functools.cache(lambda arch, major: tuple(units(arch, cuda=major)))

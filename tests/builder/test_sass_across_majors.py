@@ -98,11 +98,11 @@ class Unit:  # the fields of tiles.KernelUnit that a plan without a kernel filte
     defines: dict[str, int] = field(hash=False)
 
 
-def units(arch: str, cuda_major: int = 12) -> list[Unit]:
+def units(arch: str, cuda: int | None = 12) -> list[Unit]:
     """A table whose sm 8.0 fp16 forward has another tile under CUDA 11 (as NVRTC 11.8 spills on it)."""
     out = []
     for dtype in ("fp16", "bf16"):
-        block_n = 32 if (arch, dtype, cuda_major) == ("8.0", "fp16", 11) else 64
+        block_n = 32 if (arch, dtype, cuda) == ("8.0", "fp16", 11) else 64
         out.append(Unit(f"fwd_{dtype}_d64", "csrc/fwd.cu", {"FA_BLOCK_N": block_n}))
     return out
 
@@ -183,10 +183,10 @@ def test_a_packaged_cu12_wheel_names_the_11_8_cubin(fixture_tree: Path) -> None:
 # The fixture table (tests/builder/fixture_kernels/tiles.py) with one unit whose tile is per CUDA major.
 PER_MAJOR = """
 
-def all_units(arch, cuda_major=12):
-    smem = 200 * 1024 if cuda_major == 11 else 64 * 1024  # CUDA 11's tile asks more than a block has
-    launch = Launch(128, 64, 64 if cuda_major == 11 else 128, smem, "q_blocks")
-    tile = "m64n64w4s1" if cuda_major == 11 else "m64n128w4s1"
+def all_units(arch, cuda=12):
+    smem = 200 * 1024 if cuda == 11 else 64 * 1024  # CUDA 11's tile asks more than a block has
+    launch = Launch(128, 64, 64 if cuda == 11 else 128, smem, "q_blocks")
+    tile = "m64n64w4s1" if cuda == 11 else "m64n128w4s1"
     defines = {"FA_SMEM": smem}
     return [KernelUnit("fwd_fp16_d64", "fwd", "fp16", 64, "csrc/tiny.cu", defines, {"fa_fwd": launch}, tile)]
 """
