@@ -82,7 +82,7 @@ _STAMPS = "wheels"
 _TREE_STATES: dict[Path, str] | None = None  # within `one_tree_state()`: each tree's state, looked at once
 
 
-def _tree_state(root: Path) -> str:
+def tree_state(root: Path) -> str:
     """Every file of a kernels tree (tiles.py, csrc/, binding/, the runtime package), by path and state."""
     if _TREE_STATES is not None and root in _TREE_STATES:
         return _TREE_STATES[root]
@@ -119,8 +119,8 @@ def wheel_key(out_dir: Path, spec: object, kernels_root: Path, inputs: list[Path
         cache.own_code_hash(),
         str(out_dir.resolve()),
         repr(spec),
-        _tree_state(kernels_root),
-        _auditwheel_version(),
+        tree_state(kernels_root),
+        auditwheel_version(),
     ]
     # Every input by path and state, the compile cache's images too: their names are the keys of what
     # they are made from, not of their bytes, so one edited there must still make the wheel again.
@@ -129,7 +129,7 @@ def wheel_key(out_dir: Path, spec: object, kernels_root: Path, inputs: list[Path
 
 
 @functools.cache
-def _auditwheel_version() -> str:
+def auditwheel_version() -> str:
     try:
         return importlib.metadata.version("auditwheel")
     except importlib.metadata.PackageNotFoundError:

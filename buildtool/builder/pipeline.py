@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,7 +31,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from buildtool.builder import all_wheel, cubin_fit, eta, index, out_files, package, torch_headers
+from buildtool.builder import all_wheel, build_stamp, cubin_fit, eta, index, out_files, package, torch_headers
 from buildtool.builder import binding as binding_mod
 from buildtool.builder.compile import CompileStats, CompileTask, KernelTree, compile_all
 from buildtool.builder.plan import Plan
@@ -71,6 +71,7 @@ class BuildSummary:
     cxx_seconds: float = 0.0
     skipped_cells: int = 0
     seconds: float = 0.0
+    up_to_date: bool = False  # the folder was as the last build of this plan left it (build_stamp)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -148,6 +149,10 @@ def execute(
     # leftovers when they are rewritten (atomic.writing).
     atomic.sweep_stale(out_dir)
     summary = BuildSummary(out_dir=str(out_dir), skipped_cells=len(plan.skipped))
+    stamp = build_stamp.key(plan, out_dir, tree.root)
+    rows = _stamped_rows(plan, build_stamp.unchanged(stamp, out_dir))
+    if rows is not None:
+        return _up_to_date(plan, summary, rows, t0)
     bars = _Bars(console, show_progress)
     with bars.running(), package.one_tree_state():
         kernels = bars.counter("kernels", len(plan.compile_jobs))
@@ -204,6 +209,43 @@ def execute(
                 logs.append(_all_log_entry(whole, made))
         index.write_index(out_dir)
         _write_log(out_dir, plan, logs)
+    inputs = [*images.values(), *(b.path for b in bindings.values())]
+    build_stamp.record(stamp, out_dir, inputs, [asdict(w) for w in summary.wheels])
+    summary.seconds = round(time.perf_counter() - t0, 3)
+    return summary
+
+
+# What each WheelReport field holds, as a stamp's JSON gives it back.
+_ROW_TYPES: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "str | None": (str, type(None)),
+    "int": (int,),
+    "float": (int, float),
+}
+
+
+def _stamped_rows(plan: Plan, rows: list[dict[str, Any]] | None) -> list[WheelReport] | None:
+    """The stamp's rows as reports, one per wheel of `plan` in its order; None (build) for rows of
+    another number or shape: a stamp edited by hand or written by another fa is never trusted."""
+    if rows is None or len(rows) != len(plan.wheels) + len(plan.all_wheels):
+        return None
+    kinds = {f.name: _ROW_TYPES[str(f.type)] for f in fields(WheelReport)}
+    for row in rows:
+        if row.keys() != kinds.keys() or not all(isinstance(row[k], t) for k, t in kinds.items()):
+            return None
+    return [WheelReport(**row) for row in rows]
+
+
+def _up_to_date(plan: Plan, summary: BuildSummary, wheels: list[WheelReport], t0: float) -> BuildSummary:
+    """What a build with every compile, binding and wheel found as made reports: nothing compiled,
+    everything cached; each wheel's file, size and platform tag from the stamp."""
+    hits = [len(w.compile_jobs) + (w.binding is not None) for w in plan.wheels]
+    hits += [len(a.compile_jobs) + len(a.bindings) for a in plan.all_wheels]
+    for row, cached in zip(wheels, hits, strict=True):
+        row.compile_seconds, row.compiled, row.cache_hits = 0.0, 0, cached
+    summary.wheels = wheels
+    summary.nvrtc_cached, summary.cxx_cached = len(plan.compile_jobs), len(plan.binding_jobs)
+    summary.up_to_date = True
     summary.seconds = round(time.perf_counter() - t0, 3)
     return summary
 
@@ -345,8 +387,11 @@ def summary_table(summary: BuildSummary) -> Table:
             str(w.compiled),
             str(w.cache_hits),
         )
+    nothing = (
+        "nothing to do: the folder is as the last build of this plan left it; " if summary.up_to_date else ""
+    )
     table.caption = (
-        f"NVRTC: {summary.nvrtc_compiles} compiled ({summary.nvrtc_seconds:.1f} s; "
+        f"{nothing}NVRTC: {summary.nvrtc_compiles} compiled ({summary.nvrtc_seconds:.1f} s; "
         f"{summary.nvrtc_ptx_with_cubin} PTX with their cubin), {summary.nvrtc_cached} cached; C++: {summary.cxx_compiles} compiled ({summary.cxx_seconds:.1f} s), "
         f"{summary.cxx_cached} cached; {summary.skipped_cells} cells skipped; {summary.seconds:.1f} s total"
     )

@@ -428,20 +428,21 @@ def reuse_lower_minor(
     lowest X.z < y the major builds, by the same NVRTC. `chosen`: each SASS arch's units."""
     if options is None:
         return list(jobs), []
-    plain = sorted((a for a in chosen if not versions.arch_specific(a)), key=versions.parse_arch)
+    parsed = {a: versions.parse_arch(a) for a in chosen if not versions.arch_specific(a)}
+    plain = sorted(parsed, key=parsed.__getitem__)
     programs = {arch: {u.name: _program(u, arch, options) for u in chosen[arch]} for arch in plain}
     served: dict[CompileJob, CompileJob] = {}  # a job of a higher minor -> the kept job serving it
     kept: dict[tuple[str, str], CompileJob] = {}  # (arch, unit) -> its job, for SASS compiled
     for job in sorted((j for j in jobs if j.image == "sass"), key=lambda j: versions.parse_target(j.arch)):
         if job.arch not in programs:  # arch-specific: its cubin runs on its own capability only
             continue
-        major, minor = versions.parse_arch(job.arch)
+        major, minor = parsed[job.arch]
         base = next(
             (
                 kept[arch, job.unit]
                 for arch in plain
-                if versions.parse_arch(arch)[0] == major
-                and versions.parse_arch(arch)[1] < minor
+                if parsed[arch][0] == major
+                and parsed[arch][1] < minor
                 and (arch, job.unit) in kept
                 and kept[arch, job.unit].cuda_major == job.cuda_major
                 and programs[arch].get(job.unit) == programs[job.arch][job.unit]
