@@ -149,8 +149,7 @@ def execute(
     # leftovers when they are rewritten (atomic.writing).
     atomic.sweep_stale(out_dir)
     summary = BuildSummary(out_dir=str(out_dir), skipped_cells=len(plan.skipped))
-    stamp = build_stamp.key(plan, out_dir, tree.root)
-    rows = _stamped_rows(plan, build_stamp.unchanged(stamp, out_dir))
+    stamp, rows = _stamp_of(plan, out_dir, tree)
     if rows is not None:
         return _up_to_date(plan, summary, rows, t0)
     bars = _Bars(console, show_progress)
@@ -213,6 +212,24 @@ def execute(
     build_stamp.record(stamp, out_dir, inputs, [asdict(w) for w in summary.wheels])
     summary.seconds = round(time.perf_counter() - t0, 3)
     return summary
+
+
+def up_to_date(plan: Plan, out_dir: Path, tree: KernelTree | None = None) -> BuildSummary | None:
+    """What execute() reports when `out_dir` and every input are as the last build of `plan` left
+    them (build_stamp): nothing compiled, everything cached, nothing written; None: build."""
+    t0 = time.perf_counter()
+    if not out_dir.is_dir():
+        return None
+    _, rows = _stamp_of(plan, out_dir, tree or KernelTree())
+    if rows is None:
+        return None
+    return _up_to_date(plan, BuildSummary(out_dir=str(out_dir), skipped_cells=len(plan.skipped)), rows, t0)
+
+
+def _stamp_of(plan: Plan, out_dir: Path, tree: KernelTree) -> tuple[str, list[WheelReport] | None]:
+    """The key of building `plan` into `out_dir`, and its stamp's rows when nothing changed since."""
+    stamp = build_stamp.key(plan, out_dir, tree.root)
+    return stamp, _stamped_rows(plan, build_stamp.unchanged(stamp, out_dir))
 
 
 # What each WheelReport field holds, as a stamp's JSON gives it back.

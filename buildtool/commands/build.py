@@ -128,7 +128,7 @@ def register(app: typer.Typer) -> None:
         say("build", f"{doing} {what} (loading the build pipeline, reading {reading})")
         from buildtool.builder.compile import KernelTree, is_cached, usable_workers
         from buildtool.builder.package import check_out_dir
-        from buildtool.builder.pipeline import execute, summary_table
+        from buildtool.builder.pipeline import execute, summary_table, up_to_date
         from buildtool.builder.plan import parse_shard
         from buildtool.core.console import plain_console
         from buildtool.core.cpus import cxx_for, cxx_install_hint, has_cxx
@@ -144,8 +144,6 @@ def register(app: typer.Typer) -> None:
             )
             jobs = usable_workers(jobs)
         plan = _plan(matrix, local, cuda, shard, platform, refresh)
-        if not dry_run:
-            _refuse_shrinking(plan, out)
         missing = [p for p in dict.fromkeys(w.platform for w in plan.wheels if w.platform) if not has_cxx(p)]
         if missing and not dry_run:
             hints = "\n  ".join(f"fix: {cxx_install_hint(p)}" for p in missing)
@@ -153,6 +151,10 @@ def register(app: typer.Typer) -> None:
                 f"no C++ compiler for the {', '.join(missing)} bindings ({', '.join(' '.join(cxx_for(p)) for p in missing)})\n  {hints}",
             )
         tree = KernelTree()
+        # A folder as the last build of this plan left it holds that build's all-wheels: nothing to refuse.
+        done = None if dry_run else up_to_date(plan, out, tree)
+        if not dry_run and done is None:
+            _refuse_shrinking(plan, out)
         if dry_run:
             from buildtool.builder import plan_view  # here: only the dry run shows the plan
 
@@ -163,7 +165,7 @@ def register(app: typer.Typer) -> None:
                 plan_view.print_plan(plan, cached)
             return
         try:
-            summary = execute(plan, out, jobs, tree, show_progress=progress and not as_json)
+            summary = done or execute(plan, out, jobs, tree, show_progress=progress and not as_json)
         except FaError as e:
             raise e.with_note(RESUME_NOTE) from None
         except OSError as e:  # a full disk or an unwritable --out: a failed build, in the OS's own words
