@@ -1,21 +1,22 @@
 """The whole-build stamp: a build of the same plan, from the same inputs, into a folder that is as the
 last successful build left it, has nothing to do.
 
-A successful build records under the cache (stamps/build/) the state (core/cache.file_state, or the
-link's own for a link) of every entry under the output folder and of every input its wheels were
-packed from (the compile cache's images, the bindings), with the summary's wheel rows. The stamp's
-key covers what decides the folder's contents: fa's own code, the folder, the resolved plan (matrix,
-torch releases and kernel table, as data), the kernels tree by file state, auditwheel's version (it
-picks the platform tags) and the identity of each C++ compiler the bindings use. The next build with
-that key looks at every recorded entry again, one stat each, and finds nothing to do only when each
-is as recorded and no entry was added: a wheel edited, added or deleted, the index touched, an image
-edited in the cache runs the whole build, which stamps the folder again. A stamp that cannot be read
-is ignored (and rewritten by that build).
+A successful build records under the cache (stamps/build/) the state of every entry under the output
+folder (links stated, never followed) and of every input its wheels were packed from (the compile
+cache's images, the bindings), with the summary's wheel rows. The stamp's key covers what decides the
+folder's contents: fa's own code, the folder, the resolved plan (matrix, torch releases and kernel
+table, as data), the kernels tree by file state, auditwheel's version (it picks the platform tags),
+the Python running fa (the build log names it) and the identity of each C++ compiler the bindings
+use. The next build with that key looks at every recorded entry again, one stat each, and finds
+nothing to do only when each is as recorded and none was added: a wheel edited, added or deleted, the
+index touched, an image edited in the cache runs the whole build, which stamps the folder again. A
+stamp that cannot be read is ignored (and rewritten by that build).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ def key(plan: Plan, out_dir: Path, kernels_root: Path) -> str:
         repr(plan),
         package.tree_state(kernels_root),
         package.auditwheel_version(),
+        sys.version.split()[0],  # the build log names the Python that ran the build
         *compilers,
     )
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -105,7 +106,9 @@ def test_a_stamp_fa_cannot_read_is_not_trusted(stamped: tuple[str, Path, Path], 
     assert build_stamp.unchanged(key, out) is None
 
 
-def test_another_plan_or_folder_has_another_key(stamped: tuple[str, Path, Path], tmp_path: Path) -> None:
+def test_another_plan_folder_tree_or_python_has_another_key(
+    stamped: tuple[str, Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     key, out, _ = stamped
     m = parse_matrix('torch: ["2.9"]\ncuda: [12]\npython: ["3.13"]\n', "test matrix")
     plan = _assemble(m, [universal_wheel(m)], [])
@@ -114,6 +117,9 @@ def test_another_plan_or_folder_has_another_key(stamped: tuple[str, Path, Path],
     same = _assemble(m, [universal_wheel(m)], [])
     assert build_stamp.key(same, out, tmp_path / "kernels") == key
     assert build_stamp.key(same, tmp_path / "elsewhere", tmp_path / "kernels") != key
+    monkeypatch.setattr(sys, "version", "3.99.0 (another Python)")  # logs/build.json names it
+    assert build_stamp.key(same, out, tmp_path / "kernels") != key
+    monkeypatch.undo()
     (tmp_path / "kernels" / "tiles.py").write_text("MIN_ARCH = '8.0'\n")  # the kernel table edited
     assert build_stamp.key(same, out, tmp_path / "kernels") != key
 
