@@ -17,9 +17,8 @@ from buildtool.builder import build_stamp
 from buildtool.builder.matrix import parse_matrix
 from buildtool.builder.plan import _assemble, universal_wheel
 from buildtool.core import cache
-from tests.builder.conftest import fa_command
 from tests.builder.test_build_cli import TINY
-from tests.child import run_child
+from tests.builder.test_noop_rebuild import folder_states, local_build
 
 ROWS = [{"file": "fa_attn-0.1.0-py3-none-any.whl", "size": 3}]
 
@@ -124,15 +123,10 @@ def test_another_plan_folder_tree_or_python_has_another_key(
     assert build_stamp.key(same, out, tmp_path / "kernels") != key
 
 
-def _states(out: Path) -> dict[Path, list[int] | None]:
-    return {p: cache.file_state(p) for p in sorted(out.rglob("*")) if p.is_file()}
-
-
 @pytest.mark.slow
 @pytest.mark.network  # the CUDA 12 NVRTC wheel, once per machine
-@pytest.mark.usefixtures("fresh_cache")
 def test_a_second_identical_build_has_nothing_to_do_and_every_change_builds_again(
-    tmp_path: Path, fixture_tree: Path
+    fresh_cache: Path, fixture_tree: Path, tmp_path: Path
 ) -> None:
     """The real command, child processes: the second build answers from the stamp (the same summary a
     whole no-op build gives, nothing written); an edited wheel, a deleted wheel, an edited kernel
@@ -142,12 +136,9 @@ def test_a_second_identical_build_has_nothing_to_do_and_every_change_builds_agai
     matrix = tmp_path / "matrix.yaml"
     matrix.write_text(TINY.format(archs='["8.0"]', dtypes="[fp16]"))
     out = tmp_path / "wheels"
-    env = {**os.environ, "FA_KERNELS_DIR": str(kernels)}
 
     def fa_build() -> dict:
-        proc = run_child(fa_command("build", "--local", "--out", str(out), "--json"), cwd=tmp_path, env=env)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        return json.loads(proc.stdout)
+        return local_build(out, tmp_path, kernels)
 
     def figures(summary: dict) -> dict:
         return {k: v for k, v in summary.items() if k not in ("seconds", "up_to_date")}
@@ -155,13 +146,13 @@ def test_a_second_identical_build_has_nothing_to_do_and_every_change_builds_agai
     first = fa_build()
     assert not first["up_to_date"]
     (wheel,) = out.glob("fa_attn-*.whl")
-    good, states = wheel.read_bytes(), _states(out)
+    good, states = wheel.read_bytes(), folder_states(out)
     again = fa_build()
     assert again["up_to_date"]
     assert again["nvrtc_compiles"] == again["cxx_compiles"] == 0
-    assert _states(out) == states  # nothing written
+    assert folder_states(out) == states  # nothing written
 
-    (stamp,) = (cache.cache_dir() / "stamps" / "build").rglob("*.json")
+    (stamp,) = (fresh_cache / "stamps" / "build").rglob("*.json")
     stamp.write_bytes(b"{not json")  # ignored: the whole build runs, finds everything as made ...
     whole = fa_build()
     assert not whole["up_to_date"]

@@ -245,8 +245,16 @@ def test_a_file_written_again_with_the_same_text_is_left_as_it_is(tmp_path: Path
     assert cache.file_state(files[0]) != states[0]
 
 
-def _states(out: Path) -> dict[Path, list[int] | None]:
+def folder_states(out: Path) -> dict[Path, list[int] | None]:
     return {p: cache.file_state(p) for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def local_build(out: Path, cwd: Path, kernels: Path) -> dict:
+    """The summary (--json) of `fa build --local --out OUT` run from `cwd` on the kernels tree `kernels`."""
+    env = {**os.environ, "FA_KERNELS_DIR": str(kernels)}
+    proc = run_child(fa_command("build", "--local", "--out", str(out), "--json"), cwd=cwd, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
 
 
 @pytest.mark.slow
@@ -260,19 +268,16 @@ def test_a_build_with_nothing_changed_writes_nothing_and_notices_a_deleted_wheel
     edited in the compile cache is packed again (its sha256 in the index follows), not taken on trust."""
     (tmp_path / "matrix.yaml").write_text(TINY.format(archs='["8.0"]', dtypes="[fp16]"))
     out = tmp_path / "wheels"
-    env = {**os.environ, "FA_KERNELS_DIR": str(fixture_tree)}
 
     def fa_build() -> dict:
-        proc = run_child(fa_command("build", "--local", "--out", str(out), "--json"), cwd=tmp_path, env=env)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        return json.loads(proc.stdout)
+        return local_build(out, tmp_path, fixture_tree)
 
     first = fa_build()
     (wheel,) = out.glob("fa_attn-*.whl")
-    states = _states(out)
+    states = folder_states(out)
     again = fa_build()
     assert again["nvrtc_compiles"] == again["cxx_compiles"] == 0
-    assert _states(out) == states  # not one file rewritten: wheels, index, pages, log, record
+    assert folder_states(out) == states  # not one file rewritten: wheels, index, pages, log, record
 
     good = wheel.read_bytes()
     wheel.unlink()
