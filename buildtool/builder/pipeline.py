@@ -246,7 +246,10 @@ def _stamped_rows(plan: Plan, rows: list[dict[str, Any]] | None) -> list[WheelRe
     another number or shape: a stamp edited by hand or written by another fa is never trusted."""
     if rows is None or len(rows) != len(plan.wheels) + len(plan.all_wheels):
         return None
-    kinds = {f.name: _ROW_TYPES[str(f.type)] for f in fields(WheelReport)}
+    known = {f.name: _ROW_TYPES.get(str(f.type)) for f in fields(WheelReport)}
+    kinds = {name: kind for name, kind in known.items() if kind is not None}
+    if len(kinds) < len(known):  # a field of a type this check does not know
+        return None
     for row in rows:
         if row.keys() != kinds.keys() or not all(isinstance(row[k], t) for k, t in kinds.items()):
             return None

@@ -5,6 +5,7 @@ matrix changed, an input edited in the cache - or a stamp fa cannot read runs th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -181,3 +182,21 @@ def test_a_second_identical_build_has_nothing_to_do_and_every_change_builds_agai
     assert not wider["up_to_date"]
     assert wider["nvrtc_compiles"] >= 1  # the bf16 unit
     assert fa_build()["up_to_date"]
+
+
+def test_the_summary_is_taken_from_stamp_rows_of_the_plans_shape_only() -> None:
+    """pipeline._stamped_rows: one row per wheel of the plan, each with WheelReport's fields and types;
+    rows of another number, fields or types (a stamp edited by hand, or of another fa) mean: build."""
+    from buildtool.builder.pipeline import WheelReport, _stamped_rows
+
+    m = parse_matrix('torch: ["2.9"]\ncuda: [12]\npython: ["3.12"]\n', "test matrix")
+    plan = _assemble(m, [universal_wheel(m)], [])
+    row = dataclasses.asdict(
+        WheelReport("fa_attn-0.1.0-py3-none-any.whl", "", None, 9, "any", "pure", 0, 0.0, 0, 0)
+    )
+    assert _stamped_rows(plan, [row]) == [WheelReport(**row)]
+    assert _stamped_rows(plan, [row, row]) is None
+    assert _stamped_rows(plan, [{**row, "size": "9"}]) is None
+    assert _stamped_rows(plan, [{**row, "extra": 1}]) is None
+    assert _stamped_rows(plan, [{k: v for k, v in row.items() if k != "size"}]) is None
+    assert _stamped_rows(plan, None) is None
