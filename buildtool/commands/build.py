@@ -31,10 +31,11 @@ def _plan(
     matrix_path: Path, local: bool, cuda: list[int], shard: str | None, platform: str | None, refresh: bool
 ) -> Plan:
     from buildtool.builder.matrix import load_matrix
-    from buildtool.builder.plan import local_plan, make_plan, parse_shard
+    from buildtool.builder.plan import local_plan, parse_shard
+    from buildtool.builder.plan_cache import cached_plan
     from buildtool.builder.pypi import fetch_torch_catalog
     from buildtool.builder.torch_headers import HeaderError, local_torch
-    from buildtool.core import installed
+    from buildtool.core import installed, kernels_src
 
     if local:
         matrix: Matrix | None = load_matrix(matrix_path) if matrix_path.is_file() else None
@@ -46,11 +47,12 @@ def _plan(
         majors = tuple(cuda) or (info.cuda_major or DEFAULT_LOCAL_CUDA,)
         return local_plan(version, info.cxx11abi, installed.python_version(), majors, matrix)
     matrix = load_matrix(matrix_path)
-    return make_plan(
+    return cached_plan(
         matrix,
         fetch_torch_catalog(refresh),
         parse_shard(shard) if shard is not None else None,
         platform=platform,
+        kernels_root=kernels_src.kernels_dir(),
     )
 
 
