@@ -2,8 +2,9 @@
 fa code and options give the same plan, and a build with nothing changed reads it back (a few ms)
 instead of expanding the matrix again (about 0.1 s of CPU for the release, a tenth of a no-op rebuild).
 
-The key is fa's code, the kernels tree by file state (tiles.py's table and which sources exist), the
-parsed matrix and catalog as data, and the shard and CPU asked for. A plan file fa did not write as
+The key is fa's code, the versions of Python and of `packaging` (whose version and specifier rules the
+plan applies), the kernels tree by file state (tiles.py's table and which sources exist), the parsed
+matrix and catalog as data, and the shard and CPU asked for. A plan file fa did not write as
 this user (another user's in a shared FA_CACHE, or one others may write) is never loaded: plans are
 stored with pickle, which runs what the file says; one that cannot be read is made again and rewritten.
 """
@@ -14,7 +15,10 @@ import contextlib
 import os
 import pickle
 import stat
+import sys
 from pathlib import Path
+
+import packaging
 
 from buildtool.builder import package
 from buildtool.builder.matrix import Matrix
@@ -34,6 +38,8 @@ def plan_path(
     key = cache.content_key(
         "fa-plan-v1",
         cache.own_code_hash(),
+        packaging.__version__,  # the plan compares versions and specifiers with it
+        sys.version.split()[0],
         package.tree_state(kernels_root),
         repr(matrix),
         repr(catalog),

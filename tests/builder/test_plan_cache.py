@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import sys
 from pathlib import Path
 
+import packaging
 import pytest
 
 from buildtool.builder.matrix import parse_matrix
@@ -50,6 +52,18 @@ def test_the_same_inputs_read_the_plan_back_and_others_plan_again(catalog: Torch
     assert _path(catalog, platform=None) != path
     fewer = TorchCatalog({k: v for k, v in catalog.minors.items() if k != "2.4"})
     assert _path(fewer) != path
+
+
+@pytest.mark.usefixtures("fresh_cache")
+def test_another_packaging_or_python_is_another_plan_file(
+    catalog: TorchCatalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _path(catalog)
+    monkeypatch.setattr(packaging, "__version__", "99.0")  # its specifier rules decide excluded cells
+    assert _path(catalog) != path
+    monkeypatch.undo()
+    monkeypatch.setattr(sys, "version", "3.99.0 (another Python)")
+    assert _path(catalog) != path
 
 
 @pytest.mark.usefixtures("fresh_cache")
