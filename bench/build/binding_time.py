@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 # bench/build/first_command.py: an empty cache sharing the network's parts
-from first_command import _cold_cache
+from first_command import _cold_cache, sides
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -87,22 +87,15 @@ def main() -> int:
 
     from buildtool.core import cache as fa_cache  # the user's cache holds the headers and the catalog
 
-    work = Path(tempfile.mkdtemp(prefix="fa-bench-binding-"))
-    baseline = work / "baseline"
-    subprocess.run(
-        ["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(baseline), args.baseline],
-        check=True,
-    )
-    sides = {"baseline": baseline, "this checkout": REPO}
     rows: list[dict] = []
-    try:
-        caches = {n: _cold_cache(work / f"cache-{i}", fa_cache.cache_dir()) for i, n in enumerate(sides)}
+    with sides(args.baseline, "fa-bench-binding-") as (work, checkouts):
+        caches = {n: _cold_cache(work / f"cache-{i}", fa_cache.cache_dir()) for i, n in enumerate(checkouts)}
         for minor in args.torch:
             for abi in args.abi:
-                runs: dict[str, list[dict]] = {n: [] for n in sides}
+                runs: dict[str, list[dict]] = {n: [] for n in checkouts}
                 for r in range(args.runs):
-                    for name in list(sides) if r % 2 == 0 else list(reversed(sides)):
-                        runs[name].append(_one(sides[name], caches[name], minor, abi))
+                    for name in list(checkouts) if r % 2 == 0 else list(reversed(checkouts)):
+                        runs[name].append(_one(checkouts[name], caches[name], minor, abi))
                         print(
                             f"torch {minor} abi {abi} {name} #{r + 1}: {runs[name][-1]['cpu_s']} s",
                             file=sys.stderr,
@@ -111,13 +104,10 @@ def main() -> int:
                     {
                         "torch": minor,
                         "abi": abi,
-                        **{f"{n}_cpu_s": statistics.median(x["cpu_s"] for x in runs[n]) for n in sides},
+                        **{f"{n}_cpu_s": statistics.median(x["cpu_s"] for x in runs[n]) for n in checkouts},
                         "runs": runs,
                     }
                 )
-    finally:
-        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(baseline)], check=False)
-        shutil.rmtree(work, ignore_errors=True)
 
     result = {"baseline_ref": args.baseline, "runs_per_side": args.runs, "rows": rows}
     out = args.json or Path(tempfile.gettempdir()) / "fa-bench-binding-time.json"
