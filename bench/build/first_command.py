@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import json
 import os
 import shutil
@@ -31,10 +32,27 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 NETWORK_PARTS = ("toolkits", "torch-headers", "pypi")  # the cache folders filled from the network
+
+
+@contextlib.contextmanager
+def sides(ref: str, prefix: str) -> Iterator[tuple[Path, dict[str, Path]]]:
+    """A scratch folder and the two sides to compare: `ref` checked out in a temporary worktree in it
+    ("baseline") and this checkout; both removed on the way out."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    baseline = work / "baseline"
+    subprocess.run(
+        ["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(baseline), ref], check=True
+    )
+    try:
+        yield work, {"baseline": baseline, "this checkout": REPO}
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(baseline)], check=False)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _cold_cache(root: Path, shared: Path) -> Path:
@@ -171,21 +189,14 @@ def main() -> int:
     )
     args = ap.parse_args()
 
-    work = Path(tempfile.mkdtemp(prefix="fa-bench-first-"))
-    baseline = work / "baseline"
-    subprocess.run(
-        ["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(baseline), args.baseline],
-        check=True,
-    )
-    sides = {"baseline": baseline, "this checkout": REPO}
-    runs: dict[str, list[dict]] = {name: [] for name in sides}
     result: dict = {
         "baseline_ref": args.baseline,
         "platform": args.platform,
         "jobs": args.jobs,
         "together": args.together,
     }
-    try:
+    with sides(args.baseline, "fa-bench-first-") as (work, checkouts):
+        runs: dict[str, list[dict]] = {name: [] for name in checkouts}
         shared = work / "net"
         if args.fetch:
             # An empty cache of its own: the network's part, then that cache's fetched folders are shared.
@@ -198,7 +209,7 @@ def main() -> int:
         else:
             _prefetch(shared, args.platform)
         for repeat in range(args.repeats):
-            order = list(sides) if repeat % 2 == 0 else list(reversed(sides))
+            order = list(checkouts) if repeat % 2 == 0 else list(reversed(checkouts))
             if args.together and not args.bindings_only:
                 caches = {
                     n: _cold_cache(work / f"cache-{n.replace(' ', '-')}-{repeat}", shared) for n in order
@@ -206,7 +217,7 @@ def main() -> int:
                 with concurrent.futures.ThreadPoolExecutor(len(order)) as pool:
                     futures = {
                         n: pool.submit(
-                            _build, sides[n], caches[n], work / f"out-{n.replace(' ', '-')}-{repeat}",
+                            _build, checkouts[n], caches[n], work / f"out-{n.replace(' ', '-')}-{repeat}",
                             args.platform, args.jobs,
                         )
                         for n in order
@@ -219,15 +230,12 @@ def main() -> int:
                 tag = f"{name.replace(' ', '-')}-{repeat}"
                 cache = _cold_cache(work / f"cache-{tag}", shared)
                 if args.bindings_only:
-                    runs[name].append(_bindings(sides[name], cache, args.platform))
+                    runs[name].append(_bindings(checkouts[name], cache, args.platform))
                 else:
                     runs[name].append(
-                        _build(sides[name], cache, work / f"out-{tag}", args.platform, args.jobs)
+                        _build(checkouts[name], cache, work / f"out-{tag}", args.platform, args.jobs)
                     )
                 print(f"{name} #{repeat + 1}: {runs[name][-1]['wall_s']} s", file=sys.stderr)
-    finally:
-        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(baseline)], check=False)
-        shutil.rmtree(work, ignore_errors=True)
 
     for name, rs in runs.items():
         result[name] = {

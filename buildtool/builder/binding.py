@@ -38,11 +38,15 @@ STUB_SONAMES = ("libc10.so", "libtorch_cpu.so")  # what torch's own libraries ar
 NEEDED = {binding_forms.ATEN: STUB_SONAMES, binding_forms.STABLE: ("libtorch_cpu.so",)}
 BASE_FLAGS = (
     "-std=c++20",  # torch >= 2.15 headers require C++20; 2.4..2.13 build with it too
-    "-O2",
     "-fPIC",
     "-shared",
     "-fvisibility=hidden",
 )
+# The shared objects hold the launch logic and are built once per (CPU, ABI): -O2. A form only reads
+# the operators' arguments and calls torch (each call a dispatcher round trip of microseconds), and is
+# built once per binding: -O1 takes a fifth less CPU there (bench/build/binding_time.py).
+OBJECT_OPT = "-O2"
+FORM_OPT = "-O1"
 # GCC collects its own garbage whenever its heap grows by 30% past a small floor; parsing torch's
 # headers makes that a few dozen collections per binding. A 1 GiB floor (the largest compile here
 # peaks near 650 MB) skips them: the same output bytes (tests/builder/test_binding.py compares them).
@@ -135,7 +139,7 @@ def flags(headers: Headers, cxx11abi: bool, kernels_root: Path, stable_floor: st
     """Compiler flags; `stable_floor` set: the stable form, restricted to that torch's stable ABI."""
     inc = [f"-I{d}" for d in (*headers.include_dirs, kernels_root / "csrc", kernels_root / "binding")]
     target = [f"-DTORCH_TARGET_VERSION={binding_forms.target_version(stable_floor)}"] if stable_floor else []
-    return [*BASE_FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={int(cxx11abi)}", *target, *inc]
+    return [*BASE_FLAGS, FORM_OPT, f"-D_GLIBCXX_USE_CXX11_ABI={int(cxx11abi)}", *target, *inc]
 
 
 def path_maps(headers: Headers, kernels_root: Path) -> list[str]:
@@ -234,7 +238,8 @@ def _torch_free_sources(kernels_root: Path) -> list[Path]:
 def _object_flags(cxx11abi: bool, kernels_root: Path) -> list[str]:
     """Flags for the torch-free sources: the binding's, less torch's include dirs and the link."""
     inc = [f"-I{kernels_root / 'csrc'}", f"-I{kernels_root / 'binding'}"]
-    return [f for f in BASE_FLAGS if f != "-shared"] + [f"-D_GLIBCXX_USE_CXX11_ABI={int(cxx11abi)}", *inc]
+    base = [f for f in BASE_FLAGS if f != "-shared"]
+    return [*base, OBJECT_OPT, f"-D_GLIBCXX_USE_CXX11_ABI={int(cxx11abi)}", *inc]
 
 
 def shared_objects(cxx11abi: bool, kernels_root: Path, platform: str) -> list[Path]:

@@ -40,3 +40,38 @@ def assert_loads_with_cuda_kernels_only(lib: Path) -> None:
     """)
     proc = run([sys.executable, "-c", script], env=dict(os.environ, PYTHONPATH=str(KERNELS)))
     assert proc.stdout.startswith("ok"), proc.stdout
+
+
+def assert_every_argument_reaches_the_checks(cpu_key_lib: Path) -> None:
+    """A binding built with -DFA_BINDING_DISPATCH_KEY=CPU: all three operators called with CPU tensors
+    read every argument of their schema (a boxed kernel reads them only when called) and stop at the
+    input checks with fa_attn's own message, not torch's complaint about an argument's type or count."""
+    script = textwrap.dedent(f"""
+        import torch, fa_attn
+        torch.ops.load_library({str(cpu_key_lib)!r})
+        launch = [8, 128, 64, 64, 0, 0]
+        def fwd(q, cu_q=None, cu_k=None, table=None):
+            return torch.ops.fa_attn.fwd(q, q, q, cu_q, cu_k, None, None, None, table, 4, 4, 0.3, False, -1, -1,
+                                         0.0, "m", "fa_fwd", launch, "", "", [])
+        def expect(call, text):
+            try:
+                call()
+            except RuntimeError as err:
+                assert text in str(err) and str(err).startswith("fa_attn: "), str(err)
+            else:
+                raise AssertionError(text)
+        q16 = torch.zeros(1, 4, 2, 8, dtype=torch.float16)
+        expect(lambda: fwd(torch.zeros(1, 4, 2, 8)), "the kernels take fp16 or bf16, got float32")
+        expect(lambda: fwd(q16), "q must be a CUDA tensor")
+        expect(lambda: fwd(q16, cu_q=torch.zeros(2, dtype=torch.int32)), "pass both cu_seqlens_q and")
+        expect(lambda: fwd(q16, table=torch.zeros(1, 2, dtype=torch.int32)), "q must be a CUDA tensor")
+        expect(lambda: torch.ops.fa_attn.fwd_splitkv(q16, q16, q16, None, None, None, None, None, None, 4, 4, 0.3,
+                                                     False, -1, -1, 0.0, 2, "m", "fa_fwd", launch),
+               "q must be a CUDA tensor")
+        lse = torch.zeros(1, 2, 4)
+        expect(lambda: torch.ops.fa_attn.bwd(q16, q16, q16, q16, q16, lse, None, None, 4, 4, 0.3, False,
+                                             -1, -1, 0.0, "m", "fa_bwd", launch), "q must be a CUDA tensor")
+        print("ok")
+    """)
+    proc = run([sys.executable, "-c", script], env=dict(os.environ, PYTHONPATH=str(KERNELS)))
+    assert proc.stdout.strip() == "ok"

@@ -11,7 +11,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from binding_checks import KERNELS, assert_loads_with_cuda_kernels_only, run
+from binding_checks import (
+    KERNELS,
+    assert_every_argument_reaches_the_checks,
+    assert_loads_with_cuda_kernels_only,
+    run,
+)
 
 FLAGS = ["-std=c++20", "-O2", "-fPIC", "-fvisibility=hidden"]  # + -shared at link time
 
@@ -19,7 +24,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("g++") is None, 
 
 
 @pytest.fixture(scope="module")
-def binding(tmp_path_factory) -> Path:
+def built(tmp_path_factory) -> dict[str, Path]:
+    """The binding as `fa build` lays it out ("cuda"), and the same sources with the kernels registered
+    under the CPU key ("cpu"), so CPU tensors reach the operators' code."""
     import torch
     import torch.utils.cpp_extension as cpp
 
@@ -30,37 +37,49 @@ def binding(tmp_path_factory) -> Path:
         run(["gcc", "-shared", f"-Wl,-soname,{soname}", "-o", str(stubs / soname), "-x", "c", "/dev/null"])
     includes = [f"-I{d}" for d in (*cpp.include_paths(), KERNELS / "csrc", KERNELS / "binding")]
     abi = f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"
-    sources = [*sorted((KERNELS / "binding").glob("*.cpp")), KERNELS / "binding" / "forms" / "aten.cpp"]
+    shared = sorted((KERNELS / "binding").glob("*.cpp"))
+    form = KERNELS / "binding" / "forms" / "aten.cpp"
+    objects = {src.stem: ([], src) for src in shared}
+    objects |= {"aten": ([], form), "aten_cpu": (["-DFA_BINDING_DISPATCH_KEY=CPU"], form)}
     # One compiler per source in parallel (CI has 2 cores), then link.
-    jobs = [
-        subprocess.Popen(
-            ["g++", *FLAGS, abi, *includes, "-c", str(src), "-o", str(out / f"{src.stem}.o")],
+    jobs = {
+        name: subprocess.Popen(
+            ["g++", *FLAGS, abi, *extra, *includes, "-c", str(src), "-o", str(out / f"{name}.o")],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for src in sources
-    ]
-    for job, src in zip(jobs, sources, strict=True):
+        for name, (extra, src) in objects.items()
+    }
+    for name, job in jobs.items():
         _, err = job.communicate()
-        assert job.returncode == 0, f"compiling {src.name} failed:\n{err[-4000:]}"
-    lib = out / "libfa_attn_ops.so"
-    run(
-        [
-            "g++",
-            "-shared",
-            *(str(out / f"{s.stem}.o") for s in sources),
-            "-o",
-            str(lib),
-            f"-L{stubs}",
-            "-Wl,--no-as-needed",
-            "-l:libc10.so",
-            "-l:libtorch_cpu.so",
-            "-Wl,--as-needed",
-            "-ldl",
-        ]
-    )
-    return lib
+        assert job.returncode == 0, f"compiling {name} failed:\n{err[-4000:]}"
+    libs = {}
+    for key, form_object in (("cuda", "aten"), ("cpu", "aten_cpu")):
+        lib = out / key / "libfa_attn_ops.so"
+        lib.parent.mkdir()
+        run(
+            [
+                "g++",
+                "-shared",
+                *(str(out / f"{name}.o") for name in (*(s.stem for s in shared), form_object)),
+                "-o",
+                str(lib),
+                f"-L{stubs}",
+                "-Wl,--no-as-needed",
+                "-l:libc10.so",
+                "-l:libtorch_cpu.so",
+                "-Wl,--as-needed",
+                "-ldl",
+            ]
+        )
+        libs[key] = lib
+    return libs
+
+
+@pytest.fixture(scope="module")
+def binding(built: dict[str, Path]) -> Path:
+    return built["cuda"]
 
 
 def test_links_no_cuda_and_no_python(binding: Path) -> None:
@@ -76,6 +95,12 @@ def test_links_no_cuda_and_no_python(binding: Path) -> None:
 
 def test_loads_on_cpu_torch_and_registers_cuda_kernels(binding: Path) -> None:
     assert_loads_with_cuda_kernels_only(binding)
+
+
+def test_every_argument_is_read_and_the_checks_run(built: dict[str, Path]) -> None:
+    """The kernels are boxed: each reads its schema's arguments off the stack by position, which only a
+    call exercises. All three operators, called with CPU tensors, get to fa_attn's input checks."""
+    assert_every_argument_reaches_the_checks(built["cpu"])
 
 
 def test_installed_layout_loads_through_the_loader(binding: Path, tmp_path: Path) -> None:

@@ -13,7 +13,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from binding_checks import KERNELS, assert_loads_with_cuda_kernels_only, run
+from binding_checks import (
+    KERNELS,
+    assert_every_argument_reaches_the_checks,
+    assert_loads_with_cuda_kernels_only,
+    run,
+)
 
 from buildtool.builder import binding, torch_headers
 from buildtool.builder.pypi import fetch_torch_catalog
@@ -94,35 +99,7 @@ def test_loads_into_this_torch_with_cuda_kernels_registered(stable_lib: Path) ->
 
 def test_every_argument_boxes_and_the_checks_run(cpu_key_lib: Path) -> None:
     """TORCH_BOX checks the argument count only when an op is called: call both, through the checks."""
-    script = textwrap.dedent(f"""
-        import torch, fa_attn
-        torch.ops.load_library({str(cpu_key_lib)!r})
-        launch = [8, 128, 64, 64, 0, 0]
-        def fwd(q, cu_q=None, cu_k=None, table=None):
-            return torch.ops.fa_attn.fwd(q, q, q, cu_q, cu_k, None, None, None, table, 4, 4, 0.3, False, -1, -1,
-                                         0.0, "m", "fa_fwd", launch, "", "", [])
-        def expect(call, text):
-            try:
-                call()
-            except RuntimeError as err:
-                assert text in str(err) and str(err).startswith("fa_attn: "), str(err)
-            else:
-                raise AssertionError(text)
-        q16 = torch.zeros(1, 4, 2, 8, dtype=torch.float16)
-        expect(lambda: fwd(torch.zeros(1, 4, 2, 8)), "the kernels take fp16 or bf16, got float32")
-        expect(lambda: fwd(q16), "q must be a CUDA tensor")
-        expect(lambda: fwd(q16, cu_q=torch.zeros(2, dtype=torch.int32)), "pass both cu_seqlens_q and")
-        expect(lambda: fwd(q16, table=torch.zeros(1, 2, dtype=torch.int32)), "q must be a CUDA tensor")
-        expect(lambda: torch.ops.fa_attn.fwd_splitkv(q16, q16, q16, None, None, None, None, None, None, 4, 4, 0.3,
-                                                     False, -1, -1, 0.0, 2, "m", "fa_fwd", launch),
-               "q must be a CUDA tensor")
-        lse = torch.zeros(1, 2, 4)
-        expect(lambda: torch.ops.fa_attn.bwd(q16, q16, q16, q16, q16, lse, None, None, 4, 4, 0.3, False,
-                                             -1, -1, 0.0, "m", "fa_bwd", launch), "q must be a CUDA tensor")
-        print("ok")
-    """)
-    proc = run([sys.executable, "-c", script], env=dict(os.environ, PYTHONPATH=str(KERNELS)))
-    assert proc.stdout.strip() == "ok"
+    assert_every_argument_reaches_the_checks(cpu_key_lib)
 
 
 def test_the_loader_takes_it_for_a_later_torch_and_warns_past_the_tested(

@@ -1,17 +1,27 @@
-// The ATen form of the binding: CUDA kernels for fa_attn::fwd / fa_attn::bwd (schemas:
+// The ATen form of the binding: CUDA kernels for fa_attn::fwd / fwd_splitkv / bwd (schemas:
 // kernels/fa_attn/runtime/ops.py) registered with TORCH_LIBRARY_IMPL against ATen's C++ API. Its binary uses
 // C++ symbols of libc10/libtorch_cpu, so it is built per torch minor and C++ ABI; torch minors from
 // the stable-ABI floor on take forms/stable.cpp instead. The operators themselves are attention.h's.
-// Only the headers it uses: <ATen/ATen.h> declares every operator and took 2.5x as long to compile
-// (the same undefined symbols either way; bench/build/build.py measures the bindings' compile time).
+//
+// Built once per binding, so its compile time is the binding's (bench/build/binding_time.py measures it).
+// Two choices keep it low:
+// - The kernels are boxed (CppFunction::makeFromBoxedFunction): each reads its arguments off the
+//   dispatcher's IValue stack by position. An unboxed function of 22 arguments made the compiler
+//   instantiate the unboxing wrappers and infer its schema, a third of the compile's CPU. The arity is
+//   checked against the registered schema when an operator is called (TORCH_BOX does the same for the
+//   stable form), and tests/runtime/test_binding_load.py calls all three through the checks.
+// - Only torch/library.h, which already holds at::Tensor (its methods: new_empty, clone, view, sum) and
+//   c10::DeviceGuard; <ATen/ATen.h> declares every operator and took 2.5x as long, ATen/ops/empty.h
+//   another half second.
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include <cstddef>
 #include <optional>
 #include <string_view>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "attention.h"
@@ -38,7 +48,7 @@ struct AtenForm {
   }
 
   static Tensor empty(const std::vector<int64_t>& sizes, DType dtype, const Tensor& like) {
-    return at::empty(sizes, like.options().dtype(scalar_type(dtype)));
+    return like.new_empty(sizes, like.options().dtype(scalar_type(dtype)));
   }
 
   static Tensor contiguous_copy(const Tensor& t) { return t.clone(at::MemoryFormat::Contiguous); }
@@ -58,53 +68,97 @@ struct AtenForm {
 };
 
 using Ops = Attention<AtenForm>;
-
-KernelArgs kernel_args(c10::string_view module, c10::string_view entries, at::IntArrayRef launch) {
-  return KernelArgs{std::string_view(module.data(), module.size()),
-                    std::string_view(entries.data(), entries.size()), launch.data(), launch.size()};
-}
-
-// The C++ signatures must match the schemas in fa_attn/runtime/ops.py exactly (TORCH_LIBRARY_IMPL checks).
 using MaybeTensor = std::optional<at::Tensor>;
 
-std::tuple<at::Tensor, at::Tensor> fwd(
-    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const MaybeTensor& cu_q, const MaybeTensor& cu_k,
-    const MaybeTensor& seqused_k, const MaybeTensor& leftpad_k, const MaybeTensor& kv_batch_idx,
-    const MaybeTensor& block_table, int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal,
-    int64_t window_left, int64_t window_right, double softcap, c10::string_view module, c10::string_view entries,
-    at::IntArrayRef launch, c10::string_view /*bwd_module*/, c10::string_view /*bwd_entries*/,
-    at::IntArrayRef /*bwd_launch*/) {
-  const Options options{max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap};
-  return Ops::fwd(q, k, v, cu_q, cu_k, {seqused_k, leftpad_k, kv_batch_idx, block_table}, options,
-                  kernel_args(module, entries, launch));
+// One operator call's arguments on the dispatcher's stack, read by their position in the schema
+// (fa_attn/runtime/ops.py). They stay on the stack until `finish` replaces them with the outputs, so the
+// string views and tensor references handed out live through the call.
+class Args {
+ public:
+  Args(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t count) : stack_(*stack), count_(count) {
+    const size_t declared = op.schema().arguments().size();
+    FA_CHECK(declared == count && stack_.size() >= count, op.schema().name(), " takes ", declared,
+             " arguments and this binding reads ", count, ": the binding was built for another schema");
+    base_ = stack_.size() - count;
+  }
+
+  const at::Tensor& tensor(size_t i) const { return at(i).toTensor(); }
+  MaybeTensor maybe_tensor(size_t i) const { return at(i).isNone() ? MaybeTensor() : MaybeTensor(tensor(i)); }
+  int64_t integer(size_t i) const { return at(i).toInt(); }
+  std::string_view text(size_t i) const {
+    const auto view = at(i).toStringView();  // c10::string_view before torch 2.6, std::string_view after
+    return std::string_view(view.data(), view.size());
+  }
+  std::vector<int64_t> integers(size_t i) const { return at(i).toIntVector(); }
+
+  // The scalars every operator takes, in the schemas' order from `first`: max_seqlen_q, max_seqlen_k,
+  // softmax_scale, causal, window_left, window_right, softcap.
+  Options options(size_t first) const {
+    return Options{integer(first),     integer(first + 1), at(first + 2).toDouble(), at(first + 3).toBool(),
+                   integer(first + 4), integer(first + 5), at(first + 6).toDouble()};
+  }
+
+  template <class... Outputs>
+  void finish(std::tuple<Outputs...>&& outputs) {
+    torch::jit::drop(stack_, count_);
+    std::apply([this](auto&&... t) { torch::jit::push(stack_, std::move(t)...); }, std::move(outputs));
+  }
+
+ private:
+  const c10::IValue& at(size_t i) const { return stack_[base_ + i]; }
+
+  torch::jit::Stack& stack_;
+  size_t count_;
+  size_t base_ = 0;
+};
+
+// module, entries, launch at `first`; `launch` owns the numbers KernelArgs points at.
+KernelArgs kernel_args(const Args& args, size_t first, const std::vector<int64_t>& launch) {
+  return KernelArgs{args.text(first), args.text(first + 1), launch.data(), launch.size()};
 }
 
-std::tuple<at::Tensor, at::Tensor> fwd_splitkv(
-    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const MaybeTensor& cu_q, const MaybeTensor& cu_k,
-    const MaybeTensor& seqused_k, const MaybeTensor& leftpad_k, const MaybeTensor& kv_batch_idx,
-    const MaybeTensor& block_table, int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal,
-    int64_t window_left, int64_t window_right, double softcap, int64_t num_splits, c10::string_view module,
-    c10::string_view entries, at::IntArrayRef launch) {
-  const Options options{max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap};
-  return Ops::fwd_splitkv(q, k, v, cu_q, cu_k, {seqused_k, leftpad_k, kv_batch_idx, block_table}, options,
-                          num_splits, kernel_args(module, entries, launch));
+// fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, leftpad_k, kv_batch_idx, block_table, <7 scalars>,
+//     module, entries, launch, bwd_module, bwd_entries, bwd_launch) -> (out, softmax_lse)
+void fwd(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  Args args(op, stack, 22);
+  const std::vector<int64_t> launch = args.integers(18);
+  args.finish(Ops::fwd(args.tensor(0), args.tensor(1), args.tensor(2), args.maybe_tensor(3), args.maybe_tensor(4),
+                       {args.maybe_tensor(5), args.maybe_tensor(6), args.maybe_tensor(7), args.maybe_tensor(8)},
+                       args.options(9), kernel_args(args, 16, launch)));
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(
-    const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
-    const at::Tensor& lse, const MaybeTensor& cu_q, const MaybeTensor& cu_k,
-    int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
-    int64_t window_right, double softcap, c10::string_view module, c10::string_view entries,
-    at::IntArrayRef launch) {
-  const Options options{max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap};
-  return Ops::bwd(dout, q, k, v, out, lse, cu_q, cu_k, options, kernel_args(module, entries, launch));
+// fwd_splitkv(<fwd's first 16>, num_splits, module, entries, launch) -> (out, softmax_lse)
+void fwd_splitkv(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  Args args(op, stack, 20);
+  const std::vector<int64_t> launch = args.integers(19);
+  args.finish(Ops::fwd_splitkv(
+      args.tensor(0), args.tensor(1), args.tensor(2), args.maybe_tensor(3), args.maybe_tensor(4),
+      {args.maybe_tensor(5), args.maybe_tensor(6), args.maybe_tensor(7), args.maybe_tensor(8)}, args.options(9),
+      args.integer(16), kernel_args(args, 17, launch)));
+}
+
+// bwd(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, <7 scalars>, module, entries, launch)
+//     -> (dq, dk, dv)
+void bwd(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  Args args(op, stack, 18);
+  const std::vector<int64_t> launch = args.integers(17);
+  args.finish(Ops::bwd(args.tensor(0), args.tensor(1), args.tensor(2), args.tensor(3), args.tensor(4),
+                       args.tensor(5), args.maybe_tensor(6), args.maybe_tensor(7), args.options(8),
+                       kernel_args(args, 15, launch)));
 }
 
 }  // namespace
 }  // namespace fa_binding
 
-TORCH_LIBRARY_IMPL(fa_attn, CUDA, m) {
-  m.impl("fwd", &fa_binding::fwd);
-  m.impl("bwd", &fa_binding::bwd);
-  m.impl("fwd_splitkv", &fa_binding::fwd_splitkv);
+// The dispatch key the kernels register under. Tests build with -DFA_BINDING_DISPATCH_KEY=CPU to call
+// the operators with CPU tensors on a machine without a GPU: the reading of every argument and the input
+// checks then run for real.
+#ifndef FA_BINDING_DISPATCH_KEY
+#define FA_BINDING_DISPATCH_KEY CUDA
+#endif
+
+TORCH_LIBRARY_IMPL(fa_attn, FA_BINDING_DISPATCH_KEY, m) {
+  m.impl("fwd", torch::CppFunction::makeFromBoxedFunction<&fa_binding::fwd>());
+  m.impl("bwd", torch::CppFunction::makeFromBoxedFunction<&fa_binding::bwd>());
+  m.impl("fwd_splitkv", torch::CppFunction::makeFromBoxedFunction<&fa_binding::fwd_splitkv>());
 }
