@@ -157,6 +157,10 @@ class BwdTile:
     # FA_DQ_LANE_POINTER: dQ's adds at constant offsets from one pointer per lane (label suffix "l"), not
     # an index each; which of the two ptxas fits in 255 registers differs by tile (bwd.cu kDqLanePointer)
     dq_lane_pointer: bool = False
+    # FA_DQ_HOLD_DS: 0, or with dq_passes > 1 dS's fragments read once per step and held in registers
+    # through the passes, each pass split over this many warp rows (label suffix "h2"...): the ldmatrix
+    # bytes of one pass over the head dim at one narrow pass's accumulators
+    dq_hold_ds: int = 0
 
     @property
     def label(self) -> str:
@@ -164,6 +168,7 @@ class BwdTile:
         suffix += f"p{self.dq_passes}" if self.dq_passes > 1 else ""
         suffix += f"r{self.s_rows}" if self.s_rows else ""
         suffix += "l" if self.dq_lane_pointer else ""
+        suffix += f"h{self.dq_hold_ds}" if self.dq_hold_ds else ""
         return f"m{self.block_m}n{self.block_n}w{self.warps}s{self.stages}{suffix}"
 
     def smem_bytes(self, head_dim: int) -> int:
@@ -185,9 +190,12 @@ class BwdTile:
             or self.block_m % 16
             or self.stages not in (1, 2)
             or head_dim % (8 * self.dq_passes)
+            or (self.dq_hold_ds and self.dq_passes == 1)
         ):
             return False
         dq_cols = head_dim // self.dq_passes
+        if self.dq_hold_ds and not _warp_grid_fits(self.block_m, dq_cols, self.warps, self.dq_hold_ds):
+            return False
         if self.s_rows and not _warp_grid_fits(self.block_m, self.block_n, self.warps, self.s_rows):
             return False
         return all(
@@ -206,6 +214,7 @@ class BwdTile:
             **({"FA_DQ_PASSES": self.dq_passes} if self.dq_passes > 1 else {}),
             **({"FA_S_ROWS": self.s_rows} if self.s_rows else {}),
             **({"FA_DQ_LANE_POINTER": 1} if self.dq_lane_pointer else {}),
+            **({"FA_DQ_HOLD_DS": self.dq_hold_ds} if self.dq_hold_ds else {}),
         }
 
 
@@ -444,11 +453,19 @@ _BWD_SM100 = {
     192: _B(64, 64, 8, 1, dq_lane_pointer=True),
     256: _B(64, 64, 8, 1, dq_lane_pointer=True),
 }
-# sm80's own d192 and d256: FA2's 64 x 64 with dQ in two column passes (32 x 64 and 64 x 32 before, the
+# sm80's own d192 and d256: FA2's 64 x 64 with dQ in column passes (32 x 64 and 64 x 32 before, the
 # latter with dQ sectors twice FA2's). One pass spills 4 and 152 B (NVRTC 12.9); two run at 215-220 and
-# 250-252 registers without a spill with NVRTC 11.8, 12.9 and 13.0 on sm80 and sm87. (sm90's table
-# derives from _BWD_SM80 and keeps its own rows.)
-_BWD_SM80_FAMILY = {**_BWD_SM80, 192: _B(64, 64, 8, 1, dq_passes=2), 256: _B(64, 64, 8, 1, dq_passes=2)}
+# 250-252 registers without a spill with NVRTC 11.8, 12.9 and 13.0 on sm80 and sm87, but re-read dS
+# (d256 281.6 B/mma). d256 takes four passes with dS held in registers through them, each in two warp
+# rows (dq_hold_ds, FA_DQ_HOLD_DS): 245-246 registers, no spill with 11.8, 12.9 and 13.0 on sm80 and
+# sm87, bf16 and fp16, and FA2's 268.8 B/mma (eight passes 242 registers, also clean; two passes spill
+# 56 B with 12.9, 20 with 11.8 with dq_lane_pointer). (sm90's table derives from _BWD_SM80 and keeps
+# its own rows.)
+_BWD_SM80_FAMILY = {
+    **_BWD_SM80,
+    192: _B(64, 64, 8, 1, dq_passes=2),
+    256: _B(64, 64, 8, 1, dq_passes=4, dq_hold_ds=2),
+}
 # Tiles per CUDA major (issue 38): where NVRTC 12.9's and 13.0's ptxas fit FA2's blocks without a spill
 # and 11.8's does not, CUDA 12 and 13 compile FA2's and CUDA 11 keeps the tile above (ArchFamily.
 # per_cuda). Spilled bytes, stores + loads, the same for bf16 and fp16 (bench/kernels/kernel_resources.py
@@ -488,16 +505,20 @@ _BWD_SM86 = {
 }
 # sm120 keeps V in registers (FA_V_IN_REGS, FA2's choice on the 99 KB parts): P and dS take V's shared
 # memory, so d96 fits FA2's 64 x 128 (88,576 B) and dP reads no V from shared memory. Its ptxas also
-# keeps d192's S in FA2's four warp rows and d256's dQ in two passes without a spill (NVRTC 12.9 and
-# 13.0; ldsm/mma 247.5 and 307.2), which sm 8.0's, 9.0's and 10.0's ptxas spill as alternatives (4 to
-# 128 B stored, NVRTC 12.9: kernel_resources.py --alternatives; the 12.0 GPUs they serve JIT the PTX), as
-# sm 8.0's does sm120's d96 and d128.
+# keeps d192's S in FA2's four warp rows, with dQ in six passes of 32 columns in two warp rows and dS
+# held in registers through them (dq_hold_ds), and d256 in 32 x 64 blocks (98,560 B swizzled: dQ sectors
+# half FA2's 64 x 32) with dQ in four passes in one warp row, dS held: no spill with NVRTC 12.9 and 13.0,
+# bf16 and fp16 (252 and 249-252 registers), ldsm/mma 230.4 and 281.6 against FA2's 230.4 and 294.4
+# (FA2's 64 x 32 at d256 spills 20 B in one pass with 12.9; 64 x 64 in one dQ pass at d192 316). The
+# two-pass rows before, which re-read dS, read 247.5 and 307.2. sm 8.0's, 9.0's and 10.0's ptxas
+# spill some of these as alternatives (kernel_resources.py --alternatives; the 12.0 GPUs they serve JIT
+# the PTX), as sm 8.0's does sm120's d96 and d128.
 _BWD_SM120 = {
     **_BWD_SM86,
     96: _B(64, 128, 8, 1, True),
     128: _B(64, 64, 8, 1, True),
-    192: _B(64, 64, 8, 1, True, True, 2),
-    256: _B(64, 32, 8, 1, True, True, 2),
+    192: _B(64, 64, 8, 1, True, True, 6, dq_hold_ds=2),
+    256: _B(32, 64, 8, 1, True, True, 4, dq_hold_ds=1),
 }
 _BWD_SM75 = _BWD_V1["sm75"]
 
