@@ -183,8 +183,8 @@ class BwdTile:
 
     def valid(self, head_dim: int) -> bool:
         """bwd.cu's static_asserts: WarpGrid splits S (block_m x block_n), dK/dV (block_n x d) and each
-        dQ pass (block_m x d / dq_passes) into whole 16 x 8 mma tiles over the warps; tile widths
-        multiples of 32."""
+        dQ pass (block_m x d / dq_passes; in dq_hold_ds warp rows where given, which needs passes) into
+        whole 16 x 8 mma tiles over the warps; tile widths multiples of 32."""
         if (
             self.block_n % 32
             or self.block_m % 16
@@ -420,8 +420,9 @@ _FWD_SM75 = {**_FWD_V1["sm75"], 32: _T(128, 64, 4)}
 # fragments in whole sectors (bwd.cu dq_index). FA2's own blocks at d64 (128 x 128), d96 and d128
 # (64 x 128) on sm80 and sm90 on, since P and dS are computed apart (bwd.cu probabilities,
 # grad_scores); sm80 keeps one Q/dO stage at d64 and d128 (two need 181,248 and 174,592 B) and at d96. At d192
-# and d256 FA2's 64 x 64 spills in one dQ pass (NVRTC 12.9: 4 to 444 B); sm80 runs it in two
-# (_BWD_SM80_FAMILY), except d192 with CUDA 12 and 13, which take it in one pass with S in two warp rows
+# and d256 FA2's 64 x 64 spills in one dQ pass (NVRTC 12.9: 4 to 444 B); sm80 runs it in two at d192 and
+# in four with dS held at d256 (_BWD_SM80_FAMILY), except d192 with CUDA 12 and 13, which take it in one
+# pass with S in two warp rows
 # (tiles per CUDA major, below); sm90's d256 takes it with one stage for CUDA 12 and 13; sm100 in one pass
 # with dQ's per-lane pointer (_BWD_SM100). Head dim 256 fits the 99 KB parts
 # (sm86/89/120) with 64 x 32 blocks (swizzled: _BWD_SM86), where FA2 < 2.5.5 and torch SDPA refuse

@@ -25,6 +25,8 @@
 //   FA_DQ_PASSES  dQ = dS K of a step in this many passes over slices of the head dim (default 1), a
 //                 rolled loop: a pass's accumulators are all that is live beside dK, dV (and V with
 //                 FA_V_IN_REGS); each pass reads dS again
+//   FA_DQ_HOLD_DS N: dS read once per step and held in registers through the passes, each pass in N
+//                 warp rows (below, at GridQ)
 //   FA_S_ROWS     the warps' row split of S and dP (default: FewestBytesGrid's); with FA_V_IN_REGS a
 //                 warp holds V's fragments of its 1 / (warps / FA_S_ROWS) of the keys
 //   FA_BWD_SWIZZLE 1: shared-memory tiles unpadded and XOR-swizzled (the forward's layout, less shared
