@@ -420,9 +420,8 @@ _FWD_SM75 = {**_FWD_V1["sm75"], 32: _T(128, 64, 4)}
 # fragments in whole sectors (bwd.cu dq_index). FA2's own blocks at d64 (128 x 128), d96 and d128
 # (64 x 128) on sm80 and sm90 on, since P and dS are computed apart (bwd.cu probabilities,
 # grad_scores); sm80 keeps one Q/dO stage at d64 and d128 (two need 181,248 and 174,592 B) and at d96. At d192
-# and d256 FA2's 64 x 64 spills in one dQ pass (NVRTC 12.9: 4 to 444 B); sm80 runs it in two at d192 and
-# in four with dS held at d256 (_BWD_SM80_FAMILY), except d192 with CUDA 12 and 13, which take it in one
-# pass with S in two warp rows
+# and d256 FA2's 64 x 64 spills in one dQ pass (NVRTC 12.9: 4 to 444 B); sm80 runs d256 in four passes with
+# dS held (_BWD_SM80_FAMILY) and d192 in one pass with S in two warp rows (CUDA 12 and 13; 11 its own)
 # (tiles per CUDA major, below); sm90's d256 takes it with one stage for CUDA 12 and 13; sm100 in one pass
 # with dQ's per-lane pointer (_BWD_SM100). Head dim 256 fits the 99 KB parts
 # (sm86/89/120) with 64 x 32 blocks (swizzled: _BWD_SM86), where FA2 < 2.5.5 and torch SDPA refuse
@@ -454,19 +453,14 @@ _BWD_SM100 = {
     192: _B(64, 64, 8, 1, dq_lane_pointer=True),
     256: _B(64, 64, 8, 1, dq_lane_pointer=True),
 }
-# sm80's own d192 and d256: FA2's 64 x 64 with dQ in column passes (32 x 64 and 64 x 32 before, the
-# latter with dQ sectors twice FA2's). One pass spills 4 and 152 B (NVRTC 12.9); two run at 215-220 and
-# 250-252 registers without a spill with NVRTC 11.8, 12.9 and 13.0 on sm80 and sm87, but re-read dS
-# (d256 281.6 B/mma). d256 takes four passes with dS held in registers through them, each in two warp
+# sm80's own d256: FA2's 64 x 64 with dQ in column passes (64 x 32 before, with dQ sectors twice FA2's).
+# One pass spills 152 B (NVRTC 12.9); two run at 250-252 registers without a spill with NVRTC 11.8, 12.9
+# and 13.0 on sm80 and sm87, but re-read dS (281.6 B/mma). It takes four passes with dS held in registers through them, each in two warp
 # rows (dq_hold_ds, FA_DQ_HOLD_DS): 245-246 registers, no spill with 11.8, 12.9 and 13.0 on sm80 and
 # sm87, bf16 and fp16, and FA2's 268.8 B/mma (eight passes 242 registers, also clean; two passes spill
 # 56 B with 12.9, 20 with 11.8 with dq_lane_pointer). (sm90's table derives from _BWD_SM80 and keeps
 # its own rows.)
-_BWD_SM80_FAMILY = {
-    **_BWD_SM80,
-    192: _B(64, 64, 8, 1, dq_passes=2),
-    256: _B(64, 64, 8, 1, dq_passes=4, dq_hold_ds=2),
-}
+_BWD_SM80_FAMILY = {**_BWD_SM80, 256: _B(64, 64, 8, 1, dq_passes=4, dq_hold_ds=2)}
 # Tiles per CUDA major (issue 38): where NVRTC 12.9's and 13.0's ptxas fit FA2's blocks without a spill
 # and 11.8's does not, CUDA 12 and 13 compile FA2's and CUDA 11 keeps the tile above (ArchFamily.
 # per_cuda). Spilled bytes, stores + loads, the same for bf16 and fp16 (bench/kernels/kernel_resources.py
@@ -475,14 +469,21 @@ _BWD_SM80_FAMILY = {
 #     none with 12.9 and 13.0, 16 with 11.8; one stage spills 48 with every NVRTC.
 #   - sm80 d192: FA2's 64 x 64, two stages, swizzled (padded it needs 172,544 B) with S and dP in two
 #     warp rows (s_rows; ldsm/mma 281.6, FA2's): none with 12.9 and 13.0, 40 with 11.8 (one stage,
-#     padded, 8); FA2's four warp rows spill 128 with 12.9. CUDA 11 takes 64 x 64 in two dQ passes
-#     (_BWD_SM80_FAMILY: spill-free with every NVRTC, but 298.7 B/mma: the passes re-read dS).
+#     padded, 8); FA2's four warp rows spill 128 with 12.9.
 #   - sm90 d256: FA2's 64 x 64, one stage: none with 12.9 and 13.0, 528 with 11.8; two stages spill 84
 #     with 12.9.
+# CUDA 11 runs FA2's blocks too, two stages, with dQ in passes and dS held through them (dq_hold_ds, two
+# warp rows): sm80 d96 64 x 128 V in registers in three passes (254 registers, 221.9 B/mma), d192 64 x 64
+# swizzled in three (238, 281.6), sm90 d256 64 x 64 in four (248, 268.8): no spill with 11.8, bf16 and
+# fp16. Before: 64 x 128 one stage (247.5), 64 x 64 in two passes re-reading dS (298.7), 64 x 32 (345.6,
+# dQ sectors twice FA2's).
 _FA2_BWD_SM80 = {96: _B(64, 128, 8, 2, True), 192: _B(64, 64, 8, 2, swizzled=True, s_rows=2)}
 _FA2_BWD_SM90 = {256: _B(64, 64, 8, 1)}
-_CU11_BWD_SM80 = {d: _BWD_SM80_FAMILY[d] for d in _FA2_BWD_SM80}
-_CU11_BWD_SM90 = {d: _BWD_SM90[d] for d in _FA2_BWD_SM90}
+_CU11_BWD_SM80 = {
+    96: _B(64, 128, 8, 2, True, dq_passes=3, dq_hold_ds=2),
+    192: _B(64, 64, 8, 2, swizzled=True, dq_passes=3, dq_hold_ds=2),
+}
+_CU11_BWD_SM90 = {256: _B(64, 64, 8, 2, dq_passes=4, dq_hold_ds=2)}
 # sm87 (Jetson Orin, DRIVE Orin) has sm80's shared memory but a row of its own: its ptxas fits both of
 # sm80's FA2 tiles with every NVRTC, 11.8 too (none spilled, bf16 and fp16), so it needs no CUDA 11 row.
 _BWD_SM87 = {**_BWD_SM80_FAMILY, **_FA2_BWD_SM80}
