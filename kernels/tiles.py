@@ -157,6 +157,10 @@ class BwdTile:
     # FA_DQ_LANE_POINTER: dQ's adds at constant offsets from one pointer per lane (label suffix "l"), not
     # an index each; which of the two ptxas fits in 255 registers differs by tile (bwd.cu kDqLanePointer)
     dq_lane_pointer: bool = False
+    # FA_DQ_HOLD_DS: 0, or with dq_passes > 1 dS's fragments read once per step and held in registers
+    # through the passes, each pass split over this many warp rows (label suffix "h2"...): the ldmatrix
+    # bytes of one pass over the head dim at one narrow pass's accumulators
+    dq_hold_ds: int = 0
 
     @property
     def label(self) -> str:
@@ -164,6 +168,7 @@ class BwdTile:
         suffix += f"p{self.dq_passes}" if self.dq_passes > 1 else ""
         suffix += f"r{self.s_rows}" if self.s_rows else ""
         suffix += "l" if self.dq_lane_pointer else ""
+        suffix += f"h{self.dq_hold_ds}" if self.dq_hold_ds else ""
         return f"m{self.block_m}n{self.block_n}w{self.warps}s{self.stages}{suffix}"
 
     def smem_bytes(self, head_dim: int) -> int:
@@ -178,16 +183,19 @@ class BwdTile:
 
     def valid(self, head_dim: int) -> bool:
         """bwd.cu's static_asserts: WarpGrid splits S (block_m x block_n), dK/dV (block_n x d) and each
-        dQ pass (block_m x d / dq_passes) into whole 16 x 8 mma tiles over the warps; tile widths
-        multiples of 32."""
+        dQ pass (block_m x d / dq_passes; in dq_hold_ds warp rows where given, which needs passes) into
+        whole 16 x 8 mma tiles over the warps; tile widths multiples of 32."""
         if (
             self.block_n % 32
             or self.block_m % 16
             or self.stages not in (1, 2)
             or head_dim % (8 * self.dq_passes)
+            or (self.dq_hold_ds and self.dq_passes == 1)
         ):
             return False
         dq_cols = head_dim // self.dq_passes
+        if self.dq_hold_ds and not _warp_grid_fits(self.block_m, dq_cols, self.warps, self.dq_hold_ds):
+            return False
         if self.s_rows and not _warp_grid_fits(self.block_m, self.block_n, self.warps, self.s_rows):
             return False
         return all(
@@ -206,6 +214,7 @@ class BwdTile:
             **({"FA_DQ_PASSES": self.dq_passes} if self.dq_passes > 1 else {}),
             **({"FA_S_ROWS": self.s_rows} if self.s_rows else {}),
             **({"FA_DQ_LANE_POINTER": 1} if self.dq_lane_pointer else {}),
+            **({"FA_DQ_HOLD_DS": self.dq_hold_ds} if self.dq_hold_ds else {}),
         }
 
 
@@ -411,8 +420,8 @@ _FWD_SM75 = {**_FWD_V1["sm75"], 32: _T(128, 64, 4)}
 # fragments in whole sectors (bwd.cu dq_index). FA2's own blocks at d64 (128 x 128), d96 and d128
 # (64 x 128) on sm80 and sm90 on, since P and dS are computed apart (bwd.cu probabilities,
 # grad_scores); sm80 keeps one Q/dO stage at d64 and d128 (two need 181,248 and 174,592 B) and at d96. At d192
-# and d256 FA2's 64 x 64 spills in one dQ pass (NVRTC 12.9: 4 to 444 B); sm80 runs it in two
-# (_BWD_SM80_FAMILY), except d192 with CUDA 12 and 13, which take it in one pass with S in two warp rows
+# and d256 FA2's 64 x 64 spills in one dQ pass (NVRTC 12.9: 4 to 444 B); sm80 runs d256 in four passes with
+# dS held (_BWD_SM80_FAMILY) and d192 in one pass with S in two warp rows (CUDA 12 and 13; 11 its own)
 # (tiles per CUDA major, below); sm90's d256 takes it with one stage for CUDA 12 and 13; sm100 in one pass
 # with dQ's per-lane pointer (_BWD_SM100). Head dim 256 fits the 99 KB parts
 # (sm86/89/120) with 64 x 32 blocks (swizzled: _BWD_SM86), where FA2 < 2.5.5 and torch SDPA refuse
@@ -444,11 +453,14 @@ _BWD_SM100 = {
     192: _B(64, 64, 8, 1, dq_lane_pointer=True),
     256: _B(64, 64, 8, 1, dq_lane_pointer=True),
 }
-# sm80's own d192 and d256: FA2's 64 x 64 with dQ in two column passes (32 x 64 and 64 x 32 before, the
-# latter with dQ sectors twice FA2's). One pass spills 4 and 152 B (NVRTC 12.9); two run at 215-220 and
-# 250-252 registers without a spill with NVRTC 11.8, 12.9 and 13.0 on sm80 and sm87. (sm90's table
-# derives from _BWD_SM80 and keeps its own rows.)
-_BWD_SM80_FAMILY = {**_BWD_SM80, 192: _B(64, 64, 8, 1, dq_passes=2), 256: _B(64, 64, 8, 1, dq_passes=2)}
+# sm80's own d256: FA2's 64 x 64 with dQ in column passes (64 x 32 before, with dQ sectors twice FA2's).
+# One pass spills 152 B (NVRTC 12.9); two run at 250-252 registers without a spill with NVRTC 11.8, 12.9
+# and 13.0 on sm80 and sm87, but re-read dS (281.6 B/mma). It takes four passes with dS held in registers through them, each in two warp
+# rows (dq_hold_ds, FA_DQ_HOLD_DS): 245-246 registers, no spill with 11.8, 12.9 and 13.0 on sm80 and
+# sm87, bf16 and fp16, and FA2's 268.8 B/mma (eight passes 242 registers, also clean; two passes spill
+# 56 B with 12.9, 20 with 11.8 with dq_lane_pointer). (sm90's table derives from _BWD_SM80 and keeps
+# its own rows.)
+_BWD_SM80_FAMILY = {**_BWD_SM80, 256: _B(64, 64, 8, 1, dq_passes=4, dq_hold_ds=2)}
 # Tiles per CUDA major (issue 38): where NVRTC 12.9's and 13.0's ptxas fit FA2's blocks without a spill
 # and 11.8's does not, CUDA 12 and 13 compile FA2's and CUDA 11 keeps the tile above (ArchFamily.
 # per_cuda). Spilled bytes, stores + loads, the same for bf16 and fp16 (bench/kernels/kernel_resources.py
@@ -457,14 +469,21 @@ _BWD_SM80_FAMILY = {**_BWD_SM80, 192: _B(64, 64, 8, 1, dq_passes=2), 256: _B(64,
 #     none with 12.9 and 13.0, 16 with 11.8; one stage spills 48 with every NVRTC.
 #   - sm80 d192: FA2's 64 x 64, two stages, swizzled (padded it needs 172,544 B) with S and dP in two
 #     warp rows (s_rows; ldsm/mma 281.6, FA2's): none with 12.9 and 13.0, 40 with 11.8 (one stage,
-#     padded, 8); FA2's four warp rows spill 128 with 12.9. CUDA 11 takes 64 x 64 in two dQ passes
-#     (_BWD_SM80_FAMILY: spill-free with every NVRTC, but 298.7 B/mma: the passes re-read dS).
+#     padded, 8); FA2's four warp rows spill 128 with 12.9.
 #   - sm90 d256: FA2's 64 x 64, one stage: none with 12.9 and 13.0, 528 with 11.8; two stages spill 84
 #     with 12.9.
+# CUDA 11 runs FA2's blocks too, two stages, with dQ in passes and dS held through them (dq_hold_ds, two
+# warp rows): sm80 d96 64 x 128 V in registers in three passes (254 registers, 221.9 B/mma), d192 64 x 64
+# swizzled in three (238, 281.6), sm90 d256 64 x 64 in four (248, 268.8): no spill with 11.8, bf16 and
+# fp16. Before: 64 x 128 one stage (247.5), 64 x 64 in two passes re-reading dS (298.7), 64 x 32 (345.6,
+# dQ sectors twice FA2's).
 _FA2_BWD_SM80 = {96: _B(64, 128, 8, 2, True), 192: _B(64, 64, 8, 2, swizzled=True, s_rows=2)}
 _FA2_BWD_SM90 = {256: _B(64, 64, 8, 1)}
-_CU11_BWD_SM80 = {d: _BWD_SM80_FAMILY[d] for d in _FA2_BWD_SM80}
-_CU11_BWD_SM90 = {d: _BWD_SM90[d] for d in _FA2_BWD_SM90}
+_CU11_BWD_SM80 = {
+    96: _B(64, 128, 8, 2, True, dq_passes=3, dq_hold_ds=2),
+    192: _B(64, 64, 8, 2, swizzled=True, dq_passes=3, dq_hold_ds=2),
+}
+_CU11_BWD_SM90 = {256: _B(64, 64, 8, 2, dq_passes=4, dq_hold_ds=2)}
 # sm87 (Jetson Orin, DRIVE Orin) has sm80's shared memory but a row of its own: its ptxas fits both of
 # sm80's FA2 tiles with every NVRTC, 11.8 too (none spilled, bf16 and fp16), so it needs no CUDA 11 row.
 _BWD_SM87 = {**_BWD_SM80_FAMILY, **_FA2_BWD_SM80}
@@ -488,16 +507,20 @@ _BWD_SM86 = {
 }
 # sm120 keeps V in registers (FA_V_IN_REGS, FA2's choice on the 99 KB parts): P and dS take V's shared
 # memory, so d96 fits FA2's 64 x 128 (88,576 B) and dP reads no V from shared memory. Its ptxas also
-# keeps d192's S in FA2's four warp rows and d256's dQ in two passes without a spill (NVRTC 12.9 and
-# 13.0; ldsm/mma 247.5 and 307.2), which sm 8.0's, 9.0's and 10.0's ptxas spill as alternatives (4 to
-# 128 B stored, NVRTC 12.9: kernel_resources.py --alternatives; the 12.0 GPUs they serve JIT the PTX), as
-# sm 8.0's does sm120's d96 and d128.
+# keeps d192's S in FA2's four warp rows, with dQ in six passes of 32 columns in two warp rows and dS
+# held in registers through them (dq_hold_ds), and d256 in 32 x 64 blocks (98,560 B swizzled: dQ sectors
+# half FA2's 64 x 32) with dQ in four passes in one warp row, dS held: no spill with NVRTC 12.9 and 13.0,
+# bf16 and fp16 (252 and 249-252 registers), ldsm/mma 230.4 and 281.6 against FA2's 230.4 and 294.4
+# (FA2's 64 x 32 at d256 spills 20 B in one pass with 12.9; 64 x 64 in one dQ pass at d192 316). The
+# two-pass rows before, which re-read dS, read 247.5 and 307.2. sm 8.0's, 9.0's and 10.0's ptxas
+# spill some of these as alternatives (kernel_resources.py --alternatives; the 12.0 GPUs they serve JIT
+# the PTX), as sm 8.0's does sm120's d96 and d128.
 _BWD_SM120 = {
     **_BWD_SM86,
     96: _B(64, 128, 8, 1, True),
     128: _B(64, 64, 8, 1, True),
-    192: _B(64, 64, 8, 1, True, True, 2),
-    256: _B(64, 32, 8, 1, True, True, 2),
+    192: _B(64, 64, 8, 1, True, True, 6, dq_hold_ds=2),
+    256: _B(32, 64, 8, 1, True, True, 4, dq_hold_ds=1),
 }
 _BWD_SM75 = _BWD_V1["sm75"]
 

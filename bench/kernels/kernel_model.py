@@ -279,6 +279,7 @@ def model_units(
             tile_label += f"p{u.defines['FA_DQ_PASSES']}" if u.defines.get("FA_DQ_PASSES", 1) > 1 else ""
             tile_label += f"r{u.defines['FA_S_ROWS']}" if u.defines.get("FA_S_ROWS") else ""
             tile_label += "l" if u.defines.get("FA_DQ_LANE_POINTER") else ""
+            tile_label += f"h{u.defines['FA_DQ_HOLD_DS']}" if u.defines.get("FA_DQ_HOLD_DS") else ""
             blocks = kernel_resources.blocks_per_sm(
                 arch, launch.threads, usage.registers, launch.smem_bytes + usage.static_smem
             )

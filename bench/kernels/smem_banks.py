@@ -7,7 +7,7 @@ wavefronts to the conflict-free minimum (1.00: no conflict). ldmatrix phases are
 loads, stores and cp.async are grouped by call site and execution count per warp between barriers.
 No GPU involved: these are properties of the addresses the kernels compute, not timings.
 
-    python bench/kernels/smem_banks.py [--family sm80] [--json out.json]
+    python bench/kernels/smem_banks.py [--family sm80] [--bucket 256] [--json out.json]
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import emu_harness as H
 import tiles
 import torch
 
-FAMILIES = {"sm75": "7.5", "sm80": "8.0", "sm86": "8.6", "sm90": "9.0"}
+FAMILIES = {"sm75": "7.5", "sm80": "8.0", "sm86": "8.6", "sm90": "9.0", "sm120": "12.0"}
 
 
 def measure(arch: str, bucket: int) -> dict[str, dict[str, list[int]]]:
@@ -49,17 +49,26 @@ def measure(arch: str, bucket: int) -> dict[str, dict[str, list[int]]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--family", choices=sorted(FAMILIES), action="append", help="default: all four")
+    ap.add_argument("--family", choices=sorted(FAMILIES), action="append", help="default: all")
+    ap.add_argument(
+        "--bucket", type=int, choices=tiles.HEAD_DIM_BUCKETS, action="append", help="default: all"
+    )
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
     families = args.family or list(FAMILIES)
-    pairs = [(u, FAMILIES[f]) for f in families for u in tiles.units(FAMILIES[f]) if u.dtype == "fp16"]
+    buckets = args.bucket or list(tiles.HEAD_DIM_BUCKETS)
+    pairs = [
+        (u, FAMILIES[f])
+        for f in families
+        for u in tiles.units(FAMILIES[f])
+        if u.dtype == "fp16" and u.head_dim in buckets
+    ]
     H.build_all(pairs)
     rows = []
     print(f"{'family':6} {'bucket':>6} {'entry':18} " + " ".join(f"{k:>18}" for k in H.ACCESS_KINDS))
     for family in families:
         arch = FAMILIES[family]
-        for bucket in tiles.HEAD_DIM_BUCKETS:
+        for bucket in buckets:
             for entry, kinds in measure(arch, bucket).items():
                 cells = []
                 for kind in H.ACCESS_KINDS:

@@ -25,6 +25,8 @@
 //   FA_DQ_PASSES  dQ = dS K of a step in this many passes over slices of the head dim (default 1), a
 //                 rolled loop: a pass's accumulators are all that is live beside dK, dV (and V with
 //                 FA_V_IN_REGS); each pass reads dS again
+//   FA_DQ_HOLD_DS N: dS read once per step and held in registers through the passes, each pass in N
+//                 warp rows (below, at GridQ)
 //   FA_S_ROWS     the warps' row split of S and dP (default: FewestBytesGrid's); with FA_V_IN_REGS a
 //                 warp holds V's fragments of its 1 / (warps / FA_S_ROWS) of the keys
 //   FA_BWD_SWIZZLE 1: shared-memory tiles unpadded and XOR-swizzled (the forward's layout, less shared
@@ -156,7 +158,20 @@ using GridKV = FewestBytesGrid<kBlockN, kHeadDim, kWarps>;  // dK, dV accumulato
 constexpr int kDqPasses = FA_DQ_PASSES;  // dQ of a step in column slices (the header)
 constexpr int kDqCols = kHeadDim / kDqPasses;
 static_assert(kHeadDim % (8 * kDqPasses) == 0, "FA_DQ_PASSES must split the head dim into whole n-tiles");
+// FA_DQ_HOLD_DS=N (tiles.py BwdTile.dq_hold_ds, label suffix "hN"): with dQ in passes, this warp's dS
+// fragments are read from shared memory once per step and held in registers through the passes, and a
+// pass splits over N warp rows. The passes then read no more ldmatrix bytes than one pass over the head
+// dim in N warp rows (without it each pass reads dS again), and dQ keeps only the held dS and one
+// pass's accumulators live beside dK and dV (and V): fewer registers where the passes are narrow.
+#ifndef FA_DQ_HOLD_DS
+#define FA_DQ_HOLD_DS 0
+#endif
+#if FA_DQ_HOLD_DS
+static_assert(kDqPasses > 1, "FA_DQ_HOLD_DS holds dS through dQ's passes: it needs FA_DQ_PASSES > 1");
+using GridQ = WarpGrid<kBlockM, kDqCols, kWarps, FA_DQ_HOLD_DS>;
+#else
 using GridQ = FewestBytesGrid<kBlockM, kDqCols, kWarps>;  // one dQ pass of one step: [query][dim slice]
+#endif
 
 using KVAcc = float[GridKV::kMT][GridKV::kNT][4];
 
@@ -332,12 +347,19 @@ FA_DEVICE void accumulate_dq(const FaParams& p, const KeyBlock& kb, int row0, PT
   const int rows = kb.seqlen_q - row0;
   const fa_i64 group_stride = kHoldDqStride ? kb.dq_group_stride : dq_group_stride(p);
   float* dq = kb.dq_accum + (row0 >> 4) * group_stride;  // row0: a multiple of 16
+#if FA_DQ_HOLD_DS
+  u32 ds_frags[GridQ::kMT][kBlockN / 16][4];
+  load_a_frags<GridQ, kBlockN>(ds_frags, sdS, GridQ::row0(warp), lane);
+  const RegA<GridQ::kMT, kBlockN / 16> ds{ds_frags};
+#else
+  const SmemA<PTile, false> ds{sdS};
+#endif
 #pragma unroll 1
   for (int pass = 0; pass < kDqPasses; ++pass) {
     const int m_base = GridQ::row0(warp), n_base = pass * kDqCols + GridQ::col0(warp);
     float acc[GridQ::kMT][GridQ::kNT][4];
     zero<GridQ>(acc);
-    warp_gemm<GridQ, kBlockN>(acc, SmemA<PTile, false>{sdS}, SmemB<KVTile, true>{sK}, m_base, n_base, kBlockN, lane);
+    warp_gemm<GridQ, kBlockN>(acc, ds, SmemB<KVTile, true>{sK}, m_base, n_base, kBlockN, lane);
     if (kDqLanePointer) {
       // dq_index is affine over one lane's fragments: from its first pair (row m_base + g, column
       // n_base + 2t), pair (i, j, e) lies i groups, j 16 x 8 tiles and e value rows of 32 floats on.

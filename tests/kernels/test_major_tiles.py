@@ -1,5 +1,5 @@
 """kernels/tiles.py's tiles per CUDA major (issue 38): where NVRTC 11.8's ptxas spills on FA2's tile and
-12.9's and 13.0's do not, the table gives CUDA 11 the spill-free tile it had and CUDA 12 and 13 FA2's;
+12.9's and 13.0's do not, the table gives CUDA 11 a spill-free tile of its own and CUDA 12 and 13 FA2's;
 and sm 8.7 (Jetson Orin) has a row of its own beside sm 8.0's. These are table facts; that each tile
 is spill-free with its major's NVRTC is bench/kernels/kernel_resources.py's (--cuda 11/12/13), and
 tests/emu runs each tile on the emulator. Not verified on a GPU."""
@@ -49,8 +49,8 @@ def test_cuda_12_and_13_run_fa2s_blocks_where_cuda_11_keeps_its_spill_free_tile(
 def test_the_80_d96_backward_is_fa2s_64_by_128_with_v_in_registers_under_12_and_13():
     assert tiles.default_tile("8.0", "bwd", 96, 12).label == "m64n128w8s2v"
     assert tiles.default_tile("8.0", "bwd", 96, 13).label == "m64n128w8s2v"
-    assert tiles.default_tile("8.0", "bwd", 96, 11).label == "m64n128w8s1"
-    assert tiles.default_tile("9.0", "bwd", 256, 11).label == "m64n32w8s2"
+    assert tiles.default_tile("8.0", "bwd", 96, 11).label == "m64n128w8s2vp3h2"
+    assert tiles.default_tile("9.0", "bwd", 256, 11).label == "m64n64w8s2p4h2"
 
 
 @pytest.mark.parametrize("arch", sorted({a for tk in TOOLKITS.values() for a in tk.archs}))
@@ -105,7 +105,7 @@ def test_kernel_resources_compiles_the_tile_of_its_cuda_major():
             assert label == tile.label, (cuda, arch, unit)
             (job,) = [j for j in jobs if (j.arch, j.unit) == (arch, unit)]
             assert f"-DFA_SMEM_BYTES={tile.smem_bytes(int(unit.rsplit('_d', 1)[1]))}" in job.options
-        assert got["8.0", "bwd_bf16_d96"] == ("m64n128w8s1" if cuda == 11 else "m64n128w8s2v")
+        assert got["8.0", "bwd_bf16_d96"] == ("m64n128w8s2vp3h2" if cuda == 11 else "m64n128w8s2v")
 
 
 def _model(unit: str, tile: str, cuda: int, ldsm: float) -> kernel_model.Model:
@@ -145,7 +145,7 @@ def test_the_model_asks_for_the_units_of_its_cuda_major():
     assert kernel_model.own_tile_units(tiles, "8.7", 11) == set()
     assert kernel_model.own_tile_units(tiles, "9.0", 11) == {"bwd_fp16_d256", "bwd_bf16_d256"}
     tile = {u.name: u.tile for u in kernel_model.major_units(tiles, "9.0", 11)}["bwd_bf16_d256"]
-    assert tile == "m64n32w8s2"
+    assert tile == "m64n64w8s2p4h2"
 
 
 def test_the_coverage_check_holds_each_majors_own_tiles():
@@ -155,15 +155,18 @@ def test_the_coverage_check_holds_each_majors_own_tiles():
 
     rows = {name: t for name, _, t in coverage.unit_tiles("9.0")}
     assert (rows["bwd_fp16_d256"].block_m, rows["bwd_fp16_d256"].block_n) == (64, 64)
-    assert (rows["bwd_fp16_d256 (CUDA 11)"].block_m, rows["bwd_fp16_d256 (CUDA 11)"].block_n) == (64, 32)
+    # CUDA 11's d256 is its own tile (two stages, dQ in held-dS passes) on FA2's blocks, checked apart
+    cu11 = rows["bwd_fp16_d256 (CUDA 11)"]
+    assert (cu11.block_m, cu11.block_n) == (64, 64)
     assert not [n for n in rows if "CUDA 12" in n or "CUDA 13" in n]  # 12 and 13 are the defaults
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cuda", [11, 12, 13])
-def test_each_majors_tiles_compile_without_a_spill_and_12s_reach_fa2(cuda):
-    """Each per-major unit as its major's NVRTC compiles it (read from the SASS): no spill, and the tiles
-    of CUDA 12 and 13 at or better than FA2 on every measure; sm 8.7 runs FA2's tiles under 11.8 too."""
+def test_each_majors_tiles_compile_without_a_spill_and_reach_fa2(cuda):
+    """Each per-major unit as its major's NVRTC compiles it (read from the SASS): no spill, and at or
+    better than FA2 on every measure, CUDA 11's own tiles too (dQ's passes with dS held: before, they read
+    6-29% more ldmatrix bytes per mma than FA2); sm 8.7 runs FA2's tiles under 11.8 too."""
     only = {(arch, f"bwd_bf16_d{d}") for arch, _, d in PER_MAJOR}
     if cuda == 11:
         only |= {("8.7", "bwd_bf16_d96"), ("8.7", "bwd_bf16_d192")}
@@ -178,5 +181,4 @@ def test_each_majors_tiles_compile_without_a_spill_and_12s_reach_fa2(cuda):
         assert m.spills == 0, (m.arch, m.unit, m.tile)
         fa2 = fa2_model.row("bwd", m.arch, m.head_dim)
         assert fa2 is not None
-        if cuda != 11 or m.arch == "8.7":
-            assert kernel_model.misses(m, fa2) == [], (m.arch, m.unit, m.tile)
+        assert kernel_model.misses(m, fa2) == [], (m.arch, m.unit, m.tile)

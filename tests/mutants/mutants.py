@@ -254,6 +254,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "float* at = lane_dq + j * 128 + e * 32;",
         "bwd_fp16_d128", "blocks", "8.6",
     ),
+    # dS held in registers through dQ's passes (FA_DQ_HOLD_DS, sm 8.0's d256): every warp row reads the
+    # first warp row's dS
+    Mutant(
+        "bwd-dq-held-ds-rows", "dq passes", "bwd.cu",
+        "load_a_frags<GridQ, kBlockN>(ds_frags, sdS, GridQ::row0(warp), lane);",
+        "load_a_frags<GridQ, kBlockN>(ds_frags, sdS, 0, lane);",
+        "bwd_fp16_d256", "blocks",
+    ),
     Mutant(
         "ptx-exp2-is-log2", "primitives PTX", "primitives.cuh",
         'asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));',
