@@ -157,6 +157,10 @@ class BwdTile:
     # FA_DQ_LANE_POINTER: dQ's adds at constant offsets from one pointer per lane (label suffix "l"), not
     # an index each; which of the two ptxas fits in 255 registers differs by tile (bwd.cu kDqLanePointer)
     dq_lane_pointer: bool = False
+    # FA_DQ_CHUNK: dQ in one pass over FA2's warp split, accumulated and added this many n-tiles at a
+    # time from the warp's dS fragments held in registers (label suffix "c2"...; bwd.cu
+    # accumulate_dq_chunks): one pass's ldmatrix bytes, a chunk's accumulators live; 0: off
+    dq_chunk: int = 0
 
     @property
     def label(self) -> str:
@@ -164,6 +168,7 @@ class BwdTile:
         suffix += f"p{self.dq_passes}" if self.dq_passes > 1 else ""
         suffix += f"r{self.s_rows}" if self.s_rows else ""
         suffix += "l" if self.dq_lane_pointer else ""
+        suffix += f"c{self.dq_chunk}" if self.dq_chunk else ""
         return f"m{self.block_m}n{self.block_n}w{self.warps}s{self.stages}{suffix}"
 
     def smem_bytes(self, head_dim: int) -> int:
@@ -190,6 +195,10 @@ class BwdTile:
         dq_cols = head_dim // self.dq_passes
         if self.s_rows and not _warp_grid_fits(self.block_m, self.block_n, self.warps, self.s_rows):
             return False
+        if self.dq_chunk and (
+            self.dq_passes > 1 or _fewest_bytes_n_tiles(self.block_m, head_dim, self.warps) % self.dq_chunk
+        ):
+            return False
         return all(
             _warp_grid_fits(m, n, self.warps)
             for m, n in ((self.block_m, self.block_n), (self.block_n, head_dim), (self.block_m, dq_cols))
@@ -206,6 +215,7 @@ class BwdTile:
             **({"FA_DQ_PASSES": self.dq_passes} if self.dq_passes > 1 else {}),
             **({"FA_S_ROWS": self.s_rows} if self.s_rows else {}),
             **({"FA_DQ_LANE_POINTER": 1} if self.dq_lane_pointer else {}),
+            **({"FA_DQ_CHUNK": self.dq_chunk} if self.dq_chunk else {}),
         }
 
 
@@ -270,6 +280,20 @@ def _warp_grid_fits(m: int, n: int, warps: int, rows: int = 0) -> bool:
         warps % wm == 0 and m % (16 * wm) == 0 and n % (8 * (warps // wm)) == 0
         for wm in ((rows,) if rows else range(1, warps + 1))
     )
+
+
+def _fewest_bytes_n_tiles(m: int, n: int, warps: int) -> int:
+    """attention.cuh FewestBytesGrid<M, N, WARPS>'s n-tiles per warp (0: no split fits): the split reading
+    the fewest ldmatrix bytes per mma, 512 / nt + 256 / mt, ties to more warp rows."""
+    best, best_num, best_den = 0, 0, 1
+    for wm in range(warps, 0, -1):
+        if warps % wm or m % (16 * wm) or n % (8 * (warps // wm)):
+            continue
+        mt, nt = m // wm // 16, n // (warps // wm) // 8
+        num, den = 512 * mt + 256 * nt, mt * nt  # bytes per mma = num / den
+        if not best or num * best_den < best_num * den:
+            best, best_num, best_den = nt, num, den
+    return best
 
 
 # ---- arch families and their tables -------------------------------------------------------------------

@@ -214,6 +214,7 @@ FEATURES: tuple[Feature, ...] = (
             "FA_DQ_PASSES",
             "FA_S_ROWS",
             "FA_DQ_LANE_POINTER",
+            "FA_DQ_CHUNK",
         ),
         _always,
         per_unit=True,

@@ -324,40 +324,88 @@ FA_DEVICE void grad_scores(const float (&dp)[GridS::kMT][GridS::kNT][4], const P
   }
 }
 
+// dQ's adds of one warp's accumulators (grid G's kMT x kNT tiles at m_base, n_base) into the fp32
+// workspace, straight from the mma fragments: dq_index makes each warp instruction's adds whole sectors.
+template <class G>
+FA_DEVICE void add_dq(const FaParams& p, const float (&acc)[G::kMT][G::kNT][4], float* dq, fa_i64 group_stride,
+                      int rows, int m_base, int n_base, int lane) {
+  if (kDqLanePointer) {
+    // dq_index is affine over one lane's fragments: from its first pair (row m_base + g, column
+    // n_base + 2t), pair (i, j, e) lies i groups, j 16 x 8 tiles and e value rows of 32 floats on.
+    float* lane_dq = dq + dq_index(m_base + (lane >> 2), n_base + 2 * (lane & 3), group_stride);
+    for_each_acc_pair<G>(m_base, n_base, lane, [&](int r, int c, int i, int j, int e) {
+      if (r < rows && c < p.head_dim) {
+        float* at = lane_dq + i * group_stride + j * 128 + e * 32;
+        red_add_f32(at, acc[i][j][e]);
+        red_add_f32(at + 32, acc[i][j][e + 1]);
+      }
+    });
+  } else {
+    for_each_acc_pair<G>(m_base, n_base, lane, [&](int r, int c, int i, int j, int e) {
+      if (r < rows && c < p.head_dim) {
+        red_add_f32(dq + dq_index(r, c, group_stride), acc[i][j][e]);
+        red_add_f32(dq + dq_index(r, c + 1, group_stride), acc[i][j][e + 1]);
+      }
+    });
+  }
+}
+
+// FA_DQ_CHUNK (tiles.py BwdTile.dq_chunk, label suffix "c2"...): dQ of a step in one pass over
+// GridQ's rectangle (FA2's warp split, the fewest ldmatrix bytes), but accumulated and added this many
+// n-tiles at a time, a rolled loop, with the warp's dS fragments of every key read once into
+// registers before it: kMT x kBlockN / 4 registers of dS and a chunk's accumulators live, not the
+// whole rectangle's, at the same ldmatrix bytes as one pass (K's fragments are read once either way).
+// Where kBlockN is short (FA2's 32 keys at d256: 16 registers of dS) that frees most of dQ's
+// accumulators; 0: off.
+#ifndef FA_DQ_CHUNK
+#define FA_DQ_CHUNK 0
+#endif
+constexpr int kDqChunk = FA_DQ_CHUNK;
+static_assert(kDqChunk == 0 || (kDqPasses == 1 && GridQ::kNT % kDqChunk == 0),
+              "FA_DQ_CHUNK splits one dQ pass's n-tiles into whole chunks");
+
+#if FA_DQ_CHUNK
+struct GridQChunk {  // one chunk of GridQ's rectangle: its rows, kDqChunk of its n-tiles
+  static constexpr int kMT = GridQ::kMT;
+  static constexpr int kNT = kDqChunk;
+};
+
+FA_DEVICE void accumulate_dq_chunks(const FaParams& p, float* dq, fa_i64 group_stride, int rows, PTile sdS, KVTile sK,
+                                    int warp, int lane) {
+  const int m_base = GridQ::row0(warp), n_base = GridQ::col0(warp);
+  u32 ds[GridQ::kMT][kBlockN / 16][4];
+  load_a_frags<GridQ, kBlockN>(ds, sdS, m_base, lane);
+#pragma unroll 1
+  for (int j0 = 0; j0 < GridQ::kNT; j0 += kDqChunk) {
+    float acc[GridQ::kMT][kDqChunk][4];
+    zero<GridQChunk>(acc);
+    warp_gemm<GridQChunk, kBlockN>(acc, RegA<GridQ::kMT, kBlockN / 16>{ds}, SmemB<KVTile, true>{sK}, m_base,
+                                   n_base + j0 * 8, kBlockN, lane);
+    add_dq<GridQChunk>(p, acc, dq, group_stride, rows, m_base, n_base + j0 * 8, lane);
+  }
+}
+#endif
+
 // dQ += dS K for this step's queries, added into the fp32 workspace (other key blocks add theirs)
-// straight from the mma fragments: dq_index makes each warp instruction's adds whole sectors. In
-// kDqPasses column slices, a rolled loop (ptxas interleaves an unrolled one back into one live set).
+// straight from the mma fragments (add_dq). In kDqPasses column slices, a rolled loop (ptxas
+// interleaves an unrolled one back into one live set), or in chunks (FA_DQ_CHUNK).
 FA_DEVICE void accumulate_dq(const FaParams& p, const KeyBlock& kb, int row0, PTile sdS, KVTile sK, int tid) {
   const int warp = tid >> 5, lane = tid & 31;
   const int rows = kb.seqlen_q - row0;
   const fa_i64 group_stride = kHoldDqStride ? kb.dq_group_stride : dq_group_stride(p);
   float* dq = kb.dq_accum + (row0 >> 4) * group_stride;  // row0: a multiple of 16
+#if FA_DQ_CHUNK
+  accumulate_dq_chunks(p, dq, group_stride, rows, sdS, sK, warp, lane);
+#else
 #pragma unroll 1
   for (int pass = 0; pass < kDqPasses; ++pass) {
     const int m_base = GridQ::row0(warp), n_base = pass * kDqCols + GridQ::col0(warp);
     float acc[GridQ::kMT][GridQ::kNT][4];
     zero<GridQ>(acc);
     warp_gemm<GridQ, kBlockN>(acc, SmemA<PTile, false>{sdS}, SmemB<KVTile, true>{sK}, m_base, n_base, kBlockN, lane);
-    if (kDqLanePointer) {
-      // dq_index is affine over one lane's fragments: from its first pair (row m_base + g, column
-      // n_base + 2t), pair (i, j, e) lies i groups, j 16 x 8 tiles and e value rows of 32 floats on.
-      float* lane_dq = dq + dq_index(m_base + (lane >> 2), n_base + 2 * (lane & 3), group_stride);
-      for_each_acc_pair<GridQ>(m_base, n_base, lane, [&](int r, int c, int i, int j, int e) {
-        if (r < rows && c < p.head_dim) {
-          float* at = lane_dq + i * group_stride + j * 128 + e * 32;
-          red_add_f32(at, acc[i][j][e]);
-          red_add_f32(at + 32, acc[i][j][e + 1]);
-        }
-      });
-    } else {
-      for_each_acc_pair<GridQ>(m_base, n_base, lane, [&](int r, int c, int i, int j, int e) {
-        if (r < rows && c < p.head_dim) {
-          red_add_f32(dq + dq_index(r, c, group_stride), acc[i][j][e]);
-          red_add_f32(dq + dq_index(r, c + 1, group_stride), acc[i][j][e + 1]);
-        }
-      });
-    }
+    add_dq<GridQ>(p, acc, dq, group_stride, rows, m_base, n_base, lane);
   }
+#endif
 }
 
 }  // namespace bwd
