@@ -497,18 +497,24 @@ _BWD_SM87 = {**_BWD_SM80_FAMILY, **_FA2_BWD_SM80}
 # in column passes there (dq_passes, FA_DQ_PASSES); d128 takes one pass with dQ's adds at offsets from
 # one pointer per lane (dq_lane_pointer: 8, 4 and 4 B spilled without it with NVRTC 11.8, 12.9 and 13.0,
 # none with it); d192 and d256 fit 99 KB only swizzled (98,816 B;
-# padded 102,912 and 101,888), d192 with S in two warp rows (s_rows: 48 registers of V, not 96) and d256
-# in four passes (two spill 4 B as sm 8.0's alternative, 8 on sm_100). Spill-free with NVRTC 11.8, 12.9
-# and 13.0; ldsm/mma (kernel_model.py --vs-fa2, NVRTC 12) d96 247.5, d128 256.0 (281.6 in two passes), d192 273.1, d256 332.8,
-# against the padded half blocks' 332.8, 307.2, 349.9, 460.8 and FA2's 230.4, 256.0, 230.4, 294.4.
+# padded 102,912 and 101,888), d192 with S in two warp rows (s_rows: 48 registers of V, not 96). Both
+# run dQ in one pass over FA2's warp split, added a few n-tiles at a time from dS fragments held in
+# registers (dq_chunk, bwd.cu accumulate_dq_chunks: dS of 32 or 64 keys in 16 or 32 registers, 8 or 16
+# of accumulators live, not 48 or 64). NVRTC 12.9, sm_86 bf16: one pass spills 256 B at d192 (S in two
+# warp rows; in FA2's four, 840 B: 230.4 B/mma) and 296 B at d256; passes spill none but re-read dS
+# (d192 273.1 in two, d256 307.2 in two and 332.8 in four). Chunked (d192 one n-tile, d256 two), 243 to
+# 251 registers and no spill with NVRTC 11.8, 12.9 and 13.0, bf16 and fp16, on sm_86 and as sm_80's and
+# sm_87's alternative. Spill-free with NVRTC 11.8, 12.9 and 13.0; ldsm/mma (kernel_model.py --vs-fa2,
+# NVRTC 12) d96 247.5, d128 256.0 (281.6 in two passes), d192 256.0, d256 294.4, against the padded half
+# blocks' 332.8, 307.2, 349.9, 460.8 and FA2's 230.4, 256.0, 230.4, 294.4.
 _BWD_SM86 = {
     32: _B(64, 128, 8, 2),
     64: _B(64, 128, 8, 1, True),
     96: _B(64, 128, 8, 1, True, True, 2),
     128: _B(64, 64, 8, 1, True, True, dq_lane_pointer=True),
     160: _B(32, 64, 8, 2),
-    192: _B(64, 64, 8, 1, True, True, 2, s_rows=2),
-    256: _B(64, 32, 8, 1, True, True, 4),
+    192: _B(64, 64, 8, 1, True, True, s_rows=2, dq_chunk=1),
+    256: _B(64, 32, 8, 1, True, True, dq_chunk=2),
 }
 # sm120 keeps V in registers (FA_V_IN_REGS, FA2's choice on the 99 KB parts): P and dS take V's shared
 # memory, so d96 fits FA2's 64 x 128 (88,576 B) and dP reads no V from shared memory. Its ptxas also
