@@ -161,6 +161,10 @@ class BwdTile:
     # time from the warp's dS fragments held in registers (label suffix "c2"...; bwd.cu
     # accumulate_dq_chunks): one pass's ldmatrix bytes, a chunk's accumulators live; 0: off
     dq_chunk: int = 0
+    # FA_BWD_REBASE: each step's shared-memory addresses computed in the step from an opaque base, not
+    # held across the query loop (label suffix "a"; bwd.cu kRebase): what keeps a swizzled one-stage
+    # tile's XOR patterns out of the registers V's fragments need
+    rebase: bool = False
 
     @property
     def label(self) -> str:
@@ -169,6 +173,7 @@ class BwdTile:
         suffix += f"r{self.s_rows}" if self.s_rows else ""
         suffix += "l" if self.dq_lane_pointer else ""
         suffix += f"c{self.dq_chunk}" if self.dq_chunk else ""
+        suffix += "a" if self.rebase else ""
         return f"m{self.block_m}n{self.block_n}w{self.warps}s{self.stages}{suffix}"
 
     def smem_bytes(self, head_dim: int) -> int:
@@ -216,6 +221,7 @@ class BwdTile:
             **({"FA_S_ROWS": self.s_rows} if self.s_rows else {}),
             **({"FA_DQ_LANE_POINTER": 1} if self.dq_lane_pointer else {}),
             **({"FA_DQ_CHUNK": self.dq_chunk} if self.dq_chunk else {}),
+            **({"FA_BWD_REBASE": 1} if self.rebase else {}),
         }
 
 

@@ -291,6 +291,7 @@ def model_units(
             tile_label += f"r{u.defines['FA_S_ROWS']}" if u.defines.get("FA_S_ROWS") else ""
             tile_label += "l" if u.defines.get("FA_DQ_LANE_POINTER") else ""
             tile_label += f"c{u.defines['FA_DQ_CHUNK']}" if u.defines.get("FA_DQ_CHUNK") else ""
+            tile_label += "a" if u.defines.get("FA_BWD_REBASE") else ""
             blocks = kernel_resources.blocks_per_sm(
                 arch, launch.threads, usage.registers, launch.smem_bytes + usage.static_smem
             )

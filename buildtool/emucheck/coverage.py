@@ -215,6 +215,7 @@ FEATURES: tuple[Feature, ...] = (
             "FA_S_ROWS",
             "FA_DQ_LANE_POINTER",
             "FA_DQ_CHUNK",
+            "FA_BWD_REBASE",
         ),
         _always,
         per_unit=True,

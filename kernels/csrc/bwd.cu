@@ -137,6 +137,24 @@ constexpr bool kHoldDqStride = kVInRegs;
 #endif
 constexpr bool kDqLanePointer = FA_DQ_LANE_POINTER != 0;
 
+// FA_BWD_REBASE (tiles.py BwdTile.rebase, label suffix "a"): each step derives its shared-memory tiles
+// from a base ptxas cannot see is constant (opaque_zero), so it computes their addresses in the step
+// instead of holding them across the query loop. With one Q/dO stage every ldmatrix address of the
+// step is loop-invariant, and a swizzled tile's XOR patterns are a register each: hoisted beside dK,
+// dV and V's fragments they spilled sm86's swizzled d96 64 x 128 in one dQ pass (116 B stored, NVRTC
+// 12.9), V's fragments reloaded from local memory every step; recomputed, none. 0: the tiles as
+// declared before the loop.
+#ifndef FA_BWD_REBASE
+#define FA_BWD_REBASE 0
+#endif
+constexpr bool kRebase = FA_BWD_REBASE != 0;
+
+FA_DEVICE u32 opaque_zero() {
+  u32 z;
+  asm volatile("mov.u32 %0, 0;" : "=r"(z));
+  return z;
+}
+
 // The (group 0, this head) base of dq_accum for sequence s.
 FA_DEVICE float* dq_base(const FaParams& p, const Seq& s) {
   return p.dq_accum + s.acc_row0 * p.heads * kHeadDim + static_cast<fa_i64>(s.head) * kHeadDim * 16;
@@ -492,9 +510,14 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) fa_bwd(const __grid_co
   zero<GridKV>(acc_dv);
 
   for (int m_block = kb.queries.begin; m_block < kb.queries.end; ++m_block) {
+    // This step's tiles: the ones above, or with FA_BWD_REBASE the same from an opaque base (kRebase).
+    const u32 rebase = kRebase ? opaque_zero() : 0u;
+    const KVTile step_K{sK.base + rebase}, step_V{sV.base + rebase};
+    const PTile step_P{sP.base + rebase}, step_dS{sdS.base + rebase};
+    const u32 step_q_base = q_base + rebase;
     const int row0 = m_block * kBlockM;
     const int stage = kStages == 1 ? 0 : (m_block - kb.queries.begin) & 1;
-    const QStage st = q_stage(q_base, stage);
+    const QStage st = q_stage(step_q_base, stage);
 
     if (kStages == 1) {
       if (m_block > kb.queries.begin) {  // the previous step's readers are past the closing barrier
@@ -504,7 +527,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) fa_bwd(const __grid_co
       copy_wait<0>();
     } else if (m_block + 1 < kb.queries.end) {
       // Prefetch the next step into the other buffer (last read one step ago, before the barrier).
-      load_step(params, kb, q_stage(q_base, stage ^ 1), row0 + kBlockM, tid);
+      load_step(params, kb, q_stage(step_q_base, stage ^ 1), row0 + kBlockM, tid);
       copy_commit();
       copy_wait<1>();
     } else {
@@ -528,9 +551,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) fa_bwd(const __grid_co
       {
         float acc_s[GridS::kMT][GridS::kNT][4];
         zero<GridS>(acc_s);
-        warp_gemm<GridS, kHeadDim>(acc_s, SmemA<QTile, false>{st.q}, SmemB<KVTile, false>{sK}, m_base, n_base,
+        warp_gemm<GridS, kHeadDim>(acc_s, SmemA<QTile, false>{st.q}, SmemB<KVTile, false>{step_K}, m_base, n_base,
                                    head_dim, lane);
-        probabilities(kb, row0, acc_s, s_lse, sP, pd, m_base, n_base, lane);
+        probabilities(kb, row0, acc_s, s_lse, step_P, pd, m_base, n_base, lane);
       }
       float acc_dp[GridS::kMT][GridS::kNT][4];
       zero<GridS>(acc_dp);
@@ -538,23 +561,23 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) fa_bwd(const __grid_co
         warp_gemm<GridS, kHeadDim>(acc_dp, SmemA<QTile, false>{st.dout}, RegB{v_frags, n_base}, m_base, n_base,
                                    head_dim, lane);
       } else {
-        warp_gemm<GridS, kHeadDim>(acc_dp, SmemA<QTile, false>{st.dout}, SmemB<KVTile, false>{sV}, m_base, n_base,
+        warp_gemm<GridS, kHeadDim>(acc_dp, SmemA<QTile, false>{st.dout}, SmemB<KVTile, false>{step_V}, m_base, n_base,
                                    head_dim, lane);
       }
-      grad_scores(acc_dp, pd, s_dsum, sdS, m_base, n_base, lane);
+      grad_scores(acc_dp, pd, s_dsum, step_dS, m_base, n_base, lane);
     }
     __syncthreads();
 
     // dV += P^T dO and dK += dS^T Q: [key][dim] rectangles, k running over this step's queries.
     {
       const int m_base = GridKV::row0(warp), n_base = GridKV::col0(warp);
-      warp_gemm<GridKV, kBlockM>(acc_dv, SmemA<PTile, true>{sP}, SmemB<QTile, true>{st.dout}, m_base, n_base, kBlockM,
+      warp_gemm<GridKV, kBlockM>(acc_dv, SmemA<PTile, true>{step_P}, SmemB<QTile, true>{st.dout}, m_base, n_base, kBlockM,
                                  lane);
-      warp_gemm<GridKV, kBlockM>(acc_dk, SmemA<PTile, true>{sdS}, SmemB<QTile, true>{st.q}, m_base, n_base, kBlockM,
-                                 lane);
+      warp_gemm<GridKV, kBlockM>(acc_dk, SmemA<PTile, true>{step_dS}, SmemB<QTile, true>{st.q}, m_base, n_base,
+                                 kBlockM, lane);
     }
 
-    accumulate_dq(params, kb, row0, sdS, sK, tid);
+    accumulate_dq(params, kb, row0, step_dS, step_K, tid);
     __syncthreads();  // sP, sdS, lse/D and this stage's Q/dO are free for the next step
   }
   copy_wait<0>();  // with no query block at all, K/V copies may still be in flight
