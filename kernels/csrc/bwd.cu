@@ -149,12 +149,6 @@ constexpr bool kDqLanePointer = FA_DQ_LANE_POINTER != 0;
 #endif
 constexpr bool kRebase = FA_BWD_REBASE != 0;
 
-FA_DEVICE u32 opaque_zero() {
-  u32 z;
-  asm volatile("mov.u32 %0, 0;" : "=r"(z));
-  return z;
-}
-
 // The (group 0, this head) base of dq_accum for sequence s.
 FA_DEVICE float* dq_base(const FaParams& p, const Seq& s) {
   return p.dq_accum + s.acc_row0 * p.heads * kHeadDim + static_cast<fa_i64>(s.head) * kHeadDim * 16;
