@@ -165,6 +165,8 @@ class BwdTile:
     # held across the query loop (label suffix "a"; bwd.cu kRebase): what keeps a swizzled one-stage
     # tile's XOR patterns out of the registers V's fragments need
     rebase: bool = False
+    # FA_DQ_FIRST: each step's dQ before its dK and dV products (label suffix "f"; ptxas's schedule only)
+    dq_first: bool = False
 
     @property
     def label(self) -> str:
@@ -174,6 +176,7 @@ class BwdTile:
         suffix += "l" if self.dq_lane_pointer else ""
         suffix += f"c{self.dq_chunk}" if self.dq_chunk else ""
         suffix += "a" if self.rebase else ""
+        suffix += "f" if self.dq_first else ""
         return f"m{self.block_m}n{self.block_n}w{self.warps}s{self.stages}{suffix}"
 
     def smem_bytes(self, head_dim: int) -> int:
@@ -222,6 +225,7 @@ class BwdTile:
             **({"FA_DQ_LANE_POINTER": 1} if self.dq_lane_pointer else {}),
             **({"FA_DQ_CHUNK": self.dq_chunk} if self.dq_chunk else {}),
             **({"FA_BWD_REBASE": 1} if self.rebase else {}),
+            **({"FA_DQ_FIRST": 1} if self.dq_first else {}),
         }
 
 
@@ -500,7 +504,13 @@ _CU11_BWD_SM90 = {d: _BWD_SM90[d] for d in _FA2_BWD_SM90}
 _BWD_SM87 = {**_BWD_SM80_FAMILY, **_FA2_BWD_SM80}
 # The 99 KB parts: FA2's blocks with V in registers from d64 up (FA2's choice there). Beside V's
 # fragments sm86's ptxas spilled dQ's accumulators at d96 and d128 (40 and 136 B, NVRTC 12.9), so dQ ran
-# in column passes there (dq_passes, FA_DQ_PASSES); d128 takes one pass with dQ's adds at offsets from
+# in column passes there (dq_passes, FA_DQ_PASSES). d96 now takes one pass, swizzled: what spilled
+# there (vx 304 B, vxl 232 B stores + loads, NVRTC 12.9 sm_86) was the step's swizzled ldmatrix
+# addresses, loop-invariant with one Q/dO stage and held across the query loop; computed in each step
+# (rebase, FA_BWD_REBASE) and with dQ before dK and dV (dq_first: sm_80's ptxas, which compiles it as
+# 8.6's alternative, spilled 24 B with dQ last), 247-255 registers and no spill with NVRTC 11.8, 12.9
+# and 13.0, bf16 and fp16, on sm_86, sm_80 and sm_87 (two passes before: 247.5 B/mma). d128 takes one
+# pass with dQ's adds at offsets from
 # one pointer per lane (dq_lane_pointer: 8, 4 and 4 B spilled without it with NVRTC 11.8, 12.9 and 13.0,
 # none with it); d192 and d256 fit 99 KB only swizzled (98,816 B;
 # padded 102,912 and 101,888), d192 with S in two warp rows (s_rows: 48 registers of V, not 96). Both
@@ -511,12 +521,12 @@ _BWD_SM87 = {**_BWD_SM80_FAMILY, **_FA2_BWD_SM80}
 # (d192 273.1 in two, d256 307.2 in two and 332.8 in four). Chunked (d192 one n-tile, d256 two), 243 to
 # 251 registers and no spill with NVRTC 11.8, 12.9 and 13.0, bf16 and fp16, on sm_86 and as sm_80's and
 # sm_87's alternative. Spill-free with NVRTC 11.8, 12.9 and 13.0; ldsm/mma (kernel_model.py --vs-fa2,
-# NVRTC 12) d96 247.5, d128 256.0 (281.6 in two passes), d192 256.0, d256 294.4, against the padded half
+# NVRTC 12) d96 221.9, d128 256.0 (281.6 in two passes), d192 256.0, d256 294.4, against the padded half
 # blocks' 332.8, 307.2, 349.9, 460.8 and FA2's 230.4, 256.0, 230.4, 294.4.
 _BWD_SM86 = {
     32: _B(64, 128, 8, 2),
     64: _B(64, 128, 8, 1, True),
-    96: _B(64, 128, 8, 1, True, True, 2),
+    96: _B(64, 128, 8, 1, True, True, dq_lane_pointer=True, rebase=True, dq_first=True),
     128: _B(64, 64, 8, 1, True, True, dq_lane_pointer=True),
     160: _B(32, 64, 8, 2),
     192: _B(64, 64, 8, 1, True, True, s_rows=2, dq_chunk=1),

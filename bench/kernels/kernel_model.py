@@ -292,6 +292,7 @@ def model_units(
             tile_label += "l" if u.defines.get("FA_DQ_LANE_POINTER") else ""
             tile_label += f"c{u.defines['FA_DQ_CHUNK']}" if u.defines.get("FA_DQ_CHUNK") else ""
             tile_label += "a" if u.defines.get("FA_BWD_REBASE") else ""
+            tile_label += "f" if u.defines.get("FA_DQ_FIRST") else ""
             blocks = kernel_resources.blocks_per_sm(
                 arch, launch.threads, usage.registers, launch.smem_bytes + usage.static_smem
             )

@@ -216,6 +216,7 @@ FEATURES: tuple[Feature, ...] = (
             "FA_DQ_LANE_POINTER",
             "FA_DQ_CHUNK",
             "FA_BWD_REBASE",
+            "FA_DQ_FIRST",
         ),
         _always,
         per_unit=True,

@@ -142,12 +142,21 @@ constexpr bool kDqLanePointer = FA_DQ_LANE_POINTER != 0;
 // instead of holding them across the query loop. With one Q/dO stage every ldmatrix address of the
 // step is loop-invariant, and a swizzled tile's XOR patterns are a register each: hoisted beside dK,
 // dV and V's fragments they spilled sm86's swizzled d96 64 x 128 in one dQ pass (116 B stored, NVRTC
-// 12.9), V's fragments reloaded from local memory every step; recomputed, none. 0: the tiles as
-// declared before the loop.
+// 12.9), V's fragments reloaded from local memory every step; recomputed, none (with FA_DQ_FIRST on
+// sm_80 too). 0: the tiles as declared before the loop.
 #ifndef FA_BWD_REBASE
 #define FA_BWD_REBASE 0
 #endif
 constexpr bool kRebase = FA_BWD_REBASE != 0;
+
+// FA_DQ_FIRST (tiles.py BwdTile.dq_first, label suffix "f"): the step's dQ = dS K before dV += P^T dO
+// and dK += dS^T Q, not after. All three read what the barrier before them published, so only ptxas's
+// schedule changes: with FA_BWD_REBASE, sm_80's ptxas fits sm86's d96 64 x 128 (its 99 KB
+// alternative) without a spill this way (24 B of spill stores and loads with dQ last, NVRTC 12.9).
+// 0: dQ last.
+#ifndef FA_DQ_FIRST
+#define FA_DQ_FIRST 0
+#endif
 
 // The (group 0, this head) base of dq_accum for sequence s.
 FA_DEVICE float* dq_base(const FaParams& p, const Seq& s) {
@@ -562,6 +571,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) fa_bwd(const __grid_co
     }
     __syncthreads();
 
+#if FA_DQ_FIRST
+    accumulate_dq(params, kb, row0, step_dS, step_K, tid);
+#endif
     // dV += P^T dO and dK += dS^T Q: [key][dim] rectangles, k running over this step's queries.
     {
       const int m_base = GridKV::row0(warp), n_base = GridKV::col0(warp);
@@ -571,7 +583,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) fa_bwd(const __grid_co
                                  kBlockM, lane);
     }
 
+#if !FA_DQ_FIRST
     accumulate_dq(params, kb, row0, step_dS, step_K, tid);
+#endif
     __syncthreads();  // sP, sdS, lse/D and this stage's Q/dO are free for the next step
   }
   copy_wait<0>();  // with no query block at all, K/V copies may still be in flight

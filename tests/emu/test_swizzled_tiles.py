@@ -68,14 +68,15 @@ def test_swizzled_backward_is_conflict_free(bucket: int) -> None:
 
 
 def test_a_rebased_step_reads_the_same_tiles() -> None:
-    """FA_BWD_REBASE (tiles.py BwdTile.rebase): each step's shared-memory addresses come from an opaque
-    zero (primitives.cuh opaque_zero, run as its PTX) instead of registers held across the query loop.
-    No 99 KB default uses it yet (sm 8.0's ptxas spills the d96 64 x 128 one as 8.6's alternative), so
-    it runs here: three query blocks against two key blocks give the gradients of the reference, and
-    every access stays conflict-free."""
-    tile = tiles.BwdTile(64, 128, 8, 1, True, True, rebase=True, dq_lane_pointer=True)
+    """sm 8.6's d96 (FA2's 64 x 128, swizzled, one dQ pass) derives each step's shared-memory addresses
+    from an opaque zero (FA_BWD_REBASE: primitives.cuh opaque_zero, run as its PTX) instead of registers
+    held across the query loop, and adds dQ before dK and dV (FA_DQ_FIRST): three query blocks against
+    two key blocks, causal, GQA, give the gradients of the reference, and every access stays
+    conflict-free. (With opaque_zero returning 16 it fails.)"""
+    tile = tiles.default_tile("8.6", "bwd", 96)
+    assert isinstance(tile, tiles.BwdTile)
     unit = tiles.unit("8.6", "bwd", "fp16", 96, tile)
-    assert unit.defines["FA_BWD_REBASE"] == 1
+    assert (unit.defines["FA_BWD_REBASE"], unit.defines["FA_DQ_FIRST"]) == (1, 1)
     fwd = H.Emulated(H.unit_for("8.6", "fwd", "fp16", 96), "8.6")
     bwd = H.Emulated(unit, "8.6")
     gen = torch.Generator().manual_seed(96)
