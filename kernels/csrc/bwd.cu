@@ -139,6 +139,27 @@ constexpr bool kHoldDqStride = kVInRegs;
 #endif
 constexpr bool kDqLanePointer = FA_DQ_LANE_POINTER != 0;
 
+// FA_BWD_REBASE (tiles.py BwdTile.rebase, label suffix "a"): each step derives its shared-memory tiles
+// from a base ptxas cannot see is constant (opaque_zero), so it computes their addresses in the step
+// instead of holding them across the query loop. With one Q/dO stage every ldmatrix address of the
+// step is loop-invariant, and a swizzled tile's XOR patterns are a register each: hoisted beside dK,
+// dV and V's fragments they spilled sm86's swizzled d96 64 x 128 in one dQ pass (116 B stored, NVRTC
+// 12.9), V's fragments reloaded from local memory every step; recomputed, none (with FA_DQ_FIRST on
+// sm_80 too). 0: the tiles as declared before the loop.
+#ifndef FA_BWD_REBASE
+#define FA_BWD_REBASE 0
+#endif
+constexpr bool kRebase = FA_BWD_REBASE != 0;
+
+// FA_DQ_FIRST (tiles.py BwdTile.dq_first, label suffix "f"): the step's dQ = dS K before dV += P^T dO
+// and dK += dS^T Q, not after. All three read what the barrier before them published, so only ptxas's
+// schedule changes: with FA_BWD_REBASE, sm_80's ptxas fits sm86's d96 64 x 128 (its 99 KB
+// alternative) without a spill this way (24 B of spill stores and loads with dQ last, NVRTC 12.9).
+// 0: dQ last.
+#ifndef FA_DQ_FIRST
+#define FA_DQ_FIRST 0
+#endif
+
 // The (group 0, this head) base of dq_accum for sequence s.
 FA_DEVICE float* dq_base(const FaParams& p, const Seq& s) {
   return p.dq_accum + s.acc_row0 * p.heads * kHeadDim + static_cast<fa_i64>(s.head) * kHeadDim * 16;
@@ -339,14 +360,79 @@ FA_DEVICE void grad_scores(const float (&dp)[GridS::kMT][GridS::kNT][4], const P
   }
 }
 
+// dQ's adds of one warp's accumulators (grid G's kMT x kNT tiles at m_base, n_base) into the fp32
+// workspace, straight from the mma fragments: dq_index makes each warp instruction's adds whole sectors.
+template <class G>
+FA_DEVICE void add_dq(const FaParams& p, const float (&acc)[G::kMT][G::kNT][4], float* dq, fa_i64 group_stride,
+                      int rows, int m_base, int n_base, int lane) {
+  if (kDqLanePointer) {
+    // dq_index is affine over one lane's fragments: from its first pair (row m_base + g, column
+    // n_base + 2t), pair (i, j, e) lies i groups, j 16 x 8 tiles and e value rows of 32 floats on.
+    float* lane_dq = dq + dq_index(m_base + (lane >> 2), n_base + 2 * (lane & 3), group_stride);
+    for_each_acc_pair<G>(m_base, n_base, lane, [&](int r, int c, int i, int j, int e) {
+      if (r < rows && c < p.head_dim) {
+        float* at = lane_dq + i * group_stride + j * 128 + e * 32;
+        red_add_f32(at, acc[i][j][e]);
+        red_add_f32(at + 32, acc[i][j][e + 1]);
+      }
+    });
+  } else {
+    for_each_acc_pair<G>(m_base, n_base, lane, [&](int r, int c, int i, int j, int e) {
+      if (r < rows && c < p.head_dim) {
+        red_add_f32(dq + dq_index(r, c, group_stride), acc[i][j][e]);
+        red_add_f32(dq + dq_index(r, c + 1, group_stride), acc[i][j][e + 1]);
+      }
+    });
+  }
+}
+
+// FA_DQ_CHUNK (tiles.py BwdTile.dq_chunk, label suffix "c2"...): dQ of a step in one pass over
+// GridQ's rectangle (FA2's warp split, the fewest ldmatrix bytes), but accumulated and added this many
+// n-tiles at a time, a rolled loop, with the warp's dS fragments of every key read once into
+// registers before it: kMT x kBlockN / 4 registers of dS and a chunk's accumulators live, not the
+// whole rectangle's, at the same ldmatrix bytes as one pass (K's fragments are read once either way).
+// Where kBlockN is short (FA2's 32 keys at d256: 16 registers of dS) that frees most of dQ's
+// accumulators; 0: off.
+#ifndef FA_DQ_CHUNK
+#define FA_DQ_CHUNK 0
+#endif
+constexpr int kDqChunk = FA_DQ_CHUNK;
+static_assert(kDqChunk == 0 || (kDqPasses == 1 && GridQ::kNT % kDqChunk == 0),
+              "FA_DQ_CHUNK splits one dQ pass's n-tiles into whole chunks");
+
+#if FA_DQ_CHUNK
+struct GridQChunk {  // one chunk of GridQ's rectangle: its rows, kDqChunk of its n-tiles
+  static constexpr int kMT = GridQ::kMT;
+  static constexpr int kNT = kDqChunk;
+};
+
+FA_DEVICE void accumulate_dq_chunks(const FaParams& p, float* dq, fa_i64 group_stride, int rows, PTile sdS, KVTile sK,
+                                    int warp, int lane) {
+  const int m_base = GridQ::row0(warp), n_base = GridQ::col0(warp);
+  u32 ds[GridQ::kMT][kBlockN / 16][4];
+  load_a_frags<GridQ, kBlockN>(ds, sdS, m_base, lane);
+#pragma unroll 1
+  for (int j0 = 0; j0 < GridQ::kNT; j0 += kDqChunk) {
+    float acc[GridQ::kMT][kDqChunk][4];
+    zero<GridQChunk>(acc);
+    warp_gemm<GridQChunk, kBlockN>(acc, RegA<GridQ::kMT, kBlockN / 16>{ds}, SmemB<KVTile, true>{sK}, m_base,
+                                   n_base + j0 * 8, kBlockN, lane);
+    add_dq<GridQChunk>(p, acc, dq, group_stride, rows, m_base, n_base + j0 * 8, lane);
+  }
+}
+#endif
+
 // dQ += dS K for this step's queries, added into the fp32 workspace (other key blocks add theirs)
-// straight from the mma fragments: dq_index makes each warp instruction's adds whole sectors. In
-// kDqPasses column slices, a rolled loop (ptxas interleaves an unrolled one back into one live set).
+// straight from the mma fragments (add_dq). In kDqPasses column slices, a rolled loop (ptxas
+// interleaves an unrolled one back into one live set), or in chunks (FA_DQ_CHUNK).
 FA_DEVICE void accumulate_dq(const FaParams& p, const KeyBlock& kb, int row0, PTile sdS, KVTile sK, int tid) {
   const int warp = tid >> 5, lane = tid & 31;
   const int rows = kb.seqlen_q - row0;
   const fa_i64 group_stride = kHoldDqStride ? kb.dq_group_stride : dq_group_stride(p);
   float* dq = kb.dq_accum + (row0 >> 4) * group_stride;  // row0: a multiple of 16
+#if FA_DQ_CHUNK
+  accumulate_dq_chunks(p, dq, group_stride, rows, sdS, sK, warp, lane);
+#else
 #if FA_DQ_HOLD_DS
   u32 ds_frags[GridQ::kMT][kBlockN / 16][4];
   load_a_frags<GridQ, kBlockN>(ds_frags, sdS, GridQ::row0(warp), lane);
@@ -360,26 +446,9 @@ FA_DEVICE void accumulate_dq(const FaParams& p, const KeyBlock& kb, int row0, PT
     float acc[GridQ::kMT][GridQ::kNT][4];
     zero<GridQ>(acc);
     warp_gemm<GridQ, kBlockN>(acc, ds, SmemB<KVTile, true>{sK}, m_base, n_base, kBlockN, lane);
-    if (kDqLanePointer) {
-      // dq_index is affine over one lane's fragments: from its first pair (row m_base + g, column
-      // n_base + 2t), pair (i, j, e) lies i groups, j 16 x 8 tiles and e value rows of 32 floats on.
-      float* lane_dq = dq + dq_index(m_base + (lane >> 2), n_base + 2 * (lane & 3), group_stride);
-      for_each_acc_pair<GridQ>(m_base, n_base, lane, [&](int r, int c, int i, int j, int e) {
-        if (r < rows && c < p.head_dim) {
-          float* at = lane_dq + i * group_stride + j * 128 + e * 32;
-          red_add_f32(at, acc[i][j][e]);
-          red_add_f32(at + 32, acc[i][j][e + 1]);
-        }
-      });
-    } else {
-      for_each_acc_pair<GridQ>(m_base, n_base, lane, [&](int r, int c, int i, int j, int e) {
-        if (r < rows && c < p.head_dim) {
-          red_add_f32(dq + dq_index(r, c, group_stride), acc[i][j][e]);
-          red_add_f32(dq + dq_index(r, c + 1, group_stride), acc[i][j][e + 1]);
-        }
-      });
-    }
+    add_dq<GridQ>(p, acc, dq, group_stride, rows, m_base, n_base, lane);
   }
+#endif
 }
 
 }  // namespace bwd
@@ -466,9 +535,14 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) fa_bwd(const __grid_co
   zero<GridKV>(acc_dv);
 
   for (int m_block = kb.queries.begin; m_block < kb.queries.end; ++m_block) {
+    // This step's tiles: the ones above, or with FA_BWD_REBASE the same from an opaque base (kRebase).
+    const u32 rebase = kRebase ? opaque_zero() : 0u;
+    const KVTile step_K{sK.base + rebase}, step_V{sV.base + rebase};
+    const PTile step_P{sP.base + rebase}, step_dS{sdS.base + rebase};
+    const u32 step_q_base = q_base + rebase;
     const int row0 = m_block * kBlockM;
     const int stage = kStages == 1 ? 0 : (m_block - kb.queries.begin) & 1;
-    const QStage st = q_stage(q_base, stage);
+    const QStage st = q_stage(step_q_base, stage);
 
     if (kStages == 1) {
       if (m_block > kb.queries.begin) {  // the previous step's readers are past the closing barrier
@@ -478,7 +552,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) fa_bwd(const __grid_co
       copy_wait<0>();
     } else if (m_block + 1 < kb.queries.end) {
       // Prefetch the next step into the other buffer (last read one step ago, before the barrier).
-      load_step(params, kb, q_stage(q_base, stage ^ 1), row0 + kBlockM, tid);
+      load_step(params, kb, q_stage(step_q_base, stage ^ 1), row0 + kBlockM, tid);
       copy_commit();
       copy_wait<1>();
     } else {
@@ -502,9 +576,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) fa_bwd(const __grid_co
       {
         float acc_s[GridS::kMT][GridS::kNT][4];
         zero<GridS>(acc_s);
-        warp_gemm<GridS, kHeadDim>(acc_s, SmemA<QTile, false>{st.q}, SmemB<KVTile, false>{sK}, m_base, n_base,
+        warp_gemm<GridS, kHeadDim>(acc_s, SmemA<QTile, false>{st.q}, SmemB<KVTile, false>{step_K}, m_base, n_base,
                                    head_dim, lane);
-        probabilities(kb, row0, acc_s, s_lse, sP, pd, m_base, n_base, lane);
+        probabilities(kb, row0, acc_s, s_lse, step_P, pd, m_base, n_base, lane);
       }
       float acc_dp[GridS::kMT][GridS::kNT][4];
       zero<GridS>(acc_dp);
@@ -512,23 +586,28 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) fa_bwd(const __grid_co
         warp_gemm<GridS, kHeadDim>(acc_dp, SmemA<QTile, false>{st.dout}, RegB{v_frags, n_base}, m_base, n_base,
                                    head_dim, lane);
       } else {
-        warp_gemm<GridS, kHeadDim>(acc_dp, SmemA<QTile, false>{st.dout}, SmemB<KVTile, false>{sV}, m_base, n_base,
+        warp_gemm<GridS, kHeadDim>(acc_dp, SmemA<QTile, false>{st.dout}, SmemB<KVTile, false>{step_V}, m_base, n_base,
                                    head_dim, lane);
       }
-      grad_scores(acc_dp, pd, s_dsum, sdS, m_base, n_base, lane);
+      grad_scores(acc_dp, pd, s_dsum, step_dS, m_base, n_base, lane);
     }
     __syncthreads();
 
+#if FA_DQ_FIRST
+    accumulate_dq(params, kb, row0, step_dS, step_K, tid);
+#endif
     // dV += P^T dO and dK += dS^T Q: [key][dim] rectangles, k running over this step's queries.
     {
       const int m_base = GridKV::row0(warp), n_base = GridKV::col0(warp);
-      warp_gemm<GridKV, kBlockM>(acc_dv, SmemA<PTile, true>{sP}, SmemB<QTile, true>{st.dout}, m_base, n_base, kBlockM,
+      warp_gemm<GridKV, kBlockM>(acc_dv, SmemA<PTile, true>{step_P}, SmemB<QTile, true>{st.dout}, m_base, n_base, kBlockM,
                                  lane);
-      warp_gemm<GridKV, kBlockM>(acc_dk, SmemA<PTile, true>{sdS}, SmemB<QTile, true>{st.q}, m_base, n_base, kBlockM,
-                                 lane);
+      warp_gemm<GridKV, kBlockM>(acc_dk, SmemA<PTile, true>{step_dS}, SmemB<QTile, true>{st.q}, m_base, n_base,
+                                 kBlockM, lane);
     }
 
-    accumulate_dq(params, kb, row0, sdS, sK, tid);
+#if !FA_DQ_FIRST
+    accumulate_dq(params, kb, row0, step_dS, step_K, tid);
+#endif
     __syncthreads();  // sP, sdS, lse/D and this stage's Q/dO are free for the next step
   }
   copy_wait<0>();  // with no query block at all, K/V copies may still be in flight

@@ -330,6 +330,15 @@ FA_DEVICE void red_add_f32(float* p, float v) {
   asm volatile("red.global.add.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
 }
 
+// 0, from an instruction the compiler may not fold or hoist (volatile): an offset that makes values
+// derived from it look new at each use, so ptxas recomputes them there instead of holding them in
+// registers (bwd.cu FA_BWD_REBASE).
+FA_DEVICE u32 opaque_zero() {
+  u32 z;
+  asm volatile("mov.u32 %0, 0;" : "=r"(z));
+  return z;
+}
+
 }  // namespace fa
 
 #include "composed.cuh"  // helpers built from the above (shared with the CPU emulator)

@@ -13,6 +13,7 @@ import emu_harness as H
 import pytest
 import tiles
 import torch
+from attn_reference import assert_fa2_close, attention_ref
 
 
 def _ratios(em: H.Emulated) -> dict[str, float]:
@@ -64,3 +65,31 @@ def test_swizzled_backward_is_conflict_free(bucket: int) -> None:
         padded = dataclasses.replace(tile, swizzled=False)
         before = _backward_ratios(tiles.unit("8.6", "bwd", "fp16", bucket, padded), "8.6")
         assert before["fa_bwd cp.async"] > 1.3
+
+
+def test_a_rebased_step_reads_the_same_tiles() -> None:
+    """sm 8.6's d96 (FA2's 64 x 128, swizzled, one dQ pass) derives each step's shared-memory addresses
+    from an opaque zero (FA_BWD_REBASE: primitives.cuh opaque_zero, run as its PTX) instead of registers
+    held across the query loop, and adds dQ before dK and dV (FA_DQ_FIRST): three query blocks against
+    two key blocks, causal, GQA, give the gradients of the reference, and every access stays
+    conflict-free. (With opaque_zero returning 16 it fails.)"""
+    tile = tiles.default_tile("8.6", "bwd", 96)
+    assert isinstance(tile, tiles.BwdTile)
+    unit = tiles.unit("8.6", "bwd", "fp16", 96, tile)
+    assert (unit.defines["FA_BWD_REBASE"], unit.defines["FA_DQ_FIRST"]) == (1, 1)
+    fwd = H.Emulated(H.unit_for("8.6", "fwd", "fp16", 96), "8.6")
+    bwd = H.Emulated(unit, "8.6")
+    gen = torch.Generator().manual_seed(96)
+    q, dout = (torch.randn(1, 170, 2, 96, generator=gen).half() for _ in range(2))
+    k, v = (torch.randn(1, 200, 1, 96, generator=gen).half() for _ in range(2))
+    call = H.Call(q, k, v, causal=True)
+    out, lse = H.forward(fwd, call)
+    grads = H.backward(bwd, call, out, lse, dout)
+    qr, kr, vr = (t.clone().requires_grad_() for t in (q, k, v))
+    refs = torch.autograd.grad(attention_ref(qr, kr, vr, True)[0], (qr, kr, vr), dout)
+    lows = torch.autograd.grad(attention_ref(qr, kr, vr, True, upcast=False)[0], (qr, kr, vr), dout)
+    for name, ours, ref, low in zip(("dq", "dk", "dv"), grads, refs, lows, strict=True):
+        assert_fa2_close(name, ours, ref, low)
+    ratios = {key: r for key, r in _ratios(bwd).items() if key.startswith("fa_bwd ")}
+    assert {"fa_bwd cp.async", "fa_bwd ldmatrix", "fa_bwd st.shared"} <= set(ratios)
+    assert ratios == dict.fromkeys(ratios, 1.0)

@@ -140,7 +140,9 @@ def test_features_are_declared():
 # plus the backward unit that must fit the 99 KB of sm86 at head dim 256, and two at FA2's tiles whose
 # dQ adds spilled before they shared one pointer per lane (bwd.cu accumulate_dq): sm86's d128 in one
 # dQ pass (8 B with NVRTC 11.8) and sm100's 64 x 64 at d192 (32 B with NVRTC 12.9); and sm80's 64 x 64
-# at d256, whose dQ takes two column passes (one spills 152 B with NVRTC 12.9).
+# at d256, whose dQ takes two column passes (one spills 152 B with NVRTC 12.9); sm86's d96 64 x 128 in
+# one dQ pass, its step's addresses rebased and dQ first (116 B stored with neither, NVRTC 12.9), and
+# its d256 with dQ in chunks (296 B of spill stores and loads in one pass).
 COMPILES = [
     (11, "7.5", "fwd_fp16_d32"),
     (12, "8.0", "fwd_bf16_d32"),
@@ -149,6 +151,7 @@ COMPILES = [
     (11, "8.6", "bwd_bf16_d128"),
     (12, "10.0", "bwd_bf16_d192"),
     (11, "8.0", "bwd_fp16_d256"),
+    (12, "8.6", "bwd_bf16_d96"),
 ]
 
 

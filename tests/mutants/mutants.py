@@ -239,12 +239,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "dq[dq_index(r, c, group_stride)] += acc[i][j][e];",
         "bwd_fp16_d32", "blocks",
     ),
-    # the backward's dQ in column passes (FA_DQ_PASSES, sm 8.6's d96): every pass adds the first slice
+    # the backward's dQ in column passes (FA_DQ_PASSES, sm 8.0's d256): every pass adds the first slice
     Mutant(
         "bwd-dq-pass-slice", "dq passes", "bwd.cu",
         "n_base = pass * kDqCols + GridQ::col0(warp);",
         "n_base = GridQ::col0(warp);",
-        "bwd_fp16_d96", "blocks", "8.6",
+        "bwd_fp16_d256", "blocks",
     ),
     # dQ's adds from one pointer per lane (FA_DQ_LANE_POINTER, sm 8.6's d128): the second m-tile's rows
     # added into the first's 16-row group
@@ -261,6 +261,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "load_a_frags<GridQ, kBlockN>(ds_frags, sdS, GridQ::row0(warp), lane);",
         "load_a_frags<GridQ, kBlockN>(ds_frags, sdS, 0, lane);",
         "bwd_fp16_d256", "blocks",
+    ),
+    # dQ in chunks of n-tiles (FA_DQ_CHUNK, sm 8.6's d256): every chunk added into the first chunk's columns
+    Mutant(
+        "bwd-dq-chunk-columns", "dq passes", "bwd.cu",
+        "add_dq<GridQChunk>(p, acc, dq, group_stride, rows, m_base, n_base + j0 * 8, lane);",
+        "add_dq<GridQChunk>(p, acc, dq, group_stride, rows, m_base, n_base, lane);",
+        "bwd_fp16_d256", "blocks", "8.6",
     ),
     Mutant(
         "ptx-exp2-is-log2", "primitives PTX", "primitives.cuh",
