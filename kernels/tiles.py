@@ -161,10 +161,6 @@ class BwdTile:
     # through the passes, each pass split over this many warp rows (label suffix "h2"...): the ldmatrix
     # bytes of one pass over the head dim at one narrow pass's accumulators
     dq_hold_ds: int = 0
-    # FA_DQ_CHUNK: dQ in one pass over FA2's warp split, accumulated and added this many n-tiles at a
-    # time from the warp's dS fragments held in registers (label suffix "c2"...; bwd.cu
-    # accumulate_dq_chunks): one pass's ldmatrix bytes, a chunk's accumulators live; 0: off
-    dq_chunk: int = 0
     # FA_BWD_REBASE: each step's shared-memory addresses computed in the step from an opaque base, not
     # held across the query loop (label suffix "a"; bwd.cu kRebase): what keeps a swizzled one-stage
     # tile's XOR patterns out of the registers V's fragments need
@@ -179,7 +175,6 @@ class BwdTile:
         suffix += f"r{self.s_rows}" if self.s_rows else ""
         suffix += "l" if self.dq_lane_pointer else ""
         suffix += f"h{self.dq_hold_ds}" if self.dq_hold_ds else ""
-        suffix += f"c{self.dq_chunk}" if self.dq_chunk else ""
         suffix += "a" if self.rebase else ""
         suffix += "f" if self.dq_first else ""
         return f"m{self.block_m}n{self.block_n}w{self.warps}s{self.stages}{suffix}"
@@ -211,10 +206,6 @@ class BwdTile:
             return False
         if self.s_rows and not _warp_grid_fits(self.block_m, self.block_n, self.warps, self.s_rows):
             return False
-        if self.dq_chunk and (
-            self.dq_passes > 1 or _fewest_bytes_n_tiles(self.block_m, head_dim, self.warps) % self.dq_chunk
-        ):
-            return False
         return all(
             _warp_grid_fits(m, n, self.warps)
             for m, n in ((self.block_m, self.block_n), (self.block_n, head_dim), (self.block_m, dq_cols))
@@ -232,7 +223,6 @@ class BwdTile:
             **({"FA_S_ROWS": self.s_rows} if self.s_rows else {}),
             **({"FA_DQ_LANE_POINTER": 1} if self.dq_lane_pointer else {}),
             **({"FA_DQ_HOLD_DS": self.dq_hold_ds} if self.dq_hold_ds else {}),
-            **({"FA_DQ_CHUNK": self.dq_chunk} if self.dq_chunk else {}),
             **({"FA_BWD_REBASE": 1} if self.rebase else {}),
             **({"FA_DQ_FIRST": 1} if self.dq_first else {}),
         }
@@ -299,20 +289,6 @@ def _warp_grid_fits(m: int, n: int, warps: int, rows: int = 0) -> bool:
         warps % wm == 0 and m % (16 * wm) == 0 and n % (8 * (warps // wm)) == 0
         for wm in ((rows,) if rows else range(1, warps + 1))
     )
-
-
-def _fewest_bytes_n_tiles(m: int, n: int, warps: int) -> int:
-    """attention.cuh FewestBytesGrid<M, N, WARPS>'s n-tiles per warp (0: no split fits): the split reading
-    the fewest ldmatrix bytes per mma, 512 / nt + 256 / mt, ties to more warp rows."""
-    best, best_num, best_den = 0, 0, 1
-    for wm in range(warps, 0, -1):
-        if warps % wm or m % (16 * wm) or n % (8 * (warps // wm)):
-            continue
-        mt, nt = m // wm // 16, n // (warps // wm) // 8
-        num, den = 512 * mt + 256 * nt, mt * nt  # bytes per mma = num / den
-        if not best or num * best_den < best_num * den:
-            best, best_num, best_den = nt, num, den
-    return best
 
 
 # ---- arch families and their tables -------------------------------------------------------------------
@@ -533,12 +509,14 @@ _BWD_SM87 = {**_BWD_SM80_FAMILY, **_FA2_BWD_SM80}
 # one pointer per lane (dq_lane_pointer: 8, 4 and 4 B spilled without it with NVRTC 11.8, 12.9 and 13.0,
 # none with it); d192 and d256 fit 99 KB only swizzled (98,816 B;
 # padded 102,912 and 101,888), d192 with S in two warp rows (s_rows: 48 registers of V, not 96). Both
-# run dQ in one pass over FA2's warp split, added a few n-tiles at a time from dS fragments held in
-# registers (dq_chunk, bwd.cu accumulate_dq_chunks: dS of 32 or 64 keys in 16 or 32 registers, 8 or 16
-# of accumulators live, not 48 or 64). NVRTC 12.9, sm_86 bf16: one pass spills 256 B at d192 (S in two
-# warp rows; in FA2's four, 840 B: 230.4 B/mma) and 296 B at d256; passes spill none but re-read dS
-# (d192 273.1 in two, d256 307.2 in two and 332.8 in four). Chunked (d192 one n-tile, d256 two), 243 to
-# 251 registers and no spill with NVRTC 11.8, 12.9 and 13.0, bf16 and fp16, on sm_86 and as sm_80's and
+# run dQ in passes of a few n-tiles per warp over dS fragments read once per step into registers
+# (dq_hold_ds, bwd.cu FA_DQ_HOLD_DS, as sm 12.0 and sm 8.0 d256: dS of 32 or 64 keys in 16 or 32
+# registers, 8 of accumulators live, not 48 or 64). NVRTC 12.9, sm_86 bf16: one pass spills 256 B at
+# d192 (S in two warp rows; in FA2's four, 840 B: 230.4 B/mma) and 296 B at d256; passes over dS from
+# shared memory spill none but re-read it (d192 273.1 in two, d256 307.2 in two and 332.8 in four).
+# Held (d192 six passes of 32 columns, two warp rows, each step's addresses rebased, which sm_80's
+# ptxas with NVRTC 11.8 needs as the alternative: 8 B spilled without; d256 four passes of 64): 247 to
+# 255 registers and no spill with NVRTC 11.8, 12.9 and 13.0, bf16 and fp16, on sm_86 and as sm_80's and
 # sm_87's alternative. Spill-free with NVRTC 11.8, 12.9 and 13.0; ldsm/mma (kernel_model.py --vs-fa2,
 # NVRTC 12) d96 221.9, d128 256.0 (281.6 in two passes), d192 256.0, d256 294.4, against the padded half
 # blocks' 332.8, 307.2, 349.9, 460.8 and FA2's 230.4, 256.0, 230.4, 294.4.
@@ -548,8 +526,8 @@ _BWD_SM86 = {
     96: _B(64, 128, 8, 1, True, True, dq_lane_pointer=True, rebase=True, dq_first=True),
     128: _B(64, 64, 8, 1, True, True, dq_lane_pointer=True),
     160: _B(32, 64, 8, 2),
-    192: _B(64, 64, 8, 1, True, True, s_rows=2, dq_chunk=1),
-    256: _B(64, 32, 8, 1, True, True, dq_chunk=2),
+    192: _B(64, 64, 8, 1, True, True, 6, s_rows=2, dq_hold_ds=2, rebase=True),
+    256: _B(64, 32, 8, 1, True, True, 4, dq_hold_ds=2),
 }
 # sm120 keeps V in registers (FA_V_IN_REGS, FA2's choice on the 99 KB parts): P and dS take V's shared
 # memory, so d96 fits FA2's 64 x 128 (88,576 B) and dP reads no V from shared memory. Its ptxas also

@@ -181,17 +181,6 @@ def line_weights(loop: list[str], inner_trips: int) -> list[int]:
     return weights
 
 
-def inner_trips(tiles: ModuleType, defines: dict[str, int]) -> int:
-    """How many times a backward step runs the rolled dQ loop its SASS holds once: FA_DQ_PASSES passes,
-    or with FA_DQ_CHUNK the chunks of FA_DQ_CHUNK n-tiles of the warp's dQ rectangle (bwd.cu
-    accumulate_dq_chunks; the rectangle is attention.cuh's FewestBytesGrid, tiles.py's mirror of it)."""
-    chunk = defines.get("FA_DQ_CHUNK", 0)
-    if not chunk:
-        return defines.get("FA_DQ_PASSES", 1)
-    m, d, warps = defines["FA_BLOCK_M"], defines["FA_HEAD_DIM"], defines["FA_WARPS"]
-    return int(tiles._fewest_bytes_n_tiles(m, d, warps)) // chunk
-
-
 def _sass_counts(sass: str, entry: str, inner_trips: int = 1) -> dict[str, float]:
     """Instruction counts of one function of nvdisasm's output, over its main loop (main_loop), a loop
     nested in it that holds mma counted `inner_trips` times (line_weights)."""
@@ -277,7 +266,7 @@ def model_units(
             )
             usage = {r.kernel: r for r in parse_resource_usage(compiled.log)}[entry]
             sass = disassemble(compiled.image)
-            c = _sass_counts(sass, entry, inner_trips(tiles, u.defines))
+            c = _sass_counts(sass, entry, u.defines.get("FA_DQ_PASSES", 1))
             launch = u.entries[entry]
             mma = c["mma"] or 1.0
             whole = c["red_width"] >= 2 or u.defines.get("FA_DQ_SMEM", 0) == 1 or permuted_dq
@@ -291,7 +280,6 @@ def model_units(
             tile_label += f"r{u.defines['FA_S_ROWS']}" if u.defines.get("FA_S_ROWS") else ""
             tile_label += "l" if u.defines.get("FA_DQ_LANE_POINTER") else ""
             tile_label += f"h{u.defines['FA_DQ_HOLD_DS']}" if u.defines.get("FA_DQ_HOLD_DS") else ""
-            tile_label += f"c{u.defines['FA_DQ_CHUNK']}" if u.defines.get("FA_DQ_CHUNK") else ""
             tile_label += "a" if u.defines.get("FA_BWD_REBASE") else ""
             tile_label += "f" if u.defines.get("FA_DQ_FIRST") else ""
             blocks = kernel_resources.blocks_per_sm(

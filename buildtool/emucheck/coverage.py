@@ -215,7 +215,6 @@ FEATURES: tuple[Feature, ...] = (
             "FA_S_ROWS",
             "FA_DQ_LANE_POINTER",
             "FA_DQ_HOLD_DS",
-            "FA_DQ_CHUNK",
             "FA_BWD_REBASE",
             "FA_DQ_FIRST",
         ),

@@ -386,53 +386,15 @@ FA_DEVICE void add_dq(const FaParams& p, const float (&acc)[G::kMT][G::kNT][4], 
   }
 }
 
-// FA_DQ_CHUNK (tiles.py BwdTile.dq_chunk, label suffix "c2"...): dQ of a step in one pass over
-// GridQ's rectangle (FA2's warp split, the fewest ldmatrix bytes), but accumulated and added this many
-// n-tiles at a time, a rolled loop, with the warp's dS fragments of every key read once into
-// registers before it: kMT x kBlockN / 4 registers of dS and a chunk's accumulators live, not the
-// whole rectangle's, at the same ldmatrix bytes as one pass (K's fragments are read once either way).
-// Where kBlockN is short (FA2's 32 keys at d256: 16 registers of dS) that frees most of dQ's
-// accumulators; 0: off.
-#ifndef FA_DQ_CHUNK
-#define FA_DQ_CHUNK 0
-#endif
-constexpr int kDqChunk = FA_DQ_CHUNK;
-static_assert(kDqChunk == 0 || (kDqPasses == 1 && GridQ::kNT % kDqChunk == 0),
-              "FA_DQ_CHUNK splits one dQ pass's n-tiles into whole chunks");
-
-#if FA_DQ_CHUNK
-struct GridQChunk {  // one chunk of GridQ's rectangle: its rows, kDqChunk of its n-tiles
-  static constexpr int kMT = GridQ::kMT;
-  static constexpr int kNT = kDqChunk;
-};
-
-FA_DEVICE void accumulate_dq_chunks(const FaParams& p, float* dq, fa_i64 group_stride, int rows, PTile sdS, KVTile sK,
-                                    int warp, int lane) {
-  const int m_base = GridQ::row0(warp), n_base = GridQ::col0(warp);
-  u32 ds[GridQ::kMT][kBlockN / 16][4];
-  load_a_frags<GridQ, kBlockN>(ds, sdS, m_base, lane);
-#pragma unroll 1
-  for (int j0 = 0; j0 < GridQ::kNT; j0 += kDqChunk) {
-    float acc[GridQ::kMT][kDqChunk][4];
-    zero<GridQChunk>(acc);
-    warp_gemm<GridQChunk, kBlockN>(acc, RegA<GridQ::kMT, kBlockN / 16>{ds}, SmemB<KVTile, true>{sK}, m_base,
-                                   n_base + j0 * 8, kBlockN, lane);
-    add_dq<GridQChunk>(p, acc, dq, group_stride, rows, m_base, n_base + j0 * 8, lane);
-  }
-}
-#endif
-
 // dQ += dS K for this step's queries, added into the fp32 workspace (other key blocks add theirs)
 // straight from the mma fragments (add_dq). In kDqPasses column slices, a rolled loop (ptxas
-// interleaves an unrolled one back into one live set), or in chunks (FA_DQ_CHUNK).
+// interleaves an unrolled one back into one live set), reading dS from shared memory in each pass or
+// once into registers (FA_DQ_HOLD_DS).
 FA_DEVICE void accumulate_dq(const FaParams& p, const KeyBlock& kb, int row0, PTile sdS, KVTile sK, int tid) {
   const int warp = tid >> 5, lane = tid & 31;
   const int rows = kb.seqlen_q - row0;
   const fa_i64 group_stride = kHoldDqStride ? kb.dq_group_stride : dq_group_stride(p);
   float* dq = kb.dq_accum + (row0 >> 4) * group_stride;  // row0: a multiple of 16
-#if FA_DQ_CHUNK
-  accumulate_dq_chunks(p, dq, group_stride, rows, sdS, sK, warp, lane);
-#else
 #if FA_DQ_HOLD_DS
   u32 ds_frags[GridQ::kMT][kBlockN / 16][4];
   load_a_frags<GridQ, kBlockN>(ds_frags, sdS, GridQ::row0(warp), lane);
@@ -448,7 +410,6 @@ FA_DEVICE void accumulate_dq(const FaParams& p, const KeyBlock& kb, int row0, PT
     warp_gemm<GridQ, kBlockN>(acc, ds, SmemB<KVTile, true>{sK}, m_base, n_base, kBlockN, lane);
     add_dq<GridQ>(p, acc, dq, group_stride, rows, m_base, n_base, lane);
   }
-#endif
 }
 
 }  // namespace bwd

@@ -296,22 +296,6 @@ def test_99kb_backward_at_fa2s_tiles_on_sm86():
         assert m.mma == 5 * tile.block_m * tile.block_n * m.head_dim / (16 * 8 * 16) / tile.warps
         before = {96: 332.8, 128: 307.2, 192: 349.9, 256: 460.8}[m.head_dim]
         assert m.ldsm_per_mma < before, m
-        if m.head_dim != 192:  # d96: one dQ pass (rebase, dq_first); d256: in chunks (dq_chunk)
+        # d96: one dQ pass (rebase, dq_first); d256: passes over dS held in registers (dq_hold_ds)
+        if m.head_dim != 192:
             assert m.ldsm_per_mma <= fa2.ldsm_per_mma, m
-
-
-def test_a_chunked_dq_counts_each_chunk():
-    """The defect: with dQ in chunks (FA_DQ_CHUNK, a rolled loop over the warp's n-tiles whose SASS holds
-    one chunk) the model counted one chunk per step, so sm 8.6's d256 at FA2's 294.4 B/mma read as
-    329.7 (one n-tile chunks) with an eighth of dQ's mmas. The loop runs once per chunk of the warp's
-    dQ rectangle (FewestBytesGrid's n-tiles: 8 at 64 x 256 over 8 warps, 6 at d192, 3 at d96)."""
-    for d, chunk, trips in ((256, 1, 8), (256, 2, 4), (192, 3, 2), (96, 1, 3)):
-        tile = tiles.BwdTile(64, 32 if d == 256 else 64, 8, 1, True, True, dq_chunk=chunk)
-        assert tile.valid(d)
-        assert kernel_model.inner_trips(tiles, tiles.unit("8.6", "bwd", "bf16", d, tile).defines) == trips
-    passes = tiles.BwdTile(64, 32, 8, 1, True, True, 4)
-    assert kernel_model.inner_trips(tiles, tiles.unit("8.6", "bwd", "bf16", 256, passes).defines) == 4
-    # chunks split one pass: not beside passes, and whole n-tiles of the warp's rectangle only
-    assert not dataclasses.replace(passes, dq_chunk=2).valid(256)
-    assert not tiles.BwdTile(64, 64, 8, 1, True, True, dq_chunk=4).valid(192)
-    assert tiles.BwdTile(64, 32, 8, 1, True, True, dq_chunk=2).label == "m64n32w8s1vxc2"

@@ -262,13 +262,6 @@ MUTANTS: tuple[Mutant, ...] = (
         "load_a_frags<GridQ, kBlockN>(ds_frags, sdS, 0, lane);",
         "bwd_fp16_d256", "blocks",
     ),
-    # dQ in chunks of n-tiles (FA_DQ_CHUNK, sm 8.6's d256): every chunk added into the first chunk's columns
-    Mutant(
-        "bwd-dq-chunk-columns", "dq passes", "bwd.cu",
-        "add_dq<GridQChunk>(p, acc, dq, group_stride, rows, m_base, n_base + j0 * 8, lane);",
-        "add_dq<GridQChunk>(p, acc, dq, group_stride, rows, m_base, n_base, lane);",
-        "bwd_fp16_d256", "blocks", "8.6",
-    ),
     Mutant(
         "ptx-exp2-is-log2", "primitives PTX", "primitives.cuh",
         'asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));',
