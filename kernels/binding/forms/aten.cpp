@@ -10,9 +10,9 @@
 //   instantiate the unboxing wrappers and infer its schema, a third of the compile's CPU. The arity is
 //   checked against the registered schema when an operator is called (TORCH_BOX does the same for the
 //   stable form), and tests/runtime/test_binding_load.py calls all three through the checks.
-// - Only torch/library.h, which already holds at::Tensor (its methods: new_empty, clone, view, sum) and
-//   c10::DeviceGuard; <ATen/ATen.h> declares every operator and took 2.5x as long, ATen/ops/empty.h
-//   another half second.
+// - No header beyond what torch/library.h pulls in anyway: at::Tensor (its methods new_empty, clone,
+//   view, sum) and c10::DeviceGuard, included below by name for what this file uses; <ATen/ATen.h>
+//   declares every operator and took 2.5x as long, ATen/ops/empty.h another half second.
 #include <ATen/core/Tensor.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
