@@ -114,7 +114,7 @@ def test_missing_barrier_before_the_dq_atomics(tmp_path: Path) -> None:
     """dS goes to shared memory, where other warps read it for dK and for the dQ atomics (added from
     registers since issue 38): reading it before every warp wrote it races (or, where the writer has
     not run yet, reads what no one has written)."""
-    old = """      grad_scores(acc_dp, pd, s_dsum, sdS, m_base, n_base, lane);
+    old = """      grad_scores(acc_dp, pd, s_dsum, step_dS, m_base, n_base, lane);
     }
     __syncthreads();"""
     with pytest.raises(H.EmulatorError, match=r"race|nothing has written"):
