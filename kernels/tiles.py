@@ -167,6 +167,9 @@ class BwdTile:
     rebase: bool = False
     # FA_DQ_FIRST: each step's dQ before its dK and dV products (label suffix "f"; ptxas's schedule only)
     dq_first: bool = False
+    # FA_K_IN_REGS: K's fragments of S = Q K^T in registers as V's are (label suffix "k"): S reads only Q
+    # from shared memory, at 48 to 96 registers held across the query loop
+    k_in_regs: bool = False
 
     @property
     def label(self) -> str:
@@ -177,6 +180,7 @@ class BwdTile:
         suffix += f"h{self.dq_hold_ds}" if self.dq_hold_ds else ""
         suffix += "a" if self.rebase else ""
         suffix += "f" if self.dq_first else ""
+        suffix += "k" if self.k_in_regs else ""
         return f"m{self.block_m}n{self.block_n}w{self.warps}s{self.stages}{suffix}"
 
     def smem_bytes(self, head_dim: int) -> int:
@@ -225,6 +229,7 @@ class BwdTile:
             **({"FA_DQ_HOLD_DS": self.dq_hold_ds} if self.dq_hold_ds else {}),
             **({"FA_BWD_REBASE": 1} if self.rebase else {}),
             **({"FA_DQ_FIRST": 1} if self.dq_first else {}),
+            **({"FA_K_IN_REGS": 1} if self.k_in_regs else {}),
         }
 
 
@@ -518,17 +523,26 @@ _BWD_SM87 = {**_BWD_SM80_FAMILY, **_FA2_BWD_SM80}
 # ptxas with NVRTC 11.8 needs as the alternative: 8 B spilled without; d256 four passes of 64): 247 to
 # 255 registers and no spill with NVRTC 11.8, 12.9 and 13.0, bf16 and fp16, on sm_86 and as sm_80's and
 # sm_87's alternative. Spill-free with NVRTC 11.8, 12.9 and 13.0; ldsm/mma (kernel_model.py --vs-fa2,
-# NVRTC 12) d96 221.9, d128 256.0 (281.6 in two passes), d192 256.0, d256 294.4, against the padded half
+# NVRTC 12) d96 221.9, d128 256.0 (281.6 in two passes), d192 230.4, d256 294.4, against the padded half
 # blocks' 332.8, 307.2, 349.9, 460.8 and FA2's 230.4, 256.0, 230.4, 294.4.
+# d192 also holds K's fragments of S = Q K^T in registers (k_in_regs, FA_K_IN_REGS): in two warp rows
+# each warp's dP reads 32 rows of dO (256 B/mma where FA2's four rows read 128), and S then reads Q alone
+# (384 -> 256), so the step's five products read FA2's 230.4 (256.0 without). 48 registers more beside
+# V's 48: FA2's own form (V for 32 keys in four warp rows, r4) spills 148 to 1,020 B with NVRTC 11.8 (its
+# best, p2r4h4, 148 + 152) and 120 to 272 with 12.9, where vxp6r2h2ak runs at 255 registers without a
+# spill with NVRTC 12.9 and 13.0, bf16 and fp16, on sm_86 and as sm_80's and sm_87's alternative. NVRTC
+# 11.8 spills it (56 + 56 B; 36 to 176 for every p/h/l/a/f variant that reads 230.4), so CUDA 11 takes
+# its own (per_cuda): dQ's passes in four warp rows (h4), 247.5 B/mma, spill-free with 11.8 on all three.
 _BWD_SM86 = {
     32: _B(64, 128, 8, 2),
     64: _B(64, 128, 8, 1, True),
     96: _B(64, 128, 8, 1, True, True, dq_lane_pointer=True, rebase=True, dq_first=True),
     128: _B(64, 64, 8, 1, True, True, dq_lane_pointer=True),
     160: _B(32, 64, 8, 2),
-    192: _B(64, 64, 8, 1, True, True, 6, s_rows=2, dq_hold_ds=2, rebase=True),
+    192: _B(64, 64, 8, 1, True, True, 6, s_rows=2, dq_hold_ds=2, rebase=True, k_in_regs=True),
     256: _B(64, 32, 8, 1, True, True, 4, dq_hold_ds=2),
 }
+_CU11_BWD_SM86 = {192: _B(64, 64, 8, 1, True, True, 6, s_rows=2, dq_hold_ds=4, rebase=True, k_in_regs=True)}
 # sm120 keeps V in registers (FA_V_IN_REGS, FA2's choice on the 99 KB parts): P and dS take V's shared
 # memory, so d96 fits FA2's 64 x 128 (88,576 B) and dP reads no V from shared memory. Its ptxas also
 # keeps d192's S in FA2's four warp rows, with dQ in six passes of 32 columns in two warp rows and dS
@@ -590,6 +604,7 @@ FAMILIES: dict[str, ArchFamily] = {
         bwd=_BWD_SM86,
         splitkv=_SPLITKV_SM86,
         previous={"fwd": _FWD_V1["sm86"], "bwd": _BWD_V1["sm86"]},
+        per_cuda={11: {"bwd": _CU11_BWD_SM86}},
     ),
     "sm90": ArchFamily(
         name="sm90",

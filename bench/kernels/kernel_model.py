@@ -282,6 +282,7 @@ def model_units(
             tile_label += f"h{u.defines['FA_DQ_HOLD_DS']}" if u.defines.get("FA_DQ_HOLD_DS") else ""
             tile_label += "a" if u.defines.get("FA_BWD_REBASE") else ""
             tile_label += "f" if u.defines.get("FA_DQ_FIRST") else ""
+            tile_label += "k" if u.defines.get("FA_K_IN_REGS") else ""
             blocks = kernel_resources.blocks_per_sm(
                 arch, launch.threads, usage.registers, launch.smem_bytes + usage.static_smem
             )

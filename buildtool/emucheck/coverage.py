@@ -217,6 +217,7 @@ FEATURES: tuple[Feature, ...] = (
             "FA_DQ_HOLD_DS",
             "FA_BWD_REBASE",
             "FA_DQ_FIRST",
+            "FA_K_IN_REGS",
         ),
         _always,
         per_unit=True,

@@ -27,6 +27,8 @@
 //                 FA_V_IN_REGS); each pass reads dS again
 //   FA_DQ_HOLD_DS N: dS read once per step and held in registers through the passes, each pass in N
 //                 warp rows (below, at GridQ)
+//   FA_K_IN_REGS  1: each warp keeps its K fragments of S = Q K^T in registers too, read once per key
+//                 block as V's are, so S reads only Q from shared memory (K's tile stays for dQ)
 //   FA_S_ROWS     the warps' row split of S and dP (default: FewestBytesGrid's); with FA_V_IN_REGS a
 //                 warp holds V's fragments of its 1 / (warps / FA_S_ROWS) of the keys
 //   FA_BWD_SWIZZLE 1: shared-memory tiles unpadded and XOR-swizzled (the forward's layout, less shared
@@ -202,8 +204,21 @@ using KVAcc = float[GridKV::kMT][GridKV::kNT][4];
 constexpr int kVPairs = (GridS::kNT + 1) / 2;
 using VFrags = u32[kVInRegs ? kVPairs : 1][kVInRegs ? kHeadDim / 16 : 1][4];
 
+// FA_K_IN_REGS (tiles.py BwdTile.k_in_regs, label suffix "k"): K as the B operand of S = Q K^T held in
+// registers the same way (this warp's keys of GridS, the whole head dim, read once per key block), so
+// S reads only Q's fragments from shared memory: with S in two warp rows on 64 x 64 at d192, 256
+// ldmatrix bytes per mma of S instead of 384, what FA2's four warp rows of dP save (V's fragments for
+// 32 keys, 96 registers) at 48 registers. K's shared tile stays: dQ = dS K reads it. 0: S reads K's
+// fragments from shared memory each step.
+#ifndef FA_K_IN_REGS
+#define FA_K_IN_REGS 0
+#endif
+constexpr bool kKInRegs = FA_K_IN_REGS != 0;
+using KFrags = u32[kKInRegs ? kVPairs : 1][kKInRegs ? kHeadDim / 16 : 1][4];
+
+template <class Frags>
 struct RegB {
-  const VFrags& frag;
+  const Frags& frag;
   int n_base;
   FA_DEVICE void load_pair(u32 (&b)[4], int n0, int k0, int /*lane*/) const {
 #pragma unroll
@@ -215,9 +230,10 @@ struct RegB {
   }
 };
 
-// This warp's V fragments from shared memory, every k step of the bucket (columns past head_dim are
-// zero-filled there).
-FA_DEVICE void load_v_frags(VFrags& frag, KVTile sV, int n_base, int lane) {
+// This warp's V (or K) fragments from shared memory, every k step of the bucket (columns past
+// head_dim are zero-filled there).
+template <class Frags>
+FA_DEVICE void load_v_frags(Frags& frag, KVTile sV, int n_base, int lane) {
   const SmemB<KVTile, false> v{sV};
 #pragma unroll
   for (int k = 0; k < kHeadDim / 16; ++k) {
@@ -477,18 +493,20 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) fa_bwd(const __grid_co
   const KvRows v = kv_rows(params, seq, params.v, params.v_batch_stride, params.v_row_stride, params.v_head_stride);
   load_tile_async<kThreads>(sK, k.rows(kb.key0), k.row_stride, kb.seqlen_k - kb.key0, head_dim, tid);
   load_tile_async<kThreads>(sV, v.rows(kb.key0), v.row_stride, kb.seqlen_k - kb.key0, head_dim, tid);
-  if (kVInRegs) copy_commit();  // K and V their own group: V is read before the first step's Q and dO land
+  if (kVInRegs || kKInRegs) copy_commit();  // K and V their own group: read before the first step's Q and dO land
   if (kb.queries.begin < kb.queries.end) load_step(params, kb, q_stage(q_base, 0), kb.queries.begin * kBlockM, tid);
   copy_commit();
 
   // V into registers once K and V have landed (the first step's Q and dO may still be in flight); P
   // and dS overwrite V only after the first step's first barrier, which every warp reaches after this.
   VFrags v_frags;
-  if (kVInRegs) {
+  if (kVInRegs || kKInRegs) {
     copy_wait<1>();
-    __syncthreads();  // every thread's V copies have landed
-    load_v_frags(v_frags, sV, GridS::col0(warp), lane);
+    __syncthreads();  // every thread's K and V copies have landed
   }
+  if (kVInRegs) load_v_frags(v_frags, sV, GridS::col0(warp), lane);
+  KFrags k_frags;
+  if (kKInRegs) load_v_frags(k_frags, sK, GridS::col0(warp), lane);
 
   float acc_dk[GridKV::kMT][GridKV::kNT][4];
   float acc_dv[GridKV::kMT][GridKV::kNT][4];
@@ -537,14 +555,19 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) fa_bwd(const __grid_co
       {
         float acc_s[GridS::kMT][GridS::kNT][4];
         zero<GridS>(acc_s);
-        warp_gemm<GridS, kHeadDim>(acc_s, SmemA<QTile, false>{st.q}, SmemB<KVTile, false>{step_K}, m_base, n_base,
-                                   head_dim, lane);
+        if (kKInRegs) {
+          warp_gemm<GridS, kHeadDim>(acc_s, SmemA<QTile, false>{st.q}, RegB<KFrags>{k_frags, n_base}, m_base, n_base,
+                                     head_dim, lane);
+        } else {
+          warp_gemm<GridS, kHeadDim>(acc_s, SmemA<QTile, false>{st.q}, SmemB<KVTile, false>{step_K}, m_base, n_base,
+                                     head_dim, lane);
+        }
         probabilities(kb, row0, acc_s, s_lse, step_P, pd, m_base, n_base, lane);
       }
       float acc_dp[GridS::kMT][GridS::kNT][4];
       zero<GridS>(acc_dp);
       if (kVInRegs) {
-        warp_gemm<GridS, kHeadDim>(acc_dp, SmemA<QTile, false>{st.dout}, RegB{v_frags, n_base}, m_base, n_base,
+        warp_gemm<GridS, kHeadDim>(acc_dp, SmemA<QTile, false>{st.dout}, RegB<VFrags>{v_frags, n_base}, m_base, n_base,
                                    head_dim, lane);
       } else {
         warp_gemm<GridS, kHeadDim>(acc_dp, SmemA<QTile, false>{st.dout}, SmemB<KVTile, false>{step_V}, m_base, n_base,

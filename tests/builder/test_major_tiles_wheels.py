@@ -26,7 +26,7 @@ from buildtool.builder.wheel_specs import CompileJob, WheelSpec
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data"
 # (arch, head dim) of the backward units whose tile is CUDA 11's own
-PER_MAJOR = [("8.0", 96), ("8.0", 192), ("9.0", 256)]
+PER_MAJOR = [("8.0", 96), ("8.0", 192), ("8.6", 192), ("9.0", 256)]
 
 
 @pytest.fixture(scope="module")

@@ -278,7 +278,7 @@ def test_v_read_into_registers_before_its_copies_land(tmp_path: Path) -> None:
     """FA_V_IN_REGS (sm86's d64 backward): each warp reads its V fragments once, before the query loop,
     after the wait and the barrier that land every thread's V copies; without the barrier a warp reads
     rows another thread's cp.async has not landed yet."""
-    old = "    __syncthreads();  // every thread's V copies have landed"
+    old = "    __syncthreads();  // every thread's K and V copies have landed"
     assert tiles.default_tile("8.6", "bwd", 64).v_in_regs
     with pytest.raises(H.EmulatorError, match=r"race|before the cp.async of thread"):
         run(tmp_path, "8.6", "bwd", "bwd.cu", old, "")

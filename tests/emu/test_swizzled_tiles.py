@@ -50,12 +50,13 @@ def _backward_ratios(unit: tiles.KernelUnit, arch: str) -> dict[str, float]:
     return {key: r for key, r in _ratios(bwd).items() if key.startswith("fa_bwd ")}
 
 
-@pytest.mark.parametrize("bucket", [96, 128, 192, 256])
-def test_swizzled_backward_is_conflict_free(bucket: int) -> None:
+@pytest.mark.parametrize(("bucket", "cuda"), [(96, None), (128, None), (192, None), (192, 11), (256, None)])
+def test_swizzled_backward_is_conflict_free(bucket: int, cuda: int | None) -> None:
     """The 99 KB parts' backward tiles from d96 up are swizzled (tiles.py BwdTile.swizzled): every
     access kind of fa_bwd is conflict-free, the Q/dO/K/V copies at width 96 too, which padded took
-    1.33 times the wavefronts (the same tile padded, counted the same way)."""
-    tile = tiles.default_tile("8.6", "bwd", bucket)
+    1.33 times the wavefronts (the same tile padded, counted the same way); d192's K fragments read
+    into registers (k_in_regs) too, in CUDA 11's tile as in the default."""
+    tile = tiles.default_tile("8.6", "bwd", bucket, cuda)
     assert isinstance(tile, tiles.BwdTile)
     assert tile.swizzled
     ratios = _backward_ratios(tiles.unit("8.6", "bwd", "fp16", bucket, tile), "8.6")
@@ -65,6 +66,28 @@ def test_swizzled_backward_is_conflict_free(bucket: int) -> None:
         padded = dataclasses.replace(tile, swizzled=False)
         before = _backward_ratios(tiles.unit("8.6", "bwd", "fp16", bucket, padded), "8.6")
         assert before["fa_bwd cp.async"] > 1.3
+
+
+def _backward_matches_the_reference(unit: tiles.KernelUnit, arch: str) -> None:
+    """Three query blocks against two key blocks, causal, GQA: `unit`'s gradients are the reference's,
+    and every access kind of fa_bwd stays conflict-free."""
+    d = unit.head_dim
+    fwd = H.Emulated(H.unit_for(arch, "fwd", "fp16", d), arch)
+    bwd = H.Emulated(unit, arch)
+    gen = torch.Generator().manual_seed(d)
+    q, dout = (torch.randn(1, 170, 2, d, generator=gen).half() for _ in range(2))
+    k, v = (torch.randn(1, 200, 1, d, generator=gen).half() for _ in range(2))
+    call = H.Call(q, k, v, causal=True)
+    out, lse = H.forward(fwd, call)
+    grads = H.backward(bwd, call, out, lse, dout)
+    qr, kr, vr = (t.clone().requires_grad_() for t in (q, k, v))
+    refs = torch.autograd.grad(attention_ref(qr, kr, vr, True)[0], (qr, kr, vr), dout)
+    lows = torch.autograd.grad(attention_ref(qr, kr, vr, True, upcast=False)[0], (qr, kr, vr), dout)
+    for name, ours, ref, low in zip(("dq", "dk", "dv"), grads, refs, lows, strict=True):
+        assert_fa2_close(name, ours, ref, low)
+    ratios = {key: r for key, r in _ratios(bwd).items() if key.startswith("fa_bwd ")}
+    assert {"fa_bwd cp.async", "fa_bwd ldmatrix", "fa_bwd st.shared"} <= set(ratios)
+    assert ratios == dict.fromkeys(ratios, 1.0)
 
 
 def test_a_rebased_step_reads_the_same_tiles() -> None:
@@ -77,19 +100,17 @@ def test_a_rebased_step_reads_the_same_tiles() -> None:
     assert isinstance(tile, tiles.BwdTile)
     unit = tiles.unit("8.6", "bwd", "fp16", 96, tile)
     assert (unit.defines["FA_BWD_REBASE"], unit.defines["FA_DQ_FIRST"]) == (1, 1)
-    fwd = H.Emulated(H.unit_for("8.6", "fwd", "fp16", 96), "8.6")
-    bwd = H.Emulated(unit, "8.6")
-    gen = torch.Generator().manual_seed(96)
-    q, dout = (torch.randn(1, 170, 2, 96, generator=gen).half() for _ in range(2))
-    k, v = (torch.randn(1, 200, 1, 96, generator=gen).half() for _ in range(2))
-    call = H.Call(q, k, v, causal=True)
-    out, lse = H.forward(fwd, call)
-    grads = H.backward(bwd, call, out, lse, dout)
-    qr, kr, vr = (t.clone().requires_grad_() for t in (q, k, v))
-    refs = torch.autograd.grad(attention_ref(qr, kr, vr, True)[0], (qr, kr, vr), dout)
-    lows = torch.autograd.grad(attention_ref(qr, kr, vr, True, upcast=False)[0], (qr, kr, vr), dout)
-    for name, ours, ref, low in zip(("dq", "dk", "dv"), grads, refs, lows, strict=True):
-        assert_fa2_close(name, ours, ref, low)
-    ratios = {key: r for key, r in _ratios(bwd).items() if key.startswith("fa_bwd ")}
-    assert {"fa_bwd cp.async", "fa_bwd ldmatrix", "fa_bwd st.shared"} <= set(ratios)
-    assert ratios == dict.fromkeys(ratios, 1.0)
+    _backward_matches_the_reference(unit, "8.6")
+
+
+@pytest.mark.parametrize("cuda", [None, 11])
+def test_k_held_in_registers_scores_each_warps_keys(cuda: int | None) -> None:
+    """sm 8.6's d192 (FA2's 64 x 64, swizzled, S in two warp rows) holds K's fragments of S = Q K^T in
+    registers beside V's (FA_K_IN_REGS), read once per key block after the barrier that lands K: the
+    default tile (dS held through six dQ passes in two warp rows) and CUDA 11's own (four warp rows)
+    give the reference's gradients over two key blocks with every access conflict-free. (With every
+    warp column reading the first column's keys, the mutant bwd-k-frags-keys, dQ is off by 1.08.)"""
+    tile = tiles.default_tile("8.6", "bwd", 192, cuda)
+    assert isinstance(tile, tiles.BwdTile)
+    assert (tile.k_in_regs, tile.v_in_regs, tile.swizzled) == (True, True, True)
+    _backward_matches_the_reference(tiles.unit("8.6", "bwd", "fp16", 192, tile), "8.6")

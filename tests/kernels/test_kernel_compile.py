@@ -142,7 +142,9 @@ def test_features_are_declared():
 # dQ pass (8 B with NVRTC 11.8) and sm100's 64 x 64 at d192 (32 B with NVRTC 12.9); and sm80's 64 x 64
 # at d256, whose dQ takes two column passes (one spills 152 B with NVRTC 12.9); sm86's d96 64 x 128 in
 # one dQ pass, its step's addresses rebased and dQ first (116 B stored with neither, NVRTC 12.9), and
-# its d256 with dQ in chunks (296 B of spill stores and loads in one pass).
+# its d256 with dQ in chunks (296 B of spill stores and loads in one pass); sm86's d192 with K's
+# fragments of S in registers beside V's (NVRTC 12.9), and CUDA 11's own d192 (11.8 spills the default
+# 56 + 56 B). Each major compiles its own tiles (tiles.units(arch, major)).
 COMPILES = [
     (11, "7.5", "fwd_fp16_d32"),
     (12, "8.0", "fwd_bf16_d32"),
@@ -152,6 +154,8 @@ COMPILES = [
     (12, "10.0", "bwd_bf16_d192"),
     (11, "8.0", "bwd_fp16_d256"),
     (12, "8.6", "bwd_bf16_d96"),
+    (12, "8.6", "bwd_bf16_d192"),
+    (11, "8.6", "bwd_fp16_d192"),
 ]
 
 
@@ -164,7 +168,7 @@ def test_unit_compiles_to_a_cubin_for_its_arch(major, arch, unit_name):
     from buildtool.builder import cubin_fit, toolkits
     from buildtool.builder.nvrtc import open_nvrtc, parse_resource_usage
 
-    unit = next(u for u in tiles.units(arch) if u.name == unit_name)
+    unit = next(u for u in tiles.units(arch, major) if u.name == unit_name)
     kdir = kernels_src.kernels_dir()
     headers = {p.name: p.read_text() for p in (kdir / "csrc").iterdir() if p.suffix in (".h", ".cuh")}
     options = [*tiles.nvrtc_options(arch), *(f"-D{k}={v}" for k, v in unit.defines.items()), "-Xptxas=-v"]

@@ -22,7 +22,13 @@ import tiles
 from buildtool.core.cuda_facts import TOOLKITS
 
 # (arch, direction, head dim): the units whose tile depends on the CUDA major
-PER_MAJOR = {("8.0", "bwd", 96), ("8.0", "bwd", 192), ("9.0", "bwd", 256)}
+PER_MAJOR = {
+    ("8.0", "bwd", 96),
+    ("8.0", "bwd", 192),
+    ("9.0", "bwd", 256),
+    ("8.6", "bwd", 192),
+    ("8.9", "bwd", 192),
+}
 
 
 def _tiles(arch: str, cuda: int | None) -> dict[str, str]:
@@ -69,9 +75,23 @@ def test_the_majors_differ_exactly_where_the_table_says(arch):
         }
         assert differ == listed, (arch, cuda)
     assert _tiles(arch, 12) == _tiles(arch, 13) == default  # CUDA 12 and 13 share one table
-    # the alternatives (smaller tiles for GPUs with less shared memory) are other families' defaults
-    alternatives = {u.name: u.tile for u in tiles.alternative_units(arch, 11)}
-    assert alternatives == {u.name: u.tile for u in tiles.alternative_units(arch, 12)}
+
+    # the alternatives (smaller tiles for GPUs with less shared memory) are other families' defaults,
+    # each major's: they differ only where the family they serve has a tile per major (sm 8.6's d192)
+    def served(cuda: int) -> dict[tuple[str, str, int, tuple[str, ...]], str]:
+        return {
+            (u.direction, u.dtype, u.head_dim, u.serves): u.tile for u in tiles.alternative_units(arch, cuda)
+        }
+
+    alt11, alt12 = served(11), served(12)
+    assert set(alt11) == set(alt12)
+    for key in (k for k in alt11 if alt11[k] != alt12[k]):
+        direction, _, d, serves = key
+        assert {"8.8", "8.9"} & set(serves)  # the 99 KB GPUs of sm 8.6's family
+        assert (direction, d) == ("bwd", 192)
+        assert (alt11[key], alt12[key]) == tuple(
+            tiles.default_tile("8.6", direction, d, c).label for c in (11, 12)
+        )
 
 
 def test_sm87_has_its_own_row_and_80s_shared_memory():
@@ -166,7 +186,9 @@ def test_the_coverage_check_holds_each_majors_own_tiles():
 def test_each_majors_tiles_compile_without_a_spill_and_reach_fa2(cuda):
     """Each per-major unit as its major's NVRTC compiles it (read from the SASS): no spill, and at or
     better than FA2 on every measure, CUDA 11's own tiles too (dQ's passes with dS held: before, they read
-    6-29% more ldmatrix bytes per mma than FA2); sm 8.7 runs FA2's tiles under 11.8 too."""
+    6-29% more ldmatrix bytes per mma than FA2); sm 8.7 runs FA2's tiles under 11.8 too. But for sm 8.6's
+    (and 8.9's) d192 under 11.8, which spills the default's K and V in registers with dS in two warp rows:
+    its four warp rows read more than FA2 (247.5 B/mma against 230.4), less than the tile before (256.0)."""
     only = {(arch, f"bwd_bf16_d{d}") for arch, _, d in PER_MAJOR}
     if cuda == 11:
         only |= {("8.7", "bwd_bf16_d96"), ("8.7", "bwd_bf16_d192")}
@@ -181,4 +203,8 @@ def test_each_majors_tiles_compile_without_a_spill_and_reach_fa2(cuda):
         assert m.spills == 0, (m.arch, m.unit, m.tile)
         fa2 = fa2_model.row("bwd", m.arch, m.head_dim)
         assert fa2 is not None
+        if cuda == 11 and m.arch in ("8.6", "8.9"):
+            assert [x.split(" ")[0] for x in kernel_model.misses(m, fa2)] == ["ldsm/mma"], m
+            assert fa2.ldsm_per_mma < m.ldsm_per_mma < 256.0, m
+            continue
         assert kernel_model.misses(m, fa2) == [], (m.arch, m.unit, m.tile)

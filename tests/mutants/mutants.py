@@ -262,6 +262,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "load_a_frags<GridQ, kBlockN>(ds_frags, sdS, 0, lane);",
         "bwd_fp16_d256", "blocks",
     ),
+    # K's fragments of S held in registers (FA_K_IN_REGS, sm 8.6's d192): every warp column scores the
+    # first column's keys
+    Mutant(
+        "bwd-k-frags-keys", "dq passes", "bwd.cu",
+        "if (kKInRegs) load_v_frags(k_frags, sK, GridS::col0(warp), lane);",
+        "if (kKInRegs) load_v_frags(k_frags, sK, 0, lane);",
+        "bwd_fp16_d192", "blocks", "8.6",
+    ),
     Mutant(
         "ptx-exp2-is-log2", "primitives PTX", "primitives.cuh",
         'asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));',
