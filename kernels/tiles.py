@@ -528,11 +528,12 @@ _BWD_SM87 = {**_BWD_SM80_FAMILY, **_FA2_BWD_SM80}
 # d192 also holds K's fragments of S = Q K^T in registers (k_in_regs, FA_K_IN_REGS): in two warp rows
 # each warp's dP reads 32 rows of dO (256 B/mma where FA2's four rows read 128), and S then reads Q alone
 # (384 -> 256), so the step's five products read FA2's 230.4 (256.0 without). 48 registers more beside
-# V's 48: FA2's own form (V for 32 keys in four warp rows, r4) spills 148 to 1,020 B with NVRTC 11.8 (its
-# best, p2r4h4, 148 + 152) and 120 to 272 with 12.9, where vxp6r2h2ak runs at 255 registers without a
-# spill with NVRTC 12.9 and 13.0, bf16 and fp16, on sm_86 and as sm_80's and sm_87's alternative. NVRTC
-# 11.8 spills it (56 + 56 B; 36 to 176 for every p/h/l/a/f variant that reads 230.4), so CUDA 11 takes
-# its own (per_cuda): dQ's passes in four warp rows (h4), 247.5 B/mma, spill-free with 11.8 on all three.
+# V's 48. Spill stores + loads, sm_86 bf16 (2026-11-29, /tmp probe over tiles.unit): FA2's own form (V
+# for 32 keys in four warp rows, r4) 256 to 1,028 B with NVRTC 11.8 in every p/h/l/a/f variant at 230.4
+# (16 at best, p3r4h4a, at 247.5), 240 to 840 with 12.9 and 13.0; vxp6r2h2ak none with 12.9 and 13.0, bf16
+# and fp16, on sm_86, sm_89 and as sm_80's and sm_87's alternative (255 registers). NVRTC 11.8 spills
+# it (112 B; 72 to 1,072 for every K-in-registers variant at 230.4), so CUDA 11 takes its own
+# (per_cuda): dQ's passes in four warp rows (h4), 247.5 B/mma, no spill with 11.8 on all four.
 _BWD_SM86 = {
     32: _B(64, 128, 8, 2),
     64: _B(64, 128, 8, 1, True),

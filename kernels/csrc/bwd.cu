@@ -251,6 +251,20 @@ FA_DEVICE void load_v_frags(Frags& frag, KVTile sV, int n_base, int lane) {
   }
 }
 
+// acc = A B^T over this warp's rectangle of GridS ([query][key]: S = Q K^T, dP = dO V^T), B's [key][dim]
+// fragments from this warp's registers where held (`frags`: FA_K_IN_REGS, FA_V_IN_REGS), else from its
+// shared tile.
+template <bool kBInRegs, class Frags>
+FA_DEVICE void score_gemm(float (&acc)[GridS::kMT][GridS::kNT][4], QTile a, const Frags& frags, KVTile b, int m_base,
+                          int n_base, int head_dim, int lane) {
+  zero<GridS>(acc);
+  if (kBInRegs) {
+    warp_gemm<GridS, kHeadDim>(acc, SmemA<QTile, false>{a}, RegB<Frags>{frags, n_base}, m_base, n_base, head_dim, lane);
+  } else {
+    warp_gemm<GridS, kHeadDim>(acc, SmemA<QTile, false>{a}, SmemB<KVTile, false>{b}, m_base, n_base, head_dim, lane);
+  }
+}
+
 // sum_i a_i * b_i over the 8 elements of two 16-byte chunks, in fp32.
 FA_DEVICE float dot8(const Chunk16& a, const Chunk16& b) {
   return unpack_lo(a.x) * unpack_lo(b.x) + unpack_hi(a.x) * unpack_hi(b.x) + unpack_lo(a.y) * unpack_lo(b.y) +
@@ -554,25 +568,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) fa_bwd(const __grid_co
       Packed pd;
       {
         float acc_s[GridS::kMT][GridS::kNT][4];
-        zero<GridS>(acc_s);
-        if (kKInRegs) {
-          warp_gemm<GridS, kHeadDim>(acc_s, SmemA<QTile, false>{st.q}, RegB<KFrags>{k_frags, n_base}, m_base, n_base,
-                                     head_dim, lane);
-        } else {
-          warp_gemm<GridS, kHeadDim>(acc_s, SmemA<QTile, false>{st.q}, SmemB<KVTile, false>{step_K}, m_base, n_base,
-                                     head_dim, lane);
-        }
+        score_gemm<kKInRegs>(acc_s, st.q, k_frags, step_K, m_base, n_base, head_dim, lane);
         probabilities(kb, row0, acc_s, s_lse, step_P, pd, m_base, n_base, lane);
       }
       float acc_dp[GridS::kMT][GridS::kNT][4];
-      zero<GridS>(acc_dp);
-      if (kVInRegs) {
-        warp_gemm<GridS, kHeadDim>(acc_dp, SmemA<QTile, false>{st.dout}, RegB<VFrags>{v_frags, n_base}, m_base, n_base,
-                                   head_dim, lane);
-      } else {
-        warp_gemm<GridS, kHeadDim>(acc_dp, SmemA<QTile, false>{st.dout}, SmemB<KVTile, false>{step_V}, m_base, n_base,
-                                   head_dim, lane);
-      }
+      score_gemm<kVInRegs>(acc_dp, st.dout, v_frags, step_V, m_base, n_base, head_dim, lane);
       grad_scores(acc_dp, pd, s_dsum, step_dS, m_base, n_base, lane);
     }
     __syncthreads();
