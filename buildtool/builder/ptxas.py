@@ -55,40 +55,31 @@ class PtxasPin:
     member: str  # ptxas's path inside the wheel
 
 
+_NVCC = "nvidia/cuda_nvcc/bin/ptxas"
+# (major, PyPI project, version, host CPU, file, sha256): the hashes as PyPI's simple index lists them
+_FILES = (
+    (11, "nvidia-cuda-nvcc-cu11", "11.8.89", "x86_64", "nvidia_cuda_nvcc_cu11-11.8.89-py3-none-manylinux1_x86_64.whl",
+     "3e25894debe6ce87e6dbb99b2311fba6f56c1b647daae2c4e5de537dc5d88876"),
+    (11, "nvidia-cuda-nvcc-cu11", "11.8.89", "aarch64", "nvidia_cuda_nvcc_cu11-11.8.89-py3-none-manylinux2014_aarch64.whl",
+     "8a33d735e6c374009dd8f965a26658956d4e98a4916e63fca4ac8df7a455c136"),
+    (12, "nvidia-cuda-nvcc-cu12", "12.9.86", "x86_64",
+     "nvidia_cuda_nvcc_cu12-12.9.86-py3-none-manylinux2010_x86_64.manylinux_2_12_x86_64.whl",
+     "5d6a0d32fdc7ea39917c20065614ae93add6f577d840233237ff08e9a38f58f0"),
+    (12, "nvidia-cuda-nvcc-cu12", "12.9.86", "aarch64",
+     "nvidia_cuda_nvcc_cu12-12.9.86-py3-none-manylinux2014_aarch64.manylinux_2_17_aarch64.whl",
+     "44e1eca4d08926193a558d2434b1bf83d57b4d5743e0c431c0c83d51da1df62b"),
+)  # fmt: skip
 PINS: dict[int, PtxasPin] = {
-    11: PtxasPin(
-        major=11,
-        package="nvidia-cuda-nvcc-cu11",
-        version="11.8.89",
-        wheels={
-            "x86_64": PinnedWheel(
-                "nvidia_cuda_nvcc_cu11-11.8.89-py3-none-manylinux1_x86_64.whl",
-                "3e25894debe6ce87e6dbb99b2311fba6f56c1b647daae2c4e5de537dc5d88876",
-            ),
-            "aarch64": PinnedWheel(
-                "nvidia_cuda_nvcc_cu11-11.8.89-py3-none-manylinux2014_aarch64.whl",
-                "8a33d735e6c374009dd8f965a26658956d4e98a4916e63fca4ac8df7a455c136",
-            ),
-        },
-        member="nvidia/cuda_nvcc/bin/ptxas",
-    ),
-    12: PtxasPin(
-        major=12,
-        package="nvidia-cuda-nvcc-cu12",
-        version="12.9.86",
-        wheels={
-            "x86_64": PinnedWheel(
-                "nvidia_cuda_nvcc_cu12-12.9.86-py3-none-manylinux2010_x86_64.manylinux_2_12_x86_64.whl",
-                "5d6a0d32fdc7ea39917c20065614ae93add6f577d840233237ff08e9a38f58f0",
-            ),
-            "aarch64": PinnedWheel(
-                "nvidia_cuda_nvcc_cu12-12.9.86-py3-none-manylinux2014_aarch64.manylinux_2_17_aarch64.whl",
-                "44e1eca4d08926193a558d2434b1bf83d57b4d5743e0c431c0c83d51da1df62b",
-            ),
-        },
-        member="nvidia/cuda_nvcc/bin/ptxas",
-    ),
+    major: PtxasPin(
+        major,
+        package,
+        version,
+        {host: PinnedWheel(file, sha) for m, _, _, host, file, sha in _FILES if m == major},
+        _NVCC,
+    )
+    for major, package, version, *_ in _FILES
 }
+
 
 # What NVRTC's own ptxas runs with for these kernels' options: ptxas's default level, said outright.
 # (NVRTC 12's cubins record their assembler's options in .note.nv.tkinfo: `-arch sm_120` alone; a
