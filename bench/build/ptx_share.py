@@ -9,7 +9,8 @@ own for the target, and the rewritten PTX with NVRTC's own compute_XX PTX.
 Prints a table per (CUDA major, targets) and the CPU each route takes (NVRTC for every target, against
 NVRTC for the leader and ptxas for the others); exits 1 if an image of a major the build shares
 differs, naming it. `--record`
-writes the table into docs/figures.md (section ptx-share). Three NVRTC runs and one ptxas run per
+writes the table into docs/figures.md (section ptx-share). `--build` times the build's own
+compile_all instead, on those jobs, sharing and with NVRTC alone (A B B A; prints, records nothing). Three NVRTC runs and one ptxas run per
 shared target: minutes for the release plan. Not a test: CPU figures depend on the machine.
 """
 
@@ -17,12 +18,17 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import json
 import os
 import resource
+import statistics
+import subprocess
 import sys
+import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
@@ -112,6 +118,66 @@ def compare_group(leader: CompileTask, followers: list[CompileTask]) -> list[Sha
     return rows
 
 
+_BUILD = """
+import json, sys
+from buildtool.builder import ptxas
+from buildtool.builder.compile import compile_all
+from buildtool.builder.plan import CompileJob
+jobs = [CompileJob(*j) for j in json.loads(sys.argv[1])]
+if sys.argv[2] == "nvrtc":
+    ptxas.PINS.clear()  # no pinned ptxas: share_groups forms no group, every target is an NVRTC run
+_, stats = compile_all(jobs, int(sys.argv[3]))
+print(json.dumps([len(stats.seconds), len(stats.ptxas)]))
+"""
+
+
+def build_cpu(jobs: list[Any], route: str, workers: int) -> tuple[float, list[int]]:
+    """compile_all of `jobs` in a child process with an empty kernel cache (the toolkits shared), by
+    `route` ("shared" or "nvrtc"): CPU seconds of it and everything it ran (wait4), [NVRTC, ptxas] runs."""
+    from buildtool.core import cache
+
+    with tempfile.TemporaryDirectory(prefix="fa-ptx-share-") as tmp:
+        (Path(tmp) / "toolkits").symlink_to(cache.cache_dir() / "toolkits")
+        env = {
+            **os.environ,
+            "FA_CACHE": tmp,
+            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "kernels")]),
+        }
+        arg = json.dumps([[j.cuda_major, j.arch, j.image, j.unit] for j in jobs])
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _BUILD, arg, route, str(workers)],
+            env=env,
+            stdout=subprocess.PIPE,
+            cwd=REPO,
+        )
+        assert proc.stdout is not None
+        out = proc.stdout.read()
+        _, status, use = os.wait4(proc.pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise SystemExit(f"compile_all ({route}) failed")
+    return use.ru_utime + use.ru_stime, json.loads(out)
+
+
+def by_build(tasks: dict[Any, CompileTask], groups: list[tuple[Any, tuple[Any, ...]]], workers: int) -> int:
+    """The build's own route against NVRTC alone, on the jobs of the groups the build shares (and
+    the PTX jobs of those archs): CPU seconds of each, one after the other, twice (A B B A)."""
+    shared = {
+        job for lead, fs in groups if tasks[lead].cuda_major in ptxas.SHARED_MAJORS for job in (lead, *fs)
+    }
+    keys = {(j.cuda_major, j.arch, j.unit) for j in shared}
+    jobs = [j for j in tasks if (j.cuda_major, j.arch, j.unit) in keys]
+    seen: dict[str, list[float]] = {"shared": [], "nvrtc": []}
+    for route in ("shared", "nvrtc", "nvrtc", "shared"):
+        cpu, runs = build_cpu(jobs, route, workers)
+        seen[route].append(cpu)
+        print(f"{route}: {cpu:.1f} CPU s, {runs[0]} NVRTC runs, {runs[1]} ptxas runs ({len(jobs)} jobs)")
+    a, b = statistics.median(seen["shared"]), statistics.median(seen["nvrtc"])
+    print(
+        f"median: shared {a:.1f} CPU s, NVRTC alone {b:.1f} CPU s, saved {b - a:.1f}; load {os.getloadavg()[1]:.1f}"
+    )
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--matrix", type=Path, default=REPO / "matrix.yaml")
@@ -119,6 +185,11 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=2, help="groups compared at once (processes)")
     ap.add_argument("--limit", type=int, default=0, help="compare only the first N groups (a quick look)")
     ap.add_argument("--record", action="store_true", help="write the table into docs/figures.md")
+    ap.add_argument(
+        "--build",
+        action="store_true",
+        help="instead: time the build's compile_all on the shared programs' jobs, shared and all-NVRTC, in turns",
+    )
     args = ap.parse_args()
     plan = make_plan(load_matrix(args.matrix), fetch_torch_catalog(), platform=args.platform)
     tree = KernelTree()
@@ -126,6 +197,8 @@ def main() -> int:
     groups = sorted(ptxas.share_groups(tasks, majors=ptxas.PINS).items(), key=lambda g: str(g[0]))
     if args.limit:
         groups = groups[: args.limit]
+    if args.build:
+        return by_build(tasks, groups, args.jobs)
     for major in sorted({tasks[leader].cuda_major for leader, _ in groups}):
         toolkits.nvrtc_lib_dir(major), ptxas.ptxas_path(major)  # fetched once, before the workers
     rows: list[Shared] = []
