@@ -27,19 +27,36 @@ import re
 import subprocess
 import tempfile
 from collections import defaultdict
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Hashable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
 from buildtool.builder import toolkits
 from buildtool.core import cpus, fetch
 from buildtool.core.cuda_facts import PinnedWheel
 from buildtool.errors import FaError
 
-if TYPE_CHECKING:
-    from buildtool.builder.compile import CompileTask
-    from buildtool.builder.wheel_specs import CompileJob
+Job = TypeVar("Job", bound=Hashable)
+
+
+class Program(Protocol):
+    """What share_groups reads of a compile.CompileTask (a protocol: compile.py imports this module)."""
+
+    @property
+    def cuda_major(self) -> int: ...
+    @property
+    def nvrtc_version(self) -> str: ...
+    @property
+    def target(self) -> str: ...
+    @property
+    def source_name(self) -> str: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def headers(self) -> tuple[tuple[str, str], ...]: ...
+    @property
+    def options(self) -> tuple[str, ...]: ...
 
 
 class PtxasError(FaError):
@@ -207,12 +224,12 @@ def _arch_number(target: str) -> int | None:
 
 
 def share_groups(
-    tasks: Mapping[CompileJob, CompileTask], majors: Collection[int] = SHARED_MAJORS
-) -> dict[CompileJob, tuple[CompileJob, ...]]:
+    tasks: Mapping[Job, Program], majors: Collection[int] = SHARED_MAJORS
+) -> dict[Job, tuple[Job, ...]]:
     """The cubin jobs whose program one NVRTC run can serve: the group's leader (its lowest target) ->
     the others (its followers, highest last). Only groups of two or more, only `majors` with a ptxas
     pin, by the rule in the module's docstring (the bench passes every pinned major)."""
-    groups: dict[tuple[object, ...], list[tuple[int, CompileJob]]] = defaultdict(list)
+    groups: dict[tuple[object, ...], list[tuple[int, Job]]] = defaultdict(list)
     comparisons: dict[tuple[object, ...], tuple[Comparison, ...] | None] = {}
     for job, t in tasks.items():
         number = _arch_number(t.target)
