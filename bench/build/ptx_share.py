@@ -133,7 +133,7 @@ print(json.dumps([len(stats.seconds), len(stats.ptxas)]))
 
 def build_cpu(jobs: list[Any], route: str, workers: int) -> tuple[float, list[int]]:
     """compile_all of `jobs` in a child process with an empty kernel cache (the toolkits shared), by
-    `route` ("shared" or "nvrtc"): CPU seconds of it and everything it ran (wait4), [NVRTC, ptxas] runs."""
+    `route` ("shared" or "nvrtc"): CPU seconds of it and everything it ran (its rusage once reaped), [NVRTC, ptxas] runs."""
     from buildtool.core import cache
 
     with tempfile.TemporaryDirectory(prefix="fa-ptx-share-") as tmp:
@@ -144,18 +144,12 @@ def build_cpu(jobs: list[Any], route: str, workers: int) -> tuple[float, list[in
             "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "kernels")]),
         }
         arg = json.dumps([[j.cuda_major, j.arch, j.image, j.unit] for j in jobs])
-        proc = subprocess.Popen(
-            [sys.executable, "-c", _BUILD, arg, route, str(workers)],
-            env=env,
-            stdout=subprocess.PIPE,
-            cwd=REPO,
-        )
-        assert proc.stdout is not None
-        out = proc.stdout.read()
-        _, status, use = os.wait4(proc.pid, 0)
-        if os.waitstatus_to_exitcode(status) != 0:
-            raise SystemExit(f"compile_all ({route}) failed")
-    return use.ru_utime + use.ru_stime, json.loads(out)
+        before = _cpu(resource.RUSAGE_CHILDREN)  # this process runs no other child meanwhile
+        cmd = [sys.executable, "-c", _BUILD, arg, route, str(workers)]
+        done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise SystemExit(f"compile_all ({route}) failed:\n{done.stderr[-3000:]}")
+    return _cpu(resource.RUSAGE_CHILDREN) - before, json.loads(done.stdout)
 
 
 def by_build(tasks: dict[Any, CompileTask], groups: list[tuple[Any, tuple[Any, ...]]], workers: int) -> int:
@@ -185,11 +179,7 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=2, help="groups compared at once (processes)")
     ap.add_argument("--limit", type=int, default=0, help="compare only the first N groups (a quick look)")
     ap.add_argument("--record", action="store_true", help="write the table into docs/figures.md")
-    ap.add_argument(
-        "--build",
-        action="store_true",
-        help="instead: time the build's compile_all on the shared programs' jobs, shared and all-NVRTC, in turns",
-    )
+    ap.add_argument("--build", action="store_true", help="instead: time compile_all, shared and NVRTC alone")
     args = ap.parse_args()
     plan = make_plan(load_matrix(args.matrix), fetch_torch_catalog(), platform=args.platform)
     tree = KernelTree()
