@@ -74,6 +74,9 @@ from buildtool.builder.pypi import fetch_torch_catalog
 plan = make_plan(load_matrix(Path("matrix.yaml")), fetch_torch_catalog(), platform=sys.argv[1])
 for major in sorted({j.cuda_major for j in plan.compile_jobs}):
     toolkits.nvrtc_lib_dir(major)
+from buildtool.builder import ptxas  # the standalone ptxas, where the build shares programs
+for major in sorted({j.cuda_major for j in plan.compile_jobs} & ptxas.SHARED_MAJORS):
+    ptxas.ptxas_path(major)
 for job in plan.binding_jobs:
     if job.header_source is not None:
         torch_headers.headers_for(job.torch_version, job.header_source)
@@ -164,6 +167,7 @@ def _build(checkout: Path, cache: Path, out: Path, platform: str, jobs: int) -> 
         "nvrtc_compiles": summary["nvrtc_compiles"],
         "nvrtc_s": summary["nvrtc_seconds"],
         "ptx_with_cubin": summary.get("nvrtc_ptx_with_cubin", 0),
+        "ptxas_runs": summary.get("ptxas_runs", 0),
         "cxx_compiles": summary["cxx_compiles"],
         "cxx_s": summary["cxx_seconds"],
         "wheel_files": sorted(w["file"] for w in summary["wheels"]),

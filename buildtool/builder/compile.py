@@ -10,10 +10,19 @@ the cache itself, atomically, so work finished before a kill is kept. Where a bu
 cubin and the PTX of one (CUDA major, arch, unit), one NVRTC compile makes both: NVRTC produces the
 PTX on its way to the cubin, byte for byte what a compute_XX compile gives (bench/build/ptx_with_cubin.py
 compares every pair), so the second compile would only repeat the first one's work.
+
+Where several cubins of a build are one program for different targets (ptxas.share_groups: sm_80 and
+sm_90 of a CUDA 11 unit), NVRTC runs once, for the lowest target, keeping its PTX; the others are
+that PTX with its `.target` line rewritten, assembled by the pinned standalone ptxas of NVRTC's own
+release (about a third of an NVRTC run's CPU). Their images are byte for byte NVRTC's own
+(bench/build/ptx_share.py compares every one), so they keep NVRTC's cache keys. Without a ptxas
+(no pin for this CPU, a refused download) or when it fails, that target is compiled by NVRTC, with
+a one-line note.
 """
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures as cf
 import contextlib
 import functools
@@ -25,13 +34,13 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from buildtool.builder import toolkits
+from buildtool.builder import ptxas, toolkits
 from buildtool.builder.nvrtc import NvrtcError, open_nvrtc
 from buildtool.core import atomic, cache, children, kernels_src
 from buildtool.core.cuda_facts import compute_name, sm_name
@@ -201,6 +210,8 @@ class CompileStats:
     cached: set[CompileJob] = field(default_factory=set)  # already in the cache: nothing to do
     # PTX that a cubin compile of this build gave (no NVRTC run of its own): job -> the cubin's job
     with_cubin: dict[CompileJob, CompileJob] = field(default_factory=dict)
+    # cubins (and their PTX) assembled by ptxas from another target's NVRTC PTX: job -> ptxas time
+    ptxas: dict[CompileJob, float] = field(default_factory=dict)
 
     @property
     def compiled(self) -> int:
@@ -213,23 +224,29 @@ class _Outcome:
     failure: CompileFailure | None
     reused: bool = False  # another build compiled it while this one waited for the key's lock
     with_cubin: bool = False  # PTX written by its cubin's compile
+    ptxas: bool = False  # assembled by ptxas from the group leader's PTX
+    note: str = ""  # a fallback to say (ptxas failed, NVRTC compiled it)
 
 
 def _lock(task: CompileTask) -> Path:
     return cache.cache_dir() / "locks" / "kernels" / task.key
 
 
-def _compile_task(task: CompileTask, lib_dir: str, ptx: CompileTask | None = None) -> list[_Outcome]:
+def _compile_task(
+    task: CompileTask, lib_dir: str, ptx: CompileTask | None = None, keep_ptx: bool = False
+) -> tuple[list[_Outcome], bytes | None]:
     """Worker body: compile one task and write its image into the cache (atomically); with `ptx` (the
     same program for compute_XX), write that image too, from the same compile. Under the keys' locks
     (the cubin's first, as every build takes them): a second build sharing the cache waits for the
-    first one's compile and reuses its images instead of compiling them again. One outcome per task."""
+    first one's compile and reuses its images instead of compiling them again. One outcome per task,
+    and with `keep_ptx` the compile's PTX (for ptxas to serve the program's other targets; None when
+    nothing was compiled)."""
     with cache.locked(_lock(task)), cache.locked(_lock(ptx)) if ptx else contextlib.nullcontext():
         wanted = [t for t in (task, ptx) if t is not None and not t.path.is_file()]
         if not wanted:
-            return [_Outcome(0.0, None, reused=True)] * (2 if ptx else 1)
+            return [_Outcome(0.0, None, reused=True)] * (2 if ptx else 1), None
         if wanted == [ptx]:  # another build made the cubin (and so the PTX) meanwhile
-            return [_Outcome(0.0, None, reused=True), *_compile_task(ptx, lib_dir)]  # type: ignore[arg-type]
+            return [_Outcome(0.0, None, reused=True), *_compile_task(ptx, lib_dir)[0]], None  # type: ignore[arg-type]
         t0 = time.perf_counter()
         try:
             out = open_nvrtc(lib_dir).compile(
@@ -238,18 +255,53 @@ def _compile_task(task: CompileTask, lib_dir: str, ptx: CompileTask | None = Non
                 task.target,
                 list(task.options),
                 dict(task.headers),
-                with_ptx=ptx is not None,
+                with_ptx=ptx is not None or keep_ptx,
             )
         except NvrtcError as e:
             fails = [CompileFailure(task.unit, task.cuda_major, t.target, e.log or str(e)) for t in wanted]
             return [_Outcome(time.perf_counter() - t0, f) for f in fails] + (
                 [_Outcome(0.0, None, reused=True)] if len(wanted) < (2 if ptx else 1) else []
-            )
+            ), None
         atomic.write_bytes(task.path, out.image)
         if ptx is not None and out.ptx is not None:
             atomic.write_bytes(ptx.path, out.ptx)
         seconds = time.perf_counter() - t0
-        return [_Outcome(seconds, None)] + ([_Outcome(0.0, None, with_cubin=True)] if ptx else [])
+        outcomes = [_Outcome(seconds, None)] + ([_Outcome(0.0, None, with_cubin=True)] if ptx else [])
+        return outcomes, out.ptx if keep_ptx else None
+
+
+def _assemble_task(
+    task: CompileTask, lib_dir: str, ptx: CompileTask | None, exe: str, leader_ptx: bytes
+) -> tuple[list[_Outcome], bytes | None]:
+    """Worker body for a group's other target: the leader's PTX retargeted, assembled by ptxas `exe`,
+    written as the task's cubin (and as its compute_XX PTX image when `ptx` is shipped too), under
+    the same locks as _compile_task. If ptxas fails, NVRTC compiles the task instead (with a note)."""
+    with cache.locked(_lock(task)), cache.locked(_lock(ptx)) if ptx else contextlib.nullcontext():
+        wanted = [t for t in (task, ptx) if t is not None and not t.path.is_file()]
+        if not wanted:
+            return [_Outcome(0.0, None, reused=True)] * (2 if ptx else 1), None
+        t0 = time.perf_counter()
+        try:
+            retargeted = ptxas.retarget(leader_ptx, task.target)
+            cubin = ptxas.assemble(Path(exe), retargeted, task.target) if task in wanted else None
+        except ptxas.PtxasError as e:
+            failed = str(e).splitlines()[0] if str(e) else type(e).__name__
+        else:
+            if cubin is not None:
+                atomic.write_bytes(task.path, cubin)
+            if ptx is not None and ptx in wanted:
+                atomic.write_bytes(ptx.path, retargeted)
+            seconds = time.perf_counter() - t0
+            first = (
+                _Outcome(seconds, None, ptxas=True) if cubin is not None else _Outcome(0.0, None, reused=True)
+            )
+            return [first] + ([_Outcome(0.0, None, with_cubin=True)] if ptx else []), None
+    # NVRTC instead, outside the locks (_compile_task takes them itself)
+    note = (
+        f"ptxas: {task.unit} for {task.target} (CUDA {task.cuda_major}): {failed}; compiled by NVRTC instead"
+    )
+    outcomes, _ = _compile_task(task, lib_dir, ptx)
+    return [replace(outcomes[0], note=note), *outcomes[1:]], None
 
 
 def pair_ptx_with_cubins(tasks: dict[CompileJob, CompileTask]) -> dict[CompileJob, CompileJob]:
@@ -282,6 +334,13 @@ def pair_ptx_with_cubins(tasks: dict[CompileJob, CompileTask]) -> dict[CompileJo
     return pairs
 
 
+def shared_targets(jobs: Iterable[CompileJob], tree: KernelTree) -> set[CompileJob]:
+    """The cubin jobs of `jobs` that ptxas assembles from another target's PTX when all are compiled
+    (ptxas.share_groups' followers; for the ETA's weights)."""
+    groups = ptxas.share_groups({job: resolve(job, tree) for job in jobs})
+    return {f for fs in groups.values() for f in fs}
+
+
 def usable_workers(requested: int) -> int:
     """At most one worker per CPU this process may run on: each worker is a process with its own NVRTC
     (about 110 MB), and more of them than CPUs only compete for the same cores."""
@@ -299,12 +358,15 @@ def compile_all(
     on_done: Callable[[CompileTask, bool], None] | None = None,
     toolkit_progress: Callable[[int], ProgressHook] | None = None,
     on_compiling: Callable[[], None] | None = None,
+    ptxas_progress: Callable[[int], ProgressHook] | None = None,
+    on_note: Callable[[str], None] | None = None,
 ) -> tuple[dict[CompileJob, Path], CompileStats]:
     """Compile what is not cached, up to `workers` at a time. Returns each job's image path.
     `on_done(task, was_cached)` is called once per job, in completion order; `toolkit_progress(major)`
-    returns a download progress hook for a toolkit that must be fetched first; `on_compiling()` is
-    called once the toolkits are there, before the first compile. Raises CompileError
-    naming every failed unit after the others have finished (their images are kept)."""
+    (`ptxas_progress(major)`) returns a download progress hook for a toolkit (a ptxas) that must be
+    fetched first; `on_compiling()` is called once the toolkits are there, before the first compile;
+    `on_note(line)` is told of each fallback from ptxas to NVRTC (default: stderr). Raises
+    CompileError naming every failed unit after the others have finished (their images are kept)."""
     tree = tree or KernelTree()
     stats = CompileStats()
     tasks = {job: resolve(job, tree) for job in jobs}
@@ -319,20 +381,41 @@ def compile_all(
         hook = toolkit_progress(major) if toolkit_progress and not toolkits.is_unpacked(major) else None
         lib_dirs[major] = str(toolkits.nvrtc_lib_dir(major, hook))
 
+    say = on_note or (lambda line: print(line, file=sys.stderr))
+    groups = ptxas.share_groups(todo)  # leader -> the program's other targets, assembled by ptxas
+    exes: dict[int, str] = {}
+    for major in sorted({todo[leader].cuda_major for leader in groups}):
+        hook = ptxas_progress(major) if ptxas_progress and not ptxas.is_unpacked(major) else None
+        try:
+            exes[major] = str(ptxas.ptxas_path(major, hook))
+        except toolkits.ToolkitError as e:
+            n = sum(len(fs) for leader, fs in groups.items() if todo[leader].cuda_major == major)
+            say(
+                f"no ptxas for CUDA {major} ({str(e).splitlines()[0]}): NVRTC compiles its {n} shared targets"
+            )
+    groups = {leader: fs for leader, fs in groups.items() if todo[leader].cuda_major in exes}
+    followers = {f for fs in groups.values() for f in fs}
+
     if on_compiling:
         on_compiling()
     failures: list[CompileFailure] = []
     ptx_of = {cubin: ptx for ptx, cubin in pair_ptx_with_cubins(todo).items()}
-    runs = [job for job in todo if job not in ptx_of.values()]  # one NVRTC compile each
+    # one NVRTC compile each, the groups' leaders first (their followers can start sooner)
+    runs = [job for job in todo if job not in ptx_of.values() and job not in followers]
+    runs.sort(key=lambda job: job not in groups)
 
     def record(jobs: list[CompileJob], outcomes: list[_Outcome]) -> None:
         for job, outcome in zip(jobs, outcomes, strict=True):
+            if outcome.note:
+                say(outcome.note)
             if outcome.failure:
                 failures.append(outcome.failure)
             elif outcome.reused:
                 stats.cached.add(job)
             elif outcome.with_cubin:
                 stats.with_cubin[job] = jobs[0]
+            elif outcome.ptxas:
+                stats.ptxas[job] = outcome.seconds
             else:
                 stats.seconds[job] = outcome.seconds
             if on_done:
@@ -341,27 +424,52 @@ def compile_all(
     def run_jobs(job: CompileJob) -> list[CompileJob]:
         return [job, ptx_of[job]] if job in ptx_of else [job]
 
-    def arguments(job: CompileJob) -> tuple[CompileTask, str, CompileTask | None]:
-        ptx = todo[ptx_of[job]] if job in ptx_of else None
-        return todo[job], lib_dirs[todo[job].cuda_major], ptx
+    Work = tuple[Callable[..., tuple[list[_Outcome], bytes | None]], tuple[Any, ...]]
 
-    workers = usable_workers(workers)
-    if workers <= 1 or len(runs) <= 1:
-        for job in runs:
-            record(run_jobs(job), _compile_task(*arguments(job)))
+    def work(job: CompileJob, leader_ptx: bytes | None) -> Work:
+        """What a worker runs for `job`: ptxas on its leader's PTX, or NVRTC (a leader, a lone
+        program, or a follower whose leader gave no PTX: it failed, or another build made it)."""
+        task, lib_dir = todo[job], lib_dirs[todo[job].cuda_major]
+        ptx = todo[ptx_of[job]] if job in ptx_of else None
+        if leader_ptx is not None:
+            return _assemble_task, (task, lib_dir, ptx, exes[task.cuda_major], leader_ptx)
+        return _compile_task, (task, lib_dir, ptx, job in groups)
+
+    def finished(
+        job: CompileJob, result: tuple[list[_Outcome], bytes | None]
+    ) -> list[tuple[CompileJob, bytes | None]]:
+        """Record `job`'s outcomes; the followers it lets run next."""
+        record(run_jobs(job), result[0])
+        return [(f, result[1]) for f in groups.get(job, ())]
+
+    queue: collections.deque[tuple[CompileJob, bytes | None]] = collections.deque((job, None) for job in runs)
+    workers = min(usable_workers(workers), len(runs) + len(followers))
+    if workers <= 1:
+        while queue:
+            job, leader_ptx = queue.popleft()
+            fn, args = work(job, leader_ptx)
+            queue.extendleft(reversed(finished(job, fn(*args))))
     else:
         # spawn, not fork: the parent runs progress threads, and each worker loads its own NVRTC.
         # Workers die with this process (a killed build leaves none blocked on the task pipe).
+        # A few tasks queued per worker, not all: a leader's followers go next, its PTX held briefly.
         ctx = multiprocessing.get_context("spawn")
         with cf.ProcessPoolExecutor(
-            max_workers=min(workers, len(runs)),
+            max_workers=workers,
             mp_context=ctx,
             initializer=children.die_with_parent,
             initargs=(os.getpid(),),
         ) as pool:
-            futs = {pool.submit(_compile_task, *arguments(job)): job for job in runs}
-            for fut in cf.as_completed(futs):
-                record(run_jobs(futs[fut]), fut.result())
+            pending: dict[cf.Future[tuple[list[_Outcome], bytes | None]], CompileJob] = {}
+            while queue or pending:
+                while queue and len(pending) < 2 * workers:
+                    job, leader_ptx = queue.popleft()
+                    fn, args = work(job, leader_ptx)
+                    pending[pool.submit(fn, *args)] = job
+                done, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
+                for fut in done:
+                    job = pending.pop(fut)
+                    queue.extendleft(reversed(finished(job, fut.result())))
     if failures:
         raise CompileError(failures)
     return {job: t.path for job, t in tasks.items()}, stats

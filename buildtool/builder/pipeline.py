@@ -33,7 +33,7 @@ from rich.text import Text
 
 from buildtool.builder import all_wheel, build_stamp, cubin_fit, eta, index, out_files, package, torch_headers
 from buildtool.builder import binding as binding_mod
-from buildtool.builder.compile import CompileStats, CompileTask, KernelTree, compile_all
+from buildtool.builder.compile import CompileStats, CompileTask, KernelTree, compile_all, shared_targets
 from buildtool.builder.plan import Plan
 from buildtool.builder.wheel_specs import BindingJob, CompileJob, WheelSpec
 from buildtool.core import atomic, binding_forms, cache
@@ -66,6 +66,8 @@ class BuildSummary:
     nvrtc_cached: int = 0
     nvrtc_ptx_with_cubin: int = 0  # PTX images their cubin's compile gave (no NVRTC run of their own)
     nvrtc_seconds: float = 0.0
+    ptxas_runs: int = 0  # cubins assembled from another target's NVRTC PTX (compile.py, ptxas.py)
+    ptxas_seconds: float = 0.0
     cxx_compiles: int = 0
     cxx_cached: int = 0
     cxx_seconds: float = 0.0
@@ -156,7 +158,13 @@ def execute(
     with bars.running(), package.one_tree_state():
         kernels = bars.counter("kernels", len(plan.compile_jobs))
         left = eta.WorkEta(
-            {_program(j): w for j, w in eta.job_weights(plan.compile_jobs).items()}, time.monotonic()
+            {
+                _program(j): w
+                for j, w in eta.job_weights(
+                    plan.compile_jobs, shared_targets(plan.compile_jobs, tree)
+                ).items()
+            },
+            time.monotonic(),
         )
 
         def compiling() -> None:  # the toolkits are there: the rate counts from now
@@ -179,11 +187,14 @@ def execute(
             on_done=kernel_done,
             toolkit_progress=lambda m: bars.download(f"NVRTC for CUDA {m}"),
             on_compiling=compiling,
+            ptxas_progress=lambda m: bars.download(f"ptxas for CUDA {m}"),
+            on_note=lambda line: console.print(line, markup=False, highlight=False),
         )
         cubin_fit.check_build(images, tree, plan.reused_sass)
         summary.nvrtc_compiles, summary.nvrtc_cached = cstats.compiled, len(cstats.cached)
         summary.nvrtc_ptx_with_cubin = len(cstats.with_cubin)
         summary.nvrtc_seconds = round(sum(cstats.seconds.values()), 3)
+        summary.ptxas_runs, summary.ptxas_seconds = len(cstats.ptxas), round(sum(cstats.ptxas.values()), 3)
 
         bindings = building.result()
         summary.cxx_compiles = sum(not b.cached for b in bindings.values())
@@ -320,10 +331,10 @@ def _report(
     spec: WheelSpec, built: package.BuiltWheel, stats: CompileStats, b: binding_mod.BindingBuild | None
 ) -> WheelReport:
     seconds, cached = stats.seconds, stats.cached
-    compiled = [j for j in spec.compile_jobs if j in seconds or j in stats.with_cubin]
+    compiled = [j for j in spec.compile_jobs if j in seconds or j in stats.with_cubin or j in stats.ptxas]
     hits = sum(j in cached for j in spec.compile_jobs) + int(bool(b and b.cached))
     row = _row(built, spec.variant, spec.platform, len(spec.cells), hits)
-    row.compile_seconds = round(sum(seconds.get(j, 0.0) for j in compiled), 3)
+    row.compile_seconds = round(sum(seconds.get(j, stats.ptxas.get(j, 0.0)) for j in compiled), 3)
     row.compiled = len(compiled)
     return row
 
@@ -412,7 +423,8 @@ def summary_table(summary: BuildSummary) -> Table:
     )
     table.caption = (
         f"{nothing}NVRTC: {summary.nvrtc_compiles} compiled ({summary.nvrtc_seconds:.1f} s; "
-        f"{summary.nvrtc_ptx_with_cubin} PTX with their cubin), {summary.nvrtc_cached} cached; C++: {summary.cxx_compiles} compiled ({summary.cxx_seconds:.1f} s), "
+        f"{summary.nvrtc_ptx_with_cubin} PTX with their cubin), {summary.nvrtc_cached} cached; "
+        f"ptxas: {summary.ptxas_runs} cubins from another target's PTX ({summary.ptxas_seconds:.1f} s); C++: {summary.cxx_compiles} compiled ({summary.cxx_seconds:.1f} s), "
         f"{summary.cxx_cached} cached; {summary.skipped_cells} cells skipped; {summary.seconds:.1f} s total"
     )
     return table

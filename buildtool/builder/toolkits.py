@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urljoin
 
@@ -48,12 +49,12 @@ def pinned_wheel(tk: Toolkit) -> PinnedWheel:
     return pin
 
 
-def _root() -> Path:
+def toolkits_root() -> Path:
     return cache.cache_dir() / "toolkits"
 
 
 def _unpacked_dir(tk: Toolkit) -> Path:
-    return _root() / f"{tk.package}-{tk.version}"
+    return toolkits_root() / f"{tk.package}-{tk.version}"
 
 
 def is_unpacked(major: int) -> bool:
@@ -63,21 +64,34 @@ def is_unpacked(major: int) -> bool:
 
 def wheel_url(tk: Toolkit) -> str:
     """The pinned file's URL, read from the PEP 503 page of its project."""
-    pin = pinned_wheel(tk)
-    page_url = f"{fetch.simple_index()}/{tk.package}/"
+    return listed_url(tk.package, pinned_wheel(tk).file)
+
+
+def listed_url(package: str, file: str) -> str:
+    """The URL of `file` as the PEP 503 page of `package` lists it."""
+    page_url = f"{fetch.simple_index()}/{package}/"
     page = fetch.read_url(page_url).decode(errors="replace")
     for href in re.findall(r'href="([^"]+)"', page):
         url = href.split("#", 1)[0]
-        if url.rsplit("/", 1)[-1] == pin.file:
+        if url.rsplit("/", 1)[-1] == file:
             return str(url) if "://" in url else urljoin(page_url, url)
-    raise ToolkitError(f"{pin.file} is not listed on {page_url} (was the pinned version yanked?)")
+    raise ToolkitError(f"{file} is not listed on {page_url} (was the pinned version yanked?)")
 
 
 def fetch_wheel(major: int, progress: fetch.ProgressHook | None = None) -> Path:
     """The pinned wheel, hash-checked, in the cache's download area."""
     tk = toolkit(major)
-    pin = pinned_wheel(tk)
-    dest = _root() / "downloads" / pin.file
+    return fetch_pinned(
+        tk.package, pinned_wheel(tk), f"CUDA {major} toolkit ({tk.package}=={tk.version})", progress
+    )
+
+
+def fetch_pinned(
+    package: str, pin: PinnedWheel, what: str, progress: fetch.ProgressHook | None = None
+) -> Path:
+    """The pinned file of `package`, hash-checked, in the cache's download area: from FA_TOOLKIT_WHEELS
+    when that folder holds it, else from the index. `what` names it in errors."""
+    dest = toolkits_root() / "downloads" / pin.file
     if dest.is_file() and fetch.sha256_file(dest) == pin.sha256:
         return dest
     local = os.environ.get("FA_TOOLKIT_WHEELS")
@@ -85,9 +99,9 @@ def fetch_wheel(major: int, progress: fetch.ProgressHook | None = None) -> Path:
         if local and (Path(local) / pin.file).is_file():
             fetch.download((Path(local) / pin.file).resolve().as_uri(), dest, pin.sha256, progress)
         else:
-            fetch.download(wheel_url(tk), dest, pin.sha256, progress)
+            fetch.download(listed_url(package, pin.file), dest, pin.sha256, progress)
     except fetch.FetchError as e:
-        raise ToolkitError(f"CUDA {major} toolkit ({tk.package}=={tk.version}): {e}") from e
+        raise ToolkitError(f"{what}: {e}") from e
     return dest
 
 
@@ -96,28 +110,38 @@ def nvrtc_lib_dir(major: int, progress: fetch.ProgressHook | None = None) -> Pat
     tk = toolkit(major)
     final = _unpacked_dir(tk)
     lib = final / tk.lib_subdir
-    if lib.is_dir():
-        return lib
+    if not lib.is_dir():
+        unpack(final, lambda: fetch_wheel(major, progress), tk.lib_subdir + "/", is_dir=True)
+    return lib
+
+
+def unpack(
+    final: Path, wheel: Callable[[], Path], prefix: str, is_dir: bool, executable: bool = False
+) -> None:
+    """Unpack the members of a wheel under `prefix` (one file when not `is_dir`) into the folder
+    `final`, under a lock and all at once; `wheel()` fetches the wheel, only if `final` is not there
+    yet. The wheel file is deleted after: the unpacked part is what we keep."""
     with cache.locked(final):
-        if lib.is_dir():  # another build unpacked it while we waited
-            return lib
-        wheel = fetch_wheel(major, progress)
+        if final.is_dir():  # another build unpacked it while we waited
+            return
+        path = wheel()
         _sweep_partial(final.parent, final.name)
         tmp = atomic.make_temp_dir(final)
         try:
-            with zipfile.ZipFile(wheel) as zf:
-                members = [m for m in zf.namelist() if m.startswith(tk.lib_subdir + "/")]
+            with zipfile.ZipFile(path) as zf:
+                members = [m for m in zf.namelist() if (m.startswith(prefix) if is_dir else m == prefix)]
                 if not members:
-                    raise ToolkitError(f"{wheel.name} holds nothing under {tk.lib_subdir}/")
+                    raise ToolkitError(f"{path.name} holds nothing {'under' if is_dir else 'named'} {prefix}")
                 for m in members:
-                    zf.extract(m, tmp)  # zipfile checks each member's CRC-32 as it reads
+                    out = zf.extract(m, tmp)  # zipfile checks each member's CRC-32 as it reads
+                    if executable:
+                        os.chmod(out, 0o755)
             os.replace(tmp, final)  # the whole tree appears at once
         except (zipfile.BadZipFile, OSError) as e:
-            raise ToolkitError(f"cannot unpack {wheel}: {e}") from e
+            raise ToolkitError(f"cannot unpack {path}: {e}") from e
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        wheel.unlink(missing_ok=True)  # the unpacked libs are what we keep
-    return lib
+        path.unlink(missing_ok=True)
 
 
 def _sweep_partial(parent: Path, name: str) -> None:
