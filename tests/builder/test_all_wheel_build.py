@@ -65,8 +65,11 @@ CHECK = textwrap.dedent("""
 
 
 def run(cmd: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    # Without the caller's PYTHONPATH: a checkout's kernels/ on it (a developer's setup) would shadow the
+    # installed all-wheel's fa_attn, and the venv would test the checkout instead of the wheel.
+    outer = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run(
-        cmd, cwd=cwd, env={**os.environ, **env}, capture_output=True, text=True, timeout=600, check=False
+        cmd, cwd=cwd, env={**outer, **env}, capture_output=True, text=True, timeout=600, check=False
     )
     assert proc.returncode == 0, f"{cmd}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     return proc
