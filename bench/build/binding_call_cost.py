@@ -92,7 +92,12 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     sys.path[:0] = [str(REPO), str(REPO / "kernels")]
-    work = Path(tempfile.mkdtemp(prefix="fa-bench-call-"))
+    with tempfile.TemporaryDirectory(prefix="fa-bench-call-") as work:
+        return _compare(args, Path(work))
+
+
+def _compare(args: argparse.Namespace, work: Path) -> int:
+    """Each level's binding built into `work`, then the calls timed, the levels taking turns."""
     libs = {opt: work / f"lib{opt}.so" for opt in args.opts}
     compile_s = {opt: _build(opt, lib) for opt, lib in libs.items()}
     env = {**os.environ, "PYTHONPATH": str(REPO / "kernels")}
