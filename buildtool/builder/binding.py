@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
 from buildtool.builder.torch_headers import Headers
 from buildtool.core import atomic, binding_forms, cache, children, cpus
 from buildtool.core.runtime import schema
@@ -36,8 +38,14 @@ OUTPUT_NAME = schema.BINDING_FILE  # the name the wheel ships it under, too
 STUB_SONAMES = ("libc10.so", "libtorch_cpu.so")  # what torch's own libraries are called on Linux
 # What each form's binary needs by name: the C shim (aoti_torch_*, torch_*) is libtorch_cpu's.
 NEEDED = {binding_forms.ATEN: STUB_SONAMES, binding_forms.STABLE: ("libtorch_cpu.so",)}
+# The C++ standard a form is compiled in, by its headers' torch: what torch's own cpp_extension builds
+# extensions for that torch with. C++17 up to 2.14; 2.15's ATen.h refuses it, so C++20 from there on.
+# Parsing torch's headers in C++17 costs less (libstdc++'s C++20 headers are larger: ranges, concepts,
+# constexpr strings): about a tenth of an ATen binding's CPU (bench/build/binding_time.py).
+CXX20_FROM_TORCH = (2, 15)
+# The shared objects include no torch header: one standard for all, the newest the forms use.
+OBJECT_STD = "-std=c++20"
 BASE_FLAGS = (
-    "-std=c++20",  # torch >= 2.15 headers require C++20; 2.4..2.13 build with it too
     "-fPIC",
     "-shared",
     "-fvisibility=hidden",
@@ -139,7 +147,17 @@ def flags(headers: Headers, cxx11abi: bool, kernels_root: Path, stable_floor: st
     """Compiler flags; `stable_floor` set: the stable form, restricted to that torch's stable ABI."""
     inc = [f"-I{d}" for d in (*headers.include_dirs, kernels_root / "csrc", kernels_root / "binding")]
     target = [f"-DTORCH_TARGET_VERSION={binding_forms.target_version(stable_floor)}"] if stable_floor else []
-    return [*BASE_FLAGS, FORM_OPT, f"-D_GLIBCXX_USE_CXX11_ABI={int(cxx11abi)}", *target, *inc]
+    std = cxx_std(headers.torch_version)
+    return [std, *BASE_FLAGS, FORM_OPT, f"-D_GLIBCXX_USE_CXX11_ABI={int(cxx11abi)}", *target, *inc]
+
+
+def cxx_std(torch_version: str) -> str:
+    """The -std flag for a form built against `torch_version`'s headers (CXX20_FROM_TORCH)."""
+    try:
+        release = Version(torch_version).release
+    except InvalidVersion as e:
+        raise BindingError(f"torch headers of version {torch_version!r}: not a version ({e})") from e
+    return "-std=c++20" if release[:2] >= CXX20_FROM_TORCH else "-std=c++17"
 
 
 def path_maps(headers: Headers, kernels_root: Path) -> list[str]:
@@ -239,7 +257,7 @@ def _object_flags(cxx11abi: bool, kernels_root: Path) -> list[str]:
     """Flags for the torch-free sources: the binding's, less torch's include dirs and the link."""
     inc = [f"-I{kernels_root / 'csrc'}", f"-I{kernels_root / 'binding'}"]
     base = [f for f in BASE_FLAGS if f != "-shared"]
-    return [*base, OBJECT_OPT, f"-D_GLIBCXX_USE_CXX11_ABI={int(cxx11abi)}", *inc]
+    return [OBJECT_STD, *base, OBJECT_OPT, f"-D_GLIBCXX_USE_CXX11_ABI={int(cxx11abi)}", *inc]
 
 
 def shared_objects(cxx11abi: bool, kernels_root: Path, platform: str) -> list[Path]:

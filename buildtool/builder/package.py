@@ -17,7 +17,9 @@ import functools
 import hashlib
 import importlib.metadata
 import json
+import struct
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -336,12 +338,12 @@ def _wheel_file(platform: str) -> str:
     return f"Wheel-Version: 1.0\nGenerator: fa build\nRoot-Is-Purelib: {purelib}\nTag: py3-none-{platform}\n"
 
 
-def _record(files: Mapping[str, bytes], record_path: str) -> bytes:
-    """RECORD (PEP 376/427): every file with its urlsafe-base64 sha256 and size; RECORD itself bare.
-    Written here rather than by wheel.WheelFile, which stamps RECORD with the current time."""
+def _record(files: Mapping[str, bytes], digests: Mapping[str, bytes], record_path: str) -> bytes:
+    """RECORD (PEP 376/427): every file with its urlsafe-base64 sha256 (`digests`) and size; RECORD
+    itself bare. Written here rather than by wheel.WheelFile, which stamps RECORD with the current time."""
     lines = []
     for arc in sorted(files):
-        digest = base64.urlsafe_b64encode(hashlib.sha256(files[arc]).digest()).rstrip(b"=").decode()
+        digest = base64.urlsafe_b64encode(digests[arc]).rstrip(b"=").decode()
         lines.append(f"{arc},sha256={digest},{len(files[arc])}")
     lines.append(f"{record_path},,")
     return ("\n".join(lines) + "\n").encode()
@@ -414,7 +416,9 @@ def write_wheel(
     files[f"{dist_info}/WHEEL"] = _wheel_file(platform).encode()
 
     record_arc = f"{dist_info}/RECORD"
-    files[record_arc] = _record(files, record_arc)
+    digests = {arc: hashlib.sha256(data).digest() for arc, data in files.items()}
+    files[record_arc] = _record(files, digests, record_arc)
+    digests[record_arc] = hashlib.sha256(files[record_arc]).digest()
     name = wheel_name(version, platform)
     # A wheel of this name that fa did not write is refused, never replaced; one fa wrote that changed
     # since (tampered) is set aside, kept, and written again.
@@ -423,7 +427,7 @@ def write_wheel(
     if not _same_wheel(dest, record_arc, files[record_arc]):
         with out_files.writing(out_dir, name) as tmp:
             try:
-                _write_zip(tmp, files, dist_info)
+                _write_zip(tmp, files, digests, dist_info)
             except OSError as e:  # a full disk, a quota: name the wheel, not the temporary
                 raise atomic.WriteError(dest, e) from e
     # Wheels of other platform tags (an earlier linux_x86_64 build, another machine's manylinux_2_34)
@@ -431,14 +435,75 @@ def write_wheel(
     return dest
 
 
-def _write_zip(path: Path, files: Mapping[str, bytes], dist_info: str) -> None:
-    with zipfile.ZipFile(path, "w") as zf:
+# The zip format's records, as zipfile writes them for a small member (no zip64, no extra field).
+_LOCAL = struct.Struct("<4s2B4HL2L2H")
+_CENTRAL = struct.Struct("<4s4B4HL2L5H2L")
+_END = struct.Struct("<4s4H2LH")
+_VERSION = 20  # "made by" and "needed to extract": deflate (APPNOTE 4.4.3)
+_UNIX = 3  # "made by" system: the modes in external_attr are Unix modes
+_UTF8_NAME = 0x800  # general purpose bit 11: the name is UTF-8
+
+
+def _dos_time(date_time: tuple[int, int, int, int, int, int]) -> tuple[int, int]:
+    y, mo, d, h, mi, s = date_time
+    return h << 11 | mi << 5 | s // 2, (y - 1980) << 9 | mo << 5 | d
+
+
+# Each member's deflated bytes by the sha256 of its contents, across the wheels of this process: a
+# release packs each cubin into every wheel of its CUDA major (up to eleven per-variant wheels) and the
+# all-wheel, and deflate was the most CPU fa's own process spent in a cold build. The same bytes in
+# give the same bytes out, so a member is compressed once. Bounded: dropped whole past _MEMO_BYTES.
+_DEFLATED: dict[bytes, tuple[int, bytes]] = {}
+_MEMO_BYTES = 256 * 1024 * 1024
+_memo_size = 0
+
+
+def _deflated(data: bytes, digest: bytes) -> tuple[int, bytes]:
+    """(CRC-32, raw deflate stream) of `data` whose sha256 is `digest`: zlib's default level, as
+    zipfile's ZIP_DEFLATED writes it."""
+    global _memo_size  # the memo's size, kept beside it
+    if (found := _DEFLATED.get(digest)) is not None:
+        return found
+    packer = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, -15)
+    made = (zlib.crc32(data), packer.compress(data) + packer.flush())
+    if _memo_size + len(made[1]) > _MEMO_BYTES:
+        _DEFLATED.clear()
+        _memo_size = 0
+    _DEFLATED[digest] = made
+    _memo_size += len(made[1])
+    return made
+
+
+def _write_zip(path: Path, files: Mapping[str, bytes], digests: Mapping[str, bytes], dist_info: str) -> None:
+    """The zip of `files`, byte for byte what zipfile.ZipFile.writestr writes for them (deflated, every
+    date _EPOCH, mode 0644 or 0755 for .so) on a Unix host, with each member's deflate stream taken
+    from `_deflated` (`digests`: each file's sha256). tests/builder/test_wheel_zip.py compares them."""
+    dos_time, dos_date = _dos_time(_EPOCH)
+    central = []
+    offset = 0
+    with open(path, "wb") as f:
         # .dist-info last, RECORD last of all (PEP 427's recommended order)
         for arc in sorted(files, key=lambda a: (a.startswith(dist_info), a.endswith("/RECORD"), a)):
-            info = zipfile.ZipInfo(arc, date_time=_EPOCH)
-            info.external_attr = (0o755 if arc.endswith(".so") else 0o644) << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
-            zf.writestr(info, files[arc])
+            data = files[arc]
+            crc, deflated = _deflated(data, digests[arc])
+            try:
+                name, flags = arc.encode("ascii"), 0
+            except UnicodeEncodeError:
+                name, flags = arc.encode(), _UTF8_NAME
+            # flags .. name length: the fields the local header and the central directory share
+            head = (flags, zipfile.ZIP_DEFLATED, dos_time, dos_date, crc, len(deflated), len(data), len(name))
+            f.write(_LOCAL.pack(b"PK\x03\x04", _VERSION, 0, *head, 0) + name + deflated)
+            mode = (0o755 if arc.endswith(".so") else 0o644) << 16
+            central.append(
+                _CENTRAL.pack(b"PK\x01\x02", _VERSION, _UNIX, _VERSION, 0, *head, 0, 0, 0, 0, mode, offset)
+            )
+            central.append(name)
+            offset += _LOCAL.size + len(name) + len(deflated)
+        directory, count = b"".join(central), len(central) // 2
+        if count > 0xFFFF or offset + len(directory) > 0xFFFFFFFF:  # past the format without zip64
+            raise PackageError(f"{path.name}: {count} files, {offset} bytes: too large for a wheel fa writes")
+        f.write(directory)
+        f.write(_END.pack(b"PK\x05\x06", 0, 0, count, count, len(directory), offset, 0))
 
 
 def _same_wheel(dest: Path, record_arc: str, record: bytes) -> bool:

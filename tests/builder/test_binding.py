@@ -77,3 +77,28 @@ def test_gcc_memory_params_leave_the_binding_bytes_as_they_were(fixture_tree, tm
     for run in (cmd, without):
         subprocess.run(run, check=True, capture_output=True)
     assert (tmp_path / "with.so").read_bytes() == (tmp_path / "without.so").read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("torch_version", "std"),
+    [
+        ("2.4.0", "-std=c++17"),
+        ("2.13.0+cpu", "-std=c++17"),
+        ("2.14.1", "-std=c++17"),
+        ("2.15.0", "-std=c++20"),
+    ],
+)
+def test_a_form_is_compiled_in_the_standard_torch_builds_its_extensions_in(fixture_tree, torch_version, std):
+    """C++17 parses torch's headers in less CPU; 2.15's ATen.h refuses it. The shared objects (no torch
+    header) stay C++20 whatever the torch; tests/runtime/test_binding_load.py links the two and calls
+    every operator."""
+    headers = torch_headers.Headers(torch_version, fixture_tree / "include", "test")
+    words = binding.flags(headers, True, fixture_tree)
+    assert [w for w in words if w.startswith("-std=")] == [std]
+    assert [w for w in binding._object_flags(True, fixture_tree) if w.startswith("-std=")] == ["-std=c++20"]
+
+
+def test_headers_of_no_version_are_a_binding_error(fixture_tree):
+    headers = torch_headers.Headers("nightly", fixture_tree / "include", "test")
+    with pytest.raises(binding.BindingError, match="torch headers of version 'nightly': not a version"):
+        binding.flags(headers, True, fixture_tree)

@@ -18,7 +18,7 @@ from binding_checks import (
     run,
 )
 
-FLAGS = ["-std=c++20", "-O2", "-fPIC", "-fvisibility=hidden"]  # + -shared at link time
+FLAGS = ["-O2", "-fPIC", "-fvisibility=hidden"]  # + -shared at link time; -std as fa build picks it
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")]
 
@@ -39,8 +39,13 @@ def built(tmp_path_factory) -> dict[str, Path]:
     abi = f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"
     shared = sorted((KERNELS / "binding").glob("*.cpp"))
     form = KERNELS / "binding" / "forms" / "aten.cpp"
-    objects = {src.stem: ([], src) for src in shared}
-    objects |= {"aten": ([], form), "aten_cpu": (["-DFA_BINDING_DISPATCH_KEY=CPU"], form)}
+    # The standards `fa build` compiles them in: the form's by this torch's headers (C++17 before 2.15),
+    # the shared objects' C++20, linked together.
+    from buildtool.builder.binding import OBJECT_STD, cxx_std
+
+    form_std = cxx_std(torch.__version__)
+    objects = {src.stem: ([OBJECT_STD], src) for src in shared}
+    objects |= {"aten": ([form_std], form), "aten_cpu": ([form_std, "-DFA_BINDING_DISPATCH_KEY=CPU"], form)}
     # One compiler per source in parallel (CI has 2 cores), then link.
     jobs = {
         name: subprocess.Popen(
