@@ -198,11 +198,14 @@ using GridQ = FewestBytesGrid<kBlockM, kDqCols, kWarps>;  // one dQ pass of one 
 
 using KVAcc = float[GridKV::kMT][GridKV::kNT][4];
 
-// V as the B operand of dP = dO V^T, held in registers (FA_V_IN_REGS): this warp's n-tile pairs of
-// GridS over the whole head dim, read once per key block; warp_gemm asks for them as it would from
-// shared memory (n0 - n_base folds to a constant once unrolled).
-constexpr int kVPairs = (GridS::kNT + 1) / 2;
-using VFrags = u32[kVInRegs ? kVPairs : 1][kVInRegs ? kHeadDim / 16 : 1][4];
+// A [key][dim] B operand of GridS held in registers (V of dP = dO V^T: FA_V_IN_REGS; K of S = Q K^T:
+// FA_K_IN_REGS, below): this warp's n-tile pairs of GridS over the whole head dim, read once per key
+// block; warp_gemm asks for them as it would from shared memory (n0 - n_base folds to a constant once
+// unrolled). One element when not held.
+constexpr int kBPairs = (GridS::kNT + 1) / 2;
+template <bool kHeld>
+using HeldB = u32[kHeld ? kBPairs : 1][kHeld ? kHeadDim / 16 : 1][4];
+using VFrags = HeldB<kVInRegs>;
 
 // FA_K_IN_REGS (tiles.py BwdTile.k_in_regs, label suffix "k"): K as the B operand of S = Q K^T held in
 // registers the same way (this warp's keys of GridS, the whole head dim, read once per key block), so
@@ -214,7 +217,7 @@ using VFrags = u32[kVInRegs ? kVPairs : 1][kVInRegs ? kHeadDim / 16 : 1][4];
 #define FA_K_IN_REGS 0
 #endif
 constexpr bool kKInRegs = FA_K_IN_REGS != 0;
-using KFrags = u32[kKInRegs ? kVPairs : 1][kKInRegs ? kHeadDim / 16 : 1][4];
+using KFrags = HeldB<kKInRegs>;
 
 template <class Frags>
 struct RegB {
@@ -230,22 +233,22 @@ struct RegB {
   }
 };
 
-// This warp's V (or K) fragments from shared memory, every k step of the bucket (columns past
-// head_dim are zero-filled there).
+// This warp's fragments of a held B operand (V or K) from its shared tile, every k step of the bucket
+// (columns past head_dim are zero-filled there).
 template <class Frags>
-FA_DEVICE void load_v_frags(Frags& frag, KVTile sV, int n_base, int lane) {
-  const SmemB<KVTile, false> v{sV};
+FA_DEVICE void load_held_b(Frags& frag, KVTile tile, int n_base, int lane) {
+  const SmemB<KVTile, false> b{tile};
 #pragma unroll
   for (int k = 0; k < kHeadDim / 16; ++k) {
 #pragma unroll
-    for (int j = 0; j < kVPairs; ++j) {
+    for (int j = 0; j < kBPairs; ++j) {
       if (2 * j + 1 < GridS::kNT) {
-        v.load_pair(frag[j][k], n_base + j * 16, k * 16, lane);
+        b.load_pair(frag[j][k], n_base + j * 16, k * 16, lane);
       } else {
-        u32 b[2];
-        v.load_single(b, n_base + j * 16, k * 16, lane);
-        frag[j][k][0] = b[0];
-        frag[j][k][1] = b[1];
+        u32 single[2];
+        b.load_single(single, n_base + j * 16, k * 16, lane);
+        frag[j][k][0] = single[0];
+        frag[j][k][1] = single[1];
       }
     }
   }
@@ -511,16 +514,16 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) fa_bwd(const __grid_co
   if (kb.queries.begin < kb.queries.end) load_step(params, kb, q_stage(q_base, 0), kb.queries.begin * kBlockM, tid);
   copy_commit();
 
-  // V into registers once K and V have landed (the first step's Q and dO may still be in flight); P
+  // V and K into registers (where held) once they have landed (the first step's Q and dO may still be in flight); P
   // and dS overwrite V only after the first step's first barrier, which every warp reaches after this.
   VFrags v_frags;
   if (kVInRegs || kKInRegs) {
     copy_wait<1>();
     __syncthreads();  // every thread's K and V copies have landed
   }
-  if (kVInRegs) load_v_frags(v_frags, sV, GridS::col0(warp), lane);
+  if (kVInRegs) load_held_b(v_frags, sV, GridS::col0(warp), lane);
   KFrags k_frags;
-  if (kKInRegs) load_v_frags(k_frags, sK, GridS::col0(warp), lane);
+  if (kKInRegs) load_held_b(k_frags, sK, GridS::col0(warp), lane);
 
   float acc_dk[GridKV::kMT][GridKV::kNT][4];
   float acc_dv[GridKV::kMT][GridKV::kNT][4];

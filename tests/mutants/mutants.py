@@ -266,8 +266,8 @@ MUTANTS: tuple[Mutant, ...] = (
     # first column's keys
     Mutant(
         "bwd-k-frags-keys", "dq passes", "bwd.cu",
-        "if (kKInRegs) load_v_frags(k_frags, sK, GridS::col0(warp), lane);",
-        "if (kKInRegs) load_v_frags(k_frags, sK, 0, lane);",
+        "if (kKInRegs) load_held_b(k_frags, sK, GridS::col0(warp), lane);",
+        "if (kKInRegs) load_held_b(k_frags, sK, 0, lane);",
         "bwd_fp16_d192", "blocks", "8.6",
     ),
     Mutant(
