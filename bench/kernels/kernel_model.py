@@ -270,19 +270,6 @@ def model_units(
             launch = u.entries[entry]
             mma = c["mma"] or 1.0
             whole = c["red_width"] >= 2 or u.defines.get("FA_DQ_SMEM", 0) == 1 or permuted_dq
-            tile_label = "m{FA_BLOCK_M}n{FA_BLOCK_N}w{FA_WARPS}".format(**u.defines)
-            tile_label += f"s{u.defines.get('FA_STAGES', 1)}"
-            tile_label += "q" if u.defines.get("FA_Q_IN_REGS") else ""
-            tile_label += "v" if u.defines.get("FA_V_IN_REGS") else ""
-            tile_label += "d" if u.defines.get("FA_DQ_SMEM") else ""
-            tile_label += "x" if u.defines.get("FA_BWD_SWIZZLE") else ""
-            tile_label += f"p{u.defines['FA_DQ_PASSES']}" if u.defines.get("FA_DQ_PASSES", 1) > 1 else ""
-            tile_label += f"r{u.defines['FA_S_ROWS']}" if u.defines.get("FA_S_ROWS") else ""
-            tile_label += "l" if u.defines.get("FA_DQ_LANE_POINTER") else ""
-            tile_label += f"h{u.defines['FA_DQ_HOLD_DS']}" if u.defines.get("FA_DQ_HOLD_DS") else ""
-            tile_label += "a" if u.defines.get("FA_BWD_REBASE") else ""
-            tile_label += "f" if u.defines.get("FA_DQ_FIRST") else ""
-            tile_label += "k" if u.defines.get("FA_K_IN_REGS") else ""
             blocks = kernel_resources.blocks_per_sm(
                 arch, launch.threads, usage.registers, launch.smem_bytes + usage.static_smem
             )
@@ -290,7 +277,7 @@ def model_units(
                 Model(
                     rev=rev,
                     unit=u.name,
-                    tile=tile_label,
+                    tile=u.tile,  # tiles.py's own label (BwdTile.label, FwdTile.label)
                     arch=arch,
                     entry=entry,
                     head_dim=u.head_dim,
