@@ -338,6 +338,7 @@ class CheckReport:
 NO_GPU_FIX = "run it where nvidia-smi lists a GPU; without one: fa check --emulate"
 # `python -m fa_attn.check` runs where only the wheel is installed: the emulator is fa's source, not the
 # wheel's, so the fix names nothing that needs a checkout (one line: the report reads at 80 columns).
+WHEEL_COMMAND = "python -m fa_attn.check"
 WHEEL_NO_GPU_FIX = "run it where nvidia-smi lists a GPU: the wheel's kernels are checked on one"
 
 
@@ -373,17 +374,18 @@ def unit_row(u: UnitReport) -> tuple[str, str, str, str, str, str]:
     return (u.unit, u.direction, u.verdict, ratio, f"{speed:.2f}x" if speed is not None else "", str(u.gpu))
 
 
-def footer(report: CheckReport) -> list[str]:
-    """The lines under the table: the count, the records written, how to share a failure."""
+def footer(report: CheckReport, command: str = "fa check") -> list[str]:
+    """The lines under the table: the count, the records written, how to share a failure (with the
+    `command` that ran: a wheel-only machine has `python -m fa_attn.check`, not fa-toolchain's `fa`)."""
     failed = sum(u.verdict != "pass" for u in report.units)
     lines = [f"{len(report.units)} units, {failed} failed; verdict {report.verdict}"]
     lines += [f"record: {path}" for path in report.records]
     if failed:
-        lines.append("share it: attach `fa check --json > check.json` to an issue (docs/checking.md)")
+        lines.append(f"share it: attach `{command} --json > check.json` to an issue (docs/checking.md)")
     return lines
 
 
-def render(report: CheckReport, out: Callable[[str], None] = print) -> None:
+def render(report: CheckReport, out: Callable[[str], None] = print, command: str = "fa check") -> None:
     """The table for people, in 80 columns (plain text: the wheel has no rich; `fa check` draws the same
     cells with rich). A failure's message is wrapped in full under its unit: it names the problem."""
     if report.verdict == "no-gpu":
@@ -401,7 +403,7 @@ def render(report: CheckReport, out: Callable[[str], None] = print) -> None:
         out(f"{unit[:34]:<34} {direction:<7} {verdict:<7} {ratio:>11} {speed:>8}   {gpu}")
         for line in textwrap.wrap(u.error, 78, initial_indent="  ", subsequent_indent="    "):
             out(line)
-    for line in footer(report):
+    for line in footer(report, command):
         out(line)
 
 
@@ -474,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(report.to_json(), indent=1))
     else:
-        render(report)
+        render(report, command=WHEEL_COMMAND)
     return report.exit_code
 
 
