@@ -120,6 +120,28 @@ def test_ptx_newer_than_device_is_not_used() -> None:
 def test_bf16_on_turing(dtype: str) -> None:
     choice = choose(CU12, "7.5", dtype, 64, backward=False, driver=None)
     assert [r.code for r in choice.reasons] == ["dtype-unsupported"]
+    # No wheel can hold bf16 kernels for sm 7.5 (Turing has no bf16 mma): the fix names none.
+    assert (
+        choice.reasons[0].fix
+        == "use fp16: sm 7.5 has no bf16 tensor cores, so no wheel has bf16 kernels for it"
+    )
+
+
+def test_a_dtype_this_wheel_left_out_names_the_other_dtype_and_a_wheel_with_it() -> None:
+    """A matrix may build one dtype (`kernels: {dtypes: [...]}`): on sm 8.0 the missing one exists in
+    other wheels, and the fix says so without Turing's reason."""
+    fp16_only = info(cov("8.0", dtypes=("fp16",)))
+    (reason,) = choose(fp16_only, "8.0", "bf16", 64, False, None).reasons
+    assert (reason.code, reason.fix) == (
+        "dtype-unsupported",
+        "use fp16, or a wheel with bf16 kernels for sm 8.0",
+    )
+    bf16_only = info(cov("8.0", dtypes=("bf16",)))
+    (reason,) = choose(bf16_only, "8.0", "fp16", 64, False, None).reasons
+    assert (reason.code, reason.fix) == (
+        "dtype-unsupported",
+        "use bf16, or a wheel with fp16 kernels for sm 8.0",
+    )
 
 
 def test_fp32_anywhere_is_unsupported() -> None:

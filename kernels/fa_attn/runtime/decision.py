@@ -391,6 +391,20 @@ def _rows(wheel: WheelInfo, img: _Image, dtype: str, direction: str) -> list[Cov
     ]
 
 
+# bf16 mma starts with Ampere: Turing (sm 7.5) has none, so tiles.py's sm75 family builds fp16 only and
+# no wheel can carry bf16 kernels for it.
+BF16_ARCH_FLOOR = (8, 0)
+
+
+def _dtype_fix(dtype: str, device: Device) -> str:
+    """The other dtype, and a wheel with this one only where such a wheel can exist (doctor's fixes never
+    name a wheel that cannot)."""
+    if dtype == "bf16" and device.sm is not None and parse_arch(device.sm) < BF16_ARCH_FLOOR:
+        return f"use fp16: sm {device.sm} has no bf16 tensor cores, so no wheel has bf16 kernels for it"
+    other = "bf16" if dtype == "fp16" else "fp16"
+    return f"use {other}, or a wheel with {dtype} kernels for sm {device.sm}"
+
+
 def _gap(
     wheel: WheelInfo, img: _Image, device: Device, dtype: str, call: Call, padded: int
 ) -> Reason | dict[str, Coverage]:
@@ -409,7 +423,7 @@ def _gap(
         return Reason(
             "dtype-unsupported",
             f"no {dtype} kernels for sm {img.target} ({img.image})",
-            "use fp16 (sm 7.5 has no bf16 tensor cores) or a wheel with these kernels",
+            _dtype_fix(dtype, device),
         )
     serving = [row for row in fwd if padded in row.head_dims]
     if not serving:
