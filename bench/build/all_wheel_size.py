@@ -147,7 +147,8 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
     if args.record:
-        from figures import record  # bench/figures.py, beside this script
+        sys.path.insert(0, str(REPO / "bench"))  # bench/figures.py, one folder up from this script
+        from figures import record
 
         record("wheel-sizes", sizes_table(figures, args.cpu))
     return 0

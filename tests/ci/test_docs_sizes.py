@@ -6,10 +6,18 @@ sizes (MiB, KiB, GiB; never MB or KB)."""
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
+
+from tests.child import run_child
+from tests.select.fixture_index import all_wheel_index
+from tests.select.tiny_wheels import build_wheel
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", REPO / "CONTRIBUTING.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -61,3 +69,32 @@ def test_the_wheel_sizes_section_is_generated() -> None:
     assert section[1].startswith("Measured "), section[1][:200]
     assert "bench/build/all_wheel_size.py" in section[1].splitlines()[0]
     assert " MB" not in section[1]
+
+
+def test_the_wheel_sizes_command_records(tmp_path: Path) -> None:
+    """The command docs/build.md and the section's stamp give, `python bench/build/all_wheel_size.py
+    --wheels DIR --record`, records: it stopped with `No module named 'figures'` (bench/figures.py is one
+    folder up from bench/build/, and nothing put bench/ on the path). Run on a copy of the two scripts,
+    so the figures.md it writes is this test's, from a folder outside the checkout."""
+    checkout = tmp_path / "checkout"
+    (checkout / "bench" / "build").mkdir(parents=True)
+    shutil.copy(REPO / "bench" / "figures.py", checkout / "bench")
+    shutil.copy(REPO / "bench" / "build" / "all_wheel_size.py", checkout / "bench" / "build")
+    (checkout / "docs").mkdir()
+    figures = checkout / "docs" / "figures.md"
+    figures.write_text("<!-- begin wheel-sizes -->\nnot measured yet\n<!-- end wheel-sizes -->\n")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    whl = build_wheel(wheels, next(e for e in all_wheel_index()["all_wheels"] if e["platform"] == "x86_64"))
+    with zipfile.ZipFile(whl, "a") as zf:  # the parts the table sums: a binding, a CUDA major's SASS
+        zf.writestr("fa_attn/bindings/libfa_attn_ops-torch2.10plus.so", b"\0" * 4096)
+        zf.writestr("fa_attn/kernels/cu12/sm_80/fwd_fp16_d64.cubin", b"\0" * 4096)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "kernels")])}
+    script = checkout / "bench" / "build" / "all_wheel_size.py"
+    done = run_child(
+        [sys.executable, str(script), "--wheels", str(wheels), "--record"], cwd=tmp_path, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    section = figures.read_text()
+    assert "not measured yet" not in section
+    assert "| the all-wheel, x86_64 |" in section, section
