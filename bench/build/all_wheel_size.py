@@ -158,6 +158,19 @@ def mib(n: int) -> str:
     return f"{n / MIB:.2f} MiB"
 
 
+def arch_name(folder: str) -> str:
+    """A kernel folder's arch as docs write it: "86" -> "8.6", "100" -> "10.0", and the arch-specific
+    "90a" (Hopper's sm_90a forward) -> "9.0a"."""
+    digits = folder.rstrip("abcdefghijklmnopqrstuvwxyz")
+    return f"{digits[:-1]}.{digits[-1]}{folder[len(digits) :]}"
+
+
+def arch_key(arch: str) -> tuple[int, int, str]:
+    """Numeric order, an arch-specific target right after its arch ("9.0", "9.0a", "10.0")."""
+    major, minor = arch.split(".")
+    return int(major), int(minor.rstrip("abcdefghijklmnopqrstuvwxyz")), minor
+
+
 def sizes_table(figures: dict[str, Any], cpu: str) -> str:
     """The wheels' sizes and the all-wheel's parts, in MiB, as docs quote them."""
     parts = figures["parts"]
@@ -186,8 +199,7 @@ def sizes_table(figures: dict[str, Any], cpu: str) -> str:
         for image, prefix in (("SASS", "sm_"), ("PTX", "compute_")):
             mine = {k.split()[1]: v for k, v in parts.items() if k.startswith(f"{major} {prefix}")}
             if mine:
-                numbers = sorted((a.removeprefix(prefix) for a in mine), key=int)
-                archs = " ".join(f"{n[:-1]}.{n[-1]}" for n in numbers)
+                archs = " ".join(sorted((arch_name(a.removeprefix(prefix)) for a in mine), key=arch_key))
                 total = sum(v["compressed"] for v in mine.values())
                 rows.append(f"| all-wheel: CUDA {major[2:]} {image} ({archs}) | {mib(total)} | kept |")
     differs = any(r["same_code"] < r["cubins"] for r in figures.get("cu13_vs_cu12", {}).values())

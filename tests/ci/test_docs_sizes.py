@@ -89,6 +89,10 @@ def test_the_wheel_sizes_command_records(tmp_path: Path) -> None:
     with zipfile.ZipFile(whl, "a") as zf:  # the parts the table sums: a binding, a CUDA major's SASS
         zf.writestr("fa_attn/bindings/libfa_attn_ops-torch2.10plus.so", b"\0" * 4096)
         zf.writestr("fa_attn/kernels/cu12/sm_80/fwd_fp16_d64.cubin", b"\0" * 4096)
+        # Hopper's arch-specific forward (sm_90a) beside sm_90 and sm_100: the release's all-wheel has it
+        zf.writestr("fa_attn/kernels/cu12/sm_90a/fwd_fp16_d64.cubin", b"\0" * 4096)
+        zf.writestr("fa_attn/kernels/cu12/sm_90/fwd_fp16_d64.cubin", b"\0" * 4096)
+        zf.writestr("fa_attn/kernels/cu12/sm_100/fwd_fp16_d64.cubin", b"\0" * 4096)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "kernels")])}
     script = checkout / "bench" / "build" / "all_wheel_size.py"
     done = run_child(
@@ -98,3 +102,4 @@ def test_the_wheel_sizes_command_records(tmp_path: Path) -> None:
     section = figures.read_text()
     assert "not measured yet" not in section
     assert "| the all-wheel, x86_64 |" in section, section
+    assert "| all-wheel: CUDA 12 SASS (8.0 9.0 9.0a 10.0) |" in section, section
