@@ -158,6 +158,12 @@ def mib(n: int) -> str:
     return f"{n / MIB:.2f} MiB"
 
 
+def span(sizes: list[int]) -> str:
+    """The smallest to the largest in MiB, or one figure when they round alike ("0.07 to 0.07" read odd)."""
+    low, high = mib(min(sizes)), mib(max(sizes))
+    return low if low == high else f"{min(sizes) / MIB:.2f} to {high}"
+
+
 def arch_name(folder: str) -> str:
     """A kernel folder's arch as docs write it: "86" -> "8.6", "100" -> "10.0", and the arch-specific
     "90a" (Hopper's sm_90a forward) -> "9.0a"."""
@@ -183,18 +189,13 @@ def sizes_table(figures: dict[str, Any], cpu: str) -> str:
     majors = sorted({v.split("torch", 1)[0] for v in figures["wheels"] if v.startswith("cu")})
     for major in majors:
         sizes = [n for v, n in figures["wheels"].items() if v.startswith(f"{major}torch")]
-        low, high = min(sizes), max(sizes)
-        span = mib(low) if mib(low) == mib(high) else f"{low / MIB:.2f} to {mib(high)}"
-        rows.append(f"| per-variant {major} wheels | {span} | {len(sizes)} wheels |")
+        rows.append(f"| per-variant {major} wheels | {span(sizes)} | {len(sizes)} wheels |")
     if "universal" in figures["wheels"]:
         rows.append(
             f"| the universal wheel (py3-none-any) | {mib(figures['wheels']['universal'])} | no kernels |"
         )
-    rows.append(
-        f"| all-wheel: {len(bindings)} bindings | {mib(sum(v['compressed'] for v in bindings.values()))} | "
-        f"{min(v['compressed'] for v in bindings.values()) / MIB:.2f} to "
-        f"{mib(max(v['compressed'] for v in bindings.values()))} each |"
-    )
+    each = [v["compressed"] for v in bindings.values()]
+    rows.append(f"| all-wheel: {len(bindings)} bindings | {mib(sum(each))} | {span(each)} each |")
     for major in sorted({k.split()[0] for k in parts if k.startswith("cu")}):
         for image, prefix in (("SASS", "sm_"), ("PTX", "compute_")):
             mine = {k.split()[1]: v for k, v in parts.items() if k.startswith(f"{major} {prefix}")}

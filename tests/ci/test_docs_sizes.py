@@ -103,3 +103,4 @@ def test_the_wheel_sizes_command_records(tmp_path: Path) -> None:
     assert "not measured yet" not in section
     assert "| the all-wheel, x86_64 |" in section, section
     assert "| all-wheel: CUDA 12 SASS (8.0 9.0 9.0a 10.0) |" in section, section
+    assert "| all-wheel: 1 bindings | 0.00 MiB | 0.00 MiB each |" in section, section  # not "0.00 to 0.00"
