@@ -202,7 +202,9 @@ def sizes_table(figures: dict[str, Any], cpu: str) -> str:
             if mine:
                 archs = " ".join(sorted((arch_name(a.removeprefix(prefix)) for a in mine), key=arch_key))
                 total = sum(v["compressed"] for v in mine.values())
-                rows.append(f"| all-wheel: CUDA {major[2:]} {image} ({archs}) | {mib(total)} | kept |")
+                # Named by folder: a kernel set also runs an older major's identical cubins, stored once
+                # in that major's folder (docs/build.md), so kernels/cu12/ is not all of CUDA 12's SASS.
+                rows.append(f"| all-wheel: kernels/{major}/ {image} ({archs}) | {mib(total)} | kept |")
     differs = any(r["same_code"] < r["cubins"] for r in figures.get("cu13_vs_cu12", {}).values())
     if differs:  # where CUDA 13's code is CUDA 12's, the cu13 wheels carry CUDA 12's cubins: nothing to add
         rows.append(
