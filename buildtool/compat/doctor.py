@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -391,12 +392,22 @@ def other_cpus(wheels: Sequence[WheelFit], env: Env) -> list[WheelFit]:
     return others if ours else []
 
 
+# Stands in for a space inside a `quoted command` while a line is wrapped (a private-use character:
+# not whitespace to rich's wrap, one cell wide), so a command is never split across lines.
+_KEPT_SPACE = "\ue000"
+_QUOTED = re.compile(r"`[^`\n]+`")
+
+
 def _item(console: Console, text: Text | str, indent: int = 0, hang: int = 2) -> None:
-    """One item at `indent`, its wrapped lines `hang` further in, so they read as part of it."""
-    text = Text(text) if isinstance(text, str) else text
+    """One item at `indent`, its wrapped lines `hang` further in, so they read as part of it; a
+    `quoted command` stays on one line (one longer than the line is folded where it must be)."""
+    text = Text(text) if isinstance(text, str) else text.copy()
+    kept = _QUOTED.sub(lambda m: m.group().replace(" ", _KEPT_SPACE), text.plain)
+    text = Text(kept, spans=text.spans, style=text.style)  # same length: the styles stay in place
     width = max(console.width - indent - hang, 20)
     for i, line in enumerate(text.wrap(console, width)):
         line.rstrip()
+        line = Text(line.plain.replace(_KEPT_SPACE, " "), spans=line.spans, style=line.style)
         console.print(Text(" " * (indent + (hang if i else 0))) + line, soft_wrap=True)
 
 
