@@ -341,14 +341,18 @@ def shared_targets(jobs: Iterable[CompileJob], tree: KernelTree) -> set[CompileJ
     return {f for fs in groups.values() for f in fs}
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def usable_workers(requested: int) -> int:
     """At most one worker per CPU this process may run on: each worker is a process with its own NVRTC
     (about 110 MB), and more of them than CPUs only compete for the same cores."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return max(1, min(requested, cpus))
+    return max(1, min(requested, usable_cpus()))
 
 
 def compile_all(

@@ -12,7 +12,7 @@ import concurrent.futures as cf
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -33,7 +33,15 @@ from rich.text import Text
 
 from buildtool.builder import all_wheel, build_stamp, cubin_fit, eta, index, out_files, package, torch_headers
 from buildtool.builder import binding as binding_mod
-from buildtool.builder.compile import CompileStats, CompileTask, KernelTree, compile_all, shared_targets
+from buildtool.builder.compile import (
+    CompileStats,
+    CompileTask,
+    KernelTree,
+    compile_all,
+    shared_targets,
+    usable_cpus,
+    usable_workers,
+)
 from buildtool.builder.plan import Plan
 from buildtool.builder.wheel_specs import BindingJob, CompileJob, WheelSpec
 from buildtool.core import atomic, binding_forms, cache
@@ -157,29 +165,52 @@ def execute(
     bars = _Bars(console, show_progress)
     with bars.running(), package.one_tree_state():
         kernels = bars.counter("kernels", len(plan.compile_jobs))
+        bindings_bar = bars.counter("bindings", len(plan.binding_jobs))
+        # One estimate for both bars: the bindings' g++ runs share the CPUs with the kernel compiles.
         left = eta.WorkEta(
-            {
-                _program(j): w
-                for j, w in eta.job_weights(
-                    plan.compile_jobs, shared_targets(plan.compile_jobs, tree)
-                ).items()
-            },
             time.monotonic(),
+            usable_cpus(),
+            kernels=(
+                {
+                    _program(j): w
+                    for j, w in eta.job_weights(
+                        plan.compile_jobs, shared_targets(plan.compile_jobs, tree)
+                    ).items()
+                },
+                usable_workers(workers),
+            ),
+            bindings=(eta.binding_weights(plan.binding_jobs), max(1, workers)),
+            say_starts=("bindings",),  # a few long g++ runs, after each one's header download
         )
+        estimating = threading.Lock()  # kernels finish on this thread, bindings on theirs
 
         def compiling() -> None:  # the toolkits are there: the rate counts from now
             nonlocal left
-            left = left.restarted(time.monotonic())
+            with estimating:
+                left = left.restarted(time.monotonic())
+
+        def finished(pool: str, bar: TaskID, item: Hashable, cached: bool) -> None:
+            with estimating:
+                now = time.monotonic()
+                left.done(pool, item, now, cached)
+                seconds = left.seconds_left(pool, now)
+            bars.advance(bar, None if seconds is None else now + seconds)
+
+        def binding_started(job: BindingJob) -> None:
+            with estimating:
+                left.started("bindings", job, time.monotonic())
 
         def kernel_done(task: CompileTask, cached: bool) -> None:
-            left.done((task.cuda_major, task.unit, task.target), cached)
-            now = time.monotonic()
-            seconds = left.seconds_left(now)
-            bars.advance(kernels, None if seconds is None else now + seconds)
+            finished("kernels", kernels, (task.cuda_major, task.unit, task.target), cached)
+
+        def binding_done(job: BindingJob, cached: bool) -> None:
+            finished("bindings", bindings_bar, job, cached)
 
         # The bindings (torch header downloads, then g++) are built beside the kernel compiles, not
         # after them: the downloads wait on the network while NVRTC keeps the CPUs busy.
-        building = _beside(_build_bindings, plan.binding_jobs, tree, workers, bars)
+        building = _beside(
+            _build_bindings, plan.binding_jobs, tree, workers, bars, binding_started, binding_done
+        )
         images, cstats = compile_all(
             plan.compile_jobs,
             workers,
@@ -304,10 +335,15 @@ def _beside(work: Callable[..., T], *args: Any) -> cf.Future[T]:
 
 
 def _build_bindings(
-    jobs: tuple[BindingJob, ...], tree: KernelTree, workers: int, bars: _Bars
+    jobs: tuple[BindingJob, ...],
+    tree: KernelTree,
+    workers: int,
+    bars: _Bars,
+    on_start: Callable[[BindingJob], None],
+    on_done: Callable[[BindingJob, bool], None],
 ) -> dict[BindingJob, binding_mod.BindingBuild]:
-    """One binding per job; header downloads and g++ runs in threads (each is I/O or a subprocess)."""
-    bar = bars.counter("bindings", len(jobs))
+    """One binding per job; header downloads and g++ runs in threads (each is I/O or a subprocess).
+    `on_start(job)` when its headers are there (its compiler's turn), `on_done(job, cached)` as it is."""
 
     def one(job: BindingJob) -> binding_mod.BindingBuild:
         if job.header_source is None:
@@ -319,8 +355,9 @@ def _build_bindings(
                 bars.download(f"torch {job.torch_version} headers ({job.platform})"),
             )
         floor = job.torch_minor if job.form == binding_forms.STABLE else None
+        on_start(job)
         built = binding_mod.build_binding(headers, job.cxx11abi, tree.root, job.platform, floor)
-        bars.advance(bar)
+        on_done(job, built.cached)
         return built
 
     with cf.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
