@@ -9,7 +9,8 @@ on the machine does not count; wall seconds do count it. Each fa runs with its b
 the user's cache), as an installed one does. Each run also counts the files under DIR it
 wrote (a changed state: inode, size, mtime or ctime), which a no-op rebuild should leave at 0.
 `--baseline COMMIT` runs that commit's fa (unpacked by `git archive` into a temporary folder) on the same
-cache and DIR, in turns with this checkout's: before and after side by side. Writes JSON under the
+cache and a copy of DIR of its own (their wheels may differ), in turns with this checkout's: before
+and after side by side. Writes JSON under the
 user's cache (or --json); `--record` writes the table into docs/figures.md (section noop-build). Not a
 test: numbers depend on the machine. A floor row times `python -c "import typer._adapters"` in the same
 turns: the part of each figure that is the interpreter and the CLI framework, not fa's work.
@@ -21,6 +22,7 @@ import argparse
 import io
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -105,7 +107,7 @@ def main() -> int:
     ap.add_argument("build_args", nargs="*", help="after --: the rest of `fa build`'s options")
     args = ap.parse_args()
     out = args.out.resolve()
-    build = [*args.build_args, "--out", str(out)]
+    build = list(args.build_args)
     with tempfile.TemporaryDirectory(prefix="fa-noop-baseline-") as tmp:
         sides = {"this checkout": REPO}
         if args.baseline:
@@ -115,17 +117,28 @@ def main() -> int:
                 text=True,
                 check=True,
             ).stdout.strip()
-            sides = {f"baseline {args.baseline} ({commit})": _unpacked(args.baseline, Path(tmp)), **sides}
-        for checkout in sides.values():
-            _run(checkout, build, out)  # fills what is missing (and each side's stamps); not counted
+            baseline = _unpacked(args.baseline, Path(tmp, "baseline"))
+            sides = {f"baseline {args.baseline} ({commit})": baseline, **sides}
+        # A folder per side: two sides whose wheels differ (fa_attn's own files are in every wheel) would
+        # each rewrite the other's on every turn, and neither run would be a no-op. The baseline's starts
+        # as a copy of DIR, so its first run rewrites only what differs.
+        outs = {
+            name: out if checkout == REPO else Path(tmp, "out-baseline") for name, checkout in sides.items()
+        }
+        for name, checkout in sides.items():
+            if outs[name] != out and out.is_dir():
+                shutil.copytree(out, outs[name], symlinks=True)
+            _run(
+                checkout, [*build, "--out", str(outs[name])], outs[name]
+            )  # fills what is missing; not counted
         runs: dict[str, list[tuple[float, float, int]]] = {name: [] for name in sides}
         floor: list[tuple[float, float, int]] = []
         for _ in range(args.runs):  # in turns: the machine's load falls on both sides alike
             for name, checkout in sides.items():
-                runs[name].append(_run(checkout, build, out))
+                runs[name].append(_run(checkout, [*build, "--out", str(outs[name])], outs[name]))
             floor.append((*_cpu([sys.executable, "-c", FLOOR], _env(REPO)), 0))
     result = {
-        "command": "fa build " + " ".join(build),
+        "command": "fa build " + " ".join([*build, "--out", str(out)]),
         "runs": args.runs,
         "wheels": len(list(out.glob("*.whl"))),
         "sides": {name: _figures(r) for name, r in runs.items()},
