@@ -27,20 +27,20 @@ from typing import Any
 
 from buildtool.builder.wheel_specs import BindingJob, CompileJob
 
-# Seconds per NVRTC run by CUDA major: docs/figures.md's nvrtc-phases section (2026-11-29: 0.63 and
-# 0.58 s). Only the ratios matter. README's x86_64 plan has no CUDA 13 run, so 13's is its ratio to 12
+# Seconds per NVRTC run by CUDA major: docs/figures.md's nvrtc-phases section (2026-11-29: 0.62 and
+# 0.59 s). Only the ratios matter. README's x86_64 plan has no CUDA 13 run, so 13's is its ratio to 12
 # when both were measured in one run (2026-11-26: 0.98 against 1.85 s). A major not listed weighs like
 # the mean of these.
-SECONDS_PER_RUN: Mapping[int, float] = {11: 0.63, 12: 0.58, 13: 0.31}
+SECONDS_PER_RUN: Mapping[int, float] = {11: 0.62, 12: 0.59, 13: 0.31}
 PTX_ALONE = 0.5  # a PTX without its cubin's run: the front end and NVVM, no PTX-to-SASS (about half)
 # a cubin ptxas assembles from another target's PTX (compile.py): docs/figures.md ptx-share, where
 # ptxas takes about a third of the CPU of the target's own NVRTC run
 PTXAS_SHARE = 0.35
 # One binding: g++ of a binding form against one torch's headers, and the link (docs/figures.md,
-# binding-time: 3.8-4.1 s of CPU on the machine where an NVRTC run took 0.58-0.63 s); the first of
+# binding-time: 4.2-4.4 s of CPU, the same day and machine as nvrtc-phases); the first of
 # each (CPU, C++ ABI) also compiles the torch-free objects every binding of that pair links (about
 # 2.9 s: binding.shared_objects).
-BINDING_SECONDS = 4.0
+BINDING_SECONDS = 4.3
 OBJECTS_SECONDS = 2.9
 
 
