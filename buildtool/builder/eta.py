@@ -174,7 +174,9 @@ class WorkEta:
         elapsed = max(now - self._start, 1e-9)
         mine = self._pools[pool]
         if mine.running() == 0:
-            return 0.0
+            # Done, or (a pool that says its starts) none running while its next waits on a download:
+            # nothing to tell from that, and not "no time left".
+            return None if mine.weights else 0.0
         worked = {name: p.done + p.in_flight(now) for name, p in self._pools.items()}
         if worked[pool] <= 0 or self._cpu_time <= 0:
             return None

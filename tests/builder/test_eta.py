@@ -286,3 +286,22 @@ def test_the_kernels_bar_counts_down_from_the_estimate_and_downloads_collapse() 
     line = drawn(bars._progress)
     assert "1/10" in line
     assert "eta 02:05" in line or "eta 02:04" in line  # counting down from 125 s
+
+
+def test_a_pool_between_its_items_has_no_estimate_rather_than_none_left() -> None:
+    """A binding ended and the next waits on its torch headers' download: the bindings bar keeps its
+    last estimate (None: pipeline leaves the bar's deadline as it was), it does not say 00:00."""
+    one, two = ("binding", 0), ("binding", 1)
+    eta = WorkEta(
+        0.0, 2, kernels=({"k": 1.0}, 1), bindings=({one: 4.0, two: 4.0}, 1), say_starts=("bindings",)
+    )
+    eta.started("bindings", one, 0.0)
+    eta.done("kernels", "k", 1.0)
+    eta.done("bindings", one, 4.0)
+    assert eta.seconds_left("bindings", 4.0) is None  # the second has not started: no process of it runs
+    eta.started("bindings", two, 6.0)
+    left = eta.seconds_left("bindings", 6.0)
+    assert left is not None
+    assert left > 0
+    eta.done("bindings", two, 9.0)
+    assert eta.seconds_left("bindings", 9.0) == 0.0  # all done
