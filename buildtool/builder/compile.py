@@ -33,7 +33,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -232,17 +232,23 @@ def _lock(task: CompileTask) -> Path:
     return cache.cache_dir() / "locks" / "kernels" / task.key
 
 
+@contextlib.contextmanager
+def _held(task: CompileTask, ptx: CompileTask | None) -> Iterator[list[CompileTask]]:
+    """The cache locks of a task and of the PTX it also writes (the cubin's first, as every build takes
+    them); yields the images still missing once they are held: a second build sharing the cache waits
+    for the first one's compile and reuses its images instead of compiling them again."""
+    with cache.locked(_lock(task)), cache.locked(_lock(ptx)) if ptx else contextlib.nullcontext():
+        yield [t for t in (task, ptx) if t is not None and not t.path.is_file()]
+
+
 def _compile_task(
     task: CompileTask, lib_dir: str, ptx: CompileTask | None = None, keep_ptx: bool = False
 ) -> tuple[list[_Outcome], bytes | None]:
     """Worker body: compile one task and write its image into the cache (atomically); with `ptx` (the
-    same program for compute_XX), write that image too, from the same compile. Under the keys' locks
-    (the cubin's first, as every build takes them): a second build sharing the cache waits for the
-    first one's compile and reuses its images instead of compiling them again. One outcome per task,
-    and with `keep_ptx` the compile's PTX (for ptxas to serve the program's other targets; None when
-    nothing was compiled)."""
-    with cache.locked(_lock(task)), cache.locked(_lock(ptx)) if ptx else contextlib.nullcontext():
-        wanted = [t for t in (task, ptx) if t is not None and not t.path.is_file()]
+    same program for compute_XX), write that image too, from the same compile, under _held's locks.
+    One outcome per task, and with `keep_ptx` the compile's PTX (for ptxas to serve the program's other
+    targets; None when nothing was compiled)."""
+    with _held(task, ptx) as wanted:
         if not wanted:
             return [_Outcome(0.0, None, reused=True)] * (2 if ptx else 1), None
         if wanted == [ptx]:  # another build made the cubin (and so the PTX) meanwhile
@@ -276,8 +282,7 @@ def _assemble_task(
     """Worker body for a group's other target: the leader's PTX retargeted, assembled by ptxas `exe`,
     written as the task's cubin (and as its compute_XX PTX image when `ptx` is shipped too), under
     the same locks as _compile_task. If ptxas fails, NVRTC compiles the task instead (with a note)."""
-    with cache.locked(_lock(task)), cache.locked(_lock(ptx)) if ptx else contextlib.nullcontext():
-        wanted = [t for t in (task, ptx) if t is not None and not t.path.is_file()]
+    with _held(task, ptx) as wanted:
         if not wanted:
             return [_Outcome(0.0, None, reused=True)] * (2 if ptx else 1), None
         t0 = time.perf_counter()

@@ -65,14 +65,12 @@ class PtxasError(FaError):
 
 @dataclass(frozen=True)
 class PtxasPin:
-    major: int
     package: str  # the PyPI distribution holding ptxas
     version: str  # the pinned NVRTC's version (toolkits.toolkit(major).version)
     wheels: Mapping[str, PinnedWheel]  # per host CPU
-    member: str  # ptxas's path inside the wheel
 
 
-_NVCC = "nvidia/cuda_nvcc/bin/ptxas"
+MEMBER = "nvidia/cuda_nvcc/bin/ptxas"  # ptxas's path inside every pinned wheel
 # (major, PyPI project, version, host CPU, file, sha256): the hashes as PyPI's simple index lists them
 _FILES = (
     (11, "nvidia-cuda-nvcc-cu11", "11.8.89", "x86_64", "nvidia_cuda_nvcc_cu11-11.8.89-py3-none-manylinux1_x86_64.whl",
@@ -88,11 +86,7 @@ _FILES = (
 )  # fmt: skip
 PINS: dict[int, PtxasPin] = {
     major: PtxasPin(
-        major,
-        package,
-        version,
-        {host: PinnedWheel(file, sha) for m, _, _, host, file, sha in _FILES if m == major},
-        _NVCC,
+        package, version, {host: PinnedWheel(file, sha) for m, _, _, host, file, sha in _FILES if m == major}
     )
     for major, package, version, *_ in _FILES
 }
@@ -124,7 +118,7 @@ def pinned(major: int) -> PtxasPin | None:
 
 def is_unpacked(major: int) -> bool:
     pin = pinned(major)
-    return pin is not None and (_dir(pin) / pin.member).is_file()
+    return pin is not None and (_dir(pin) / MEMBER).is_file()
 
 
 def ptxas_path(major: int, progress: fetch.ProgressHook | None = None) -> Path:
@@ -134,14 +128,14 @@ def ptxas_path(major: int, progress: fetch.ProgressHook | None = None) -> Path:
     if pin is None:
         raise toolkits.ToolkitError(f"no pinned ptxas for CUDA {major} on {cpus.host()}")
     final = _dir(pin)
-    exe = final / pin.member
+    exe = final / MEMBER
     if not exe.is_file():
         what = f"ptxas for CUDA {major} ({pin.package}=={pin.version})"
         wheel = pin.wheels[cpus.host()]
         toolkits.unpack(
             final,
             lambda: toolkits.fetch_pinned(pin.package, wheel, what, progress),
-            pin.member,
+            MEMBER,
             is_dir=False,
             executable=True,
         )
