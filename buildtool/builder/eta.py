@@ -132,16 +132,15 @@ class WorkEta:
         self._start = self._clock = start
         self._cpu_time = 0.0  # CPU seconds the running processes had since the clock started
 
-    def restarted(self, start: float) -> WorkEta:
-        """The same work, its clock started at `start` (the compiles began after the toolkit downloads):
-        what is done so far (cached programs) stays done, and the rates count from now."""
+    def restart(self, start: float) -> None:
+        """The clock starts again at `start` (the compiles began after the toolkit downloads): what is
+        done so far (cached programs) stays done, and the rates count from now."""
         for pool in self._pools.values():
             pool.done = 0.0
             if pool.flying is not None:
                 pool.flying = dict.fromkeys(pool.flying, start)
         self._start = self._clock = start
         self._cpu_time = 0.0
-        return self
 
     def _advance(self, now: float) -> None:
         processes = sum(p.running() for p in self._pools.values())
@@ -177,7 +176,9 @@ class WorkEta:
             # Done, or (a pool that says its starts) none running while its next waits on a download:
             # nothing to tell from that, and not "no time left".
             return None if mine.weights else 0.0
-        worked = {name: p.done + p.in_flight(now) for name, p in self._pools.items()}
+        flying = {name: p.in_flight(now) for name, p in self._pools.items()}
+        worked = {name: p.done + flying[name] for name, p in self._pools.items()}
+        left = {name: max(0.0, p.left - flying[name]) for name, p in self._pools.items()}
         if worked[pool] <= 0 or self._cpu_time <= 0:
             return None
         if any(p.flying and not p.took for p in self._pools.values()):
@@ -186,14 +187,13 @@ class WorkEta:
             # wrong one: README's build shows none for its first ten seconds or so.
             return None
         cost = self._cpu_time / sum(worked.values())  # CPU seconds per unit of work
-        mine_left, mine_rate = max(0.0, mine.left - (worked[pool] - mine.done)), worked[pool] / elapsed
+        mine_left, mine_rate = left[pool], worked[pool] / elapsed
         alone = min(mine.running(), self._cpus) / cost  # its work per second once the others are done
-        others = [(name, p) for name, p in self._pools.items() if name != pool and p.running()]
-        others_rate = sum(worked[name] for name, _ in others) / elapsed
+        others = [name for name, p in self._pools.items() if name != pool and p.running()]
+        others_rate = sum(worked[name] for name in others) / elapsed
         if not others or others_rate <= 0:
             return mine_left / (alone if not others else mine_rate)
-        others_left = sum(max(0.0, p.left - (worked[name] - p.done)) for name, p in others)
-        shared = others_left / others_rate  # until the others are done, at the rates seen so far
+        shared = sum(left[name] for name in others) / others_rate  # until the others are done, at their rates
         if mine_left <= mine_rate * shared:
             return mine_left / mine_rate
         return shared + (mine_left - mine_rate * shared) / alone

@@ -185,9 +185,8 @@ def execute(
         estimating = threading.Lock()  # kernels finish on this thread, bindings on theirs
 
         def compiling() -> None:  # the toolkits are there: the rate counts from now
-            nonlocal left
             with estimating:
-                left = left.restarted(time.monotonic())
+                left.restart(time.monotonic())
 
         def finished(pool: str, bar: TaskID, item: Hashable, cached: bool) -> None:
             with estimating:
