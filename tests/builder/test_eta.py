@@ -8,8 +8,9 @@ does not. The durations are drawn around the recorded means, not recorded one by
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 
@@ -20,22 +21,36 @@ from buildtool.builder.eta import (
     PTXAS_SHARE,
     SECONDS_PER_RUN,
     WorkEta,
+    binding_weights,
     job_weights,
 )
 from buildtool.builder.matrix import load_matrix
-from buildtool.builder.plan import make_plan
+from buildtool.builder.plan import Plan, make_plan
 from buildtool.builder.pypi import catalog_from_simple_json
-from buildtool.builder.wheel_specs import CompileJob
+from buildtool.builder.wheel_specs import BindingJob, CompileJob
 from tests.ci import offline_catalog  # PyPI's torch answer, recorded
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def first_build_jobs() -> list[CompileJob]:
+def first_build() -> Plan:
     catalog = catalog_from_simple_json(offline_catalog.simple_json())
-    plan = make_plan(load_matrix(REPO / "matrix.yaml"), catalog, platform="x86_64")
-    return list(plan.compile_jobs)
+    return make_plan(load_matrix(REPO / "matrix.yaml"), catalog, platform="x86_64")
+
+
+@pytest.fixture(scope="module")
+def first_build_jobs(first_build: Plan) -> list[CompileJob]:
+    return list(first_build.compile_jobs)
+
+
+@pytest.fixture(scope="module")
+def first_build_bindings(first_build: Plan) -> dict[BindingJob, float]:
+    """README's bindings as the build weighs them (ATen forms of 2.4-2.6 with two ABIs each, 2.7, 2.8,
+    2.9, the stable one)."""
+    weights = binding_weights(first_build.binding_jobs)
+    assert len(weights) == 10
+    return weights
 
 
 def _runs(jobs: list[CompileJob]) -> list[list[CompileJob]]:
@@ -49,12 +64,18 @@ def _runs(jobs: list[CompileJob]) -> list[list[CompileJob]]:
     return [[j, rides[j]] if j in rides else [j] for j in jobs if j not in rides.values()]
 
 
-BINDINGS = 10  # README's x86_64 plan: ATen forms of 2.4-2.6 (two ABIs each), 2.7, 2.8, 2.9, the stable one
-
-
-def _binding_weights(count: int) -> dict[object, float]:
-    """`count` bindings as the build weighs them: the first of each of two ABIs compiles the objects."""
-    return {("binding", n): BINDING_SECONDS + (OBJECTS_SECONDS if n < 2 else 0.0) for n in range(count)}
+def test_the_first_binding_of_each_abi_compiles_the_objects(
+    first_build_bindings: dict[BindingJob, float],
+) -> None:
+    """binding.shared_objects: the torch-free objects are built once per (CPU, C++ ABI), by the first
+    binding of that pair, and weigh on it alone."""
+    heavier = [
+        job for job, weight in first_build_bindings.items() if weight == BINDING_SECONDS + OBJECTS_SECONDS
+    ]
+    assert sorted(job.cxx11abi for job in heavier) == [False, True]
+    assert all(
+        weight == BINDING_SECONDS for job, weight in first_build_bindings.items() if job not in heavier
+    )
 
 
 def _shares(pulls: list[float], cpus: int) -> list[float]:
@@ -79,7 +100,7 @@ def _timeline(
     jobs: list[CompileJob],
     seed: int,
     shared: frozenset[CompileJob] = frozenset(),
-    bindings: int = 0,
+    bindings: Mapping[BindingJob, float] = MappingProxyType({}),
     cpus: int = 2,
     pull: float = 1.0,
 ) -> list[tuple[float, str, str, list[object]]]:
@@ -104,7 +125,7 @@ def _timeline(
         ],
         "bindings": [
             (weight * rng.uniform(0.8, 1.2) * rng.uniform(0.6, 1.4), [item])
-            for item, weight in _binding_weights(bindings).items()
+            for item, weight in bindings.items()
         ],
     }
     running: list[list] = []  # [work left, pool, items]
@@ -152,14 +173,17 @@ def _worst_error_after_a_tenth(
 
 
 def _weighted(
-    jobs: list[CompileJob], shared: frozenset[CompileJob] = frozenset(), bindings: int = 0, cpus: int = 2
+    jobs: list[CompileJob],
+    shared: frozenset[CompileJob] = frozenset(),
+    bindings: Mapping[BindingJob, float] = MappingProxyType({}),
+    cpus: int = 2,
 ) -> Callable[[str, str, list[object], float], float | None]:
     """WorkEta as the build keeps it: the kernels' programs and the bindings beside them."""
     eta = WorkEta(
         0.0,
         cpus,
         kernels=(job_weights(jobs, shared), 2),
-        bindings=(_binding_weights(bindings), 2),
+        bindings=(bindings, 2),
         say_starts=("bindings",),
     )
 
@@ -199,21 +223,27 @@ def test_the_eta_stays_within_30_percent_after_a_tenth(first_build_jobs: list[Co
 @pytest.mark.parametrize(("cpus", "pull"), [(2, 1.0), (2, 1.6), (2, 2.5), (4, 1.6)])
 @pytest.mark.parametrize("seed", range(4))
 def test_the_eta_stays_within_30_percent_with_the_bindings_beside(
-    first_build_jobs: list[CompileJob], seed: int, cpus: int, pull: float
+    first_build_jobs: list[CompileJob],
+    first_build_bindings: dict[BindingJob, float],
+    seed: int,
+    cpus: int,
+    pull: float,
 ) -> None:
     """README's build: ten bindings' g++ runs take their share of the CPUs for the first third (on 2
     CPUs, half or more; on 4, none: each process has one)."""
     shared = frozenset(shared_targets(first_build_jobs, KernelTree()))
-    events = _timeline(first_build_jobs, seed, shared, bindings=BINDINGS, cpus=cpus, pull=pull)
-    estimate = _weighted(first_build_jobs, shared, BINDINGS, cpus)
+    events = _timeline(first_build_jobs, seed, shared, bindings=first_build_bindings, cpus=cpus, pull=pull)
+    estimate = _weighted(first_build_jobs, shared, first_build_bindings, cpus)
     assert _worst_error_after_a_tenth(events, estimate) <= 0.30
 
 
-def test_a_rate_over_the_kernels_alone_does_not(first_build_jobs: list[CompileJob]) -> None:
+def test_a_rate_over_the_kernels_alone_does_not(
+    first_build_jobs: list[CompileJob], first_build_bindings: dict[BindingJob, float]
+) -> None:
     """The fault a cold README build showed (bench/build/eta_truth.py): weights right, but the rate
     taken while the bindings held half the CPUs, carried over the rest."""
     shared = frozenset(shared_targets(first_build_jobs, KernelTree()))
-    events = _timeline(first_build_jobs, 0, shared, bindings=BINDINGS)
+    events = _timeline(first_build_jobs, 0, shared, bindings=first_build_bindings)
     weights = job_weights(first_build_jobs, shared)
     assert _worst_error_after_a_tenth(events, _kernels_only(first_build_jobs, weights)) > 0.30
 
