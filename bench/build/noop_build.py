@@ -69,12 +69,14 @@ def _cpu(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
 
 
 def _run(checkout: Path, args: list[str], out: Path) -> tuple[float, float, int]:
-    """(CPU s, wall s, files under `out` written) of one `fa build ARGS` by `checkout`'s code."""
+    """(CPU s, wall s, files under `out` written) of one `fa build ARGS --out OUT` by `checkout`'s code."""
     # Not `python -m`: that puts the current folder first on sys.path, and from inside a checkout its fa
     # would run whatever --baseline says.
     run = f"import sys; sys.path[0] = {str(checkout)!r}; from buildtool.cli import main; main()"
     before = _states(out)
-    cpu, wall = _cpu([sys.executable, "-c", run, "build", *args, "--no-progress"], _env(checkout))
+    cpu, wall = _cpu(
+        [sys.executable, "-c", run, "build", *args, "--out", str(out), "--no-progress"], _env(checkout)
+    )
     written = sum(state != before.get(path) for path, state in _states(out).items())
     return cpu, wall, written
 
@@ -107,7 +109,7 @@ def main() -> int:
     ap.add_argument("build_args", nargs="*", help="after --: the rest of `fa build`'s options")
     args = ap.parse_args()
     out = args.out.resolve()
-    build = list(args.build_args)
+    build = list(args.build_args)  # --out: each side's own folder (_run)
     with tempfile.TemporaryDirectory(prefix="fa-noop-baseline-") as tmp:
         sides = {"this checkout": REPO}
         if args.baseline:
@@ -128,14 +130,12 @@ def main() -> int:
         for name, checkout in sides.items():
             if outs[name] != out and out.is_dir():
                 shutil.copytree(out, outs[name], symlinks=True)
-            _run(
-                checkout, [*build, "--out", str(outs[name])], outs[name]
-            )  # fills what is missing; not counted
+            _run(checkout, build, outs[name])  # fills what is missing; not counted
         runs: dict[str, list[tuple[float, float, int]]] = {name: [] for name in sides}
         floor: list[tuple[float, float, int]] = []
         for _ in range(args.runs):  # in turns: the machine's load falls on both sides alike
             for name, checkout in sides.items():
-                runs[name].append(_run(checkout, [*build, "--out", str(outs[name])], outs[name]))
+                runs[name].append(_run(checkout, build, outs[name]))
             floor.append((*_cpu([sys.executable, "-c", FLOOR], _env(REPO)), 0))
     result = {
         "command": "fa build " + " ".join([*build, "--out", str(out)]),

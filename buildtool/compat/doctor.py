@@ -401,9 +401,9 @@ _QUOTED = re.compile(r"`[^`\n]+`")
 def _item(console: Console, text: Text | str, indent: int = 0, hang: int = 2) -> None:
     """One item at `indent`, its wrapped lines `hang` further in, so they read as part of it; a
     `quoted command` stays on one line (one longer than the line is folded where it must be)."""
-    text = Text(text) if isinstance(text, str) else text.copy()
+    text = Text(text) if isinstance(text, str) else text
     kept = _QUOTED.sub(lambda m: m.group().replace(" ", _KEPT_SPACE), text.plain)
-    text = Text(kept, spans=text.spans, style=text.style)  # same length: the styles stay in place
+    text = Text(kept, spans=list(text.spans), style=text.style)  # same length: the styles stay put
     width = max(console.width - indent - hang, 20)
     for i, line in enumerate(text.wrap(console, width)):
         line.rstrip()
