@@ -150,10 +150,15 @@ def test_a_root_owned_folder_is_trusted_by_another_user():
     folder = Path(tempfile.mkdtemp(prefix="fa-ownfiles-"))  # pytest's tmp_path is 0700, root's only
     folder.chmod(0o755)
     (folder / "manifest.json").write_text('{"ok": 1}')
+    # The module as the other user can read it: the checkout may lie under a folder only root enters
+    # (a clone in `mktemp -d`, 0700), which would fail this test on the import, not on what it checks.
+    code = folder / "code"
+    code.mkdir(mode=0o755)
+    shutil.copy(ownfiles.__file__, code / "ownfiles.py")
     script = textwrap.dedent(
         f"""
         import sys
-        sys.path.insert(0, {str(Path(ownfiles.__file__).parent)!r})
+        sys.path.insert(0, {str(code)!r})
         import ownfiles
         print(ownfiles.read_json({str(folder / "manifest.json")!r}, limit=100)["ok"])
         """
